@@ -1,0 +1,50 @@
+"""Check the numerical stack before anything imports MXNet.
+
+MXNet 1.9.1 is the final release and predates numpy 1.24; importing it with a
+newer numpy fails deep inside MXNet with an ``AttributeError`` that says
+nothing about the fix. This module turns both common set-up mistakes (numpy
+too new, MXNet missing) into one clear message.
+"""
+import importlib
+
+NUMPY_LIMIT = (1, 24)
+
+INSTALL_HINT = (
+    "Install mxfp16 with one MXNet wheel and the constraints file:\n"
+    "    pip install -c constraints.txt 'mxfp16[cpu]'   # CPU: mxnet==1.9.1\n"
+    "    pip install -c constraints.txt 'mxfp16[gpu]'   # GPU: mxnet-cu112==1.9.1 (CUDA 11.2, cuDNN 8)\n"
+    "or, from a checkout, run `make demo`."
+)
+
+
+def _major_minor(version):
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def check_stack():
+    """Raise ``ImportError`` naming the fix if numpy or MXNet is unusable.
+
+    Returns
+    -------
+    module
+        The imported ``mxnet`` module.
+    """
+    try:
+        numpy = importlib.import_module("numpy")
+    except ImportError as err:
+        raise ImportError("mxfp16 needs numpy<1.24.\n" + INSTALL_HINT) from err
+    if _major_minor(numpy.__version__) >= NUMPY_LIMIT:
+        raise ImportError(
+            f"mxfp16 found numpy {numpy.__version__}, but MXNet 1.9.1 needs numpy<1.24 "
+            "(numpy 1.24 removed np.bool and numpy 2 removed np.PZERO, which MXNet uses).\n"
+            "Fix: pip install 'numpy<1.24'  (or reinstall with -c constraints.txt).\n"
+            + INSTALL_HINT
+        )
+    try:
+        return importlib.import_module("mxnet")
+    except ImportError as err:
+        raise ImportError("mxfp16 needs MXNet 1.9.1, which is not installed.\n" + INSTALL_HINT) from err

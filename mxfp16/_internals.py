@@ -1,0 +1,31 @@
+"""Every use of a private MXNet attribute, in one place.
+
+Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
+it updates on the kvstore, nor to ask AMP whether it is active. If MXNet ever
+changes these, this is the only file to fix.
+"""
+from mxnet.contrib import amp as _amp
+
+
+def amp_initialized():
+    """True once ``mx.contrib.amp.init()`` has run in this process."""
+    return bool(_amp.amp._amp_initialized)
+
+
+def trainer_params(trainer):
+    """The parameters a ``gluon.Trainer`` updates, in its index order."""
+    return list(trainer._params)
+
+
+def trainer_updates_on_kvstore(trainer):
+    """Whether ``trainer`` applies updates on the kvstore (resolved lazily by Gluon)."""
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    return bool(trainer._kvstore) and bool(trainer._update_on_kvstore)
+
+
+def trainer_kvstore(trainer):
+    """The trainer's kvstore object, or ``None`` for a single device without one."""
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    return trainer._kvstore

@@ -1,0 +1,47 @@
+"""The ``mxfp16`` command: a thin dispatcher over ``mxfp16.commands``.
+
+Each subcommand lives in its own module under ``mxfp16/commands/`` with a
+``register(subparsers)`` function that adds its parser and sets ``func``. The
+library does the work; commands only parse flags, call it and print.
+"""
+import argparse
+import importlib
+import sys
+
+from ._version import __version__
+
+# Order is the order shown in --help.
+COMMANDS = ("info",)
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed without a traceback, exit status 2."""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="mxfp16",
+        description="Mixed-precision (float16 / bfloat16) training with MXNet Gluon.",
+    )
+    parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"mxfp16.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except CommandError as err:
+        print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
+        return 2

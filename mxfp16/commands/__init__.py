@@ -1,0 +1,1 @@
+"""Thin command-line front ends; each module registers one ``mxfp16`` subcommand."""

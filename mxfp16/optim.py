@@ -1,0 +1,229 @@
+"""Optimizers for mixed precision: the Trainer factory and the support table.
+
+float16 weights cannot hold small updates: 1.0 + 1e-4 rounds back to 1.0
+because float16's spacing at 1.0 is 2**-10. With ``multi_precision=True`` an
+MXNet optimizer keeps a float32 master copy of every float16 weight, applies
+the update there and copies the result back. :func:`optimizer_support`
+answers "do all optimizers support this mode?" by running each registered
+optimizer and watching which kernels it calls.
+"""
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+__all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers"]
+
+
+class OptimizerError(ValueError):
+    """An unknown optimizer name."""
+
+
+def registered_optimizers():
+    """Names in MXNet's optimizer registry, sorted."""
+    return sorted(mx.optimizer.Optimizer.opt_registry)
+
+
+def _check_optimizer(name):
+    if isinstance(name, mx.optimizer.Optimizer):
+        return name
+    key = str(name).lower()
+    if key not in mx.optimizer.Optimizer.opt_registry:
+        raise OptimizerError(f"unknown optimizer {name!r}; MXNet {mx.__version__} registers: "
+                             f"{', '.join(registered_optimizers())}")
+    return key
+
+
+def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
+                 loss_scaler=None, kvstore="device", update_on_kvstore=None,
+                 compression_params=None):
+    """A ``gluon.Trainer`` set up for ``precision``.
+
+    Parameters
+    ----------
+    params : ParameterDict or list of Parameter
+    optimizer : str or mx.optimizer.Optimizer
+        A registered name (case-insensitive); an unknown one raises
+        :class:`OptimizerError` listing the registry.
+    optimizer_params : dict, optional
+        ``learning_rate``, ``momentum``, ``wd``, ``lr_scheduler`` ...
+    precision : Precision, optional
+        ``multi_precision=True`` is set when its parameters are float16.
+    loss_scaler : LossScaler, optional
+        When it is enabled, updates cannot run on the kvstore: the step must
+        see the reduced gradients to check them for overflow and divide a
+        scale that may change every step. ``update_on_kvstore`` is then False.
+    kvstore : str
+        Passed to Gluon (``'device'``, ``'local'``, ``'nccl'``, ``'dist_sync'`` ...).
+    update_on_kvstore : bool or None
+        Gluon's default when ``None`` and no scaler needs otherwise.
+    compression_params : dict, optional
+        Gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``.
+
+    Returns
+    -------
+    gluon.Trainer
+    """
+    optimizer = _check_optimizer(optimizer)
+    opt_params = dict(optimizer_params or {})
+    if precision is not None and precision.master_weights and not isinstance(optimizer, mx.optimizer.Optimizer):
+        opt_params["multi_precision"] = True
+    if loss_scaler is not None and loss_scaler.enabled:
+        if update_on_kvstore:
+            raise ValueError("loss scaling needs update_on_kvstore=False: the overflow check must "
+                             "see the reduced gradients before any update")
+        update_on_kvstore = False
+    return gluon.Trainer(params, optimizer, opt_params, kvstore=kvstore,
+                         update_on_kvstore=update_on_kvstore, compression_params=compression_params)
+
+
+@dataclass(frozen=True)
+class OptimizerSupport:
+    """One row of :func:`optimizer_support`.
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    multi_precision : bool
+        ``multi_precision=True`` ran an update on a float16 weight, kept it
+        float16 and finite.
+    kernel : str
+        ``'fused'`` when the update called a mixed-precision kernel
+        (``mp_*`` operators), ``'generic'`` when it went through the base
+        class's float32 copy (a ``Cast`` and the float32 update), ``'-'``
+        when it failed.
+    master_keeps_small_update : bool
+        An update of about 1e-4 on a weight of 1.0 reached the float32 master
+        copy.
+    float16_alone_keeps_small_update : bool or None
+        The same update without master weights changed the float16 weight
+        (expected False: float16 swallows it); None when the optimizer has
+        no float16 update without master weights.
+    operators : tuple of str
+        MXNet operators the multi-precision update ran, from the profiler.
+    error : str or None
+        Why it failed, when it did.
+    """
+
+    name: str
+    multi_precision: bool
+    kernel: str
+    master_keeps_small_update: bool
+    float16_alone_keeps_small_update: bool
+    operators: tuple
+    error: object = None
+
+    def as_dict(self):
+        return asdict(self)
+
+
+_OPERATOR_ROW = re.compile(r"^\s*([A-Za-z_][\w]*)\s+\d+\s", re.M)
+# MXNet's C API calls show up in the profiler too; they are not operators.
+_NOT_OPERATORS = re.compile(r"^(MX|WaitForVar|DeleteVariable|ResourceParallel|CopyCPU2CPU)")
+
+
+def _float32_arrays(state):
+    if isinstance(state, mx.nd.NDArray):
+        return [state] if state.dtype == np.float32 else []
+    if isinstance(state, (list, tuple)):
+        return [a for s in state for a in _float32_arrays(s)]
+    return []
+
+
+def _small_update(name, multi_precision):
+    """Apply one small update to float16 ones; return (weight, state)."""
+    opt = mx.optimizer.create(name, learning_rate=1e-4, multi_precision=multi_precision, rescale_grad=1.0)
+    # 2-D because group-wise optimizers (groupadagrad) need rows.
+    weight = mx.nd.ones((4, 4), dtype="float16")
+    grad = mx.nd.ones((4, 4), dtype="float16")
+    state = opt.create_state_multi_precision(0, weight)
+    return opt, weight, grad, state
+
+
+def _probe(name):
+    from mxnet import profiler
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the float16-without-master warning is the point here
+        try:
+            opt, weight, grad, state = _small_update(name, multi_precision=True)
+            masters_before = [m.copy() for m in _float32_arrays(state)]
+            mx.nd.waitall()
+            profiler.set_state("run")
+            try:
+                opt.update_multi_precision(0, weight, grad, state)
+                mx.nd.waitall()
+            finally:
+                profiler.set_state("stop")
+            table = profiler.dumps(reset=True)
+        except Exception as err:  # every failure is a finding for the table
+            return OptimizerSupport(name, False, "-", False, _float16_alone(name), (), _one_line(err))
+    operators = tuple(sorted({op for op in _OPERATOR_ROW.findall(table) if not _NOT_OPERATORS.match(op)}))
+    values = weight.asnumpy()
+    works = weight.dtype == np.float16 and bool(np.isfinite(values).all())
+    fused = any(op.startswith("mp_") or "_mp_" in op for op in operators)
+    kept = any(bool((a.asnumpy() != b.asnumpy()).any())
+               for a, b in zip(_float32_arrays(state), masters_before) if a.shape == weight.shape)
+    return OptimizerSupport(name, works, "fused" if fused else "generic", kept, _float16_alone(name), operators)
+
+
+def _float16_alone(name):
+    """Whether the same small update changes a float16 weight without master weights.
+
+    ``None`` when the optimizer cannot update float16 weights at all without them.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            opt, weight, grad, state = _small_update(name, multi_precision=False)
+            opt.update_multi_precision(0, weight, grad, state)
+            return bool((weight.asnumpy() != 1.0).any())
+        except Exception:  # no float16 kernel for this optimizer
+            return None
+
+
+def _one_line(err):
+    text = str(err).strip().splitlines()
+    detail = next((line for line in reversed(text) if line.strip()), "")
+    return f"{type(err).__name__}: {detail.strip()}"
+
+
+def optimizer_support(names=None):
+    """Run every registered optimizer with ``multi_precision=True`` and report what happened.
+
+    Nothing in the table is typed in: each row comes from creating the
+    optimizer, updating a float16 weight of ones with a 1e-4 step, and
+    reading MXNet's profiler for the operators that ran.
+
+    Parameters
+    ----------
+    names : iterable of str, optional
+        Defaults to every name in MXNet's registry.
+
+    Returns
+    -------
+    list of OptimizerSupport
+    """
+    from mxnet import profiler
+
+    names = registered_optimizers() if names is None else [_check_optimizer(n) for n in names]
+    with tempfile.TemporaryDirectory() as tmp:
+        profiler.set_config(profile_imperative=True, aggregate_stats=True, filename=f"{tmp}/profile.json")
+        return [_probe(name) for name in names]
+
+
+def format_support_table(rows):
+    """A fixed-width text table of :func:`optimizer_support` rows."""
+    lines = [f"{'optimizer':<14}{'multi_precision':<17}{'kernel':<9}{'master keeps 1e-4':<19}float16 alone keeps 1e-4"]
+    for r in rows:
+        mp = "yes" if r.multi_precision else "no"
+        lines.append(f"{r.name:<14}{mp:<17}{r.kernel:<9}{str(r.master_keeps_small_update).lower():<19}"
+                     f"{ {None: 'fails', True: 'true', False: 'false'}[r.float16_alone_keeps_small_update]}" + (f"  ({r.error[:70]})" if r.error else ""))
+    return "\n".join(lines)

@@ -1,0 +1,236 @@
+"""One precision setting, resolved once into what a training step needs.
+
+A precision is named by one string. :func:`resolve_precision` validates it
+against the devices the run will use and returns an immutable
+:class:`Precision`; everything else (casting, the trainer, the loss scaler)
+reads that object instead of comparing dtype strings.
+
+============  ============  ===========  =====  ============  ==============
+name          compute       parameters   AMP    loss scaling  master weights
+============  ============  ===========  =====  ============  ==============
+float32       float32       float32      no     no            no
+float16       float16       float16      no     dynamic       yes (float32)
+amp-float16   float16       float32      yes    dynamic       no (already)
+amp-bfloat16  bfloat16      float32      yes    no            no (already)
+============  ============  ===========  =====  ============  ==============
+
+``auto`` picks float16 on GPUs, amp-bfloat16 on a CPU with native bfloat16
+(avx512_bf16 or AMX), float32 otherwise.
+"""
+from dataclasses import asdict, dataclass
+
+import mxnet as mx
+
+from . import hardware
+from ._internals import amp_initialized
+
+PRECISIONS = ("float32", "float16", "amp-float16", "amp-bfloat16", "auto")
+
+
+class PrecisionError(ValueError):
+    """A precision name that is unknown or cannot run on the chosen devices."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How one run computes, stores parameters and scales its loss.
+
+    Attributes
+    ----------
+    name : str
+        The resolved name (never ``'auto'``).
+    requested : str
+        What the user asked for (may be ``'auto'``).
+    compute_dtype : str
+        The dtype the heavy operators run in.
+    param_dtype : str
+        The dtype of the network's parameters, and of the batches fed to it.
+    amp : bool
+        Whether MXNet's AMP (``mx.contrib.amp``) does the casting.
+    loss_scaling : bool
+        Whether a dynamic loss scale is the default.
+    master_weights : bool
+        Whether the optimizer keeps float32 copies of float16 parameters
+        (``multi_precision=True``).
+    """
+
+    name: str
+    requested: str
+    compute_dtype: str
+    param_dtype: str
+    amp: bool
+    loss_scaling: bool
+    master_weights: bool
+
+    @property
+    def data_dtype(self):
+        """The dtype each batch is cast to before the forward pass.
+
+        AMP casts inside the operators, so its batches stay float32.
+        """
+        return self.param_dtype
+
+    def as_dict(self):
+        return asdict(self)
+
+    def __str__(self):
+        suffix = f" (from {self.requested})" if self.requested != self.name else ""
+        return f"{self.name}{suffix}"
+
+
+_TABLE = {
+    "float32": dict(compute_dtype="float32", param_dtype="float32", amp=False, loss_scaling=False, master_weights=False),
+    "float16": dict(compute_dtype="float16", param_dtype="float16", amp=False, loss_scaling=True, master_weights=True),
+    "amp-float16": dict(compute_dtype="float16", param_dtype="float32", amp=True, loss_scaling=True, master_weights=False),
+    "amp-bfloat16": dict(compute_dtype="bfloat16", param_dtype="float32", amp=True, loss_scaling=False, master_weights=False),
+}
+
+_CPU_FLOAT16_MESSAGE = (
+    "precision {name!r} was asked for on a CPU, but MXNet has no float16 convolution or "
+    "dense (FullyConnected) layer on CPU (\"FP16 gemm on cpu not implemented\"), so a real "
+    "network would fail mid-step. Use --precision amp-bfloat16 (bfloat16 through MXNet's AMP, "
+    "fast on CPUs with avx512_bf16/AMX) or run on a GPU (--ctx gpu:0). Networks built only "
+    "from elementwise ops can opt in with allow_cpu_float16=True."
+)
+
+
+def as_context_list(ctx=None):
+    """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or a list into a list of contexts."""
+    if ctx is None:
+        return [mx.current_context()]
+    if isinstance(ctx, mx.Context):
+        return [ctx]
+    if isinstance(ctx, str):
+        return parse_ctx(ctx)
+    return list(ctx)
+
+
+def parse_ctx(text):
+    """Parse ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` into contexts."""
+    text = text.strip().lower()
+    if text == "cpu":
+        return [mx.cpu()]
+    if text == "gpu":
+        return [mx.gpu(0)]
+    if text.startswith("gpu:"):
+        try:
+            return [mx.gpu(int(i)) for i in text[4:].split(",") if i.strip()]
+        except ValueError:
+            pass
+    raise PrecisionError(f"cannot read device list {text!r}; use 'cpu', 'gpu', 'gpu:0' or 'gpu:0,1'")
+
+
+def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
+    """Validate a precision name against the devices and return a :class:`Precision`.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`PRECISIONS`.
+    ctx : mx.Context, list of mx.Context, str or None
+        The devices the run uses; ``None`` means the current context.
+    allow_cpu_float16 : bool
+        Allow float16 or amp-float16 on a CPU. Only networks made of
+        elementwise operators can run that way (tests, notebooks).
+
+    Returns
+    -------
+    Precision
+
+    Raises
+    ------
+    PrecisionError
+        For an unknown name (the message lists the choices), or float16 on a
+        CPU without the opt-in (the message explains why and what to use).
+    """
+    if not isinstance(name, str) or name.strip().lower() not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    requested = name.strip().lower()
+    contexts = as_context_list(ctx)
+    on_gpu = all(c.device_type == "gpu" for c in contexts)
+    resolved = requested
+    if requested == "auto":
+        if on_gpu:
+            resolved = "float16"
+        elif hardware.has_cpu_bfloat16():
+            resolved = "amp-bfloat16"
+        else:
+            resolved = "float32"
+    if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
+        raise PrecisionError(_CPU_FLOAT16_MESSAGE.format(name=resolved))
+    return Precision(name=resolved, requested=requested, **_TABLE[resolved])
+
+
+# --------------------------------------------------------------------------
+# AMP is process-global: amp.init() patches mx.nd / mx.sym once and cannot be
+# undone, so the process remembers which target it was initialised for.
+# --------------------------------------------------------------------------
+_amp_target = None
+
+
+class AMPStateError(RuntimeError):
+    """AMP was already initialised in this process for something else."""
+
+
+def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
+    """Prepare the process for ``precision``; call before building the network.
+
+    For AMP precisions this calls ``mx.contrib.amp.init`` (once per process);
+    the optional lists are passed through to it. For the others it checks that
+    AMP has not already patched MXNet, because then a "float32" run would not
+    be float32.
+
+    Raises
+    ------
+    AMPStateError
+        When the process already ran AMP for another target, or AMP is active
+        and a non-AMP precision is asked for. Run each precision in its own
+        process (the benchmark and ``mxfp16 compare`` do).
+    """
+    global _amp_target
+    from mxnet.contrib import amp
+
+    initialised = amp_initialized()
+    if not precision.amp:
+        if initialised:
+            raise AMPStateError(
+                f"AMP is already active in this process (target {_amp_target or 'unknown'}), so "
+                f"a {precision.name} run here would not be {precision.name}. Run each precision "
+                "in its own process."
+            )
+        return
+    target = precision.compute_dtype
+    if initialised:
+        if _amp_target != target:
+            raise AMPStateError(
+                f"AMP was initialised for {_amp_target or 'another target'} in this process and "
+                f"cannot switch to {target}. Run each precision in its own process."
+            )
+        return
+    kwargs = {}
+    for key, value in (("target_precision_ops", target_precision_ops),
+                       ("conditional_fp32_ops", conditional_fp32_ops),
+                       ("fp32_ops", fp32_ops)):
+        if value is not None:
+            kwargs[key] = value
+    amp.init(target_dtype=target, **kwargs)
+    _amp_target = target
+
+
+def runnable_here():
+    """Which precisions can run on this machine, and why not where they cannot.
+
+    Returns
+    -------
+    dict
+        ``{name: (runnable: bool, reason: str)}`` for every concrete precision.
+    """
+    n_gpus = hardware.gpu_count()
+    bf16 = hardware.has_cpu_bfloat16()
+    gpu_reason = f"{n_gpus} GPU(s) visible" if n_gpus else "needs a GPU: MXNet has no float16 conv/dense on CPU"
+    return {
+        "float32": (True, "always"),
+        "float16": (n_gpus > 0, gpu_reason),
+        "amp-float16": (n_gpus > 0, gpu_reason),
+        "amp-bfloat16": (True, "native bfloat16 on this CPU" if bf16 else "runs, but emulated and slow without avx512_bf16/AMX"),
+    }

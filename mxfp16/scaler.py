@@ -1,0 +1,225 @@
+"""Loss scaling: keep small float16 gradients from flushing to zero.
+
+The loss is multiplied by a scale S before backward, so every gradient is S
+times larger and lands inside float16's range; the optimizer divides S back
+out (``trainer.update(batch_size * S)``). A *dynamic* scaler starts high, backs
+off whenever a gradient overflows (and that step is skipped), and grows again
+after a run of clean steps.
+"""
+from collections import deque
+
+__all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler"]
+
+
+class LossScaleDivergedError(FloatingPointError):
+    """Gradients overflow even at the minimum loss scale: training has diverged."""
+
+
+class LossScaler:
+    """Static or dynamic loss scale, and the record of skipped steps.
+
+    Parameters
+    ----------
+    init_scale : float, default 2**16
+        The starting scale.
+    growth_factor : float, default 2.0
+        Multiplier applied after ``growth_interval`` consecutive clean steps.
+    backoff_factor : float, default 0.5
+        Multiplier applied on overflow.
+    growth_interval : int, default 2000
+        Clean steps between growths.
+    hysteresis : int, default 1
+        Consecutive overflowing steps tolerated before backing off (each of
+        them is still skipped). 1 backs off on every overflow.
+    min_scale, max_scale : float, default 1.0 and 2**24
+        Clamps for the dynamic scale.
+    dynamic : bool, default True
+        ``False`` keeps ``init_scale`` fixed (overflowing steps are still
+        skipped).
+    enabled : bool, default True
+        ``False`` makes a true no-op: scale 1, nothing checked, nothing
+        skipped, so one training step serves every precision.
+    max_overflows_at_min : int, default 50
+        Consecutive overflowing steps at the minimum scale (or at the fixed
+        scale of a static scaler) after which :meth:`update` raises
+        :class:`LossScaleDivergedError` instead of skipping forever.
+    history_size : int, default 1000
+        How many recent scales :attr:`history` keeps.
+    """
+
+    STATE_VERSION = 1
+    _CONFIG = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "hysteresis",
+               "min_scale", "max_scale", "dynamic", "enabled", "max_overflows_at_min")
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, hysteresis=1, min_scale=1.0, max_scale=2.0 ** 24,
+                 dynamic=True, enabled=True, max_overflows_at_min=50, history_size=1000):
+        if init_scale <= 0 or min_scale <= 0 or max_scale < min_scale:
+            raise ValueError("loss scales must be positive with min_scale <= max_scale")
+        if not growth_factor > 1.0 or not 0.0 < backoff_factor < 1.0:
+            raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
+        if growth_interval < 1 or hysteresis < 1 or max_overflows_at_min < 1:
+            raise ValueError("growth_interval, hysteresis and max_overflows_at_min must be >= 1")
+        self.init_scale = float(init_scale)
+        self.growth_factor = float(growth_factor)
+        self.backoff_factor = float(backoff_factor)
+        self.growth_interval = int(growth_interval)
+        self.hysteresis = int(hysteresis)
+        self.min_scale = float(min_scale)
+        self.max_scale = float(max_scale)
+        self.dynamic = bool(dynamic)
+        self.enabled = bool(enabled)
+        self.max_overflows_at_min = int(max_overflows_at_min)
+        self.history = deque(maxlen=history_size)
+        self._reset()
+
+    def _reset(self):
+        self._scale = min(max(self.init_scale, self.min_scale), self.max_scale) if self.dynamic else self.init_scale
+        self._clean_steps = 0            # consecutive clean steps since the last growth or overflow
+        self._overflows_left = self.hysteresis
+        self._overflows_at_min = 0
+        self.steps = 0
+        self.skipped_steps = 0
+        self.last_step_skipped = False
+        self.history.clear()
+
+    @property
+    def scale(self):
+        """The scale to multiply the loss by now (1.0 when disabled)."""
+        return self._scale if self.enabled else 1.0
+
+    @property
+    def checks_overflow(self):
+        """Whether the step must check gradients for inf/NaN (costs one host sync)."""
+        return self.enabled
+
+    def update(self, overflow):
+        """Record one step's outcome and adjust the scale.
+
+        Parameters
+        ----------
+        overflow : bool
+            Whether any (reduced) gradient was inf or NaN.
+
+        Returns
+        -------
+        bool
+            ``True`` when the step must be skipped.
+
+        Raises
+        ------
+        LossScaleDivergedError
+            After ``max_overflows_at_min`` consecutive overflows at the
+            minimum (or static) scale.
+        """
+        if not self.enabled:
+            return False
+        self.steps += 1
+        if overflow:
+            self.skipped_steps += 1
+            self.last_step_skipped = True
+            self._clean_steps = 0
+            if self.dynamic:
+                self._overflows_left -= 1
+                if self._overflows_left <= 0:
+                    self._scale = max(self._scale * self.backoff_factor, self.min_scale)
+                    self._overflows_left = self.hysteresis
+            at_floor = (not self.dynamic) or self._scale <= self.min_scale
+            self._overflows_at_min = self._overflows_at_min + 1 if at_floor else 0
+            self.history.append(self._scale)
+            if self._overflows_at_min >= self.max_overflows_at_min:
+                raise LossScaleDivergedError(
+                    f"training has diverged: gradients overflowed on {self._overflows_at_min} "
+                    f"consecutive steps at loss scale {self._scale:g} (step {self.steps}). Lower "
+                    "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
+                    "layer that blows up (mxfp16 diagnose)."
+                )
+            return True
+        self.last_step_skipped = False
+        self._overflows_at_min = 0
+        self._overflows_left = self.hysteresis
+        self._clean_steps += 1
+        if self.dynamic and self._clean_steps >= self.growth_interval:
+            self._scale = min(self._scale * self.growth_factor, self.max_scale)
+            self._clean_steps = 0
+        self.history.append(self._scale)
+        return False
+
+    def state_dict(self):
+        """Plain numbers for the checkpoint, with a version field."""
+        state = {name: getattr(self, name) for name in self._CONFIG}
+        state.update(
+            version=self.STATE_VERSION, scale=self._scale, clean_steps=self._clean_steps,
+            overflows_left=self._overflows_left, overflows_at_min=self._overflows_at_min,
+            steps=self.steps, skipped_steps=self.skipped_steps,
+            last_step_skipped=self.last_step_skipped, history=list(self.history),
+        )
+        return state
+
+    def load_state_dict(self, state):
+        """Restore a :meth:`state_dict`, configuration included.
+
+        Raises
+        ------
+        ValueError
+            For a missing or newer version, or missing fields.
+        """
+        version = state.get("version")
+        if version != self.STATE_VERSION:
+            raise ValueError(f"loss-scaler state version {version!r} is not {self.STATE_VERSION}; "
+                             "it was written by another mxfp16 version")
+        try:
+            for name in self._CONFIG:
+                setattr(self, name, type(getattr(self, name))(state[name]))
+            self._scale = float(state["scale"])
+            self._clean_steps = int(state["clean_steps"])
+            self._overflows_left = int(state["overflows_left"])
+            self._overflows_at_min = int(state["overflows_at_min"])
+            self.steps = int(state["steps"])
+            self.skipped_steps = int(state["skipped_steps"])
+            self.last_step_skipped = bool(state["last_step_skipped"])
+        except KeyError as err:
+            raise ValueError(f"loss-scaler state lacks field {err.args[0]!r}") from err
+        self.history.clear()
+        self.history.extend(float(s) for s in state.get("history", ()))
+
+    def __repr__(self):
+        if not self.enabled:
+            return "LossScaler(enabled=False)"
+        kind = "dynamic" if self.dynamic else "static"
+        return f"LossScaler({kind}, scale={self._scale:g}, skipped_steps={self.skipped_steps})"
+
+
+def make_loss_scaler(setting, precision, **options):
+    """Build the scaler for a run from a user setting.
+
+    Parameters
+    ----------
+    setting : str, float or None
+        ``'dynamic'``, ``'none'``, a number (a static scale), or ``None`` for
+        the precision's default (dynamic for float16 and amp-float16, none
+        otherwise).
+    precision : Precision
+    **options
+        Passed to :class:`LossScaler` (``growth_interval``, ``hysteresis`` ...).
+
+    Returns
+    -------
+    LossScaler
+    """
+    if setting is None:
+        setting = "dynamic" if precision.loss_scaling else "none"
+    if isinstance(setting, str):
+        text = setting.strip().lower()
+        if text == "dynamic":
+            return LossScaler(dynamic=True, **options)
+        if text in ("none", "off", "0"):
+            return LossScaler(enabled=False, **options)
+        try:
+            setting = float(text)
+        except ValueError:
+            raise ValueError(f"loss scale {setting!r} is not 'dynamic', 'none' or a number") from None
+    value = float(setting)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"a static loss scale must be a positive finite number, got {setting!r}")
+    return LossScaler(init_scale=value, dynamic=False, **options)
