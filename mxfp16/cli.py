@@ -1,17 +1,25 @@
 """The ``mxfp16`` command: a thin dispatcher over ``mxfp16.commands``.
 
 Each subcommand lives in its own module under ``mxfp16/commands/`` with a
-``register(subparsers)`` function that adds its parser and sets ``func``. The
-library does the work; commands only parse flags, call it and print.
+``register(subparsers)`` function that adds its parser and sets ``func``, and
+an optional ``ORDER`` number for its place in ``--help``. Modules are found by
+scanning the folder, so adding a command touches no shared file. The library
+does the work; commands only parse flags, call it and print.
 """
 import argparse
 import importlib
+import pkgutil
 import sys
 
+from . import commands as _commands
 from ._version import __version__
 
-# Order is the order shown in --help.
-COMMANDS = ("info",)
+
+def command_modules():
+    """The subcommand modules, in ``--help`` order."""
+    modules = [importlib.import_module(f"mxfp16.commands.{info.name}")
+               for info in pkgutil.iter_modules(_commands.__path__) if not info.name.startswith("_")]
+    return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
 class CommandError(Exception):
@@ -25,8 +33,8 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"mxfp16.commands.{name}").register(subparsers)
+    for module in command_modules():
+        module.register(subparsers)
     return parser
 
 

@@ -5,6 +5,8 @@ from .. import hardware
 from ..formats import FORMATS
 from ..precision import resolve_precision, runnable_here
 
+ORDER = 0
+
 
 def register(subparsers):
     parser = subparsers.add_parser("info", help="report MXNet, GPUs, CPU bfloat16 and which precisions run here",
