@@ -1,0 +1,41 @@
+"""Shared test helpers: fresh-process runs (AMP is process-global) and GPU detection."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _gpu_count():
+    try:
+        import mxnet as mx
+        return mx.context.num_gpus()
+    except Exception:  # no CUDA runtime: no GPU
+        return 0
+
+
+HAS_GPU = _gpu_count() > 0
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
+
+
+def run_python(code, timeout=300, env=None, check=True):
+    """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
+
+    Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
+    with the child's stderr.
+    """
+    full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=REPO)
+    if check and proc.returncode != 0:
+        pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def python_child():
+    return run_python
