@@ -1,0 +1,329 @@
+"""Training and evaluation batches from a folder split or from RecordIO.
+
+Two pipelines yield the same thing -- float32 NCHW batches normalised with
+the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
+
+``folder``
+    ``gluon.data.vision.ImageFolderDataset`` + ``gluon.data.DataLoader``
+    (``workers`` processes). Training: random resized crop (MXNet's
+    ``mx.image.random_size_crop``, area 0.08-1, aspect 3/4-4/3) + random
+    horizontal flip; evaluation: resize the short side to
+    ``image_size / 0.875`` + center crop. Normalisation runs once per batch.
+    The epoch's order is a permutation seeded by ``(seed, epoch)`` and each
+    image's crop and flip are seeded by ``(seed, epoch, image index)``, so the
+    batches are a deterministic function of ``(seed, epoch)`` for ANY number
+    of workers, and ``train_batches(epoch, start_batch)`` resumes exactly.
+``recordio``
+    ``mx.io.ImageRecordIter`` (C++ decoding, ``max(1, workers)`` threads)
+    on the files ``mxfp16 data pack`` writes: ``PREFIX_train.rec/.idx``,
+    ``PREFIX_test.rec/.idx`` and ``PREFIX_classes.json``. Same augmentation
+    and normalisation. The order is seeded by ``(seed, epoch)`` (a new
+    iterator per epoch); the augmentation is seeded too, but with more than
+    one thread which thread augments which image varies, so the crops are
+    reproducible only with ``workers <= 1``. Resuming at ``start_batch``
+    reads and discards the earlier batches.
+
+Sharding (``shard=(rank, num_workers)``, distributed training): each worker
+gets ``floor(N / num_workers)`` training images per epoch, so every worker
+runs the same number of steps (a worker with one more step would deadlock a
+synchronous kvstore). ``folder`` deals the epoch's permutation round-robin
+(``perm[rank::num_workers]``, truncated), so shards differ every epoch;
+``recordio`` uses ImageRecordIter's ``part_index``/``num_parts`` (a fixed,
+contiguous slice of the records). Test data is not sharded. The last partial
+training batch is kept.
+"""
+import contextlib
+import json
+import logging
+import math
+import random
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+from .validate import DataError, scan_classes
+
+__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for"]
+
+LOG = logging.getLogger("mxfp16.data")
+
+MEAN_RGB = (0.485, 0.456, 0.406)
+STD_RGB = (0.229, 0.224, 0.225)
+PIPELINES = ("folder", "recordio")
+CROP_AREA = (0.08, 1.0)
+CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+
+
+def resize_for(image_size):
+    """The short side the evaluation transform resizes to before the center crop (256 for 224)."""
+    return int(round(image_size / 0.875))
+
+
+def _normalise(batch_hwc):
+    """uint8 NHWC -> float32 NCHW, scaled to [0, 1] then normalised (gluon's ToTensor + Normalize on a batch)."""
+    return mx.nd.image.normalize(mx.nd.image.to_tensor(batch_hwc), mean=MEAN_RGB, std=STD_RGB)
+
+
+@contextlib.contextmanager
+def _python_random_seeded(key):
+    """Seed Python's ``random`` (which ``mx.image.random_size_crop`` draws from) for one image, then restore it."""
+    state = random.getstate()
+    random.seed(key)
+    try:
+        yield random
+    finally:
+        random.setstate(state)
+
+
+class _FolderImages(gluon.data.Dataset):
+    """One view of a folder split: decode with ImageFolderDataset, crop, flip; uint8 HWC out.
+
+    ``epoch`` is ``None`` for the evaluation transform. Decode errors are
+    re-raised as :class:`DataError` naming the file (with workers, in the
+    main process).
+    """
+
+    def __init__(self, base, image_size, seed=0, epoch=None):
+        self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
+
+    def __len__(self):
+        return len(self._base.items)
+
+    def __getitem__(self, idx):
+        path, label = self._base.items[idx]
+        try:
+            img, label = self._base[idx]
+        except Exception as err:  # noqa: BLE001 -- any decoder failure becomes a DataError with the path
+            raise DataError(f"cannot decode {path} ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
+                            "Delete or replace the file, then restart; the scan when the data set is opened "
+                            "normally skips such files.") from None
+        if self._epoch is None:
+            img = mx.image.center_crop(mx.image.resize_short(img, resize_for(self._size)), (self._size, self._size))[0]
+            return img, label
+        with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
+            img = mx.image.random_size_crop(img, (self._size, self._size), CROP_AREA, CROP_RATIO)[0]
+            flip = rng.random() < 0.5
+        if flip:
+            img = mx.nd.flip(img, axis=1)
+        return img, label
+
+
+class Loaders:
+    """Training and test batches of one data set for one worker.
+
+    Attributes
+    ----------
+    classes : list of str
+        Class names; the label of class ``classes[i]`` is ``i``.
+    num_train : int
+        Training images per epoch in this worker's shard.
+    num_test : int
+    batch_size : int
+    train_batches_per_epoch : int
+        ``ceil(num_train / batch_size)`` (the last partial batch is kept).
+    skipped : list of (str, str)
+        ``(path, reason)`` of files left out by the scan (folder pipeline).
+    pipeline : str
+    """
+
+    pipeline = None
+
+    def __init__(self, classes, num_train, num_test, batch_size, skipped=()):
+        self.classes, self.num_train, self.num_test = list(classes), num_train, num_test
+        self.batch_size = batch_size
+        self.skipped = list(skipped)
+
+    @property
+    def train_batches_per_epoch(self):
+        return math.ceil(self.num_train / self.batch_size)
+
+    def train_batches(self, epoch, start_batch=0):
+        """Iterate over ``(data, label)`` training batches of ``epoch``, from batch ``start_batch``."""
+        raise NotImplementedError
+
+    def test_batches(self):
+        """Iterate over ``(data, label)`` test batches (evaluation transform, fixed order)."""
+        raise NotImplementedError
+
+    def _check_start(self, start_batch):
+        if not 0 <= start_batch <= self.train_batches_per_epoch:
+            raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
+
+
+def _epoch_order(num_items, seed, epoch):
+    return np.random.RandomState(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]).permutation(num_items)
+
+
+class FolderLoaders(Loaders):
+    """The ``folder`` pipeline (see the module docstring)."""
+
+    pipeline = "folder"
+
+    def __init__(self, root, image_size, batch_size, workers, seed, shard):
+        root = Path(root)
+        train_scan = scan_classes(root / "train", "training split").require_every_class()
+        test_scan = scan_classes(root / "test", "test split")
+        unknown = sorted(set(test_scan.classes) - set(train_scan.classes))
+        if unknown:
+            raise DataError(f"{root / 'test'} has classes that {root / 'train'} lacks: {', '.join(unknown[:10])}. "
+                            "Both splits must come from the same `mxfp16 data split`.")
+        classes = train_scan.classes
+        self._train = self._dataset(root / "train", train_scan, classes)
+        self._test = self._dataset(root / "test", test_scan, classes)
+        self._rank, self._parts = shard
+        per_shard = len(self._train.items) // self._parts
+        if per_shard == 0:
+            raise DataError(f"{root / 'train'} has {len(self._train.items)} images, fewer than the "
+                            f"{self._parts} workers sharing it.")
+        super().__init__(classes, per_shard, len(self._test.items), batch_size, train_scan.skipped + test_scan.skipped)
+        self._size, self._workers, self._seed = image_size, workers, seed
+
+    @staticmethod
+    def _dataset(folder, scan, classes):
+        dataset = gluon.data.vision.ImageFolderDataset(str(folder), flag=1)
+        # The scan's file list, labelled by the TRAINING class list (a test split may lack a class).
+        index = {name: i for i, name in enumerate(classes)}
+        dataset.items = [(path, index[name]) for path, name in scan.items]
+        dataset.synsets = list(classes)
+        return dataset
+
+    def _batches(self, view, batch_indices):
+        loader = gluon.data.DataLoader(view, batch_sampler=batch_indices, num_workers=self._workers)
+        for data, label in loader:
+            yield _normalise(data), label.astype("float32")
+
+    def train_batches(self, epoch, start_batch=0):
+        self._check_start(start_batch)
+        order = _epoch_order(len(self._train.items), self._seed, epoch)[self._rank::self._parts][:self.num_train]
+        batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        view = _FolderImages(self._train, self._size, self._seed, epoch)
+        return self._batches(view, batches[start_batch:])
+
+    def test_batches(self):
+        n = len(self._test.items)
+        batches = [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
+        return self._batches(_FolderImages(self._test, self._size), batches)
+
+
+def record_files(prefix, split):
+    """The ``.rec`` and ``.idx`` paths of ``split`` ('train' or 'test') under a pack prefix."""
+    return Path(f"{prefix}_{split}.rec"), Path(f"{prefix}_{split}.idx")
+
+
+def classes_file(prefix):
+    """The JSON file beside a pack that lists the classes and counts."""
+    return Path(f"{prefix}_classes.json")
+
+
+class RecordLoaders(Loaders):
+    """The ``recordio`` pipeline (see the module docstring)."""
+
+    pipeline = "recordio"
+
+    def __init__(self, prefix, image_size, batch_size, workers, seed, shard):
+        meta_path = classes_file(prefix)
+        try:
+            meta = json.loads(meta_path.read_text())
+        except OSError:
+            raise DataError(f"{meta_path} not found: {prefix} is not a complete pack. "
+                            f"Create it with `mxfp16 data pack --src DIR --out {prefix}`.") from None
+        except ValueError as err:
+            raise DataError(f"{meta_path} is not valid JSON ({err}); re-run `mxfp16 data pack`.") from None
+        for split in ("train", "test"):
+            for path in record_files(prefix, split):
+                if not path.is_file():
+                    raise DataError(f"{path} not found; re-run `mxfp16 data pack --src DIR --out {prefix}`.")
+        self._prefix, self._size, self._seed = str(prefix), image_size, seed
+        self._threads = max(1, workers)
+        self._rank, self._parts = shard
+        total = meta["counts"]["train"]
+        per_shard = total // self._parts
+        if per_shard == 0:
+            raise DataError(f"{prefix} has {total} training images, fewer than the {self._parts} workers sharing it.")
+        super().__init__(meta["classes"], per_shard, meta["counts"]["test"], batch_size, meta.get("skipped", []))
+
+    def _iter(self, split, **kwargs):
+        rec, idx = record_files(self._prefix, split)
+        common = dict(path_imgrec=str(rec), path_imgidx=str(idx), data_shape=(3, self._size, self._size),
+                      batch_size=self.batch_size, preprocess_threads=self._threads, verbose=False,
+                      mean_r=MEAN_RGB[0] * 255, mean_g=MEAN_RGB[1] * 255, mean_b=MEAN_RGB[2] * 255,
+                      std_r=STD_RGB[0] * 255, std_g=STD_RGB[1] * 255, std_b=STD_RGB[2] * 255)
+        common.update(kwargs)
+        return mx.io.ImageRecordIter(**common)
+
+    @staticmethod
+    def _strip(batches, limit):
+        """Drop ImageRecordIter's padding (``batch.pad``) and stop after ``limit`` images."""
+        seen = 0
+        for batch in batches:
+            n = min(batch.data[0].shape[0] - batch.pad, limit - seen)
+            if n <= 0:
+                return
+            data, label = batch.data[0], batch.label[0]
+            if n < data.shape[0]:
+                data, label = data[:n], label[:n]
+            seen += n
+            yield data, label.reshape((-1,)).astype("float32")
+            if seen >= limit:
+                return
+
+    def train_batches(self, epoch, start_batch=0):
+        self._check_start(start_batch)
+        key = int(np.random.SeedSequence([self._seed, epoch]).generate_state(1)[0] % (2 ** 31))
+        it = self._iter("train", shuffle=True, seed=key, seed_aug=key, rand_mirror=True, random_resized_crop=True,
+                        min_random_area=CROP_AREA[0], max_random_area=CROP_AREA[1],
+                        min_aspect_ratio=CROP_RATIO[0], max_aspect_ratio=CROP_RATIO[1],
+                        part_index=self._rank, num_parts=self._parts)
+        batches = self._strip(it, self.num_train)
+        for _ in range(start_batch):
+            next(batches, None)
+        return batches
+
+    def test_batches(self):
+        return self._strip(self._iter("test", shuffle=False, resize=resize_for(self._size)), self.num_test)
+
+
+def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="folder", seed=0, shard=(0, 1)):
+    """Training and test batches of a data set, for one worker of ``shard[1]``.
+
+    Parameters
+    ----------
+    source : str or Path
+        ``pipeline='folder'``: a folder with ``train/<class>/`` and
+        ``test/<class>/`` (``mxfp16.data.demo_dataset()``, ``mxfp16 data split``).
+        ``pipeline='recordio'``: the prefix given to ``mxfp16 data pack``.
+    image_size : int
+        Side of the square crops.
+    batch_size : int
+    workers : int
+        DataLoader worker processes (folder) or decoding threads (recordio, at least 1).
+    pipeline : {'folder', 'recordio'}
+    seed : int
+        Seeds the order and the augmentation of every epoch.
+    shard : (int, int)
+        ``(rank, num_workers)``: read only this worker's share of the training data.
+
+    Returns
+    -------
+    Loaders
+        ``classes``, ``num_train``, ``num_test``, ``train_batches_per_epoch``,
+        ``train_batches(epoch, start_batch=0)`` and ``test_batches()``.
+
+    Raises
+    ------
+    DataError
+        The data set is missing, empty, has a class without images, or is an incomplete pack.
+    """
+    rank, parts = (int(v) for v in shard)
+    if not 0 <= rank < parts:
+        raise ValueError(f"shard={shard}: need 0 <= rank < num_workers")
+    if batch_size < 1 or image_size < 8 or workers < 0:
+        raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
+                         "image_size >= 8, workers >= 0")
+    if pipeline == "folder":
+        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts))
+    if pipeline == "recordio":
+        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts))
+    raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")
