@@ -119,12 +119,14 @@ class LossScaler:
             self.skipped_steps += 1
             self.last_step_skipped = True
             self._clean_steps = 0
+            # An overflow counts towards divergence when it happened at the floor,
+            # not when it merely brought the scale down to it.
+            at_floor = (not self.dynamic) or self._scale <= self.min_scale
             if self.dynamic:
                 self._overflows_left -= 1
                 if self._overflows_left <= 0:
                     self._scale = max(self._scale * self.backoff_factor, self.min_scale)
                     self._overflows_left = self.hysteresis
-            at_floor = (not self.dynamic) or self._scale <= self.min_scale
             self._overflows_at_min = self._overflows_at_min + 1 if at_floor else 0
             self.history.append(self._scale)
             if self._overflows_at_min >= self.max_overflows_at_min:

@@ -1,0 +1,77 @@
+"""Casting networks and batches."""
+import mxnet as mx
+import numpy as np
+import pytest
+from gluoncv.model_zoo import get_model
+from mxnet import gluon
+
+from mxfp16 import cast_batch, cast_net, dtype_report, to_float32
+from mxfp16.models import elementwise_mlp
+
+
+def test_cast_resnet_keeps_batchnorm_float32():
+    net = get_model("resnet18_v2", classes=10)
+    net.initialize()
+    assert cast_net(net, "float16") is net
+    report = dtype_report(net)
+    kinds = {}
+    for block_name, block in _leaf_blocks(net):
+        for pname in block.params:
+            kinds.setdefault(type(block).__name__, set()).add(report[pname])
+    assert kinds["BatchNorm"] == {"float32"}
+    assert kinds["Conv2D"] == {"float16"}
+    assert kinds["Dense"] == {"float16"}
+    assert list(report) == list(net.collect_params())
+
+
+def _leaf_blocks(net):
+    found = []
+    net.apply(lambda b: found.append((b.name, b)) if not b._children else None)
+    return found
+
+
+def test_cast_back_to_float32():
+    net = elementwise_mlp(2, [4], 2)
+    net.initialize()
+    cast_net(net, "float16")
+    cast_net(net, "float32")
+    assert set(dtype_report(net).values()) == {"float32"}
+
+
+def test_bfloat16_parameters_refused_with_pointer_to_amp():
+    net = elementwise_mlp(2, [4], 2)
+    with pytest.raises(TypeError, match="amp-bfloat16"):
+        cast_net(net, "bfloat16")
+
+
+def test_cast_batch_splits_and_keeps_labels_exact():
+    data = mx.nd.array(np.arange(30).reshape(5, 6))
+    label = mx.nd.array([0, 1, 2049, 3, 4])  # 2049 has no float16 representation
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+    xs, ys = cast_batch(data, label, "float16", ctxs)
+    assert [x.shape[0] for x in xs] == [3, 2]
+    assert [x.context for x in xs] == ctxs
+    assert all(x.dtype == np.float16 for x in xs)
+    assert all(y.dtype == np.float32 for y in ys)
+    assert np.concatenate([y.asnumpy() for y in ys]).tolist() == [0, 1, 2049, 3, 4]
+    assert float(np.float16(2049)) == 2048.0  # why labels are not cast
+
+
+def test_to_float32_only_casts_when_needed():
+    half = mx.nd.ones((2, 3), dtype="float16")
+    full = mx.nd.ones((2, 3))
+    assert to_float32(half).dtype == np.float32
+    assert to_float32(full) is full
+    assert [o.dtype for o in to_float32((half, full))] == [np.float32, np.float32]
+
+
+def test_float16_loss_needs_float32_logits():
+    # Softmax cross-entropy on float16 logits rounds the probabilities;
+    # on float32 logits it matches a float64 reference.
+    logits = np.array([[12.0, 0.0, -3.0, 5.5]], dtype=np.float64)
+    label = np.array([3.0])
+    shifted = logits - logits.max()
+    reference = -(shifted[0, 3] - np.log(np.exp(shifted).sum()))
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    from_float32 = loss(to_float32(mx.nd.array(logits, dtype="float16")), mx.nd.array(label)).asscalar()
+    assert from_float32 == pytest.approx(reference, rel=1e-4)

@@ -1,0 +1,49 @@
+"""The float16 / bfloat16 / float32 facts, against numpy's finfo and MXNet's bfloat16 cast."""
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxfp16.formats import BF16, BFLOAT16, FLOAT16, FLOAT32
+
+
+@pytest.mark.parametrize("fmt, dtype", [(FLOAT16, np.float16), (FLOAT32, np.float32)])
+def test_ieee_formats_match_numpy(fmt, dtype):
+    info = np.finfo(dtype)
+    assert fmt.max == float(info.max)
+    assert fmt.smallest_normal == float(info.tiny)
+    assert fmt.smallest_subnormal == float(info.smallest_subnormal)
+    assert fmt.epsilon == float(info.eps)
+    assert fmt.mantissa_bits == info.nmant
+    assert fmt.bits == info.bits
+
+
+def test_float16_edges_behave_as_stated():
+    assert np.isinf(np.float16(FLOAT16.max) * np.float16(2))
+    assert np.float16(FLOAT16.smallest_subnormal) > 0
+    assert np.float16(FLOAT16.smallest_subnormal / 2) == 0
+    # Spacing 32 in [32768, 65536): 32768 + 16 rounds back (ties to even).
+    assert FLOAT16.spacing_at(40000) == 32
+    assert np.float16(32768 + 16) == np.float16(32768)
+
+
+def _bf16_roundtrip(values):
+    x = mx.nd.array(values, dtype="float32")
+    return mx.nd.amp_cast(mx.nd.amp_cast(x, dtype=BFLOAT16), dtype="float32").asnumpy()
+
+
+def test_bfloat16_facts_match_mxnet_cast():
+    out = _bf16_roundtrip([BF16.max, 1 + BF16.epsilon, 1 + BF16.epsilon / 2, BF16.smallest_normal, 3.4e38])
+    assert out[0] == np.float32(BF16.max)            # the largest value survives
+    assert out[1] == np.float32(1 + BF16.epsilon)    # 1 + eps is representable
+    assert out[2] == 1.0                             # half of it ties to even: back to 1
+    assert out[3] == np.float32(BF16.smallest_normal)
+    assert np.isinf(out[4])                          # past max rounds to inf
+    assert BF16.max == pytest.approx(3.3895313892515355e38)
+    assert BF16.smallest_normal == FLOAT32.smallest_normal
+
+
+def test_mxnet_cpu_bfloat16_cast_flushes_subnormals():
+    # The format has subnormals down to 2**-133, but MXNet's CPU cast flushes them:
+    # worth knowing when reading gradient-range plots for bfloat16.
+    assert BF16.smallest_subnormal == 2.0 ** -133
+    assert _bf16_roundtrip([BF16.smallest_subnormal])[0] == 0.0

@@ -1,0 +1,110 @@
+"""The loss scaler as a state machine."""
+import json
+
+import pytest
+
+from mxfp16 import LossScaleDivergedError, LossScaler, make_loss_scaler, resolve_precision
+
+
+def _expected_scale(outcomes, init, growth, backoff, interval, lo=1.0, hi=2.0 ** 24):
+    """init * growth**k * backoff**j, counting k growths and j back-offs independently."""
+    scale, clean = init, 0
+    for overflow in outcomes:
+        if overflow:
+            scale, clean = max(scale * backoff, lo), 0
+        else:
+            clean += 1
+            if clean == interval:
+                scale, clean = min(scale * growth, hi), 0
+    return scale
+
+
+def test_exact_trajectory():
+    outcomes = [False] * 3 + [True] + [False] * 2 + [True, True] + [False] * 7 + [True] + [False] * 3
+    scaler = LossScaler(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+    skipped = [scaler.update(o) for o in outcomes]
+    assert skipped == outcomes
+    assert scaler.skipped_steps == sum(outcomes) == 4
+    # Growths: after steps 3, 11, 14 and 20; back-offs: 4 -> 1024 * 2**4 * 0.5**4.
+    assert scaler.scale == _expected_scale(outcomes, 1024.0, 2.0, 0.5, 3) == 1024.0 * 2 ** 4 * 0.5 ** 4
+    assert list(scaler.history) == [_expected_scale(outcomes[:i + 1], 1024.0, 2.0, 0.5, 3)
+                                    for i in range(len(outcomes))]
+
+
+def test_hysteresis_tolerates_overflows_before_backing_off():
+    scaler = LossScaler(init_scale=256.0, hysteresis=3, growth_interval=100)
+    assert [scaler.update(True) for _ in range(2)] == [True, True]
+    assert scaler.scale == 256.0            # two overflows tolerated (both skipped)
+    scaler.update(True)
+    assert scaler.scale == 128.0            # the third backs off
+    scaler.update(False)                    # a clean step resets the tolerance
+    scaler.update(True); scaler.update(True)
+    assert scaler.scale == 128.0
+
+
+def test_clamped_to_min_and_max():
+    scaler = LossScaler(init_scale=4.0, min_scale=2.0, max_scale=16.0, growth_interval=1, max_overflows_at_min=10)
+    for _ in range(5):
+        scaler.update(False)
+    assert scaler.scale == 16.0
+    for _ in range(5):
+        scaler.update(True)
+    assert scaler.scale == 2.0
+
+
+def test_diverged_error_at_minimum():
+    scaler = LossScaler(init_scale=4.0, min_scale=1.0, max_overflows_at_min=5)
+    # 2 overflows to reach 1.0, then 5 more at the floor.
+    for _ in range(2 + 4):
+        scaler.update(True)
+    with pytest.raises(LossScaleDivergedError, match="diverged"):
+        scaler.update(True)
+
+
+def test_static_scale_never_moves_but_skips_and_diverges():
+    scaler = make_loss_scaler("128", resolve_precision("float32", "cpu"), max_overflows_at_min=3)
+    assert not scaler.dynamic and scaler.scale == 128.0
+    assert scaler.update(True) and scaler.scale == 128.0
+    for _ in range(1000):
+        scaler.update(False)
+    assert scaler.scale == 128.0
+    scaler.update(True)
+    scaler.update(True)
+    with pytest.raises(LossScaleDivergedError):
+        scaler.update(True)
+
+
+def test_state_dict_round_trip_is_plain_json():
+    a = LossScaler(init_scale=512.0, growth_interval=2, hysteresis=2)
+    for o in [False, True, True, False, False, False, True]:
+        a.update(o)
+    state = json.loads(json.dumps(a.state_dict()))
+    assert state["version"] == LossScaler.STATE_VERSION
+    b = LossScaler()
+    b.load_state_dict(state)
+    assert (b.scale, b.skipped_steps, b.steps, b.hysteresis, b.growth_interval) == \
+        (a.scale, a.skipped_steps, a.steps, 2, 2)
+    # Both continue identically.
+    for o in [False, False, True, True, False, False]:
+        assert a.update(o) == b.update(o)
+        assert a.scale == b.scale
+    with pytest.raises(ValueError, match="version"):
+        b.load_state_dict(dict(state, version=99))
+
+
+def test_disabled_is_a_no_op():
+    scaler = LossScaler(enabled=False)
+    assert scaler.scale == 1.0 and not scaler.checks_overflow
+    assert scaler.update(True) is False
+    assert (scaler.steps, scaler.skipped_steps, len(scaler.history)) == (0, 0, 0)
+
+
+def test_precision_defaults_and_bad_settings():
+    fp16 = resolve_precision("float16", "cpu", allow_cpu_float16=True)
+    bf16 = resolve_precision("amp-bfloat16", "cpu")
+    assert make_loss_scaler(None, fp16).dynamic and make_loss_scaler(None, fp16).enabled
+    assert not make_loss_scaler(None, bf16).enabled
+    assert not make_loss_scaler("none", fp16).enabled
+    for bad in ("huge", "-4", "0.0", "inf"):
+        with pytest.raises(ValueError):
+            make_loss_scaler(bad, fp16)
