@@ -1,0 +1,62 @@
+"""The documentation site builds in strict mode, with every page it promises."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocs_jupyter")
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return out
+
+
+def _page(site, name):
+    with open(os.path.join(site, name, "index.html"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+@pytest.mark.slow
+def test_cli_reference_lists_every_subcommand_with_its_flags(site):
+    import argparse
+
+    from mxfp16.cli import build_parser
+
+    page = _page(site, "cli")
+    assert "mxfp16-cli" not in page, "the generation marker was left in the page"
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert subparsers.choices, "mxfp16 has no subcommands"
+    for name, parser in subparsers.choices.items():
+        assert f"mxfp16 {name}" in page
+        for action in parser._actions:
+            for flag in action.option_strings:
+                assert flag in page, f"flag {flag} of mxfp16 {name} missing from the CLI reference"
+
+
+@pytest.mark.slow
+def test_every_notebook_is_rendered_with_its_outputs(site):
+    names = sorted(n[:-len(".ipynb")] for n in os.listdir(os.path.join(REPO, "notebooks")) if n.endswith(".ipynb"))
+    assert names
+    for name in names:
+        page = _page(site, os.path.join("notebooks", name))
+        # Saved outputs appear as output areas; a notebook rendered without them has none.
+        assert "jp-OutputArea" in page, f"{name} rendered without outputs"
+
+
+@pytest.mark.slow
+def test_api_reference_documents_the_exported_names(site):
+    import mxfp16
+
+    page = _page(site, "api")
+    for name in mxfp16.__all__:
+        if not name.startswith("_"):
+            assert name in page, f"{name} is exported but not in the API reference"
