@@ -23,13 +23,15 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     reproducible only with ``workers <= 1``. Resuming at ``start_batch``
     reads and discards the earlier batches.
 
-Sharding (``shard=(rank, num_workers)``, distributed training): each worker
-gets ``floor(N / num_workers)`` training images per epoch, so every worker
+Sharding (``shard=(rank, num_workers)``, distributed training): every worker
+gets the same number of training images per epoch, so every worker
 runs the same number of steps (a worker with one more step would deadlock a
 synchronous kvstore). ``folder`` deals the epoch's permutation round-robin
-(``perm[rank::num_workers]``, truncated), so shards differ every epoch;
+(``perm[rank::num_workers]``, truncated to ``floor(N / num_workers)``), so shards differ every epoch;
 ``recordio`` uses ImageRecordIter's ``part_index``/``num_parts`` (a fixed,
-contiguous slice of the records). Test data is not sharded. The last partial
+contiguous slice of ``ceil(N / num_workers)`` records; every worker stops at
+the size of the last, smallest slice, ``N - (num_workers - 1) *
+ceil(N / num_workers)``). Test data is not sharded. The last partial
 training batch is kept.
 """
 import contextlib
@@ -239,9 +241,12 @@ class RecordLoaders(Loaders):
         self._threads = max(1, workers)
         self._rank, self._parts = shard
         total = meta["counts"]["train"]
-        per_shard = total // self._parts
-        if per_shard == 0:
-            raise DataError(f"{prefix} has {total} training images, fewer than the {self._parts} workers sharing it.")
+        # ImageRecordIter gives part r the records [r*step, (r+1)*step) with step = ceil(total / parts);
+        # the last part is the smallest, and every worker stops there.
+        per_shard = total - (self._parts - 1) * math.ceil(total / self._parts)
+        if per_shard <= 0:
+            raise DataError(f"{prefix} has {total} training images, too few for {self._parts} workers "
+                            "(ImageRecordIter's last part would be empty); use fewer workers or the folder pipeline.")
         super().__init__(meta["classes"], per_shard, meta["counts"]["test"], batch_size, meta.get("skipped", []))
 
     def _iter(self, split, **kwargs):

@@ -1,0 +1,152 @@
+"""``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, pack RecordIO, time the pipelines."""
+import json
+import logging
+import sys
+
+from ..cli import CommandError
+
+ORDER = 10
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("data", help="fetch, split, synthesise, pack and benchmark image data sets",
+                                   description=__doc__)
+    sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
+    sub.required = True
+
+    fetch = sub.add_parser("fetch", help="download and unpack Caltech-101 (resumable, checksummed, safe extraction)")
+    fetch.add_argument("dataset", choices=["caltech101"], help="the data set to fetch")
+    group = fetch.add_argument_group("source")
+    group.add_argument("--root", default="data", help="folder that receives caltech101/ and downloads/ (default: data)")
+    group.add_argument("--url", default=None,
+                       help="mirror URL, file:// URL or local path of caltech-101.zip or 101_ObjectCategories.tar.gz "
+                            "(default: the official data.caltech.edu URL)")
+    group.add_argument("--sha256", default=None,
+                       help="expected SHA-256 of the download (default: none known; the download is then not verified "
+                            "and its checksum is recorded)")
+    group.add_argument("--timeout", type=float, default=60, help="seconds without data before giving up (default: 60)")
+    group.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
+    fetch.set_defaults(func=run_fetch)
+
+    split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
+    group = split.add_argument_group("input and output")
+    group.add_argument("--src", required=True, help="folder of class folders, e.g. data/caltech101/101_ObjectCategories")
+    group.add_argument("--out", required=True, help="new folder for train/<class>/ and test/<class>/ (required)")
+    group = split.add_argument_group("protocol")
+    how = group.add_mutually_exclusive_group(required=True)
+    how.add_argument("--train-per-class", type=int, help="training images per class, the rest test (Caltech-101: 30)")
+    how.add_argument("--test-fraction", type=float, help="share of each class for test, e.g. 0.2")
+    group.add_argument("--seed", type=int, default=0, help="shuffling seed (default: 0)")
+    group.add_argument("--exclude", nargs="*", default=[], metavar="CLASS",
+                       help="class folders to leave out, e.g. BACKGROUND_Google (default: none)")
+    split.set_defaults(func=run_split)
+
+    synth = sub.add_parser("synth", help="generate the synthetic shapes data set (the demo set's generator)")
+    synth.add_argument("--out", default="data/demo", help="output folder (default: data/demo)")
+    group = synth.add_argument_group("settings")
+    group.add_argument("--classes", type=int, default=10, help="number of shape classes, 1-10 (default: 10)")
+    group.add_argument("--per-class", type=int, default=100, help="training images per class (default: 100)")
+    group.add_argument("--test-per-class", type=int, default=30, help="test images per class (default: 30)")
+    group.add_argument("--size", type=int, default=128,
+                       help="typical image side; each side is drawn from [0.8, 1.25] times it (default: 128)")
+    group.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    synth.set_defaults(func=run_synth)
+
+    pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
+    group = pack.add_argument_group("input and output")
+    group.add_argument("--src", required=True, help="folder with train/ and test/ (required)")
+    group.add_argument("--out", required=True,
+                       help="output prefix; writes PREFIX_train.rec/.idx/.lst, PREFIX_test.* and PREFIX_classes.json")
+    group = pack.add_argument_group("encoding")
+    group.add_argument("--resize", type=int, default=0, help="resize the short side to this first (default: 0, keep)")
+    group.add_argument("--quality", type=int, default=95, help="JPEG quality 1-100 (default: 95)")
+    group.add_argument("--workers", type=int, default=2, help="encoding processes (default: 2)")
+    pack.set_defaults(func=run_pack)
+
+    bench = sub.add_parser("bench", help="images per second of the folder and RecordIO pipelines")
+    group = bench.add_argument_group("input")
+    group.add_argument("--src", default=None,
+                       help="folder split (timed as folder, and packed to a temporary RecordIO) or pack prefix "
+                            "(default: the demo set, generated if missing)")
+    group.add_argument("--pack-resize", type=int, default=0,
+                       help="short side of the temporary pack made from a folder (default: 0, keep sizes)")
+    group = bench.add_argument_group("pipeline")
+    group.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default: 224)")
+    group.add_argument("--workers", type=int, default=2,
+                       help="worker processes / decoding threads; 0 (1 thread for RecordIO) is always timed too "
+                            "(default: 2)")
+    group.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    group.add_argument("--images", type=int, default=600, help="images timed per pipeline (default: 600)")
+    group = bench.add_argument_group("output")
+    group.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON (default: no file)")
+    bench.set_defaults(func=run_bench)
+
+
+def _library():
+    """Import lazily: ``mxfp16 --help`` should not pay for MXNet, OpenCV and the data code."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    from .. import data
+    return data
+
+
+def _guard(call):
+    data = _library()
+    try:
+        return call(data)
+    except data.DataError as err:
+        raise CommandError(str(err)) from None
+
+
+def run_fetch(args):
+    from ..data.fetch import fetch_caltech101
+    path = _guard(lambda data: fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout))
+    manifest = json.loads((path / "manifest.json").read_text())
+    print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
+          + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))
+    print(f"next: mxfp16 data split --src {path / '101_ObjectCategories'} --out {args.root}/caltech101-split "
+          "--train-per-class 30")
+
+
+def run_split(args):
+    from ..data.split import split_folder
+    manifest = _guard(lambda data: split_folder(args.src, args.out, args.train_per_class, args.test_fraction,
+                                                args.seed, args.exclude))
+    print(f"{args.out}: {len(manifest['classes'])} classes, {manifest['totals']['train']} train and "
+          f"{manifest['totals']['test']} test images ({manifest['files']}), {len(manifest['skipped'])} files skipped")
+
+
+def run_synth(args):
+    path = _guard(lambda data: data.synth_dataset(args.out, args.classes, args.per_class, args.test_per_class,
+                                                  args.size, args.seed))
+    print(f"{path}: {args.classes} classes, {args.per_class} train and {args.test_per_class} test images per class")
+
+
+def run_pack(args):
+    from ..data.pack import pack_recordio
+    meta = _guard(lambda data: pack_recordio(args.src, args.out, args.resize, args.quality, args.workers))
+    print(f"{args.out}_{{train,test}}.rec/.idx/.lst: {meta['counts']['train']} train and {meta['counts']['test']} "
+          f"test images, {len(meta['classes'])} classes, {len(meta['skipped'])} files skipped")
+
+
+def run_bench(args):
+    from ..data.bench import bench_pipelines
+    from ..fileio import write_json
+
+    def bench(data):
+        src = args.src or data.demo_dataset()
+        return bench_pipelines(src, args.image_size, args.workers, args.batch_size, args.images, args.pack_resize)
+
+    report = _guard(bench)
+    sizes = report["image_sizes"]
+    if sizes and sizes.get("count"):
+        print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x{sizes['mean_height']:.0f} px "
+              f"(min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x{sizes['max'][1]}); "
+              f"crops {args.image_size} px, batch {args.batch_size}")
+    print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'first batch s':>15}")
+    for row in report["results"]:
+        print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{row['first_batch_s']:>15.2f}")
+    load = report["load_average"]
+    print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
+          f"{report['settings']['cpu_count']} CPUs")
+    if args.json:
+        write_json(args.json, report)

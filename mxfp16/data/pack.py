@@ -1,0 +1,129 @@
+"""Pack a folder split into RecordIO for ``mx.io.ImageRecordIter``.
+
+``pack_recordio(src, prefix)`` reads ``src/train/<class>/`` and
+``src/test/<class>/`` and writes, for each split, ``PREFIX_<split>.rec``
+(the JPEG records), ``PREFIX_<split>.idx`` (record offsets) and
+``PREFIX_<split>.lst`` (``index<TAB>label<TAB>relative path``, im2rec's
+format), then ``PREFIX_classes.json`` (classes, counts, skipped files, the
+settings). Every image is decoded with OpenCV as 3-channel colour (grayscale
+and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
+files are skipped by the same scan the folder pipeline uses. Each file is
+written under a temporary name and renamed; ``PREFIX_classes.json`` comes
+last, and the loader refuses a pack without it, so an interrupted pack never
+looks complete.
+"""
+import contextlib
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import cv2
+import mxnet as mx
+
+from ..fileio import write_json
+from .pipelines import classes_file, record_files
+from .validate import DataError, scan_classes
+
+__all__ = ["pack_recordio", "encode_image"]
+
+LOG = logging.getLogger("mxfp16.data")
+
+
+def encode_image(path, resize=0, quality=95):
+    """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
+
+    Returns ``None`` when OpenCV cannot decode the file.
+    """
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        return None
+    if resize:
+        h, w = img.shape[:2]
+        scale = resize / min(h, w)
+        img = cv2.resize(img, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    return buf.tobytes() if ok else None
+
+
+def _encode_job(args):
+    return encode_image(*args)
+
+
+def _write_split(items, classes, root, prefix, split, resize, quality, workers):
+    rec_path, idx_path = record_files(prefix, split)
+    lst_path = Path(f"{prefix}_{split}.lst")
+    tmp = {p: p.with_name(f".{p.name}.tmp") for p in (rec_path, idx_path, lst_path)}
+    index = {name: i for i, name in enumerate(classes)}
+    skipped, written = [], 0
+    jobs = [(path, resize, quality) for path, _ in items]
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        encoded = pool.map(_encode_job, jobs, chunksize=16) if pool else map(_encode_job, jobs)
+        record = mx.recordio.MXIndexedRecordIO(str(tmp[idx_path]), str(tmp[rec_path]), "w")
+        with open(tmp[lst_path], "w", encoding="utf-8") as lst:
+            for (path, name), jpeg in zip(items, encoded):
+                if jpeg is None:
+                    skipped.append((path, "OpenCV cannot decode it"))
+                    LOG.warning("skipping %s: OpenCV cannot decode it", path)
+                    continue
+                label = index[name]
+                header = mx.recordio.IRHeader(0, float(label), written, 0)
+                record.write_idx(written, mx.recordio.pack(header, jpeg))
+                lst.write(f"{written}\t{label}\t{os.path.relpath(path, root)}\n")
+                written += 1
+        record.close()
+        for final, temp in tmp.items():
+            os.replace(temp, final)
+    finally:
+        if pool:
+            pool.shutdown()
+        for temp in tmp.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    return written, skipped
+
+
+def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
+    """Pack the folder split ``src`` into ``PREFIX_{train,test}.{rec,idx,lst}`` + ``PREFIX_classes.json``.
+
+    Parameters
+    ----------
+    src : str or Path
+        A folder with ``train/<class>/`` and ``test/<class>/``.
+    prefix : str or Path
+        Output prefix, e.g. ``data/caltech101-rec/caltech101``.
+    resize : int
+        Resize each image's short side to this many pixels before encoding
+        (0: keep the size). Packing at about ``1.15 * image_size`` makes
+        decoding cheaper.
+    quality : int
+        JPEG quality, 1-100.
+    workers : int
+        Processes that decode and encode.
+
+    Returns
+    -------
+    dict
+        The contents of ``PREFIX_classes.json``.
+    """
+    src, prefix = Path(src), Path(prefix)
+    if not 1 <= quality <= 100 or resize < 0:
+        raise DataError(f"quality={quality}, resize={resize}: need 1 <= quality <= 100 and resize >= 0.")
+    train = scan_classes(src / "train", "training split").require_every_class()
+    test = scan_classes(src / "test", "test split")
+    unknown = sorted(set(test.classes) - set(train.classes))
+    if unknown:
+        raise DataError(f"{src / 'test'} has classes that {src / 'train'} lacks: {', '.join(unknown[:10])}.")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    marker = classes_file(prefix)
+    with contextlib.suppress(FileNotFoundError):
+        marker.unlink()  # an older pack at this prefix must not look complete while it is rewritten
+    counts, skipped = {}, train.skipped + test.skipped
+    for split, scan in (("train", train), ("test", test)):
+        counts[split], bad = _write_split(scan.items, train.classes, src, prefix, split, resize, quality, workers)
+        skipped += bad
+    meta = {"classes": train.classes, "counts": counts, "source": str(src), "resize": resize, "quality": quality,
+            "skipped": [list(s) for s in skipped]}
+    write_json(marker, meta)
+    return meta

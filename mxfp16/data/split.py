@@ -1,0 +1,158 @@
+"""A deterministic train/test split of a ``<class>/<image>`` folder.
+
+Each class's usable images (see ``validate.scan_classes``) are sorted by name
+and shuffled by a generator seeded with ``(seed, crc32(class name))``, so a
+class's split depends only on its own files and the seed -- not on which
+other classes exist or are excluded. The first ``train_per_class`` (or all
+but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
+Files are hard-linked when the file system allows it, copied otherwise. The
+split is built in a temporary folder and renamed into place, with a
+``manifest.json`` of the settings, per-class counts and skipped files.
+"""
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..fileio import write_json
+from .validate import DataError, scan_classes
+
+__all__ = ["split_folder", "plan_split"]
+
+MANIFEST = "manifest.json"
+
+
+def plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
+    """Which of one class's ``files`` train and which test: ``(train, test)`` lists of names.
+
+    Parameters
+    ----------
+    files : list of str
+        The class's usable image file names (any order).
+    class_name : str
+    seed : int
+    train_per_class : int, optional
+    test_fraction : float, optional
+        Exactly one of ``train_per_class`` and ``test_fraction``.
+    """
+    files = sorted(files)
+    order = np.random.default_rng([seed, zlib.crc32(class_name.encode("utf-8"))]).permutation(len(files))
+    shuffled = [files[i] for i in order]
+    if train_per_class is not None:
+        if len(files) <= train_per_class:
+            raise DataError(f"class {class_name} has {len(files)} usable images, not more than "
+                            f"--train-per-class {train_per_class}, so its test split would be empty. "
+                            f"Lower --train-per-class or add --exclude {class_name}.")
+        n_train = train_per_class
+    else:
+        n_train = len(files) - int(round(len(files) * test_fraction))
+        if n_train < 1:
+            raise DataError(f"class {class_name} has {len(files)} usable images; --test-fraction {test_fraction} "
+                            f"leaves none for training. Lower it or add --exclude {class_name}.")
+    return shuffled[:n_train], shuffled[n_train:]
+
+
+def _link_or_copy(src, dst):
+    try:
+        os.link(src, dst)
+        return "link"
+    except OSError:
+        shutil.copy2(src, dst)
+        return "copy"
+
+
+def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=()):
+    """Split ``src/<class>/*`` into ``out/train/<class>/`` and ``out/test/<class>/``.
+
+    Parameters
+    ----------
+    src : str or Path
+        A folder of class folders (for Caltech-101,
+        ``data/caltech101/101_ObjectCategories``).
+    out : str or Path
+        Must not exist yet (or hold the same split, which is then reused).
+    train_per_class : int, optional
+        Training images per class; the rest are test images (Caltech-101: 30).
+    test_fraction : float, optional
+        The share of each class for test, instead of ``train_per_class``.
+    seed : int
+    exclude : iterable of str
+        Class folder names to leave out (e.g. ``BACKGROUND_Google``).
+
+    Returns
+    -------
+    dict
+        The manifest written to ``out/manifest.json``.
+    """
+    if (train_per_class is None) == (test_fraction is None):
+        raise DataError("give exactly one of --train-per-class N and --test-fraction F.")
+    if train_per_class is not None and train_per_class < 1:
+        raise DataError(f"--train-per-class {train_per_class}: need at least 1.")
+    if test_fraction is not None and not 0 < test_fraction < 1:
+        raise DataError(f"--test-fraction {test_fraction}: need a number between 0 and 1 (exclusive).")
+    src, out = Path(src), Path(out)
+    scan = scan_classes(src, "source")
+    exclude = set(exclude)
+    missing = sorted(exclude - set(scan.classes))
+    if missing:
+        raise DataError(f"--exclude {' '.join(missing)}: no such class folder in {src} "
+                        f"(classes: {', '.join(scan.classes[:8])}{' ...' if len(scan.classes) > 8 else ''}).")
+    classes = [name for name in scan.classes if name not in exclude]
+    if not classes:
+        raise DataError(f"every class of {src} is excluded; nothing to split.")
+    by_class = {name: [] for name in classes}
+    for path, name in scan.items:
+        if name in by_class:
+            by_class[name].append(Path(path).name)
+    empty = [name for name, files in by_class.items() if not files]
+    if empty:
+        raise DataError(f"class folder(s) without usable images: {', '.join(str(src / n) for n in empty[:10])}. "
+                        "Add images, delete the folders or --exclude them.")
+    settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
+                "test_fraction": test_fraction, "exclude": sorted(exclude)}
+    plans = {name: plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    existing = _existing(out)
+    if existing is not None:
+        if {k: existing.get(k) for k in settings} == settings:
+            return existing
+        raise DataError(f"{out} already exists with other contents or settings. Delete it or choose another --out.")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    methods = set()
+    try:
+        for name, (train, test) in plans.items():
+            for split, files in (("train", train), ("test", test)):
+                folder = tmp / split / name
+                folder.mkdir(parents=True)
+                for file_name in files:
+                    methods.add(_link_or_copy(src / name / file_name, folder / file_name))
+        manifest = dict(settings, kind="split", classes=classes,
+                        counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
+                        totals={"train": sum(len(tr) for tr, _ in plans.values()),
+                                "test": sum(len(te) for _, te in plans.values())},
+                        files="hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies",
+                        skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
+        write_json(tmp / MANIFEST, manifest)
+        os.rename(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _existing(out):
+    """The manifest of an existing split at ``out``; ``None`` if ``out`` is absent or empty."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        if out.exists():
+            out.rmdir()
+        return None
+    try:
+        return json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        raise DataError(f"{out} exists and is not a split made by `mxfp16 data split` (no readable "
+                        f"{MANIFEST}). Delete it or choose another --out.") from None
