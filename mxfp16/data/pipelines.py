@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import random
+import warnings
 from pathlib import Path
 
 import mxnet as mx
@@ -184,7 +185,10 @@ class FolderLoaders(Loaders):
 
     @staticmethod
     def _dataset(folder, scan, classes):
-        dataset = gluon.data.vision.ImageFolderDataset(str(folder), flag=1)
+        with warnings.catch_warnings():
+            # It warns about non-image files it ignores; the scan has already logged and counted them.
+            warnings.filterwarnings("ignore", message="Ignoring ", category=UserWarning)
+            dataset = gluon.data.vision.ImageFolderDataset(str(folder), flag=1)
         # The scan's file list, labelled by the TRAINING class list (a test split may lack a class).
         index = {name: i for i, name in enumerate(classes)}
         dataset.items = [(path, index[name]) for path, name in scan.items]
