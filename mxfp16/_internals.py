@@ -29,3 +29,17 @@ def trainer_kvstore(trainer):
     if not trainer._kv_initialized:
         trainer._init_kvstore()
     return trainer._kvstore
+
+
+def trainer_init_kvstore_params(trainer):
+    """Create the trainer's kvstore and put the parameters in it now.
+
+    Gluon does this lazily inside the first ``allreduce_grads`` / ``step``,
+    after the first backward pass; with a dist kvstore that first step then
+    uses each worker's own initial parameters, and the broadcast's pull can
+    race with the first gradient push (see :func:`mxfp16.dist.sync_parameters`).
+    """
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()

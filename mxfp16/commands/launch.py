@@ -1,0 +1,78 @@
+"""``mxfp16 launch``: run a command as the workers of a dist_sync kvstore job.
+
+On this machine it starts MXNet's scheduler, the servers and the workers on
+127.0.0.1, prefixes their output with role and index, forwards Ctrl-C, and
+stops everything when one process fails or the timeout passes. With
+``--hostfile`` it prints the per-host ssh commands (``--ssh`` runs them).
+"""
+import argparse
+import dataclasses
+
+from ..cli import CommandError
+from ..dist import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile, ssh_argv
+from ..dist.launcher import DEFAULT_GRACE
+from ..dist.plan import DEFAULT_HOSTFILE_PORT
+
+ORDER = 60
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "launch", help="run COMMAND as W workers of a dist_sync job, with S servers and a scheduler",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="mxfp16 launch --workers W --servers S [options] -- COMMAND ...")
+    job = parser.add_argument_group("job")
+    job.add_argument("--workers", "-n", type=int, required=True, metavar="W",
+                     help="number of worker processes, each running COMMAND (required)")
+    job.add_argument("--servers", "-s", type=int, required=True, metavar="S",
+                     help="number of parameter servers (required)")
+    job.add_argument("--port", type=int, default=None, metavar="P",
+                     help="scheduler port (default: a free port in local mode, "
+                          f"{DEFAULT_HOSTFILE_PORT} with --hostfile)")
+    job.add_argument("--python", default=None, metavar="PATH",
+                     help="interpreter for the scheduler and servers (default: the one running mxfp16)")
+    stop = parser.add_argument_group("stopping")
+    stop.add_argument("--timeout", type=float, default=0, metavar="SEC",
+                      help="stop every process after SEC seconds and exit 124 (default: 0, no limit)")
+    stop.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SEC",
+                      help="seconds a stopped process gets before SIGKILL, and that servers get to exit "
+                           f"after the workers finish (default: {DEFAULT_GRACE:g})")
+    hosts = parser.add_argument_group("several machines")
+    hosts.add_argument("--hostfile", default=None, metavar="FILE",
+                       help="one host per line; print the ssh command of every process (default: "
+                            "none, run everything on 127.0.0.1)")
+    hosts.add_argument("--ssh", action="store_true",
+                       help="with --hostfile, run the commands over ssh instead of printing them (default: off)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="what each worker runs, after `--`")
+    parser.set_defaults(func=run)
+
+
+def _command(args):
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return command
+
+
+def run(args):
+    command = _command(args)
+    if args.timeout < 0:
+        raise CommandError(f"--timeout must be >= 0 seconds (got {args.timeout:g}); 0 means no limit")
+    if args.ssh and not args.hostfile:
+        raise CommandError("--ssh needs --hostfile FILE (the hosts to run on)")
+    try:
+        if args.hostfile:
+            slots = host_plan(command, args.workers, args.servers, read_hostfile(args.hostfile),
+                              args.port, args.python)
+            if not args.ssh:
+                print(format_plan(slots))
+                return 0
+            # ssh carries the DMLC_* variables inside the remote command.
+            slots = [dataclasses.replace(slot, argv=ssh_argv(slot), env={}) for slot in slots]
+        else:
+            slots = local_plan(command, args.workers, args.servers, args.port, args.python)
+        result = launch(slots, timeout=args.timeout, grace=args.grace)
+    except (LaunchPlanError, LaunchError) as err:
+        raise CommandError(str(err)) from err
+    return result.returncode

@@ -1,0 +1,230 @@
+"""Who runs where: the processes of a parameter-server job and their environment.
+
+MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W
+workers. Each process learns its part from ``DMLC_*`` environment variables;
+the scheduler and servers are plain ``python -c "import mxnet"`` (importing
+MXNet with ``DMLC_ROLE=server`` runs the server loop and exits when the
+workers finish). This module only plans: it builds :class:`Slot` objects,
+reads hostfiles and formats the per-host commands. :mod:`mxfp16.dist.launcher`
+runs them.
+"""
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Slot", "LaunchPlanError", "free_port", "role_env", "local_plan", "read_hostfile",
+           "host_plan", "ssh_argv", "format_plan", "SERVER_CODE", "DEFAULT_HOSTFILE_PORT"]
+
+ROLES = ("scheduler", "server", "worker")
+LOOPBACK = "127.0.0.1"
+# Importing MXNet with DMLC_ROLE=scheduler|server runs that role's loop.
+SERVER_CODE = "import mxnet"
+# A fixed default for several machines: remote ports cannot be probed from here.
+DEFAULT_HOSTFILE_PORT = 9091
+
+
+class LaunchPlanError(ValueError):
+    """Bad launch settings: a count, a port or a hostfile that cannot work."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One process of the job.
+
+    Attributes
+    ----------
+    role : str
+        ``'scheduler'``, ``'server'`` or ``'worker'``.
+    index : int
+        Position among the processes of that role, from 0. It names the
+        process in the launcher's output; a worker's kvstore rank
+        (``kv.rank``) is assigned by the scheduler and may differ.
+    host : str
+        Where it runs (``127.0.0.1`` in local mode, a hostfile entry otherwise).
+    argv : tuple of str
+        The command, without the environment.
+    env : dict
+        The ``DMLC_*`` variables this process needs (added to the launcher's own).
+    """
+
+    role: str
+    index: int
+    host: str
+    argv: tuple
+    env: dict = field(default_factory=dict)
+
+    @property
+    def name(self):
+        """``'scheduler'``, ``'server 0'``, ``'worker 1'`` ..."""
+        return self.role if self.role == "scheduler" else f"{self.role} {self.index}"
+
+
+def free_port(host=LOOPBACK):
+    """A TCP port that is free on ``host`` now (the kernel picks it: bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _check_counts(workers, servers, port):
+    if int(workers) < 1:
+        raise LaunchPlanError(f"--workers must be at least 1 (got {workers})")
+    if int(servers) < 1:
+        raise LaunchPlanError(f"--servers must be at least 1 (got {servers}); the dist kvstore "
+                              "keeps parameters on servers")
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise LaunchPlanError(f"--port must be in 1..65535 (got {port})")
+
+
+def role_env(role, root_uri, root_port, workers, servers, node_host=None):
+    """The ``DMLC_*`` variables for one process.
+
+    Parameters
+    ----------
+    role : str
+        ``'scheduler'``, ``'server'`` or ``'worker'``.
+    root_uri, root_port : str, int
+        Where the scheduler listens; every process connects there first.
+    workers, servers : int
+    node_host : str, optional
+        The address this process advertises to the others
+        (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
+        interface, which in local mode would leave loopback.
+
+    Returns
+    -------
+    dict of str
+    """
+    if role not in ROLES:
+        raise LaunchPlanError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+    env = {
+        "DMLC_ROLE": role,
+        "DMLC_PS_ROOT_URI": str(root_uri),
+        "DMLC_PS_ROOT_PORT": str(int(root_port)),
+        "DMLC_NUM_WORKER": str(int(workers)),
+        "DMLC_NUM_SERVER": str(int(servers)),
+    }
+    if node_host:
+        env["DMLC_NODE_HOST"] = str(node_host)
+    return env
+
+
+def _server_argv(python):
+    return (python or sys.executable, "-c", SERVER_CODE)
+
+
+def _slots(command, workers, servers, port, hosts, root, python):
+    command = tuple(command)
+    if not command:
+        raise LaunchPlanError("no worker command; put it after `--`, e.g. "
+                              "`mxfp16 launch --workers 2 --servers 1 -- python train.py`")
+    server_argv = _server_argv(python)
+    slots = [Slot("scheduler", 0, root, server_argv,
+                  role_env("scheduler", root, port, workers, servers, root))]
+    for role, count, argv in (("server", servers, server_argv), ("worker", workers, command)):
+        for i in range(count):
+            host = hosts[i % len(hosts)]
+            slots.append(Slot(role, i, host, argv,
+                              role_env(role, root, port, workers, servers, _address(host))))
+    return slots
+
+
+def local_plan(command, workers, servers, port=None, python=None):
+    """The processes of a job on this machine, all on loopback.
+
+    Parameters
+    ----------
+    command : sequence of str
+        What each worker runs.
+    workers, servers : int
+    port : int, optional
+        The scheduler's port; a free one is picked when ``None``.
+    python : str, optional
+        Interpreter for the scheduler and servers (default: this one).
+
+    Returns
+    -------
+    list of Slot
+        Scheduler first, then servers, then workers.
+    """
+    _check_counts(workers, servers, port)
+    port = free_port() if port is None else int(port)
+    return _slots(command, int(workers), int(servers), port, [LOOPBACK], LOOPBACK, python)
+
+
+def read_hostfile(path):
+    """Hosts from a hostfile: one ``host`` or ``user@host`` per line, ``#`` comments.
+
+    Raises
+    ------
+    LaunchPlanError
+        When the file is missing, empty, or a line has more than one word.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LaunchPlanError(f"hostfile {str(path)!r} does not exist; write one host per line")
+    hosts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) > 1:
+            raise LaunchPlanError(f"{path}:{number}: expected one host per line, got {line.strip()!r}")
+        hosts.append(words[0])
+    if not hosts:
+        raise LaunchPlanError(f"hostfile {str(path)!r} lists no hosts; write one host per line")
+    return hosts
+
+
+def _address(host):
+    return host.rsplit("@", 1)[-1]
+
+
+def host_plan(command, workers, servers, hosts, port=None, python=None):
+    """The processes of a job spread over ``hosts``.
+
+    The scheduler runs on the first host; servers and workers are dealt to
+    the hosts in turn. Every process advertises the address it is planned on
+    (``DMLC_NODE_HOST``), so the hostfile's names must resolve on every host.
+
+    Parameters
+    ----------
+    command : sequence of str
+    workers, servers : int
+    hosts : list of str
+        From :func:`read_hostfile`.
+    port : int, optional
+        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`); it must be
+        free on the first host and reachable from the others.
+    python : str, optional
+        Interpreter for the scheduler and servers on the remote hosts
+        (default: this interpreter's path, i.e. the same environment on every host).
+
+    Returns
+    -------
+    list of Slot
+    """
+    _check_counts(workers, servers, port)
+    port = DEFAULT_HOSTFILE_PORT if port is None else int(port)
+    return _slots(command, int(workers), int(servers), port, list(hosts), _address(hosts[0]), python)
+
+
+def ssh_argv(slot, cwd=None):
+    """The ``ssh`` command that runs ``slot`` on its host, in ``cwd`` (default: this folder).
+
+    ``-tt`` gives the remote command a terminal, so stopping the local ssh
+    (Ctrl-C, a failure elsewhere) hangs up and ends the remote process too.
+    """
+    cwd = os.getcwd() if cwd is None else cwd
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(slot.env.items()))
+    remote = f"cd {shlex.quote(str(cwd))} && env {assignments} {shlex.join(slot.argv)}"
+    return ("ssh", "-tt", "-o", "BatchMode=yes", slot.host, remote)
+
+
+def format_plan(slots, cwd=None):
+    """One line per process, ``<name> on <host>: <ssh command>``, ready to paste."""
+    width = max(len(s.name) for s in slots)
+    return "\n".join(f"{s.name:<{width}} on {s.host}: {shlex.join(ssh_argv(s, cwd))}" for s in slots)

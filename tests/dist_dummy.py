@@ -1,0 +1,55 @@
+"""Stand-in processes for the launcher tests (no MXNet, so they start fast).
+
+``python tests/dist_dummy.py ACTION [ARG] [--dir DIR]``:
+
+env        print every DMLC_* variable, one ``NAME=VALUE`` per line, and exit 0
+fail N     exit with status N after a short pause
+sleep      record PIDs in DIR and sleep until signalled (a SIGINT writes DIR/<pid>.sigint)
+spawn      like sleep, but first start a grandchild that sleeps too (its PID is recorded)
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _record(folder, pid, kind):
+    with open(os.path.join(folder, f"{pid}.{kind}"), "w") as handle:
+        handle.write(str(pid))
+
+
+def _sleep_forever(folder):
+    def on_sigint(signum, frame):
+        _record(folder, os.getpid(), "sigint")
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    _record(folder, os.getpid(), "pid")
+    while True:
+        time.sleep(0.1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("action", choices=["env", "fail", "sleep", "spawn"])
+    parser.add_argument("arg", nargs="?", default="1")
+    parser.add_argument("--dir", default=".")
+    args = parser.parse_args()
+    if args.action == "env":
+        for name in sorted(k for k in os.environ if k.startswith("DMLC_")):
+            print(f"{name}={os.environ[name]}")
+        print("to stderr", file=sys.stderr)
+        return 0
+    if args.action == "fail":
+        time.sleep(0.3)
+        return int(args.arg)
+    if args.action == "spawn":
+        child = subprocess.Popen([sys.executable, __file__, "sleep", "--dir", args.dir])
+        _record(args.dir, child.pid, "grandchild")
+    _sleep_forever(args.dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""MXNet's dist_sync kvstore under ``mxfp16 launch``: two workers and one server on loopback.
+
+The workers (``tests/dist_worker.py``) train ``elementwise_mlp`` with
+``mxfp16.train_step``, each on its own shard, from different random
+initialisations. Three jobs run at once (the CPU mostly waits on imports
+and the kvstore's start-up and shutdown): float32 with a single-process
+reference, float16 with an overflow injected into one worker's gradient,
+and a job whose worker kills itself.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+from dist_support import alive, finish, start_launch, started_pids
+
+pytestmark = pytest.mark.slow
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_worker.py")
+LAUNCH_TIMEOUT = 150   # the launcher's --timeout
+WAIT = LAUNCH_TIMEOUT + 60
+STEPS, OVERFLOW_STEP = 4, 2
+# dist_worker's network: ElementwiseDense 8 -> 16 -> 4, no BatchNorm.
+GRAD_ELEMENTS = (8 * 16 + 16) + (16 * 4 + 4)
+
+
+def worker(*args):
+    return [sys.executable, WORKER, "--steps", str(STEPS), *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    commands = {
+        "float32": worker("--precision", "float32", "--out", root / "float32", "--reference"),
+        "float16": worker("--precision", "float16", "--out", root / "float16", "--overflow-step", OVERFLOW_STEP),
+        "killed": worker("--precision", "float32", "--out", root / "killed", "--kill-step", 1),
+    }
+    procs = {name: start_launch(2, 1, command, LAUNCH_TIMEOUT) for name, command in commands.items()}
+    results = {}
+    for name, proc in procs.items():
+        code, out, err = finish(proc, WAIT)
+        folder = root / name
+        reports = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)
+                   if (folder / f"rank{r}.json").exists()]
+        results[name] = {"code": code, "out": out, "err": err, "reports": reports}
+    return results
+
+
+def ok_reports(jobs, name):
+    job = jobs[name]
+    assert job["code"] == 0, job["err"]
+    assert sorted(r["rank"] for r in job["reports"]) == [0, 1]
+    return sorted(job["reports"], key=lambda r: r["rank"])
+
+
+@pytest.mark.parametrize("name", ["float32", "float16"])
+def test_workers_start_and_end_with_identical_parameters(jobs, name):
+    rank0, rank1 = ok_reports(jobs, name)
+    assert rank0["param_dtypes"] == [name]
+    # Different seeds per worker: equal starts come from the broadcast, and
+    # equal ends from reduced gradients (each worker saw a different shard).
+    assert rank0["start_digest"] == rank1["start_digest"]
+    assert rank0["digest"] == rank1["digest"]
+    assert rank0["digest"] != rank0["start_digest"]
+    assert [s["loss"] for s in rank0["steps"]] != [s["loss"] for s in rank1["steps"]]
+
+
+def test_distributed_float32_equals_one_process_on_the_global_batch(jobs):
+    rank0, _ = ok_reports(jobs, "float32")
+    assert rank0["reference_max_abs_change"] > 1e-2  # training moved the weights
+    assert rank0["reference_max_abs_diff"] < 1e-5
+
+
+def test_float16_pushes_half_the_gradient_bytes_of_float32(jobs):
+    for name, itemsize in (("float32", 4), ("float16", 2)):
+        for report in ok_reports(jobs, name):
+            assert [s["bytes_pushed"] for s in report["steps"]] == [GRAD_ELEMENTS * itemsize] * STEPS
+
+
+def test_overflow_on_one_worker_skips_the_same_step_on_both(jobs):
+    reports = ok_reports(jobs, "float16")
+    for report in reports:
+        steps = report["steps"]
+        assert report["skipped"] == [OVERFLOW_STEP]
+        assert steps[OVERFLOW_STEP]["digest_before"] == steps[OVERFLOW_STEP]["digest_after"]
+        assert all(s["digest_before"] != s["digest_after"] for s in steps if s["step"] != OVERFLOW_STEP)
+        assert steps[OVERFLOW_STEP + 1]["loss_scale"] == steps[OVERFLOW_STEP]["loss_scale"] / 2
+    trace = [[(s["skipped"], s["loss_scale"], s["digest_after"]) for s in r["steps"]] for r in reports]
+    assert trace[0] == trace[1]
+
+
+def test_output_is_prefixed_by_process(jobs):
+    out = jobs["float32"]["out"].splitlines()
+    for rank in (0, 1):
+        assert any(line.startswith("[worker ") and f"] rank {rank}: {STEPS} steps" in line for line in out)
+
+
+def test_killed_worker_stops_the_job_and_leaves_nothing(jobs):
+    job = jobs["killed"]
+    assert job["code"] == 128 + 9, job["err"]
+    assert "was killed by SIGKILL; stopped the others" in job["err"]
+    pids = started_pids(job["err"])
+    assert sorted(pids) == ["scheduler", "server 0", "worker 0", "worker 1"]
+    assert not [name for name, pid in pids.items() if alive(pid)]
+    assert job["reports"] == []  # nobody finished: the survivor waited in the kvstore until stopped

@@ -1,0 +1,219 @@
+"""The local launcher: environment per role, prefixed output, failure, timeout, Ctrl-C, hostfile plans.
+
+The processes here are stand-ins (``tests/dist_dummy.py``, no MXNet) so each
+case takes about a second; ``test_distributed.py`` runs the real kvstore.
+"""
+import dataclasses
+import io
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from mxfp16 import cli
+from mxfp16.dist import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile
+from mxfp16.dist.plan import DEFAULT_HOSTFILE_PORT, SERVER_CODE
+
+from dist_support import alive
+
+pytestmark = pytest.mark.slow
+
+DUMMY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_dummy.py")
+LIMIT = 60  # seconds; a launcher that ignores a failure would end by this timeout instead
+
+
+def dummy(action, *args, folder="."):
+    return (sys.executable, DUMMY, action, *map(str, args), "--dir", str(folder))
+
+
+def plan(workers, servers, worker_argv, server_argv):
+    """A local plan whose scheduler and servers run ``server_argv`` instead of MXNet."""
+    slots = local_plan(worker_argv, workers, servers)
+    return [s if s.role == "worker" else dataclasses.replace(s, argv=server_argv) for s in slots]
+
+
+def with_argv(slots, name, argv):
+    return [dataclasses.replace(s, argv=argv) if s.name == name else s for s in slots]
+
+
+def recorded(folder, kind):
+    return [int(name.split(".")[0]) for name in os.listdir(folder) if name.endswith("." + kind)]
+
+
+def wait_for_files(folder, kind, count, limit=30.0):
+    end = time.monotonic() + limit
+    while len(recorded(folder, kind)) < count and time.monotonic() < end:
+        time.sleep(0.05)
+    return recorded(folder, kind)
+
+
+def run_quietly(slots, **kwargs):
+    out, err = io.StringIO(), io.StringIO()
+    result = launch(slots, stdout=out, stderr=err, **kwargs)
+    return result, out.getvalue(), err.getvalue()
+
+
+def test_local_plan_gives_each_role_its_dmlc_environment():
+    slots = local_plan(["python", "train.py"], workers=3, servers=2)
+    assert [s.name for s in slots] == ["scheduler", "server 0", "server 1", "worker 0", "worker 1", "worker 2"]
+    port = slots[0].env["DMLC_PS_ROOT_PORT"]
+    assert 1 <= int(port) <= 65535
+    for s in slots:
+        assert s.env == {"DMLC_ROLE": s.role, "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": port,
+                         "DMLC_NUM_WORKER": "3", "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": "127.0.0.1"}
+        assert s.argv == (("python", "train.py") if s.role == "worker" else (sys.executable, "-c", SERVER_CODE))
+    assert local_plan(["x"], 1, 1, port=7000)[0].env["DMLC_PS_ROOT_PORT"] == "7000"
+
+
+@pytest.mark.parametrize("workers, servers, port, words", [
+    (0, 1, None, "--workers"), (1, 0, None, "--servers"), (1, 1, 70000, "--port")])
+def test_bad_counts_are_refused(workers, servers, port, words):
+    with pytest.raises(LaunchPlanError, match=words):
+        local_plan(["x"], workers, servers, port)
+    with pytest.raises(LaunchPlanError, match="after `--`"):
+        local_plan([], 1, 1)
+
+
+def test_output_is_prefixed_and_each_process_sees_its_environment():
+    slots = plan(2, 1, dummy("env"), dummy("env"))
+    result, out, err = run_quietly(slots, timeout=LIMIT)
+    assert (result.returncode, result.reason) == (0, "ok")
+    for s in slots:
+        prefix = f"[{s.name:<9}] "  # names padded to the longest, "scheduler"
+        seen = dict(line[len(prefix):].split("=", 1) for line in out.splitlines() if line.startswith(prefix))
+        assert seen == s.env, s.name
+        assert f"{prefix}to stderr" in err.splitlines()
+    assert all(line.startswith("[") for line in out.splitlines())
+
+
+def test_failed_worker_stops_everything_and_is_named(tmp_path):
+    slots = plan(2, 1, dummy("spawn", folder=tmp_path), dummy("sleep", folder=tmp_path))
+    slots = with_argv(slots, "worker 1", dummy("fail", 3))
+    result, _, err = run_quietly(slots, timeout=LIMIT, grace=2)
+    assert (result.returncode, result.reason, result.failed) == (3, "failed", "worker 1")
+    assert "worker 1" in err and "status 3" in err
+    pids = list(result.pids.values()) + recorded(tmp_path, "grandchild")
+    assert len(pids) == 5
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_killed_worker_fails_the_launch(tmp_path):
+    slots = plan(2, 1, dummy("sleep", folder=tmp_path), dummy("sleep", folder=tmp_path))
+
+    def kill_worker_0():
+        wait_for_files(tmp_path, "pid", 4)
+        os.kill(result_pids["worker 0"], signal.SIGKILL)
+
+    result_pids = {}
+    log_lines = []
+
+    def log(text):
+        log_lines.append(text)
+        if text.startswith("started worker 0"):
+            result_pids["worker 0"] = int(text.split("pid ")[1].rstrip(")"))
+            threading.Thread(target=kill_worker_0, daemon=True).start()
+
+    result = launch(slots, timeout=LIMIT, grace=2, stdout=io.StringIO(), stderr=io.StringIO(), log=log)
+    assert (result.returncode, result.reason, result.failed) == (128 + signal.SIGKILL, "failed", "worker 0")
+    assert "SIGKILL" in result.message
+    assert not [pid for pid in result.pids.values() if alive(pid)]
+
+
+def test_timeout_stops_a_hung_job(tmp_path):
+    slots = plan(1, 1, dummy("spawn", folder=tmp_path), dummy("sleep", folder=tmp_path))
+    result, _, err = run_quietly(slots, timeout=1.5, grace=2)
+    assert (result.returncode, result.reason) == (124, "timeout")
+    assert "timed out" in err and "worker 0" in err
+    pids = list(result.pids.values()) + recorded(tmp_path, "grandchild")
+    assert len(pids) == 4
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_ctrl_c_is_forwarded_to_the_workers(tmp_path):
+    slots = plan(2, 1, dummy("sleep", folder=tmp_path), dummy("sleep", folder=tmp_path))
+
+    def press_ctrl_c():
+        wait_for_files(tmp_path, "pid", len(slots))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    result, _, err = run_quietly(slots, timeout=LIMIT, grace=3)
+    assert (result.returncode, result.reason) == (130, "interrupted")
+    workers = {pid for name, pid in result.pids.items() if name.startswith("worker")}
+    assert set(recorded(tmp_path, "sigint")) == workers  # workers saw SIGINT; servers got SIGTERM
+    assert not [pid for pid in result.pids.values() if alive(pid)]
+
+
+def test_a_command_that_cannot_start_leaves_nothing(tmp_path):
+    slots = plan(1, 1, ("/nonexistent/python",), dummy("sleep", folder=tmp_path))
+    with pytest.raises(LaunchError, match="worker 0.*after `--`"):
+        run_quietly(slots, timeout=LIMIT, grace=2)
+    started = wait_for_files(tmp_path, "pid", 0)
+    assert not [pid for pid in started if alive(pid)]
+
+
+def write_hostfile(tmp_path, text):
+    path = tmp_path / "hosts"
+    path.write_text(text)
+    return path
+
+
+def test_hostfile_plan_deals_processes_to_hosts(tmp_path):
+    hosts = read_hostfile(write_hostfile(tmp_path, "# cluster\nnode-a\n\nalice@node-b  # second\n"))
+    assert hosts == ["node-a", "alice@node-b"]
+    slots = host_plan(["python", "train.py", "--epochs", "2"], workers=3, servers=2, hosts=hosts)
+    lines = format_plan(slots, cwd="/data/my run").splitlines()
+    expected_hosts = {"scheduler": "node-a", "server 0": "node-a", "server 1": "alice@node-b",
+                      "worker 0": "node-a", "worker 1": "alice@node-b", "worker 2": "node-a"}
+    assert len(lines) == 6
+    for line in lines:
+        name, rest = line.split(" on ", 1)
+        host, command = rest.split(": ", 1)
+        name = name.strip()
+        assert host == expected_hosts[name]
+        ssh = shlex.split(command)
+        assert ssh[:4] == ["ssh", "-tt", "-o", "BatchMode=yes"] and ssh[4] == host
+        remote = shlex.split(ssh[5])
+        assert remote[:4] == ["cd", "/data/my run", "&&", "env"]
+        env = dict(word.split("=", 1) for word in remote[4:] if "=" in word and word.startswith("DMLC_"))
+        role = name.split()[0]
+        assert env == {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": "node-a",
+                       "DMLC_PS_ROOT_PORT": str(DEFAULT_HOSTFILE_PORT), "DMLC_NUM_WORKER": "3",
+                       "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": host.split("@")[-1]}
+        argv = remote[4 + len(env):]
+        assert argv == (["python", "train.py", "--epochs", "2"] if role == "worker"
+                        else [sys.executable, "-c", SERVER_CODE])
+
+
+def test_launch_command_prints_the_hostfile_plan(tmp_path, capsys):
+    hostfile = write_hostfile(tmp_path, "10.0.0.1\n10.0.0.2\n")
+    code = cli.main(["launch", "--workers", "2", "--servers", "1", "--port", "9500", "--hostfile", str(hostfile),
+                     "--", "python", "train.py"])
+    assert code == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" on ")[0].strip() for line in out] == ["scheduler", "server 0", "worker 0", "worker 1"]
+    assert all("DMLC_PS_ROOT_URI=10.0.0.1" in line and "DMLC_PS_ROOT_PORT=9500" in line for line in out)
+    assert out[3].split(" on ")[1].startswith("10.0.0.2:")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--workers", "2", "--servers", "1", "--hostfile", "/nonexistent/hosts", "--", "x"], "does not exist"),
+    (["--workers", "2", "--servers", "1", "--ssh", "--", "x"], "--ssh needs --hostfile"),
+    (["--workers", "0", "--servers", "1", "--", "x"], "--workers must be at least 1"),
+    (["--workers", "1", "--servers", "1"], "after `--`"),
+    (["--workers", "1", "--servers", "1", "--timeout", "-1", "--", "x"], "--timeout"),
+])
+def test_launch_command_refuses_bad_settings(argv, words, capsys):
+    assert cli.main(["launch", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_hostfile_errors_name_the_line(tmp_path):
+    with pytest.raises(LaunchPlanError, match="lists no hosts"):
+        read_hostfile(write_hostfile(tmp_path, "# nothing\n\n"))
+    with pytest.raises(LaunchPlanError, match=r"hosts:2: expected one host per line"):
+        read_hostfile(write_hostfile(tmp_path, "a\nb slots=2\n"))
