@@ -217,3 +217,10 @@ def test_hostfile_errors_name_the_line(tmp_path):
         read_hostfile(write_hostfile(tmp_path, "# nothing\n\n"))
     with pytest.raises(LaunchPlanError, match=r"hosts:2: expected one host per line"):
         read_hostfile(write_hostfile(tmp_path, "a\nb slots=2\n"))
+
+
+def test_flags_after_the_separator_belong_to_the_worker_command():
+    args = cli.build_parser().parse_args(["launch", "--workers", "2", "--servers", "1", "--timeout", "9", "--",
+                                          "mxfp16", "train", "--workers", "0", "--timeout", "3"])
+    assert (args.workers, args.servers, args.timeout) == (2, 1, 9)
+    assert args.command[-6:] == ["mxfp16", "train", "--workers", "0", "--timeout", "3"]
