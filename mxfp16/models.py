@@ -65,3 +65,126 @@ def elementwise_mlp(in_units, hidden, classes, batchnorm=True, prefix=None):
             width = units
         net.add(ElementwiseDense(classes, width))
     return net
+
+
+# --------------------------------------------------------------------------
+# The trainer's model factory (appended for the reference trainer).
+# --------------------------------------------------------------------------
+#: A test model that trains in genuine float16 on a CPU (see ElementwiseDense).
+ELEMENTWISE_MLP = "elementwise-mlp"
+
+
+class ModelError(ValueError):
+    """An unknown model name, or pretrained weights that are not on this machine."""
+
+
+def pretrained_weights_path(name, root=None):
+    """Where gluoncv keeps ``name``'s pretrained weights, and whether they are there.
+
+    Returns
+    -------
+    (pathlib.Path, bool)
+        The file gluoncv would load and whether it exists. Nothing is downloaded.
+    """
+    import os
+    from pathlib import Path
+
+    from gluoncv.model_zoo import model_store
+
+    if root is None:
+        home = os.environ.get("MXNET_HOME")
+        root = os.path.join(home, "models") if home else os.path.join("~", ".mxnet", "models")
+    try:
+        short = model_store.short_hash(name)
+    except ValueError:
+        raise ModelError(f"gluoncv publishes no pretrained weights for {name!r}; drop --pretrained "
+                         "to train it from scratch") from None
+    path = Path(os.path.expanduser(root)) / f"{name}-{short}.params"
+    return path, path.exists()
+
+
+def _zoo_model(name, classes):
+    import difflib
+
+    from gluoncv.model_zoo import get_model, get_model_list
+
+    try:
+        return get_model(name, classes=classes)
+    except ValueError as err:
+        if "is not among" not in str(err):
+            raise
+        close = difflib.get_close_matches(name.lower(), get_model_list(), n=4)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ModelError(f"unknown model {name!r}{hint}; use a gluoncv classification model such as "
+                         "resnet50_v2, resnet50_v1d or cifar_resnet20_v1, or "
+                         f"{ELEMENTWISE_MLP!r}; gluoncv.model_zoo.get_model_list() lists them all") from None
+
+
+def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=None):
+    """Build and initialise a classification network.
+
+    Parameters
+    ----------
+    name : str
+        A gluoncv model-zoo name (``'resnet50_v2'``, ``'resnet50_v1d'``,
+        ``'cifar_resnet20_v1'`` ...) or ``'elementwise-mlp'``.
+    classes : int
+    pretrained : bool
+        Start the feature layers from gluoncv's ImageNet weights, which must
+        already be on this machine (see :func:`pretrained_weights_path`); the
+        output layer is new. Nothing is downloaded.
+    ctx : mx.Context or list of mx.Context, optional
+        Where the parameters live (default: the current context).
+    in_shape : tuple of int, optional
+        ``(channels, height, width)`` of one image; needed by ``'elementwise-mlp'``,
+        which has no deferred shape inference.
+    root : str, optional
+        gluoncv's model folder (default ``$MXNET_HOME/models`` or ``~/.mxnet/models``).
+
+    Returns
+    -------
+    gluon.HybridBlock
+        Initialised (MSRA/He for the zoo, Xavier for the MLP), not hybridized,
+        float32.
+
+    Raises
+    ------
+    ModelError
+        Unknown name, or ``pretrained`` weights missing locally.
+    """
+    import mxnet as mx
+
+    if name == ELEMENTWISE_MLP:
+        if pretrained:
+            raise ModelError(f"{ELEMENTWISE_MLP!r} has no pretrained weights; drop --pretrained")
+        if not in_shape:
+            raise ModelError(f"{ELEMENTWISE_MLP!r} needs in_shape=(channels, height, width)")
+        units = 1
+        for n in in_shape:
+            units *= int(n)
+        net = gluon.nn.HybridSequential(prefix="elementwisemlp_")
+        with net.name_scope():
+            net.add(gluon.nn.Flatten())
+            net.add(elementwise_mlp(units, (64,), classes, prefix="mlp_"))
+        net.initialize(init.Xavier(), ctx=ctx)
+        return net
+
+    net = _zoo_model(name, classes)
+    if not pretrained:
+        net.initialize(init.MSRAPrelu(), ctx=ctx)
+        return net
+    path, present = pretrained_weights_path(name, root)
+    if not present:
+        raise ModelError(f"pretrained weights for {name!r} are not on this machine (looked for {path}); "
+                         "mxfp16 downloads nothing behind your back. Copy the file there (on a machine "
+                         f"with internet: gluoncv.model_zoo.get_model({name!r}, pretrained=True)), set "
+                         "MXNET_HOME, or drop --pretrained")
+    from gluoncv.model_zoo import get_model
+
+    source = get_model(name, pretrained=True, root=str(path.parent))
+    if not hasattr(net, "features") or not hasattr(net, "output"):
+        raise ModelError(f"{name!r} has no features/output split to fine-tune; drop --pretrained")
+    net.features = source.features
+    net.output.initialize(init.Xavier(), ctx=ctx)
+    net.collect_params().reset_ctx(ctx or mx.current_context())
+    return net

@@ -1,0 +1,144 @@
+"""Checkpoints: parameters, trainer states, loss scaler and position, written atomically.
+
+A checkpoint is three files in ``<out>/checkpoints/``::
+
+    <tag>.params   the network's parameters (``net.save_parameters``)
+    <tag>.states   the trainer's states: optimizer, its update count (the LR
+                   schedule's position) and, for float16 parameters, the
+                   float32 master weights (``trainer.save_states``)
+    latest.json    the commit record: which tag is current, the loss-scaler
+                   state, the epoch/batch position, the partial epoch's
+                   sums and the run's fingerprint
+
+Each file is written atomically and ``latest.json`` last, so a crash at any
+moment leaves the previous checkpoint complete and current. The files of
+older tags are removed only after the new record is in place.
+"""
+import json
+from pathlib import Path
+
+from ..fileio import atomic_path, write_json
+
+__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint",
+           "read_record", "RECORD", "FINGERPRINT_FIELDS"]
+
+RECORD = "latest.json"
+FORMAT_VERSION = 1
+#: What must match for a checkpoint to continue a run.
+FINGERPRINT_FIELDS = ("model", "precision", "param_dtype", "image_size", "classes", "batch_size",
+                      "num_workers", "parameters")
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one was expected."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint belongs to a different model, precision or data layout."""
+
+
+def describe_mismatch(saved, wanted):
+    """Human-readable differences between two fingerprints, ``[]`` when they match."""
+    lines = []
+    for key in FINGERPRINT_FIELDS:
+        a, b = saved.get(key), wanted.get(key)
+        if a != b:
+            if key == "parameters":
+                lines.append("parameters: the network's parameter names or shapes differ")
+            else:
+                lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
+    return lines
+
+
+def _folder(out):
+    return Path(out) / "checkpoints"
+
+
+def read_record(out):
+    """The current checkpoint record of run folder ``out``, or ``None`` when there is none."""
+    path = _folder(out) / RECORD
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err}); the checkpoint cannot be trusted. "
+                              "Start a new run with another --out.") from None
+    if record.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has format version {record.get('version')!r}, not {FORMAT_VERSION}; "
+                              "it was written by another mxfp16 version")
+    return record
+
+
+def save_checkpoint(out, tag, net, trainer, record):
+    """Write ``<tag>.params``, ``<tag>.states`` and then ``latest.json``; drop older tags.
+
+    Parameters
+    ----------
+    out : str or Path
+        The run folder.
+    tag : str
+        e.g. ``'epoch-0003'`` or ``'epoch-0003-batch-0017'``.
+    net, trainer
+        What to save.
+    record : dict
+        JSON-ready: ``fingerprint``, ``scaler``, ``position`` ... (see :func:`load_checkpoint`).
+
+    Returns
+    -------
+    Path
+        The record file.
+    """
+    folder = _folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / f"{tag}.params") as tmp:
+        net.save_parameters(tmp)
+    with atomic_path(folder / f"{tag}.states") as tmp:
+        trainer.save_states(tmp)
+    write_json(folder / RECORD, dict(record, version=FORMAT_VERSION, tag=tag,
+                                     params_file=f"{tag}.params", states_file=f"{tag}.states"))
+    for stale in folder.iterdir():
+        if stale.suffix in (".params", ".states") and stale.stem != tag:
+            stale.unlink()
+    return folder / RECORD
+
+
+def load_checkpoint(out, net, trainer, scaler, fingerprint, ctx):
+    """Restore the current checkpoint of ``out`` into ``net``, ``trainer`` and ``scaler``.
+
+    Parameters
+    ----------
+    out : str or Path
+    net, trainer, scaler
+        Built the same way as for the run that wrote the checkpoint.
+    fingerprint : dict
+        This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`
+        refuses the checkpoint.
+    ctx : list of mx.Context
+
+    Returns
+    -------
+    dict
+        The record (``position``, ``totals``, ``partial`` ...).
+
+    Raises
+    ------
+    CheckpointError
+        No checkpoint in ``out``.
+    CheckpointMismatchError
+        The checkpoint's fingerprint differs; the message lists what differs.
+    """
+    record = read_record(out)
+    if record is None:
+        raise CheckpointError(f"--resume: no checkpoint in {_folder(out)}; run without --resume to start, "
+                              "or point --out at the run to continue")
+    differences = describe_mismatch(record.get("fingerprint", {}), fingerprint)
+    if differences:
+        raise CheckpointMismatchError(
+            f"the checkpoint in {_folder(out)} belongs to a different run: " + "; ".join(differences)
+            + ". Resume with the flags of that run, or start a new run with another --out.")
+    folder = _folder(out)
+    net.load_parameters(str(folder / record["params_file"]), ctx=ctx)
+    trainer.load_states(str(folder / record["states_file"]))
+    scaler.load_state_dict(record["scaler"])
+    return record

@@ -1,0 +1,135 @@
+"""What a run leaves in ``--out``: config.json, metrics.jsonl, summary.json, per-rank summaries.
+
+Under a distributed kvstore only rank 0 writes the shared files; every
+worker writes ``summary.rank<R>.json``. All writes are atomic
+(:mod:`mxfp16.fileio`).
+"""
+import hashlib
+import json
+import resource
+import sys
+import tempfile
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+
+from ..fileio import append_jsonl, atomic_write, read_jsonl, write_json
+
+__all__ = ["RunOutputs", "params_digest", "digest_arrays", "peak_memory_mb", "METRIC_FIELDS", "SUMMARY_FIELDS"]
+
+METRIC_FIELDS = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "images_per_second",
+                 "loss_scale", "skipped_steps", "lr", "seconds")
+SUMMARY_FIELDS = ("precision", "model", "epochs", "final_val_top1", "best_val_top1", "images_per_second",
+                  "peak_memory_mb", "skipped_steps", "final_loss_scale", "params_digest")
+
+
+def structural_names(net):
+    """``{name without the network's prefix: Parameter}`` sorted by name.
+
+    Gluon prefixes parameter names with a per-process counter
+    (``resnetv20_``, ``resnetv21_`` ...); without it the names are the same in
+    every process that builds the same network.
+    """
+    prefix = net.prefix
+    params = net.collect_params()
+    return dict(sorted((name[len(prefix):] if name.startswith(prefix) else name, p) for name, p in params.items()))
+
+
+def digest_arrays(arrays):
+    """sha256 over ``{name: array}`` in sorted-name order: name, shape, then the float32 bytes."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        value = arrays[name]
+        value = np.ascontiguousarray((value.asnumpy() if hasattr(value, "asnumpy") else value).astype(np.float32))
+        h.update(name.encode())
+        h.update(str(value.shape).encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
+
+
+def params_digest(net):
+    """sha256 over the network's parameters as :meth:`Block.save_parameters` names and stores them.
+
+    The names are Gluon's structural ones (``features.0.weight``), the same
+    in every process; the digest of a ``.params`` file written by
+    ``save_parameters`` (``mx.nd.load``) equals the digest of the network.
+
+    Returns
+    -------
+    str
+        64 hex digits; equal digests mean bit-identical parameters.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/params"
+        net.save_parameters(path)
+        return digest_arrays(mx.nd.load(path))
+
+
+def peak_memory_mb(ctx_list):
+    """Peak memory of the run in MiB.
+
+    CPU: the process's peak resident set (``getrusage``). GPU: the largest
+    memory in use on any of the run's GPUs now (MXNet reports no peak; call
+    this at the end of each epoch and keep the maximum).
+    """
+    gpus = [c for c in ctx_list if c.device_type == "gpu"]
+    if gpus:
+        used = []
+        for c in gpus:
+            free, total = mx.context.gpu_memory_info(c.device_id)
+            used.append((total - free) / 2 ** 20)
+        return max(used)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 2 ** 10  # bytes on macOS, KiB on Linux
+
+
+class RunOutputs:
+    """The files of one run folder, written by rank 0 (and per-rank summaries by every rank)."""
+
+    def __init__(self, out, rank=0, distributed=False):
+        self.out = Path(out)
+        self.rank = rank
+        self.distributed = distributed
+        self.is_writer = rank == 0
+
+    @property
+    def metrics_path(self):
+        return self.out / "metrics.jsonl"
+
+    def has_run(self):
+        """Whether the folder already holds a run's outputs."""
+        return any((self.out / name).exists() for name in ("checkpoints", "metrics.jsonl", "summary.json"))
+
+    def write_config(self, config_dict):
+        if self.is_writer:
+            write_json(self.out / "config.json", config_dict)
+
+    def read_config(self):
+        path = self.out / "config.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+    def metrics(self):
+        return read_jsonl(self.metrics_path)
+
+    def keep_metrics_through(self, epoch):
+        """Drop records after ``epoch`` (written after the checkpoint a resume starts from)."""
+        if not self.is_writer:
+            return self.metrics()[:epoch]
+        records = [r for r in self.metrics() if r["epoch"] <= epoch]
+        with atomic_write(self.metrics_path) as handle:
+            for r in records:
+                handle.write(json.dumps(r) + "\n")
+        return records
+
+    def append_metrics(self, record):
+        if self.is_writer:
+            append_jsonl(self.metrics_path, record)
+
+    def write_summary(self, summary):
+        if self.is_writer:
+            write_json(self.out / "summary.json", summary)
+
+    def write_rank_summary(self, summary):
+        if self.distributed:
+            write_json(self.out / f"summary.rank{self.rank}.json", summary)

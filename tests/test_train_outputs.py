@@ -1,0 +1,73 @@
+"""Smoke runs of ``python -m mxfp16.train`` in float32 and amp-bfloat16: every output file and field."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
+from train_support import QUICK, metrics, ok, run_train, summary, tiny_dataset
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 2
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke")
+    data = tiny_dataset(root)
+    outs = {}
+    for precision in ("float32", "amp-bfloat16"):
+        out = root / precision
+        proc = ok(run_train("--data-dir", data, "--precision", precision, "--out", out, "--epochs", EPOCHS,
+                            "--max-batches", 3, *QUICK))
+        outs[precision] = (out, proc)
+    return outs
+
+
+@pytest.mark.parametrize("precision", ["float32", "amp-bfloat16"])
+def test_smoke_run_writes_every_file_and_field(runs, precision):
+    out, proc = runs[precision]
+    records = metrics(out)
+    assert [r["epoch"] for r in records] == list(range(1, EPOCHS + 1))
+    for record in records:
+        assert set(METRIC_FIELDS) <= set(record)
+        assert 0.0 <= record["val_top1"] <= record["val_top5"] <= 1.0
+        assert np.isfinite(record["train_loss"]) and record["images_per_second"] > 0
+    result = summary(out)
+    assert set(SUMMARY_FIELDS) <= set(result)
+    assert result["precision"] == precision
+    assert result["epochs"] == EPOCHS
+    assert result["final_val_top1"] == records[-1]["val_top1"]
+    assert result["best_val_top1"] == max(r["val_top1"] for r in records)
+    assert result["peak_memory_mb"] > 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["resolved_precision"] == precision and config["epochs"] == EPOCHS
+    assert TrainConfig.from_dict({k: v for k, v in config.items() if k in TrainConfig().to_dict()}).epochs == EPOCHS
+    # The per-epoch summary line and the environment float16 wants are in the log.
+    assert "epoch 2/2: train_loss" in proc.stdout
+    assert "MXNET_SAFE_ACCUMULATION=1" in proc.stdout
+
+
+@pytest.mark.parametrize("precision", ["float32", "amp-bfloat16"])
+def test_checkpoint_holds_the_final_parameters_and_the_digest_matches(runs, precision):
+    out, _ = runs[precision]
+    record = json.loads((out / "checkpoints" / "latest.json").read_text())
+    assert record["position"] == {"epoch": EPOCHS, "batch": 0, "global_step": EPOCHS * 3}
+    assert (out / "checkpoints" / record["states_file"]).stat().st_size > 0
+    # Independent digest: sha256 over the saved arrays in sorted-name order, float32 bytes.
+    import hashlib
+
+    arrays = mx.nd.load(str(out / "checkpoints" / record["params_file"]))
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name].asnumpy().astype(np.float32))
+        h.update(name.encode())
+        h.update(str(value.shape).encode())
+        h.update(value.tobytes())
+    assert summary(out)["params_digest"] == h.hexdigest()
+
+
+def test_precisions_train_different_parameters(runs):
+    assert summary(runs["float32"][0])["params_digest"] != summary(runs["amp-bfloat16"][0])["params_digest"]

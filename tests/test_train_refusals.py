@@ -1,0 +1,123 @@
+"""What the trainer refuses, and how: wrong checkpoints, float16 on CPU, divergence, bad flags, bad images."""
+import json
+import shutil
+
+import pytest
+
+from mxfp16.train import ConfigError, TrainConfig
+from mxfp16.train.checkpoint import describe_mismatch
+from train_support import QUICK, metrics, ok, run_train, tiny_dataset
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("refusals"))
+
+
+@pytest.fixture(scope="module")
+def float32_run(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("f32") / "run"
+    ok(run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 1, "--max-batches", 2, *QUICK))
+    return out
+
+
+def refused(proc, *phrases):
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.slow
+def test_resume_across_precisions_is_refused_saying_what_differs(data, float32_run):
+    before = (float32_run / "checkpoints" / "latest.json").read_text()
+    proc = run_train("--data-dir", data, "--precision", "amp-bfloat16", "--out", float32_run, "--resume",
+                     "--epochs", 2, "--max-batches", 2, *QUICK)
+    refused(proc, "precision: checkpoint 'float32', this run 'amp-bfloat16'")
+    assert (float32_run / "checkpoints" / "latest.json").read_text() == before  # nothing lost
+
+
+@pytest.mark.slow
+def test_an_existing_run_is_not_overwritten_without_resume(data, float32_run):
+    proc = run_train("--data-dir", data, "--precision", "float32", "--out", float32_run, "--epochs", 1, *QUICK)
+    refused(proc, "already holds a run", "--resume")
+
+
+@pytest.mark.slow
+def test_float16_on_cpu_is_refused_with_the_explanation(data, tmp_path):
+    proc = run_train("--data-dir", data, "--precision", "float16", "--out", tmp_path / "x", *QUICK)
+    refused(proc, "FP16 gemm on cpu not implemented", "amp-bfloat16")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_infinite_loss_in_float32_stops_naming_the_step_and_keeps_the_checkpoint(data, tmp_path):
+    out = tmp_path / "nan"
+    proc = run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 2, "--max-batches", 3,
+                     "--inject-overflow-step", 5, *QUICK)
+    message = refused(proc, "step 5, epoch 2", "epoch-0001")
+    assert "inf" in message or "nan" in message
+    record = json.loads((out / "checkpoints" / "latest.json").read_text())
+    assert record["position"]["epoch"] == 1 and [r["epoch"] for r in metrics(out)] == [1]
+
+
+@pytest.mark.slow
+def test_gradient_compression_is_refused_for_float16_parameters(data, tmp_path):
+    proc = run_train("--data-dir", data, "--precision", "float16", "--allow-cpu-float16", "--model", "elementwise-mlp",
+                     "--gradient-compression", "2bit", "--out", tmp_path / "gc", "--image-size", 8, "--no-progress")
+    refused(proc, "float32 gradients only", "float16")
+
+
+@pytest.mark.slow
+def test_a_corrupt_image_is_skipped_and_named(data, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    bad = next((copy / "train").iterdir()) / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    proc = ok(run_train("--data-dir", copy, "--precision", "float32", "--out", tmp_path / "run", "--epochs", 1,
+                        "--max-batches", 1, *QUICK))
+    assert "skipped 1 unusable file(s)" in proc.stdout and "broken.jpg" in proc.stdout
+
+
+# ---- in-process checks of the configuration (no training) -------------------
+@pytest.mark.parametrize("field, value, phrase", [
+    ("precision", "float8", "choose one of"),
+    ("loss_scale", "big", "positive number"),
+    ("loss_scale", "-4", "positive number"),
+    ("lr", 0.0, "lr=0.0"),
+    ("workers", -1, "workers=-1"),
+    ("kvstore", "horovod", "choose one of"),
+    ("gradient_compression", "1bit", "2bit"),
+])
+def test_bad_configuration_names_the_field(field, value, phrase):
+    with pytest.raises(ConfigError, match=phrase):
+        TrainConfig(**{field: value}).resolve()
+
+
+def test_warmup_longer_than_the_run_is_refused():
+    with pytest.raises(ConfigError, match="warmup_epochs=3"):
+        TrainConfig(epochs=3, warmup_epochs=3).resolve()
+
+
+def test_profiles_fill_only_what_was_left_open():
+    demo = TrainConfig().resolve()
+    dataset = TrainConfig(data_dir="somewhere", epochs=1).resolve()
+    assert dataset.model == "resnet50_v2" and dataset.image_size == 224 and dataset.warmup_epochs == 0
+    assert demo.model != "resnet50_v2"
+    assert TrainConfig(model="resnet18_v1", image_size=96).resolve().image_size == 96
+    assert TrainConfig(pretrained=True, data_dir="x").resolve().lr == pytest.approx(dataset.lr / 10)
+
+
+def test_config_round_trips_through_json():
+    config = TrainConfig(lr_schedule="step", epochs=8, data_dir="d").resolve()
+    again = TrainConfig.from_dict(json.loads(config.to_json()))
+    assert again == config and again.step_epochs == (4, 6)
+    with pytest.raises(ConfigError, match="unknown configuration field"):
+        TrainConfig.from_dict({"learning_rate": 1})
+
+
+def test_mismatch_lists_every_difference():
+    saved = {"model": "a", "precision": "float32", "image_size": 32, "parameters": "x"}
+    lines = describe_mismatch(saved, dict(saved, model="b", parameters="y"))
+    assert lines == ["model: checkpoint 'a', this run 'b'", "parameters: the network's parameter names or shapes differ"]

@@ -1,0 +1,44 @@
+"""Helpers for the trainer's tests: a tiny data set and ``python -m mxfp16.train`` in a fresh process.
+
+Every training run starts its own process: AMP (amp-bfloat16) patches MXNet
+for the whole process, so a float32 run after it in the same process would
+not be float32.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: Small enough for seconds per run, big enough to learn: 3 shape classes at 24 px.
+TINY = dict(classes=3, per_class=24, test_per_class=8, size=32, seed=0)
+#: Flags for quick runs on TINY: the CIFAR ResNet at 16 px, 8 images per step.
+QUICK = ["--model", "cifar_resnet20_v1", "--image-size", "16", "--batch-size", "8", "--no-progress"]
+
+
+def tiny_dataset(root):
+    from mxfp16.data import synth_dataset
+
+    return synth_dataset(Path(root) / "tiny", **TINY)
+
+
+def run_train(*args, timeout=240):
+    """Run ``python -m mxfp16.train ARGS`` and return the CompletedProcess (never raises on failure)."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "mxfp16.train", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def metrics(out):
+    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def summary(out):
+    return json.loads((Path(out) / "summary.json").read_text())
