@@ -112,3 +112,27 @@ def test_test_split_missing_a_class_keeps_training_labels(tiny, tmp_path):
     loaders = make_loaders(copy, image_size=SIZE, batch_size=16)
     labels = np.concatenate([l for _, l in _collect(loaders.test_batches())])
     assert collections.Counter(labels.tolist()) == {1.0: 3, 2.0: 3}
+
+
+def test_min_crop_area_comes_from_the_manifest_unless_given(tiny, tmp_path):
+    import json
+    import shutil
+
+    from mxfp16.data.pack import pack_recordio
+    from mxfp16.data.synth import MIN_CROP_AREA
+
+    assert make_loaders(tiny).min_crop_area == MIN_CROP_AREA
+    assert make_loaders(tiny, min_crop_area=0.5).min_crop_area == 0.5
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny, plain)
+    (plain / "manifest.json").unlink()
+    assert make_loaders(plain).min_crop_area == 0.08
+    pack_recordio(tiny, tmp_path / "p")
+    assert json.loads((tmp_path / "p_classes.json").read_text())["min_crop_area"] == MIN_CROP_AREA
+    assert make_loaders(tmp_path / "p", pipeline="recordio").min_crop_area == MIN_CROP_AREA
+    # A full-area crop of a square image is the whole image: the crop area really reaches the transform.
+    whole = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, min_crop_area=1.0).train_batches(0))
+    small = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, min_crop_area=0.1).train_batches(0))
+    assert not np.array_equal(whole[0][0], small[0][0])
+    with pytest.raises(Exception, match="min_crop_area"):
+        make_loaders(tiny, min_crop_area=0)

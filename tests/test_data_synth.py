@@ -92,3 +92,16 @@ def test_demo_dataset_generates_once_under_root(tmp_path, monkeypatch):
     first = _files(path)
     assert len(first) == 3 * (4 + 2)
     assert demo_dataset(tmp_path) == path and _files(path) == first
+
+
+def test_demo_dataset_replaces_an_outdated_generated_set_but_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setattr(synth, "DEMO_SETTINGS", dict(TINY))
+    old = synth_dataset(tmp_path / "demo", **dict(TINY, per_class=2))
+    assert demo_dataset(tmp_path) == old and len(_files(old)) == 3 * (4 + 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
+    foreign = tmp_path / "other"
+    (foreign / "demo").mkdir(parents=True)
+    (foreign / "demo" / "mine.txt").write_text("user data")
+    with pytest.raises(DataError, match="Delete it"):
+        demo_dataset(foreign)
+    assert (foreign / "demo" / "mine.txt").read_text() == "user data"

@@ -6,8 +6,8 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
 ``folder``
     ``gluon.data.vision.ImageFolderDataset`` + ``gluon.data.DataLoader``
     (``workers`` processes). Training: random resized crop (MXNet's
-    ``mx.image.random_size_crop``, area 0.08-1, aspect 3/4-4/3) + random
-    horizontal flip; evaluation: resize the short side to
+    ``mx.image.random_size_crop``, area ``min_crop_area``-1, aspect
+    3/4-4/3) + random horizontal flip; evaluation: resize the short side to
     ``image_size / 0.875`` + center crop. Normalisation runs once per batch.
     The epoch's order is a permutation seeded by ``(seed, epoch)`` and each
     image's crop and flip are seeded by ``(seed, epoch, image index)``, so the
@@ -22,6 +22,12 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     one thread which thread augments which image varies, so the crops are
     reproducible only with ``workers <= 1``. Resuming at ``start_batch``
     reads and discards the earlier batches.
+
+``min_crop_area`` is 0.08 (the ImageNet recipe) unless the data set says
+otherwise: a ``min_crop_area`` in ``<source>/manifest.json`` (folder) or
+``PREFIX_classes.json`` (recordio, copied there by ``data pack``) is used
+when the argument is ``None``. The synthetic shapes set asks for 0.4, since
+its shapes are small and an 8% crop would often cut them out.
 
 Sharding (``shard=(rank, num_workers)``, distributed training): every worker
 gets the same number of training images per epoch, so every worker
@@ -55,7 +61,7 @@ LOG = logging.getLogger("mxfp16.data")
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
 PIPELINES = ("folder", "recordio")
-CROP_AREA = (0.08, 1.0)
+DEFAULT_MIN_CROP_AREA = 0.08
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 
@@ -88,8 +94,9 @@ class _FolderImages(gluon.data.Dataset):
     main process).
     """
 
-    def __init__(self, base, image_size, seed=0, epoch=None):
+    def __init__(self, base, image_size, seed=0, epoch=None, min_crop_area=DEFAULT_MIN_CROP_AREA):
         self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
+        self._area = (min_crop_area, 1.0)
 
     def __len__(self):
         return len(self._base.items)
@@ -106,7 +113,7 @@ class _FolderImages(gluon.data.Dataset):
             img = mx.image.center_crop(mx.image.resize_short(img, resize_for(self._size)), (self._size, self._size))[0]
             return img, label
         with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
-            img = mx.image.random_size_crop(img, (self._size, self._size), CROP_AREA, CROP_RATIO)[0]
+            img = mx.image.random_size_crop(img, (self._size, self._size), self._area, CROP_RATIO)[0]
             flip = rng.random() < 0.5
         if flip:
             img = mx.nd.flip(img, axis=1)
@@ -129,9 +136,12 @@ class Loaders:
     skipped : list of (str, str)
         ``(path, reason)`` of files left out by the scan (folder pipeline).
     pipeline : str
+    min_crop_area : float
+        Smallest random-resized-crop area used for training.
     """
 
     pipeline = None
+    min_crop_area = DEFAULT_MIN_CROP_AREA
 
     def __init__(self, classes, num_train, num_test, batch_size, skipped=()):
         self.classes, self.num_train, self.num_test = list(classes), num_train, num_test
@@ -155,6 +165,19 @@ class Loaders:
             raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
 
 
+def _crop_area(value, manifest):
+    """``value``, else the ``min_crop_area`` a data set's manifest asks for, else 0.08."""
+    if value is None:
+        try:
+            value = json.loads(Path(manifest).read_text()).get("min_crop_area")
+        except (OSError, ValueError, AttributeError):
+            value = None
+    value = DEFAULT_MIN_CROP_AREA if value is None else float(value)
+    if not 0 < value <= 1:
+        raise DataError(f"min_crop_area={value} (from the argument or {manifest}): need 0 < min_crop_area <= 1.")
+    return value
+
+
 def _epoch_order(num_items, seed, epoch):
     return np.random.RandomState(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]).permutation(num_items)
 
@@ -164,8 +187,9 @@ class FolderLoaders(Loaders):
 
     pipeline = "folder"
 
-    def __init__(self, root, image_size, batch_size, workers, seed, shard):
+    def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None):
         root = Path(root)
+        self.min_crop_area = _crop_area(min_crop_area, root / "manifest.json")
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")
         unknown = sorted(set(test_scan.classes) - set(train_scan.classes))
@@ -204,7 +228,7 @@ class FolderLoaders(Loaders):
         self._check_start(start_batch)
         order = _epoch_order(len(self._train.items), self._seed, epoch)[self._rank::self._parts][:self.num_train]
         batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        view = _FolderImages(self._train, self._size, self._seed, epoch)
+        view = _FolderImages(self._train, self._size, self._seed, epoch, self.min_crop_area)
         return self._batches(view, batches[start_batch:])
 
     def test_batches(self):
@@ -228,7 +252,7 @@ class RecordLoaders(Loaders):
 
     pipeline = "recordio"
 
-    def __init__(self, prefix, image_size, batch_size, workers, seed, shard):
+    def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None):
         meta_path = classes_file(prefix)
         try:
             meta = json.loads(meta_path.read_text())
@@ -242,6 +266,7 @@ class RecordLoaders(Loaders):
                 if not path.is_file():
                     raise DataError(f"{path} not found; re-run `mxfp16 data pack --src DIR --out {prefix}`.")
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
+        self.min_crop_area = _crop_area(min_crop_area, meta_path)
         self._threads = max(1, workers)
         self._rank, self._parts = shard
         total = meta["counts"]["train"]
@@ -282,7 +307,7 @@ class RecordLoaders(Loaders):
         self._check_start(start_batch)
         key = int(np.random.SeedSequence([self._seed, epoch]).generate_state(1)[0] % (2 ** 31))
         it = self._iter("train", shuffle=True, seed=key, seed_aug=key, rand_mirror=True, random_resized_crop=True,
-                        min_random_area=CROP_AREA[0], max_random_area=CROP_AREA[1],
+                        min_random_area=self.min_crop_area, max_random_area=1.0,
                         min_aspect_ratio=CROP_RATIO[0], max_aspect_ratio=CROP_RATIO[1],
                         part_index=self._rank, num_parts=self._parts)
         batches = self._strip(it, self.num_train)
@@ -294,7 +319,8 @@ class RecordLoaders(Loaders):
         return self._strip(self._iter("test", shuffle=False, resize=resize_for(self._size)), self.num_test)
 
 
-def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="folder", seed=0, shard=(0, 1)):
+def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="folder", seed=0, shard=(0, 1),
+                 min_crop_area=None):
     """Training and test batches of a data set, for one worker of ``shard[1]``.
 
     Parameters
@@ -313,6 +339,9 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         Seeds the order and the augmentation of every epoch.
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
+    min_crop_area : float, optional
+        Smallest area of the random resized crop, as a share of the image.
+        ``None``: what the data set's manifest asks for, else 0.08.
 
     Returns
     -------
@@ -332,7 +361,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
     if pipeline == "folder":
-        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts))
+        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area)
     if pipeline == "recordio":
-        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts))
+        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area)
     raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")

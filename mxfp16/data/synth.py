@@ -27,7 +27,10 @@ LOG = logging.getLogger("mxfp16.data")
 
 SHAPES = ("bar", "circle", "crescent", "cross", "hexagon", "ring", "square", "star", "triangle", "two_dots")
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Shapes cover 15-45% of an image; a random resized crop down to 8% of the area (the ImageNet
+# default) would cut the shape out of about a third of the crops. make_loaders reads this hint.
+MIN_CROP_AREA = 0.4
 DEMO_SETTINGS = {"classes": 10, "per_class": 100, "test_per_class": 30, "size": 128, "seed": 0}
 
 
@@ -111,7 +114,7 @@ def render(shape, rng, size):
     mask = Image.new("L", (width, height), 0)
     draw = ImageDraw.Draw(mask)
     short = min(width, height)
-    r = short * rng.uniform(0.16, 0.34)
+    r = short * rng.uniform(0.2, 0.38)
     center = (rng.uniform(r, width - r), rng.uniform(r, height - r))
     _draw_mask(shape, draw, rng, center, r)
     alpha = np.asarray(mask.filter(ImageFilter.GaussianBlur(0.7)), dtype=np.float32)[..., None] / np.float32(255)
@@ -127,7 +130,8 @@ def render(shape, rng, size):
 
 def _expected_manifest(classes, per_class, test_per_class, size, seed):
     return {"kind": "synth", "format_version": FORMAT_VERSION, "classes": list(SHAPES[:classes]),
-            "per_class": {"train": per_class, "test": test_per_class}, "size": size, "seed": seed}
+            "per_class": {"train": per_class, "test": test_per_class}, "size": size, "seed": seed,
+            "min_crop_area": MIN_CROP_AREA}
 
 
 def _is_complete(out, expected):
@@ -146,7 +150,7 @@ def _is_complete(out, expected):
     return True
 
 
-def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, seed=0, quality=90):
+def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, seed=0, quality=90, replace=False):
     """Generate the shapes set into ``out`` (``train/<class>/*.jpg``, ``test/...``, ``manifest.json``).
 
     The set is built in a temporary folder beside ``out`` and renamed into
@@ -167,6 +171,10 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     seed : int
     quality : int
         JPEG quality.
+    replace : bool
+        Replace a different synthetic set (one with a ``manifest.json`` of
+        kind ``synth``) found at ``out`` instead of refusing. Anything else at
+        ``out`` is never touched.
 
     Returns
     -------
@@ -182,7 +190,7 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     expected = _expected_manifest(classes, per_class, test_per_class, size, seed)
     if _is_complete(out, expected):
         return out
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not (replace and _is_synth(out)):
         raise DataError(f"{out} exists but does not hold this synthetic set (settings differ or files are missing). "
                         "Delete it or choose another --out.")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -204,10 +212,22 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     return out
 
 
+def _is_synth(out):
+    try:
+        return json.loads((out / MANIFEST).read_text()).get("kind") == "synth"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _install(tmp, out, expected):
     """Rename ``tmp`` to ``out``; if another process won the race with the same set, keep theirs."""
     if out.exists() and not any(out.iterdir()):
         out.rmdir()
+    elif out.exists() and _is_synth(out) and not _is_complete(out, expected):
+        # An outdated generated set (replace=True): move it aside first so the rename stays atomic.
+        stale = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".stale", dir=out.parent))
+        os.rename(out, stale / "old")
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         os.rename(tmp, out)
     except OSError:
@@ -219,7 +239,8 @@ def demo_dataset(root="data"):
     """The demo set: ``<root>/demo``, generated on first use (a few seconds), reused afterwards.
 
     Ten shape classes, 100 training and 30 test images per class, about
-    128 px. See :func:`synth_dataset` and :data:`DEMO_SETTINGS`.
+    128 px. See :func:`synth_dataset` and :data:`DEMO_SETTINGS`. A demo set
+    made by an older mxfp16 (other settings) is regenerated.
 
     Parameters
     ----------
@@ -230,4 +251,4 @@ def demo_dataset(root="data"):
     Path
         ``<root>/demo``, with ``train/<class>/*.jpg``, ``test/<class>/*.jpg`` and ``manifest.json``.
     """
-    return synth_dataset(Path(root) / "demo", **DEMO_SETTINGS)
+    return synth_dataset(Path(root) / "demo", replace=True, **DEMO_SETTINGS)
