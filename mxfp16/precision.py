@@ -175,10 +175,11 @@ class AMPStateError(RuntimeError):
 def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
     """Prepare the process for ``precision``; call before building the network.
 
-    For AMP precisions this calls ``mx.contrib.amp.init`` (once per process);
-    the optional lists are passed through to it. For the others it checks that
-    AMP has not already patched MXNet, because then a "float32" run would not
-    be float32.
+    For AMP precisions this calls ``mx.contrib.amp.init`` (once per process)
+    with mxfp16's measured operator lists (:func:`mxfp16.amp_lists.init_amp`);
+    lists given here replace them and go to AMP unchanged. For the others it
+    checks that AMP has not already patched MXNet, because then a "float32"
+    run would not be float32.
 
     Raises
     ------
@@ -213,7 +214,12 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
                        ("fp32_ops", fp32_ops)):
         if value is not None:
             kwargs[key] = value
-    amp.init(target_dtype=target, **kwargs)
+    if kwargs:
+        amp.init(target_dtype=target, **kwargs)
+    else:
+        # mxfp16's measured operator lists (see mxfp16/amp_lists.py and docs/benchmarks.md).
+        from .amp_lists import init_amp
+        init_amp(target)
     _amp_target = target
 
 

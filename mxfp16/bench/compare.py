@@ -1,0 +1,192 @@
+"""Compare finished training runs: accuracy, loss and speed of float32 against mixed precision.
+
+A run directory is what ``mxfp16 train --out DIR`` writes: ``config.json``,
+``metrics.jsonl`` (one record per epoch) and ``summary.json``.
+"""
+import json
+import os
+from dataclasses import dataclass
+
+from ..fileio import atomic_write, read_jsonl, write_json
+
+METRIC_FIELDS = ("epoch", "train_loss", "val_top1", "seconds")
+SUMMARY_FIELDS = ("precision", "model", "epochs", "final_val_top1", "best_val_top1", "images_per_second")
+
+
+class RunDirError(ValueError):
+    """A run directory that is missing, incomplete or unreadable."""
+
+
+@dataclass
+class Run:
+    """One training run as read from its directory."""
+
+    name: str
+    path: str
+    config: dict
+    metrics: list
+    summary: dict
+
+    @property
+    def precision(self):
+        return self.summary["precision"]
+
+    @property
+    def wall_seconds(self):
+        """Cumulative training time at the end of each epoch."""
+        total, out = 0.0, []
+        for m in self.metrics:
+            total += float(m["seconds"])
+            out.append(total)
+        return out
+
+
+def _read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise RunDirError(f"{path} is missing: {what}") from None
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{path} cannot be read ({err}): {what}") from None
+
+
+def load_run(path):
+    """Read one run directory.
+
+    Raises
+    ------
+    RunDirError
+        When the folder, a file or a documented field is missing, naming which
+        and what to do.
+    """
+    if not os.path.isdir(path):
+        raise RunDirError(f"{path!r} is not a folder; pass the --out folder of an `mxfp16 train` run")
+    unfinished = "the run has not finished an epoch (train it, or resume it with mxfp16 train --resume)"
+    config = _read_json(os.path.join(path, "config.json"), "not an mxfp16 train output folder?")
+    summary = _read_json(os.path.join(path, "summary.json"), unfinished)
+    metrics_path = os.path.join(path, "metrics.jsonl")
+    if not os.path.exists(metrics_path):
+        raise RunDirError(f"{metrics_path} is missing: {unfinished}")
+    try:
+        metrics = list(read_jsonl(metrics_path))
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{metrics_path} cannot be read ({err})") from None
+    if not metrics:
+        raise RunDirError(f"{metrics_path} has no epochs: {unfinished}")
+    missing = [f for f in SUMMARY_FIELDS if f not in summary]
+    if missing:
+        raise RunDirError(f"{path}/summary.json lacks {', '.join(missing)}; was it written by mxfp16 train?")
+    for m in metrics:
+        lacking = [f for f in METRIC_FIELDS if m.get(f) is None]
+        if lacking:
+            raise RunDirError(f"{metrics_path}: epoch record {m.get('epoch', '?')} lacks {', '.join(lacking)}")
+    name = os.path.basename(os.path.normpath(path))
+    return Run(name=name, path=path, config=config, metrics=metrics, summary=summary)
+
+
+def load_runs(paths):
+    """Read several run directories; names are made unique when basenames repeat."""
+    runs = [load_run(p) for p in paths]
+    names = [r.name for r in runs]
+    for r in runs:
+        if names.count(r.name) > 1:
+            r.name = os.path.normpath(r.path)
+    return runs
+
+
+def comparison_table(runs):
+    """One row per run, with img/s speedup and accuracy difference against the first float32 run.
+
+    Returns
+    -------
+    list of dict
+        ``run``, ``precision``, ``model``, ``epochs``, ``final_val_top1``,
+        ``best_val_top1``, ``images_per_second``, ``peak_memory_mb``,
+        ``train_seconds``, ``speedup`` and ``val_top1_delta`` (``None``
+        without a float32 run).
+    """
+    base = next((r for r in runs if r.precision == "float32"), None)
+    rows = []
+    for r in runs:
+        s = r.summary
+        row = {
+            "run": r.name, "path": r.path, "precision": r.precision, "model": s["model"], "epochs": s["epochs"],
+            "final_val_top1": s["final_val_top1"], "best_val_top1": s["best_val_top1"],
+            "images_per_second": s["images_per_second"], "peak_memory_mb": s.get("peak_memory_mb"),
+            "train_seconds": r.wall_seconds[-1], "speedup": None, "val_top1_delta": None,
+        }
+        if base is not None:
+            row["speedup"] = s["images_per_second"] / base.summary["images_per_second"]
+            row["val_top1_delta"] = s["final_val_top1"] - base.summary["final_val_top1"]
+        rows.append(row)
+    return rows
+
+
+def _fmt(value, spec, suffix=""):
+    return "-" if value is None else format(value, spec) + suffix
+
+
+def format_table(rows):
+    head = f"{'run':<22}{'precision':<14}{'epochs':>7}{'final top1':>11}{'best top1':>10}{'vs fp32':>9}" \
+           f"{'img/s':>9}{'speedup':>9}{'train s':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['run'][:21]:<22}{r['precision']:<14}{r['epochs']:>7}{_fmt(r['final_val_top1'], '.4f'):>11}"
+                     f"{_fmt(r['best_val_top1'], '.4f'):>10}{_fmt(r['val_top1_delta'], '+.4f'):>9}"
+                     f"{_fmt(r['images_per_second'], '.2f'):>9}{_fmt(r['speedup'], '.2f', 'x'):>9}"
+                     f"{_fmt(r['train_seconds'], '.1f'):>9}")
+    return "\n".join(lines)
+
+
+def to_markdown(rows):
+    cols = [("run", "run", "{}"), ("precision", "precision", "{}"), ("epochs", "epochs", "{}"),
+            ("final_val_top1", "final val top-1", "{:.4f}"), ("best_val_top1", "best val top-1", "{:.4f}"),
+            ("val_top1_delta", "top-1 vs float32", "{:+.4f}"), ("images_per_second", "img/s", "{:.2f}"),
+            ("speedup", "speedup", "{:.2f}x"), ("train_seconds", "train time (s)", "{:.1f}"),
+            ("peak_memory_mb", "peak memory (MB)", "{:.0f}")]
+    lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join("-" if r[k] is None else fmt.format(r[k]) for k, _, fmt in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_runs(runs, path):
+    """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
+    from .plots import pyplot, save_figure
+
+    fig, (ax_loss, ax_acc, ax_time) = pyplot().subplots(1, 3, figsize=(13, 3.8))
+    for r in runs:
+        epochs = [m["epoch"] for m in r.metrics]
+        top1 = [m["val_top1"] for m in r.metrics]
+        name = f"{r.name} ({r.precision})"
+        ax_loss.plot(epochs, [m["train_loss"] for m in r.metrics], marker="o", label=name)
+        ax_acc.plot(epochs, top1, marker="o", label=name)
+        ax_time.plot(r.wall_seconds, top1, marker="o", label=name)
+    ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss per epoch")
+    ax_acc.set(xlabel="epoch", ylabel="validation top-1", title="Accuracy per epoch")
+    ax_time.set(xlabel="training time (s, cumulative)", ylabel="validation top-1", title="Accuracy against time")
+    for ax in (ax_loss, ax_acc, ax_time):
+        ax.grid(alpha=0.3)
+    return save_figure(fig, ax_time, path)
+
+
+def compare(paths, out_dir):
+    """Read the runs, write ``compare.json``, ``compare.md`` and ``compare.png`` into ``out_dir``.
+
+    Returns
+    -------
+    (list of dict, list of str)
+        The table rows and the paths written.
+    """
+    runs = load_runs(paths)
+    rows = comparison_table(runs)
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "compare.json")
+    md_path = os.path.join(out_dir, "compare.md")
+    png_path = os.path.join(out_dir, "compare.png")
+    write_json(json_path, {"runs": rows, "metrics": {r.name: r.metrics for r in runs}})
+    with atomic_write(md_path) as handle:
+        handle.write(to_markdown(rows))
+    plot_runs(runs, png_path)
+    return rows, [json_path, md_path, png_path]

@@ -1,0 +1,63 @@
+"""The benchmark's PNG figures: throughput, peak memory and speedup by precision and batch size."""
+import os
+
+import numpy as np
+
+from .report import label
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display on a server)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, legend_axes, path):
+    """Legend, tight layout, PNG at 120 dpi, close; returns ``path``."""
+    legend_axes.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
+def _grouped_bars(records, value, ylabel, title, path, baseline_line=None):
+    plt = pyplot()
+    ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
+    batch_sizes = sorted({r["batch_size"] for r in ok})
+    labels = list(dict.fromkeys(label(r) for r in ok))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(batch_sizes) * max(1, len(labels)) ** 0.5 + 2), 3.8))
+    width = 0.8 / max(1, len(labels))
+    x = np.arange(len(batch_sizes))
+    for i, name in enumerate(labels):
+        heights = [next((r[value] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
+                   for bs in batch_sizes]
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name)
+        ax.bar_label(bars, fmt="%.2f" if value == "speedup" else "%.3g", fontsize=7)
+    if baseline_line is not None:
+        ax.axhline(baseline_line, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x, [f"batch {bs}" for bs in batch_sizes])
+    ax.set_ylabel(ylabel)
+    model = ok[0]["model"] if ok else ""
+    size = ok[0]["image_size"] if ok else ""
+    ax.set_title(f"{title}: {model}, {size} px, {ok[0]['mode'] if ok else ''}")
+    return save_figure(fig, ax, path)
+
+
+def write_plots(out_dir, records):
+    """Write ``throughput.png``, ``memory.png`` and ``speedup.png``; return their paths.
+
+    Only successful runs are drawn; ``speedup`` needs :func:`mxfp16.bench.report.add_speedups` first.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    non_baseline = [r for r in records if r.get("precision") != "float32"]
+    return [
+        _grouped_bars(records, "images_per_second", "images / second", "Throughput",
+                      os.path.join(out_dir, "throughput.png")),
+        _grouped_bars(records, "peak_memory_mb", "peak memory (MB)", "Peak memory",
+                      os.path.join(out_dir, "memory.png")),
+        _grouped_bars(non_baseline, "speedup", "speedup over float32", "Speedup",
+                      os.path.join(out_dir, "speedup.png"), baseline_line=1.0),
+    ]

@@ -1,0 +1,139 @@
+"""Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``."""
+import csv
+import io
+
+from ..fileio import atomic_write, write_json
+
+#: Fields every result record has (``None`` where a run was skipped or failed).
+RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",
+                 "ms_per_step_spread", "peak_memory_mb")
+#: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
+EXTRA_FIELDS = ("requested_precision", "amp_lists", "data", "ctx", "status", "reason", "cpu_ms_per_step",
+                "speedup", "memory_ratio", "load_average")
+BASELINE = "float32"
+
+
+def _group(record):
+    """Records in one group are compared with each other: only precision (and AMP lists) differ."""
+    return tuple(record.get(k) for k in ("model", "image_size", "batch_size", "mode", "data", "ctx"))
+
+
+def label(record):
+    """A precision's display name, with its AMP lists when it has them: ``amp-bfloat16 (mxfp16 lists)``."""
+    lists = record.get("amp_lists")
+    return f"{record['precision']} ({lists} lists)" if lists else record["precision"]
+
+
+def speedup_key(record):
+    return f"{label(record)} vs float32, {record['model']} {record['image_size']}px bs{record['batch_size']} {record['mode']}"
+
+
+def add_speedups(records):
+    """Set ``speedup`` and ``memory_ratio`` on each record against the float32 run of its group.
+
+    Only the records passed in are used, so a speedup always compares runs of
+    one invocation. A group without a successful float32 run gets ``None``.
+
+    Parameters
+    ----------
+    records : list of dict
+        Result records; changed in place.
+
+    Returns
+    -------
+    dict
+        ``{speedup_key: {"speedup", "memory_ratio", "precision", "amp_lists",
+        "batch_size", "image_size", "model", "mode"}}`` for every successful
+        non-float32 record that has a baseline.
+    """
+    baselines = {}
+    for r in records:
+        if r.get("status") == "ok" and r["precision"] == BASELINE:
+            baselines.setdefault(_group(r), r)
+    table = {}
+    for r in records:
+        base = baselines.get(_group(r))
+        if r.get("status") != "ok" or base is None:
+            r["speedup"] = r["memory_ratio"] = None
+            continue
+        r["speedup"] = base["ms_per_step"] / r["ms_per_step"]
+        r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
+        if r is not base:
+            table[speedup_key(r)] = {
+                "speedup": r["speedup"], "memory_ratio": r["memory_ratio"],
+                **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
+            }
+    return table
+
+
+def bench_document(machine, records, config=None, tensor_cores=None):
+    """The content of ``bench.json``: machine, results, speedups (computed here) and the settings."""
+    speedup = add_speedups(records)
+    doc = {"machine": machine, "results": records, "speedup": speedup}
+    if config is not None:
+        doc["config"] = config
+    if tensor_cores is not None:
+        doc["tensor_cores"] = tensor_cores
+    return doc
+
+
+def write_outputs(out_dir, document):
+    """Write ``bench.json`` and ``bench.csv`` into ``out_dir`` (atomically); return their paths."""
+    import os
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "bench.json")
+    csv_path = os.path.join(out_dir, "bench.csv")
+    write_json(json_path, document)
+    with atomic_write(csv_path, "w") as handle:
+        handle.write(to_csv(document["results"]))
+    return json_path, csv_path
+
+
+def to_csv(records):
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=RESULT_FIELDS + EXTRA_FIELDS, extrasaction="ignore",
+                            lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: _csv_value(r.get(k)) for k in RESULT_FIELDS + EXTRA_FIELDS})
+    return buffer.getvalue()
+
+
+def _csv_value(value):
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return " ".join(_csv_value(v) for v in value)
+    if isinstance(value, str):
+        return value.splitlines()[-1] if value else value
+    return value
+
+
+def _num(value, fmt):
+    return format(value, fmt) if value is not None else "-"
+
+
+def short_reason(record, width=90):
+    """The gist of why a run did not produce timings: a skip's first sentence, a crash's last line."""
+    text = (record.get("reason") or "").strip()
+    if not text:
+        return "no reason given"
+    line = text.split(". ")[0] if record.get("status") == "skipped" else text.splitlines()[-1]
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def format_table(records):
+    """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first)."""
+    head = f"{'model':<18}{'px':>5}{'mode':>10}  {'precision':<30}{'batch':>6}{'img/s':>9}{'ms/step':>10}" \
+           f"{'+/-':>8}{'peak MB':>9}{'speedup':>9}{'memory':>8}"
+    lines = [head, "-" * len(head)]
+    for r in records:
+        row = f"{r['model']:<18}{r['image_size']:>5}{r['mode']:>10}  {label(r):<30}{r['batch_size']:>6}"
+        if r.get("status") != "ok":
+            lines.append(f"{row}  {r.get('status', 'failed').upper()}: {short_reason(r)}")
+            continue
+        lines.append(row + f"{_num(r['images_per_second'], '.2f'):>9}{_num(r['ms_per_step'], '.1f'):>10}"
+                     f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r['peak_memory_mb'], '.0f'):>9}"
+                     f"{_num(r.get('speedup'), '.2f') + ('x' if r.get('speedup') else ''):>9}"
+                     f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}")
+    return "\n".join(lines)

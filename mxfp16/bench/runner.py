@@ -1,0 +1,337 @@
+"""One benchmark measurement: one precision, one batch size, one process.
+
+AMP patches MXNet once per process and cannot be undone, so every
+measurement runs in a fresh Python process (:func:`run_in_subprocess`), which
+executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
+record. The measurement itself (:func:`measure`) builds the run exactly as
+the trainer does and times :func:`mxfp16.train_step`, the step the trainer
+uses, so the speed measured here is the speed a training run gets.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+MODES = ("train", "inference")
+#: Exit status of a child whose precision cannot run on these devices.
+EXIT_SKIPPED = 3
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What one measurement runs.
+
+    Attributes
+    ----------
+    model : str
+        A gluoncv model-zoo name (``resnet50_v2``, ``cifar_resnet20_v1`` ...).
+    image_size : int
+        Height and width of the square input images.
+    batch_size : int
+    precision : str
+        A name from :data:`mxfp16.PRECISIONS` (``auto`` is resolved in the child).
+    mode : str
+        ``'train'`` (forward, backward, update) or ``'inference'`` (forward).
+    iters : int
+        Steps per timed repeat.
+    warmup : int
+        Untimed steps first (graph build, oneDNN primitive creation, allocation).
+    repeats : int
+        Timed repeats; the median and spread are over these.
+    data : str
+        ``'synthetic'`` (random tensors) or a data folder for
+        ``mxfp16.data.make_loaders``.
+    ctx : str
+        ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
+    classes : int
+        Output classes of the model (synthetic data only; a folder sets its own).
+    amp_lists : str
+        Which AMP operator lists an AMP precision uses: ``'mxfp16'`` (the
+        tuned lists in :mod:`mxfp16.amp_lists`) or ``'mxnet'`` (MXNet's own).
+    seed : int
+    """
+
+    model: str = "resnet50_v2"
+    image_size: int = 224
+    batch_size: int = 16
+    precision: str = "float32"
+    mode: str = "train"
+    iters: int = 10
+    warmup: int = 3
+    repeats: int = 3
+    data: str = "synthetic"
+    ctx: str = "cpu"
+    classes: int = 102
+    amp_lists: str = "mxfp16"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        for name in ("image_size", "batch_size", "iters", "repeats", "classes"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if int(self.warmup) < 0:
+            raise ValueError(f"warmup must be 0 or more, got {self.warmup!r}")
+
+    def to_json(self):
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text):
+        values = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def build_model(name, classes):
+    """A model by name: ``mxfp16.models.build_model`` when the package has it, else gluoncv's zoo."""
+    from .. import models
+    if hasattr(models, "build_model"):
+        return models.build_model(name, classes=classes)
+    from gluoncv.model_zoo import get_model
+    return get_model(name, classes=classes)
+
+
+def peak_memory_mb(contexts):
+    """Peak memory of this run: the process's peak resident set on CPU, MXNet's used GPU memory on GPUs.
+
+    MXNet 1.9.1 reports only free and total GPU memory, so the GPU figure is
+    what is in use at the end of the run (the pool keeps its peak allocation).
+    """
+    gpus = [c for c in contexts if c.device_type == "gpu"]
+    if gpus:
+        import mxnet as mx
+        used = 0.0
+        for c in gpus:
+            free, total = mx.context.gpu_memory_info(c.device_id)
+            used += total - free
+        return used / 2 ** 20
+    # ru_maxrss is in kilobytes on Linux, bytes on macOS.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2 ** 20
+
+
+class _Batches:
+    """An endless source of (data, label) float32 batches of one shape."""
+
+    def __init__(self, spec):
+        import mxnet as mx
+        self.classes = spec.classes
+        if spec.data == "synthetic":
+            rng = np.random.RandomState(spec.seed)
+            shape = (spec.batch_size, 3, spec.image_size, spec.image_size)
+            self._fixed = (mx.nd.array(rng.standard_normal(shape).astype(np.float32)),
+                           mx.nd.array(rng.randint(0, spec.classes, spec.batch_size).astype(np.float32)))
+            self._loader = None
+        else:
+            self._fixed = None
+            self._loader, self.classes = _real_loader(spec)
+            self._it = iter(self._loader)
+
+    def next(self):
+        if self._fixed is not None:
+            return self._fixed
+        try:
+            data, label = next(self._it)
+        except StopIteration:
+            self._it = iter(self._loader)
+            data, label = next(self._it)
+        return data, label
+
+
+def _real_loader(spec):
+    """The training loader for a data folder and its class count, from ``mxfp16.data``."""
+    try:
+        from ..data import make_loaders
+    except ImportError as err:
+        raise RuntimeError("--data DIR needs mxfp16.data.make_loaders, which this installation lacks; "
+                           "use --data synthetic") from err
+    loaders = make_loaders(spec.data, spec.image_size, spec.batch_size)
+    train = loaders["train"] if isinstance(loaders, dict) else getattr(loaders, "train", None)
+    if train is None:
+        train = loaders[0]
+    classes = getattr(loaders, "classes", None) or getattr(train, "classes", None)
+    if classes is None:
+        dataset = getattr(train, "_dataset", None)
+        classes = getattr(dataset, "synsets", None) or getattr(dataset, "classes", None)
+    n_classes = len(classes) if isinstance(classes, (list, tuple)) else int(classes or spec.classes)
+    return train, n_classes
+
+
+def _amp_kwargs(spec, precision):
+    """Explicit lists only for MXNet's own; ``activate`` applies mxfp16's by default."""
+    if not precision.amp or spec.amp_lists == "mxfp16":
+        return {}
+    from ..amp_lists import operator_lists
+    return operator_lists(precision.compute_dtype, spec.amp_lists)
+
+
+def measure(spec):
+    """Build the run as the trainer does and time it, in this process.
+
+    The order is the trainer's: resolve the precision, activate it (AMP is
+    initialised before the network exists), build and initialise the network,
+    cast it, hybridize with ``static_alloc``/``static_shape``, make the loss
+    scaler and the trainer; every step casts its batch and calls
+    :func:`mxfp16.train_step`. The loss is read every step, as a training loop
+    that reports its loss does. ``mx.nd.waitall()`` brackets every timed repeat.
+
+    Parameters
+    ----------
+    spec : BenchSpec
+
+    Returns
+    -------
+    dict
+        The result record (see :func:`mxfp16.bench.report.RESULT_FIELDS`).
+
+    Raises
+    ------
+    mxfp16.PrecisionError
+        When the precision cannot run on ``spec.ctx`` (float16 on a CPU).
+    """
+    import mxnet as mx
+
+    import mxfp16
+    from ..precision import activate, as_context_list, resolve_precision
+
+    contexts = as_context_list(spec.ctx)
+    precision = resolve_precision(spec.precision, contexts)
+    activate(precision, **_amp_kwargs(spec, precision))
+    mx.random.seed(spec.seed)
+    np.random.seed(spec.seed)
+
+    batches = _Batches(spec)
+    net = build_model(spec.model, batches.classes)
+    net.initialize(mx.init.Xavier(magnitude=2), ctx=contexts)
+    mxfp16.cast_net(net, precision.param_dtype)
+    net.hybridize(static_alloc=True, static_shape=True)
+    scaler = mxfp16.make_loss_scaler(None, precision)
+    trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4},
+                                  precision, scaler)
+    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+
+    if spec.mode == "train":
+        def step():
+            data, label = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
+            mxfp16.train_step(net, loss_fn, trainer, data, label, scaler).loss.asscalar()
+    else:
+        def step():
+            data, _ = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
+            for out in [mxfp16.to_float32(net(x)) for x in data]:
+                out.wait_to_read()
+
+    for _ in range(spec.warmup):
+        step()
+    mx.nd.waitall()
+    wall, cpu = [], []
+    for _ in range(spec.repeats):
+        mx.nd.waitall()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for _ in range(spec.iters):
+            step()
+        mx.nd.waitall()
+        wall.append((time.perf_counter() - start) / spec.iters)
+        cpu.append((time.process_time() - start_cpu) / spec.iters)
+    return _record(spec, precision, wall, cpu, peak_memory_mb(contexts))
+
+
+def _record(spec, precision, wall, cpu, peak_mb):
+    median = float(np.median(wall))
+    return {
+        "precision": precision.name,
+        "requested_precision": spec.precision,
+        "amp_lists": spec.amp_lists if precision.amp else None,
+        "batch_size": spec.batch_size,
+        "image_size": spec.image_size,
+        "model": spec.model,
+        "mode": spec.mode,
+        "data": spec.data,
+        "ctx": spec.ctx,
+        "status": "ok",
+        "reason": None,
+        "images_per_second": spec.batch_size / median,
+        "ms_per_step": 1000.0 * median,
+        # Half the min-max range over repeats: the +/- a reader can expect.
+        "ms_per_step_spread": 500.0 * (max(wall) - min(wall)),
+        "ms_per_step_repeats": [1000.0 * t for t in wall],
+        # Process CPU time per step: less sensitive than wall time to other
+        # programs on a shared machine (it still counts their cache pressure).
+        "cpu_ms_per_step": 1000.0 * float(np.median(cpu)),
+        "peak_memory_mb": peak_mb,
+        "iters": spec.iters,
+        "warmup": spec.warmup,
+        "repeats": spec.repeats,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def not_run(spec, status, reason, precision_name=None):
+    """The record of a measurement that did not produce timings."""
+    return {
+        "precision": precision_name or spec.precision, "requested_precision": spec.precision,
+        "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
+        "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
+        "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,
+    }
+
+
+def run_in_subprocess(spec, timeout=None, python=None):
+    """Run :func:`measure` for ``spec`` in a fresh Python process.
+
+    Returns
+    -------
+    dict
+        The child's record; ``status`` is ``'ok'``, ``'skipped'`` (the
+        precision cannot run here; ``reason`` says why) or ``'failed'``
+        (the child crashed or timed out; ``reason`` holds the end of its
+        error output). It never raises for a failing child.
+    """
+    with tempfile.TemporaryDirectory(prefix="mxfp16-bench-") as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        cmd = [python or sys.executable, "-m", "mxfp16.bench.runner", "--spec", spec.to_json(),
+               "--result", result_path]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return not_run(spec, "failed", f"timed out after {timeout:g} s")
+        if os.path.exists(result_path):
+            with open(result_path, encoding="utf-8") as handle:
+                return json.load(handle)
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-12:]
+        return not_run(spec, "failed", f"exit status {proc.returncode}: " + "\n".join(tail))
+
+
+def main(argv=None):
+    """Child entry point: measure one spec and write its record to ``--result``."""
+    from ..fileio import write_json
+    from ..precision import PrecisionError
+
+    parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.runner")
+    parser.add_argument("--spec", required=True, help="the BenchSpec as JSON")
+    parser.add_argument("--result", required=True, help="where to write the JSON record")
+    args = parser.parse_args(argv)
+    spec = BenchSpec.from_json(args.spec)
+    try:
+        record = measure(spec)
+    except PrecisionError as err:
+        write_json(args.result, not_run(spec, "skipped", str(err)))
+        return EXIT_SKIPPED
+    except Exception:  # the parent reports it and carries on with the other runs
+        write_json(args.result, not_run(spec, "failed", traceback.format_exc(limit=6).strip()))
+        return 1
+    write_json(args.result, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The benchmark matrix: every precision at every batch size, each in its own process."""
+import uuid
+from dataclasses import replace
+
+from .runner import BenchSpec, not_run, run_in_subprocess
+
+
+def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",)):
+    """The specs of one invocation, float32 first in each batch size so the baseline is measured early.
+
+    Parameters
+    ----------
+    base : BenchSpec
+        Everything except precision, batch size and AMP lists.
+    precisions : sequence of str
+        Precision names as the user gave them (``auto`` included).
+    batch_sizes : sequence of int
+    amp_lists : sequence of str
+        Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``);
+        the others run once.
+
+    Returns
+    -------
+    list of BenchSpec
+    """
+    from ..precision import PrecisionError, resolve_precision
+
+    resolved = {}
+    for name in precisions:
+        try:
+            precision = resolve_precision(name, base.ctx)
+            key, amp = precision.name, precision.amp
+        except PrecisionError:
+            key, amp = name, False  # the child reports why it cannot run
+        # 'auto' and the name it resolves to are one run.
+        resolved.setdefault(key, (name, amp))
+    ordered = sorted(resolved.items(), key=lambda item: item[0] != "float32")
+    specs = []
+    for batch_size in batch_sizes:
+        for _, (name, amp) in ordered:
+            for lists in (amp_lists if amp else amp_lists[:1]):
+                specs.append(replace(base, precision=name, batch_size=int(batch_size), amp_lists=lists))
+    return specs
+
+
+def run_suite(specs, timeout=None, on_result=None):
+    """Run every spec in its own process; skips and crashes are recorded, never raised.
+
+    Parameters
+    ----------
+    specs : list of BenchSpec
+    timeout : float, optional
+        Seconds one measurement may take before it is stopped and reported failed.
+    on_result : callable, optional
+        Called with each record as it arrives (progress output).
+
+    Returns
+    -------
+    list of dict
+        One record per spec, each stamped with the same ``invocation`` id.
+    """
+    invocation = uuid.uuid4().hex[:12]
+    records = []
+    for spec in specs:
+        reason = _cannot_run(spec)
+        record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
+        record["invocation"] = invocation
+        records.append(record)
+        if on_result is not None:
+            on_result(record)
+    return records
+
+
+def _cannot_run(spec):
+    """Why ``spec``'s precision cannot run on its devices, or ``None`` (no process needed to find out)."""
+    from ..precision import PrecisionError, resolve_precision
+    try:
+        resolve_precision(spec.precision, spec.ctx)
+    except PrecisionError as err:
+        return str(err)
+    return None
+
+
+__all__ = ["BenchSpec", "plan", "run_suite"]

@@ -1,0 +1,97 @@
+"""Which layers miss float16 tensor cores: channel, unit and batch counts that are not multiples of 8.
+
+Volta and later GPUs run float16 matrix products on tensor cores only when
+the matrix dimensions (convolution input/output channels, dense input/output
+units, and the batch) are multiples of 8; other shapes fall back to slower
+kernels or pay for padding.
+"""
+import warnings
+
+import mxnet as mx
+from mxnet import gluon
+
+MULTIPLE = 8
+
+
+def _kind(block):
+    if isinstance(block, gluon.nn.Dense):
+        return "Dense"
+    if isinstance(block, (gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
+                          gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)):
+        return "Conv"
+    return None
+
+
+def layer_shapes(net):
+    """``(name, kind, in, out)`` for each Conv and Dense layer, from its (initialised) weight.
+
+    Grouped convolutions report their total input channels.
+    """
+    rows = []
+
+    def visit(block):
+        kind = _kind(block)
+        if kind is not None:
+            shape = block.weight.shape
+            if kind == "Dense":
+                n_in, n_out = shape[1], shape[0]
+            else:
+                groups = block._kwargs.get("num_group", 1)
+                transposed = "Transpose" in type(block).__name__
+                n_in, n_out = (shape[0], shape[1] * groups) if transposed else (shape[1] * groups, shape[0])
+            rows.append((block.name, kind, int(n_in), int(n_out)))
+
+    net.apply(visit)
+    return rows
+
+
+def tensor_core_report(net, batch_size, sample_shape=None):
+    """Layers and batch size that miss tensor cores.
+
+    Parameters
+    ----------
+    net : gluon.Block
+        Initialised. Layers with deferred shapes are completed by one forward
+        pass of a zero batch of ``sample_shape``.
+    batch_size : int or sequence of int
+    sample_shape : tuple, optional
+        One input without the batch axis, e.g. ``(3, 224, 224)``; needed only
+        when some shapes are still unknown.
+
+    Returns
+    -------
+    dict
+        ``{"multiple": 8, "layers": n, "misaligned": [{"name", "kind", "in", "out"}, ...],
+        "batch_sizes": {bs: bool multiple-of-8}, "aligned": bool}``.
+    """
+    if sample_shape is not None and any(0 in p.shape for p in net.collect_params().values() if p.shape):
+        net(mx.nd.zeros((1,) + tuple(sample_shape)))
+    rows = layer_shapes(net)
+    misaligned = [{"name": name, "kind": kind, "in": n_in, "out": n_out}
+                  for name, kind, n_in, n_out in rows if n_in % MULTIPLE or n_out % MULTIPLE]
+    sizes = [batch_size] if isinstance(batch_size, int) else list(batch_size)
+    batches = {int(bs): int(bs) % MULTIPLE == 0 for bs in sizes}
+    return {"multiple": MULTIPLE, "layers": len(rows), "misaligned": misaligned, "batch_sizes": batches,
+            "aligned": not misaligned and all(batches.values())}
+
+
+def format_report(report, model=""):
+    """The report as text lines for the terminal."""
+    head = f"Tensor cores (float16 on Volta+ needs multiples of {report['multiple']})" + (f", {model}" if model else "")
+    lines = [head + f": {report['layers']} Conv/Dense layers, {len(report['misaligned'])} misaligned"]
+    for row in report["misaligned"]:
+        lines.append(f"  {row['kind']:<5} {row['name']:<32} in {row['in']:>5}  out {row['out']:>5}")
+    for bs, ok in report["batch_sizes"].items():
+        lines.append(f"  batch size {bs}: {'multiple of 8' if ok else 'NOT a multiple of 8'}")
+    return "\n".join(lines)
+
+
+def model_tensor_core_report(model, classes, image_size, batch_sizes):
+    """:func:`tensor_core_report` for a model by name, built and initialised here in float32."""
+    from .runner import build_model
+
+    net = build_model(model, classes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some zoo models come partly initialised
+        net.initialize(mx.init.Xavier())
+    return tensor_core_report(net, list(batch_sizes), sample_shape=(3, image_size, image_size))

@@ -1,0 +1,130 @@
+"""``mxfp16 bench``: float32 against mixed precision, side by side, each run in its own process.
+
+Times the trainer's own step (forward, backward, update; or forward only with
+--mode inference) after warm-up and reports images/s, ms per step (median
+and spread over repeats), peak memory, and the speedup and memory ratio
+against the float32 run of the same invocation. Writes bench.json, bench.csv
+and PNG plots to --out.
+"""
+import os
+
+from ..cli import CommandError
+
+ORDER = 40
+
+
+def _int_list(text, flag):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise CommandError(f"{flag} {text!r} is not a comma-separated list of positive integers; e.g. {flag} 16,32")
+    return values
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("bench", help="time float32 against mixed precision (throughput, memory, speedup)",
+                                   description=__doc__)
+    what = parser.add_argument_group("what to run")
+    what.add_argument("--model", default="resnet50_v2",
+                      help="gluoncv model-zoo name (default: resnet50_v2)")
+    what.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default: 224)")
+    what.add_argument("--batch-sizes", default="16,32", help="comma-separated batch sizes (default: 16,32)")
+    what.add_argument("--precisions", default="float32,auto",
+                      help="comma-separated precisions; float32 is the baseline (default: float32,auto)")
+    what.add_argument("--amp-lists", default="mxfp16",
+                      help="AMP operator lists for AMP precisions, comma-separated: mxfp16 (tuned) and/or mxnet "
+                           "(MXNet's defaults); each runs separately (default: mxfp16)")
+    what.add_argument("--mode", choices=("train", "inference"), default="train",
+                      help="train: forward, backward and update; inference: forward only (default: train)")
+    what.add_argument("--data", default="synthetic",
+                      help="'synthetic' (random tensors) or a data folder with train/ and test/ (default: synthetic)")
+    what.add_argument("--classes", type=int, default=102,
+                      help="model output classes with synthetic data (default: 102, Caltech-101)")
+    what.add_argument("--ctx", default="cpu", help="cpu, gpu:0 or gpu:0,1,... (default: cpu)")
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--iters", type=int, default=10, help="steps per timed repeat (default: 10)")
+    timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
+    timing.add_argument("--repeats", type=int, default=3, help="timed repeats; median and spread over these (default: 3)")
+    timing.add_argument("--timeout", type=float, default=None,
+                        help="seconds one run may take before it is stopped and reported failed (default: none)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", required=True, help="folder for bench.json, bench.csv and the PNG plots (required)")
+    output.add_argument("--no-plots", action="store_true", help="skip the PNG plots (default: plots are drawn)")
+    parser.set_defaults(func=run)
+
+
+def _validate(args):
+    from ..amp_lists import LIST_SETS
+    from ..precision import PRECISIONS
+
+    precisions = [p.strip().lower() for p in args.precisions.split(",") if p.strip()]
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if not precisions or unknown:
+        raise CommandError(f"unknown precision(s) {', '.join(unknown) or '(none given)'}; choose from "
+                           f"{', '.join(PRECISIONS)}, e.g. --precisions float32,auto")
+    lists = [name.strip() for name in args.amp_lists.split(",") if name.strip()]
+    if not lists or any(name not in LIST_SETS for name in lists):
+        raise CommandError(f"--amp-lists {args.amp_lists!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
+    if args.data != "synthetic" and not os.path.isdir(args.data):
+        raise CommandError(f"--data {args.data!r} is neither 'synthetic' nor a folder; make one with "
+                           "`mxfp16 data synth --out DIR` or use --data synthetic")
+    from gluoncv.model_zoo import get_model_list
+    if args.model.lower() not in get_model_list():
+        raise CommandError(f"unknown model {args.model!r}; use a gluoncv model-zoo name such as resnet50_v2, "
+                           "resnet18_v1 or cifar_resnet20_v1")
+    return precisions, _int_list(args.batch_sizes, "--batch-sizes"), lists
+
+
+def run(args):
+    from .. import hardware
+    from ..bench import report
+    from ..bench.plots import write_plots
+    from ..bench.runner import BenchSpec
+    from ..bench.suite import plan, run_suite
+    from ..bench.tensor_cores import format_report, model_tensor_core_report
+
+    precisions, batch_sizes, lists = _validate(args)
+    try:
+        base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=args.iters,
+                         warmup=args.warmup, repeats=args.repeats, data=args.data, ctx=args.ctx,
+                         classes=args.classes)
+    except ValueError as err:
+        raise CommandError(f"{err}; see mxfp16 bench --help") from None
+    specs = plan(base, precisions, batch_sizes, lists)
+    machine = hardware.machine_summary()
+    load = os.getloadavg()
+    print(f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
+          f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"{len(specs)} runs, each in its own process: {args.model} {args.image_size}px {args.mode}, "
+          f"{args.warmup} warm-up + {args.repeats} x {args.iters} timed steps")
+
+    def progress(record):
+        what = f"  {report.label(record)} batch {record['batch_size']}: "
+        if record.get("status") == "ok":
+            print(what + f"{record['images_per_second']:.2f} img/s, {record['ms_per_step']:.1f} "
+                         f"+/- {record['ms_per_step_spread']:.1f} ms/step", flush=True)
+        else:
+            reason = (record.get("reason") or "").strip().splitlines()
+            print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
+
+    records = run_suite(specs, timeout=args.timeout, on_result=progress)
+    tensor_cores = model_tensor_core_report(args.model, args.classes, args.image_size, batch_sizes)
+    config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
+                                            "data", "classes", "ctx", "iters", "warmup", "repeats")}
+    config["load_average_start"] = list(load)
+    config["load_average_end"] = list(os.getloadavg())
+    document = report.bench_document(machine, records, config=config, tensor_cores=tensor_cores)
+    paths = list(report.write_outputs(args.out, document))
+    if not args.no_plots:
+        paths += write_plots(args.out, records)
+    print()
+    print(report.format_table(records))
+    if tensor_cores is not None:
+        print()
+        print(format_report(tensor_cores, args.model))
+    print()
+    print("wrote " + ", ".join(paths))
+    if not any(r.get("status") == "ok" for r in records):
+        raise CommandError("no run succeeded; see the reasons above")

@@ -1,0 +1,90 @@
+"""End to end: `mxfp16 bench` on a tiny model writes every documented file and field.
+
+Every measurement runs in its own process, so these tests launch processes
+(marked slow). The model is gluoncv's cifar_resnet20_v1 on 32 px images.
+"""
+import json
+import os
+
+import pytest
+
+from mxfp16.bench import report
+from mxfp16.bench.runner import BenchSpec
+from mxfp16.bench.suite import plan, run_suite
+from mxfp16.cli import main
+
+pytestmark = pytest.mark.slow
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = ["--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10",
+        "--iters", "2", "--warmup", "1", "--repeats", "2"]
+
+
+@pytest.fixture(scope="module")
+def bench_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["bench", *TINY, "--batch-sizes", "4", "--precisions", "float32,auto,float16", "--out", str(out)])
+    assert status == 0
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_writes_every_documented_file(bench_out):
+    out, _ = bench_out
+    for name in ("bench.json", "bench.csv"):
+        assert (out / name).stat().st_size > 0
+    for name in ("throughput.png", "memory.png", "speedup.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_results_have_every_field_and_the_cpu_float16_skip(bench_out):
+    _, doc = bench_out
+    assert set(doc) >= {"machine", "results", "speedup"}
+    assert {"cpu_model", "cpu_cores", "gpus", "mxnet_version", "cpu_bfloat16"} <= set(doc["machine"])
+    by_precision = {r["precision"]: r for r in doc["results"]}
+    assert set(by_precision) == {"float32", "amp-bfloat16", "float16"}  # auto resolved, reported by name
+    assert by_precision["amp-bfloat16"]["requested_precision"] == "auto"
+    for name in ("float32", "amp-bfloat16"):
+        row = by_precision[name]
+        assert row["status"] == "ok"
+        for field in report.RESULT_FIELDS:
+            assert row[field] is not None, field
+        assert (row["model"], row["image_size"], row["batch_size"], row["mode"]) == ("cifar_resnet20_v1", 32, 4, "train")
+        # ms/step and img/s are two views of one measurement; the spread comes from the repeats.
+        assert row["images_per_second"] == pytest.approx(4 * 1000.0 / row["ms_per_step"])
+        repeats = row["ms_per_step_repeats"]
+        assert len(repeats) == 2 and min(repeats) <= row["ms_per_step"] <= max(repeats)
+        assert row["ms_per_step_spread"] == pytest.approx((max(repeats) - min(repeats)) / 2)
+        assert row["peak_memory_mb"] > 10
+    skipped = by_precision["float16"]
+    assert skipped["status"] == "skipped" and "CPU" in skipped["reason"]
+    assert doc["tensor_cores"]["batch_sizes"] == {"4": False}
+    assert any(layer["in"] == 3 for layer in doc["tensor_cores"]["misaligned"])
+
+
+def test_speedup_comes_from_runs_of_this_invocation(bench_out):
+    _, doc = bench_out
+    results = doc["results"]
+    assert len({r["invocation"] for r in results}) == 1
+    f32 = next(r for r in results if r["precision"] == "float32")
+    bf16 = next(r for r in results if r["precision"] == "amp-bfloat16")
+    (entry,) = doc["speedup"].values()
+    assert entry["speedup"] == pytest.approx(f32["ms_per_step"] / bf16["ms_per_step"])
+    assert entry["memory_ratio"] == pytest.approx(bf16["peak_memory_mb"] / f32["peak_memory_mb"])
+
+
+def test_a_crashing_run_is_reported_and_the_others_still_run():
+    base = BenchSpec(image_size=32, iters=1, warmup=0, repeats=1)
+    specs = [BenchSpec(model="no_such_model", image_size=32, iters=1, warmup=0, repeats=1),
+             *plan(base, ["float16"], [4])]
+    seen = []
+    records = run_suite(specs, on_result=seen.append)
+    assert [r["status"] for r in records] == ["failed", "skipped"] == [r["status"] for r in seen]
+    assert "no_such_model" in records[0]["reason"]
+    assert "float16" in records[1]["reason"]
+
+
+def test_bad_flags_are_user_errors(tmp_path, capsys):
+    assert main(["bench", "--precisions", "float32,float8", "--out", str(tmp_path)]) == 2
+    assert "float8" in capsys.readouterr().err
+    assert main(["bench", "--batch-sizes", "16,x", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--model", "resnet9000", "--out", str(tmp_path)]) == 2
+    assert not os.listdir(tmp_path)
