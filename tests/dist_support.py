@@ -1,8 +1,16 @@
-"""Helpers shared by the launcher and distributed tests: process liveness and CLI launches."""
+"""Helpers shared by the launcher and distributed tests: process liveness and launches.
+
+Jobs run through the launcher library in threads of the test process
+(:func:`launch_jobs`) rather than through ``python -m mxfp16 launch``: each
+command-line launcher would import MXNet once more, a few CPU-seconds per job
+on a 2-core machine. ``start_launch`` keeps one job on the command line.
+"""
+import io
 import os
 import re
 import subprocess
 import sys
+import threading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STARTED = re.compile(r"^mxfp16 launch: started (.+?) \(pid (\d+)\)$", re.M)
@@ -39,3 +47,30 @@ def finish(proc, timeout):
         out, err = proc.communicate()
         raise AssertionError(f"mxfp16 launch did not end within {timeout} s:\n{out}\n{err}")
     return proc.returncode, out, err
+
+
+def launch_jobs(commands, workers, servers, timeout, grace=3):
+    """Run several launcher jobs at once, each in a thread; return {name: result dict}.
+
+    Each result has ``code``, ``out``, ``err`` (the prefixed output and the
+    launcher's messages) and ``pids`` (process name to PID).
+    """
+    from mxfp16.dist import launch, local_plan
+
+    results = {}
+
+    def run(name, command):
+        out, err = io.StringIO(), io.StringIO()
+        result = launch(local_plan([str(a) for a in command], workers, servers), timeout=timeout, grace=grace,
+                        stdout=out, stderr=err)
+        results[name] = {"code": result.returncode, "out": out.getvalue(), "err": err.getvalue(),
+                         "pids": result.pids, "failed": result.failed}
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in commands.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 60)  # the launcher's own timeout ends every job before this
+    missing = set(commands) - set(results)
+    assert not missing, f"launcher thread for {sorted(missing)} did not return"
+    return results

@@ -5,7 +5,7 @@ The workers (``tests/dist_worker.py``) train ``elementwise_mlp`` with
 initialisations. Three jobs run at once (the CPU mostly waits on imports
 and the kvstore's start-up and shutdown): float32 with a single-process
 reference, float16 with an overflow injected into one worker's gradient,
-and a job whose worker kills itself.
+and a job whose worker kills itself (started with ``python -m mxfp16 launch``).
 """
 import json
 import os
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dist_support import alive, finish, start_launch, started_pids
+from dist_support import alive, finish, launch_jobs, start_launch, started_pids
 
 pytestmark = pytest.mark.slow
 
@@ -32,19 +32,19 @@ def worker(*args):
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
-    commands = {
+    # The failing job goes through the command line, to check its exit status and messages end to end.
+    killed = start_launch(2, 1, worker("--precision", "float32", "--out", root / "killed", "--kill-step", 1),
+                          LAUNCH_TIMEOUT)
+    results = launch_jobs({
         "float32": worker("--precision", "float32", "--out", root / "float32", "--reference"),
         "float16": worker("--precision", "float16", "--out", root / "float16", "--overflow-step", OVERFLOW_STEP),
-        "killed": worker("--precision", "float32", "--out", root / "killed", "--kill-step", 1),
-    }
-    procs = {name: start_launch(2, 1, command, LAUNCH_TIMEOUT) for name, command in commands.items()}
-    results = {}
-    for name, proc in procs.items():
-        code, out, err = finish(proc, WAIT)
+    }, workers=2, servers=1, timeout=LAUNCH_TIMEOUT)
+    code, out, err = finish(killed, WAIT)
+    results["killed"] = {"code": code, "out": out, "err": err}
+    for name, job in results.items():
         folder = root / name
-        reports = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)
-                   if (folder / f"rank{r}.json").exists()]
-        results[name] = {"code": code, "out": out, "err": err, "reports": reports}
+        job["reports"] = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)
+                          if (folder / f"rank{r}.json").exists()]
     return results
 
 
