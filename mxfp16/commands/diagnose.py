@@ -1,0 +1,172 @@
+"""``mxfp16 diagnose``: where a network's gradients fall in float16's range, and the loss scale to use.
+
+Runs a few batches of real data through the network in float32 and reports,
+per parameter and per layer, the share of gradients that would underflow
+(flush to zero), land in the subnormal range or overflow in float16 at loss
+scale 1, at --loss-scale and at the recommended loss scale. Writes
+diagnose.txt, diagnose.json and gradient_histogram.png to --out. Then runs
+the network once in float16 (where it can run) and names the first layer
+whose output holds inf or NaN.
+"""
+import itertools
+import json
+import os
+
+from ..cli import CommandError
+
+ORDER = 30
+
+
+def _default_loss_scale():
+    import inspect
+
+    from ..scaler import LossScaler
+    return inspect.signature(LossScaler).parameters["init_scale"].default
+
+
+def register(subparsers):
+    from ..diagnostics import DEFAULT_MARGIN
+
+    start = _default_loss_scale()
+    parser = subparsers.add_parser("diagnose", help="gradient ranges against float16: underflow, overflow and the "
+                                                    "recommended loss scale", description=__doc__)
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", default=None,
+                      help="folder with train/<class>/ images (default: the demo set, data/demo, made on first use)")
+    data.add_argument("--image-size", type=int, default=32, help="square input size in pixels (default: 32)")
+    data.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    data.add_argument("--batches", type=int, default=4, help="training batches to measure (default: 4)")
+    data.add_argument("--seed", type=int, default=0, help="seeds initialisation and batch order (default: 0)")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", default="cifar_resnet20_v1",
+                       help="gluoncv model-zoo name, or elementwise-mlp (runs in float16 on a CPU, so the forward "
+                            "check can run there) (default: cifar_resnet20_v1, small enough for a CPU)")
+    model.add_argument("--params", default=None,
+                       help="parameters to load (net.save_parameters / a trainer checkpoint's .params); gradients "
+                            "of a trained network differ from those at initialisation (default: fresh initialisation)")
+    model.add_argument("--ctx", default="cpu", help="one device: cpu or gpu:N (default: cpu)")
+    scale = parser.add_argument_group("loss scale")
+    scale.add_argument("--loss-scale", type=float, default=start,
+                       help=f"a power of two to report underflow and overflow at (default: {start:g}, the dynamic "
+                            "loss scaler's starting scale)")
+    scale.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                       help="the recommended scale keeps the largest gradient this many times under float16's max "
+                            f"(default: {DEFAULT_MARGIN:g})")
+    checks = parser.add_argument_group("what to measure")
+    checks.add_argument("--no-activations", action="store_true",
+                        help="parameter gradients only; skip the gradient at each layer's output (default: both)")
+    checks.add_argument("--no-forward-check", action="store_true",
+                        help="skip the float16 forward pass that names the first layer with inf/NaN output "
+                             "(default: run it where float16 runs)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default="runs/diagnose",
+                        help="folder for diagnose.txt, diagnose.json and gradient_histogram.png "
+                             "(default: runs/diagnose)")
+    output.add_argument("--json", action="store_true", help="print the JSON document instead of text (default: text)")
+    output.add_argument("--rows", type=int, default=20,
+                        help="table rows to print, worst underflow first; diagnose.txt has all (default: 20)")
+    parser.set_defaults(func=run)
+
+
+def _validate(args):
+    from ..diagnostics import log2_of_scale
+
+    for flag, value, low in (("--batches", args.batches, 1), ("--batch-size", args.batch_size, 1),
+                             ("--image-size", args.image_size, 8), ("--rows", args.rows, 0)):
+        if value < low:
+            raise CommandError(f"{flag} {value} must be at least {low}")
+    if not args.margin >= 1:
+        raise CommandError(f"--margin {args.margin:g} must be at least 1, e.g. --margin 8")
+    try:
+        log2_of_scale(args.loss_scale)
+    except ValueError as err:
+        raise CommandError(f"--loss-scale: {err}") from None
+    if args.data_dir is not None and not os.path.isdir(os.path.join(args.data_dir, "train")):
+        raise CommandError(f"--data-dir {args.data_dir!r} has no train/ folder; point it at a folder with "
+                           "train/<class>/ images (e.g. from `mxfp16 data split`) or leave it out for the demo set")
+    if args.params is not None and not os.path.isfile(args.params):
+        raise CommandError(f"--params {args.params!r} is not a file; give a .params file written by "
+                           "net.save_parameters (e.g. from a trainer checkpoint folder) or leave it out")
+
+
+def _setup(args):
+    import mxnet as mx
+
+    from ..data import DataError, demo_dataset, make_loaders
+    from ..models import ModelError, build_model
+    from ..precision import PrecisionError, parse_ctx
+
+    try:
+        ctx = parse_ctx(args.ctx)
+        if len(ctx) != 1:
+            raise PrecisionError(f"--ctx {args.ctx!r} names {len(ctx)} devices; diagnose runs on one, e.g. gpu:0")
+        ctx = ctx[0]
+        loaders = make_loaders(args.data_dir or demo_dataset(), image_size=args.image_size,
+                               batch_size=args.batch_size, seed=args.seed)
+        batches = list(itertools.islice(loaders.train_batches(0), args.batches))
+        mx.random.seed(args.seed)
+        net = build_model(args.model, len(loaders.classes), ctx=ctx, in_shape=(3, args.image_size, args.image_size))
+        if args.params:
+            net.load_parameters(args.params, ctx=ctx, cast_dtype=True, dtype_source="current")
+    except (DataError, ModelError, PrecisionError) as err:
+        raise CommandError(str(err)) from None
+    except (AssertionError, mx.base.MXNetError) as err:
+        raise CommandError(f"--params {args.params!r} does not fit {args.model} with {len(loaders.classes)} classes "
+                           f"({str(err).splitlines()[0][:300]}); pass the --model it was trained as") from None
+    return ctx, net, batches
+
+
+def _forward_check(args, diagnosis, net, batch, ctx):
+    from ..casting import cast_net
+    from ..diagnostics import float16_forward_runs_here, forward_check
+
+    if args.no_forward_check:
+        diagnosis.forward_skipped = "--no-forward-check"
+        return
+    runs, why = float16_forward_runs_here(net, ctx)
+    if not runs:
+        diagnosis.forward_skipped = why
+        return
+    cast_net(net, "float16")
+    diagnosis.forward = forward_check(net, batch.as_in_context(ctx).astype("float16"))
+
+
+def run(args):
+    from mxnet import gluon
+
+    from .. import diagnostics as dg
+    from ..fileio import atomic_write, write_json
+
+    _validate(args)
+    ctx, net, batches = _setup(args)
+    if not batches:
+        raise CommandError("the data set gave no training batches; check --data-dir")
+    diagnosis = dg.diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, ctx=ctx, loss_scale=args.loss_scale,
+                            margin=args.margin, activations=not args.no_activations)
+    _forward_check(args, diagnosis, net, batches[0][0], ctx)
+
+    config = {k: getattr(args, k) for k in ("data_dir", "image_size", "batch_size", "batches", "seed", "model",
+                                            "params", "ctx", "loss_scale", "margin", "no_activations")}
+    config["batches_measured"] = len(batches)
+    heading = (f"mxfp16 diagnose: {args.model}, {args.image_size} px, {len(batches)} batch(es) of {args.batch_size} "
+               f"from {args.data_dir or 'the demo set'}, float32 gradients on {ctx}")
+    summary, table = dg.format_summary(diagnosis), dg.format_table(diagnosis)
+    document = dg.diagnosis_document(diagnosis, config)
+    os.makedirs(args.out, exist_ok=True)
+    paths = [os.path.join(args.out, name) for name in ("diagnose.txt", "diagnose.json", "gradient_histogram.png")]
+    with atomic_write(paths[0]) as handle:
+        handle.write(f"{heading}\n\n{summary}\n\n{table}\n")
+    write_json(paths[1], document)
+    dg.plot_histogram(diagnosis, paths[2])
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    print(heading)
+    print()
+    print(summary)
+    if args.rows:
+        print()
+        print(dg.format_table(diagnosis, limit=args.rows))
+    print()
+    print("wrote " + ", ".join(paths))
+    return 0

@@ -1,0 +1,93 @@
+"""Gradients of a network on real batches, summarised per parameter and per layer.
+
+The gradients are computed in float32: the question is what *would* happen
+to them in float16 at a loss scale S, and a float32 backward pass answers it
+for every S at once (see :mod:`mxfp16.diagnostics.stats`). That is why the
+diagnostics run on a CPU with real convolutional networks.
+
+The gradient is the one :func:`mxfp16.train_step` produces before the
+optimizer divides by ``batch_size * S``: the backward pass of the per-sample
+losses, i.e. the gradient of their *sum*. Larger batches give proportionally
+larger parameter gradients.
+
+Activation gradients (the gradient arriving at each layer's output, the
+quantity plotted in "Mixed Precision Training") are read with a probe: each
+leaf layer's output ``y`` is replaced by ``y + p``, where ``p`` is a zero
+array with ``attach_grad()``, so after backward ``p.grad`` is exactly
+dL/dy. An ``autograd.Function`` identity that inspects its incoming
+gradient would be the obvious alternative, but MXNet 1.9.1 does not track the
+operators such a function issues in ``backward``: the gradient it passes on
+can be read before it is written (measured: garbage values up to 1e31 in
+cifar_resnet20_v1), unless every layer waits for the engine. The probe needs
+no waits; it costs one addition per layer and one activation-sized gradient
+buffer per layer for the batch.
+"""
+import contextlib
+
+import mxnet as mx
+from mxnet import autograd
+
+from ..casting import to_float32
+from .layers import tap_outputs
+from .stats import RangeCollector
+
+__all__ = ["gradient_ranges"]
+
+
+@contextlib.contextmanager
+def _activation_probes(net, enabled):
+    probes = []
+    if not enabled:
+        yield probes
+        return
+
+    def probe(block, output):
+        if not autograd.is_recording():
+            return output
+        zero = mx.nd.zeros(output.shape, ctx=output.context, dtype=output.dtype)
+        zero.attach_grad()
+        probes.append((block.name, zero))
+        return output + zero
+
+    with tap_outputs(net, probe):
+        yield probes
+
+
+def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector=None):
+    """Float32 gradients of ``net`` on each batch, summarised on the device (one host sync per batch).
+
+    Parameters
+    ----------
+    net : gluon.Block
+        Initialised, float32 (or under no AMP), not hybridized when
+        ``activations`` is on. Its parameters are not changed.
+    loss_fn : gluon.loss.Loss
+        Returns per-sample losses, e.g. ``SoftmaxCrossEntropyLoss()``.
+    batches : iterable of (NDArray, NDArray)
+        ``(data, label)`` pairs.
+    ctx : mx.Context, optional
+        Where to compute (default: the current context).
+    activations : bool
+        Also summarise the gradient arriving at every leaf layer's output.
+    collector : RangeCollector, optional
+        Accumulate into this one (default: a new one).
+
+    Returns
+    -------
+    RangeCollector
+        ``.stats``: one :class:`~mxfp16.diagnostics.stats.RangeStats` per
+        parameter (kind ``'parameter'``) and per layer (kind ``'activation'``).
+    """
+    ctx = ctx or mx.current_context()
+    collector = collector or RangeCollector()
+    params = [(name, p) for name, p in net.collect_params().items() if p.grad_req != "null"]
+    for data, label in batches:
+        data, label = data.as_in_context(ctx), label.as_in_context(ctx)
+        with _activation_probes(net, activations) as probes:
+            with autograd.record():
+                loss = loss_fn(to_float32(net(data)), label)
+            loss.backward()
+        tensors = [(name, "parameter", p.grad(ctx)) for name, p in params]
+        tensors += [(name, "activation", probe.grad) for name, probe in probes]
+        collector.add_batch(tensors)
+    return collector

@@ -1,0 +1,107 @@
+"""Which layer's float16 output first holds inf or NaN.
+
+A float16 forward pass that overflows poisons everything after it, so the
+useful answer is the *first* layer, in execution order, whose output is not
+finite. The network runs in whatever dtype it has (cast it with
+:func:`mxfp16.cast_net` first); every layer's finiteness flag stays on the
+device until one copy at the end.
+
+Where it can run: on a GPU, any network. On a CPU, only networks without
+convolution or dense layers (MXNet has no float16 GEMM on CPU; the failure
+is asynchronous and poisons the process), such as
+:func:`mxfp16.models.elementwise_mlp`.
+"""
+from dataclasses import dataclass
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+from .layers import leaf_blocks, tap_outputs
+
+__all__ = ["ForwardCheck", "forward_check", "float16_forward_runs_here"]
+
+# Layers backed by GEMM kernels that MXNet 1.9.1 lacks in float16 on CPU.
+_GEMM_LAYERS = (gluon.nn.Dense, gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
+                gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)
+
+
+@dataclass(frozen=True)
+class ForwardCheck:
+    """Finiteness of each layer's output in one forward pass.
+
+    Attributes
+    ----------
+    dtype : str
+        The dtype of the network's output.
+    layers : tuple of (str, bool)
+        ``(layer name, output finite)`` in execution order (a layer called
+        twice appears twice).
+    output_finite : bool
+        Whether the network's final output is finite.
+    """
+
+    dtype: str
+    layers: tuple
+    output_finite: bool
+
+    @property
+    def first_bad_layer(self):
+        """Name of the first layer whose output holds inf or NaN, or ``None``."""
+        return next((name for name, finite in self.layers if not finite), None)
+
+    def as_dict(self):
+        return {"dtype": self.dtype, "first_bad_layer": self.first_bad_layer, "output_finite": self.output_finite,
+                "layers": [{"name": n, "finite": f} for n, f in self.layers]}
+
+
+def _all_finite(array):
+    # |x| <= dtype max is False for inf and NaN; computed in the array's own dtype.
+    limit = float(np.finfo(np.dtype(array.dtype)).max)
+    return (array.abs() <= limit).min().astype("float32").reshape((1,))
+
+
+def forward_check(net, data):
+    """Run ``net`` on ``data`` once (training-mode BatchNorm, nothing recorded) and flag non-finite outputs.
+
+    Parameters
+    ----------
+    net : gluon.Block
+        Not hybridized; already in the dtype to check.
+    data : NDArray
+        A batch in the network's input dtype.
+
+    Returns
+    -------
+    ForwardCheck
+    """
+    names, flags = [], []
+
+    def record(block, output):
+        names.append(block.name)
+        flags.append(_all_finite(output))
+        return output
+
+    with tap_outputs(net, record), autograd.train_mode():
+        output = net(data)
+    head = output[0] if isinstance(output, (list, tuple)) else output
+    ctx = head.context
+    host = mx.nd.concat(*[f.as_in_context(ctx) for f in flags], _all_finite(head), dim=0).asnumpy()  # one sync
+    layers = tuple((name, bool(flag >= 1.0)) for name, flag in zip(names, host[:-1]))
+    return ForwardCheck(dtype=np.dtype(head.dtype).name, layers=layers, output_finite=bool(host[-1] >= 1.0))
+
+
+def float16_forward_runs_here(net, ctx):
+    """Whether ``net`` can run a float16 forward pass on ``ctx``, and why not.
+
+    Returns
+    -------
+    (bool, str)
+    """
+    if ctx.device_type == "gpu":
+        return True, "float16 runs on GPUs"
+    gemm = sorted({type(b).__name__ for b in leaf_blocks(net) if isinstance(b, _GEMM_LAYERS)})
+    if gemm:
+        return False, (f"the network has {', '.join(gemm)} layers, which MXNet cannot run in float16 on a CPU; "
+                       "run on a GPU (--ctx gpu:0) or check an elementwise network (--model elementwise-mlp)")
+    return True, "no convolution or dense layers"
