@@ -9,6 +9,9 @@ DEPS   := setup.py setup.cfg constraints.txt
 
 .PHONY: demo test docs info clean
 
+# Each `make demo` writes new run folders: the trainer refuses to overwrite a run.
+DEMO_RUNS := runs/demo-$(shell date +%Y%m%d-%H%M%S)
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
@@ -21,8 +24,14 @@ $(VENV)/.test-installed: $(DEPS) | $(BIN)/python
 	$(PIP) -e '.[cpu,notebooks,dev]'
 	touch $@
 
+# The main job: the reference trainer on the demo set (generated on first use
+# under data/), float32 against `auto` (amp-bfloat16 on a CPU with bfloat16,
+# float16 on a GPU), then the side-by-side comparison.
 demo: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 info
+	$(BIN)/mxfp16 train --precision float32 --out $(DEMO_RUNS)/float32
+	$(BIN)/mxfp16 train --precision auto --out $(DEMO_RUNS)/auto
+	$(BIN)/mxfp16 compare $(DEMO_RUNS)/float32 $(DEMO_RUNS)/auto --out $(DEMO_RUNS)/compare
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
