@@ -10,7 +10,6 @@ uses, so the speed measured here is the speed a training run gets.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -92,34 +91,6 @@ class BenchSpec:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
-def build_model(name, classes):
-    """A model by name: ``mxfp16.models.build_model`` when the package has it, else gluoncv's zoo."""
-    from .. import models
-    if hasattr(models, "build_model"):
-        return models.build_model(name, classes=classes)
-    from gluoncv.model_zoo import get_model
-    return get_model(name, classes=classes)
-
-
-def peak_memory_mb(contexts):
-    """Peak memory of this run: the process's peak resident set on CPU, MXNet's used GPU memory on GPUs.
-
-    MXNet 1.9.1 reports only free and total GPU memory, so the GPU figure is
-    what is in use at the end of the run (the pool keeps its peak allocation).
-    """
-    gpus = [c for c in contexts if c.device_type == "gpu"]
-    if gpus:
-        import mxnet as mx
-        used = 0.0
-        for c in gpus:
-            free, total = mx.context.gpu_memory_info(c.device_id)
-            used += total - free
-        return used / 2 ** 20
-    # ru_maxrss is in kilobytes on Linux, bytes on macOS.
-    scale = 1 if sys.platform == "darwin" else 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2 ** 20
-
-
 class _Batches:
     """An endless source of (data, label) float32 batches of one shape."""
 
@@ -131,40 +102,27 @@ class _Batches:
             shape = (spec.batch_size, 3, spec.image_size, spec.image_size)
             self._fixed = (mx.nd.array(rng.standard_normal(shape).astype(np.float32)),
                            mx.nd.array(rng.randint(0, spec.classes, spec.batch_size).astype(np.float32)))
-            self._loader = None
-        else:
-            self._fixed = None
-            self._loader, self.classes = _real_loader(spec)
-            self._it = iter(self._loader)
+            return
+        from ..data import make_loaders
+        self._fixed = None
+        self._loaders = make_loaders(spec.data, image_size=spec.image_size, batch_size=spec.batch_size,
+                                     seed=spec.seed)
+        self.classes = len(self._loaders.classes)
+        self._batch_size = spec.batch_size
+        self._epoch = 0
+        self._it = self._loaders.train_batches(self._epoch)
 
     def next(self):
+        """The next batch; real data cycles through epochs and skips a short last batch (static shapes)."""
         if self._fixed is not None:
             return self._fixed
-        try:
-            data, label = next(self._it)
-        except StopIteration:
-            self._it = iter(self._loader)
-            data, label = next(self._it)
-        return data, label
-
-
-def _real_loader(spec):
-    """The training loader for a data folder and its class count, from ``mxfp16.data``."""
-    try:
-        from ..data import make_loaders
-    except ImportError as err:
-        raise RuntimeError("--data DIR needs mxfp16.data.make_loaders, which this installation lacks; "
-                           "use --data synthetic") from err
-    loaders = make_loaders(spec.data, spec.image_size, spec.batch_size)
-    train = loaders["train"] if isinstance(loaders, dict) else getattr(loaders, "train", None)
-    if train is None:
-        train = loaders[0]
-    classes = getattr(loaders, "classes", None) or getattr(train, "classes", None)
-    if classes is None:
-        dataset = getattr(train, "_dataset", None)
-        classes = getattr(dataset, "synsets", None) or getattr(dataset, "classes", None)
-    n_classes = len(classes) if isinstance(classes, (list, tuple)) else int(classes or spec.classes)
-    return train, n_classes
+        for _ in range(2):
+            for data, label in self._it:
+                if data.shape[0] == self._batch_size:
+                    return data, label
+            self._epoch += 1
+            self._it = self._loaders.train_batches(self._epoch)
+        raise RuntimeError(f"the data set has fewer than {self._batch_size} training images; lower the batch size")
 
 
 def _amp_kwargs(spec, precision):
@@ -182,8 +140,7 @@ def measure(spec):
     initialised before the network exists), build and initialise the network,
     cast it, hybridize with ``static_alloc``/``static_shape``, make the loss
     scaler and the trainer; every step casts its batch and calls
-    :func:`mxfp16.train_step`. The loss is read every step, as a training loop
-    that reports its loss does. ``mx.nd.waitall()`` brackets every timed repeat.
+    :func:`mxfp16.train_step`. ``mx.nd.waitall()`` brackets every timed repeat.
 
     Parameters
     ----------
@@ -202,7 +159,9 @@ def measure(spec):
     import mxnet as mx
 
     import mxfp16
+    from ..models import build_model
     from ..precision import activate, as_context_list, resolve_precision
+    from ..train.outputs import peak_memory_mb
 
     contexts = as_context_list(spec.ctx)
     precision = resolve_precision(spec.precision, contexts)
@@ -211,8 +170,7 @@ def measure(spec):
     np.random.seed(spec.seed)
 
     batches = _Batches(spec)
-    net = build_model(spec.model, batches.classes)
-    net.initialize(mx.init.Xavier(magnitude=2), ctx=contexts)
+    net = build_model(spec.model, batches.classes, ctx=contexts, in_shape=(3, spec.image_size, spec.image_size))
     mxfp16.cast_net(net, precision.param_dtype)
     net.hybridize(static_alloc=True, static_shape=True)
     scaler = mxfp16.make_loss_scaler(None, precision)
@@ -223,12 +181,11 @@ def measure(spec):
     if spec.mode == "train":
         def step():
             data, label = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
-            mxfp16.train_step(net, loss_fn, trainer, data, label, scaler).loss.asscalar()
+            return mxfp16.train_step(net, loss_fn, trainer, data, label, scaler).loss
     else:
         def step():
             data, _ = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
-            for out in [mxfp16.to_float32(net(x)) for x in data]:
-                out.wait_to_read()
+            return [mxfp16.to_float32(net(x)) for x in data][0]
 
     for _ in range(spec.warmup):
         step()
@@ -237,8 +194,9 @@ def measure(spec):
     for _ in range(spec.repeats):
         mx.nd.waitall()
         start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(spec.iters):
-            step()
+        # Outputs are read once per repeat, as the trainer reads its losses in batches.
+        outputs = [step() for _ in range(spec.iters)]
+        mx.nd.concat(*[o.reshape((-1,))[:1] for o in outputs], dim=0).asnumpy()
         mx.nd.waitall()
         wall.append((time.perf_counter() - start) / spec.iters)
         cpu.append((time.process_time() - start_cpu) / spec.iters)

@@ -5,8 +5,6 @@ the matrix dimensions (convolution input/output channels, dense input/output
 units, and the batch) are multiples of 8; other shapes fall back to slower
 kernels or pay for padding.
 """
-import warnings
-
 import mxnet as mx
 from mxnet import gluon
 
@@ -87,11 +85,8 @@ def format_report(report, model=""):
 
 
 def model_tensor_core_report(model, classes, image_size, batch_sizes):
-    """:func:`tensor_core_report` for a model by name, built and initialised here in float32."""
-    from .runner import build_model
+    """:func:`tensor_core_report` for a model by name, built here in float32 (no AMP in this process)."""
+    from ..models import build_model
 
-    net = build_model(model, classes)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # some zoo models come partly initialised
-        net.initialize(mx.init.Xavier())
-    return tensor_core_report(net, list(batch_sizes), sample_shape=(3, image_size, image_size))
+    net = build_model(model, classes, in_shape=(3, image_size, image_size))
+    return tensor_core_report(net, list(batch_sizes))

@@ -70,10 +70,6 @@ def _validate(args):
     if args.data != "synthetic" and not os.path.isdir(args.data):
         raise CommandError(f"--data {args.data!r} is neither 'synthetic' nor a folder; make one with "
                            "`mxfp16 data synth --out DIR` or use --data synthetic")
-    from gluoncv.model_zoo import get_model_list
-    if args.model.lower() not in get_model_list():
-        raise CommandError(f"unknown model {args.model!r}; use a gluoncv model-zoo name such as resnet50_v2, "
-                           "resnet18_v1 or cifar_resnet20_v1")
     return precisions, _int_list(args.batch_sizes, "--batch-sizes"), lists
 
 
@@ -84,6 +80,7 @@ def run(args):
     from ..bench.runner import BenchSpec
     from ..bench.suite import plan, run_suite
     from ..bench.tensor_cores import format_report, model_tensor_core_report
+    from ..models import ModelError
 
     precisions, batch_sizes, lists = _validate(args)
     try:
@@ -92,6 +89,11 @@ def run(args):
                          classes=args.classes)
     except ValueError as err:
         raise CommandError(f"{err}; see mxfp16 bench --help") from None
+    try:
+        # Building the model here also checks its name before any run starts.
+        tensor_cores = model_tensor_core_report(args.model, args.classes, args.image_size, batch_sizes)
+    except ModelError as err:
+        raise CommandError(str(err)) from None
     specs = plan(base, precisions, batch_sizes, lists)
     machine = hardware.machine_summary()
     load = os.getloadavg()
@@ -110,7 +112,6 @@ def run(args):
             print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
 
     records = run_suite(specs, timeout=args.timeout, on_result=progress)
-    tensor_cores = model_tensor_core_report(args.model, args.classes, args.image_size, batch_sizes)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
                                             "data", "classes", "ctx", "iters", "warmup", "repeats")}
     config["load_average_start"] = list(load)
@@ -121,9 +122,8 @@ def run(args):
         paths += write_plots(args.out, records)
     print()
     print(report.format_table(records))
-    if tensor_cores is not None:
-        print()
-        print(format_report(tensor_cores, args.model))
+    print()
+    print(format_report(tensor_cores, args.model))
     print()
     print("wrote " + ", ".join(paths))
     if not any(r.get("status") == "ok" for r in records):
