@@ -4,7 +4,8 @@
 
 env        print every DMLC_* variable, one ``NAME=VALUE`` per line, and exit 0
 fail N     exit with status N after a short pause
-sleep      record PIDs in DIR and sleep until signalled (a SIGINT writes DIR/<pid>.sigint)
+sleep      record PIDs in DIR and sleep until signalled; SIGINT or SIGTERM writes the time it
+           arrived to DIR/<pid>.sigint or DIR/<pid>.sigterm, then exits
 spawn      like sleep, but first start a grandchild that sleeps too (its PID is recorded)
 """
 import argparse
@@ -17,15 +18,16 @@ import time
 
 def _record(folder, pid, kind):
     with open(os.path.join(folder, f"{pid}.{kind}"), "w") as handle:
-        handle.write(str(pid))
+        handle.write(repr(time.time()))
 
 
 def _sleep_forever(folder):
-    def on_sigint(signum, frame):
-        _record(folder, os.getpid(), "sigint")
-        sys.exit(130)
+    def on_signal(signum, frame):
+        _record(folder, os.getpid(), signal.Signals(signum).name.lower())
+        sys.exit(128 + signum)
 
-    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     _record(folder, os.getpid(), "pid")
     while True:
         time.sleep(0.1)

@@ -100,7 +100,7 @@ def test_output_is_prefixed_by_process(jobs):
 def test_killed_worker_stops_the_job_and_leaves_nothing(jobs):
     job = jobs["killed"]
     assert job["code"] == 128 + 9, job["err"]
-    assert "was killed by SIGKILL; stopped the others" in job["err"]
+    assert "was killed by SIGKILL; stopping the others" in job["err"]
     pids = started_pids(job["err"])
     assert sorted(pids) == ["scheduler", "server 0", "worker 0", "worker 1"]
     assert not [name for name, pid in pids.items() if alive(pid)]

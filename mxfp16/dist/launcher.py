@@ -4,10 +4,11 @@ Every process starts in its own session (its own process group), so a
 signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
 the terminal reaches only the launcher, which forwards it. The launcher
 stops the whole job when any process fails, when the run outlasts its
-timeout, or on Ctrl-C / SIGTERM: first the forwarded signal (SIGINT, so
-Python workers can clean up), then SIGKILL after a grace period. A
-``finally`` block and an ``atexit`` hook do the same on any other way out,
-and on Linux each child is also told to die with the launcher.
+timeout, or on Ctrl-C / SIGTERM: first a signal (SIGTERM; after a Ctrl-C,
+SIGINT to the workers so they can write a checkpoint, and SIGTERM to the
+scheduler and servers once the workers are gone), then SIGKILL after a
+grace period. A ``finally`` block and an ``atexit`` hook do the same on any
+other way out, and on Linux each child is also told to die with the launcher.
 """
 import atexit
 import ctypes
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE"]
 
-DEFAULT_GRACE = 5.0
+DEFAULT_GRACE = 10.0
 _POLL = 0.05
 _TIMEOUT_STATUS = 124  # what coreutils `timeout` returns
 
@@ -175,12 +176,12 @@ class _Job:
         while True:
             if self._signal is not None:
                 name = signal.Signals(self._signal).name
-                return "interrupted", 128 + self._signal, None, f"got {name}; stopped every process"
+                return "interrupted", 128 + self._signal, None, f"got {name}; stopping every process"
             for slot, proc in self.procs:
                 code = proc.poll()
                 if code not in (None, 0):
                     return "failed", _exit_status(code), slot.name, \
-                        f"{slot.name} (pid {proc.pid}) {_describe(code)}; stopped the others"
+                        f"{slot.name} (pid {proc.pid}) {_describe(code)}; stopping the others"
             running = [slot.name for slot, proc in self.procs if proc.returncode is None]
             if not running:
                 return "ok", 0, None, "every process finished"
@@ -191,28 +192,40 @@ class _Job:
                 workers_done_at = workers_done_at or time.monotonic()
                 if time.monotonic() - workers_done_at > self.grace:
                     return "ok", 0, None, (f"{', '.join(running)} still running {self.grace:g} s after "
-                                           "the workers finished; stopped")
+                                           "the workers finished; stopping them")
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", _TIMEOUT_STATUS, None, (f"timed out after {float(timeout):g} s; "
-                                                          f"stopped {', '.join(running)}")
+                                                          f"stopping {', '.join(running)}")
             time.sleep(_POLL)
 
     # -- stopping ---------------------------------------------------------
+    def _wait_gone(self, procs):
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            if all(proc.poll() is not None and not _group_alive(proc.pid) for _, proc in procs):
+                return
+            time.sleep(_POLL)
+
     def stop(self, first_signal=signal.SIGTERM):
         """Signal every process group, wait ``grace`` seconds, then SIGKILL what is left.
 
-        Workers get ``first_signal`` (SIGINT after a Ctrl-C, so Python code can
-        clean up); the scheduler and servers run MXNet's C++ loop, which
-        ignores SIGINT, so they get SIGTERM.
+        After a Ctrl-C (``first_signal`` SIGINT) the workers go first and get
+        up to ``grace`` seconds to finish the step and write a checkpoint: the
+        step's gradient exchange and the kvstore's shutdown still need the
+        servers and the scheduler, which are stopped afterwards. They run
+        MXNet's C++ loop, which ignores SIGINT, so they always get SIGTERM.
         """
-        for slot, proc in self.procs:
-            proc.poll()
-            _signal_group(proc.pid, first_signal if slot.role == "worker" else signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
-            if all(proc.poll() is not None and not _group_alive(proc.pid) for _, proc in self.procs):
-                break
-            time.sleep(_POLL)
+        workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
+        others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
+        if first_signal == signal.SIGINT:
+            phases = [(workers, signal.SIGINT), (others, signal.SIGTERM)]
+        else:
+            phases = [(self.procs, first_signal)]
+        for procs, signum in phases:
+            for slot, proc in procs:
+                proc.poll()
+                _signal_group(proc.pid, signum)
+            self._wait_gone(procs)
         for slot, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
                 _signal_group(proc.pid, signal.SIGKILL)
