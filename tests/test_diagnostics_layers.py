@@ -113,3 +113,23 @@ def test_float16_forward_runs_on_cpu_only_without_gemm_layers():
     runs, why = float16_forward_runs_here(conv, mx.cpu())
     assert not runs and "Conv2D" in why and "gpu" in why
     assert float16_forward_runs_here(conv, mx.gpu(0))[0]
+
+
+def test_gradient_ranges_copies_to_the_host_once_per_batch(monkeypatch):
+    net = _mlp()
+    batches = [_batch(seed=s) for s in range(3)]
+    copies = []
+    original = mx.nd.NDArray.asnumpy
+    monkeypatch.setattr(mx.nd.NDArray, "asnumpy", lambda self: copies.append(1) or original(self))
+    monkeypatch.setattr(mx.nd.NDArray, "asscalar", lambda self: pytest.fail("asscalar syncs the host"))
+    monkeypatch.setattr(mx.nd.NDArray, "wait_to_read", lambda self: pytest.fail("wait_to_read syncs the host"))
+    gradient_ranges(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches)
+    assert len(copies) == len(batches)
+
+
+def test_a_float16_network_is_refused_because_its_gradients_are_already_float16():
+    net = _mlp()
+    cast_net(net, "float16")
+    x, y = _batch()
+    with pytest.raises(ValueError, match="float32"):
+        gradient_ranges(net, gluon.loss.SoftmaxCrossEntropyLoss(), [(x.astype("float16"), y)])

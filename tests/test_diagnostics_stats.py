@@ -20,12 +20,17 @@ def _known_array(seed=0, n=20000):
     x[45:48] = -np.inf
     x[48:52] = np.nan
     x[52:60] = np.float32(1e-44)                               # float32 subnormal
-    ks = rng.integers(MIN_LOG2_SCALE, MAX_LOG2_SCALE + 1, 40).astype(float)
-    x[60:100] = np.float32(FLOAT16.max) / np.exp2(ks)          # exactly at the overflow threshold: not overflow
-    x[100:140] = np.nextafter(np.float32(FLOAT16.max) / np.exp2(ks).astype(np.float32), np.float32(np.inf))
-    x[140:180] = np.float32(FLOAT16.smallest_subnormal) / np.exp2(ks)   # exactly the smallest subnormal: kept
-    x[180:220] = np.float32(FLOAT16.smallest_normal) / np.exp2(ks)
-    x[220:260] = np.exp2(rng.integers(LOG2_MIN, LOG2_MAX, 40)).astype(np.float32)  # binade edges
+    # Every resolvable scale's thresholds, exactly and one float32 step above.
+    ks = np.arange(MIN_LOG2_SCALE, MAX_LOG2_SCALE + 1).astype(float)
+    groups = [
+        np.float32(FLOAT16.max) / np.exp2(ks),                 # exactly at the overflow threshold: not overflow
+        np.nextafter(np.float32(FLOAT16.max) / np.exp2(ks).astype(np.float32), np.float32(np.inf)),
+        np.float32(FLOAT16.smallest_subnormal) / np.exp2(ks),  # exactly the smallest subnormal: kept
+        np.float32(FLOAT16.smallest_normal) / np.exp2(ks),
+        np.exp2(np.arange(LOG2_MIN, LOG2_MAX)),                # binade edges
+    ]
+    edge_cases = np.concatenate(groups).astype(np.float32)
+    x[60:60 + edge_cases.size] = edge_cases
     return x
 
 

@@ -25,6 +25,7 @@ buffer per layer for the batch.
 import contextlib
 
 import mxnet as mx
+import numpy as np
 from mxnet import autograd
 
 from ..casting import to_float32
@@ -77,10 +78,21 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
     RangeCollector
         ``.stats``: one :class:`~mxfp16.diagnostics.stats.RangeStats` per
         parameter (kind ``'parameter'``) and per layer (kind ``'activation'``).
+
+    Raises
+    ------
+    ValueError
+        A parameter is not float32: its gradient would already have lost
+        what the diagnosis is meant to measure.
     """
     ctx = ctx or mx.current_context()
     collector = collector or RangeCollector()
     params = [(name, p) for name, p in net.collect_params().items() if p.grad_req != "null"]
+    narrow = [name for name, p in params if np.dtype(p.dtype) != np.float32]
+    if narrow:
+        raise ValueError(f"{len(narrow)} parameters are not float32 (e.g. {narrow[0]}); the diagnosis computes "
+                         "float32 gradients and derives what float16 would do to them, so build the network in "
+                         "float32 (no cast_net, no AMP)")
     for data, label in batches:
         data, label = data.as_in_context(ctx), label.as_in_context(ctx)
         with _activation_probes(net, activations) as probes:

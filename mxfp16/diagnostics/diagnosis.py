@@ -43,6 +43,11 @@ class Diagnosis:
                 result[kind] = total(self.of_kind(kind), label)
         return result
 
+    @property
+    def largest(self):
+        """The :class:`RangeStats` holding the largest gradient: the one that limits the loss scale."""
+        return max(self.stats, key=lambda s: s.max_abs)
+
     def worst_first(self):
         """The statistics sorted by underflow at :attr:`loss_scale`, worst first; ties by underflow at scale 1."""
         def key(stats):

@@ -38,7 +38,8 @@ def format_summary(diagnosis):
                      f"{stats.zeros:,} exact zeros" + (f", {stats.nonfinite:,} inf/NaN" if stats.nonfinite else ""))
     everything = diagnosis.totals["all"]
     over = everything.fractions_at(asked)["overflow"]
-    lines.append(f"overflow at S={asked:g} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; largest |g| = {rec.max_abs:.4g}")
+    lines.append(f"overflow at S={asked:g} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; largest |g| = {rec.max_abs:.4g} "
+                 f"({diagnosis.largest.kind} {diagnosis.largest.name})")
     if rec.limited_by == "largest gradient":
         why = f"largest |g| {rec.max_abs:.4g} x {rec.scale:g} x margin {rec.margin:g} <= {FLOAT16.max:g}"
     else:
@@ -154,7 +155,7 @@ def diagnosis_document(diagnosis, config=None):
             "fractions": "of the non-zero finite values",
         },
         "loss_scale": diagnosis.loss_scale,
-        "recommendation": diagnosis.recommendation.as_dict(),
+        "recommendation": dict(diagnosis.recommendation.as_dict(), largest_in=diagnosis.largest.name),
         "totals": {key: s.as_dict(scales) for key, s in diagnosis.totals.items()},
         "layers": [s.as_dict(scales) for s in diagnosis.worst_first()],
         "forward_check": diagnosis.forward.as_dict() if diagnosis.forward is not None else

@@ -43,7 +43,8 @@ LOG2_MIN, LOG2_MAX = -64, 20
 
 def _exact_log2(value):
     exponent = int(np.log2(value))
-    assert 2.0 ** exponent == value, f"{value} is not a power of two"
+    if 2.0 ** exponent != value:
+        raise ValueError(f"{value} is not a power of two")
     return exponent
 
 
