@@ -137,7 +137,10 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
         Where the parameters live (default: the current context).
     in_shape : tuple of int, optional
         ``(channels, height, width)`` of one image; needed by ``'elementwise-mlp'``,
-        which has no deferred shape inference.
+        which has no deferred shape inference. For zoo models it finishes
+        Gluon's deferred initialisation at once (one forward pass of zeros in
+        inference mode), so every parameter has its shape before a trainer,
+        a kvstore or a checkpoint needs it.
     root : str, optional
         gluoncv's model folder (default ``$MXNET_HOME/models`` or ``~/.mxnet/models``).
 
@@ -172,7 +175,7 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
     net = _zoo_model(name, classes)
     if not pretrained:
         net.initialize(init.MSRAPrelu(), ctx=ctx)
-        return net
+        return _materialise(net, in_shape, ctx)
     path, present = pretrained_weights_path(name, root)
     if not present:
         raise ModelError(f"pretrained weights for {name!r} are not on this machine (looked for {path}); "
@@ -187,4 +190,13 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
     net.features = source.features
     net.output.initialize(init.Xavier(), ctx=ctx)
     net.collect_params().reset_ctx(ctx or mx.current_context())
+    return _materialise(net, in_shape, ctx)
+
+
+def _materialise(net, in_shape, ctx):
+    import mxnet as mx
+
+    if in_shape:
+        first = (ctx[0] if isinstance(ctx, (list, tuple)) else ctx) or mx.current_context()
+        net(mx.nd.zeros((1,) + tuple(in_shape), ctx=first))
     return net

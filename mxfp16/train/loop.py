@@ -189,6 +189,10 @@ class Run:
         self.peak_memory_mb = 0.0
         if config.resume:
             self._resume()
+        if self.distributed:
+            from ..dist import sync_parameters
+
+            sync_parameters(self.trainer)  # every worker starts from rank 0's parameters (see mxfp16.dist.sync)
         self.outputs.write_config(dict(config.to_dict(), resolved_precision=self.precision.name,
                                        classes=self.loaders.classes, source=self.source))
 
