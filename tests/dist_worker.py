@@ -7,7 +7,8 @@ global batch that every worker can regenerate from a seed, and writes
 
 * ``digest``: SHA-256 of the final trainable parameters, in a fixed order;
 * ``bytes_pushed``: gradient bytes handed to the kvstore at each step,
-  counted on the arrays themselves (so in the dtype that goes on the wire);
+  counted on the arrays themselves, and ``tcp_bytes_sent_per_step``: what
+  this process really sent over TCP per step after the first (``ss``);
 * ``skipped``: the steps the loss scaler skipped, and the parameter digests
   before and after each step;
 * with ``--reference``, rank 0 also trains the same network in this one
@@ -24,7 +25,9 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 
 import mxnet as mx
@@ -86,6 +89,22 @@ def digest(net):
     return sha.hexdigest()
 
 
+def tcp_bytes_sent():
+    """Bytes this process has sent over its TCP sockets (``ss`` from iproute2), or None without ``ss``."""
+    try:
+        text = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    total, mine = 0, False
+    for line in text.splitlines():
+        if not line[:1].isspace():  # a socket line; its details follow on an indented line
+            mine = f"pid={os.getpid()}," in line
+        elif mine:
+            found = re.search(r"bytes_sent:(\d+)", line)
+            total += int(found.group(1)) if found else 0
+    return total
+
+
 class WireTap:
     """Wraps ``kv.pushpull``: counts the bytes of every pushed gradient, can poison one push."""
 
@@ -104,13 +123,13 @@ class WireTap:
         return self.pushpull(key, value, out=out, priority=priority)
 
 
-def train(net, trainer, scaler, batches, rows, args, tap=None, rank=0):
+def train(net, trainer, scaler, batches, rows, args, tap=None, rank=0, first_step=0):
     """Run the steps; return per-step records."""
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
     precision = mxfp16.resolve_precision(args.precision, "cpu", allow_cpu_float16=True)
     records = []
     global_size = len(batches[0][0])
-    for step, (x, y) in enumerate(batches):
+    for step, (x, y) in enumerate(batches, first_step):
         data, label = mxfp16.cast_batch(mx.nd.array(x[rows]), mx.nd.array(y[rows]), precision.data_dtype, [mx.cpu()])
         if step == args.kill_step and rank == args.overflow_rank:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash the worker cannot report
@@ -157,12 +176,19 @@ def main(argv=None):
     tap = WireTap(kv)
     batches = global_batches(args.steps, args.batch, workers)
     rows = np.arange(rank, args.batch * workers, workers)  # this worker's shard of every global batch
-    records = train(net, trainer, scaler, batches, rows, args, tap, rank)
+    records = train(net, trainer, scaler, batches[:1], rows, args, tap, rank)
+    mx.nd.waitall()
+    sent_before = tcp_bytes_sent()  # after the first step: set-up traffic excluded
+    records += train(net, trainer, scaler, batches[1:], rows, args, tap, rank, first_step=1)
+    mx.nd.waitall()
+    sent_after = tcp_bytes_sent()
     report = {
         "rank": rank, "num_workers": workers, "precision": args.precision,
         "param_dtypes": sorted({str(np.dtype(p.dtype)) for p in trainable(net)}),
         "start_digest": start_digest, "digest": digest(net), "steps": records,
         "skipped": [r["step"] for r in records if r["skipped"]],
+        "tcp_bytes_sent_per_step": None if sent_before is None else (sent_after - sent_before) / (len(records) - 1),
+        "kvstore_keys": len(trainable(net)),
     }
     if args.reference and rank == 0:
         ref = reference_difference(initial, batches, args)

@@ -105,3 +105,18 @@ def test_killed_worker_stops_the_job_and_leaves_nothing(jobs):
     assert sorted(pids) == ["scheduler", "server 0", "worker 0", "worker 1"]
     assert not [name for name, pid in pids.items() if alive(pid)]
     assert job["reports"] == []  # nobody finished: the survivor waited in the kvstore until stopped
+
+
+def test_float16_gradients_travel_as_float16_over_tcp(jobs):
+    reports = {name: ok_reports(jobs, name) for name in ("float32", "float16")}
+    if any(r["tcp_bytes_sent_per_step"] is None for rs in reports.values() for r in rs):
+        pytest.skip("`ss` (iproute2) is not installed: cannot read the sockets' byte counters")
+    grad = {name: GRAD_ELEMENTS * size for name, size in (("float32", 4), ("float16", 2))}
+    keys = reports["float32"][0]["kvstore_keys"]
+    for r32, r16 in zip(reports["float32"], reports["float16"]):
+        sent = {"float32": r32["tcp_bytes_sent_per_step"], "float16": r16["tcp_bytes_sent_per_step"]}
+        for name in sent:
+            # The gradients plus a small header per key: ps-lite's message metadata.
+            assert grad[name] <= sent[name] <= grad[name] + 100 * keys
+        # Same messages, so the same headers: the whole difference is the gradients' width.
+        assert abs((sent["float32"] - sent["float16"]) - (grad["float32"] - grad["float16"])) <= 8 * keys
