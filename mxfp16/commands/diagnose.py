@@ -34,7 +34,8 @@ def register(subparsers):
     data.add_argument("--data-dir", default=None,
                       help="folder with train/<class>/ images (default: the demo set, data/demo, made on first use)")
     data.add_argument("--image-size", type=int, default=32, help="square input size in pixels (default: 32)")
-    data.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    data.add_argument("--batch-size", type=int, default=32, help="images per batch; parameter gradients are sums over the batch, so use "
+                           "the batch size you train with (default: 32)")
     data.add_argument("--batches", type=int, default=4, help="training batches to measure (default: 4)")
     data.add_argument("--seed", type=int, default=0, help="seeds initialisation and batch order (default: 0)")
     model = parser.add_argument_group("model")
@@ -101,18 +102,25 @@ def _setup(args):
         if len(ctx) != 1:
             raise PrecisionError(f"--ctx {args.ctx!r} names {len(ctx)} devices; diagnose runs on one, e.g. gpu:0")
         ctx = ctx[0]
+        if ctx.device_type == "gpu" and ctx.device_id >= mx.context.num_gpus():
+            raise PrecisionError(f"--ctx {args.ctx}: this machine has {mx.context.num_gpus()} usable GPU(s); "
+                                 "use --ctx cpu (the gradients are float32, so a CPU gives the same answer)")
         loaders = make_loaders(args.data_dir or demo_dataset(), image_size=args.image_size,
                                batch_size=args.batch_size, seed=args.seed)
         batches = list(itertools.islice(loaders.train_batches(0), args.batches))
         mx.random.seed(args.seed)
         net = build_model(args.model, len(loaders.classes), ctx=ctx, in_shape=(3, args.image_size, args.image_size))
-        if args.params:
-            net.load_parameters(args.params, ctx=ctx, cast_dtype=True, dtype_source="current")
     except (DataError, ModelError, PrecisionError) as err:
         raise CommandError(str(err)) from None
-    except (AssertionError, mx.base.MXNetError) as err:
-        raise CommandError(f"--params {args.params!r} does not fit {args.model} with {len(loaders.classes)} classes "
-                           f"({str(err).splitlines()[0][:300]}); pass the --model it was trained as") from None
+    if args.params:
+        try:
+            net.load_parameters(args.params, ctx=ctx, cast_dtype=True, dtype_source="current")
+        except (AssertionError, mx.base.MXNetError) as err:
+            # MXNet's message starts with a C++ traceback; its last line says what is wrong.
+            detail = ([line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__])[-1]
+            raise CommandError(f"--params {args.params!r} cannot be loaded into {args.model} with "
+                               f"{len(loaders.classes)} classes ({detail[:300]}); give a file written by "
+                               "save_parameters for that --model") from None
     return ctx, net, batches
 
 
