@@ -172,7 +172,9 @@ def write_hostfile(tmp_path, text):
 def test_hostfile_plan_deals_processes_to_hosts(tmp_path):
     hosts = read_hostfile(write_hostfile(tmp_path, "# cluster\nnode-a\n\nalice@node-b  # second\n"))
     assert hosts == ["node-a", "alice@node-b"]
-    slots = host_plan(["python", "train.py", "--epochs", "2"], workers=3, servers=2, hosts=hosts)
+    ips = {"node-a": "10.0.0.1", "node-b": "10.0.0.2"}
+    slots = host_plan(["python", "train.py", "--epochs", "2"], workers=3, servers=2, hosts=hosts,
+                      resolve=ips.__getitem__)
     lines = format_plan(slots, cwd="/data/my run").splitlines()
     expected_hosts = {"scheduler": "node-a", "server 0": "node-a", "server 1": "alice@node-b",
                       "worker 0": "node-a", "worker 1": "alice@node-b", "worker 2": "node-a"}
@@ -188,9 +190,10 @@ def test_hostfile_plan_deals_processes_to_hosts(tmp_path):
         assert remote[:4] == ["cd", "/data/my run", "&&", "env"]
         env = dict(word.split("=", 1) for word in remote[4:] if "=" in word and word.startswith("DMLC_"))
         role = name.split()[0]
-        assert env == {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": "node-a",
+        # ZeroMQ binds IP addresses only: names are resolved into the plan.
+        assert env == {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": "10.0.0.1",
                        "DMLC_PS_ROOT_PORT": str(DEFAULT_HOSTFILE_PORT), "DMLC_NUM_WORKER": "3",
-                       "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": host.split("@")[-1]}
+                       "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": ips[host.split("@")[-1]]}
         argv = remote[4 + len(env):]
         assert argv == (["python", "train.py", "--epochs", "2"] if role == "worker"
                         else [sys.executable, "-c", SERVER_CODE])
@@ -217,6 +220,21 @@ def test_launch_command_prints_the_hostfile_plan(tmp_path, capsys):
 def test_launch_command_refuses_bad_settings(argv, words, capsys):
     assert cli.main(["launch", *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_hosts_must_resolve_to_addresses_the_others_can_reach():
+    def resolve(name):
+        table = {"node-a": "10.0.0.1", "laptop": "127.0.1.1", "localhost": "127.0.0.1"}
+        if name not in table:
+            raise OSError("Name or service not known")
+        return table[name]
+
+    with pytest.raises(LaunchPlanError, match="cannot resolve host 'node-x'.*IP addresses"):
+        host_plan(["x"], 2, 1, ["node-a", "node-x"], resolve=resolve)
+    with pytest.raises(LaunchPlanError, match="'laptop' resolves to the loopback address 127.0.1.1"):
+        host_plan(["x"], 2, 1, ["node-a", "laptop"], resolve=resolve)
+    # One machine under two names is fine on loopback.
+    assert {s.env["DMLC_NODE_HOST"] for s in host_plan(["x"], 2, 1, ["localhost"], resolve=resolve)} == {"127.0.0.1"}
 
 
 def test_hostfile_errors_name_the_line(tmp_path):

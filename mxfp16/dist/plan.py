@@ -116,19 +116,19 @@ def _server_argv(python):
     return (python or sys.executable, "-c", SERVER_CODE)
 
 
-def _slots(command, workers, servers, port, hosts, root, python):
+def _slots(command, workers, servers, port, hosts, addresses, python):
+    """Scheduler on ``hosts[0]``, then servers and workers dealt to the hosts; ``addresses`` maps host to IP."""
     command = tuple(command)
     if not command:
         raise LaunchPlanError("no worker command; put it after `--`, e.g. "
                               "`mxfp16 launch --workers 2 --servers 1 -- python train.py`")
     server_argv = _server_argv(python)
-    slots = [Slot("scheduler", 0, root, server_argv,
-                  role_env("scheduler", root, port, workers, servers, root))]
+    root = addresses[hosts[0]]
+    slots = [Slot("scheduler", 0, hosts[0], server_argv, role_env("scheduler", root, port, workers, servers, root))]
     for role, count, argv in (("server", servers, server_argv), ("worker", workers, command)):
         for i in range(count):
             host = hosts[i % len(hosts)]
-            slots.append(Slot(role, i, host, argv,
-                              role_env(role, root, port, workers, servers, _address(host))))
+            slots.append(Slot(role, i, host, argv, role_env(role, root, port, workers, servers, addresses[host])))
     return slots
 
 
@@ -152,7 +152,7 @@ def local_plan(command, workers, servers, port=None, python=None):
     """
     _check_counts(workers, servers, port)
     port = free_port() if port is None else int(port)
-    return _slots(command, int(workers), int(servers), port, [LOOPBACK], LOOPBACK, python)
+    return _slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python)
 
 
 def read_hostfile(path):
@@ -183,12 +183,30 @@ def _address(host):
     return host.rsplit("@", 1)[-1]
 
 
-def host_plan(command, workers, servers, hosts, port=None, python=None):
+def _ip_addresses(hosts, resolve):
+    """Each host's IP address: ps-lite binds to the address a process advertises, and ZeroMQ binds IPs only."""
+    addresses = {}
+    for host in hosts:
+        try:
+            addresses[host] = resolve(_address(host))
+        except OSError as err:
+            raise LaunchPlanError(f"cannot resolve host {_address(host)!r} here ({err}); list IP addresses "
+                                  "in the hostfile, or names this machine resolves") from err
+    if len(set(addresses.values())) > 1:
+        for host, ip in addresses.items():
+            if ip.startswith("127."):
+                raise LaunchPlanError(f"host {_address(host)!r} resolves to the loopback address {ip} here, "
+                                      "which the other hosts cannot reach; list its network address in the hostfile")
+    return addresses
+
+
+def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=socket.gethostbyname):
     """The processes of a job spread over ``hosts``.
 
     The scheduler runs on the first host; servers and workers are dealt to
-    the hosts in turn. Every process advertises the address it is planned on
-    (``DMLC_NODE_HOST``), so the hostfile's names must resolve on every host.
+    the hosts in turn. Every process advertises its host's IP address
+    (``DMLC_NODE_HOST``), resolved here: ps-lite binds its socket to that
+    address, and ZeroMQ binds to IP addresses, not names.
 
     Parameters
     ----------
@@ -202,14 +220,23 @@ def host_plan(command, workers, servers, hosts, port=None, python=None):
     python : str, optional
         Interpreter for the scheduler and servers on the remote hosts
         (default: this interpreter's path, i.e. the same environment on every host).
+    resolve : callable
+        Host name to IP address (default ``socket.gethostbyname``).
 
     Returns
     -------
     list of Slot
+
+    Raises
+    ------
+    LaunchPlanError
+        For a host that does not resolve, or one that resolves to loopback
+        while the job spans several machines.
     """
     _check_counts(workers, servers, port)
     port = DEFAULT_HOSTFILE_PORT if port is None else int(port)
-    return _slots(command, int(workers), int(servers), port, list(hosts), _address(hosts[0]), python)
+    addresses = _ip_addresses(hosts, resolve)
+    return _slots(command, int(workers), int(servers), port, list(hosts), addresses, python)
 
 
 def ssh_argv(slot, cwd=None):
