@@ -16,9 +16,15 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def float32_run(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("f32") / "run"
-    ok(run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 1, "--max-batches", 2, *QUICK))
-    return out
+    """A one-epoch float32 run on a copy of the data with one corrupt JPEG (returns its folder and log)."""
+    root = tmp_path_factory.mktemp("f32")
+    copy = root / "data"
+    shutil.copytree(data, copy)
+    bad = next((copy / "train").iterdir()) / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    proc = ok(run_train("--data-dir", copy, "--precision", "float32", "--out", root / "run", "--epochs", 1,
+                        "--max-batches", 2, *QUICK))
+    return root / "run", proc
 
 
 def refused(proc, *phrases):
@@ -31,6 +37,7 @@ def refused(proc, *phrases):
 
 @pytest.mark.slow
 def test_resume_across_precisions_is_refused_saying_what_differs(data, float32_run):
+    float32_run, _ = float32_run
     before = (float32_run / "checkpoints" / "latest.json").read_text()
     proc = run_train("--data-dir", data, "--precision", "amp-bfloat16", "--out", float32_run, "--resume",
                      "--epochs", 2, "--max-batches", 2, *QUICK)
@@ -40,6 +47,7 @@ def test_resume_across_precisions_is_refused_saying_what_differs(data, float32_r
 
 @pytest.mark.slow
 def test_an_existing_run_is_not_overwritten_without_resume(data, float32_run):
+    float32_run, _ = float32_run
     proc = run_train("--data-dir", data, "--precision", "float32", "--out", float32_run, "--epochs", 1, *QUICK)
     refused(proc, "already holds a run", "--resume")
 
@@ -70,14 +78,11 @@ def test_gradient_compression_is_refused_for_float16_parameters(data, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_corrupt_image_is_skipped_and_named(data, tmp_path):
-    copy = tmp_path / "data"
-    shutil.copytree(data, copy)
-    bad = next((copy / "train").iterdir()) / "broken.jpg"
-    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
-    proc = ok(run_train("--data-dir", copy, "--precision", "float32", "--out", tmp_path / "run", "--epochs", 1,
-                        "--max-batches", 1, *QUICK))
+def test_a_corrupt_image_is_skipped_and_named(float32_run):
+    """The data issue's rule: a file that does not decode is left out by the scan, counted and named."""
+    out, proc = float32_run
     assert "skipped 1 unusable file(s)" in proc.stdout and "broken.jpg" in proc.stdout
+    assert (out / "summary.json").exists()
 
 
 # ---- in-process checks of the configuration (no training) -------------------

@@ -28,7 +28,7 @@ def register(subparsers):
     demo = PROFILES["demo"]
     parser = subparsers.add_parser(
         "train", help="train a network in float32 or mixed precision (demo set by default)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "Defaults that depend on the data: with --data-dir the tutorial's run (resnet50_v2, 224 px). "
             f"Without it, the demo set gets a network a CPU trains in minutes: {demo['model']} at "
@@ -45,8 +45,8 @@ def register(subparsers):
     data.add_argument("--image-size", type=int, default=None,
                       help=f"side of the square crops in pixels (default: {_profile_default('image_size')})")
     data.add_argument("--workers", type=int, default=0,
-                      help="data-loading processes (folder) or decoding threads (recordio) (default: 0, loads in the "
-                           "training process, which is fastest on 2 cores)")
+                      help="data-loading processes (folder) or decoding threads (recordio) (default: 0: decode in the "
+                           "training process; on 2 cores extra processes compete with the network for the cores)")
     data.add_argument("--pipeline", choices=("folder", "recordio"), default="folder",
                       help="input pipeline: ImageFolderDataset+DataLoader or ImageRecordIter (default: folder)")
 
