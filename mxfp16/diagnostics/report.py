@@ -75,7 +75,8 @@ def format_table(diagnosis, limit=None):
                      f"{_pct(at_asked['underflow']):>9} {_pct(at_rec['underflow']):>9} "
                      f"{_pct(at_asked['subnormal']):>9} {_pct(at_asked['overflow']):>9} {smallest:>9} "
                      f"{s.max_abs:>9.2e}")
-    lines.append("(percentages of non-zero finite values except zeros, which is of all values; values summed over "
+    lines.append(f"(underflow at S=1, at the asked S={asked:g} and at the recommended S={rec:g}; percentages of the "
+                 "non-zero finite values, except zeros, which is of all values; values summed over "
                  f"{max(s.batches for s in diagnosis.stats)} batch(es))")
     return "\n".join(lines)
 
