@@ -35,3 +35,4 @@ def test_user_errors_exit_2_with_the_fix(tmp_path, capsys):
     assert main(["data", "fetch", "caltech101", "--root", str(tmp_path), "--url", str(tmp_path / "no.zip"),
                  "--no-progress"]) == 2
     assert "no such file" in capsys.readouterr().err
+

@@ -4,6 +4,7 @@ import logging
 import sys
 
 from ..cli import CommandError
+from ..data.synth import DEMO_SETTINGS as DEMO
 
 ORDER = 10
 
@@ -42,14 +43,19 @@ def register(subparsers):
     split.set_defaults(func=run_split)
 
     synth = sub.add_parser("synth", help="generate the synthetic shapes data set (the demo set's generator)")
-    synth.add_argument("--out", default="data/demo", help="output folder (default: data/demo)")
-    group = synth.add_argument_group("settings")
-    group.add_argument("--classes", type=int, default=10, help="number of shape classes, 1-10 (default: 10)")
-    group.add_argument("--per-class", type=int, default=100, help="training images per class (default: 100)")
-    group.add_argument("--test-per-class", type=int, default=30, help="test images per class (default: 30)")
-    group.add_argument("--size", type=int, default=128,
-                       help="typical image side; each side is drawn from [0.8, 1.25] times it (default: 128)")
-    group.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    synth.add_argument("--out", required=True,
+                       help="new output folder (required; the demo set itself lives in data/demo and is made on "
+                            "first use)")
+    group = synth.add_argument_group("settings (defaults: the demo set's)")
+    group.add_argument("--classes", type=int, default=DEMO["classes"],
+                       help=f"number of shape classes, 1-10 (default: {DEMO['classes']})")
+    group.add_argument("--per-class", type=int, default=DEMO["per_class"],
+                       help=f"training images per class (default: {DEMO['per_class']})")
+    group.add_argument("--test-per-class", type=int, default=DEMO["test_per_class"],
+                       help=f"test images per class (default: {DEMO['test_per_class']})")
+    group.add_argument("--size", type=int, default=DEMO["size"],
+                       help=f"typical image side; each side is drawn from [0.8, 1.25] times it (default: {DEMO['size']})")
+    group.add_argument("--seed", type=int, default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
     synth.set_defaults(func=run_synth)
 
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
@@ -83,7 +89,7 @@ def register(subparsers):
 
 
 def _library():
-    """Import lazily: ``mxfp16 --help`` should not pay for MXNet, OpenCV and the data code."""
+    """Show the data code's log (skipped files, unverified checksums) and return ``mxfp16.data``."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     from .. import data
     return data

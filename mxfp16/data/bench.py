@@ -8,6 +8,7 @@ so the figure is what the pipeline can feed a network at most. The load
 average before and after is recorded: on a shared machine other processes
 take CPU from the pipeline.
 """
+import json
 import os
 import tempfile
 import time
@@ -88,6 +89,11 @@ def bench_pipelines(src, image_size=224, workers=2, batch_size=32, images=600, p
     with tempfile.TemporaryDirectory(prefix="mxfp16-bench-") as tmp:
         if classes_file(src).is_file():
             prefix = src
+            meta = json.loads(classes_file(src).read_text())
+            source = Path(meta.get("source", ""))
+            # A resized pack holds other sizes than its source: report sizes only for an unresized one.
+            if not meta.get("resize") and (source / "train").is_dir():
+                sizes = image_sizes(source / "train")
         else:
             sizes = image_sizes(src / "train")
             for n in counts:
