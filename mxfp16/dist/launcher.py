@@ -14,6 +14,7 @@ import atexit
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -71,11 +72,14 @@ def _describe(code):
 
 
 def _die_with_parent():
-    """In the child, before exec: get SIGKILL if the launcher dies (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    """In the child, before exec: get SIGKILL if the launcher dies (Linux's PR_SET_PDEATHSIG)."""
+    _LIBC.prctl(1, signal.SIGKILL)
+
+
+try:  # loaded here, not in the child between fork and exec
+    _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _LIBC = None
 
 
 def _group_alive(pgid):
@@ -142,17 +146,16 @@ class _Job:
 
     # -- starting ---------------------------------------------------------
     def start(self):
-        import subprocess
-
         width = max(len(s.name) for s in self.slots)
-        # Every child is started before any pump thread exists: preexec_fn
-        # is only safe in a process without other threads.
+        # preexec_fn can deadlock the child when other threads exist, so it
+        # is only used in a single-threaded launcher (the command line); the
+        # children start before any pump thread does.
+        preexec = _die_with_parent if _LIBC is not None and threading.active_count() == 1 else None
         for slot in self.slots:
             try:
                 proc = subprocess.Popen(
                     list(slot.argv), env={**self.env, **slot.env}, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
             except OSError as err:
                 raise LaunchError(f"cannot start {slot.name} ({' '.join(slot.argv)}): {err}; "
                                   "check the command after `--`") from err
@@ -182,20 +185,20 @@ class _Job:
                 if code not in (None, 0):
                     return "failed", _exit_status(code), slot.name, \
                         f"{slot.name} (pid {proc.pid}) {_describe(code)}; stopping the others"
-            running = [slot.name for slot, proc in self.procs if proc.returncode is None]
+            running = [slot for slot, proc in self.procs if proc.returncode is None]
             if not running:
                 return "ok", 0, None, "every process finished"
-            workers_left = [n for n in running if n.startswith("worker")]
-            if not workers_left:
+            names = ", ".join(slot.name for slot in running)
+            if not any(slot.role == "worker" for slot in running):
                 # Servers and the scheduler end on their own once the workers
                 # finalise the kvstore; do not wait forever for one that does not.
                 workers_done_at = workers_done_at or time.monotonic()
                 if time.monotonic() - workers_done_at > self.grace:
-                    return "ok", 0, None, (f"{', '.join(running)} still running {self.grace:g} s after "
+                    return "ok", 0, None, (f"{names} still running {self.grace:g} s after "
                                            "the workers finished; stopping them")
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", _TIMEOUT_STATUS, None, (f"timed out after {float(timeout):g} s; "
-                                                          f"stopping {', '.join(running)}")
+                                                          f"stopping {names}")
             time.sleep(_POLL)
 
     # -- stopping ---------------------------------------------------------
