@@ -106,7 +106,9 @@ class _FolderImages(gluon.data.Dataset):
         try:
             img, label = self._base[idx]
         except Exception as err:  # noqa: BLE001 -- any decoder failure becomes a DataError with the path
-            raise DataError(f"cannot decode {path} ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
+            # MXNetError messages start with a C++ traceback; the last line says what failed.
+            reason = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1].strip()[:200]
+            raise DataError(f"cannot decode {path} ({type(err).__name__}: {reason}). "
                             "Delete or replace the file, then restart; the scan when the data set is opened "
                             "normally skips such files.") from None
         if self._epoch is None:
