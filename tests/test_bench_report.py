@@ -8,21 +8,24 @@ from mxfp16.bench import report
 from mxfp16.bench.runner import BenchSpec, not_run
 
 
-def _record(precision, batch_size, ms, peak, lists=None, status="ok", image_size=64):
+def _record(precision, batch_size, ms, peak, lists=None, status="ok", image_size=64, cpu=None):
     return {"precision": precision, "amp_lists": lists, "batch_size": batch_size, "image_size": image_size,
             "model": "m", "mode": "train", "data": "synthetic", "ctx": "cpu", "status": status, "reason": None,
             "images_per_second": batch_size / (ms / 1000.0) if status == "ok" else None,
             "ms_per_step": ms if status == "ok" else None, "ms_per_step_spread": 1.0 if status == "ok" else None,
-            "peak_memory_mb": peak if status == "ok" else None}
+            "peak_memory_mb": peak if status == "ok" else None, "cpu_ms_per_step": cpu}
 
 
 def test_speedup_is_float32_time_over_mixed_time_within_each_batch_size():
-    records = [_record("float32", 16, 400.0, 1000.0), _record("amp-bfloat16", 16, 250.0, 800.0, "mxfp16"),
+    records = [_record("float32", 16, 400.0, 1000.0, cpu=760.0),
+               _record("amp-bfloat16", 16, 250.0, 800.0, "mxfp16", cpu=400.0),
                _record("amp-bfloat16", 16, 320.0, 820.0, "mxnet"),
                _record("float32", 32, 900.0, 1500.0), _record("amp-bfloat16", 32, 450.0, 1200.0, "mxfp16")]
     table = report.add_speedups(records)
     assert records[1]["speedup"] == pytest.approx(400.0 / 250.0)
     assert records[2]["speedup"] == pytest.approx(400.0 / 320.0)
+    assert records[1]["cpu_speedup"] == pytest.approx(760.0 / 400.0)
+    assert records[2]["cpu_speedup"] is None  # no CPU time measured for it
     assert records[4]["speedup"] == pytest.approx(900.0 / 450.0)
     assert records[4]["memory_ratio"] == pytest.approx(1200.0 / 1500.0)
     assert records[0]["speedup"] == pytest.approx(1.0)

@@ -69,6 +69,7 @@ def test_speedup_comes_from_runs_of_this_invocation(bench_out):
     (entry,) = doc["speedup"].values()
     assert entry["speedup"] == pytest.approx(f32["ms_per_step"] / bf16["ms_per_step"])
     assert entry["memory_ratio"] == pytest.approx(bf16["peak_memory_mb"] / f32["peak_memory_mb"])
+    assert entry["cpu_speedup"] == pytest.approx(f32["cpu_ms_per_step"] / bf16["cpu_ms_per_step"])
 
 
 def test_a_crashing_run_is_reported_and_the_others_still_run():

@@ -9,7 +9,7 @@ RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "imag
                  "ms_per_step_spread", "peak_memory_mb")
 #: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
 EXTRA_FIELDS = ("requested_precision", "amp_lists", "data", "ctx", "status", "reason", "cpu_ms_per_step",
-                "speedup", "memory_ratio", "load_average")
+                "speedup", "cpu_speedup", "memory_ratio", "load_average")
 BASELINE = "float32"
 
 
@@ -42,7 +42,7 @@ def add_speedups(records):
     Returns
     -------
     dict
-        ``{speedup_key: {"speedup", "memory_ratio", "precision", "amp_lists",
+        ``{speedup_key: {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
         "batch_size", "image_size", "model", "mode"}}`` for every successful
         non-float32 record that has a baseline.
     """
@@ -54,13 +54,16 @@ def add_speedups(records):
     for r in records:
         base = baselines.get(_group(r))
         if r.get("status") != "ok" or base is None:
-            r["speedup"] = r["memory_ratio"] = None
+            r["speedup"] = r["cpu_speedup"] = r["memory_ratio"] = None
             continue
         r["speedup"] = base["ms_per_step"] / r["ms_per_step"]
+        # On a shared machine wall time swings with other programs; CPU time much less.
+        r["cpu_speedup"] = (base["cpu_ms_per_step"] / r["cpu_ms_per_step"]
+                            if base.get("cpu_ms_per_step") and r.get("cpu_ms_per_step") else None)
         r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
         if r is not base:
             table[speedup_key(r)] = {
-                "speedup": r["speedup"], "memory_ratio": r["memory_ratio"],
+                "speedup": r["speedup"], "cpu_speedup": r["cpu_speedup"], "memory_ratio": r["memory_ratio"],
                 **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
             }
     return table
@@ -123,9 +126,14 @@ def short_reason(record, width=90):
 
 
 def format_table(records):
-    """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first)."""
+    """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first).
+
+    ``cpu ms`` is the process's CPU time per step (both cores count) and
+    ``cpu x`` the speedup by that measure; on a busy shared machine it is the
+    steadier of the two.
+    """
     head = f"{'model':<18}{'px':>5}{'mode':>10}  {'precision':<30}{'batch':>6}{'img/s':>9}{'ms/step':>10}" \
-           f"{'+/-':>8}{'peak MB':>9}{'speedup':>9}{'memory':>8}"
+           f"{'+/-':>8}{'cpu ms':>9}{'peak MB':>9}{'speedup':>9}{'cpu x':>7}{'memory':>8}"
     lines = [head, "-" * len(head)]
     for r in records:
         row = f"{r['model']:<18}{r['image_size']:>5}{r['mode']:>10}  {label(r):<30}{r['batch_size']:>6}"
@@ -133,7 +141,9 @@ def format_table(records):
             lines.append(f"{row}  {r.get('status', 'failed').upper()}: {short_reason(r)}")
             continue
         lines.append(row + f"{_num(r['images_per_second'], '.2f'):>9}{_num(r['ms_per_step'], '.1f'):>10}"
-                     f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r['peak_memory_mb'], '.0f'):>9}"
+                     f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r.get('cpu_ms_per_step'), '.0f'):>9}"
+                     f"{_num(r['peak_memory_mb'], '.0f'):>9}"
                      f"{_num(r.get('speedup'), '.2f') + ('x' if r.get('speedup') else ''):>9}"
+                     f"{_num(r.get('cpu_speedup'), '.2f') + ('x' if r.get('cpu_speedup') else ''):>7}"
                      f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}")
     return "\n".join(lines)

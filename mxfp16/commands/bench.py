@@ -39,7 +39,8 @@ def register(subparsers):
     what.add_argument("--mode", choices=("train", "inference"), default="train",
                       help="train: forward, backward and update; inference: forward only (default: train)")
     what.add_argument("--data", default="synthetic",
-                      help="'synthetic' (random tensors) or a data folder with train/ and test/ (default: synthetic)")
+                      help="'synthetic' (random tensors) or a data folder with train/ and test/; real batches are "
+                           "loaded inside the timed steps, as in training (default: synthetic)")
     what.add_argument("--classes", type=int, default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
     what.add_argument("--ctx", default="cpu", help="cpu, gpu:0 or gpu:0,1,... (default: cpu)")
@@ -73,6 +74,14 @@ def _validate(args):
     return precisions, _int_list(args.batch_sizes, "--batch-sizes"), lists
 
 
+def _folder_classes(folder):
+    train = os.path.join(folder, "train")
+    if not os.path.isdir(train):
+        raise CommandError(f"--data {folder!r} has no train/ folder; make one with `mxfp16 data split` or "
+                           "`mxfp16 data synth --out DIR`, or use --data synthetic")
+    return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])
+
+
 def run(args):
     from .. import hardware
     from ..bench import report
@@ -89,9 +98,10 @@ def run(args):
                          classes=args.classes)
     except ValueError as err:
         raise CommandError(f"{err}; see mxfp16 bench --help") from None
+    classes = args.classes if args.data == "synthetic" else _folder_classes(args.data)
     try:
         # Building the model here also checks its name before any run starts.
-        tensor_cores = model_tensor_core_report(args.model, args.classes, args.image_size, batch_sizes)
+        tensor_cores = model_tensor_core_report(args.model, classes, args.image_size, batch_sizes)
     except ModelError as err:
         raise CommandError(str(err)) from None
     specs = plan(base, precisions, batch_sizes, lists)
