@@ -3,7 +3,7 @@
 ``python tests/dist_dummy.py ACTION [ARG] [--dir DIR]``:
 
 env        print every DMLC_* variable, one ``NAME=VALUE`` per line, and exit 0
-fail N     exit with status N after a short pause
+fail N     print a line, then exit with status N at once (no flush) after a short pause
 sleep      record PIDs in DIR and sleep until signalled; SIGINT or SIGTERM writes the time it
            arrived to DIR/<pid>.sigint or DIR/<pid>.sigterm, then exits
 spawn      like sleep, but first start a grandchild that sleeps too (its PID is recorded)
@@ -46,7 +46,8 @@ def main():
         return 0
     if args.action == "fail":
         time.sleep(0.3)
-        return int(args.arg)
+        print(f"failing with status {args.arg}")
+        os._exit(int(args.arg))  # like a crash: no flush, so only unbuffered output survives
     if args.action == "spawn":
         child = subprocess.Popen([sys.executable, __file__, "sleep", "--dir", args.dir])
         _record(args.dir, child.pid, "grandchild")

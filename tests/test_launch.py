@@ -93,9 +93,11 @@ def test_output_is_prefixed_and_each_process_sees_its_environment():
 def test_failed_worker_stops_everything_and_is_named(tmp_path):
     slots = plan(2, 1, dummy("spawn", folder=tmp_path), dummy("sleep", folder=tmp_path))
     slots = with_argv(slots, "worker 1", dummy("fail", 3))
-    result, _, err = run_quietly(slots, timeout=LIMIT, grace=2)
+    result, out, err = run_quietly(slots, timeout=LIMIT, grace=2)
     assert (result.returncode, result.reason, result.failed) == (3, "failed", "worker 1")
     assert "worker 1" in err and "status 3" in err
+    # Its last words were never flushed (it died at once): the launcher made Python unbuffered.
+    assert "[worker 1 ] failing with status 3" in out.splitlines()
     pids = list(result.pids.values()) + recorded(tmp_path, "grandchild")
     assert len(pids) == 5
     assert not [pid for pid in pids if alive(pid)]

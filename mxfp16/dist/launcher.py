@@ -138,6 +138,9 @@ class _Job:
         self.grace = float(grace)
         self.stdout, self.stderr = stdout, stderr
         self.env = dict(os.environ if env is None else env)
+        # Python buffers a pipe's output in blocks: lines would come late, and
+        # be lost when the process is stopped. Unless the user chose otherwise.
+        self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.log = log
         self.procs = []      # (slot, Popen)
         self.pumps = []
