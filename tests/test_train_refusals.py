@@ -49,7 +49,7 @@ def test_resume_across_precisions_is_refused_saying_what_differs(data, float32_r
 def test_an_existing_run_is_not_overwritten_without_resume(data, float32_run):
     float32_run, _ = float32_run
     proc = run_train("--data-dir", data, "--precision", "float32", "--out", float32_run, "--epochs", 1, *QUICK)
-    refused(proc, "already holds a run", "--resume")
+    refused(proc, "already holds a run", "--resume", "--overwrite")
 
 
 @pytest.mark.slow
@@ -120,6 +120,25 @@ def test_config_round_trips_through_json():
     assert again == config and again.step_epochs == (4, 6)
     with pytest.raises(ConfigError, match="unknown configuration field"):
         TrainConfig.from_dict({"learning_rate": 1})
+
+
+def test_overwrite_removes_only_what_a_run_writes(tmp_path):
+    from mxfp16.train.outputs import RunOutputs
+
+    run_files = ["config.json", "metrics.jsonl", "summary.json", "summary.rank1.json", "checkpoints/latest.json"]
+    for name in run_files + ["notes.txt"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    outputs = RunOutputs(tmp_path)
+    assert outputs.has_run()
+    outputs.remove_run()
+    assert not outputs.has_run()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_resume_and_overwrite_exclude_each_other():
+    with pytest.raises(ConfigError, match="exclude each other"):
+        TrainConfig(resume=True, overwrite=True).resolve()
 
 
 def test_mismatch_lists_every_difference():

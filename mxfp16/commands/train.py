@@ -71,7 +71,8 @@ def register(subparsers):
                            help="allow float16 on a CPU, for --model elementwise-mlp only (default: off)")
 
     opt = parser.add_argument_group("optimisation")
-    opt.add_argument("--optimizer", default="sgd", help="any MXNet optimizer name (default: sgd)")
+    opt.add_argument("--optimizer", default=None,
+                     help=f"any MXNet optimizer name (default: {_profile_default('optimizer')})")
     opt.add_argument("--lr", type=float, default=None,
                      help=f"peak learning rate for the whole batch (default: {_profile_default('lr')}; "
                           "a tenth of it with --pretrained)")
@@ -101,6 +102,9 @@ def register(subparsers):
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint (default: off; an --out that holds a "
                           "run is refused without it)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the run already in --out: its config, metrics, summaries and checkpoints are "
+                          "deleted first (default: off; such an --out is refused)")
     run.add_argument("--max-batches", type=int, default=None,
                      help="at most N training and N evaluation batches per epoch, for smoke runs (default: all)")
     run.add_argument("--log-every", type=int, default=10,
@@ -131,6 +135,7 @@ def config_from_args(args):
         warmup_epochs=args.warmup_epochs, label_smoothing=args.label_smoothing, epochs=args.epochs,
         batch_size=args.batch_size, ctx=args.ctx, kvstore=args.kvstore,
         gradient_compression=args.gradient_compression, seed=args.seed, out=args.out, resume=args.resume,
+        overwrite=args.overwrite,
         max_batches=args.max_batches, log_every=args.log_every, progress=not args.no_progress,
         inject_overflow_step=args.inject_overflow_step, inject_overflow_rank=args.inject_overflow_rank,
         interrupt_at_step=args.interrupt_at_step,

@@ -153,8 +153,10 @@ class Run:
         self.distributed = self.num_workers > 1 or config.kvstore.startswith("dist")
         self.outputs = RunOutputs(config.out, self.rank, self.distributed)
         if self.outputs.has_run() and not config.resume and self.rank == 0:
-            raise ConfigError(f"{config.out} already holds a run; continue it with --resume, or choose another "
-                              "--out (or delete the folder) to start afresh")
+            if not config.overwrite:
+                raise ConfigError(f"{config.out} already holds a run; continue it with --resume, replace it with "
+                                  "--overwrite, or choose another --out")
+            self.outputs.remove_run()
         activate(self.precision)  # AMP patches MXNet: before the network exists
         mx.random.seed(config.seed)
         np.random.seed(config.seed)
@@ -247,8 +249,9 @@ class Run:
                  f"{f' (rank {self.rank} of {self.num_workers})' if self.distributed else ''}")
         self.log("environment: " + "; ".join(f"{k}={v} ({why}{'' if here else ', set by you'})"
                                              for k, (v, why, here) in self.environment.items()))
+        momentum = f"momentum {c.momentum:g}, " if "momentum" in optimizer_params(c, None) else ""
         self.log(f"optimiser: {c.optimizer} lr {c.lr:g} ({c.lr_schedule}, {c.warmup_epochs} warm-up epochs), "
-                 f"momentum {c.momentum:g}, wd {c.wd:g}, label smoothing {c.label_smoothing:g}; {c.epochs} epochs of "
+                 f"{momentum}wd {c.wd:g}, label smoothing {c.label_smoothing:g}; {c.epochs} epochs of "
                  f"{self.steps_per_epoch} steps; outputs in {c.out}")
 
     # ---- the run ----------------------------------------------------------

@@ -7,6 +7,7 @@ worker writes ``summary.rank<R>.json``. All writes are atomic
 import hashlib
 import json
 import resource
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -100,6 +101,15 @@ class RunOutputs:
     def has_run(self):
         """Whether the folder already holds a run's outputs."""
         return any((self.out / name).exists() for name in ("checkpoints", "metrics.jsonl", "summary.json"))
+
+    def remove_run(self):
+        """Delete a previous run's outputs (only the files a run writes; anything else in the folder stays)."""
+        for name in ("config.json", "metrics.jsonl", "summary.json"):
+            (self.out / name).unlink(missing_ok=True)
+        for path in self.out.glob("summary.rank*.json"):
+            path.unlink()
+        if (self.out / "checkpoints").is_dir():
+            shutil.rmtree(self.out / "checkpoints")
 
     def write_config(self, config_dict):
         if self.is_writer:
