@@ -83,7 +83,7 @@ def test_output_is_prefixed_and_each_process_sees_its_environment():
     result, out, err = run_quietly(slots, timeout=LIMIT)
     assert (result.returncode, result.reason) == (0, "ok")
     for s in slots:
-        prefix = f"[{s.name:<9}] "  # names padded to the longest, "scheduler"
+        prefix = f"{'[' + s.name + ']':<11} "  # padded to the longest name, "[scheduler]"
         seen = dict(line[len(prefix):].split("=", 1) for line in out.splitlines() if line.startswith(prefix))
         assert seen == s.env, s.name
         assert f"{prefix}to stderr" in err.splitlines()
@@ -97,7 +97,7 @@ def test_failed_worker_stops_everything_and_is_named(tmp_path):
     assert (result.returncode, result.reason, result.failed) == (3, "failed", "worker 1")
     assert "worker 1" in err and "status 3" in err
     # Its last words were never flushed (it died at once): the launcher made Python unbuffered.
-    assert "[worker 1 ] failing with status 3" in out.splitlines()
+    assert "[worker 1]  failing with status 3" in out.splitlines()
     pids = list(result.pids.values()) + recorded(tmp_path, "grandchild")
     assert len(pids) == 5
     assert not [pid for pid in pids if alive(pid)]

@@ -165,7 +165,7 @@ class _Job:
             self.procs.append((slot, proc))
             self.log(f"started {slot.name} (pid {proc.pid})")
         for slot, proc in self.procs:
-            prefix = f"[{slot.name:<{width}}] "
+            prefix = f"{'[' + slot.name + ']':<{width + 2}} "  # aligned: "[worker 0]  ", "[scheduler] "
             for pipe, stream in ((proc.stdout, self.stdout), (proc.stderr, self.stderr)):
                 pump = _Pump(pipe, stream, prefix, self._lock)
                 pump.start()
