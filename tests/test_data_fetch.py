@@ -122,6 +122,8 @@ def test_checksum_mismatch_extracts_nothing(server, tmp_path):
     assert not (tmp_path / "caltech101").exists()
     assert not (tmp_path / "downloads" / "caltech-101.zip").exists()
     assert (tmp_path / "downloads" / "caltech-101.zip.sha256-mismatch").exists()
+    with pytest.raises(DataError, match="64 hexadecimal digits"):
+        fetch_caltech101(tmp_path, url=f"{server.url}/caltech-101.zip", sha256="abc", progress=False)
 
 
 def test_member_escaping_the_target_is_refused(tmp_path):

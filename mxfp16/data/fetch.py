@@ -17,6 +17,7 @@ is accepted with a warning and its computed checksum is recorded in
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -144,19 +145,21 @@ def download(url, dest, sha256=None, progress=True, timeout=60):
     (Path, str)
         ``dest`` and its SHA-256.
     """
+    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    bad = dest.with_name(dest.name + ".sha256-mismatch")
     if dest.exists():
         digest = sha256_of(dest)
         if sha256 is None or digest == sha256.lower():
             return dest, digest
-        LOG.warning("%s does not match --sha256; downloading it again", dest)
-        dest.unlink()
+        LOG.warning("%s does not match --sha256 (moved to %s); downloading it again", dest, bad)
+        os.replace(dest, bad)
     part = dest.with_name(dest.name + ".part")
     _fetch_into(url, part, progress, timeout)
     digest = sha256_of(part)
     if sha256 is not None and digest != sha256.lower():
-        bad = dest.with_name(dest.name + ".sha256-mismatch")
         os.replace(part, bad)
         raise DataError(f"checksum mismatch for {url}: expected sha256 {sha256.lower()}, got {digest}. The file was "
                         f"moved to {bad} and nothing was extracted. Check --url/--sha256 and run again.")
