@@ -45,17 +45,26 @@ def test_resume_across_precisions_is_refused_saying_what_differs(data, float32_r
     assert (float32_run / "checkpoints" / "latest.json").read_text() == before  # nothing lost
 
 
+def cli_refused(capsys, *args):
+    """Run ``mxfp16 train ARGS`` in this process (for refusals that come before AMP or any network exists)."""
+    from mxfp16.cli import main
+
+    assert main(["train", *map(str, args)]) == 2
+    return capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_an_existing_run_is_not_overwritten_without_resume(data, float32_run):
+def test_an_existing_run_is_not_overwritten_without_resume(data, float32_run, capsys):
     float32_run, _ = float32_run
-    proc = run_train("--data-dir", data, "--precision", "float32", "--out", float32_run, "--epochs", 1, *QUICK)
-    refused(proc, "already holds a run", "--resume", "--overwrite")
+    before = sorted(p.name for p in float32_run.rglob("*"))
+    message = cli_refused(capsys, "--data-dir", data, "--precision", "float32", "--out", float32_run, *QUICK)
+    assert "already holds a run" in message and "--resume" in message and "--overwrite" in message
+    assert sorted(p.name for p in float32_run.rglob("*")) == before
 
 
-@pytest.mark.slow
-def test_float16_on_cpu_is_refused_with_the_explanation(data, tmp_path):
-    proc = run_train("--data-dir", data, "--precision", "float16", "--out", tmp_path / "x", *QUICK)
-    refused(proc, "FP16 gemm on cpu not implemented", "amp-bfloat16")
+def test_float16_on_cpu_is_refused_with_the_explanation(tmp_path, capsys):
+    message = cli_refused(capsys, "--data-dir", tmp_path / "no-data", "--precision", "float16", "--out", tmp_path / "x")
+    assert "FP16 gemm on cpu not implemented" in message and "amp-bfloat16" in message
     assert not (tmp_path / "x").exists()
 
 
@@ -70,11 +79,10 @@ def test_infinite_loss_in_float32_stops_naming_the_step_and_keeps_the_checkpoint
     assert record["position"]["epoch"] == 1 and [r["epoch"] for r in metrics(out)] == [1]
 
 
-@pytest.mark.slow
-def test_gradient_compression_is_refused_for_float16_parameters(data, tmp_path):
-    proc = run_train("--data-dir", data, "--precision", "float16", "--allow-cpu-float16", "--model", "elementwise-mlp",
-                     "--gradient-compression", "2bit", "--out", tmp_path / "gc", "--image-size", 8, "--no-progress")
-    refused(proc, "float32 gradients only", "float16")
+def test_gradient_compression_is_refused_for_float16_parameters(tmp_path, capsys):
+    message = cli_refused(capsys, "--data-dir", tmp_path / "no-data", "--precision", "float16", "--allow-cpu-float16",
+                          "--model", "elementwise-mlp", "--gradient-compression", "2bit", "--out", tmp_path / "gc")
+    assert "float32 gradients only" in message and "float16" in message
 
 
 @pytest.mark.slow
@@ -134,6 +142,18 @@ def test_overwrite_removes_only_what_a_run_writes(tmp_path):
     outputs.remove_run()
     assert not outputs.has_run()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_missing_gpus_are_refused_before_anything_is_built():
+    import mxnet as mx
+
+    from mxfp16.hardware import gpu_count
+    from mxfp16.train.setup import check_devices
+
+    visible = gpu_count()
+    with pytest.raises(ConfigError, match=f"GPU {visible} but MXNet sees {visible} GPU"):
+        check_devices([mx.gpu(visible)])
+    assert check_devices([mx.cpu()]) == [mx.cpu()]
 
 
 def test_resume_and_overwrite_exclude_each_other():

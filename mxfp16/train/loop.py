@@ -36,7 +36,7 @@ from ..scaler import LossScaleDivergedError
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig
 from .outputs import RunOutputs, params_digest, peak_memory_mb, structural_names
-from .setup import (Objective, compression_params, grad_bytes_per_step, lr_schedule, open_kvstore,
+from .setup import (Objective, check_devices, compression_params, grad_bytes_per_step, lr_schedule, open_kvstore,
                     optimizer_params, set_float16_environment)
 
 __all__ = ["train", "Run", "TrainingDivergedError", "TrainingInterrupted"]
@@ -145,7 +145,7 @@ class Run:
         self.config = config
         self._from_profile = set(from_profile)
         self._log = log or tqdm.write
-        self.ctx = as_context_list(config.ctx)
+        self.ctx = check_devices(as_context_list(config.ctx))
         self.environment = set_float16_environment()
         self.precision = resolve_precision(config.precision, self.ctx, allow_cpu_float16=config.allow_cpu_float16)
         compression = compression_params(config, self.precision)

@@ -14,7 +14,7 @@ from mxnet import autograd, gluon
 
 from .config import ConfigError
 
-__all__ = ["set_float16_environment", "open_kvstore", "lr_schedule", "optimizer_params",
+__all__ = ["set_float16_environment", "check_devices", "open_kvstore", "lr_schedule", "optimizer_params",
            "compression_params", "Objective", "grad_bytes_per_step", "FLOAT16_ENVIRONMENT"]
 
 #: What float16 training wants from MXNet's environment, and why.
@@ -43,6 +43,20 @@ def set_float16_environment():
             os.environ[name] = value
         report[name] = (os.environ[name], why, set_here)
     return report
+
+
+def check_devices(ctx_list):
+    """Refuse GPUs that MXNet cannot see, before anything is built on them."""
+    from ..hardware import gpu_count
+
+    wanted = [c.device_id for c in ctx_list if c.device_type == "gpu"]
+    if wanted:
+        visible = gpu_count()
+        missing = [i for i in wanted if i >= visible]
+        if missing:
+            raise ConfigError(f"--ctx asks for GPU {', '.join(map(str, missing))} but MXNet sees {visible} GPU(s) "
+                              "(the CPU wheel, or no CUDA runtime); use --ctx cpu, or install mxfp16[gpu] on a GPU machine")
+    return ctx_list
 
 
 def open_kvstore(name):
