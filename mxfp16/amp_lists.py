@@ -8,20 +8,24 @@ FullyConnected are cast to bfloat16 and, because their outputs are
 bfloat16, BatchNorm, Activation, Pooling and the residual additions of a
 ResNet also run in bfloat16 downstream.
 
-:data:`MXFP16_BF16` is what ``mxfp16 bench`` measured fastest at equal
-accuracy on a CPU with avx512_bf16 (see ``docs/benchmarks.md`` for the
-figures and what still holds bfloat16 back). :func:`mxfp16.precision.activate`
-uses it for amp-bfloat16 unless lists are passed explicitly.
+:func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured
+fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists plus one
+rule, the 7x7 stem convolution in float32 (see ``docs/benchmarks.md`` for
+the figures and what still holds bfloat16 back).
+:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly.
 """
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
 #: Names accepted by :func:`operator_lists`.
 LIST_SETS = ("mxfp16", "mxnet")
 
-#: mxfp16's bfloat16 lists: MXNet's, with BatchNorm forced to float32.
-#: oneDNN's bfloat16 BatchNorm is fast on most layers but falls off a cliff
-#: on the large early feature maps (the stem of ResNet-50 v2 spent 10x the
-#: float32 time there), and a float32 BatchNorm keeps the statistics exact.
+#: mxfp16's bfloat16 operator lists: MXNet's. Measured on ResNet-50 v2
+#: (docs/benchmarks.md), adding BatchNorm, Activation, Pooling or
+#: elemwise_add to the bfloat16 list gained nothing beyond the noise (they
+#: already run in bfloat16 behind a bfloat16 convolution), and forcing
+#: BatchNorm to float32 made the step slower than float32 (a cast before
+#: every BatchNorm, and BatchNorm on the casts' plain layout). What helps is
+#: :data:`FLOAT32_CONVOLUTIONS`, applied by :func:`init_amp`.
 MXFP16_BF16 = {
     "target_precision_ops": list(symbol_bf16.BF16_FUNCS),
     "conditional_fp32_ops": list(symbol_bf16.CONDITIONAL_FP32_FUNCS),
@@ -75,6 +79,18 @@ def operator_lists(target_dtype, which="mxfp16"):
 FLOAT32_CONVOLUTIONS = ("kernel", ((7, 7),))
 
 
+def _as_tuple(value):
+    """An operator parameter as a tuple of ints: ``(7, 7)``, ``'(7, 7)'`` and ``7`` (as ``(7,)``)."""
+    if isinstance(value, str):
+        value = [v for v in value.strip("()[] ").replace(" ", "").split(",") if v]
+    if isinstance(value, int):
+        value = (value,)
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        return ()
+
+
 def _float32_where(original, amp_wrapped, param, values):
     """``amp_wrapped`` (bfloat16) unless ``kwargs[param]`` is in ``values``; then ``original`` in float32."""
     import numpy as np
@@ -88,7 +104,7 @@ def _float32_where(original, amp_wrapped, param, values):
         return x
 
     def convolution(*args, **kwargs):
-        if tuple(kwargs.get(param, ())) not in values:
+        if _as_tuple(kwargs.get(param)) not in values:
             return amp_wrapped(*args, **kwargs)
         args = [to_float32(a) for a in args]
         kwargs = {k: to_float32(v) for k, v in kwargs.items()}

@@ -89,3 +89,17 @@ def test_operator_lists_are_fresh_copies_and_validated():
         operator_lists("bfloat16", "fastest")
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         operator_lists("int8")
+
+
+def test_stem_rule_dispatches_on_the_kernel_however_it_is_written():
+    from mxfp16.amp_lists import FLOAT32_CONVOLUTIONS, _float32_where
+
+    calls = []
+    conv = _float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),
+                          *FLOAT32_CONVOLUTIONS)
+    conv(kernel=(7, 7))
+    conv(kernel="(7, 7)")
+    conv(kernel=(3, 3))
+    conv(kernel=(7, 1))
+    conv()
+    assert calls == ["float32", "float32", "bfloat16", "bfloat16", "bfloat16"]

@@ -136,7 +136,8 @@ def _amp_kwargs(spec, precision):
 def measure(spec):
     """Build the run as the trainer does and time it, in this process.
 
-    The order is the trainer's: resolve the precision, activate it (AMP is
+    The order is the trainer's: resolve the precision, set the trainer's
+    environment variables (cuDNN autotune, safe accumulation), activate it (AMP is
     initialised before the network exists), build and initialise the network,
     cast it, hybridize with ``static_alloc``/``static_shape``, make the loss
     scaler and the trainer; every step casts its batch and calls
@@ -162,9 +163,11 @@ def measure(spec):
     from ..models import build_model
     from ..precision import activate, as_context_list, resolve_precision
     from ..train.outputs import peak_memory_mb
+    from ..train.setup import set_float16_environment
 
     contexts = as_context_list(spec.ctx)
     precision = resolve_precision(spec.precision, contexts)
+    set_float16_environment()  # the trainer's environment, so both measure the same thing
     activate(precision, **_amp_kwargs(spec, precision))
     mx.random.seed(spec.seed)
     np.random.seed(spec.seed)
