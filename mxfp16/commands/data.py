@@ -31,12 +31,12 @@ def register(subparsers):
 
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
     group = split.add_argument_group("input and output")
-    group.add_argument("--src", required=True, help="folder of class folders, e.g. data/caltech101/101_ObjectCategories")
+    group.add_argument("--src", required=True, help="folder of class folders, e.g. data/caltech101/101_ObjectCategories (required)")
     group.add_argument("--out", required=True, help="new folder for train/<class>/ and test/<class>/ (required)")
     group = split.add_argument_group("protocol")
     how = group.add_mutually_exclusive_group(required=True)
-    how.add_argument("--train-per-class", type=int, help="training images per class, the rest test (Caltech-101: 30)")
-    how.add_argument("--test-fraction", type=float, help="share of each class for test, e.g. 0.2")
+    how.add_argument("--train-per-class", type=int, help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is required")
+    how.add_argument("--test-fraction", type=float, help="share of each class for test, e.g. 0.2 (no default)")
     group.add_argument("--seed", type=int, default=0, help="shuffling seed (default: 0)")
     group.add_argument("--exclude", nargs="*", default=[], metavar="CLASS",
                        help="class folders to leave out, e.g. BACKGROUND_Google (default: none)")
@@ -148,9 +148,11 @@ def run_bench(args):
         print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x{sizes['mean_height']:.0f} px "
               f"(min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x{sizes['max'][1]}); "
               f"crops {args.image_size} px, batch {args.batch_size}")
-    print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'first batch s':>15}")
+    print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'img/CPU-s':>11}{'first batch s':>15}")
     for row in report["results"]:
-        print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{row['first_batch_s']:>15.2f}")
+        per_cpu = f"{row['images_per_cpu_second']:.0f}" if row["images_per_cpu_second"] else "-"
+        print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{per_cpu:>11}"
+              f"{row['first_batch_s']:>15.2f}")
     load = report["load_average"]
     print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
           f"{report['settings']['cpu_count']} CPUs")

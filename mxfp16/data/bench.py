@@ -3,7 +3,10 @@
 Each pipeline runs its training transform (random resized crop, flip,
 normalisation to float32 NCHW) over ``images`` images; the clock starts after
 the first batch, so start-up (worker processes, C++ threads, the first
-read) is reported separately as ``first_batch_s``. Nothing else is computed,
+read) is reported separately as ``first_batch_s``. Beside wall-clock images per
+second, ``images_per_cpu_second`` divides by the CPU time this process spent
+(all its threads; not worker processes): on a busy machine it estimates what
+one otherwise idle core would do. Nothing else is computed,
 so the figure is what the pipeline can feed a network at most. The load
 average before and after is recorded: on a shared machine other processes
 take CPU from the pipeline.
@@ -50,16 +53,21 @@ def time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, imag
             label.wait_to_read()
             if first_batch_s is None:
                 first_batch_s = time.perf_counter() - start
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 continue
             counted += data.shape[0]
             if counted >= images:
                 break
         epoch += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    # CPU time of this process (all its threads): images per CPU-second hardly depends on the load
+    # other processes put on the machine. Worker processes' time is not counted, hence None for them.
+    in_process = pipeline == "recordio" or workers == 0
     return {"pipeline": pipeline, "workers": workers,
             "threads" if pipeline == "recordio" else "processes": max(1, workers) if pipeline == "recordio" else workers,
             "images": counted, "seconds": elapsed, "images_per_second": counted / elapsed,
+            "cpu_seconds": cpu if in_process else None,
+            "images_per_cpu_second": counted / cpu if in_process and cpu > 0 else None,
             "first_batch_s": first_batch_s}
 
 
