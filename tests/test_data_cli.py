@@ -20,7 +20,7 @@ def test_synth_split_pack_bench(tmp_path, capsys):
                  "--images", "4", "--json", str(report)]) == 0
     rows = json.loads(report.read_text())["results"]
     assert [(r["pipeline"], r["workers"]) for r in rows] == [("folder", 0), ("recordio", 1)]
-    assert all(r["images"] >= 4 and r["images_per_second"] > 0 for r in rows)
+    assert all(r["images"] >= 4 and r["images_per_second"] > 0 and r["images_per_cpu_second"] > 0 for r in rows)
     printed = capsys.readouterr().out
     assert "img/s" in printed and "mean 4" in printed
 
