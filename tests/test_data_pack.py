@@ -101,3 +101,15 @@ def test_recordio_shards_run_the_same_number_of_steps(packed):
 def test_incomplete_pack_is_refused(packed, tmp_path):
     with pytest.raises(DataError, match="not a complete pack.*mxfp16 data pack"):
         make_loaders(tmp_path / "none", pipeline="recordio")
+
+
+def test_truncated_record_file_is_refused_before_reading(packed, tmp_path):
+    import shutil
+
+    _, prefix, _ = packed
+    for path in prefix.parent.glob("tiny_*"):
+        shutil.copy(path, tmp_path / path.name)
+    rec = tmp_path / "tiny_train.rec"
+    rec.write_bytes(rec.read_bytes()[: rec.stat().st_size // 2])
+    with pytest.raises(DataError, match="tiny_train.rec is shorter"):
+        make_loaders(tmp_path / "tiny", pipeline="recordio")

@@ -249,6 +249,20 @@ def classes_file(prefix):
     return Path(f"{prefix}_classes.json")
 
 
+def _check_record_files(prefix, split, count):
+    """Refuse a missing, truncated or mismatched ``.rec``/``.idx`` pair before ImageRecordIter reads it."""
+    rec, idx = record_files(prefix, split)
+    fix = f"re-run `mxfp16 data pack --src DIR --out {prefix}`"
+    for path in (rec, idx):
+        if not path.is_file():
+            raise DataError(f"{path} not found; {fix}.")
+    lines = [line.split("\t") for line in idx.read_text().splitlines() if line.strip()]
+    if len(lines) != count:
+        raise DataError(f"{idx} lists {len(lines)} records but {classes_file(prefix)} says {count}; {fix}.")
+    if lines and int(lines[-1][1]) >= rec.stat().st_size:
+        raise DataError(f"{rec} is shorter than {idx} says (a truncated copy?); {fix}.")
+
+
 class RecordLoaders(Loaders):
     """The ``recordio`` pipeline (see the module docstring)."""
 
@@ -264,9 +278,7 @@ class RecordLoaders(Loaders):
         except ValueError as err:
             raise DataError(f"{meta_path} is not valid JSON ({err}); re-run `mxfp16 data pack`.") from None
         for split in ("train", "test"):
-            for path in record_files(prefix, split):
-                if not path.is_file():
-                    raise DataError(f"{path} not found; re-run `mxfp16 data pack --src DIR --out {prefix}`.")
+            _check_record_files(prefix, split, meta["counts"][split])
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta_path)
         self._threads = max(1, workers)
