@@ -18,9 +18,9 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     on the files ``mxfp16 data pack`` writes: ``PREFIX_train.rec/.idx``,
     ``PREFIX_test.rec/.idx`` and ``PREFIX_classes.json``. Same augmentation
     and normalisation. The order is seeded by ``(seed, epoch)`` (a new
-    iterator per epoch); the augmentation is seeded too, but with more than
-    one thread which thread augments which image varies, so the crops are
-    reproducible only with ``workers <= 1``. Resuming at ``start_batch``
+    iterator per epoch); the augmentation is seeded too (``seed_aug``). With
+    one thread the batches repeat exactly; with two they did in our runs,
+    but MXNet does not promise it. Resuming at ``start_batch``
     reads and discards the earlier batches.
 
 ``min_crop_area`` is 0.08 (the ImageNet recipe) unless the data set says
