@@ -407,9 +407,14 @@ class Run:
                 f"loss scale {r['loss_scale']:g}, skipped {r['skipped_steps']}, lr {r['lr']:.4g}, {r['seconds']:.1f} s")
 
     def _checkpoint(self, epoch, batch, sums):
+        """Save the position "epoch index ``epoch``, next batch ``batch``" (rank 0 only).
+
+        Tags count like people do: ``epoch-0003`` after three whole epochs,
+        ``epoch-0003-batch-00017`` after 17 batches of the third.
+        """
         if self.rank != 0:
             return
-        tag = f"epoch-{epoch:04d}" + (f"-batch-{batch:05d}" if batch else "")
+        tag = f"epoch-{epoch + 1:04d}-batch-{batch:05d}" if batch else f"epoch-{epoch:04d}"
         ckpt.save_checkpoint(self.config.out, tag, self.net, self.trainer, {
             "fingerprint": self.fingerprint(),
             "scaler": self.scaler.state_dict(),
