@@ -23,7 +23,7 @@ def save_figure(fig, legend_axes, path):
     return path
 
 
-def _grouped_bars(records, value, ylabel, title, path, baseline_line=None):
+def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None):
     plt = pyplot()
     ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
     batch_sizes = sorted({r["batch_size"] for r in ok})
@@ -34,8 +34,11 @@ def _grouped_bars(records, value, ylabel, title, path, baseline_line=None):
     for i, name in enumerate(labels):
         heights = [next((r[value] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
                    for bs in batch_sizes]
-        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name)
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name, color=colors[name])
         ax.bar_label(bars, fmt="%.2f" if value == "speedup" else "%.3g", fontsize=7)
+    tallest = max((r[value] for r in ok), default=0)
+    if tallest:
+        ax.set_ylim(0, tallest * 1.3)  # room for the legend above the bars
     if baseline_line is not None:
         ax.axhline(baseline_line, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, [f"batch {bs}" for bs in batch_sizes])
@@ -53,11 +56,14 @@ def write_plots(out_dir, records):
     """
     os.makedirs(out_dir, exist_ok=True)
     non_baseline = [r for r in records if r.get("precision") != "float32"]
+    # One colour per precision across the three figures.
+    cycle = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {name: cycle[i % len(cycle)] for i, name in enumerate(dict.fromkeys(label(r) for r in records))}
     return [
         _grouped_bars(records, "images_per_second", "images / second", "Throughput",
-                      os.path.join(out_dir, "throughput.png")),
+                      os.path.join(out_dir, "throughput.png"), colors),
         _grouped_bars(records, "peak_memory_mb", "peak memory (MB)", "Peak memory",
-                      os.path.join(out_dir, "memory.png")),
+                      os.path.join(out_dir, "memory.png"), colors),
         _grouped_bars(non_baseline, "speedup", "speedup over float32", "Speedup",
-                      os.path.join(out_dir, "speedup.png"), baseline_line=1.0),
+                      os.path.join(out_dir, "speedup.png"), colors, baseline_line=1.0),
     ]
