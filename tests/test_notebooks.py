@@ -1,0 +1,101 @@
+"""Every tutorial notebook runs top to bottom in SMOKE mode, in a fresh kernel.
+
+The notebooks assert their own claims, so a notebook that executes is a
+notebook whose claims still hold. Each one runs in its own papermill process
+and kernel (AMP is process-global, so no notebook may inherit another's
+patched MXNet), with ``SMOKE = True`` injected into its parameters cell, in a
+scratch working directory so nothing is written into the repository. Two run
+at a time: most of a smoke run is process start-up and imports, which
+overlap well on two cores.
+"""
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import nbformat
+import pytest
+
+from conftest import REPO
+
+NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "[0-9][0-9]_*.ipynb")))
+IDS = [os.path.basename(p)[:-len(".ipynb")] for p in NOTEBOOKS]
+PARALLEL = 2
+TIMEOUT = 600
+
+
+def _code_cells(path):
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def test_the_six_notebooks_are_there():
+    assert [os.path.basename(p)[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_is_saved_with_a_full_run(path):
+    cells = _code_cells(path)
+    tagged = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "one code cell must carry the papermill 'parameters' tag"
+    assert "SMOKE = False" in tagged[0].source
+    # A SMOKE run saved by mistake carries papermill's injected cell.
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in cells)
+    unexecuted = [i for i, c in enumerate(cells) if c.source.strip() and c.execution_count is None]
+    assert not unexecuted, f"code cells {unexecuted} have no outputs; re-run the notebook with papermill"
+    errors = [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"saved with an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+class _SmokeRuns:
+    """Start every notebook's smoke run at once, at most ``PARALLEL`` at a time; wait per notebook."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.results = {}
+        self._done = {path: threading.Event() for path in NOTEBOOKS}
+        self._slots = threading.Semaphore(PARALLEL)
+        # The slowest notebooks (they launch child processes) first, so the tail is short.
+        for path in sorted(NOTEBOOKS, reverse=True):
+            threading.Thread(target=self._run, args=(path,), daemon=True).start()
+
+    def _run(self, path):
+        name = os.path.basename(path)[:-len(".ipynb")]
+        workdir = os.path.join(self.folder, name)
+        os.makedirs(workdir)
+        out = os.path.join(workdir, name + ".ipynb")
+        env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")  # MXNet's numpy shims are noisy
+        with self._slots:
+            start = time.monotonic()
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "-p", "SMOKE", "True",
+                     "--cwd", workdir, "--execution-timeout", str(TIMEOUT), path, out],
+                    capture_output=True, text=True, timeout=TIMEOUT, env=env)
+                self.results[path] = (proc.returncode, proc.stderr, out, time.monotonic() - start)
+            except subprocess.TimeoutExpired as err:
+                self.results[path] = (None, f"timed out after {TIMEOUT} s: {err}", out, TIMEOUT)
+            finally:
+                self._done[path].set()
+
+    def wait(self, path):
+        self._done[path].wait(TIMEOUT * len(NOTEBOOKS))
+        return self.results[path]
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    pytest.importorskip("papermill")
+    return _SmokeRuns(str(tmp_path_factory.mktemp("notebooks")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_runs_in_smoke_mode(path, smoke_runs):
+    returncode, stderr, out, seconds = smoke_runs.wait(path)
+    error = [line for line in stderr.splitlines() if line.strip()][-25:]
+    assert returncode == 0, f"{os.path.basename(path)} failed in SMOKE mode after {seconds:.0f} s:\n" + "\n".join(error)
+    executed = nbformat.read(out, as_version=4)
+    assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
+    assert all(c.execution_count is not None for c in executed.cells if c.cell_type == "code" and c.source.strip())
