@@ -36,6 +36,10 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
+# The documentation site (notebooks rendered, CLI and API reference) into site/.
+docs: $(VENV)/.test-installed
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
 info: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 info
 
