@@ -85,6 +85,13 @@ def test_gradient_compression_is_refused_for_float16_parameters(tmp_path, capsys
     assert "float32 gradients only" in message and "float16" in message
 
 
+@pytest.mark.parametrize("kvstore", ["dist_sync", "local"])
+def test_gradient_compression_is_refused_where_gluon_cannot_compress(tmp_path, capsys, kvstore):
+    message = cli_refused(capsys, "--data-dir", tmp_path / "no-data", "--precision", "float32", "--kvstore", kvstore,
+                          "--gradient-compression", "2bit", "--out", tmp_path / "gc")
+    assert f"--kvstore {kvstore}" in message and "--kvstore device" in message
+
+
 @pytest.mark.slow
 def test_a_corrupt_image_is_skipped_and_named(float32_run):
     """The data issue's rule: a file that does not decode is left out by the scan, counted and named."""

@@ -98,7 +98,8 @@ def register(subparsers):
     run.add_argument("--kvstore", choices=KVSTORES, default="device",
                      help="Gluon kvstore, passed through; dist_* under `mxfp16 launch` (default: device)")
     run.add_argument("--gradient-compression", choices=("2bit",), default=None,
-                     help="compress gradients on the kvstore; float32 parameters only (default: off)")
+                     help="compress gradients on the kvstore; float32 parameters and --kvstore device only, "
+                          "as MXNet 1.9.1 allows (default: off)")
     run.add_argument("--seed", type=int, default=0, help="seeds initialisation, data order and augmentation (default: 0)")
     run.add_argument("--out", default="runs/train", help="run folder for outputs and checkpoints (default: runs/train)")
     run.add_argument("--resume", action="store_true",

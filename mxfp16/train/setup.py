@@ -115,10 +115,21 @@ def compression_params(config, precision):
     """Gradient compression for Gluon, or None; refuses what MXNet cannot compress.
 
     MXNet's ``2bit`` compression quantises float32 gradients only; float16
-    parameters have float16 gradients.
+    parameters have float16 gradients. And with Gluon 1.9.1 it works on the
+    ``device`` kvstore only (checked): the ``local`` kvstore refuses it, and
+    every ``dist_*`` kvstore fails at the first step with "Compression not
+    supported with PushPull", because Gluon exchanges dense gradients with
+    ``pushpull``.
     """
     if config.gradient_compression is None:
         return None
+    if config.kvstore != "device":
+        raise ConfigError(
+            f"--gradient-compression {config.gradient_compression} does not work with --kvstore "
+            f"{config.kvstore} in MXNet 1.9.1 with Gluon (dist kvstores fail with \"Compression not "
+            "supported with PushPull\"; local refuses it). Use --kvstore device (several GPUs on one "
+            "machine), or drop --gradient-compression; for fewer bytes across machines, train in "
+            "float16, whose gradients are half the size")
     if precision.param_dtype != "float32":
         raise ConfigError(
             f"--gradient-compression {config.gradient_compression} works on float32 gradients only, and "
