@@ -153,9 +153,10 @@ def to_markdown(rows):
 
 def plot_runs(runs, path):
     """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
-    from .plots import pyplot, save_figure
+    from ..plotting import new_figure
+    from .plots import save_figure
 
-    fig, (ax_loss, ax_acc, ax_time) = pyplot().subplots(1, 3, figsize=(13, 3.8))
+    fig, (ax_loss, ax_acc, ax_time) = new_figure(1, 3, figsize=(13, 3.8))
     for r in runs:
         epochs = [m["epoch"] for m in r.metrics]
         top1 = [m["val_top1"] for m in r.metrics]

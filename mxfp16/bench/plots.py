@@ -3,32 +3,21 @@ import os
 
 import numpy as np
 
+from ..plotting import color_cycle, new_figure, save_png
 from .report import label
 
 
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend (no display on a server)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def save_figure(fig, legend_axes, path):
-    """Legend, tight layout, PNG at 120 dpi, close; returns ``path``."""
+    """Legend, then a PNG at 120 dpi written atomically; returns ``path``."""
     legend_axes.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)
-    return path
+    return save_png(fig, path, dpi=120)
 
 
 def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None):
-    plt = pyplot()
     ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
     batch_sizes = sorted({r["batch_size"] for r in ok})
     labels = list(dict.fromkeys(label(r) for r in ok))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(batch_sizes) * max(1, len(labels)) ** 0.5 + 2), 3.8))
+    fig, ax = new_figure(figsize=(max(5.0, 1.6 * len(batch_sizes) * max(1, len(labels)) ** 0.5 + 2), 3.8))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(batch_sizes))
     for i, name in enumerate(labels):
@@ -57,7 +46,7 @@ def write_plots(out_dir, records):
     os.makedirs(out_dir, exist_ok=True)
     non_baseline = [r for r in records if r.get("precision") != "float32"]
     # One colour per precision across the three figures.
-    cycle = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    cycle = color_cycle()
     colors = {name: cycle[i % len(cycle)] for i, name in enumerate(dict.fromkeys(label(r) for r in records))}
     return [
         _grouped_bars(records, "images_per_second", "images / second", "Throughput",

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 
-from ..fileio import atomic_path
 from ..formats import FLOAT16
 
 __all__ = ["format_summary", "format_table", "plot_histogram", "diagnosis_document"]
@@ -99,9 +98,7 @@ def plot_histogram(diagnosis, path):
     scale, vertical lines at float16's smallest subnormal, smallest normal and
     largest value, and the flush-to-zero region shaded.
     """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import new_figure, save_png
 
     totals, rec = diagnosis.totals, diagnosis.recommendation
     lines = {f"{name} {text}": math.log2(value) for name, value, text in (
@@ -109,7 +106,7 @@ def plot_histogram(diagnosis, path):
         ("smallest normal", FLOAT16.smallest_normal, f"2^{math.log2(FLOAT16.smallest_normal):.0f}"),
         ("max", FLOAT16.max, f"{FLOAT16.max:g}"))}
     flush = math.log2(FLOAT16.smallest_subnormal)
-    fig, ax = plt.subplots(figsize=(11, 4.8))
+    fig, ax = new_figure(figsize=(11, 4.8))
     drawn = []
     for key, colour in (("parameter", "tab:blue"), ("activation", "tab:orange")):
         if key in totals:
@@ -136,11 +133,7 @@ def plot_histogram(diagnosis, path):
                  f"underflow {_pct(rec.underflow_at_1)} at S=1, {_pct(rec.underflow_at_scale)} at S={rec.scale:g}",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=110)
 
 
 def diagnosis_document(diagnosis, config=None):
