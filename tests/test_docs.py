@@ -33,13 +33,18 @@ def test_cli_reference_lists_every_subcommand_with_its_flags(site):
 
     page = _page(site, "cli")
     assert "mxfp16-cli" not in page, "the generation marker was left in the page"
-    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert subparsers.choices, "mxfp16 has no subcommands"
-    for name, parser in subparsers.choices.items():
-        assert f"mxfp16 {name}" in page
-        for action in parser._actions:
-            for flag in action.option_strings:
-                assert flag in page, f"flag {flag} of mxfp16 {name} missing from the CLI reference"
+    def check(parser, prefix):
+        subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        for name, sub in (subparsers.choices.items() if subparsers else ()):
+            assert f"{prefix} {name}" in page
+            for action in sub._actions:
+                for flag in action.option_strings:
+                    assert flag in page, f"flag {flag} of {prefix} {name} missing from the CLI reference"
+            check(sub, f"{prefix} {name}")
+        return subparsers
+
+    assert check(build_parser(), "mxfp16").choices, "mxfp16 has no subcommands"
+    assert "mxfp16 data fetch" in page and "--sha256" in page  # nested subcommands too
 
 
 @pytest.mark.slow

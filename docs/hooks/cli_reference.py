@@ -39,12 +39,18 @@ def reference_markdown():
 
     parser = build_parser()
     parts = ["## mxfp16", "", "```text", _help_text(parser), "```", ""]
+    _sections(parser, "mxfp16", 2, parts)
+    return "\n".join(parts)
+
+
+def _sections(parser, prefix, level, parts):
+    """One section per subcommand, recursing into nested ones (``mxfp16 data fetch``)."""
     for name, summary, sub in _subcommands(parser):
-        parts += [f"## mxfp16 {name}", ""]
+        parts += [f"{'#' * level} {prefix} {name}", ""]
         if summary:
             parts += [summary[0].upper() + summary[1:] + ".", ""]
         parts += ["```text", _help_text(sub), "```", ""]
-    return "\n".join(parts)
+        _sections(sub, f"{prefix} {name}", min(level + 1, 4), parts)
 
 
 def on_page_markdown(markdown, page, config, files):
