@@ -39,3 +39,18 @@ def run_python(code, timeout=300, env=None, check=True):
 @pytest.fixture
 def python_child():
     return run_python
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Undo environment changes a test makes in-process.
+
+    ``mxfp16.train`` sets MXNET_SAFE_ACCUMULATION and friends for float16, as a
+    real run should; without this a later test (or a notebook it starts) would
+    inherit them and measure something else.
+    """
+    saved = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(saved):
+        del os.environ[name]
+    os.environ.update(saved)
