@@ -30,19 +30,9 @@ def atomic_write(path, mode="w", encoding="utf-8"):
         For writers that need a filename (``net.save_parameters``), use
         :func:`atomic_path` instead.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": encoding})) as handle:
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": encoding})) as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager
