@@ -29,6 +29,7 @@ import numpy as np
 from mxnet import autograd
 
 from ..casting import to_float32
+from ..precision import as_context_list
 from .layers import tap_outputs
 from .stats import RangeCollector
 
@@ -66,8 +67,8 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
         Returns per-sample losses, e.g. ``SoftmaxCrossEntropyLoss()``.
     batches : iterable of (NDArray, NDArray)
         ``(data, label)`` pairs.
-    ctx : mx.Context, optional
-        Where to compute (default: the current context).
+    ctx : mx.Context or list of mx.Context, optional
+        Where to compute (default: the current context); of a list, the first.
     activations : bool
         Also summarise the gradient arriving at every leaf layer's output.
     collector : RangeCollector, optional
@@ -85,7 +86,8 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
         A parameter is not float32: its gradient would already have lost
         what the diagnosis is meant to measure.
     """
-    ctx = ctx or mx.current_context()
+    # One device is enough to measure ranges; accept the list form the rest of mxfp16 uses.
+    ctx = as_context_list(ctx)[0]
     collector = collector or RangeCollector()
     params = [(name, p) for name, p in net.collect_params().items() if p.grad_req != "null"]
     narrow = [name for name, p in params if np.dtype(p.dtype) != np.float32]
