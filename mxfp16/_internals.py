@@ -1,7 +1,9 @@
 """Every use of a private MXNet attribute, in one place.
 
 Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
-it updates on the kvstore, nor to ask AMP whether it is active. If MXNet ever
+it updates on the kvstore, to list a Block's direct children, to ask whether
+``hybridize()`` took effect or to read a layer's operator arguments, nor to
+ask AMP whether it is active. If MXNet ever
 changes these, this is the only file to fix.
 """
 from mxnet.contrib import amp as _amp
@@ -24,13 +26,6 @@ def trainer_updates_on_kvstore(trainer):
     return bool(trainer._kvstore) and bool(trainer._update_on_kvstore)
 
 
-def trainer_kvstore(trainer):
-    """The trainer's kvstore object, or ``None`` for a single device without one."""
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    return trainer._kvstore
-
-
 def trainer_init_kvstore_params(trainer):
     """Create the trainer's kvstore and put the parameters in it now.
 
@@ -43,3 +38,18 @@ def trainer_init_kvstore_params(trainer):
         trainer._init_kvstore()
     if trainer._params_to_init:
         trainer._init_params()
+
+
+def block_children(block):
+    """A Block's direct children, in registration order."""
+    return list(block._children.values())
+
+
+def block_is_hybridized(block):
+    """Whether ``hybridize()`` took effect on ``block``."""
+    return bool(getattr(block, "_active", False))
+
+
+def block_op_kwargs(block):
+    """The operator arguments a Gluon layer was built with (e.g. ``num_group``)."""
+    return dict(getattr(block, "_kwargs", {}))

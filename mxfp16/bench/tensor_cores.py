@@ -8,6 +8,8 @@ kernels or pay for padding.
 import mxnet as mx
 from mxnet import gluon
 
+from .._internals import block_op_kwargs
+
 MULTIPLE = 8
 
 
@@ -34,7 +36,7 @@ def layer_shapes(net):
             if kind == "Dense":
                 n_in, n_out = shape[1], shape[0]
             else:
-                groups = block._kwargs.get("num_group", 1)
+                groups = block_op_kwargs(block).get("num_group", 1)
                 transposed = "Transpose" in type(block).__name__
                 n_in, n_out = (shape[0], shape[1] * groups) if transposed else (shape[1] * groups, shape[0])
             rows.append((block.name, kind, int(n_in), int(n_out)))

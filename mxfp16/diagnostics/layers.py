@@ -6,23 +6,17 @@ per-layer outputs. So, for a network that is not hybridized, this module
 temporarily replaces each leaf block's ``forward`` with one that passes the
 output through a function, and restores the original afterwards.
 
-Two private Gluon attributes are read here, and only here: ``_children``
-(Gluon has no public way to list a block's direct children) and
-``_active`` (whether ``hybridize()`` took effect).
+The two private Gluon attributes this needs (a block's children, whether
+``hybridize()`` took effect) are read through :mod:`mxfp16._internals`.
 """
 import contextlib
 
 import mxnet as mx
 
+from .._internals import block_children as _children
+from .._internals import block_is_hybridized as _hybridized
+
 __all__ = ["leaf_blocks", "tap_outputs"]
-
-
-def _children(block):
-    return list(block._children.values())
-
-
-def _hybridized(block):
-    return bool(getattr(block, "_active", False))
 
 
 def leaf_blocks(net):
