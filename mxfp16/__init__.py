@@ -15,6 +15,7 @@ from ._compat import check_stack as _check_stack
 
 _check_stack()
 
+from ._gluoncv import import_gluoncv  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .casting import cast_batch, cast_net, dtype_report, to_float32  # noqa: E402
 from .optim import make_trainer, optimizer_support  # noqa: E402
@@ -29,4 +30,5 @@ __all__ = [
     "make_trainer", "optimizer_support",
     "LossScaler", "LossScaleDivergedError", "make_loss_scaler",
     "StepResult", "train_step",
+    "import_gluoncv",
 ]

@@ -26,13 +26,18 @@ def trainer_updates_on_kvstore(trainer):
     return bool(trainer._kvstore) and bool(trainer._update_on_kvstore)
 
 
+def trainer_update_on_kvstore_setting(trainer):
+    """What ``update_on_kvstore`` the trainer was built with (``None``: Gluon decides when the kvstore starts)."""
+    return trainer._kvstore_params["update_on_kvstore"]
+
+
 def trainer_init_kvstore_params(trainer):
     """Create the trainer's kvstore and put the parameters in it now.
 
     Gluon does this lazily inside the first ``allreduce_grads`` / ``step``,
     after the first backward pass; with a dist kvstore that first step then
     uses each worker's own initial parameters, and the broadcast's pull can
-    race with the first gradient push (see :func:`mxfp16.dist.sync_parameters`).
+    race with the first gradient push (see :func:`mxfp16.distributed.sync_parameters`).
     """
     if not trainer._kv_initialized:
         trainer._init_kvstore()

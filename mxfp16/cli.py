@@ -4,7 +4,8 @@ Each subcommand lives in its own module under ``mxfp16/commands/`` with a
 ``register(subparsers)`` function that adds its parser and sets ``func``, and
 an optional ``ORDER`` number for its place in ``--help``. Modules are found by
 scanning the folder, so adding a command touches no shared file. The library
-does the work; commands only parse flags, call it and print.
+does the work; commands only parse flags, call it and print. This module is
+the top floor: it imports ``commands``, and nothing imports it.
 """
 import argparse
 import importlib
@@ -13,6 +14,7 @@ import sys
 
 from . import commands as _commands
 from ._version import __version__
+from .commands import CommandError
 
 
 def command_modules():
@@ -20,10 +22,6 @@ def command_modules():
     modules = [importlib.import_module(f"mxfp16.commands.{info.name}")
                for info in pkgutil.iter_modules(_commands.__path__) if not info.name.startswith("_")]
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
-
-
-class CommandError(Exception):
-    """A user-facing failure: printed without a traceback, exit status 2."""
 
 
 def build_parser():

@@ -5,8 +5,10 @@ Everything is read live (MXNet's runtime features, ``/proc/cpuinfo``,
 """
 import os
 import platform
+import resource
 import shutil
 import subprocess
+import sys
 
 import mxnet as mx
 
@@ -44,6 +46,14 @@ def cpu_bfloat16_support():
 
 
 def has_cpu_bfloat16():
+    """Whether the CPU has native bfloat16 (``MXFP16_CPU_BFLOAT16=0|1`` overrides the probe).
+
+    The override exists for containers whose ``/proc/cpuinfo`` misreports
+    the host, and for testing the paths of a CPU without bfloat16.
+    """
+    forced = os.environ.get("MXFP16_CPU_BFLOAT16", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
     return any(cpu_bfloat16_support().values())
 
 
@@ -100,6 +110,24 @@ def gpus():
         row["tensor_cores"] = None if not cap else float(cap) >= 7.0
         found.append(row)
     return found
+
+
+def peak_memory_mb(ctx_list):
+    """Peak memory of the run in MiB.
+
+    CPU: the process's peak resident set (``getrusage``). GPU: the largest
+    memory in use on any of the run's GPUs now (MXNet reports no peak; call
+    this at the end of each epoch and keep the maximum).
+    """
+    gpus = [c for c in ctx_list if c.device_type == "gpu"]
+    if gpus:
+        used = []
+        for c in gpus:
+            free, total = mx.context.gpu_memory_info(c.device_id)
+            used.append((total - free) / 2 ** 20)
+        return max(used)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 2 ** 10  # bytes on macOS, KiB on Linux
 
 
 def machine_summary():

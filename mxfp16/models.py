@@ -8,6 +8,8 @@ notebooks exercise the float16 recipe without a GPU.
 """
 from mxnet import gluon, init
 
+from ._gluoncv import import_gluoncv
+
 __all__ = ["ElementwiseDense", "elementwise_mlp"]
 
 
@@ -89,7 +91,7 @@ def pretrained_weights_path(name, root=None):
     import os
     from pathlib import Path
 
-    from gluoncv.model_zoo import model_store
+    model_store = import_gluoncv().model_zoo.model_store
 
     if root is None:
         home = os.environ.get("MXNET_HOME")
@@ -106,14 +108,13 @@ def pretrained_weights_path(name, root=None):
 def _zoo_model(name, classes):
     import difflib
 
-    from gluoncv.model_zoo import get_model, get_model_list
-
+    zoo = import_gluoncv().model_zoo
     try:
-        return get_model(name, classes=classes)
+        return zoo.get_model(name, classes=classes)
     except ValueError as err:
         if "is not among" not in str(err):
             raise
-        close = difflib.get_close_matches(name.lower(), get_model_list(), n=4)
+        close = difflib.get_close_matches(name.lower(), zoo.get_model_list(), n=4)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ModelError(f"unknown model {name!r}{hint}; use a gluoncv classification model such as "
                          "resnet50_v2, resnet50_v1d or cifar_resnet20_v1, or "
@@ -182,9 +183,7 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
                          "mxfp16 downloads nothing behind your back. Copy the file there (on a machine "
                          f"with internet: gluoncv.model_zoo.get_model({name!r}, pretrained=True)), set "
                          "MXNET_HOME, or drop --pretrained")
-    from gluoncv.model_zoo import get_model
-
-    source = get_model(name, pretrained=True, root=str(path.parent))
+    source = import_gluoncv().model_zoo.get_model(name, pretrained=True, root=str(path.parent))
     if not hasattr(net, "features") or not hasattr(net, "output"):
         raise ModelError(f"{name!r} has no features/output split to fine-tune; drop --pretrained")
     net.features = source.features

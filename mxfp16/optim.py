@@ -1,4 +1,4 @@
-"""Optimizers for mixed precision: the Trainer factory and the support table.
+"""Optimizers for mixed precision: the Trainer factory, the learning-rate schedule and the support table.
 
 float16 weights cannot hold small updates: 1.0 + 1e-4 rounds back to 1.0
 because float16's spacing at 1.0 is 2**-10. With ``multi_precision=True`` an
@@ -7,6 +7,7 @@ the update there and copies the result back. :func:`optimizer_support`
 answers "do all optimizers support this mode?" by running each registered
 optimizer and watching which kernels it calls.
 """
+import inspect
 import re
 import tempfile
 from dataclasses import asdict, dataclass
@@ -15,7 +16,16 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-__all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers"]
+from ._gluoncv import import_gluoncv
+
+__all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers", "OptimizerError",
+           "lr_schedule", "optimizer_params", "LR_SCHEDULES", "check_compression", "GRADIENT_COMPRESSION"]
+
+#: Gradient compression types MXNet offers.
+GRADIENT_COMPRESSION = ("2bit",)
+
+#: Decays :func:`lr_schedule` offers after the warm-up.
+LR_SCHEDULES = ("step", "cosine")
 
 
 class OptimizerError(ValueError):
@@ -35,6 +45,52 @@ def _check_optimizer(name):
         raise OptimizerError(f"unknown optimizer {name!r}; MXNet {mx.__version__} registers: "
                              f"{', '.join(registered_optimizers())}")
     return key
+
+
+def check_compression(kind, kvstore, precision):
+    """Gradient compression for Gluon, or ``None``; refuses what MXNet cannot compress.
+
+    MXNet's ``2bit`` compression quantises float32 gradients only; float16
+    parameters have float16 gradients. And with Gluon 1.9.1 it works on the
+    ``device`` kvstore only (checked): the ``local`` kvstore refuses it, and
+    every ``dist_*`` kvstore fails at the first step with "Compression not
+    supported with PushPull", because Gluon exchanges dense gradients with
+    ``pushpull``.
+
+    Parameters
+    ----------
+    kind : str or None
+        ``'2bit'`` or ``None``.
+    kvstore : str or mx.kv.KVStore
+    precision : Precision
+
+    Returns
+    -------
+    dict or None
+        ``compression_params`` for :func:`make_trainer`.
+
+    Raises
+    ------
+    OptimizerError
+        Naming the combination and the fix.
+    """
+    if kind is None:
+        return None
+    if kind not in GRADIENT_COMPRESSION:
+        raise OptimizerError(f"gradient compression {kind!r}: MXNet offers only '2bit' (or none)")
+    name = kvstore if isinstance(kvstore, str) else kvstore.type
+    if name != "device":
+        raise OptimizerError(
+            f"--gradient-compression {kind} does not work with --kvstore {name} in MXNet 1.9.1 with Gluon "
+            "(dist kvstores fail with \"Compression not supported with PushPull\"; local refuses it). Use "
+            "--kvstore device (several GPUs on one machine), or drop --gradient-compression; for fewer bytes "
+            "across machines, train in float16, whose gradients are half the size")
+    if precision.param_dtype != "float32":
+        raise OptimizerError(
+            f"--gradient-compression {kind} works on float32 gradients only, and precision {precision.name} "
+            f"has {precision.param_dtype} parameters and gradients. Use amp-float16 (float32 parameters) or "
+            "float32, or drop --gradient-compression: float16 gradients already halve the bytes on the wire")
+    return {"type": kind, "threshold": 0.5}
 
 
 def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
@@ -61,13 +117,16 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     update_on_kvstore : bool or None
         Gluon's default when ``None`` and no scaler needs otherwise.
     compression_params : dict, optional
-        Gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``.
+        Gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``;
+        checked with :func:`check_compression` when ``precision`` is given.
 
     Returns
     -------
     gluon.Trainer
     """
     optimizer = _check_optimizer(optimizer)
+    if compression_params and precision is not None:
+        check_compression(compression_params.get("type"), kvstore, precision)
     opt_params = dict(optimizer_params or {})
     if precision is not None and precision.master_weights and not isinstance(optimizer, mx.optimizer.Optimizer):
         opt_params["multi_precision"] = True
@@ -78,6 +137,68 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
         update_on_kvstore = False
     return gluon.Trainer(params, optimizer, opt_params, kvstore=kvstore,
                          update_on_kvstore=update_on_kvstore, compression_params=compression_params)
+
+
+def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_epochs=None):
+    """gluoncv's linear warm-up from 0, then ``step`` or ``cosine`` decay, counted in updates.
+
+    The schedule reads the optimizer's update count, which the trainer
+    states carry, so a resumed run continues at the same point. Phases
+    shorter than two updates are constant (gluoncv divides by ``niters - 1``).
+
+    Parameters
+    ----------
+    lr : float
+        The peak rate (after warm-up).
+    epochs, warmup_epochs, steps_per_epoch : int
+    kind : {'cosine', 'step'}
+        ``cosine`` decays to 0 at the end; ``step`` divides by 10 at each
+        epoch in ``step_epochs``.
+    step_epochs : sequence of int, optional
+        For ``step``: the epochs (counted from the start of the run) where
+        the rate drops.
+
+    Returns
+    -------
+    gluoncv.utils.LRSequential
+        Callable with the update count: ``schedule(n)`` is the rate of update ``n``.
+    """
+    if kind not in LR_SCHEDULES:
+        raise ValueError(f"lr schedule {kind!r}: choose one of {', '.join(LR_SCHEDULES)}")
+    utils = import_gluoncv().utils
+    parts = []
+    warmup_iters = warmup_epochs * steps_per_epoch
+    if warmup_iters >= 2:
+        parts.append(utils.LRScheduler("linear", base_lr=0.0, target_lr=lr, niters=warmup_iters))
+    main_iters = (epochs - warmup_epochs) * steps_per_epoch
+    if main_iters < 2:
+        parts.append(utils.LRScheduler("constant", base_lr=lr, niters=max(main_iters, 1)))
+    elif kind == "step":
+        steps = [max(e - warmup_epochs, 0) * steps_per_epoch for e in (step_epochs or ())]
+        parts.append(utils.LRScheduler("step", base_lr=lr, niters=main_iters, step_iter=steps, step_factor=0.1))
+    else:
+        parts.append(utils.LRScheduler("cosine", base_lr=lr, target_lr=0.0, niters=main_iters))
+    schedule = utils.LRSequential(parts)
+    # The optimizer warns unless learning_rate equals the schedule's base_lr (which LRSequential ignores).
+    schedule.base_lr = lr
+    return schedule
+
+
+def optimizer_params(optimizer, lr, wd=0.0, momentum=None, lr_scheduler=None):
+    """Keyword arguments for an MXNet optimizer; ``momentum`` only goes to optimizers that take one.
+
+    Raises
+    ------
+    OptimizerError
+        For an unknown optimizer name.
+    """
+    params = {"learning_rate": lr, "wd": wd}
+    if lr_scheduler is not None:
+        params["lr_scheduler"] = lr_scheduler
+    cls = mx.optimizer.Optimizer.opt_registry[_check_optimizer(optimizer)]
+    if momentum is not None and "momentum" in inspect.signature(cls.__init__).parameters:
+        params["momentum"] = momentum
+    return params
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,13 @@ def new_figure(nrows=1, ncols=1, figsize=(8, 4.5)):
     return fig, fig.subplots(nrows, ncols)
 
 
-def save_png(fig, path, dpi=120):
-    """Lay out and write ``fig`` as a PNG at ``path``, atomically; returns ``path``."""
+def save_png(fig, path, dpi=120, legend=None):
+    """Lay out and write ``fig`` as a PNG at ``path``, atomically; returns ``path``.
+
+    ``legend`` is an Axes to draw the legend on first.
+    """
+    if legend is not None:
+        legend.legend(fontsize=8)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)

@@ -95,7 +95,7 @@ _CPU_FLOAT16_MESSAGE = (
 
 
 def as_context_list(ctx=None):
-    """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or a list into a list of contexts."""
+    """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or ``'auto'``, or a list into a list of contexts."""
     if ctx is None:
         return [mx.current_context()]
     if isinstance(ctx, mx.Context):
@@ -106,18 +106,75 @@ def as_context_list(ctx=None):
 
 
 def parse_ctx(text):
-    """Parse ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` into contexts."""
+    """Parse ``'auto'``, ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` into contexts.
+
+    ``'auto'`` is every GPU MXNet can see, or the CPU when it sees none (the
+    CPU wheel, or no CUDA device).
+    """
     text = text.strip().lower()
+    if text == "auto":
+        count = hardware.gpu_count()
+        return [mx.gpu(i) for i in range(count)] if count else [mx.cpu()]
     if text == "cpu":
         return [mx.cpu()]
     if text == "gpu":
         return [mx.gpu(0)]
     if text.startswith("gpu:"):
         try:
-            return [mx.gpu(int(i)) for i in text[4:].split(",") if i.strip()]
+            devices = [mx.gpu(int(i)) for i in text[4:].split(",") if i.strip()]
         except ValueError:
-            pass
-    raise PrecisionError(f"cannot read device list {text!r}; use 'cpu', 'gpu', 'gpu:0' or 'gpu:0,1'")
+            devices = []
+        if devices:
+            return devices
+    raise PrecisionError(f"cannot read device list {text!r}; use 'auto', 'cpu', 'gpu', 'gpu:0' or 'gpu:0,1'")
+
+
+def format_ctx(ctx_list):
+    """The inverse of :func:`parse_ctx` for a resolved list: ``'cpu'`` or ``'gpu:0,1'``."""
+    if all(c.device_type == "gpu" for c in ctx_list):
+        return "gpu:" + ",".join(str(c.device_id) for c in ctx_list)
+    return ",".join(c.device_type if c.device_type == "cpu" else f"gpu:{c.device_id}" for c in ctx_list)
+
+
+def check_devices(ctx_list):
+    """Refuse GPUs that MXNet cannot see, before anything is built on them.
+
+    Returns
+    -------
+    list of mx.Context
+        ``ctx_list`` itself.
+
+    Raises
+    ------
+    PrecisionError
+        Naming the missing GPUs and the fix (``--ctx auto`` or ``cpu``).
+    """
+    wanted = [c.device_id for c in ctx_list if c.device_type == "gpu"]
+    if wanted:
+        visible = hardware.gpu_count()
+        missing = [i for i in wanted if i >= visible]
+        if missing:
+            raise PrecisionError(
+                f"--ctx asks for GPU {', '.join(map(str, missing))} but MXNet sees {visible} GPU(s) "
+                "(the CPU wheel, or no CUDA runtime); use --ctx auto (every visible GPU, else the CPU) or "
+                "--ctx cpu, or install mxfp16[gpu] on a GPU machine")
+    return ctx_list
+
+
+def check_precision_name(name):
+    """Normalise a precision name (``' AMP-BFloat16 '`` -> ``'amp-bfloat16'``).
+
+    The one place precision names are validated: the trainer's configuration,
+    the benchmark's flags and :func:`resolve_precision` all call it.
+
+    Raises
+    ------
+    PrecisionError
+        For an unknown name; the message lists the choices.
+    """
+    if not isinstance(name, str) or name.strip().lower() not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    return name.strip().lower()
 
 
 def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
@@ -143,9 +200,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
         For an unknown name (the message lists the choices), or float16 on a
         CPU without the opt-in (the message explains why and what to use).
     """
-    if not isinstance(name, str) or name.strip().lower() not in PRECISIONS:
-        raise PrecisionError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
-    requested = name.strip().lower()
+    requested = check_precision_name(name)
     contexts = as_context_list(ctx)
     on_gpu = all(c.device_type == "gpu" for c in contexts)
     resolved = requested

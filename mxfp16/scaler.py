@@ -8,7 +8,7 @@ after a run of clean steps.
 """
 from collections import deque
 
-__all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler"]
+__all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler", "parse_loss_scale"]
 
 
 class LossScaleDivergedError(FloatingPointError):
@@ -192,15 +192,55 @@ class LossScaler:
         return f"LossScaler({kind}, scale={self._scale:g}, skipped_steps={self.skipped_steps})"
 
 
+def parse_loss_scale(setting):
+    """Read a loss-scale setting; the one parser the trainer's flags and :func:`make_loss_scaler` share.
+
+    Parameters
+    ----------
+    setting : str, float or None
+        ``'dynamic'``, ``'none'`` / ``'off'`` (no scaling), a positive finite
+        number (a static scale), or ``None`` (the precision's default).
+
+    Returns
+    -------
+    'dynamic', 'none', float or None
+        ``None`` only for ``None``.
+
+    Raises
+    ------
+    ValueError
+        Anything else, naming the accepted forms.
+    """
+    if setting is None:
+        return None
+    if isinstance(setting, str):
+        text = setting.strip().lower()
+        if text in ("dynamic", "none"):
+            return text
+        if text == "off":
+            return "none"
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+    elif isinstance(setting, bool):
+        value = None  # True/False are not scales
+    else:
+        value = float(setting)
+    if value is None or not (0 < value < float("inf")):
+        raise ValueError(f"loss scale {setting!r}: use 'dynamic', 'none' (no scaling) or a positive number "
+                         "such as 1024 (not 0, inf or nan)")
+    return value
+
+
 def make_loss_scaler(setting, precision, **options):
     """Build the scaler for a run from a user setting.
 
     Parameters
     ----------
     setting : str, float or None
-        ``'dynamic'``, ``'none'``, a number (a static scale), or ``None`` for
-        the precision's default (dynamic for float16 and amp-float16, none
-        otherwise).
+        Anything :func:`parse_loss_scale` reads; ``None`` is the precision's
+        default (dynamic for float16 and amp-float16, none otherwise).
     precision : Precision
     **options
         Passed to :class:`LossScaler` (``growth_interval``, ``hysteresis`` ...).
@@ -209,19 +249,11 @@ def make_loss_scaler(setting, precision, **options):
     -------
     LossScaler
     """
-    if setting is None:
-        setting = "dynamic" if precision.loss_scaling else "none"
-    if isinstance(setting, str):
-        text = setting.strip().lower()
-        if text == "dynamic":
-            return LossScaler(dynamic=True, **options)
-        if text in ("none", "off", "0"):
-            return LossScaler(enabled=False, **options)
-        try:
-            setting = float(text)
-        except ValueError:
-            raise ValueError(f"loss scale {setting!r} is not 'dynamic', 'none' or a number") from None
-    value = float(setting)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"a static loss scale must be a positive finite number, got {setting!r}")
+    value = parse_loss_scale(setting)
+    if value is None:
+        value = "dynamic" if precision.loss_scaling else "none"
+    if value == "dynamic":
+        return LossScaler(dynamic=True, **options)
+    if value == "none":
+        return LossScaler(enabled=False, **options)
     return LossScaler(init_scale=value, dynamic=False, **options)

@@ -35,12 +35,16 @@ class StepResult:
     grad_norm : NDArray or None
         Global L2 norm of the unscaled, batch-averaged gradients before
         clipping (only when clipping), unsynchronised.
+    outputs : list of NDArray
+        The network's float32 outputs, one per device, as the loss saw them
+        (for accuracy counts on the device; reading them waits for the forward).
     """
 
     loss: mx.nd.NDArray
     skipped: bool
     loss_scale: float
     grad_norm: object = None
+    outputs: tuple = ()
 
 
 def _by_dtype(arrays):
@@ -145,14 +149,15 @@ def train_step(net, loss_fn, trainer, data, label, scaler, batch_size=None, clip
         batch_size = sum(x.shape[0] for x in data)
     scale = scaler.scale
     with autograd.record():
-        losses = [loss_fn(to_float32(net(x)), y) for x, y in zip(data, label)]
+        outputs = [to_float32(net(x)) for x in data]
+        losses = [loss_fn(out, y) for out, y in zip(outputs, label)]
         heads = [loss * scale for loss in losses] if scale != 1.0 else losses
     autograd.backward(heads)
 
     needs_reduced_grads = scaler.checks_overflow or clip_grad_norm is not None
     if not needs_reduced_grads and trainer_updates_on_kvstore(trainer):
         trainer.step(batch_size)
-        return StepResult(_mean_loss(losses, batch_size), False, scale)
+        return StepResult(_mean_loss(losses, batch_size), False, scale, outputs=tuple(outputs))
 
     trainer.allreduce_grads()
     grads = [p.list_grad()[0] for p in trainer_params(trainer) if p.grad_req != "null"]
@@ -167,7 +172,7 @@ def train_step(net, loss_fn, trainer, data, label, scaler, batch_size=None, clip
             replicas = [g for p in trainer_params(trainer) if p.grad_req != "null" for g in p.list_grad()[1:]]
             grad_norm = clip_global_norm_(grads, clip_grad_norm, batch_size * scale, replicas)
         trainer.update(batch_size * scale)
-    return StepResult(_mean_loss(losses, batch_size), skipped, scale, grad_norm)
+    return StepResult(_mean_loss(losses, batch_size), skipped, scale, grad_norm, tuple(outputs))
 
 
 def _mean_loss(losses, batch_size):

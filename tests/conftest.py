@@ -25,10 +25,12 @@ def run_python(code, timeout=300, env=None, check=True):
     """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
-    with the child's stderr.
+    with the child's stderr. ``env`` adds variables; its PYTHONPATH goes after
+    the repository's.
     """
-    full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    full_env.update(env or {})
+    extra = dict(env or {})
+    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=REPO)
     if check and proc.returncode != 0:

@@ -55,7 +55,7 @@ def launch_jobs(commands, workers, servers, timeout, grace=3):
     Each result has ``code``, ``out``, ``err`` (the prefixed output and the
     launcher's messages) and ``pids`` (process name to PID).
     """
-    from mxfp16.dist import launch, local_plan
+    from mxfp16.distributed import launch, local_plan
 
     results = {}
 

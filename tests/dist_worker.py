@@ -34,7 +34,7 @@ import mxnet as mx
 import numpy as np
 
 import mxfp16
-from mxfp16.dist import sync_parameters
+from mxfp16.distributed import sync_parameters
 from mxfp16.models import elementwise_mlp
 
 IN_UNITS, HIDDEN, CLASSES = 8, 16, 4

@@ -2,11 +2,13 @@
 import mxnet as mx
 import numpy as np
 import pytest
-from gluoncv.model_zoo import get_model
 from mxnet import gluon
 
-from mxfp16 import cast_batch, cast_net, dtype_report, to_float32
+from mxfp16 import cast_batch, cast_net, dtype_report, import_gluoncv, to_float32
+from mxfp16._internals import block_children
 from mxfp16.models import elementwise_mlp
+
+get_model = import_gluoncv().model_zoo.get_model
 
 
 def test_cast_resnet_keeps_batchnorm_float32():
@@ -26,7 +28,7 @@ def test_cast_resnet_keeps_batchnorm_float32():
 
 def _leaf_blocks(net):
     found = []
-    net.apply(lambda b: found.append((b.name, b)) if not b._children else None)
+    net.apply(lambda b: found.append((b.name, b)) if not block_children(b) else None)
     return found
 
 

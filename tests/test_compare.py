@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mxfp16.bench.compare import RunDirError, comparison_table, load_runs
+from mxfp16.train.compare import RunDirError, comparison_table, load_runs
 from mxfp16.cli import main
 from mxfp16.fileio import append_jsonl, write_json
 

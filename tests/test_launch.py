@@ -15,8 +15,8 @@ import time
 import pytest
 
 from mxfp16 import cli
-from mxfp16.dist import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile
-from mxfp16.dist.plan import DEFAULT_HOSTFILE_PORT, SERVER_CODE
+from mxfp16.distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile
+from mxfp16.distributed.plan import DEFAULT_HOSTFILE_PORT, SERVER_CODE
 
 from dist_support import alive
 

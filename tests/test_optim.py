@@ -5,6 +5,7 @@ import pytest
 
 from mxfp16 import make_loss_scaler, make_trainer, optimizer_support, resolve_precision
 from mxfp16.models import elementwise_mlp
+from mxfp16._internals import trainer_update_on_kvstore_setting
 from mxfp16.optim import OptimizerError, format_support_table, registered_optimizers
 
 
@@ -64,11 +65,11 @@ def test_make_trainer_sets_master_weights_and_kvstore_mode():
     fp16 = resolve_precision("float16", mx.cpu(), allow_cpu_float16=True)
     scaler = make_loss_scaler(None, fp16)
     trainer = make_trainer(net.collect_params(), "SGD", {"learning_rate": 0.1}, fp16, scaler)
-    assert trainer._optimizer.multi_precision is True
-    assert trainer._kvstore_params["update_on_kvstore"] is False
+    assert trainer.optimizer.multi_precision is True
+    assert trainer_update_on_kvstore_setting(trainer) is False
     fp32 = resolve_precision("float32", mx.cpu())
     plain = make_trainer(net.collect_params(), "adam", {"learning_rate": 0.1}, fp32, make_loss_scaler(None, fp32))
-    assert plain._optimizer.multi_precision is False
+    assert plain.optimizer.multi_precision is False
     with pytest.raises(ValueError, match="update_on_kvstore=False"):
         make_trainer(net.collect_params(), "sgd", {}, fp16, scaler, update_on_kvstore=True)
 
@@ -77,3 +78,62 @@ def test_unknown_optimizer_lists_registry():
     with pytest.raises(OptimizerError) as err:
         make_trainer([], "adamw", {})
     assert "sgd" in str(err.value) and "lamb" in str(err.value)
+
+
+def _expected_lr(n, lr, warmup_iters, main_iters, kind="cosine", drops=()):
+    """gluoncv's documented formulas, written out: linear warm-up from 0, then cosine to 0 or x0.1 steps."""
+    import math
+
+    n = min(n, warmup_iters + main_iters - 1)  # past the end the last rate holds
+    if n < warmup_iters:
+        return lr * n / (warmup_iters - 1)
+    t = n - warmup_iters
+    if kind == "step":
+        return lr * 0.1 ** sum(1 for d in drops if d <= n)
+    return lr * (1 + math.cos(math.pi * t / (main_iters - 1))) / 2
+
+
+def test_lr_schedule_warms_up_then_decays_as_the_formulas_say():
+    from mxfp16.optim import lr_schedule
+
+    cosine = lr_schedule(0.1, epochs=6, warmup_epochs=2, steps_per_epoch=5, kind="cosine")
+    for n in range(0, 40):
+        assert cosine(n) == pytest.approx(_expected_lr(n, 0.1, 10, 20), abs=1e-12), n
+    assert cosine(9) == pytest.approx(0.1) and cosine(29) == pytest.approx(0.0, abs=1e-12)
+    # step: drops at the starts of epochs 3 and 5 (counted from the run's start), i.e. updates 10 and 20.
+    step = lr_schedule(0.1, epochs=6, warmup_epochs=1, steps_per_epoch=5, kind="step", step_epochs=(3, 5))
+    for n in range(0, 40):
+        assert step(n) == pytest.approx(_expected_lr(n, 0.1, 5, 25, "step", drops=(15, 25)), abs=1e-12), n
+    # Phases shorter than two updates are constant rather than a division by zero.
+    assert lr_schedule(0.05, epochs=1, warmup_epochs=0, steps_per_epoch=1)(0) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="choose one of"):
+        lr_schedule(0.1, 2, 0, 4, kind="linear")
+
+
+def test_optimizer_params_give_momentum_only_where_it_is_taken():
+    from mxfp16.optim import optimizer_params
+
+    assert optimizer_params("sgd", 0.1, 1e-4, 0.9) == {"learning_rate": 0.1, "wd": 1e-4, "momentum": 0.9}
+    assert "momentum" not in optimizer_params("adam", 0.1, 0.0, 0.9)
+    with pytest.raises(OptimizerError, match="registers"):
+        optimizer_params("adamw", 0.1)
+
+
+def test_gradient_compression_rules():
+    from mxfp16.optim import check_compression
+
+    fp32 = resolve_precision("float32", mx.cpu())
+    fp16 = resolve_precision("float16", mx.cpu(), allow_cpu_float16=True)
+    assert check_compression(None, "local", fp16) is None
+    assert check_compression("2bit", "device", fp32) == {"type": "2bit", "threshold": 0.5}
+    for kvstore in ("local", "dist_sync", "nccl"):
+        with pytest.raises(OptimizerError, match=f"--kvstore {kvstore} .*--kvstore device"):
+            check_compression("2bit", kvstore, fp32)
+    with pytest.raises(OptimizerError, match="float32 gradients only.*float16"):
+        check_compression("2bit", "device", fp16)
+    with pytest.raises(OptimizerError, match="only '2bit'"):
+        check_compression("1bit", "device", fp32)
+    net = elementwise_mlp(2, [4], 2)
+    net.initialize()
+    with pytest.raises(OptimizerError, match="float32 gradients only"):  # the trainer factory applies the rules too
+        make_trainer(net.collect_params(), "sgd", {}, fp16, compression_params={"type": "2bit", "threshold": 0.5})

@@ -77,3 +77,27 @@ def test_amp_is_process_global(python_child):
     """)
     assert "refused float32 True" in proc.stdout
     assert "refused amp-float16 True" in proc.stdout
+
+
+def test_missing_gpus_are_refused_before_anything_is_built():
+    from mxfp16.hardware import gpu_count
+    from mxfp16.precision import check_devices
+
+    visible = gpu_count()
+    with pytest.raises(PrecisionError, match=f"GPU {visible} but MXNet sees {visible} GPU"):
+        check_devices([mx.gpu(visible)])
+    assert check_devices([mx.cpu()]) == [mx.cpu()]
+
+
+def test_ctx_auto_is_every_visible_gpu_else_the_cpu():
+    from mxfp16.hardware import gpu_count
+    from mxfp16.precision import format_ctx, parse_ctx
+
+    visible = gpu_count()
+    expected = [mx.gpu(i) for i in range(visible)] or [mx.cpu()]
+    assert parse_ctx("auto") == parse_ctx(" AUTO ") == expected
+    assert format_ctx(expected) == (f"gpu:{','.join(map(str, range(visible)))}" if visible else "cpu")
+    assert format_ctx(parse_ctx("gpu:0,2")) == "gpu:0,2"
+    for bad in ("tpu", "gpu:", "gpu:x", ""):
+        with pytest.raises(PrecisionError, match="'auto', 'cpu'"):
+            parse_ctx(bad)

@@ -108,3 +108,16 @@ def test_precision_defaults_and_bad_settings():
     for bad in ("huge", "-4", "0.0", "inf"):
         with pytest.raises(ValueError):
             make_loss_scaler(bad, fp16)
+
+
+def test_one_parser_for_the_setting_and_the_trainer_agrees():
+    from mxfp16.scaler import parse_loss_scale
+    from mxfp16.train import ConfigError, TrainConfig
+
+    assert [parse_loss_scale(v) for v in (None, "dynamic", " Off ", "none", "1024", 512)] == \
+        [None, "dynamic", "none", "none", 1024.0, 512.0]
+    for bad in ("0", 0, "nan", "-inf", "big", True):
+        with pytest.raises(ValueError, match="positive number"):
+            parse_loss_scale(bad)
+        with pytest.raises(ConfigError, match="positive number"):
+            TrainConfig(loss_scale=bad).resolve()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
-from train_support import QUICK, metrics, ok, run_train, summary, tiny_dataset
+from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_smoke_run_writes_every_file_and_field(runs, precision):
 def test_checkpoint_holds_the_final_parameters_and_the_digest_matches(runs, precision):
     out, _ = runs[precision]
     record = json.loads((out / "checkpoints" / "latest.json").read_text())
-    assert record["position"] == {"epoch": EPOCHS, "batch": 0, "global_step": EPOCHS * 3}
+    assert position(record) == {"epoch": EPOCHS, "batch": 0, "global_step": EPOCHS * 3}
     assert (out / "checkpoints" / record["states_file"]).stat().st_size > 0
     # Independent digest: sha256 over the saved arrays in sorted-name order, float32 bytes.
     import hashlib

@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from train_support import QUICK, metrics, ok, run_train, summary, tiny_dataset
+from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_interruption_writes_a_mid_epoch_checkpoint(runs):
     assert runs["first"].returncode == 130, runs["first"].stderr
     assert "--resume" in runs["first"].stderr
     record = runs["record"]
-    assert record["position"] == {"epoch": 1, "batch": INTERRUPT_STEP - STEPS_PER_EPOCH, "global_step": INTERRUPT_STEP}
+    assert position(record) == {"epoch": 1, "batch": INTERRUPT_STEP - STEPS_PER_EPOCH, "global_step": INTERRUPT_STEP}
     assert record["scaler"]["scale"] == 2.0 ** 15 and record["scaler"]["skipped_steps"] == 1
     assert [r["epoch"] for r in runs["interrupted_metrics"]] == [1]
 

@@ -24,9 +24,14 @@ def tiny_dataset(root):
     return synth_dataset(Path(root) / "tiny", **TINY)
 
 
-def run_train(*args, timeout=240):
-    """Run ``python -m mxfp16.train ARGS`` and return the CompletedProcess (never raises on failure)."""
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def run_train(*args, timeout=240, env=None):
+    """Run ``python -m mxfp16.train ARGS`` and return the CompletedProcess (never raises on failure).
+
+    ``env`` adds variables; its PYTHONPATH goes after the repository's.
+    """
+    extra = dict(env or {})
+    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     return subprocess.run([sys.executable, "-m", "mxfp16.train", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
 
@@ -42,3 +47,8 @@ def metrics(out):
 
 def summary(out):
     return json.loads((Path(out) / "summary.json").read_text())
+
+
+def position(record):
+    """The epoch/batch/global-step position of a checkpoint record (``latest.json``)."""
+    return {k: record["progress"][k] for k in ("epoch", "batch", "global_step")}

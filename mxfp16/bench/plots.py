@@ -7,12 +7,6 @@ from ..plotting import color_cycle, new_figure, save_png
 from .report import label
 
 
-def save_figure(fig, legend_axes, path):
-    """Legend, then a PNG at 120 dpi written atomically; returns ``path``."""
-    legend_axes.legend(fontsize=8)
-    return save_png(fig, path, dpi=120)
-
-
 def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None):
     ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
     batch_sizes = sorted({r["batch_size"] for r in ok})
@@ -35,7 +29,7 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
     model = ok[0]["model"] if ok else ""
     size = ok[0]["image_size"] if ok else ""
     ax.set_title(f"{title}: {model}, {size} px, {ok[0]['mode'] if ok else ''}")
-    return save_figure(fig, ax, path)
+    return save_png(fig, path, legend=ax)
 
 
 def write_plots(out_dir, records):

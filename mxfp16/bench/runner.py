@@ -3,9 +3,10 @@
 AMP patches MXNet once per process and cannot be undone, so every
 measurement runs in a fresh Python process (:func:`run_in_subprocess`), which
 executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
-record. The measurement itself (:func:`measure`) builds the run exactly as
-the trainer does and times :func:`mxfp16.train_step`, the step the trainer
-uses, so the speed measured here is the speed a training run gets.
+record. The measurement itself (:func:`measure`) builds the run with the
+trainer's builder (:func:`mxfp16.parts.build_parts`) and times
+:func:`mxfp16.train_step`, the step the trainer uses, so the speed measured
+here is the speed a training run gets.
 """
 import argparse
 import json
@@ -49,7 +50,7 @@ class BenchSpec:
         ``'synthetic'`` (random tensors) or a data folder for
         ``mxfp16.data.make_loaders``.
     ctx : str
-        ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
+        ``'auto'`` (every visible GPU, else the CPU), ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
     classes : int
         Output classes of the model (synthetic data only; a folder sets its own).
     amp_lists : str
@@ -67,7 +68,7 @@ class BenchSpec:
     warmup: int = 3
     repeats: int = 3
     data: str = "synthetic"
-    ctx: str = "cpu"
+    ctx: str = "auto"
     classes: int = 102
     amp_lists: str = "mxfp16"
     seed: int = 0
@@ -125,22 +126,13 @@ class _Batches:
         raise RuntimeError(f"the data set has fewer than {self._batch_size} training images; lower the batch size")
 
 
-def _amp_kwargs(spec, precision):
-    """Explicit lists only for MXNet's own; ``activate`` applies mxfp16's by default."""
-    if not precision.amp or spec.amp_lists == "mxfp16":
-        return {}
-    from ..amp_lists import operator_lists
-    return operator_lists(precision.compute_dtype, spec.amp_lists)
-
-
 def measure(spec):
-    """Build the run as the trainer does and time it, in this process.
+    """Build the run with the trainer's builder and time it, in this process.
 
-    The order is the trainer's: resolve the precision, set the trainer's
-    environment variables (cuDNN autotune, safe accumulation), activate it (AMP is
-    initialised before the network exists), build and initialise the network,
-    cast it, hybridize with ``static_alloc``/``static_shape``, make the loss
-    scaler and the trainer; every step casts its batch and calls
+    :func:`mxfp16.parts.build_parts` makes what the trainer makes, in the
+    same order (precision, environment, AMP before the network, network cast
+    and hybridized with static memory, loss scaler, trainer, loss), with SGD
+    at a constant rate; every step casts its batch and calls
     :func:`mxfp16.train_step`. ``mx.nd.waitall()`` brackets every timed repeat.
 
     Parameters
@@ -159,36 +151,27 @@ def measure(spec):
     """
     import mxnet as mx
 
-    import mxfp16
-    from ..models import build_model
-    from ..precision import activate, as_context_list, resolve_precision
-    from ..train.outputs import peak_memory_mb
-    from ..train.setup import set_float16_environment
+    from ..casting import cast_batch, to_float32
+    from ..hardware import peak_memory_mb
+    from ..parts import PartsSpec, build_parts
+    from ..precision import as_context_list, format_ctx, resolve_precision
+    from ..step import train_step
 
     contexts = as_context_list(spec.ctx)
     precision = resolve_precision(spec.precision, contexts)
-    set_float16_environment()  # the trainer's environment, so both measure the same thing
-    activate(precision, **_amp_kwargs(spec, precision))
-    mx.random.seed(spec.seed)
-    np.random.seed(spec.seed)
-
     batches = _Batches(spec)
-    net = build_model(spec.model, batches.classes, ctx=contexts, in_shape=(3, spec.image_size, spec.image_size))
-    mxfp16.cast_net(net, precision.param_dtype)
-    net.hybridize(static_alloc=True, static_shape=True)
-    scaler = mxfp16.make_loss_scaler(None, precision)
-    trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4},
-                                  precision, scaler)
-    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+    parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
+                                  precision=precision, ctx=contexts, optimizer="sgd", lr=0.01, momentum=0.9,
+                                  wd=1e-4, amp_lists=spec.amp_lists, seed=spec.seed))
 
     if spec.mode == "train":
         def step():
-            data, label = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return mxfp16.train_step(net, loss_fn, trainer, data, label, scaler).loss
+            data, label = cast_batch(*batches.next(), precision.data_dtype, contexts)
+            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss
     else:
         def step():
-            data, _ = mxfp16.cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return [mxfp16.to_float32(net(x)) for x in data][0]
+            data, _ = cast_batch(*batches.next(), precision.data_dtype, contexts)
+            return [to_float32(parts.net(x)) for x in data][0]
 
     for _ in range(spec.warmup):
         step()
@@ -203,10 +186,10 @@ def measure(spec):
         mx.nd.waitall()
         wall.append((time.perf_counter() - start) / spec.iters)
         cpu.append((time.process_time() - start_cpu) / spec.iters)
-    return _record(spec, precision, wall, cpu, peak_memory_mb(contexts))
+    return _record(spec, precision, wall, cpu, peak_memory_mb(contexts), format_ctx(contexts))
 
 
-def _record(spec, precision, wall, cpu, peak_mb):
+def _record(spec, precision, wall, cpu, peak_mb, ctx):
     median = float(np.median(wall))
     return {
         "precision": precision.name,
@@ -217,7 +200,7 @@ def _record(spec, precision, wall, cpu, peak_mb):
         "model": spec.model,
         "mode": spec.mode,
         "data": spec.data,
-        "ctx": spec.ctx,
+        "ctx": ctx,
         "status": "ok",
         "reason": None,
         "images_per_second": spec.batch_size / median,

@@ -1,1 +1,10 @@
-"""Thin command-line front ends; each module registers one ``mxfp16`` subcommand."""
+"""Thin command-line front ends; each module registers one ``mxfp16`` subcommand.
+
+A module here parses flags, calls the library and prints; it raises
+:class:`CommandError` for anything the user can fix, and ``mxfp16.cli``
+prints that without a traceback (exit status 2).
+"""
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed without a traceback, exit status 2."""

@@ -8,7 +8,7 @@ and PNG plots to --out.
 """
 import os
 
-from ..cli import CommandError
+from . import CommandError
 
 ORDER = 40
 
@@ -43,7 +43,8 @@ def register(subparsers):
                            "loaded inside the timed steps, as in training (default: synthetic)")
     what.add_argument("--classes", type=int, default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
-    what.add_argument("--ctx", default="cpu", help="cpu, gpu:0 or gpu:0,1,... (default: cpu)")
+    what.add_argument("--ctx", default="auto", help="auto (every GPU MXNet sees, else the CPU), cpu, gpu:0 or "
+                                                    "gpu:0,1,... (default: auto)")
     timing = parser.add_argument_group("timing")
     timing.add_argument("--iters", type=int, default=10, help="steps per timed repeat (default: 10)")
     timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
@@ -58,10 +59,14 @@ def register(subparsers):
 
 def _validate(args):
     from ..amp_lists import LIST_SETS
-    from ..precision import PRECISIONS
+    from ..precision import PRECISIONS, PrecisionError, check_precision_name
 
-    precisions = [p.strip().lower() for p in args.precisions.split(",") if p.strip()]
-    unknown = [p for p in precisions if p not in PRECISIONS]
+    precisions, unknown = [], []
+    for name in (p for p in args.precisions.split(",") if p.strip()):
+        try:
+            precisions.append(check_precision_name(name))
+        except PrecisionError:
+            unknown.append(name.strip())
     if not precisions or unknown:
         raise CommandError(f"unknown precision(s) {', '.join(unknown) or '(none given)'}; choose from "
                            f"{', '.join(PRECISIONS)}, e.g. --precisions float32,auto")

@@ -7,7 +7,7 @@ compare.png (loss and accuracy per epoch, accuracy against wall time).
 """
 import os
 
-from ..cli import CommandError
+from . import CommandError
 
 ORDER = 45
 
@@ -23,7 +23,7 @@ def register(subparsers):
 
 
 def run(args):
-    from ..bench.compare import RunDirError, compare, format_table
+    from ..train.compare import RunDirError, compare, format_table
 
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(args.runs[0]))), "compare")
     try:

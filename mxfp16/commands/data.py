@@ -3,7 +3,7 @@ import json
 import logging
 import sys
 
-from ..cli import CommandError
+from . import CommandError
 from ..data.synth import DEMO_SETTINGS as DEMO
 
 ORDER = 10

@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 
-from ..cli import CommandError
+from . import CommandError
 
 ORDER = 30
 
@@ -45,7 +45,8 @@ def register(subparsers):
     model.add_argument("--params", default=None,
                        help="parameters to load (net.save_parameters / a trainer checkpoint's .params); gradients "
                             "of a trained network differ from those at initialisation (default: fresh initialisation)")
-    model.add_argument("--ctx", default="cpu", help="one device: cpu or gpu:N (default: cpu)")
+    model.add_argument("--ctx", default="auto", help="one device: auto (the first GPU MXNet sees, else the CPU), "
+                                                     "cpu or gpu:N (default: auto)")
     scale = parser.add_argument_group("loss scale")
     scale.add_argument("--loss-scale", type=float, default=start,
                        help=f"a power of two to report underflow and overflow at (default: {start:g}, the dynamic "
@@ -95,16 +96,15 @@ def _setup(args):
 
     from ..data import DataError, demo_dataset, make_loaders
     from ..models import ModelError, build_model
-    from ..precision import PrecisionError, parse_ctx
+    from ..precision import PrecisionError, check_devices, parse_ctx
 
     try:
         ctx = parse_ctx(args.ctx)
+        if args.ctx.strip().lower() == "auto":
+            ctx = ctx[:1]
         if len(ctx) != 1:
             raise PrecisionError(f"--ctx {args.ctx!r} names {len(ctx)} devices; diagnose runs on one, e.g. gpu:0")
-        ctx = ctx[0]
-        if ctx.device_type == "gpu" and ctx.device_id >= mx.context.num_gpus():
-            raise PrecisionError(f"--ctx {args.ctx}: this machine has {mx.context.num_gpus()} usable GPU(s); "
-                                 "use --ctx cpu (the gradients are float32, so a CPU gives the same answer)")
+        ctx = check_devices(ctx)[0]
         loaders = make_loaders(args.data_dir or demo_dataset(), image_size=args.image_size,
                                batch_size=args.batch_size, seed=args.seed)
         batches = list(itertools.islice(loaders.train_batches(0), args.batches))

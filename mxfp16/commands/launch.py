@@ -8,10 +8,10 @@ stops everything when one process fails or the timeout passes. With
 import argparse
 import dataclasses
 
-from ..cli import CommandError
-from ..dist import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile, ssh_argv
-from ..dist.launcher import DEFAULT_GRACE
-from ..dist.plan import DEFAULT_HOSTFILE_PORT
+from . import CommandError
+from ..distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile, ssh_argv
+from ..distributed.launcher import DEFAULT_GRACE
+from ..distributed.plan import DEFAULT_HOSTFILE_PORT
 
 ORDER = 60
 

@@ -7,8 +7,9 @@ A checkpoint is three files in ``<out>/checkpoints/``::
                    schedule's position) and, for float16 parameters, the
                    float32 master weights (``trainer.save_states``)
     latest.json    the commit record: which tag is current, the loss-scaler
-                   state, the epoch/batch position, the partial epoch's
-                   sums and the run's fingerprint
+                   state, the run's progress (position, the epoch's sums,
+                   skipped steps; see :mod:`mxfp16.train.progress`) and the
+                   run's fingerprint
 
 Each file is written atomically and ``latest.json`` last, so a crash at any
 moment leaves the previous checkpoint complete and current. The files of
@@ -18,12 +19,13 @@ import json
 from pathlib import Path
 
 from ..fileio import atomic_path, write_json
+from .progress import Progress
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint",
            "read_record", "RECORD", "FINGERPRINT_FIELDS"]
 
 RECORD = "latest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: What must match for a checkpoint to continue a run.
 FINGERPRINT_FIELDS = ("model", "precision", "param_dtype", "image_size", "classes", "batch_size",
                       "num_workers", "parameters")
@@ -70,19 +72,20 @@ def read_record(out):
     return record
 
 
-def save_checkpoint(out, tag, net, trainer, record):
+def save_checkpoint(out, parts, progress, fingerprint, config_digest=None):
     """Write ``<tag>.params``, ``<tag>.states`` and then ``latest.json``; drop older tags.
 
     Parameters
     ----------
     out : str or Path
         The run folder.
-    tag : str
-        e.g. ``'epoch-0003'`` or ``'epoch-0003-batch-0017'``.
-    net, trainer
-        What to save.
-    record : dict
-        JSON-ready: ``fingerprint``, ``scaler``, ``position`` ... (see :func:`load_checkpoint`).
+    parts : mxfp16.parts.Parts
+        The network, trainer and loss scaler to save.
+    progress : Progress
+        Saved whole; its :meth:`~Progress.tag` names the files.
+    fingerprint : dict
+        What a run must match to continue from this checkpoint.
+    config_digest : str, optional
 
     Returns
     -------
@@ -91,40 +94,42 @@ def save_checkpoint(out, tag, net, trainer, record):
     """
     folder = _folder(out)
     folder.mkdir(parents=True, exist_ok=True)
+    tag = progress.tag()
     with atomic_path(folder / f"{tag}.params") as tmp:
-        net.save_parameters(tmp)
+        parts.net.save_parameters(tmp)
     with atomic_path(folder / f"{tag}.states") as tmp:
-        trainer.save_states(tmp)
-    write_json(folder / RECORD, dict(record, version=FORMAT_VERSION, tag=tag,
-                                     params_file=f"{tag}.params", states_file=f"{tag}.states"))
+        parts.trainer.save_states(tmp)
+    write_json(folder / RECORD, {
+        "version": FORMAT_VERSION, "tag": tag, "params_file": f"{tag}.params", "states_file": f"{tag}.states",
+        "fingerprint": fingerprint, "scaler": parts.scaler.state_dict(), "progress": progress.state_dict(),
+        "config_digest": config_digest,
+    })
     for stale in folder.iterdir():
         if stale.suffix in (".params", ".states") and stale.stem != tag:
             stale.unlink()
     return folder / RECORD
 
 
-def load_checkpoint(out, net, trainer, scaler, fingerprint, ctx):
-    """Restore the current checkpoint of ``out`` into ``net``, ``trainer`` and ``scaler``.
+def load_checkpoint(out, parts, fingerprint):
+    """Restore the current checkpoint of ``out`` into ``parts``; return the saved progress.
 
     Parameters
     ----------
     out : str or Path
-    net, trainer, scaler
+    parts : mxfp16.parts.Parts
         Built the same way as for the run that wrote the checkpoint.
     fingerprint : dict
         This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`
         refuses the checkpoint.
-    ctx : list of mx.Context
 
     Returns
     -------
-    dict
-        The record (``position``, ``totals``, ``partial`` ...).
+    Progress
 
     Raises
     ------
     CheckpointError
-        No checkpoint in ``out``.
+        No checkpoint in ``out``, or a record that cannot be read.
     CheckpointMismatchError
         The checkpoint's fingerprint differs; the message lists what differs.
     """
@@ -137,8 +142,12 @@ def load_checkpoint(out, net, trainer, scaler, fingerprint, ctx):
         raise CheckpointMismatchError(
             f"the checkpoint in {_folder(out)} belongs to a different run: " + "; ".join(differences)
             + ". Resume with the flags of that run, or start a new run with another --out.")
+    try:
+        progress = Progress.from_state_dict(record["progress"])
+    except (KeyError, ValueError) as err:
+        raise CheckpointError(f"{_folder(out) / RECORD}: {err}; the checkpoint cannot be trusted") from None
     folder = _folder(out)
-    net.load_parameters(str(folder / record["params_file"]), ctx=ctx)
-    trainer.load_states(str(folder / record["states_file"]))
-    scaler.load_state_dict(record["scaler"])
-    return record
+    parts.net.load_parameters(str(folder / record["params_file"]), ctx=parts.ctx)
+    parts.trainer.load_states(str(folder / record["states_file"]))
+    parts.scaler.load_state_dict(record["scaler"])
+    return progress

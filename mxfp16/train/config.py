@@ -1,4 +1,8 @@
-"""The trainer's configuration: one dataclass, its defaults, validation, JSON round trip.
+"""The trainer's configuration: one dataclass whose fields are also the command line's flags.
+
+Each field carries its flag's metadata (group, help, choices), so a new field
+appears in ``mxfp16 train --help``, in ``config.json`` and in the CLI
+reference at once (``mxfp16/commands/train.py`` generates the flags).
 
 Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of
 two profiles:
@@ -22,15 +26,19 @@ two profiles:
 """
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, replace
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 
-from ..precision import PRECISIONS
+from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
+from ..precision import PRECISIONS, PrecisionError, check_precision_name
+from ..scaler import parse_loss_scale
 
-__all__ = ["TrainConfig", "ConfigError", "PROFILES", "LR_SCHEDULES", "KVSTORES"]
+__all__ = ["TrainConfig", "ConfigError", "PROFILES", "LR_SCHEDULES", "KVSTORES", "GROUPS", "default_text"]
 
-LR_SCHEDULES = ("step", "cosine")
 KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
-GRADIENT_COMPRESSION = ("2bit",)
+PIPELINES = ("folder", "recordio")
+#: The flag groups of ``mxfp16 train --help``, in order.
+GROUPS = ("data", "model", "precision", "optimisation", "run", "testing aids (not for training runs)")
 
 #: Values for fields left at None, per profile (see the module docstring).
 PROFILES = {
@@ -45,79 +53,109 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the field and the fix."""
 
 
+def _option(default, group, help, **flag):
+    """A dataclass field with its command-line metadata (see ``mxfp16/commands/train.py``).
+
+    ``flag`` may hold ``choices``, ``metavar``, ``flag`` (the option string,
+    for inverted booleans such as ``--no-progress``) and ``default_text``
+    (what the help says the default is, when the value alone would not say it).
+    """
+    return field(default=default, metadata=dict(group=group, help=help, **flag))
+
+
+def default_text(name):
+    """What ``--help`` says a field's default is: its value, or the profiles' values for ``None``."""
+    meta = TrainConfig.__dataclass_fields__[name]
+    if "default_text" in meta.metadata:
+        return meta.metadata["default_text"]
+    if name in PROFILES["dataset"] and meta.default is None:
+        return f"{PROFILES['dataset'][name]} with --data-dir; {PROFILES['demo'][name]} on the demo set"
+    if meta.default is None:
+        return "none"
+    if isinstance(meta.default, bool):
+        return "on" if meta.default else "off"
+    return str(meta.default)
+
+
 @dataclass
 class TrainConfig:
     """Everything one training run needs. ``None`` means "from the profile" (see module docstring).
 
-    Attributes
-    ----------
-    data_dir : str or None
-        Folder with ``train/`` and ``test/`` (or a RecordIO prefix with
-        ``pipeline='recordio'``); ``None`` uses the demo set under ``data_root``.
-    data_root : str
-        Where the demo set is generated (``<data_root>/demo``).
-    image_size, workers, pipeline
-        Crop side in pixels, data-loading processes/threads, ``'folder'`` or ``'recordio'``.
-    model, pretrained
-        gluoncv model-zoo name (or ``'elementwise-mlp'``); start from local ImageNet weights.
-    precision, loss_scale, clip_grad_norm, allow_cpu_float16
-        See :func:`mxfp16.resolve_precision` and :func:`mxfp16.make_loss_scaler`.
-    optimizer, lr, momentum, wd, lr_schedule, warmup_epochs, step_epochs, label_smoothing, epochs, batch_size
-        Optimisation. ``lr`` is for the whole batch; ``step_epochs`` are the
-        epochs where the ``step`` schedule divides the rate by 10 (default:
-        at 50% and 75% of the run).
-    ctx, kvstore, gradient_compression
-        Devices (``'cpu'``, ``'gpu:0,1'``), Gluon kvstore, ``'2bit'`` or None.
-    seed, out, resume, overwrite, max_batches, log_every
-        Run control. ``overwrite`` deletes the outputs of a run already in
-        ``out`` (never other files) instead of refusing to start. ``max_batches`` caps training and evaluation batches per
-        epoch (smoke runs); ``log_every`` is how many steps pass between
-        reads of the loss (each read waits for the device).
-    inject_overflow_step, inject_overflow_rank, interrupt_at_step
-        Testing aids: make the loss infinite at that global step (on one rank,
-        or every rank when ``None``), or behave as if Ctrl-C arrived after it.
+    Each field's ``help`` metadata is its documentation (``mxfp16 train --help``
+    shows it with the default). The groups: data, model, precision,
+    optimisation, run, and testing aids (``inject_overflow_step``,
+    ``inject_overflow_rank``, ``interrupt_at_step``: make the loss infinite
+    at a global step, or behave as if Ctrl-C arrived after one).
     """
 
     # data
-    data_dir: str = None
-    data_root: str = "data"
-    image_size: int = None
-    workers: int = 0
-    pipeline: str = "folder"
+    data_dir: str = _option(None, "data", "folder with train/ and test/ class folders, or a RecordIO prefix with "
+                                          "--pipeline recordio", default_text="the demo set, generated under "
+                                                                              "--data-root on first use")
+    data_root: str = _option("data", "data", "where the demo set is generated")
+    image_size: int = _option(None, "data", "side of the square crops in pixels")
+    workers: int = _option(0, "data", "data-loading processes (folder) or decoding threads (recordio)",
+                           default_text="0: decode in the training process; on 2 cores extra processes compete "
+                                        "with the network for the cores")
+    pipeline: str = _option("folder", "data", "input pipeline: ImageFolderDataset+DataLoader or ImageRecordIter",
+                            choices=PIPELINES)
     # model
-    model: str = None
-    pretrained: bool = False
+    model: str = _option(None, "model", "any gluoncv classification model, e.g. resnet50_v2, resnet50_v1d, "
+                                        "cifar_resnet20_v1, or elementwise-mlp (float16 on CPU)")
+    pretrained: bool = _option(False, "model", "fine-tune from gluoncv ImageNet weights already on this machine; "
+                                               "nothing is downloaded", default_text="off, train from scratch")
     # precision
-    precision: str = "auto"
-    loss_scale: str = None
-    clip_grad_norm: float = None
-    allow_cpu_float16: bool = False
+    precision: str = _option("auto", "precision", "float32, float16 (GPU), amp-float16 (GPU), amp-bfloat16 (CPU), "
+                                                  "or auto: float16 on GPUs, amp-bfloat16 on CPUs with native "
+                                                  "bfloat16, else float32", choices=PRECISIONS)
+    loss_scale: str = _option(None, "precision", "dynamic, a fixed number such as 1024, or none",
+                              default_text="dynamic for float16 and amp-float16, none otherwise")
+    clip_grad_norm: float = _option(None, "precision", "clip the global gradient norm to this value",
+                                    default_text="no clipping")
+    allow_cpu_float16: bool = _option(False, "precision", "allow float16 on a CPU, for --model elementwise-mlp only")
     # optimisation
-    optimizer: str = None
-    lr: float = None
-    momentum: float = 0.9
-    wd: float = None
-    lr_schedule: str = "cosine"
-    warmup_epochs: int = None
-    step_epochs: tuple = None
-    label_smoothing: float = 0.0
-    epochs: int = None
-    batch_size: int = None
+    optimizer: str = _option(None, "optimisation", "any MXNet optimizer name")
+    lr: float = _option(None, "optimisation", "peak learning rate for the whole batch (a tenth of the profile's "
+                                              "with --pretrained)")
+    momentum: float = _option(0.9, "optimisation", "momentum, for optimizers that take one")
+    wd: float = _option(None, "optimisation", "weight decay")
+    lr_schedule: str = _option("cosine", "optimisation", "decay after warm-up: cosine to 0, or step (x0.1 at each "
+                                                         "of --step-epochs)", choices=LR_SCHEDULES)
+    warmup_epochs: int = _option(None, "optimisation", "epochs of linear warm-up from 0")
+    step_epochs: tuple = _option(None, "optimisation", "comma-separated epochs where --lr-schedule step divides "
+                                                       "the rate by 10", metavar="E1,E2",
+                                 default_text="50% and 75% of the epochs")
+    label_smoothing: float = _option(0.0, "optimisation", "label smoothing epsilon")
+    epochs: int = _option(None, "optimisation", "epochs")
+    batch_size: int = _option(None, "optimisation", "images per step on each worker, split across devices")
     # run
-    ctx: str = "cpu"
-    kvstore: str = "device"
-    gradient_compression: str = None
-    seed: int = 0
-    out: str = "runs/train"
-    resume: bool = False
-    overwrite: bool = False
-    max_batches: int = None
-    log_every: int = 10
-    progress: bool = True
+    ctx: str = _option("auto", "run", "auto (every GPU MXNet sees, else the CPU), cpu, gpu, or a GPU list such as "
+                                      "gpu:0,1 that splits each batch")
+    kvstore: str = _option("device", "run", "Gluon kvstore, passed through; dist_* under `mxfp16 launch`",
+                           choices=KVSTORES)
+    gradient_compression: str = _option(None, "run", "compress gradients on the kvstore; float32 parameters and "
+                                                     "--kvstore device only, as MXNet 1.9.1 allows",
+                                        choices=GRADIENT_COMPRESSION, default_text="off")
+    seed: int = _option(0, "run", "seeds initialisation, data order and augmentation")
+    out: str = _option("runs/train", "run", "run folder for outputs and checkpoints")
+    resume: bool = _option(False, "run", "continue the run in --out from its last checkpoint",
+                           default_text="off; an --out that holds a run is refused without it")
+    overwrite: bool = _option(False, "run", "replace the run already in --out: its config, metrics, summaries and "
+                                            "checkpoints are deleted once the new run's settings have been checked",
+                              default_text="off; such an --out is refused")
+    max_batches: int = _option(None, "run", "at most N training and N evaluation batches per epoch, for smoke runs",
+                               metavar="N", default_text="all")
+    log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar; each read waits "
+                                        "for the device")
+    progress: bool = _option(True, "run", "no progress bar", flag="--no-progress",
+                             default_text="bar on a terminal")
     # testing aids
-    inject_overflow_step: int = None
-    inject_overflow_rank: int = None
-    interrupt_at_step: int = None
+    inject_overflow_step: int = _option(None, GROUPS[-1], "make the loss infinite at this global step, so the "
+                                                          "loss scaler must skip it", default_text="off")
+    inject_overflow_rank: int = _option(None, GROUPS[-1], "inject the overflow on this worker only",
+                                        default_text="every worker")
+    interrupt_at_step: int = _option(None, GROUPS[-1], "behave as if Ctrl-C arrived after this global step",
+                                     default_text="off")
 
     @property
     def profile(self):
@@ -155,32 +193,38 @@ class TrainConfig:
             if not ok:
                 raise ConfigError(message)
 
-        need(self.precision in PRECISIONS, f"precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
-        need(self.pipeline in ("folder", "recordio"), f"pipeline {self.pipeline!r}: choose folder or recordio")
-        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule {self.lr_schedule!r}: choose one of {', '.join(LR_SCHEDULES)}")
-        need(self.kvstore in KVSTORES, f"kvstore {self.kvstore!r}: choose one of {', '.join(KVSTORES)}")
-        need(self.gradient_compression in (None,) + GRADIENT_COMPRESSION,
-             f"gradient_compression {self.gradient_compression!r}: MXNet offers only '2bit' (or none)")
+        try:
+            check_precision_name(self.precision)
+            parse_loss_scale(self.loss_scale)
+        except (PrecisionError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+        for name in ("pipeline", "lr_schedule", "kvstore", "gradient_compression"):
+            choices = fields_by_name()[name].metadata["choices"]
+            value = getattr(self, name)
+            need(value in choices or (value is None and name == "gradient_compression"),
+                 f"{name} {value!r}: choose one of {', '.join(choices)}")
         for name in ("image_size", "epochs", "batch_size", "log_every"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= 1), f"{name}={value!r}: must be a whole number >= 1")
         need(self.image_size is None or self.image_size >= 8, f"image_size={self.image_size}: must be at least 8 pixels")
         need(self.workers >= 0, f"workers={self.workers}: must be >= 0 (0 loads in the training process)")
-        need(self.lr is None or self.lr > 0, f"lr={self.lr}: must be positive")
-        need(self.wd is None or self.wd >= 0, f"wd={self.wd}: must be >= 0")
+        # float32 is what the optimizer computes in: a rate beyond its range is inf.
+        need(self.lr is None or (self.lr > 0 and math.isfinite(self.lr) and self.lr < 3.4e38),
+             f"lr={self.lr}: must be a positive finite number such as 0.1")
+        need(self.wd is None or (self.wd >= 0 and math.isfinite(self.wd)), f"wd={self.wd}: must be >= 0 and finite")
         need(0 <= self.momentum < 1, f"momentum={self.momentum}: must be in [0, 1)")
         need(0 <= self.label_smoothing < 1, f"label_smoothing={self.label_smoothing}: must be in [0, 1)")
-        need(self.clip_grad_norm is None or self.clip_grad_norm > 0, f"clip_grad_norm={self.clip_grad_norm}: must be positive")
+        need(self.clip_grad_norm is None or (self.clip_grad_norm > 0 and math.isfinite(self.clip_grad_norm)),
+             f"clip_grad_norm={self.clip_grad_norm}: must be positive and finite")
         need(self.warmup_epochs is None or self.warmup_epochs >= 0, f"warmup_epochs={self.warmup_epochs}: must be >= 0")
         if self.epochs is not None and self.warmup_epochs is not None:
             need(self.warmup_epochs < self.epochs,
                  f"warmup_epochs={self.warmup_epochs} leaves no epoch after warm-up of {self.epochs}; lower it or raise --epochs")
-        if self.loss_scale is not None and str(self.loss_scale).strip().lower() not in ("dynamic", "none", "off"):
-            try:
-                scale = float(self.loss_scale)
-            except ValueError:
-                scale = float("nan")
-            need(0 < scale < float("inf"), f"loss_scale {self.loss_scale!r}: use 'dynamic', 'none' or a positive number such as 1024")
+        if self.step_epochs is not None:
+            need(all(isinstance(e, int) and e >= 1 for e in self.step_epochs),
+                 f"step_epochs={list(self.step_epochs)}: epochs count from 1, e.g. --step-epochs 10,20")
+        # numpy's and MXNet's seeds are unsigned 32-bit integers.
+        need(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 32, f"seed={self.seed}: must be in 0 .. 2**32-1")
         need(not (self.resume and self.overwrite), "resume and overwrite exclude each other: --resume continues the run "
              "in --out, --overwrite replaces it")
         need(self.max_batches is None or self.max_batches >= 1, f"max_batches={self.max_batches}: must be >= 1")
@@ -214,3 +258,8 @@ class TrainConfig:
     def digest(self):
         """A short sha256 of the configuration (for logs and file names)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def fields_by_name():
+    """``{name: dataclasses.Field}`` of :class:`TrainConfig`, in declaration order."""
+    return {f.name: f for f in fields(TrainConfig)}

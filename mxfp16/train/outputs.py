@@ -6,9 +6,7 @@ worker writes ``summary.rank<R>.json``. All writes are atomic
 """
 import hashlib
 import json
-import resource
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,10 +15,12 @@ import numpy as np
 
 from ..fileio import append_jsonl, atomic_write, read_jsonl, write_json
 
-__all__ = ["RunOutputs", "params_digest", "digest_arrays", "peak_memory_mb", "METRIC_FIELDS", "SUMMARY_FIELDS"]
+__all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
 
+#: Every record of ``metrics.jsonl`` has these (one record per epoch).
 METRIC_FIELDS = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "images_per_second",
                  "loss_scale", "skipped_steps", "lr", "seconds")
+#: ``summary.json`` has these (and a few more).
 SUMMARY_FIELDS = ("precision", "model", "epochs", "final_val_top1", "best_val_top1", "images_per_second",
                   "peak_memory_mb", "skipped_steps", "final_loss_scale", "params_digest")
 
@@ -65,24 +65,6 @@ def params_digest(net):
         path = f"{tmp}/params"
         net.save_parameters(path)
         return digest_arrays(mx.nd.load(path))
-
-
-def peak_memory_mb(ctx_list):
-    """Peak memory of the run in MiB.
-
-    CPU: the process's peak resident set (``getrusage``). GPU: the largest
-    memory in use on any of the run's GPUs now (MXNet reports no peak; call
-    this at the end of each epoch and keep the maximum).
-    """
-    gpus = [c for c in ctx_list if c.device_type == "gpu"]
-    if gpus:
-        used = []
-        for c in gpus:
-            free, total = mx.context.gpu_memory_info(c.device_id)
-            used.append((total - free) / 2 ** 20)
-        return max(used)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 2 ** 10  # bytes on macOS, KiB on Linux
 
 
 class RunOutputs:

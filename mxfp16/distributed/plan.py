@@ -5,7 +5,7 @@ workers. Each process learns its part from ``DMLC_*`` environment variables;
 the scheduler and servers are plain ``python -c "import mxnet"`` (importing
 MXNet with ``DMLC_ROLE=server`` runs the server loop and exits when the
 workers finish). This module only plans: it builds :class:`Slot` objects,
-reads hostfiles and formats the per-host commands. :mod:`mxfp16.dist.launcher`
+reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher`
 runs them.
 """
 import os

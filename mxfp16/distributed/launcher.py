@@ -246,8 +246,8 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     Parameters
     ----------
     slots : list of Slot
-        From :func:`mxfp16.dist.plan.local_plan` (or ssh commands built from
-        :func:`mxfp16.dist.plan.host_plan`).
+        From :func:`mxfp16.distributed.plan.local_plan` (or ssh commands built from
+        :func:`mxfp16.distributed.plan.host_plan`).
     timeout : float, optional
         Stop the job after this many seconds (status 124). ``None`` or 0:
         no limit.

@@ -8,9 +8,7 @@ import os
 from dataclasses import dataclass
 
 from ..fileio import atomic_write, read_jsonl, write_json
-
-METRIC_FIELDS = ("epoch", "train_loss", "val_top1", "seconds")
-SUMMARY_FIELDS = ("precision", "model", "epochs", "final_val_top1", "best_val_top1", "images_per_second")
+from .outputs import METRIC_FIELDS, SUMMARY_FIELDS
 
 
 class RunDirError(ValueError):
@@ -18,8 +16,8 @@ class RunDirError(ValueError):
 
 
 @dataclass
-class Run:
-    """One training run as read from its directory."""
+class FinishedRun:
+    """One training run as read from its folder."""
 
     name: str
     path: str
@@ -82,7 +80,7 @@ def load_run(path):
         if lacking:
             raise RunDirError(f"{metrics_path}: epoch record {m.get('epoch', '?')} lacks {', '.join(lacking)}")
     name = os.path.basename(os.path.normpath(path))
-    return Run(name=name, path=path, config=config, metrics=metrics, summary=summary)
+    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
 
 
 def load_runs(paths):
@@ -153,8 +151,7 @@ def to_markdown(rows):
 
 def plot_runs(runs, path):
     """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
-    from ..plotting import new_figure
-    from .plots import save_figure
+    from ..plotting import new_figure, save_png
 
     fig, (ax_loss, ax_acc, ax_time) = new_figure(1, 3, figsize=(13, 3.8))
     for r in runs:
@@ -169,7 +166,7 @@ def plot_runs(runs, path):
     ax_time.set(xlabel="training time (s, cumulative)", ylabel="validation top-1", title="Accuracy against time")
     for ax in (ax_loss, ax_acc, ax_time):
         ax.grid(alpha=0.3)
-    return save_figure(fig, ax_time, path)
+    return save_png(fig, path, legend=ax_time)
 
 
 def compare(paths, out_dir):

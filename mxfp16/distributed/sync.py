@@ -1,0 +1,113 @@
+"""Keep the workers of a kvstore job in step: who they are, the same start, the same statistics.
+
+:func:`open_kvstore` creates a dist kvstore, which tells a worker its rank.
+
+Gluon's Trainer copies rank 0's parameters to the other workers lazily,
+inside the first ``allreduce_grads`` or ``step``: after the first backward
+pass, so that step's gradients come from each worker's own initialisation.
+Worse, with ``update_on_kvstore=False`` (what loss scaling needs) the pull
+of that broadcast is not ordered against the first gradient push of the
+same key, and a worker can receive the summed gradients as its parameters
+(seen here with float16: one layer's weights became inf on a skipped step).
+:func:`sync_parameters` does the broadcast before training and waits for it.
+
+After each epoch, :func:`average_aux_states` gives every device and worker
+the mean of the BatchNorm running statistics, which are not gradients and so
+are not kept in step by anything else.
+"""
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet.gluon.parameter import DeferredInitializationError
+
+from .._internals import trainer_init_kvstore_params, trainer_params
+
+__all__ = ["sync_parameters", "average_aux_states", "open_kvstore", "grad_bytes_per_step", "KVStoreError"]
+
+
+class KVStoreError(ValueError):
+    """A dist kvstore asked for outside a parameter-server job."""
+
+
+def open_kvstore(name):
+    """Create a distributed kvstore (which tells this process its rank), or pass a local name through.
+
+    Returns
+    -------
+    (kvstore, rank, num_workers)
+        ``kvstore`` is an ``mx.kv.KVStore`` for ``dist_*`` names, else the name.
+
+    Raises
+    ------
+    KVStoreError
+        A ``dist_*`` name without the ``DMLC_*`` environment of a job.
+    """
+    if not name.startswith("dist"):
+        return name, 0, 1
+    if "DMLC_ROLE" not in os.environ:
+        raise KVStoreError(f"kvstore {name!r} needs the DMLC_* environment of a parameter-server job "
+                           "(DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER); "
+                           "start the workers with `mxfp16 launch`, or use --kvstore device on one machine")
+    kv = mx.kv.create(name)
+    return kv, kv.rank, kv.num_workers
+
+
+def sync_parameters(trainer):
+    """Broadcast rank 0's parameters to every worker now and wait until they arrived.
+
+    Call once after the network is initialised and the trainer is built,
+    before the first training step. Harmless without a kvstore.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+        From :func:`mxfp16.make_trainer`.
+    """
+    trainer_init_kvstore_params(trainer)
+    for param in trainer_params(trainer):
+        try:
+            arrays = param.list_data()
+        except DeferredInitializationError:
+            continue  # shape unknown until the first forward: Gluon broadcasts it then
+        for array in arrays:
+            array.wait_to_read()
+
+
+def average_aux_states(trainer, kvstore=None, num_workers=1):
+    """Give every device and worker the same BatchNorm running statistics (their mean).
+
+    They are not gradients, so nothing else keeps them in step; averaged,
+    every worker holds identical parameters and evaluates the same network.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+    kvstore : mx.kv.KVStore, optional
+        The job's dist kvstore; ``None`` averages across this process's devices only.
+    num_workers : int
+    """
+    kv = kvstore if num_workers > 1 and not isinstance(kvstore, (str, type(None))) else None
+    for index, param in enumerate(trainer_params(trainer)):
+        if param.grad_req != "null":
+            continue
+        copies = param.list_data()
+        if len(copies) == 1 and kv is None:
+            continue
+        first = copies[0]
+        if len(copies) > 1:
+            first[:] = mx.nd.add_n(*[c.as_in_context(first.context) for c in copies]) / len(copies)
+        if kv is not None:
+            kv.pushpull(index, first, out=first)  # the key Gluon initialised for this parameter; never pushed otherwise
+            first /= num_workers
+        for other in copies[1:]:
+            first.copyto(other)
+
+
+def grad_bytes_per_step(params):
+    """Bytes of gradient one worker pushes per step: size x itemsize over trained parameters."""
+    total = 0
+    for p in params:
+        if p.grad_req != "null":
+            total += int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+    return total

@@ -1,0 +1,129 @@
+"""What the trainer hangs on the epoch loop: the progress bar, the stop on Ctrl-C, and two testing aids.
+
+Each is a :class:`~mxfp16.train.loop.Callback`; the loop itself has no
+branch for any of them.
+"""
+import signal
+import time
+
+from tqdm.auto import tqdm
+
+from .loop import Callback
+
+__all__ = ["ProgressBar", "StopOnSignal", "InjectOverflow", "InterruptAtStep"]
+
+
+class ProgressBar(Callback):
+    """A tqdm bar per epoch: batches done, running loss, images/s and the loss scale.
+
+    Parameters
+    ----------
+    epochs, steps_per_epoch : int
+    scaler : LossScaler
+        Read for its scale when the numbers are read (no extra sync).
+    workers : int
+        Workers of the job: images/s counts all of them.
+    enabled : bool
+        ``False`` (no bar, e.g. ``--no-progress`` or a worker other than rank 0).
+    """
+
+    def __init__(self, epochs, steps_per_epoch, scaler, workers=1, enabled=True):
+        self.epochs = epochs
+        self.steps = steps_per_epoch
+        self.scaler = scaler
+        self.workers = workers
+        self.enabled = enabled
+        self._bar = None
+        self._tic = 0.0
+
+    def on_epoch_begin(self, progress):
+        self._bar = tqdm(total=self.steps, initial=progress.batch, desc=f"epoch {progress.epoch + 1}/{self.epochs}",
+                         unit="batch", leave=False, dynamic_ncols=True, disable=True if not self.enabled else None)
+        self._tic = time.perf_counter() - progress.sums.train_seconds
+
+    def on_step_end(self, progress, result):
+        self._bar.update(1)
+
+    def on_read(self, progress):
+        sums = progress.sums
+        elapsed = max(time.perf_counter() - self._tic, 1e-9)
+        self._bar.set_postfix(loss=f"{sums.loss_sum / max(sums.images, 1):.4f}",
+                              img_s=f"{sums.seen * self.workers / elapsed:.1f}",
+                              loss_scale=f"{self.scaler.scale:g}", refresh=False)
+
+    def on_epoch_end(self, progress):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class StopOnSignal(Callback):
+    """Turn the first Ctrl-C into a request to stop after the current step; a second one aborts.
+
+    Stopping between steps keeps the parameters, the optimizer state and the
+    loss scale consistent for the checkpoint the trainer then writes. Use as
+    a context manager around training; outside the main thread (where
+    signals cannot be handled) it installs nothing.
+    """
+
+    SIGNALS = (signal.SIGINT,)
+
+    def __init__(self, say=print):
+        self.requested = None
+        self._say = say
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.requested is not None:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again aborts without one)")
+
+    def __enter__(self):
+        for sig in self.SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
+
+    def stop_requested(self, progress):
+        return self.requested is not None
+
+
+class InjectOverflow(Callback):
+    """Testing aid: make the loss infinite at one global step, so the loss scaler must skip it.
+
+    Parameters
+    ----------
+    step : int
+        The global step (from 1).
+    rank : int or None
+        Only on this worker; ``None`` on every worker.
+    this_rank : int
+    """
+
+    def __init__(self, step, rank=None, this_rank=0):
+        self.step = step
+        self.active = rank is None or rank == this_rank
+
+    def loss_for_step(self, progress, loss):
+        if not self.active or progress.global_step + 1 != self.step:
+            return loss
+        return lambda output, label: loss(output, label) * float("inf")
+
+
+class InterruptAtStep(Callback):
+    """Testing aid: behave as if Ctrl-C arrived right after one global step."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def stop_requested(self, progress):
+        return progress.global_step == self.step

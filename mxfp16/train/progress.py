@@ -1,0 +1,130 @@
+"""Where a run stands: one object the epoch loop advances and the checkpoint saves whole.
+
+One epoch convention everywhere: ``epoch`` counts the epochs finished, so it
+is also the 0-based index of the epoch in progress, and ``batch`` counts the
+batches finished in it. A run that finished three epochs stands at
+``epoch=3, batch=0``; seventeen batches into the third it stands at
+``epoch=2, batch=17``. Only the checkpoint tag (:meth:`Progress.tag`) and
+the log count epochs from 1, as people do.
+"""
+from dataclasses import asdict, dataclass, field, fields
+
+__all__ = ["EpochSums", "Progress"]
+
+
+@dataclass
+class EpochSums:
+    """Running sums of the epoch in progress (a mid-epoch checkpoint keeps them, so a resumed epoch reports whole).
+
+    Attributes
+    ----------
+    loss_sum : float
+        Sum of batch-mean loss x images, over the steps that updated the parameters.
+    correct : float
+        Correct top-1 predictions over the same steps.
+    images : int
+        Images of the steps that updated the parameters.
+    seen : int
+        Every image fed to the network this epoch (skipped steps too).
+    train_seconds : float
+        Wall time of the training part of the epoch so far.
+    skipped : int
+        Steps the loss scaler skipped this epoch.
+    """
+
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    images: int = 0
+    seen: int = 0
+    train_seconds: float = 0.0
+    skipped: int = 0
+
+
+@dataclass
+class Progress:
+    """The position of a run and what it has counted so far.
+
+    Attributes
+    ----------
+    epoch : int
+        Epochs finished (= 0-based index of the epoch in progress).
+    batch : int
+        Batches finished in the epoch in progress.
+    global_step : int
+        Steps taken since the run began (skipped steps included), counted from 1.
+    sums : EpochSums
+        The epoch in progress.
+    skipped_step_numbers : list of int
+        The global steps the loss scaler skipped, over the whole run.
+    peak_memory_mb : float
+        The largest peak memory seen at an epoch's end.
+    """
+
+    epoch: int = 0
+    batch: int = 0
+    global_step: int = 0
+    sums: EpochSums = field(default_factory=EpochSums)
+    skipped_step_numbers: list = field(default_factory=list)
+    peak_memory_mb: float = 0.0
+
+    # ---- advancing ------------------------------------------------------
+    def step_taken(self, skipped):
+        """Count one step of the epoch in progress (its numbers arrive later, with :meth:`add_read`)."""
+        self.global_step += 1
+        self.batch += 1
+        if skipped:
+            self.skipped_step_numbers.append(self.global_step)
+            self.sums.skipped += 1
+
+    def add_read(self, images, loss, correct, skipped):
+        """Add one step's host-read numbers to the epoch's sums; a skipped step adds only its images."""
+        self.sums.seen += images
+        if skipped:
+            return
+        self.sums.loss_sum += loss * images
+        self.sums.correct += correct
+        self.sums.images += images
+
+    def epoch_finished(self, peak_memory_mb=0.0):
+        """Move to the start of the next epoch with fresh sums."""
+        self.peak_memory_mb = max(self.peak_memory_mb, peak_memory_mb)
+        self.epoch += 1
+        self.batch = 0
+        self.sums = EpochSums()
+
+    @property
+    def skipped_steps(self):
+        """Steps skipped over the whole run."""
+        return len(self.skipped_step_numbers)
+
+    def tag(self):
+        """The checkpoint name of this position: ``epoch-0003`` or ``epoch-0003-batch-00017``."""
+        if self.batch:
+            return f"epoch-{self.epoch + 1:04d}-batch-{self.batch:05d}"
+        return f"epoch-{self.epoch:04d}"
+
+    # ---- checkpoint -----------------------------------------------------
+    def state_dict(self):
+        """Plain JSON-ready values."""
+        return asdict(self)
+
+    @classmethod
+    def from_state_dict(cls, state):
+        """Rebuild from :meth:`state_dict`.
+
+        Raises
+        ------
+        ValueError
+            A missing or malformed field.
+        """
+        try:
+            sums = EpochSums(**{f.name: state["sums"][f.name] for f in fields(EpochSums)})
+            progress = cls(epoch=int(state["epoch"]), batch=int(state["batch"]),
+                           global_step=int(state["global_step"]), sums=sums,
+                           skipped_step_numbers=[int(n) for n in state["skipped_step_numbers"]],
+                           peak_memory_mb=float(state["peak_memory_mb"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"progress record is incomplete or malformed ({type(err).__name__}: {err})") from None
+        if min(progress.epoch, progress.batch, progress.global_step) < 0:
+            raise ValueError(f"progress record has a negative position: {state!r}")
+        return progress

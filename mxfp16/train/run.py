@@ -1,0 +1,357 @@
+"""A training run from start to finish: :func:`train` = :func:`prepare`, then :func:`fit`.
+
+:func:`prepare` is the set-up story, and checks everything before it changes
+anything on disk: configuration, devices and precision, the run folder, the
+kvstore, the data, the parts (network, trainer, loss scaler, loss: the
+builder the benchmark uses too); only then does ``--overwrite`` remove an
+old run, ``--resume`` load the checkpoint and ``config.json`` get written.
+:func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
+then BatchNorm statistics averaged across workers, evaluation, a metrics
+record and a checkpoint. :class:`Run` only holds what the two share.
+"""
+import hashlib
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..distributed import average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
+from .._internals import trainer_params
+from ..hardware import peak_memory_mb
+from ..optim import check_compression, lr_schedule
+from ..parts import PartsSpec, build_parts
+from ..precision import as_context_list, check_devices, format_ctx, resolve_precision
+from . import checkpoint as ckpt
+from .callbacks import InjectOverflow, InterruptAtStep, ProgressBar, StopOnSignal
+from .config import ConfigError, TrainConfig
+from .loop import TrainingDivergedError, evaluate, train_epoch
+from .outputs import RunOutputs, params_digest, structural_names
+from .progress import Progress
+
+__all__ = ["train", "prepare", "fit", "Run", "Cluster", "TrainingInterrupted", "TrainingDivergedError"]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or the ``interrupt_at_step`` testing aid): a checkpoint was written first."""
+
+
+@dataclass
+class Cluster:
+    """Who this process is in a kvstore job (one worker of one, without a dist kvstore)."""
+
+    kvstore: object = "device"
+    rank: int = 0
+    num_workers: int = 1
+
+    @property
+    def distributed(self):
+        return self.num_workers > 1 or not isinstance(self.kvstore, str)
+
+
+@dataclass
+class Run:
+    """What :func:`prepare` builds and :func:`fit` drives. Holding it does no I/O.
+
+    Attributes
+    ----------
+    config : TrainConfig
+        Resolved.
+    parts : mxfp16.parts.Parts
+    loaders : mxfp16.data.Loaders
+        Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``,
+        ``classes``, ``num_train``, ``num_test`` and ``skipped``.
+    outputs : RunOutputs
+    steps_per_epoch : int
+    cluster : Cluster
+    progress : Progress
+    source : str
+        Where the data came from (for the log and config.json).
+    profile_fields : set of str
+        Fields the profile filled in (for the log).
+    log : callable
+        Receives each log line (rank 0 only).
+    """
+
+    config: TrainConfig
+    parts: object
+    loaders: object
+    outputs: RunOutputs
+    steps_per_epoch: int
+    cluster: Cluster = field(default_factory=Cluster)
+    progress: Progress = field(default_factory=Progress)
+    source: str = ""
+    profile_fields: set = field(default_factory=set)
+    log: object = print
+
+    def say(self, message):
+        if self.cluster.rank == 0:
+            self.log(message)
+
+    def fingerprint(self):
+        """What a checkpoint must match to continue this run (see :data:`checkpoint.FINGERPRINT_FIELDS`)."""
+        shapes = [(name, list(p.shape), np.dtype(p.dtype).name) for name, p in structural_names(self.parts.net).items()]
+        return {
+            "model": self.config.model, "precision": self.parts.precision.name,
+            "param_dtype": self.parts.precision.param_dtype, "image_size": self.config.image_size,
+            "classes": list(self.loaders.classes), "batch_size": self.config.batch_size,
+            "num_workers": self.cluster.num_workers,
+            "parameters": hashlib.sha256(json.dumps(shapes).encode()).hexdigest()[:16],
+        }
+
+
+def train(config, log=None):
+    """Train a network as ``mxfp16 train`` does and return the summary.
+
+    Parameters
+    ----------
+    config : TrainConfig or dict
+        ``None`` fields are filled from the demo or data-set profile.
+    log : callable, optional
+        Receives each log line (default: printed above the progress bar).
+
+    Returns
+    -------
+    dict
+        The contents of ``summary.json`` (``precision``, ``model``, ``epochs``,
+        ``final_val_top1``, ``best_val_top1``, ``images_per_second``,
+        ``peak_memory_mb``, ``skipped_steps``, ``final_loss_scale``,
+        ``params_digest`` and a few more).
+
+    Raises
+    ------
+    ConfigError, mxfp16.PrecisionError, mxfp16.data.DataError, mxfp16.models.ModelError
+        Bad input, before anything is written.
+    checkpoint.CheckpointError
+        ``resume`` without a checkpoint, or one from a different run.
+    TrainingDivergedError
+        NaN/inf loss or a diverged loss scale; the last good checkpoint stays.
+    TrainingInterrupted
+        Ctrl-C; a checkpoint of the current position was written.
+    """
+    return fit(prepare(config, log=log))
+
+
+def prepare(config, log=None):
+    """Check and build everything a run needs; see the module docstring for the order.
+
+    Parameters
+    ----------
+    config : TrainConfig or dict
+        Unresolved (profile fields may be ``None``).
+    log : callable, optional
+
+    Returns
+    -------
+    Run
+    """
+    from tqdm.auto import tqdm
+
+    from ..data import demo_dataset, make_loaders
+
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    profile_fields = config.open_fields()
+    config = config.resolve()
+    ctx = check_devices(as_context_list(config.ctx))
+    precision = resolve_precision(config.precision, ctx, allow_cpu_float16=config.allow_cpu_float16)
+    compression = check_compression(config.gradient_compression, config.kvstore, precision)
+    outputs = RunOutputs(config.out)
+    if outputs.has_run() and not (config.resume or config.overwrite):
+        raise ConfigError(f"{config.out} already holds a run; continue it with --resume, replace it with "
+                          "--overwrite, or choose another --out")
+    kvstore, rank, num_workers = open_kvstore(config.kvstore)
+    cluster = Cluster(kvstore, rank, num_workers)
+    outputs = RunOutputs(config.out, rank, cluster.distributed)
+
+    source = config.data_dir or str(demo_dataset(config.data_root))
+    loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
+                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers))
+    steps = loaders.train_batches_per_epoch
+    if config.max_batches:
+        steps = min(steps, config.max_batches)
+    spec = PartsSpec(model=config.model, classes=len(loaders.classes), image_size=config.image_size,
+                     precision=precision, ctx=ctx, optimizer=config.optimizer, lr=config.lr,
+                     momentum=config.momentum, wd=config.wd, loss_scale=config.loss_scale,
+                     label_smoothing=config.label_smoothing, pretrained=config.pretrained, seed=config.seed)
+    schedule = lr_schedule(config.lr, config.epochs, config.warmup_epochs, steps, config.lr_schedule,
+                           config.step_epochs)
+    # Updates run here, not on parameter servers: the skip decision, the LR schedule and
+    # the optimizer state (master weights) stay with the worker and its checkpoint.
+    parts = build_parts(spec, lr_scheduler=schedule, kvstore=kvstore,
+                        update_on_kvstore=False if cluster.distributed else None, compression_params=compression)
+    run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
+              cluster=cluster, source=source, profile_fields=profile_fields, log=log or tqdm.write)
+
+    if config.overwrite and rank == 0:
+        outputs.remove_run()  # only now: every setting above has been checked
+    if config.resume:
+        restore(run)
+    if cluster.distributed:
+        sync_parameters(parts.trainer)  # every worker starts from rank 0's parameters (see mxfp16.distributed.sync)
+    outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
+                              classes=list(loaders.classes), source=source))
+    return run
+
+
+def restore(run):
+    """Load the checkpoint of ``run.config.out`` into the run's parts and progress."""
+    config = run.config
+    run.progress = ckpt.load_checkpoint(config.out, run.parts, run.fingerprint())
+    run.outputs.keep_metrics_through(run.progress.epoch)
+    previous = run.outputs.read_config() or {}
+    changed = [k for k, v in config.to_dict().items()
+               if k in previous and previous[k] != v and k not in ("resume", "interrupt_at_step")]
+    if changed:
+        run.say("resume: these settings differ from the original run: "
+                + ", ".join(f"{k} {previous[k]!r} -> {getattr(config, k)!r}" for k in changed))
+    p = run.progress
+    run.say(f"resuming {config.out} at epoch {p.epoch + 1}, batch {p.batch} (step {p.global_step}, "
+            f"loss scale {run.parts.scaler.scale:g}, lr {run.parts.trainer.learning_rate:.4g})")
+
+
+def fit(run, callbacks=()):
+    """Train the remaining epochs of ``run``; return the summary (also written to ``summary.json``).
+
+    Parameters
+    ----------
+    run : Run
+    callbacks : sequence of Callback
+        Called after the trainer's own (progress bar, Ctrl-C, testing aids).
+    """
+    config, progress = run.config, run.progress
+    describe(run)
+    with StopOnSignal(say=run.say) as stop:
+        hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
+                             enabled=config.progress and run.cluster.rank == 0), stop]
+        if config.inject_overflow_step:
+            hooks.append(InjectOverflow(config.inject_overflow_step, config.inject_overflow_rank, run.cluster.rank))
+        if config.interrupt_at_step:
+            hooks.append(InterruptAtStep(config.interrupt_at_step))
+        hooks += list(callbacks)
+        while progress.epoch < config.epochs:
+            start = progress.batch
+            batches = itertools.islice(run.loaders.train_batches(progress.epoch, start),
+                                       max(0, run.steps_per_epoch - start))
+            try:
+                finished = train_epoch(run.parts, batches, progress, hooks, log_every=config.log_every,
+                                       workers=run.cluster.num_workers, clip_grad_norm=config.clip_grad_norm)
+            except TrainingDivergedError as err:
+                raise TrainingDivergedError(_stopped_message(run, err), err.step, err.epoch) from None
+            if not finished:
+                save_checkpoint(run)
+                raise TrainingInterrupted(
+                    f"interrupted at epoch {progress.epoch + 1}, batch {progress.batch} (step {progress.global_step}); "
+                    f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}")
+            _finish_epoch(run)
+    return _summarise(run)
+
+
+def _finish_epoch(run):
+    """Average BatchNorm statistics, evaluate, write the epoch's record and a checkpoint."""
+    config, progress, parts = run.config, run.progress, run.parts
+    average_aux_states(parts.trainer, run.cluster.kvstore, run.cluster.num_workers)
+    tic = time.perf_counter()
+    test = itertools.islice(run.loaders.test_batches(), config.max_batches)
+    val_top1, val_top5 = evaluate(parts, test, len(run.loaders.classes))
+    sums = progress.sums
+    record = {
+        "epoch": progress.epoch + 1,
+        "train_loss": sums.loss_sum / sums.images if sums.images else float("nan"),
+        "train_top1": sums.correct / sums.images if sums.images else float("nan"),
+        "val_top1": val_top1,
+        "val_top5": val_top5,
+        "images_per_second": sums.seen * run.cluster.num_workers / sums.train_seconds if sums.train_seconds else 0.0,
+        "loss_scale": parts.scaler.scale,
+        "skipped_steps": sums.skipped,
+        "lr": float(parts.trainer.learning_rate),
+        "seconds": sums.train_seconds + time.perf_counter() - tic,
+    }
+    run.outputs.append_metrics(record)
+    progress.epoch_finished(peak_memory_mb(parts.ctx))
+    save_checkpoint(run)
+    run.say(f"epoch {record['epoch']}/{config.epochs}: train_loss {record['train_loss']:.4f} "
+            f"train_top1 {record['train_top1']:.3f} val_top1 {record['val_top1']:.3f} val_top5 {record['val_top5']:.3f}"
+            f" | {record['images_per_second']:.1f} img/s, loss scale {record['loss_scale']:g}, skipped "
+            f"{record['skipped_steps']}, lr {record['lr']:.4g}, {record['seconds']:.1f} s")
+
+
+def save_checkpoint(run):
+    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
+    if run.cluster.rank == 0:
+        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest())
+
+
+def _stopped_message(run, err):
+    record = ckpt.read_record(run.config.out) if run.cluster.rank == 0 else None
+    keep = (f"the last good checkpoint ({run.config.out}/checkpoints, {record['tag']}) is kept; "
+            "--resume continues from it" if record else "no checkpoint was written yet")
+    return (f"training stopped at step {err.step}, epoch {err.epoch + 1}: {err}. {keep}. Lower --lr, add "
+            "--clip-grad-norm, or check the data; in float16, `mxfp16 diagnose` shows which layers overflow")
+
+
+def describe(run):
+    """Log what is about to run: data, model, precision, devices, environment, optimizer."""
+    c, loaders, parts, cluster = run.config, run.loaders, run.parts, run.cluster
+    data = f"demo set {run.source}" if c.data_dir is None else f"{c.pipeline} {run.source}"
+    shard = f" (shard {cluster.rank} of {cluster.num_workers})" if cluster.num_workers > 1 else ""
+    run.say(f"data: {data}: {len(loaders.classes)} classes, {loaders.num_train} training images{shard}, "
+            f"{loaders.num_test} test images, {c.image_size} px, batch {c.batch_size}")
+    if loaders.skipped:
+        shown = "; ".join(f"{path} ({reason})" for path, reason in loaders.skipped[:5])
+        more = f" and {len(loaders.skipped) - 5} more" if len(loaders.skipped) > 5 else ""
+        run.say(f"data: skipped {len(loaders.skipped)} unusable file(s): {shown}{more}")
+    if c.profile == "demo" and run.profile_fields & {"model", "image_size"}:
+        run.say(f"demo profile: {', '.join(f'{k} {getattr(c, k)}' for k in sorted(run.profile_fields))} "
+                "(a CPU-sized choice, see `mxfp16 train --help`); flags override each")
+    rank = f" (rank {cluster.rank} of {cluster.num_workers})" if cluster.distributed else ""
+    run.say(f"model: {c.model}{' (pretrained features)' if c.pretrained else ''}; precision {parts.precision}; "
+            f"loss scale {parts.scaler!r}; devices {format_ctx(parts.ctx)}; kvstore {c.kvstore}{rank}")
+    run.say("environment: " + "; ".join(f"{k}={v} ({why}{'' if here else ', set by you'})"
+                                        for k, (v, why, here) in parts.environment.items()))
+    momentum = f"momentum {c.momentum:g}, " if hasattr(parts.trainer.optimizer, "momentum") else ""
+    run.say(f"optimiser: {c.optimizer} lr {c.lr:g} ({c.lr_schedule}, {c.warmup_epochs} warm-up epochs), "
+            f"{momentum}wd {c.wd:g}, label smoothing {c.label_smoothing:g}; {c.epochs} epochs of "
+            f"{run.steps_per_epoch} steps; outputs in {c.out}")
+
+
+def _summarise(run):
+    """Write ``summary.json`` (and a per-rank summary in a job) and return the summary."""
+    config, progress, parts, cluster = run.config, run.progress, run.parts, run.cluster
+    records = run.outputs.metrics() if cluster.rank == 0 else []
+    digest = params_digest(parts.net)
+    speeds = [r["images_per_second"] for r in records]
+    # The first epoch includes graph construction and first-touch allocation.
+    steady = speeds[1:] if len(speeds) > 1 else speeds
+    summary = {
+        "precision": parts.precision.name,
+        "model": config.model,
+        "epochs": len(records),
+        "final_val_top1": records[-1]["val_top1"] if records else None,
+        "best_val_top1": max(r["val_top1"] for r in records) if records else None,
+        "images_per_second": sum(steady) / len(steady) if steady else None,
+        "peak_memory_mb": max(progress.peak_memory_mb, peak_memory_mb(parts.ctx)),
+        "skipped_steps": progress.skipped_steps,
+        "final_loss_scale": parts.scaler.scale,
+        "params_digest": digest,
+        "requested_precision": parts.precision.requested,
+        "image_size": config.image_size,
+        "batch_size": config.batch_size,
+        "final_val_top5": records[-1]["val_top5"] if records else None,
+        "seconds": sum(r["seconds"] for r in records),
+        "num_workers": cluster.num_workers,
+    }
+    run.outputs.write_summary(summary)
+    run.outputs.write_rank_summary({
+        "rank": cluster.rank, "num_workers": cluster.num_workers, "precision": parts.precision.name,
+        "params_digest": digest, "grad_bytes_pushed_per_step": grad_bytes_per_step(trainer_params(parts.trainer)),
+        "skipped_steps": progress.skipped_steps, "skipped_step_numbers": progress.skipped_step_numbers,
+        "steps": progress.global_step,
+    })
+    if summary["final_val_top1"] is not None:
+        run.say(f"done: {summary['epochs']} epochs, val_top1 {summary['final_val_top1']:.3f} "
+                f"(best {summary['best_val_top1']:.3f}), {summary['images_per_second']:.1f} img/s, "
+                f"peak memory {summary['peak_memory_mb']:.0f} MB, {summary['skipped_steps']} skipped steps; "
+                f"summary in {config.out}/summary.json")
+    return summary
