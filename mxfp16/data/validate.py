@@ -50,8 +50,8 @@ def _not_a_regular_file(path, root=None):
             target = Path(os.path.realpath(path))
             try:
                 info = path.stat()
-            except OSError:
-                return f"dangling symbolic link (to {os.readlink(path)}, which does not exist)"
+            except OSError as err:  # a missing target, or a loop of links
+                return f"dangling symbolic link (to {os.readlink(path)}: {err.strerror})"
             link = f"symbolic link to {target}, "
         else:
             target, link = path, ""
