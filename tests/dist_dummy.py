@@ -7,6 +7,8 @@ fail N     print a line, then exit with status N at once (no flush) after a shor
 sleep      record PIDs in DIR and sleep until signalled; SIGINT or SIGTERM writes the time it
            arrived to DIR/<pid>.sigint or DIR/<pid>.sigterm, then exits
 spawn      like sleep, but first start a grandchild that sleeps too (its PID is recorded)
+setsid     like spawn, but the grandchild runs in a session of its own (out of the worker's process group)
+escape     like setsid, and the grandchild also gets an empty environment (as `env -i setsid ...`)
 """
 import argparse
 import os
@@ -35,7 +37,7 @@ def _sleep_forever(folder):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("action", choices=["env", "fail", "sleep", "spawn"])
+    parser.add_argument("action", choices=["env", "fail", "sleep", "spawn", "setsid", "escape"])
     parser.add_argument("arg", nargs="?", default="1")
     parser.add_argument("--dir", default=".")
     args = parser.parse_args()
@@ -48,8 +50,9 @@ def main():
         time.sleep(0.3)
         print(f"failing with status {args.arg}")
         os._exit(int(args.arg))  # like a crash: no flush, so only unbuffered output survives
-    if args.action == "spawn":
-        child = subprocess.Popen([sys.executable, __file__, "sleep", "--dir", args.dir])
+    if args.action in ("spawn", "setsid", "escape"):
+        child = subprocess.Popen([sys.executable, __file__, "sleep", "--dir", args.dir],
+                                 start_new_session=args.action != "spawn", env={} if args.action == "escape" else None)
         _record(args.dir, child.pid, "grandchild")
     _sleep_forever(args.dir)
 

@@ -6,9 +6,12 @@ case takes about a second; ``test_distributed.py`` runs the real kvstore.
 import dataclasses
 import io
 import os
+import re
 import shlex
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -18,6 +21,7 @@ from mxfp16 import cli
 from mxfp16.distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile
 from mxfp16.distributed.plan import DEFAULT_HOSTFILE_PORT, SERVER_CODE
 
+from conftest import REPO
 from dist_support import alive
 
 pytestmark = pytest.mark.slow
@@ -135,26 +139,92 @@ def test_timeout_stops_a_hung_job(tmp_path):
     assert not [pid for pid in pids if alive(pid)]
 
 
-def test_ctrl_c_is_forwarded_to_the_workers(tmp_path):
+@pytest.mark.parametrize("signum, forwarded", [(signal.SIGINT, "sigint"), (signal.SIGTERM, "sigterm"),
+                                               (signal.SIGHUP, "sigterm")])
+def test_a_signal_to_the_launcher_reaches_the_workers_first(tmp_path, signum, forwarded):
+    """Ctrl-C is forwarded as SIGINT, SIGTERM and SIGHUP as SIGTERM (what `mxfp16 train` checkpoints on)."""
     slots = plan(2, 1, dummy("sleep", folder=tmp_path), dummy("sleep", folder=tmp_path))
 
-    def press_ctrl_c():
+    def send():
         wait_for_files(tmp_path, "pid", len(slots))
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
 
-    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    threading.Thread(target=send, daemon=True).start()
     result, _, err = run_quietly(slots, timeout=LIMIT, grace=3)
-    assert (result.returncode, result.reason) == (130, "interrupted")
+    assert (result.returncode, result.reason) == (128 + signum, "interrupted")
+    assert f"got {signal.Signals(signum).name}" in err
     workers = {pid for name, pid in result.pids.items() if name.startswith("worker")}
     others = set(result.pids.values()) - workers
-    assert set(recorded(tmp_path, "sigint")) == workers
+    assert set(recorded(tmp_path, "sigint")) == (workers if signum == signal.SIGINT else set())
     # The scheduler and servers ignore SIGINT; they get SIGTERM, and only once the workers are gone
     # (a worker finishing its step or shutting down its kvstore still needs them).
-    assert set(recorded(tmp_path, "sigterm")) == others
-    arrived = {pid: float((tmp_path / f"{pid}.{kind}").read_text())
-               for kind in ("sigint", "sigterm") for pid in recorded(tmp_path, kind)}
-    assert max(arrived[pid] for pid in workers) <= min(arrived[pid] for pid in others)
+    first = [float((tmp_path / f"{pid}.{forwarded}").read_text()) for pid in workers]
+    then = [float((tmp_path / f"{pid}.sigterm").read_text()) for pid in others]
+    assert max(first) <= min(then)
     assert not [pid for pid in result.pids.values() if alive(pid)]
+
+
+def test_a_grandchild_in_a_session_of_its_own_is_stopped_too(tmp_path):
+    slots = plan(2, 1, dummy("setsid", folder=tmp_path), dummy("sleep", folder=tmp_path))
+    slots = with_argv(slots, "worker 1", dummy("fail", 3))
+    result, _, _ = run_quietly(slots, timeout=LIMIT, grace=2)
+    assert (result.returncode, result.failed) == (3, "worker 1")
+    grandchildren = wait_for_files(tmp_path, "grandchild", 1, limit=0)
+    assert len(grandchildren) == 1
+    assert not [pid for pid in list(result.pids.values()) + grandchildren if alive(pid)]
+
+
+def test_the_command_line_launcher_stops_escaped_processes_on_sigterm(tmp_path):
+    """``setsid`` and ``env -i setsid`` grandchildren are gone once ``mxfp16 launch`` exits 143 after SIGTERM."""
+    fake_python = tmp_path / "python"  # the scheduler and server: sleepers instead of MXNet
+    fake_python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(DUMMY)} sleep "
+                           f"--dir {shlex.quote(str(tmp_path))}\n")
+    fake_python.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "mxfp16", "launch", "--workers", "2", "--servers", "1",
+                             "--python", str(fake_python), "--grace", "3", "--timeout", str(LIMIT), "--",
+                             sys.executable, DUMMY, "setsid", "--dir", str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Both workers and the scheduler and server sleep, and so do the two grandchildren.
+        assert len(wait_for_files(tmp_path, "pid", 6, limit=LIMIT)) == 6
+        grandchildren = recorded(tmp_path, "grandchild")
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=LIMIT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    started = {name: int(pid) for name, pid in re.findall(r"started (.+?) \(pid (\d+)\)", err)}
+    workers = {pid for name, pid in started.items() if name.startswith("worker")}
+    assert workers <= set(recorded(tmp_path, "sigterm"))
+    assert len(grandchildren) == 2
+    assert not [pid for pid in list(started.values()) + grandchildren if alive(pid)]
+
+
+def test_a_grandchild_that_cleared_its_environment_is_adopted_and_stopped(tmp_path):
+    """Only the subreaper finds it: no job variable, no process group of the job."""
+    slots = plan(1, 1, dummy("escape", folder=tmp_path), dummy("sleep", folder=tmp_path))
+    # Orphans are adopted only by a process that runs nothing but the job: not this test process.
+    code = f"""
+        import io
+        from mxfp16.dist import launch
+        from mxfp16.dist.plan import Slot
+        slots = {slots!r}
+        result = launch(slots, timeout={LIMIT}, grace=2, stdout=io.StringIO(), stderr=io.StringIO(),
+                        adopt_orphans=True)
+        print(result.returncode)
+    """
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    try:
+        # The worker, the scheduler, the server and the grandchild sleep.
+        assert len(wait_for_files(tmp_path, "pid", 4, limit=LIMIT)) == 4
+        grandchild, = recorded(tmp_path, "grandchild")
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=LIMIT)
+    finally:
+        proc.kill()
+    assert out.strip() == str(128 + signal.SIGTERM), err
+    assert not alive(grandchild)
 
 
 def test_a_command_that_cannot_start_leaves_nothing(tmp_path):
@@ -218,10 +288,14 @@ def test_launch_command_prints_the_hostfile_plan(tmp_path, capsys):
     (["--workers", "0", "--servers", "1", "--", "x"], "--workers must be at least 1"),
     (["--workers", "1", "--servers", "1"], "after `--`"),
     (["--workers", "1", "--servers", "1", "--timeout", "-1", "--", "x"], "--timeout"),
+    # The scheduler and server start (as /bin/true), then the worker cannot.
+    (["--workers", "1", "--servers", "1", "--python", "/bin/true", "--", "/nonexistent/cmd"],
+     "cannot start worker 0 (/nonexistent/cmd)"),
 ])
 def test_launch_command_refuses_bad_settings(argv, words, capsys):
     assert cli.main(["launch", *argv]) == 2
-    assert words in capsys.readouterr().err
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("mxfp16 launch: error: ") and words in error
 
 
 def test_hosts_must_resolve_to_addresses_the_others_can_reach():
@@ -250,4 +324,5 @@ def test_flags_after_the_separator_belong_to_the_worker_command():
     args = cli.build_parser().parse_args(["launch", "--workers", "2", "--servers", "1", "--timeout", "9", "--",
                                           "mxfp16", "train", "--workers", "0", "--timeout", "3"])
     assert (args.workers, args.servers, args.timeout) == (2, 1, 9)
-    assert args.command[-6:] == ["mxfp16", "train", "--workers", "0", "--timeout", "3"]
+    assert args.worker_command[-6:] == ["mxfp16", "train", "--workers", "0", "--timeout", "3"]
+    assert args.command == "launch"  # what error messages are prefixed with

@@ -1,8 +1,10 @@
 """``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, pack RecordIO, time the pipelines."""
+import argparse
 import json
 import logging
 import sys
 
+from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_RATIO, parse_size
 from . import CommandError
 from ..data.synth import DEMO_SETTINGS as DEMO
 
@@ -25,8 +27,17 @@ def register(subparsers):
     group.add_argument("--sha256", default=None,
                        help="expected SHA-256 of the download (default: none known; the download is then not verified "
                             "and its checksum is recorded)")
-    group.add_argument("--timeout", type=float, default=60, help="seconds without data before giving up (default: 60)")
+    group.add_argument("--timeout", type=float, default=60,
+                       help="seconds without data before giving up, more than 0 (default: 60)")
     group.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
+    group = fetch.add_argument_group("extraction limits (an archive past them is refused, nothing is kept)")
+    group.add_argument("--max-extract-bytes", type=_size, default=DEFAULT_MAX_EXTRACT_BYTES, metavar="SIZE",
+                       help="most bytes the archives may extract to in all, as bytes or with K/M/G/T (powers of "
+                            f"1024); Caltech-101 needs about 300 MB (default: {DEFAULT_MAX_EXTRACT_BYTES >> 30}G, i.e. "
+                            f"{DEFAULT_MAX_EXTRACT_BYTES} bytes)")
+    group.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO, metavar="R",
+                       help="most a member larger than 1 MiB may expand, uncompressed over compressed size; JPEGs "
+                            f"stay near 1 (default: {DEFAULT_MAX_RATIO})")
     fetch.set_defaults(func=run_fetch)
 
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
@@ -88,6 +99,13 @@ def register(subparsers):
     bench.set_defaults(func=run_bench)
 
 
+def _size(text):
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _library():
     """Show the data code's log (skipped files, unverified checksums) and return ``mxfp16.data``."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
@@ -104,8 +122,13 @@ def _guard(call):
 
 
 def run_fetch(args):
-    from ..data.fetch import fetch_caltech101
-    path = _guard(lambda data: fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout))
+    from ..data.fetch import ExtractLimits, fetch_caltech101
+
+    def fetch(data):
+        limits = ExtractLimits(args.max_extract_bytes, args.max_ratio)
+        return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
+
+    path = _guard(fetch)
     manifest = json.loads((path / "manifest.json").read_text())
     print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
           + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))

@@ -1,8 +1,10 @@
 """``mxfp16 launch``: run a command as the workers of a dist_sync kvstore job.
 
 On this machine it starts MXNet's scheduler, the servers and the workers on
-127.0.0.1, prefixes their output with role and index, forwards Ctrl-C, and
-stops everything when one process fails or the timeout passes. With
+127.0.0.1, prefixes their output with role and index, forwards Ctrl-C and
+SIGTERM (workers first), and stops everything -- including what the workers
+started in sessions of their own -- when one process fails, the timeout
+passes or the launcher is stopped. With
 ``--hostfile`` it prints the per-host ssh commands (``--ssh`` runs them).
 """
 import argparse
@@ -43,13 +45,14 @@ def register(subparsers):
                             "none, run everything on 127.0.0.1)")
     hosts.add_argument("--ssh", action="store_true",
                        help="with --hostfile, run the commands over ssh instead of printing them (default: off)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+    # Not dest="command": `mxfp16` keeps the subcommand's name there for its error prefix.
+    parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="what each worker runs, after `--`")
     parser.set_defaults(func=run)
 
 
 def _command(args):
-    command = list(args.command)
+    command = list(args.worker_command)
     if command[:1] == ["--"]:
         command = command[1:]
     return command
@@ -72,7 +75,8 @@ def run(args):
             slots = [dataclasses.replace(slot, argv=ssh_argv(slot), env={}) for slot in slots]
         else:
             slots = local_plan(command, args.workers, args.servers, args.port, args.python)
-        result = launch(slots, timeout=args.timeout, grace=args.grace)
+        # This process runs nothing but the job, so it may adopt and stop every orphan.
+        result = launch(slots, timeout=args.timeout, grace=args.grace, adopt_orphans=True)
     except (LaunchPlanError, LaunchError) as err:
         raise CommandError(str(err)) from err
     return result.returncode

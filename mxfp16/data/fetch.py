@@ -2,12 +2,19 @@
 
 ``fetch_caltech101`` downloads the official archive to
 ``<root>/downloads/<name>.part`` (resuming a partial file with an HTTP Range
-request), checks its SHA-256, renames it to ``<root>/downloads/<name>``,
-extracts it into a temporary folder -- refusing the whole archive if any
-member is an absolute path, climbs out with ``..``, or is a link or a device
--- and renames the result to ``<root>/caltech101``. Until that last rename
-nothing looks like a complete data set: an interrupted fetch leaves only the
-``.part`` file (resumed next time) or a hidden ``.tmp`` folder (deleted).
+request), checks it -- its SHA-256 when one is given, otherwise that it is a
+readable zip or tar archive -- renames it to ``<root>/downloads/<name>``,
+extracts it into a temporary folder with :func:`~mxfp16.data.extract.safe_extract`
+(refusing unsafe member paths, links and special files, and capping the
+extracted size and each member's compression ratio) and renames the result
+to ``<root>/caltech101``. Until that last rename nothing looks like a complete
+data set: an interrupted fetch leaves only the ``.part`` file (resumed next
+time) or a hidden ``.tmp`` folder (deleted).
+
+A file that fails a check is never used again silently: it is renamed with a
+suffix saying why (``.sha256-mismatch``, ``.damaged``, ``.too-large``) and
+the user is told. A resumed download that fails is retried once from the
+start: the leftover ``.part`` may have belonged to another file.
 
 The expected checksum of the official archive is NOT known to mxfp16 (no
 machine it was built on could download it). Without ``sha256`` the download
@@ -16,24 +23,23 @@ is accepted with a warning and its computed checksum is recorded in
 """
 import hashlib
 import logging
+import math
 import os
 import re
 import shutil
-import stat
-import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from ..fileio import write_json
+from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .validate import DataError
 
-__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of"]
+__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of", "ExtractLimits"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -78,8 +84,37 @@ def _copy_with_progress(reader, writer, total, initial, label, progress):
             bar.update(len(block))
 
 
+def _set_aside(path, why, name=None):
+    """Rename ``path`` to ``<name>.<why>`` beside it (``name``: its own) so it is never reused; return the new path.
+
+    An older file set aside for the same reason is replaced.
+    """
+    aside = path.with_name(f"{name or path.name}.{why}")
+    os.replace(path, aside)
+    return aside
+
+
+def _kept(part):
+    """The end of an error message: what is true about the partial file."""
+    if part.exists() and part.stat().st_size:
+        return f"; the partial file {part} ({part.stat().st_size} bytes) is kept for resuming"
+    return ""
+
+
+def _remote_size(content_range):
+    """The total size from a ``Content-Range: bytes */N`` or ``bytes A-B/N`` header, or ``None``."""
+    match = re.fullmatch(r"bytes [^/]*/(\d+)", (content_range or "").strip())
+    return int(match.group(1)) if match else None
+
+
+def _too_large(part, have, size, url):
+    aside = _set_aside(part, "too-large")
+    LOG.warning("the partial file %s (%d bytes) is larger than %s (%d bytes), so it is not part of this download; "
+                "moved it to %s and downloading from the start", part, have, url, size, aside)
+
+
 def _fetch_into(url, part, progress, timeout):
-    """Complete ``part`` from ``url``, resuming from its current size."""
+    """Complete ``part`` from ``url``, resuming from its current size; return the size it resumed from."""
     have = part.stat().st_size if part.exists() else 0
     local = _local_source(url)
     if local is not None:
@@ -87,24 +122,29 @@ def _fetch_into(url, part, progress, timeout):
             raise DataError(f"--url {url}: no such file {local}. Give an existing archive or an http(s) mirror.")
         size = local.stat().st_size
         if have > size:
+            _too_large(part, have, size, url)
             have = 0
         with open(local, "rb") as reader, open(part, "r+b" if have else "wb") as writer:
             reader.seek(have)
             writer.seek(have)
             writer.truncate()
             _copy_with_progress(reader, writer, size, have, part.name, progress)
-        return
+        return have
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as err:
-        if err.code == 416 and have:
-            return  # nothing left to send: the partial file is already whole; the checksum decides
+        if err.code == 416 and have:  # "Range Not Satisfiable": nothing at or after byte `have`
+            size = _remote_size(err.headers.get("Content-Range"))
+            if size is not None and have > size:
+                _too_large(part, have, size, url)
+                return _fetch_into(url, part, progress, timeout)
+            return have  # the partial file looks whole; the checks decide
         raise DataError(f"downloading {url} failed: HTTP {err.code} {err.reason}. Check the URL or use a mirror "
-                        f"(--url); the partial file {part} is kept for resuming.") from None
+                        f"(--url){_kept(part)}.") from None
     except (urllib.error.URLError, OSError) as err:
         raise DataError(f"cannot reach {url} ({err}). Check the network or give a mirror or a local copy with "
-                        f"--url; the partial file {part} is kept for resuming.") from None
+                        f"--url{_kept(part)}.") from None
     with response:
         resumed = response.status == 206
         if have and not resumed:
@@ -121,10 +161,33 @@ def _fetch_into(url, part, progress, timeout):
     if total is not None and part.stat().st_size != total:
         raise DataError(f"download of {url} stopped at {part.stat().st_size} of {total} bytes; run the same command "
                         f"again to resume from {part}.")
+    return have
 
 
-def download(url, dest, sha256=None, progress=True, timeout=60):
-    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check SHA-256, rename.
+def _verify(path, sha256, limits):
+    """``(digest, None)`` when ``path`` passes, else ``(digest, (suffix, what is wrong))``.
+
+    With ``sha256`` the checksum decides; without, the file must at least be a
+    readable zip or tar archive (read to the end within ``limits``).
+    """
+    digest = sha256_of(path)
+    if sha256 is not None:
+        if digest != sha256.lower():
+            return digest, ("sha256-mismatch", f"does not match --sha256 (expected {sha256.lower()}, got {digest})")
+        return digest, None
+    problem = archive_problem(path, limits)
+    return digest, (None if problem is None else ("damaged", f"is {problem}"))
+
+
+def _check_timeout(timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise DataError(f"--timeout {timeout}: need a positive number of seconds without data before giving up, "
+                        "e.g. 60 (the default).")
+
+
+def download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
+    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
 
     Parameters
     ----------
@@ -132,103 +195,59 @@ def download(url, dest, sha256=None, progress=True, timeout=60):
         http(s) URL, ``file://`` URL or local path.
     dest : str or Path
     sha256 : str, optional
-        Expected hex digest; on a mismatch the file is moved to
-        ``dest.sha256-mismatch`` (so a retry starts afresh) and ``DataError``
-        is raised.
+        Expected hex digest. Without one the file must be a readable zip or
+        tar archive.
     progress : bool
         Show a tqdm progress bar.
     timeout : float
-        Seconds without data before giving up (the ``.part`` is kept).
+        Seconds without data before giving up (the ``.part`` is kept); > 0.
+    limits : ExtractLimits, optional
+        Bound how far the archive check reads (default 2 GiB).
 
     Returns
     -------
     (Path, str)
         ``dest`` and its SHA-256.
-    """
-    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
-        raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    bad = dest.with_name(dest.name + ".sha256-mismatch")
-    if dest.exists():
-        digest = sha256_of(dest)
-        if sha256 is None or digest == sha256.lower():
-            return dest, digest
-        LOG.warning("%s does not match --sha256 (moved to %s); downloading it again", dest, bad)
-        os.replace(dest, bad)
-    part = dest.with_name(dest.name + ".part")
-    _fetch_into(url, part, progress, timeout)
-    digest = sha256_of(part)
-    if sha256 is not None and digest != sha256.lower():
-        os.replace(part, bad)
-        raise DataError(f"checksum mismatch for {url}: expected sha256 {sha256.lower()}, got {digest}. The file was "
-                        f"moved to {bad} and nothing was extracted. Check --url/--sha256 and run again.")
-    os.replace(part, dest)
-    return dest, digest
-
-
-def _member_problem(name, kind):
-    """Why an archive member must not be extracted, or ``None``."""
-    path = PurePosixPath(name.replace("\\", "/"))
-    if path.is_absolute() or (len(name) > 1 and name[1] == ":"):
-        return "absolute path"
-    if ".." in path.parts:
-        return "path escapes the target folder (..)"
-    if kind not in ("file", "dir"):
-        return f"{kind} (only regular files and folders are extracted)"
-    return None
-
-
-def _tar_kind(member):
-    if member.isfile():
-        return "file"
-    if member.isdir():
-        return "dir"
-    return "symbolic link" if member.issym() else "hard link" if member.islnk() else "special file"
-
-
-def _zip_kind(info):
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        return "symbolic link"
-    return "dir" if info.is_dir() else "file"
-
-
-def safe_extract(archive, target):
-    """Extract a zip or tar archive into ``target`` after checking every member.
 
     Raises
     ------
     DataError
-        Naming the first member that is absolute, contains ``..``, or is a
-        link or special file; nothing is extracted then.
+        A bad ``sha256`` or ``timeout``, a failed download, or a download that
+        fails its check: it is then renamed to ``dest.sha256-mismatch`` or
+        ``dest.damaged`` (so a retry starts afresh). A resumed download that
+        fails is first retried once from the start.
     """
-    archive, target = Path(archive), Path(target)
-    target.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            members = [(info.filename, _zip_kind(info)) for info in zf.infolist()]
-            _refuse_unsafe(archive, members)
-            zf.extractall(target)
-        return target
-    try:
-        with tarfile.open(archive) as tf:
-            members = tf.getmembers()
-            _refuse_unsafe(archive, [(m.name, _tar_kind(m)) for m in members])
-            tf.extractall(target, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    except tarfile.TarError as err:
-        raise DataError(f"{archive} is neither a zip nor a readable tar archive ({err}). Delete it and "
-                        "download it again.") from None
-    return target
-
-
-def _refuse_unsafe(archive, members):
-    for name, kind in members:
-        problem = _member_problem(name, kind)
-        if problem:
-            raise DataError(f"refusing to extract {archive}: member {name!r} is a {problem}. The archive is unsafe "
-                            "or not the official one; nothing was extracted. Delete it and fetch from the official "
-                            "source or a trusted mirror.")
+    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
+    _check_timeout(timeout)
+    limits = ExtractLimits() if limits is None else limits
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        digest, problem = _verify(dest, sha256, limits)
+        if problem is None:
+            return dest, digest
+        LOG.warning("%s %s (moved to %s); downloading it again", dest, problem[1], _set_aside(dest, problem[0]))
+    part = dest.with_name(dest.name + ".part")
+    resumed = _fetch_into(url, part, progress, timeout)
+    digest, problem = _verify(part, sha256, limits)
+    if problem is not None and resumed:
+        aside = _set_aside(part, problem[0], dest.name)
+        LOG.warning("the download of %s was resumed from a partial file of %d bytes left by an earlier run, and the "
+                    "result %s: that partial file was not the start of this file. Moved it to %s; downloading from "
+                    "the start.", url, resumed, problem[1], aside)
+        _fetch_into(url, part, progress, timeout)
+        digest, problem = _verify(part, sha256, limits)
+    if problem is not None:
+        aside = _set_aside(part, problem[0], dest.name)
+        if sha256 is not None:
+            raise DataError(f"checksum mismatch for {url}: expected sha256 {sha256.lower()}, got {digest}. The file "
+                            f"was moved to {aside} and nothing was extracted. Check --url/--sha256 and run again.")
+        raise DataError(f"the download of {url} {problem[1]}. It was moved to {aside} and nothing was extracted. "
+                        "Run the same command again to download it afresh; if that fails too, --url does not give a "
+                        "good copy of caltech-101.zip or 101_ObjectCategories.tar.gz.")
+    os.replace(part, dest)
+    return dest, digest
 
 
 def _find(root, name, want_dir):
@@ -238,7 +257,16 @@ def _find(root, name, want_dir):
     return None
 
 
-def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=60):
+def _download_name(url, default):
+    """The file name ``url`` names (``default`` when its path ends in ``/``); refuse one that names no file."""
+    name = Path(urllib.parse.urlparse(str(url)).path).name
+    if name == "..":
+        raise DataError(f"--url {url}: the path ends in '..', which names a folder, not a file. Give the archive's "
+                        f"own URL or path, e.g. .../{default}.")
+    return name or default
+
+
+def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=60, limits=None):
     """Download and unpack Caltech-101 into ``<root>/caltech101/101_ObjectCategories``.
 
     Parameters
@@ -253,13 +281,24 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
         accepted with a warning and its checksum recorded.
     progress : bool
     timeout : float
+    limits : ExtractLimits, optional
+        Caps on the extracted total (over the zip and the tar.gz inside it)
+        and on each member's compression ratio; default 2 GiB and 100.
 
     Returns
     -------
     Path
         ``<root>/caltech101``; already there is reused without downloading.
+
+    Raises
+    ------
+    DataError
+        Naming the problem and the fix. A download that turns out damaged
+        while it is extracted is renamed to ``<name>.damaged`` first, so the
+        next run downloads it afresh.
     """
     spec = DATASETS["caltech101"]
+    limits = ExtractLimits() if limits is None else limits
     root = Path(root)
     final = root / "caltech101"
     if (final / "manifest.json").is_file() and (final / spec["folder"]).is_dir():
@@ -269,17 +308,22 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
         raise DataError(f"{final} exists but is not a complete fetch (no manifest.json). Delete it and run again.")
     url = url or spec["url"]
     expected = sha256 or spec["sha256"]
-    name = Path(urllib.parse.urlparse(str(url)).path).name or spec["file"]
-    archive, digest = download(url, root / "downloads" / name, expected, progress, timeout)
+    name = _download_name(url, spec["file"])
+    archive, digest = download(url, root / "downloads" / name, expected, progress, timeout, limits)
     if expected is None:
         LOG.warning("no expected checksum is known for %s, so the download is NOT verified; its sha256 is %s "
                     "(recorded in %s). Pass --sha256 to enforce one.", name, digest, final / "manifest.json")
     tmp = Path(tempfile.mkdtemp(prefix=".caltech101.", suffix=".tmp", dir=root))
     try:
-        safe_extract(archive, tmp / "extract")
-        inner = _find(tmp / "extract", spec["inner"], want_dir=False)
-        if inner is not None:
-            safe_extract(inner, tmp / "extract")
+        try:
+            written = safe_extract(archive, tmp / "extract", limits)
+            inner = _find(tmp / "extract", spec["inner"], want_dir=False)
+            if inner is not None:
+                safe_extract(inner, tmp / "extract", limits, already=written)
+        except ArchiveDamaged as err:
+            aside = _set_aside(archive, "damaged")
+            raise DataError(f"{err} The download was moved to {aside}; run the same command again to download it "
+                            "afresh (if this happens again, the source itself is damaged: check --url).") from None
         folder = _find(tmp / "extract", spec["folder"], want_dir=True)
         if folder is None:
             raise DataError(f"{archive} holds neither {spec['inner']} nor a {spec['folder']} folder: not a "

@@ -3,13 +3,19 @@
 Validation happens once, when a data set is opened (``make_loaders``,
 ``data split``, ``data pack``): a fast scan reads each file's header with
 Pillow and, for JPEGs, checks the end-of-image marker, so corrupt, truncated
-and non-image files are skipped -- each one logged with its path and counted
--- before the first batch. Grayscale, CMYK and palette images are fine: the
+and non-image files, images declaring more pixels than Pillow decodes safely
+(decompression bombs), and anything that is not a regular file (FIFOs,
+sockets, devices, dangling links, links leading out of the data set; none of
+them is opened) are skipped -- each one logged with its path and counted --
+before the first batch. Grayscale, CMYK and palette images are fine: the
 decoders convert them to 3-channel RGB. A decode error that still happens
 inside an epoch is re-raised by the loaders as :class:`DataError` naming the
 file (see ``pipelines.py``).
 """
 import logging
+import os
+import stat
+import warnings
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -23,22 +29,57 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 # The modes OpenCV (and so MXNet's imdecode) turns into 3-channel colour.
 _DECODABLE_MODES = {"RGB", "L", "CMYK", "P", "RGBA", "LA", "I;16", "YCbCr", "1"}
 _TAIL_BYTES = 4096
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
 
 
 class DataError(Exception):
     """A data set problem, with the path at fault and how to fix it."""
 
 
-def scan_image(path):
+def _not_a_regular_file(path, root=None):
+    """Why ``path`` is not a regular file that may be opened, or ``None``; opens nothing.
+
+    Opening a FIFO blocks until someone writes to it, and a device node can
+    be endless (``/dev/zero``), so they are named and skipped. A symbolic
+    link must lead to a regular file, inside ``root`` when one is given.
+    """
+    try:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            target = Path(os.path.realpath(path))
+            try:
+                info = path.stat()
+            except OSError as err:  # a missing target, or a loop of links
+                return f"dangling symbolic link (to {os.readlink(path)}: {err.strerror})"
+            link = f"symbolic link to {target}, "
+        else:
+            target, link = path, ""
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _SPECIAL if test(info.st_mode)), "not a regular file")
+        return f"{link}{kind}: only regular files are read"
+    if link and root is not None and Path(root).resolve() not in (target, *target.parents):
+        return f"{link}outside {root}: copy the file into the data set (or hard-link it) to use it"
+    return None
+
+
+def scan_image(path, root=None):
     """Why ``path`` cannot be used as a training image, or ``None`` when it can.
 
     Reads only the header and, for JPEGs, the last few KB (a truncated JPEG
     has no end-of-image marker; OpenCV would decode it silently into a
-    half-grey picture).
+    half-grey picture). FIFOs, sockets and device nodes are never opened;
+    an image declaring more pixels than Pillow's decompression-bomb limit
+    (``PIL.Image.MAX_IMAGE_PIXELS``, about 89 million) is refused, as its
+    decoding would take gigabytes.
 
     Parameters
     ----------
     path : str or Path
+    root : str or Path, optional
+        The data set folder: a symbolic link leading out of it is refused.
 
     Returns
     -------
@@ -46,23 +87,34 @@ def scan_image(path):
         A short reason such as ``'truncated JPEG (no end-of-image marker)'``.
     """
     path = Path(path)
+    special = _not_a_regular_file(path, root)
+    if special:
+        return special
     if path.suffix.lower() not in IMAGE_EXTENSIONS:
         return f"not an image file (extension {path.suffix or 'none'}; expected {', '.join(IMAGE_EXTENSIONS)})"
     try:
-        size = path.stat().st_size
-        with Image.open(path) as img:
-            fmt, mode = img.format, img.mode
+        # O_NONBLOCK: should the file have become a FIFO since the check above, opening it returns at once.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return "not a regular file: only regular files are read"
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                return "empty file"
+            with warnings.catch_warnings():
+                # Pillow only warns between 1x and 2x its limit; such an image is as unusable.
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(handle) as img:
+                    fmt, mode = img.format, img.mode
+            if fmt == "JPEG":
+                handle.seek(max(0, size - _TAIL_BYTES))
+                if b"\xff\xd9" not in handle.read():
+                    return "truncated JPEG (no end-of-image marker)"
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        return f"too many pixels to decode safely, a possible decompression bomb ({err})"
     except (UnidentifiedImageError, OSError, ValueError) as err:
         return f"not a readable image ({type(err).__name__}: {err})"
-    if size == 0:
-        return "empty file"
     if mode not in _DECODABLE_MODES:
         return f"unsupported colour mode {mode}"
-    if fmt == "JPEG":
-        with open(path, "rb") as handle:
-            handle.seek(max(0, size - _TAIL_BYTES))
-            if b"\xff\xd9" not in handle.read():
-                return "truncated JPEG (no end-of-image marker)"
     return None
 
 
@@ -130,7 +182,7 @@ def scan_classes(root, what="data set"):
         for path in sorted((root / name).iterdir()):
             if path.name.startswith(".") or path.is_dir():
                 continue
-            reason = scan_image(path)
+            reason = scan_image(path, root)
             if reason:
                 skipped.append((str(path), reason))
                 LOG.warning("skipping %s: %s", path, reason)

@@ -4,15 +4,27 @@ Every process starts in its own session (its own process group), so a
 signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
 the terminal reaches only the launcher, which forwards it. The launcher
 stops the whole job when any process fails, when the run outlasts its
-timeout, or on Ctrl-C / SIGTERM: first a signal (SIGTERM; after a Ctrl-C,
-SIGINT to the workers so they can write a checkpoint, and SIGTERM to the
-scheduler and servers once the workers are gone), then SIGKILL after a
-grace period. A ``finally`` block and an ``atexit`` hook do the same on any
-other way out, and on Linux each child is also told to die with the launcher.
+timeout, or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
+SIGTERM to every process at once; after a signal to the launcher, the
+workers first (SIGINT after a Ctrl-C, SIGTERM otherwise) so they can write a
+checkpoint, and SIGTERM to the scheduler and servers once the workers are
+gone; then SIGKILL to whatever is left after a grace period. A ``finally``
+block and an ``atexit`` hook do the same on any other way out, and on Linux
+each child is also told to die with the launcher.
+
+A process that leaves its group (``setsid``, a daemon's double fork) is
+still found on Linux: every process of the job inherits the variable
+``MXFP16_LAUNCH_JOB`` naming the job, and the launcher looks for it in
+``/proc/<pid>/environ``. The command line also makes the launcher a "child
+subreaper" (``PR_SET_CHILD_SUBREAPER``), so orphaned descendants are
+re-parented to it rather than to init, and stops every child it has at the
+end -- which catches even a process that cleared its environment.
 """
 import atexit
+import contextlib
 import ctypes
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,11 +32,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE"]
+__all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE", "JOB_VARIABLE"]
 
 DEFAULT_GRACE = 10.0
 _POLL = 0.05
 _TIMEOUT_STATUS = 124  # what coreutils `timeout` returns
+# Inherited by every process of a job: "<token>" or, in a job started from
+# inside another one, "<outer token>:<token>".
+JOB_VARIABLE = "MXFP16_LAUNCH_JOB"
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class LaunchError(RuntimeError):
@@ -73,7 +90,12 @@ def _describe(code):
 
 def _die_with_parent():
     """In the child, before exec: get SIGKILL if the launcher dies (Linux's PR_SET_PDEATHSIG)."""
-    _LIBC.prctl(1, signal.SIGKILL)
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _set_subreaper(on):
+    """Make this process adopt its orphaned descendants (Linux 3.4+); whether it worked."""
+    return _LIBC is not None and _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
 try:  # loaded here, not in the child between fork and exec
@@ -82,24 +104,43 @@ except OSError:
     _LIBC = None
 
 
-def _group_alive(pgid):
-    """Whether any live (non-zombie) process is in group ``pgid``.
+def _process_table():
+    """``(pid, ppid, pgid, zombie)`` of every process, from /proc; ``None`` without /proc.
 
-    A killed grandchild stays a zombie until init reaps it, and some
-    container inits are slow at that; a zombie holds nothing, so on Linux
-    /proc is read and zombies are ignored.
+    A killed process stays a zombie until its parent reaps it, and some
+    container inits are slow at that; a zombie holds nothing, so callers
+    count it as gone.
     """
-    if os.path.isdir("/proc/self"):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat", "rb") as handle:
-                        fields = handle.read().rsplit(b")", 1)[1].split()
-                except OSError:
-                    continue  # ended while we looked
-                if int(fields[2]) == pgid and fields[0] != b"Z":
-                    return True
+    if not os.path.isdir("/proc/self"):
+        return None
+    table = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue  # ended while we looked
+            table.append((int(entry), int(fields[1]), int(fields[2]), fields[0] == b"Z"))
+    return table
+
+
+def _in_job(pid, token):
+    """Whether process ``pid`` inherited ``token`` in :data:`JOB_VARIABLE`."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            variables = handle.read().split(b"\0")
+    except OSError:  # ended, or another user's
         return False
+    prefix = JOB_VARIABLE.encode() + b"="
+    return any(v.startswith(prefix) and token.encode() in v[len(prefix):].split(b":") for v in variables)
+
+
+def _group_alive(pgid, table=None):
+    """Whether any live (non-zombie) process is in group ``pgid`` (``table``: a :func:`_process_table`)."""
+    table = _process_table() if table is None else table
+    if table is not None:
+        return any(group == pgid and not zombie for _, _, group, zombie in table)
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -107,6 +148,11 @@ def _group_alive(pgid):
     except PermissionError:
         return True
     return True
+
+
+def _kill(pid, signum):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
 
 
 def _signal_group(pgid, signum):
@@ -133,7 +179,7 @@ class _Pump(threading.Thread):
 
 
 class _Job:
-    def __init__(self, slots, grace, stdout, stderr, env, log):
+    def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False):
         self.slots = list(slots)
         self.grace = float(grace)
         self.stdout, self.stderr = stdout, stderr
@@ -141,6 +187,10 @@ class _Job:
         # Python buffers a pipe's output in blocks: lines would come late, and
         # be lost when the process is stopped. Unless the user chose otherwise.
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        outer = self.env.get(JOB_VARIABLE)
+        self.env[JOB_VARIABLE] = f"{outer}:{self.token}" if outer else self.token
+        self.adopt_orphans = adopt_orphans
         self.log = log
         self.procs = []      # (slot, Popen)
         self.pumps = []
@@ -205,42 +255,86 @@ class _Job:
             time.sleep(_POLL)
 
     # -- stopping ---------------------------------------------------------
-    def _wait_gone(self, procs):
+    def _strays(self, table=None):
+        """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
+
+        Found by the inherited :data:`JOB_VARIABLE`, and, when this process
+        adopts orphans, as any other child of it.
+        """
+        groups = {proc.pid for _, proc in self.procs}
+        me = os.getpid()
+        return [pid for pid, ppid, pgid, zombie in (_process_table() if table is None else table) or []
+                if not zombie and pgid not in groups and pid != me
+                and ((self.adopt_orphans and ppid == me) or _in_job(pid, self.token))]
+
+    def _poll_all(self):
+        """Update every Popen's status, and reap dead adopted orphans so no zombie is left behind.
+
+        Only those orphans: ``waitpid(-1)`` could take a Popen child's status from under it.
+        """
+        for _, proc in self.procs:
+            proc.poll()
+        if self.adopt_orphans:
+            ours, me = {proc.pid for _, proc in self.procs}, os.getpid()
+            for pid, ppid, _, zombie in _process_table() or []:
+                if zombie and ppid == me and pid not in ours:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+
+    def _wait_gone(self, procs, strays):
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline:
-            if all(proc.poll() is not None and not _group_alive(proc.pid) for _, proc in procs):
+            self._poll_all()
+            table = _process_table()
+            if all(proc.returncode is not None and not _group_alive(proc.pid, table) for _, proc in procs) \
+                    and not (strays and self._strays(table)):
                 return
             time.sleep(_POLL)
 
-    def stop(self, first_signal=signal.SIGTERM):
-        """Signal every process group, wait ``grace`` seconds, then SIGKILL what is left.
+    def stop(self, first_signal=signal.SIGTERM, workers_first=False):
+        """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        After a Ctrl-C (``first_signal`` SIGINT) the workers go first and get
-        up to ``grace`` seconds to finish the step and write a checkpoint: the
-        step's gradient exchange and the kvstore's shutdown still need the
-        servers and the scheduler, which are stopped afterwards. They run
-        MXNet's C++ loop, which ignores SIGINT, so they always get SIGTERM.
+        With ``workers_first`` (the launcher itself got a signal) the workers
+        get ``first_signal`` and up to ``grace`` seconds to finish the step
+        and write a checkpoint: the step's gradient exchange and the
+        kvstore's shutdown still need the servers and the scheduler, which
+        get SIGTERM afterwards (they run MXNet's C++ loop, which ignores
+        SIGINT). Processes that left their group get SIGTERM with them.
         """
         workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
         others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
-        if first_signal == signal.SIGINT:
-            phases = [(workers, signal.SIGINT), (others, signal.SIGTERM)]
+        if workers_first:
+            phases = [(workers, first_signal, False), (others, signal.SIGTERM, True)]
         else:
-            phases = [(self.procs, first_signal)]
-        for procs, signum in phases:
+            phases = [(self.procs, first_signal, True)]
+        for procs, signum, strays in phases:
+            self._poll_all()
             for slot, proc in procs:
-                proc.poll()
                 _signal_group(proc.pid, signum)
-            self._wait_gone(procs)
+            for pid in self._strays() if strays else ():
+                _kill(pid, signum)
+            self._wait_gone(procs, strays)
         for slot, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
                 _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
+        # A stray may fork while we look: repeat until none is left (for at most `grace` seconds).
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            self._poll_all()
+            strays = self._strays()
+            if not strays:
+                break
+            for pid in strays:
+                _kill(pid, signal.SIGKILL)
+            time.sleep(_POLL)
+        self._poll_all()
         for pump in self.pumps:
             pump.join(timeout=self.grace)
 
 
-def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, env=None, log=None):
+def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, env=None, log=None,
+           adopt_orphans=False):
     """Start ``slots``, relay their output, and stop them all when the job ends.
 
     Parameters
@@ -261,6 +355,13 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     log : callable, optional
         Receives the launcher's own messages (default: ``stderr`` with a
         ``mxfp16 launch:`` prefix).
+    adopt_orphans : bool
+        Make this process a child subreaper while the job runs (Linux), so
+        descendants orphaned on the way re-parent to it, and stop *every*
+        child of it at the end. Only for a process that runs nothing but
+        this job (``mxfp16 launch``); without it, processes that left their
+        group are still found by :data:`JOB_VARIABLE` unless they cleared
+        their environment.
 
     Returns
     -------
@@ -277,22 +378,27 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         def log(text):
             stderr.write(f"mxfp16 launch: {text}\n")
             stderr.flush()
-    job = _Job(slots, grace, stdout, stderr, env, log)
+    job = _Job(slots, grace, stdout, stderr, env, log, adopt_orphans and _set_subreaper(True))
     atexit.register(job.stop, signal.SIGKILL)
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, job._on_signal) for s in handled}
-    first_signal = signal.SIGTERM
+    stop = {}
     try:
         job.start()
         reason, code, failed, message = job.watch(timeout)
         if reason == "interrupted":
-            first_signal = job._signal  # forward Ctrl-C as Ctrl-C
+            # Forward a Ctrl-C as Ctrl-C; SIGTERM and SIGHUP as SIGTERM, which
+            # schedulers send and `mxfp16 train` answers with a checkpoint.
+            stop = {"first_signal": signal.SIGINT if job._signal == signal.SIGINT else signal.SIGTERM,
+                    "workers_first": True}
         log(message)
         return LaunchResult(code, reason, message, failed, {slot.name: p.pid for slot, p in job.procs})
     finally:
-        job.stop(first_signal)
+        job.stop(**stop)
         atexit.unregister(job.stop)
+        if job.adopt_orphans:
+            _set_subreaper(False)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
