@@ -1,6 +1,9 @@
 """Which GPUs a build's kernels cover: the CUDA compatibility rules, the shipped table and the docs page."""
+import os
+
 import pytest
 
+from conftest import REPO
 from mxfp16.gpu import coverage, wheel_kernels
 from mxfp16.gpu.coverage import NATIVE, PTX_JIT, UNSUPPORTED, classify
 
@@ -49,6 +52,13 @@ def test_every_generation_is_classified_from_the_wheel_table():
     assert [cov.capability for _, cov in rows] == [c for _, caps in coverage.GENERATIONS for c in caps]
     for _, cov in rows:
         assert cov == classify(cov.capability, wheel_kernels.SASS, wheel_kernels.PTX)
+
+
+def test_docs_page_shows_the_table_the_code_computes():
+    with open(os.path.join(REPO, "docs", "gpu.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    assert coverage.support_table_markdown() in page, "regenerate the table in docs/gpu.md"
+    assert wheel_kernels.SOURCE["sha256"] in page
 
 
 def test_gpu_support_rows_for_info():
