@@ -8,7 +8,8 @@
 * :mod:`mxfp16.gpu.coverage` says which GPUs run those kernels natively, through
   the driver's PTX compiler, or not at all; :mod:`mxfp16.gpu.wheel_kernels` is
   the table read from the ``mxnet-cu112`` 1.9.1 wheel.
-* :mod:`mxfp16.gpu.check` is ``make gpu-check``.
+* :mod:`mxfp16.gpu.check` is ``make gpu-check``; :mod:`mxfp16.gpu.driver_standin`
+  stands in for the NVIDIA driver there on a machine without one.
 
 Nothing here imports MXNet at module level.
 """

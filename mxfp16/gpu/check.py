@@ -101,7 +101,8 @@ def install_figures(log_path):
     """Wheel sizes pip printed and the install time the Makefile appended."""
     if not log_path or not os.path.exists(log_path):
         return None
-    text = open(log_path, encoding="utf-8", errors="replace").read()
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
     units = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
     wheels = {}
     # pip prints "Downloading" also when its HTTP cache serves the file.
@@ -120,9 +121,10 @@ def _ldd(path, folders):
 
 
 _IMPORT_PROBE = textwrap.dedent("""
-    import json, os, sys
+    import json
     import mxfp16                      # preload, then import mxnet
     import mxnet as mx
+    from mxfp16 import hardware
     from mxfp16.gpu import libraries
     needed = libraries.needed_by_mxnet()
     maps = {name: libraries.loaded_path(name) for name in needed}
@@ -130,7 +132,7 @@ _IMPORT_PROBE = textwrap.dedent("""
         "maps": maps,
         "preloaded": [s.library.soname for s in libraries.preload() if s.loaded],
         "features": sorted(n for n, f in mx.runtime.Features().items() if f.enabled),
-        "gpus": mx.context.num_gpus(),
+        "gpus": hardware.gpu_count(),      # 0 when the driver answers "no device" 
         "mxnet": mx.__version__,
     }))
 """)
