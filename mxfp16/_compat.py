@@ -7,6 +7,8 @@ too new, MXNet missing) into one clear message.
 """
 import importlib
 
+from .gpu import libraries
+
 NUMPY_LIMIT = (1, 24)
 
 INSTALL_HINT = (
@@ -44,7 +46,10 @@ def check_stack():
             "Fix: pip install 'numpy<1.24'  (or reinstall with -c constraints.txt).\n"
             + INSTALL_HINT
         )
+    libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
     try:
         return importlib.import_module("mxnet")
+    except OSError as err:  # libmxnet.so is there but a library it links is not
+        raise ImportError(libraries.explain_load_error(err)) from err
     except ImportError as err:
         raise ImportError("mxfp16 needs MXNet 1.9.1, which is not installed.\n" + INSTALL_HINT) from err

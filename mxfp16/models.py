@@ -10,7 +10,7 @@ from mxnet import gluon, init
 
 from ._gluoncv import import_gluoncv
 
-__all__ = ["ElementwiseDense", "elementwise_mlp"]
+__all__ = ["ElementwiseDense", "elementwise_mlp", "small_convnet"]
 
 
 class ElementwiseDense(gluon.HybridBlock):
@@ -198,4 +198,40 @@ def _materialise(net, in_shape, ctx):
     if in_shape:
         first = (ctx[0] if isinstance(ctx, (list, tuple)) else ctx) or mx.current_context()
         net(mx.nd.zeros((1,) + tuple(in_shape), ctx=first))
+    return net
+
+
+# --------------------------------------------------------------------------
+# A small convolutional network (for `mxfp16 selftest`).
+# --------------------------------------------------------------------------
+def small_convnet(classes, width=16, prefix="smallconvnet_"):
+    """Two convolutions with BatchNorm, global pooling and a dense layer.
+
+    Small enough to train a few steps in seconds on a CPU, and made of the
+    layers the float16 recipe treats specially: ``Conv2D`` and ``Dense``
+    (cuDNN / cuBLAS in float16 on a GPU, oneDNN bfloat16 under AMP on a CPU)
+    and ``BatchNorm`` (whose parameters stay float32). The fixed prefix gives
+    the same parameter names in every process.
+
+    Parameters
+    ----------
+    classes : int
+    width : int
+        Channels of the first convolution; the second has twice as many.
+
+    Returns
+    -------
+    gluon.nn.HybridSequential
+        Not initialised.
+    """
+    net = gluon.nn.HybridSequential(prefix=prefix)
+    with net.name_scope():
+        net.add(gluon.nn.Conv2D(width, 3, padding=1, use_bias=False),
+                gluon.nn.BatchNorm(),
+                gluon.nn.Activation("relu"),
+                gluon.nn.Conv2D(2 * width, 3, strides=2, padding=1, use_bias=False),
+                gluon.nn.BatchNorm(),
+                gluon.nn.Activation("relu"),
+                gluon.nn.GlobalAvgPool2D(),
+                gluon.nn.Dense(classes))
     return net

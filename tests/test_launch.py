@@ -206,8 +206,8 @@ def test_a_grandchild_that_cleared_its_environment_is_adopted_and_stopped(tmp_pa
     # Orphans are adopted only by a process that runs nothing but the job: not this test process.
     code = f"""
         import io
-        from mxfp16.dist import launch
-        from mxfp16.dist.plan import Slot
+        from mxfp16.distributed import launch
+        from mxfp16.distributed.plan import Slot
         slots = {slots!r}
         result = launch(slots, timeout={LIMIT}, grace=2, stdout=io.StringIO(), stderr=io.StringIO(),
                         adopt_orphans=True)

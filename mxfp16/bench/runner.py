@@ -11,14 +11,14 @@ here is the speed a training run gets.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+
+from ..child import run_json_child
 
 MODES = ("train", "inference")
 #: Exit status of a child whose precision cannot run on these devices.
@@ -240,19 +240,9 @@ def run_in_subprocess(spec, timeout=None, python=None):
         (the child crashed or timed out; ``reason`` holds the end of its
         error output). It never raises for a failing child.
     """
-    with tempfile.TemporaryDirectory(prefix="mxfp16-bench-") as tmp:
-        result_path = os.path.join(tmp, "result.json")
-        cmd = [python or sys.executable, "-m", "mxfp16.bench.runner", "--spec", spec.to_json(),
-               "--result", result_path]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return not_run(spec, "failed", f"timed out after {timeout:g} s")
-        if os.path.exists(result_path):
-            with open(result_path, encoding="utf-8") as handle:
-                return json.load(handle)
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-12:]
-        return not_run(spec, "failed", f"exit status {proc.returncode}: " + "\n".join(tail))
+    record, problem = run_json_child("mxfp16.bench.runner", ["--spec", spec.to_json()], timeout=timeout,
+                                     python=python)
+    return record if record is not None else not_run(spec, "failed", problem)
 
 
 def main(argv=None):

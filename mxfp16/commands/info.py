@@ -1,15 +1,22 @@
-"""``mxfp16 info``: what this machine and this MXNet build can do."""
+"""``mxfp16 info``: what this machine and this MXNet build can do.
+
+For a CUDA build of MXNet it also lists each CUDA library (found where, or
+the command that installs it), the GPU architectures the build has kernels
+for, and a warning for any GPU they do not cover natively.
+"""
 import json
 
 from .. import hardware
 from ..formats import FORMATS
+from ..gpu import coverage, libraries, wheel_kernels
 from ..precision import resolve_precision, runnable_here
 
 ORDER = 0
 
 
 def register(subparsers):
-    parser = subparsers.add_parser("info", help="report MXNet, GPUs, CPU bfloat16 and which precisions run here",
+    parser = subparsers.add_parser("info", help="report MXNet, GPUs, CUDA libraries, CPU bfloat16 and which "
+                                               "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
     parser.set_defaults(func=run)
@@ -25,7 +32,59 @@ def collect():
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
         "auto": {"ctx": ctx, "resolves_to": auto.name},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
+        "cuda": cuda_section(machine["gpus"]),
     }
+
+
+def cuda_section(gpus):
+    """The CUDA libraries, the build's GPU kernels and each GPU's coverage (``None`` parts for a CPU build)."""
+    section = libraries.report()
+    cuda = section["build"] == "cuda"
+    known = cuda and coverage.table_applies()
+    section["kernels"] = ({"sass": [f"sm_{a}" for a in wheel_kernels.SASS],
+                           "ptx": [f"compute_{a}" for a in wheel_kernels.PTX],
+                           "source": wheel_kernels.SOURCE} if known else None)
+    section["gpu_support"] = coverage.gpu_support(gpus) if cuda else []
+    return section
+
+
+def _cuda_text(cuda):
+    if cuda["build"] != "cuda":
+        return ["CUDA libraries: CPU build: no CUDA libraries needed" if cuda["build"] == "cpu"
+                else "CUDA libraries: MXNet is not installed"]
+    rows = cuda["libraries"]
+    width = max([len(r["soname"]) for r in rows] + [len(libraries.DRIVER)])
+    lines = ["CUDA libraries (linked by libmxnet.so; mxfp16 loads them from the nvidia-*-cu11 wheels):"]
+    for r in rows:
+        if r["error"]:
+            where = f"BROKEN   {r['path']}: {r['error']}  (reinstall: {r['fix']} --force-reinstall)"
+        elif r["path"]:
+            where = f"found    {r['path']}"
+        elif r["loaded_from"]:
+            where = f"system   {r['loaded_from']}"
+        else:
+            where = f"MISSING  fix: {r['fix']}"
+        lines.append(f"  {r['soname']:<{width}}  {r['what']:<12}  {where}")
+    driver = cuda["driver"]
+    lines.append(f"  {driver['soname']:<{width}}  {'driver':<12}  " +
+                 (f"loaded   {driver['loaded_from']}" if driver["loaded_from"] else f"MISSING  fix: {driver['fix']}"))
+    kernels = cuda["kernels"]
+    if kernels:
+        lines.append(f"GPU kernels of {kernels['source']['distribution']} {kernels['source']['version']}: "
+                     f"SASS {', '.join(kernels['sass']) or 'none'}; PTX {', '.join(kernels['ptx']) or 'none'} "
+                     "(docs/gpu.md has the table per GPU generation)")
+    for gpu in cuda["gpu_support"]:
+        if gpu["status"] == coverage.NATIVE:
+            lines.append(f"  gpu:{gpu['index']} ({gpu['capability']}): native, {gpu['detail']}")
+        elif gpu["status"] == coverage.PTX_JIT:
+            lines.append(f"  WARNING gpu:{gpu['index']} ({gpu['capability']}): no native kernels; runs only "
+                         f"through the driver's PTX JIT: {gpu['detail']}")
+        elif gpu["status"] == coverage.UNSUPPORTED:
+            lines.append(f"  WARNING gpu:{gpu['index']} ({gpu['capability']}): this MXNet build cannot run on "
+                         f"it, not even through PTX JIT: {gpu['detail']}")
+        else:
+            lines.append(f"  gpu:{gpu['index']}: coverage unknown: {gpu['detail']}")
+    return lines
 
 
 def _text(report):
@@ -42,6 +101,7 @@ def _text(report):
         mem = f"{gpu['memory_mb']:.0f} MB" if gpu["memory_mb"] else "memory unknown"
         lines.append(f"  gpu:{gpu['index']} {gpu['name'] or ''} {mem}, compute capability "
                      f"{gpu['compute_capability'] or 'unknown'}, tensor cores {tc}")
+    lines += _cuda_text(report["cuda"])
     lines.append("Precisions here:")
     for name, row in report["precisions"].items():
         lines.append(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}")

@@ -1,0 +1,48 @@
+"""``mxfp16 selftest``: check in about a minute that each precision that runs here trains like float32.
+
+Trains a small convolutional network (Conv2D, BatchNorm, Dense) for a few
+steps in every precision this machine can run (float16 and amp-float16 on a
+GPU, amp-bfloat16 on a CPU with native bfloat16), each in its own process and
+beside a float32 control from the same initial weights and batches, then
+prints a pass/fail table. Exits with status 1 when any precision fails.
+"""
+import json
+
+from . import CommandError
+
+ORDER = 5
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("selftest", help="check that each precision that runs here trains like float32",
+                                   description=__doc__)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per run (default: 20)")
+    parser.add_argument("--inject-fault", metavar="PRECISION", default=None,
+                        help="corrupt one step of PRECISION (float16, amp-float16 or amp-bfloat16) to see what a "
+                             "failure looks like; its verdict must be FAIL (default: none)")
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help="also write the table as JSON to FILE (default: none)")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from .. import selftest
+
+    steps = selftest.STEPS if args.steps is None else args.steps
+    if steps < 2 * selftest.WINDOW:
+        raise CommandError(f"--steps {steps} is too few to see the loss fall; use {2 * selftest.WINDOW} or more "
+                           f"(default {selftest.STEPS})")
+    checked = [name for name, _ in selftest.CHECKED]
+    if args.inject_fault is not None and args.inject_fault not in checked:
+        raise CommandError(f"--inject-fault {args.inject_fault!r}: choose one of {', '.join(checked)}")
+    print(selftest.tolerances_text(steps), flush=True)
+    rows = selftest.run_selftest(steps=steps, inject_fault=args.inject_fault,
+                                 progress=lambda line: print(f"running: {line}", flush=True))
+    print(selftest.format_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle, indent=2)
+    ok = selftest.passed(rows)
+    print("selftest: " + ("PASSED" if ok else "FAILED"))
+    return 0 if ok else 1

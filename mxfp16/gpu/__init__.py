@@ -1,0 +1,15 @@
+"""MXNet's GPU build: its CUDA libraries, the GPUs its kernels cover, and a check of a GPU install.
+
+* :mod:`mxfp16.gpu.libraries` loads the CUDA 11 libraries from pip's NVIDIA
+  wheels before MXNet needs them (standard library only; runs inside
+  ``import mxfp16``, before MXNet is imported).
+* :mod:`mxfp16.gpu.elf` reads a shared library's dependencies and sections.
+* :mod:`mxfp16.gpu.fatbin` lists the GPU kernels in a library's fat binaries.
+* :mod:`mxfp16.gpu.coverage` says which GPUs run those kernels natively, through
+  the driver's PTX compiler, or not at all; :mod:`mxfp16.gpu.wheel_kernels` is
+  the table read from the ``mxnet-cu112`` 1.9.1 wheel.
+* :mod:`mxfp16.gpu.check` is ``make gpu-check``; :mod:`mxfp16.gpu.driver_standin`
+  stands in for the NVIDIA driver there on a machine without one.
+
+Nothing here imports MXNet at module level.
+"""
