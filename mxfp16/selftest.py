@@ -303,6 +303,9 @@ def _control_row(record, note):
            "images_per_second": record.get("images_per_second"), "verdict": "control", "reason": note}
     if record["status"] == "ok":
         row["first_loss"], row["final_loss"] = _loss_ends(record)
+        if not row["final_loss"] < row["first_loss"]:  # float32 itself must learn, or nothing below means anything
+            row.update(verdict="FAIL", reason=f"float32 did not learn: loss {row['first_loss']:.4f} -> "
+                                              f"{row['final_loss']:.4f}")
     else:
         row.update(verdict="FAIL", reason=record["reason"])
     return row
@@ -353,6 +356,9 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
                 rows.append(_control_row(record, note))
             return controls[key]
 
+        # The float32 run always runs on the default device: on a machine where no mixed precision
+        # runs, it still checks MXNet, the network and the step end to end.
+        control_for("gpu:0" if n_gpus else "cpu")
         for planned in plan(n_gpus, cpu_bfloat16):
             if not planned.runnable:
                 rows.append({"precision": planned.precision, "ctx": planned.ctx, "verdict": "not run",

@@ -54,7 +54,7 @@ def test_info_json_reports_this_machine():
     assert report["precisions"]["float32"]["runs"] is True
     assert report["precisions"]["float16"]["runs"] is (mx.context.num_gpus() > 0)
     expected_auto = ("float16" if machine["gpus"] else
-                     "amp-bfloat16" if any(machine["cpu_bfloat16"].values()) else "float32")
+                     "amp-bfloat16" if hardware.has_cpu_bfloat16() else "float32")
     assert report["auto"]["resolves_to"] == expected_auto
     f16 = report["formats"]["float16"]
     assert f16["max"] == float(np.finfo(np.float16).max)

@@ -42,11 +42,23 @@ def test_float16_on_cpu_refused_with_explanation(name):
 
 
 def test_auto_on_cpu_follows_the_cpu_flags(monkeypatch):
+    monkeypatch.delenv("MXFP16_CPU_BFLOAT16", raising=False)
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert resolve_precision("auto", mx.cpu()).name == "amp-bfloat16"
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
     p = resolve_precision("auto", mx.cpu())
     assert p.name == "float32" and p.requested == "auto"
+
+
+def test_the_bfloat16_probe_can_be_overridden(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "0")
+    assert resolve_precision("auto", mx.cpu()).name == "float32"
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "1")
+    assert resolve_precision("auto", mx.cpu()).name == "amp-bfloat16"
+    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "maybe")  # anything else: the probe decides
+    assert resolve_precision("auto", mx.cpu()).name == "float32"
 
 
 def test_auto_on_gpu_is_float16():

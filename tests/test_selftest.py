@@ -128,3 +128,15 @@ def test_a_control_that_does_not_learn_fails_the_comparison(tmp_path):
         np.savez(record["params"], w=np.ones(3, np.float32))
     row = selftest.verdict(run, flat)
     assert row["verdict"] == "FAIL" and "control did not learn" in row["reason"]
+    control_row = selftest._control_row(flat, "note")
+    assert control_row["verdict"] == "FAIL" and "float32 did not learn" in control_row["reason"]
+    assert not selftest.passed([control_row])
+
+
+def test_the_float32_run_happens_even_where_no_mixed_precision_runs(monkeypatch):
+    fake = FakeRuns({})
+    monkeypatch.setattr(selftest, "run_in_subprocess", fake)
+    rows = selftest.run_selftest(steps=8, n_gpus=0, cpu_bfloat16=False)
+    assert [(s.precision, s.ctx) for s in fake.specs] == [("float32", "cpu")]
+    assert [r["verdict"] for r in rows] == ["control", "not run", "not run", "not run"]
+    assert selftest.passed(rows)

@@ -5,6 +5,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxfp16.precision import format_ctx, parse_ctx
 from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
 from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 
@@ -44,6 +45,7 @@ def test_smoke_run_writes_every_file_and_field(runs, precision):
     assert result["peak_memory_mb"] > 0
     config = json.loads((out / "config.json").read_text())
     assert config["resolved_precision"] == precision and config["epochs"] == EPOCHS
+    assert config["ctx"] == "auto" and config["resolved_ctx"] == format_ctx(parse_ctx("auto"))
     assert TrainConfig.from_dict({k: v for k, v in config.items() if k in TrainConfig().to_dict()}).epochs == EPOCHS
     # The per-epoch summary line and the environment float16 wants are in the log.
     assert "epoch 2/2: train_loss" in proc.stdout

@@ -160,3 +160,13 @@ def test_mismatch_lists_every_difference():
     saved = {"model": "a", "precision": "float32", "image_size": 32, "parameters": "x"}
     lines = describe_mismatch(saved, dict(saved, model="b", parameters="y"))
     assert lines == ["model: checkpoint 'a', this run 'b'", "parameters: the network's parameter names or shapes differ"]
+
+
+def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):
+    from mxfp16.hardware import gpu_count
+
+    missing = gpu_count()  # the first GPU index MXNet cannot see
+    message = cli_refused(capsys, "--data-dir", tmp_path / "no-data", "--ctx", f"gpu:{missing}",
+                          "--out", tmp_path / "x")
+    assert f"GPU {missing}" in message and "--ctx auto" in message and "--ctx cpu" in message
+    assert not (tmp_path / "x").exists()
