@@ -10,25 +10,46 @@ The five calls a training loop needs::
     ...
     data, label = mxfp16.cast_batch(x, y, precision.data_dtype, ctx)
     result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
+
+``import mxfp16`` does not import MXNet. It checks the stack (numpy below
+1.24, an MXNet wheel installed), preloads the CUDA wheels' libraries and puts
+the thread count in the environment (:mod:`mxfp16.environment`), all of
+which MXNet reads only when it loads. The names below import their module
+(and MXNet) on first use.
 """
-from ._compat import check_stack as _check_stack
+import importlib
 
-_check_stack()
+from . import environment as _environment
+from ._compat import prepare_stack as _prepare_stack
+from ._version import __version__
 
-from ._gluoncv import import_gluoncv  # noqa: E402
-from ._version import __version__  # noqa: E402
-from .casting import cast_batch, cast_net, dtype_report, to_float32  # noqa: E402
-from .optim import make_trainer, optimizer_support  # noqa: E402
-from .precision import PRECISIONS, Precision, PrecisionError, activate, resolve_precision  # noqa: E402
-from .scaler import LossScaleDivergedError, LossScaler, make_loss_scaler  # noqa: E402
-from .step import StepResult, train_step  # noqa: E402
+_prepare_stack()
+_environment.set_threads()  # every core this process may use, unless OMP_NUM_THREADS says otherwise
 
-__all__ = [
-    "__version__",
-    "PRECISIONS", "Precision", "PrecisionError", "resolve_precision", "activate",
-    "cast_net", "cast_batch", "dtype_report", "to_float32",
-    "make_trainer", "optimizer_support",
-    "LossScaler", "LossScaleDivergedError", "make_loss_scaler",
-    "StepResult", "train_step",
-    "import_gluoncv",
-]
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "PRECISIONS": "precision", "Precision": "precision", "PrecisionError": "precision",
+    "resolve_precision": "precision", "activate": "precision",
+    "cast_net": "casting", "cast_batch": "casting", "dtype_report": "casting", "to_float32": "casting",
+    "make_trainer": "optim", "optimizer_support": "optim",
+    "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
+    "StepResult": "step", "train_step": "step",
+    "import_gluoncv": "_gluoncv",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mxfp16' has no attribute {name!r}")
+    from ._compat import import_mxnet
+
+    import_mxnet()  # a CUDA library that cannot load is named here, with its package
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

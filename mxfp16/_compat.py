@@ -6,6 +6,7 @@ nothing about the fix. This module turns both common set-up mistakes (numpy
 too new, MXNet missing) into one clear message.
 """
 import importlib
+import importlib.util
 
 from .gpu import libraries
 
@@ -27,13 +28,16 @@ def _major_minor(version):
     return tuple(parts)
 
 
-def check_stack():
-    """Raise ``ImportError`` naming the fix if numpy or MXNet is unusable.
+def prepare_stack():
+    """Everything that must hold before MXNet loads; imports nothing of MXNet.
 
-    Returns
-    -------
-    module
-        The imported ``mxnet`` module.
+    Checks numpy's version and that an MXNet wheel is installed, then
+    preloads the CUDA wheels' libraries (a no-op with the CPU wheel).
+
+    Raises
+    ------
+    ImportError
+        numpy too new or missing, or no MXNet wheel; the message names the fix.
     """
     try:
         numpy = importlib.import_module("numpy")
@@ -46,10 +50,31 @@ def check_stack():
             "Fix: pip install 'numpy<1.24'  (or reinstall with -c constraints.txt).\n"
             + INSTALL_HINT
         )
+    if importlib.util.find_spec("mxnet") is None:
+        raise ImportError("mxfp16 needs MXNet 1.9.1, which is not installed.\n" + INSTALL_HINT)
     libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
+
+
+def import_mxnet():
+    """``import mxnet``, with a library that libmxnet.so cannot load named with its package and fix.
+
+    Raises
+    ------
+    ImportError
+    """
     try:
         return importlib.import_module("mxnet")
     except OSError as err:  # libmxnet.so is there but a library it links is not
         raise ImportError(libraries.explain_load_error(err)) from err
-    except ImportError as err:
-        raise ImportError("mxfp16 needs MXNet 1.9.1, which is not installed.\n" + INSTALL_HINT) from err
+
+
+def check_stack():
+    """:func:`prepare_stack`, then :func:`import_mxnet`.
+
+    Returns
+    -------
+    module
+        The imported ``mxnet`` module.
+    """
+    prepare_stack()
+    return import_mxnet()

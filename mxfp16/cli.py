@@ -36,8 +36,57 @@ def build_parser():
     return parser
 
 
+def requested_threads(argv):
+    """The value of ``--threads`` among a command's own flags (before any ``--``), or ``None``.
+
+    It is read before the parser exists because building the parser loads
+    MXNet, and MXNet fixes its thread count when it loads.
+    """
+    for index, token in enumerate(argv):
+        if token == "--":  # what follows belongs to another command (mxfp16 launch -- ...)
+            break
+        if token == "--threads":
+            return argv[index + 1] if index + 1 < len(argv) else None
+        if token.startswith("--threads="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def _prepare(argv):
+    """Apply ``--threads``, then load MXNet; return an exit status when that fails, else ``None``."""
+    from ._compat import import_mxnet
+    from .environment import ThreadsError, mxnet_threads, plan_threads, set_threads
+
+    requested = requested_threads(argv)
+    if requested is not None:
+        try:
+            setting, applied = set_threads(plan_threads(requested))
+        except ThreadsError as err:
+            print(f"mxfp16: error: {err}", file=sys.stderr)
+            return 2
+        if setting.note:
+            print(f"mxfp16: warning: {setting.note}", file=sys.stderr)
+        if not applied and mxnet_threads() != setting.threads:
+            print(f"mxfp16: warning: --threads {setting.threads}: MXNet was already loaded in this process with "
+                  f"{mxnet_threads()} thread(s); the setting takes effect in a new process", file=sys.stderr)
+    try:
+        import_mxnet()
+    except ImportError as err:
+        if argv[:1] == ["info"]:  # info reports what it can of a broken install rather than only failing
+            from .commands.info import report_broken_install
+
+            return report_broken_install(err, as_json="--json" in argv)
+        print(f"mxfp16: error: {err}", file=sys.stderr)
+        return 2
+    return None
+
+
 def main(argv=None):
     """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    failed = _prepare(argv)
+    if failed is not None:
+        return failed
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

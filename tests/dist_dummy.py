@@ -2,7 +2,7 @@
 
 ``python tests/dist_dummy.py ACTION [ARG] [--dir DIR]``:
 
-env        print every DMLC_* variable, one ``NAME=VALUE`` per line, and exit 0
+env        print every DMLC_* variable and OMP_NUM_THREADS, one ``NAME=VALUE`` per line, and exit 0
 fail N     print a line, then exit with status N at once (no flush) after a short pause
 sleep      record PIDs in DIR and sleep until signalled; SIGINT or SIGTERM writes the time it
            arrived to DIR/<pid>.sigint or DIR/<pid>.sigterm, then exits
@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--dir", default=".")
     args = parser.parse_args()
     if args.action == "env":
-        for name in sorted(k for k in os.environ if k.startswith("DMLC_")):
+        for name in sorted(k for k in os.environ if k.startswith("DMLC_") or k == "OMP_NUM_THREADS"):
             print(f"{name}={os.environ[name]}")
         print("to stderr", file=sys.stderr)
         return 0

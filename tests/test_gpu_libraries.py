@@ -167,15 +167,30 @@ def test_preload_then_import_works_without_ld_library_path_and_twice_is_harmless
     assert result["same"]
 
 
-def test_half_installed_set_fails_the_import_naming_library_and_package(without_cudnn):
+@pytest.mark.parametrize("statement", ["from mxfp16 import cast_net", "from mxfp16.train import train"])
+def test_half_installed_set_fails_the_import_naming_library_and_package(without_cudnn, statement):
     root, _ = without_cudnn
-    proc = run_python("import mxfp16", check=False, env={"PYTHONPATH": root + os.pathsep + REPO,
-                                                         "LD_LIBRARY_PATH": ""})
+    env = {"PYTHONPATH": root + os.pathsep + REPO, "LD_LIBRARY_PATH": ""}
+    assert run_python("import mxfp16", env=env).returncode == 0  # MXNet is not loaded by the import itself
+    proc = run_python(statement, check=False, env=env)
     assert proc.returncode != 0
     last = proc.stderr[proc.stderr.index("ImportError"):]
     cudnn = next(lib for lib in libraries.LIBRARIES if lib.soname == "libcudnn.so.8")
     assert "libcudnn.so.8" in last and cudnn.package in last and cudnn.fix in last
     assert "OSError" not in last.splitlines()[0]
+
+
+def test_half_installed_set_on_the_command_line_is_a_clear_error(without_cudnn):
+    root, _ = without_cudnn
+    env = {"PYTHONPATH": root + os.pathsep + REPO, "LD_LIBRARY_PATH": ""}
+    proc = run_python("import sys; from mxfp16.cli import main; sys.exit(main(['train', '--help']))", check=False,
+                      env=env)
+    cudnn = next(lib for lib in libraries.LIBRARIES if lib.soname == "libcudnn.so.8")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "libcudnn.so.8" in proc.stderr and cudnn.fix in proc.stderr
+    info = run_python("import sys; from mxfp16.cli import main; sys.exit(main(['info']))", check=False, env=env)
+    assert info.returncode == 2 and "Traceback" not in info.stderr
+    assert re.search(r"libcudnn\.so\.8\s.*MISSING", info.stdout) and cudnn.fix in info.stdout
 
 
 def test_broken_library_is_reported_not_raised(tmp_path):

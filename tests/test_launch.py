@@ -67,7 +67,7 @@ def test_local_plan_gives_each_role_its_dmlc_environment():
     port = slots[0].env["DMLC_PS_ROOT_PORT"]
     assert 1 <= int(port) <= 65535
     for s in slots:
-        assert s.env == {"DMLC_ROLE": s.role, "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": port,
+        assert {k: v for k, v in s.env.items() if k.startswith("DMLC_")} == {"DMLC_ROLE": s.role, "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": port,
                          "DMLC_NUM_WORKER": "3", "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": "127.0.0.1"}
         assert s.argv == (("python", "train.py") if s.role == "worker" else (sys.executable, "-c", SERVER_CODE))
     assert local_plan(["x"], 1, 1, port=7000)[0].env["DMLC_PS_ROOT_PORT"] == "7000"
@@ -89,7 +89,8 @@ def test_output_is_prefixed_and_each_process_sees_its_environment():
     for s in slots:
         prefix = f"{'[' + s.name + ']':<11} "  # padded to the longest name, "[scheduler]"
         seen = dict(line[len(prefix):].split("=", 1) for line in out.splitlines() if line.startswith(prefix))
-        assert seen == s.env, s.name
+        assert seen == {k: v for k, v in s.env.items() if k.startswith("DMLC_") or k == "OMP_NUM_THREADS"}, s.name
+        assert "OMP_NUM_THREADS" in seen  # the process's share of the cores reached it
         assert f"{prefix}to stderr" in err.splitlines()
     assert all(line.startswith("[") for line in out.splitlines())
 
@@ -326,3 +327,19 @@ def test_flags_after_the_separator_belong_to_the_worker_command():
     assert (args.workers, args.servers, args.timeout) == (2, 1, 9)
     assert args.worker_command[-6:] == ["mxfp16", "train", "--workers", "0", "--timeout", "3"]
     assert args.command == "launch"  # what error messages are prefixed with
+
+
+def test_local_workers_share_the_cores_unless_the_user_chose(monkeypatch):
+    from mxfp16.distributed.plan import local_plan
+    from mxfp16.environment import available_cores
+
+    monkeypatch.delenv("MXNET_OMP_MAX_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(available_cores()))
+    monkeypatch.setenv("MXFP16_THREADS_SET", f"{available_cores()}:default")  # what `import mxfp16` sets
+    slots = local_plan(["true"], workers=2, servers=1, port=9000)
+    threads = {s.name: s.env["OMP_NUM_THREADS"] for s in slots}
+    assert threads == {"scheduler": "1", "server 0": "1", "worker 0": str(max(1, available_cores() // 2)),
+                       "worker 1": str(max(1, available_cores() // 2))}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own choice reaches every process unchanged
+    monkeypatch.delenv("MXFP16_THREADS_SET")
+    assert all("OMP_NUM_THREADS" not in s.env for s in local_plan(["true"], workers=2, servers=1, port=9000))

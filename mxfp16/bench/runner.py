@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from ..child import run_json_child
+from ..environment import mxnet_threads
 
 MODES = ("train", "inference")
 #: Exit status of a child whose precision cannot run on these devices.
@@ -154,11 +155,13 @@ def measure(spec):
     from ..casting import cast_batch, to_float32
     from ..hardware import peak_memory_mb
     from ..parts import PartsSpec, build_parts
+    from ..environment import check_threads
     from ..precision import as_context_list, format_ctx, resolve_precision
     from ..step import train_step
 
     contexts = as_context_list(spec.ctx)
     precision = resolve_precision(spec.precision, contexts)
+    check_threads()  # warns when MXNet runs fewer threads than planned
     batches = _Batches(spec)
     parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
                                   precision=precision, ctx=contexts, optimizer="sgd", lr=0.01, momentum=0.9,
@@ -216,6 +219,7 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
         "warmup": spec.warmup,
         "repeats": spec.repeats,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "threads": mxnet_threads(),
     }
 
 

@@ -8,7 +8,7 @@ and PNG plots to --out.
 """
 import os
 
-from . import CommandError
+from . import CommandError, add_threads_argument
 
 ORDER = 40
 
@@ -49,6 +49,7 @@ def register(subparsers):
     timing.add_argument("--iters", type=int, default=10, help="steps per timed repeat (default: 10)")
     timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
     timing.add_argument("--repeats", type=int, default=3, help="timed repeats; median and spread over these (default: 3)")
+    add_threads_argument(timing)
     timing.add_argument("--timeout", type=float, default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
     output = parser.add_argument_group("output")
@@ -89,6 +90,7 @@ def _folder_classes(folder):
 
 def run(args):
     from .. import hardware
+    from ..environment import thread_report
     from ..bench import report
     from ..bench.plots import write_plots
     from ..bench.runner import BenchSpec
@@ -114,6 +116,9 @@ def run(args):
     load = os.getloadavg()
     print(f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
           f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    threads = thread_report()
+    print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
+          f"{threads['available_cores']} cores available)")
     print(f"{len(specs)} runs, each in its own process: {args.model} {args.image_size}px {args.mode}, "
           f"{args.warmup} warm-up + {args.repeats} x {args.iters} timed steps")
 
@@ -129,6 +134,7 @@ def run(args):
     records = run_suite(specs, timeout=args.timeout, on_result=progress)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
                                             "data", "classes", "ctx", "iters", "warmup", "repeats")}
+    config["threads"] = threads
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
     document = report.bench_document(machine, records, config=config, tensor_cores=tensor_cores)

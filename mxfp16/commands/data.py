@@ -5,7 +5,7 @@ import logging
 import sys
 
 from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_RATIO, parse_size
-from . import CommandError
+from . import CommandError, add_threads_argument
 from ..data.synth import DEMO_SETTINGS as DEMO
 
 ORDER = 10
@@ -94,6 +94,7 @@ def register(subparsers):
                             "(default: 2)")
     group.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
     group.add_argument("--images", type=int, default=600, help="images timed per pipeline (default: 600)")
+    add_threads_argument(group)
     group = bench.add_argument_group("output")
     group.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON (default: no file)")
     bench.set_defaults(func=run_bench)

@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 
-from . import CommandError
+from . import CommandError, add_threads_argument
 
 ORDER = 30
 
@@ -60,6 +60,7 @@ def register(subparsers):
     checks.add_argument("--no-forward-check", action="store_true",
                         help="skip the float16 forward pass that names the first layer with inf/NaN output "
                              "(default: run it where float16 runs)")
+    add_threads_argument(model)
     output = parser.add_argument_group("output")
     output.add_argument("--out", default="runs/diagnose",
                         help="folder for diagnose.txt, diagnose.json and gradient_histogram.png "

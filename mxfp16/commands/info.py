@@ -5,11 +5,9 @@ the command that installs it), the GPU architectures the build has kernels
 for, and a warning for any GPU they do not cover natively.
 """
 import json
+import sys
 
-from .. import hardware
-from ..formats import FORMATS
 from ..gpu import coverage, libraries, wheel_kernels
-from ..precision import resolve_precision, runnable_here
 
 ORDER = 0
 
@@ -24,6 +22,11 @@ def register(subparsers):
 
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
+    from .. import hardware
+    from ..environment import check_threads
+    from ..formats import FORMATS
+    from ..precision import resolve_precision, runnable_here
+
     machine = hardware.machine_summary()
     ctx = "gpu" if machine["gpus"] else "cpu"
     auto = resolve_precision("auto", ctx)
@@ -33,6 +36,7 @@ def collect():
         "auto": {"ctx": ctx, "resolves_to": auto.name},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
         "cuda": cuda_section(machine["gpus"]),
+        "threads": check_threads(warn=False),
     }
 
 
@@ -93,6 +97,7 @@ def _text(report):
         f"MXNet {m['mxnet_version']} (Python {m['python']})",
         f"  build features: {', '.join(m['mxnet_features'])}",
         f"CPU: {m['cpu_model']}, {m['cpu_cores']} cores",
+        _threads_text(report["threads"]),
         "  bfloat16: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["cpu_bfloat16"].items()),
         f"GPUs: {len(m['gpus'])}",
     ]
@@ -112,6 +117,33 @@ def _text(report):
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _threads_text(threads):
+    where = {"default": f"every core this process may run on ({threads['available_cores']})"}.get(
+        threads["source"], threads["source"])
+    line = f"  MXNet threads: {threads['threads']} (planned {threads['planned']}, from {where})"
+    if threads["threads"] is not None and threads["threads"] < threads["planned"]:
+        line += ("; fewer than planned: MXNet was loaded before mxfp16 could set them (export OMP_NUM_THREADS, "
+                 "or import mxfp16 before mxnet)")
+    return line + "; change with --threads N or OMP_NUM_THREADS"
+
+
+def report_broken_install(error, as_json=False):
+    """What ``mxfp16 info`` can still say when MXNet does not load: the CUDA libraries and the error.
+
+    Returns
+    -------
+    int
+        2 (the install needs fixing).
+    """
+    section = libraries.report()
+    if as_json:
+        print(json.dumps({"error": str(error), "cuda": section}, indent=2))
+    else:
+        print("\n".join(_cuda_text(dict(section, kernels=None, gpu_support=[]))))
+        print(f"mxfp16 info: error: MXNet cannot be loaded: {error}", file=sys.stderr)
+    return 2
 
 
 def run(args):

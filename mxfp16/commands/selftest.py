@@ -8,7 +8,7 @@ prints a pass/fail table. Exits with status 1 when any precision fails.
 """
 import json
 
-from . import CommandError
+from . import CommandError, add_threads_argument
 
 ORDER = 5
 
@@ -21,6 +21,7 @@ def register(subparsers):
     parser.add_argument("--inject-fault", metavar="PRECISION", default=None,
                         help="corrupt one step of PRECISION (float16, amp-float16 or amp-bfloat16) to see what a "
                              "failure looks like; its verdict must be FAIL (default: none)")
+    add_threads_argument(parser)
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also write the table as JSON to FILE (default: none)")
     parser.set_defaults(func=run)

@@ -8,6 +8,7 @@ workers finish). This module only plans: it builds :class:`Slot` objects,
 reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher`
 runs them.
 """
+import dataclasses
 import os
 import shlex
 import socket
@@ -152,7 +153,30 @@ def local_plan(command, workers, servers, port=None, python=None):
     """
     _check_counts(workers, servers, port)
     port = free_port() if port is None else int(port)
-    return _slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python)
+    return share_cores(_slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python))
+
+
+def share_cores(slots):
+    """Split this machine's cores between the workers of a local job (``OMP_NUM_THREADS`` per process).
+
+    Every worker would otherwise size MXNet's thread pool to all the cores,
+    and W workers on C cores would run W x C threads. The scheduler and the
+    servers move bytes, not tensors: one thread each. A count the user
+    chose (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS`` in the launcher's
+    environment) is left to every process as it is.
+    """
+    from ..environment import available_cores, thread_report
+
+    if thread_report()["source"] in ("OMP_NUM_THREADS", "MXNET_OMP_MAX_THREADS"):
+        return slots
+    workers = sum(1 for s in slots if s.role == "worker")
+    per_worker = max(1, available_cores() // max(workers, 1))
+    shared = []
+    for slot in slots:
+        threads = per_worker if slot.role == "worker" else 1
+        env = dict(slot.env, OMP_NUM_THREADS=str(threads), MXFP16_THREADS_SET=f"{threads}:mxfp16 launch")
+        shared.append(dataclasses.replace(slot, env=env))
+    return shared
 
 
 def read_hostfile(path):

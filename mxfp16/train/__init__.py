@@ -13,15 +13,32 @@ flags), :mod:`~mxfp16.train.progress` (where a run stands),
 folder's files), :mod:`~mxfp16.train.run` (set-up and the epochs) and
 :mod:`~mxfp16.train.compare` (finished runs side by side). See ``docs/training.md``.
 """
-from .checkpoint import CheckpointError, CheckpointMismatchError
-from .config import PROFILES, ConfigError, TrainConfig
-from .loop import Callback, TrainingDivergedError, evaluate, train_epoch
-from .outputs import METRIC_FIELDS, SUMMARY_FIELDS, params_digest
-from .progress import Progress
-from .run import Run, TrainingInterrupted, fit, prepare, train
+import importlib
 
-__all__ = [
-    "train", "prepare", "fit", "TrainConfig", "PROFILES", "Run", "Progress", "Callback", "train_epoch", "evaluate",
-    "ConfigError", "CheckpointError", "CheckpointMismatchError", "TrainingDivergedError", "TrainingInterrupted",
-    "METRIC_FIELDS", "SUMMARY_FIELDS", "params_digest",
-]
+#: Public name -> the module of this package that defines it. They load on first use, so that
+#: ``python -m mxfp16.train --threads N`` reaches the command line before MXNet loads.
+_EXPORTS = {
+    "train": "run", "prepare": "run", "fit": "run", "Run": "run", "TrainingInterrupted": "run",
+    "TrainConfig": "config", "PROFILES": "config", "ConfigError": "config",
+    "Progress": "progress", "Callback": "loop", "train_epoch": "loop", "evaluate": "loop",
+    "TrainingDivergedError": "loop",
+    "CheckpointError": "checkpoint", "CheckpointMismatchError": "checkpoint",
+    "METRIC_FIELDS": "outputs", "SUMMARY_FIELDS": "outputs", "params_digest": "outputs",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mxfp16.train' has no attribute {name!r}")
+    from .._compat import import_mxnet
+
+    import_mxnet()  # a CUDA library that cannot load is named here, with its package
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

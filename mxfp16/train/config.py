@@ -29,6 +29,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from ..environment import THREADS_DEFAULT, THREADS_HELP
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
 from ..scaler import parse_loss_scale
@@ -131,6 +132,7 @@ class TrainConfig:
     # run
     ctx: str = _option("auto", "run", "auto (every GPU MXNet sees, else the CPU), cpu, gpu, or a GPU list such as "
                                       "gpu:0,1 that splits each batch")
+    threads: int = _option(None, "run", THREADS_HELP, metavar="N", default_text=THREADS_DEFAULT)
     kvstore: str = _option("device", "run", "Gluon kvstore, passed through; dist_* under `mxfp16 launch`",
                            choices=KVSTORES)
     gradient_compression: str = _option(None, "run", "compress gradients on the kvstore; float32 parameters and "
@@ -207,6 +209,8 @@ class TrainConfig:
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= 1), f"{name}={value!r}: must be a whole number >= 1")
         need(self.image_size is None or self.image_size >= 8, f"image_size={self.image_size}: must be at least 8 pixels")
+        need(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1),
+             f"threads={self.threads!r}: must be a whole number >= 1")
         need(self.workers >= 0, f"workers={self.workers}: must be >= 0 (0 loads in the training process)")
         # float32 is what the optimizer computes in: a rate beyond its range is inf.
         need(self.lr is None or (self.lr > 0 and math.isfinite(self.lr) and self.lr < 3.4e38),

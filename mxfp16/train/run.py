@@ -19,6 +19,7 @@ import numpy as np
 
 from ..distributed import average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
 from .._internals import trainer_params
+from ..environment import check_threads, mxnet_threads
 from ..hardware import peak_memory_mb
 from ..optim import check_compression, lr_schedule
 from ..parts import PartsSpec, build_parts
@@ -165,6 +166,11 @@ def prepare(config, log=None):
     cluster = Cluster(kvstore, rank, num_workers)
     outputs = RunOutputs(config.out, rank, cluster.distributed)
 
+    threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
+    if config.threads is not None and threads["threads"] not in (None, config.threads):
+        raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
+                          "this process and fixes the count when it loads; pass --threads on the command line, or "
+                          "call mxfp16.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers))
@@ -191,7 +197,7 @@ def prepare(config, log=None):
     if cluster.distributed:
         sync_parameters(parts.trainer)  # every worker starts from rank 0's parameters (see mxfp16.distributed.sync)
     outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
-                              classes=list(loaders.classes), source=source))
+                              resolved_threads=threads, classes=list(loaders.classes), source=source))
     return run
 
 
@@ -308,6 +314,7 @@ def describe(run):
     rank = f" (rank {cluster.rank} of {cluster.num_workers})" if cluster.distributed else ""
     run.say(f"model: {c.model}{' (pretrained features)' if c.pretrained else ''}; precision {parts.precision}; "
             f"loss scale {parts.scaler!r}; devices {format_ctx(parts.ctx)}; kvstore {c.kvstore}{rank}")
+    run.say(f"threads: MXNet runs {mxnet_threads()} OpenMP thread(s); --threads or OMP_NUM_THREADS change it")
     run.say("environment: " + "; ".join(f"{k}={v} ({why}{'' if here else ', set by you'})"
                                         for k, (v, why, here) in parts.environment.items()))
     momentum = f"momentum {c.momentum:g}, " if hasattr(parts.trainer.optimizer, "momentum") else ""
@@ -341,6 +348,7 @@ def _summarise(run):
         "final_val_top5": records[-1]["val_top5"] if records else None,
         "seconds": sum(r["seconds"] for r in records),
         "num_workers": cluster.num_workers,
+        "threads": mxnet_threads(),
     }
     run.outputs.write_summary(summary)
     run.outputs.write_rank_summary({
