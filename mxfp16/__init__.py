@@ -17,8 +17,7 @@ the thread count in the environment (:mod:`mxfp16.environment`), all of
 which MXNet reads only when it loads. The names below import their module
 (and MXNet) on first use.
 """
-import importlib
-
+from . import _lazy
 from . import environment as _environment
 from ._compat import prepare_stack as _prepare_stack
 from ._version import __version__
@@ -40,16 +39,4 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'mxfp16' has no attribute {name!r}")
-    from ._compat import import_mxnet
-
-    import_mxnet()  # a CUDA library that cannot load is named here, with its package
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

@@ -1,12 +1,15 @@
-"""Benchmarking float32 against mixed precision, and comparing training runs.
+"""Benchmarking float32 against mixed precision, and a PyTorch peer beside them.
 
 Each measurement runs in its own process (AMP is process-global) and times
-:func:`mxfp16.train_step`, the trainer's own step.
+:func:`mxfp16.train_step`, the trainer's own step. The names below load on
+first use, so the PyTorch peer's process never loads MXNet.
 """
-from .report import add_speedups, bench_document
-from .runner import BenchSpec, measure, run_in_subprocess
-from .suite import plan, run_suite
-from .tensor_cores import tensor_core_report
+from .._lazy import exports
 
-__all__ = ["BenchSpec", "measure", "run_in_subprocess", "plan", "run_suite", "add_speedups", "bench_document",
-           "tensor_core_report"]
+_EXPORTS = {
+    "BenchSpec": "runner", "measure": "runner", "run_in_subprocess": "runner", "plan": "suite",
+    "run_suite": "suite", "add_speedups": "report", "bench_document": "report",
+    "tensor_core_report": "tensor_cores",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -8,8 +8,8 @@ from ..fileio import atomic_write, write_json
 RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",
                  "ms_per_step_spread", "peak_memory_mb")
 #: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
-EXTRA_FIELDS = ("requested_precision", "amp_lists", "data", "ctx", "status", "reason", "cpu_ms_per_step",
-                "speedup", "cpu_speedup", "memory_ratio", "load_average")
+EXTRA_FIELDS = ("framework", "layout", "requested_precision", "amp_lists", "data", "ctx", "threads", "status",
+                "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio", "load_average")
 BASELINE = "float32"
 
 
@@ -18,8 +18,14 @@ def _group(record):
     return tuple(record.get(k) for k in ("model", "image_size", "batch_size", "mode", "data", "ctx"))
 
 
+def _is_mxfp16(record):
+    return record.get("framework", "mxfp16") == "mxfp16"
+
+
 def label(record):
-    """A precision's display name, with its AMP lists when it has them: ``amp-bfloat16 (mxfp16 lists)``."""
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (channels_last)``."""
+    if not _is_mxfp16(record):
+        return f"{record['precision']} ({record.get('layout')})"
     lists = record.get("amp_lists")
     return f"{record['precision']} ({lists} lists)" if lists else record["precision"]
 
@@ -29,10 +35,11 @@ def speedup_key(record):
 
 
 def add_speedups(records):
-    """Set ``speedup`` and ``memory_ratio`` on each record against the float32 run of its group.
+    """Set ``speedup`` and ``memory_ratio`` on each record against mxfp16's float32 run of its group.
 
     Only the records passed in are used, so a speedup always compares runs of
     one invocation. A group without a successful float32 run gets ``None``.
+    Peer rows (PyTorch) are measured against the same mxfp16 float32 row.
 
     Parameters
     ----------
@@ -48,7 +55,7 @@ def add_speedups(records):
     """
     baselines = {}
     for r in records:
-        if r.get("status") == "ok" and r["precision"] == BASELINE:
+        if r.get("status") == "ok" and r["precision"] == BASELINE and _is_mxfp16(r):
             baselines.setdefault(_group(r), r)
     table = {}
     for r in records:
@@ -69,10 +76,61 @@ def add_speedups(records):
     return table
 
 
+def peer_comparison(records):
+    """mxfp16 against the peer, per group: the best mixed-precision rows and the float32 rows.
+
+    Returns
+    -------
+    dict
+        ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
+        "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label",
+        "images_per_second"}`` of the fastest such row, and a ratio is mxfp16's img/s over the peer's.
+        Empty without peer rows.
+    """
+    groups = {}
+    for r in records:
+        if r.get("status") == "ok":
+            groups.setdefault(_group(r), []).append(r)
+    out = {}
+    for rows in groups.values():
+        def best(rows):
+            row = max(rows, key=lambda r: r["images_per_second"], default=None)
+            return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"]}
+
+        mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if not _is_mxfp16(r)]
+        if not peer:
+            continue
+        entry = {"mxfp16_mixed": best([r for r in mine if r["precision"] != BASELINE]),
+                 "peer_mixed": best([r for r in peer if not r["precision"].endswith(BASELINE)]),
+                 "mxfp16_float32": best([r for r in mine if r["precision"] == BASELINE]),
+                 "peer_float32": best([r for r in peer if r["precision"].endswith(BASELINE)])}
+        for kind in ("mixed", "float32"):
+            a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
+            entry[f"{kind}_ratio"] = a["images_per_second"] / b["images_per_second"] if a and b else None
+        first = rows[0]
+        out[f"{first['model']} {first['image_size']}px bs{first['batch_size']} {first['mode']}"] = entry
+    return out
+
+
+def format_peer_comparison(comparison):
+    """Lines for the terminal: the fastest mixed row of each side and their ratio."""
+    lines = []
+    for key, e in comparison.items():
+        for kind in ("mixed", "float32"):
+            a, b, ratio = e[f"mxfp16_{kind}"], e[f"peer_{kind}"], e[f"{kind}_ratio"]
+            if a and b:
+                lines.append(f"{key}: {a['label']} {a['images_per_second']:.2f} img/s against {b['label']} "
+                             f"{b['images_per_second']:.2f} img/s: {ratio:.2f}x")
+    return "\n".join(lines)
+
+
 def bench_document(machine, records, config=None, tensor_cores=None):
-    """The content of ``bench.json``: machine, results, speedups (computed here) and the settings."""
+    """The content of ``bench.json``: machine, results, speedups and the peer comparison (computed here)."""
     speedup = add_speedups(records)
     doc = {"machine": machine, "results": records, "speedup": speedup}
+    comparison = peer_comparison(records)
+    if comparison:
+        doc["peer"] = comparison
     if config is not None:
         doc["config"] = config
     if tensor_cores is not None:

@@ -195,6 +195,7 @@ def measure(spec):
 def _record(spec, precision, wall, cpu, peak_mb, ctx):
     median = float(np.median(wall))
     return {
+        "framework": "mxfp16",
         "precision": precision.name,
         "requested_precision": spec.precision,
         "amp_lists": spec.amp_lists if precision.amp else None,
@@ -226,7 +227,7 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
 def not_run(spec, status, reason, precision_name=None):
     """The record of a measurement that did not produce timings."""
     return {
-        "precision": precision_name or spec.precision, "requested_precision": spec.precision,
+        "framework": "mxfp16", "precision": precision_name or spec.precision, "requested_precision": spec.precision,
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
         "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,

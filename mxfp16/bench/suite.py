@@ -2,6 +2,7 @@
 import uuid
 from dataclasses import replace
 
+from . import peer
 from .runner import BenchSpec, not_run, run_in_subprocess
 
 
@@ -48,7 +49,7 @@ def run_suite(specs, timeout=None, on_result=None):
 
     Parameters
     ----------
-    specs : list of BenchSpec
+    specs : list of BenchSpec or mxfp16.bench.peer.PeerSpec
     timeout : float, optional
         Seconds one measurement may take before it is stopped and reported failed.
     on_result : callable, optional
@@ -62,8 +63,11 @@ def run_suite(specs, timeout=None, on_result=None):
     invocation = uuid.uuid4().hex[:12]
     records = []
     for spec in specs:
-        reason = _cannot_run(spec)
-        record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
+        if isinstance(spec, peer.PeerSpec):
+            record = peer.run_in_subprocess(spec, timeout=timeout)
+        else:
+            reason = _cannot_run(spec)
+            record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
         record["invocation"] = invocation
         records.append(record)
         if on_result is not None:

@@ -43,6 +43,11 @@ def register(subparsers):
                            "loaded inside the timed steps, as in training (default: synthetic)")
     what.add_argument("--classes", type=int, default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
+    what.add_argument("--peer", choices=("pytorch",), default=None,
+                      help="also time the same network shape in PyTorch (ResNet-50 v1.5; float32 and autocast "
+                           "bfloat16, NCHW and channels_last), each row in its own process with the same threads, "
+                           "batch, warm-up and repeats; CPU, train mode and synthetic data only; needs the peer "
+                           "extra (default: no peer)")
     what.add_argument("--ctx", default="auto", help="auto (every GPU MXNet sees, else the CPU), cpu, gpu:0 or "
                                                     "gpu:0,1,... (default: auto)")
     timing = parser.add_argument_group("timing")
@@ -99,6 +104,12 @@ def run(args):
     from ..models import ModelError
 
     precisions, batch_sizes, lists = _validate(args)
+    if args.peer and (args.mode != "train" or args.data != "synthetic" or args.ctx.strip().lower() not in ("auto", "cpu")):
+        raise CommandError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
+                           "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
+    if args.peer and not args.model.lower().startswith("resnet50"):
+        raise CommandError(f"--peer pytorch times ResNet-50, so mxfp16's side must be a ResNet-50 too: use --model "
+                           f"resnet50_v2 (or resnet50_v1, resnet50_v1b ...), not {args.model!r}")
     try:
         base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=args.iters,
                          warmup=args.warmup, repeats=args.repeats, data=args.data, ctx=args.ctx,
@@ -113,10 +124,16 @@ def run(args):
         raise CommandError(str(err)) from None
     specs = plan(base, precisions, batch_sizes, lists)
     machine = hardware.machine_summary()
+    threads = thread_report()
+    if args.peer:
+        if machine["gpus"] and args.ctx.strip().lower() == "auto":
+            raise CommandError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
+        from ..bench.peer import NETWORK, plan_peer
+
+        specs += plan_peer(base, batch_sizes, threads["planned"])
     load = os.getloadavg()
     print(f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
           f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    threads = thread_report()
     print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
           f"{threads['available_cores']} cores available)")
     print(f"{len(specs)} runs, each in its own process: {args.model} {args.image_size}px {args.mode}, "
@@ -133,7 +150,7 @@ def run(args):
 
     records = run_suite(specs, timeout=args.timeout, on_result=progress)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
-                                            "data", "classes", "ctx", "iters", "warmup", "repeats")}
+                                            "data", "classes", "ctx", "iters", "warmup", "repeats", "peer")}
     config["threads"] = threads
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
@@ -146,6 +163,10 @@ def run(args):
     print()
     print(format_report(tensor_cores, args.model))
     print()
+    if document.get("peer"):
+        print(f"against PyTorch ({NETWORK}; mxfp16 runs {args.model}), same threads, batch and timing:")
+        print(report.format_peer_comparison(document["peer"]))
+        print()
     print("wrote " + ", ".join(paths))
     if not any(r.get("status") == "ok" for r in records):
         raise CommandError("no run succeeded; see the reasons above")

@@ -13,7 +13,7 @@ flags), :mod:`~mxfp16.train.progress` (where a run stands),
 folder's files), :mod:`~mxfp16.train.run` (set-up and the epochs) and
 :mod:`~mxfp16.train.compare` (finished runs side by side). See ``docs/training.md``.
 """
-import importlib
+from .._lazy import exports
 
 #: Public name -> the module of this package that defines it. They load on first use, so that
 #: ``python -m mxfp16.train --threads N`` reaches the command line before MXNet loads.
@@ -29,16 +29,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'mxfp16.train' has no attribute {name!r}")
-    from .._compat import import_mxnet
-
-    import_mxnet()  # a CUDA library that cannot load is named here, with its package
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -1,0 +1,38 @@
+"""Package exports that load on first use (PEP 562), so importing a package does not load MXNet.
+
+MXNet fixes its thread count and loads its CUDA libraries when it is first
+imported; ``mxfp16``, ``mxfp16.train`` and ``mxfp16.bench`` must be importable
+before that (``python -m mxfp16.train --threads N``, the PyTorch peer's
+process). Each of them hands its ``{name: module}`` table to :func:`exports`.
+"""
+import importlib
+
+__all__ = ["exports"]
+
+
+def exports(package, table):
+    """``(__getattr__, __dir__)`` for ``package`` that import ``table[name]`` on first use.
+
+    Parameters
+    ----------
+    package : str
+        The package's ``__name__``.
+    table : dict
+        ``{public name: module name relative to the package}``.
+    """
+    namespace = importlib.import_module(package).__dict__
+
+    def __getattr__(name):
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        from ._compat import import_mxnet
+
+        import_mxnet()  # a CUDA library that cannot load is named here, with its package
+        value = getattr(importlib.import_module(f".{table[name]}", package), name)
+        namespace[name] = value  # later look-ups skip this function
+        return value
+
+    def __dir__():
+        return sorted(set(namespace) | set(table))
+
+    return __getattr__, __dir__
