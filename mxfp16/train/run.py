@@ -196,7 +196,8 @@ def prepare(config, log=None, given=None):
                           "call mxfp16.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
-                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers))
+                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
+                           augment=config.augment)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
