@@ -13,8 +13,8 @@ two profiles:
 ``demo``
     No ``data_dir``: the generated demo set (ten shape classes, 1,000 training
     and 1,000 test images, so one test image is 0.1 point) with a network and
-    image size a 2-core CPU trains in about two minutes, chosen by measurement (bare training step, batch 32, this
-    machine): ResNet-50 at 224 px runs at about 7 img/s, so one epoch of the
+    image size a 2-core CPU trains in about two minutes, chosen by measurement
+    (bare training step, batch 32, this machine): ResNet-50 at 224 px runs at about 7 img/s, so one epoch of the
     demo set would take over two minutes. ``cifar_resnet20_v1`` at 32 px is
     fast (226 img/s) but its 16-64-channel convolutions are too small for
     bfloat16 to gain (236 img/s in the bare step, slower than float32 in the
