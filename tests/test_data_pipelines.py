@@ -179,7 +179,7 @@ def test_the_augmentation_choice_changes_what_the_pipeline_produces(mirrored, tm
         assert len(set(_multiset(augmented)) & set(_multiset(evaluation))) < len(evaluation[0][0]) // 2
     assert _multiset(light0) != _multiset(imagenet0) != _multiset(train("imagenet", 1))
     assert [l.tolist() for _, l in light0] == [l.tolist() for _, l in none0]  # same order for the same seed/epoch
-    with pytest.raises(Exception, match="choose one of imagenet, light, none"):
+    with pytest.raises(Exception, match="choose one of auto, imagenet, light, none"):
         make_loaders(source, pipeline=pipeline, augment="heavy")
 
 
@@ -193,3 +193,35 @@ def test_light_crops_keep_most_of_the_image(tiny):
         return float(np.mean(np.minimum(np.abs(a - b).mean(axis=(1, 2, 3)), np.abs(a - b[..., ::-1]).mean(axis=(1, 2, 3)))))
 
     assert error("light") < error("imagenet")
+
+
+def test_auto_augmentation_follows_the_manifest_then_the_image_size(mirrored, tmp_path):
+    """``auto`` (the default): the manifest's choice, else imagenet when it sets a crop area, else by image size."""
+    import json
+    import shutil
+
+    from mxfp16.data.pack import pack_recordio
+    from mxfp16.data.pipelines import DataError, resolve_augment
+
+    assert resolve_augment("auto", 32) == "light" and resolve_augment("auto", 64) == "imagenet"
+    assert resolve_augment("auto", 32, {"min_crop_area": 0.4}) == "imagenet"
+    assert resolve_augment("auto", 224, {"augment": "none"}) == "none"
+    assert resolve_augment("none", 32, {"augment": "light"}) == "none"  # an explicit choice wins
+    with pytest.raises(DataError, match="manifest asks for augment 'heavy'"):
+        resolve_augment("auto", 32, {"augment": "heavy"})
+
+    # The loaders resolve it, and what they produce is that augmentation's output.
+    assert make_loaders(mirrored, image_size=SIZE).augment.name == "imagenet"  # the synthetic set sets 0.4
+    bare = tmp_path / "bare"
+    shutil.copytree(mirrored, bare)
+    (bare / "manifest.json").unlink()
+    auto = make_loaders(bare, image_size=SIZE, batch_size=32)
+    assert auto.augment.name == "light"
+    assert _multiset(_collect(auto.train_batches(0))) == _multiset(
+        _collect(make_loaders(bare, image_size=SIZE, batch_size=32, augment="light").train_batches(0)))
+    assert make_loaders(bare, image_size=64).augment.name == "imagenet"
+    (bare / "manifest.json").write_text(json.dumps({"augment": "none"}))
+    assert make_loaders(bare, image_size=SIZE).augment.name == "none"
+    # A pack carries the manifest's choice to the recordio pipeline.
+    pack_recordio(bare, tmp_path / "pack")
+    assert make_loaders(tmp_path / "pack", image_size=SIZE, pipeline="recordio").augment.name == "none"

@@ -5,7 +5,7 @@
 (the JPEG records), ``PREFIX_<split>.idx`` (record offsets) and
 ``PREFIX_<split>.lst`` (``index<TAB>label<TAB>relative path``, im2rec's
 format), then ``PREFIX_classes.json`` (classes, counts, skipped files, the
-settings, and the source manifest's ``min_crop_area`` if it has one). Every image is decoded with OpenCV as 3-channel colour (grayscale
+settings, and the source manifest's ``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
 files are skipped by the same scan the folder pipeline uses. Each file is
 written under a temporary name and renamed; ``PREFIX_classes.json`` comes
@@ -85,12 +85,13 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
     return written, skipped
 
 
-def _manifest_crop_area(src):
-    """The ``min_crop_area`` the source's manifest asks for (the synthetic set has one), or ``None``."""
+def _manifest_hints(src):
+    """The training hints of the source's manifest (``min_crop_area``, ``augment``) that it sets."""
     try:
-        return json.loads((Path(src) / "manifest.json").read_text()).get("min_crop_area")
-    except (OSError, ValueError, AttributeError):
-        return None
+        manifest = json.loads((Path(src) / "manifest.json").read_text())
+        return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
 
 
 def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
@@ -134,8 +135,6 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
         skipped += bad
     meta = {"classes": train.classes, "counts": counts, "source": str(src), "resize": resize, "quality": quality,
             "skipped": [list(s) for s in skipped]}
-    hint = _manifest_crop_area(src)
-    if hint is not None:
-        meta["min_crop_area"] = hint
+    meta.update(_manifest_hints(src))
     write_json(marker, meta)
     return meta

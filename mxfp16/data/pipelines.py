@@ -23,8 +23,10 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     but MXNet does not promise it. Resuming at ``start_batch``
     reads and discards the earlier batches.
 
-Training augmentation is one of :data:`AUGMENTATIONS` (``augment=``):
-``imagenet`` (the default: random-resized crop of ``min_crop_area``-100% of
+Training augmentation is one of :data:`AUGMENTATIONS` (``augment=``), or
+``auto`` (the default, :func:`resolve_augment`: what the data set's manifest
+asks for, else ``light`` below 64 px and ``imagenet`` otherwise):
+``imagenet`` (random-resized crop of ``min_crop_area``-100% of
 the area, aspect 3/4-4/3, horizontal flip: for photos of objects, such as
 Caltech-101), ``light`` (64-100% of the area, aspect 0.9-1.11, flip: small
 images, or objects that fill the frame, where an 8% crop often cuts the
@@ -65,7 +67,7 @@ from mxnet import gluon
 from .validate import DataError, scan_classes
 
 __all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "AUGMENTATIONS",
-           "Augmentation", "augmentation"]
+           "AUGMENT_CHOICES", "Augmentation", "augmentation", "resolve_augment"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -76,6 +78,12 @@ DEFAULT_MIN_CROP_AREA = 0.08
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 #: The training augmentations ``make_loaders`` offers (see the module docstring for when to pick which).
 AUGMENTATIONS = ("imagenet", "light", "none")
+#: What ``augment=`` accepts: an augmentation, or ``auto`` (:func:`resolve_augment`).
+AUGMENT_CHOICES = ("auto",) + AUGMENTATIONS
+#: ``auto`` picks ``light`` below this image side: ImageNet's smallest crop (8% of the area) of a
+#: 32 px image is 9 px wide, too little of a small image to keep its class; CIFAR-style recipes
+#: (GluonCV's ``train_cifar10.py``) crop lightly and flip instead.
+SMALL_IMAGE = 64
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,51 @@ def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
     if name == "none":
         return Augmentation("none", False)
     raise DataError(f"augment {name!r}: choose one of {', '.join(AUGMENTATIONS)}")
+
+
+def resolve_augment(name, image_size, manifest=None):
+    """The augmentation ``auto`` means for a data set; any other name is returned as it is.
+
+    ``auto``: what the data set's manifest names (``"augment"``), else
+    ``imagenet`` when the manifest sets a ``min_crop_area``, else ``light``
+    for images smaller than :data:`SMALL_IMAGE` pixels and ``imagenet``
+    otherwise (Caltech-101 at 224 px: ``imagenet``, unchanged).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`AUGMENT_CHOICES`.
+    image_size : int
+    manifest : dict, optional
+        The data set's ``manifest.json`` (folder) or ``PREFIX_classes.json`` (recordio).
+
+    Raises
+    ------
+    DataError
+        An unknown name, in the argument or the manifest.
+    """
+    manifest = manifest or {}
+    if name not in AUGMENT_CHOICES:
+        raise DataError(f"augment {name!r}: choose one of {', '.join(AUGMENT_CHOICES)}")
+    if name != "auto":
+        return name
+    if manifest.get("augment") is not None:
+        if manifest["augment"] not in AUGMENTATIONS:
+            raise DataError(f"the data set's manifest asks for augment {manifest['augment']!r}, which is not one of "
+                            f"{', '.join(AUGMENTATIONS)}; fix the manifest or pass --augment")
+        return manifest["augment"]
+    if manifest.get("min_crop_area") is not None:
+        return "imagenet"
+    return "light" if image_size < SMALL_IMAGE else "imagenet"
+
+
+def _read_manifest(path):
+    """A data set's manifest as a dict (``{}`` when there is none or it cannot be read)."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def resize_for(image_size):
@@ -243,10 +296,11 @@ class FolderLoaders(Loaders):
 
     pipeline = "folder"
 
-    def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="imagenet"):
+    def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="auto"):
         root = Path(root)
         self.min_crop_area = _crop_area(min_crop_area, root / "manifest.json")
-        self.augment = augmentation(augment, self.min_crop_area)
+        self.augment = augmentation(resolve_augment(augment, image_size, _read_manifest(root / "manifest.json")),
+                                    self.min_crop_area)
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")
         unknown = sorted(set(test_scan.classes) - set(train_scan.classes))
@@ -323,7 +377,7 @@ class RecordLoaders(Loaders):
 
     pipeline = "recordio"
 
-    def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="imagenet"):
+    def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="auto"):
         meta_path = classes_file(prefix)
         try:
             meta = json.loads(meta_path.read_text())
@@ -336,7 +390,7 @@ class RecordLoaders(Loaders):
             _check_record_files(prefix, split, meta["counts"][split])
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta_path)
-        self.augment = augmentation(augment, self.min_crop_area)
+        self.augment = augmentation(resolve_augment(augment, image_size, meta), self.min_crop_area)
         self._threads = max(1, workers)
         self._rank, self._parts = shard
         total = meta["counts"]["train"]
@@ -392,7 +446,7 @@ class RecordLoaders(Loaders):
 
 
 def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="folder", seed=0, shard=(0, 1),
-                 min_crop_area=None, augment="imagenet"):
+                 min_crop_area=None, augment="auto"):
     """Training and test batches of a data set, for one worker of ``shard[1]``.
 
     Parameters
@@ -412,7 +466,9 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
     augment : str
-        One of :data:`AUGMENTATIONS` (see the module docstring).
+        One of :data:`AUGMENT_CHOICES`: an augmentation (see the module
+        docstring), or ``auto`` (:func:`resolve_augment`; the result is the
+        loaders' ``augment.name``).
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image.
         ``None``: what the data set's manifest asks for, else 0.08.

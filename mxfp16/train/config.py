@@ -29,7 +29,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from ..data.pipelines import AUGMENTATIONS, PIPELINES
+from ..data.pipelines import AUGMENT_CHOICES, PIPELINES
 from ..environment import THREADS_DEFAULT, THREADS_HELP
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
@@ -109,12 +109,14 @@ class TrainConfig:
                                         "with the network for the cores")
     pipeline: str = _option("folder", "data", "input pipeline: ImageFolderDataset+DataLoader or ImageRecordIter",
                             choices=PIPELINES)
-    augment: str = _option("imagenet", "data", "training augmentation. imagenet: random-resized crop of 8-100% of "
-                                               "the area (or what the data set's manifest asks for), aspect 3/4-4/3, "
-                                               "flip: for photos of objects (Caltech-101). light: 64-100%, aspect "
-                                               "0.9-1.11, flip: small images, objects that fill the frame. none: the "
-                                               "evaluation crop, no flip: digits, text, anything a crop or flip can "
-                                               "change the class of", choices=AUGMENTATIONS)
+    augment: str = _option("auto", "data", "training augmentation. imagenet: random-resized crop of 8-100% of "
+                                           "the area (or what the data set's manifest asks for), aspect 3/4-4/3, "
+                                           "flip: for photos of objects (Caltech-101). light: 64-100%, aspect "
+                                           "0.9-1.11, flip: small images, objects that fill the frame. none: the "
+                                           "evaluation crop, no flip: digits, text, anything a crop or flip can "
+                                           "change the class of. auto: what the data set's manifest asks for, else "
+                                           "light below 64 px and imagenet from 64 px (config.json records the "
+                                           "choice as resolved_augment)", choices=AUGMENT_CHOICES)
     # model
     model: str = _option(None, "model", "any gluoncv classification model, e.g. resnet50_v2, resnet50_v1d, "
                                         "cifar_resnet20_v1, or elementwise-mlp (float16 on CPU)")

@@ -227,7 +227,8 @@ def prepare(config, log=None, given=None):
     resumed = previous + ([{"at_step": run.progress.global_step,
                             "changed": {k: [old, new] for k, (old, new) in changes.items()}}] if config.resume else [])
     outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
-                              resolved_threads=threads, classes=list(loaders.classes), source=source,
+                              resolved_threads=threads, resolved_augment=loaders.augment.name,
+                              classes=list(loaders.classes), source=source,
                               resumed=resumed))
     return run
 
