@@ -22,7 +22,7 @@ from ..fileio import atomic_path, write_json
 from .progress import Progress
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint",
-           "read_record", "RECORD", "FINGERPRINT_FIELDS"]
+           "read_record", "params_file", "RECORD", "FINGERPRINT_FIELDS"]
 
 RECORD = "latest.json"
 FORMAT_VERSION = 2
@@ -70,6 +70,45 @@ def read_record(out):
         raise CheckpointError(f"{path} has format version {record.get('version')!r}, not {FORMAT_VERSION}; "
                               "it was written by another mxfp16 version")
     return record
+
+
+def params_file(out, epoch=None):
+    """The network parameters of a checkpoint of run folder ``out``, for reading them outside the trainer.
+
+    Parameters
+    ----------
+    out : str or Path
+        The run folder.
+    epoch : int, optional
+        The checkpoint written at the end of this epoch (counted from 1);
+        ``None`` for the current one.
+
+    Returns
+    -------
+    (Path, dict)
+        The ``.params`` file (``net.save_parameters`` format) and the current
+        record, whose ``fingerprint`` says which model, precision and image
+        size wrote it.
+
+    Raises
+    ------
+    CheckpointError
+        No checkpoint, a record that cannot be read, or the file asked for is
+        not on disk (the message lists the checkpoints that are).
+    """
+    folder = _folder(out)
+    record = read_record(out)
+    if record is None:
+        raise CheckpointError(f"{out} has no checkpoint ({folder / RECORD} not found): it is not a run folder, or "
+                              "its run stopped before the first epoch ended. Point at a finished run, or train one "
+                              f"with `mxfp16 train --out {out}`")
+    name = record.get("params_file") if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
+    path = folder / str(name)
+    if not path.is_file():
+        kept = sorted(p.stem for p in folder.glob("*.params")) or ["none"]
+        what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
+        raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
+    return path, record
 
 
 def save_checkpoint(out, parts, progress, fingerprint, config_digest=None):
