@@ -12,7 +12,9 @@ ResNet also run in bfloat16 downstream.
 fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists plus one
 rule, the 7x7 stem convolution in float32 (see ``docs/benchmarks.md`` for
 the figures and what still holds bfloat16 back).
-:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly.
+:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly;
+``mxfp16 export`` converts finished networks with the same lists and rule
+(:func:`float32_layers`).
 """
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
