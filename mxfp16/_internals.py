@@ -69,3 +69,42 @@ def renew_parameter_symbols(block):
     """
     for param in block.collect_params().values():
         param._var = None
+
+
+def trainer_updater_states(trainer):
+    """``{parameter index: optimizer state}`` of the trainer's (first) updater.
+
+    With ``update_on_kvstore=False`` every device has an updater; they hold
+    the same states after each step, as ``Trainer.save_states`` assumes.
+    """
+    if trainer_updates_on_kvstore(trainer):
+        raise ValueError("the optimizer states live on the kvstore (update_on_kvstore=True); "
+                         "build the trainer with update_on_kvstore=False to checkpoint them")
+    return dict(trainer._updaters[0].states)
+
+
+def set_trainer_updater_states(trainer, states):
+    """Give every updater ``states``; each moves them to its device at its next update."""
+    if trainer_updates_on_kvstore(trainer):
+        raise ValueError("the optimizer states live on the kvstore (update_on_kvstore=True)")
+    for updater in trainer._updaters:
+        updater.states = dict(states)
+        updater.states_synced = dict.fromkeys(states, False)
+
+
+def optimizer_update_counts(trainer):
+    """The optimizer's update counters (the LR schedule's position and Adam's bias correction read them)."""
+    optimizer = trainer.optimizer
+    return {"num_update": int(optimizer.num_update),
+            "index_update_counts": {str(device): {str(i): int(n) for i, n in counts.items()}
+                                    for device, counts in optimizer._all_index_update_counts.items()}}
+
+
+def set_optimizer_update_counts(trainer, counts):
+    """Restore :func:`optimizer_update_counts` into the trainer's optimizer."""
+    optimizer = trainer.optimizer
+    optimizer.num_update = int(counts["num_update"])
+    optimizer._all_index_update_counts = {int(device): {int(i): int(n) for i, n in per.items()}
+                                          for device, per in counts["index_update_counts"].items()}
+    optimizer._all_index_update_counts.setdefault(0, {})
+    optimizer._index_update_count = optimizer._all_index_update_counts[0]

@@ -94,9 +94,9 @@ def main(argv=None):
         return 2
     try:
         return args.func(args) or 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("interrupted", file=sys.stderr)
-        return 130
+        return getattr(err, "exit_status", 130)  # 143 after SIGTERM
     except CommandError as err:
         print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -124,6 +124,11 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     -------
     gluon.Trainer
     """
+    from .precision import Precision
+
+    if precision is not None and not isinstance(precision, Precision):
+        raise TypeError(f"precision must be a Precision, not {precision!r}: pass "
+                        f"mxfp16.resolve_precision({precision!r}, ctx), which also checks it can run on ctx")
     optimizer = _check_optimizer(optimizer)
     if compression_params and precision is not None:
         check_compression(compression_params.get("type"), kvstore, precision)

@@ -6,6 +6,7 @@ out (``trainer.update(batch_size * S)``). A *dynamic* scaler starts high, backs
 off whenever a gradient overflows (and that step is skipped), and grows again
 after a run of clean steps.
 """
+import math
 from collections import deque
 
 __all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler", "parse_loss_scale"]
@@ -48,18 +49,15 @@ class LossScaler:
     """
 
     STATE_VERSION = 1
+    _COUNTERS = ("clean_steps", "overflows_left", "overflows_at_min", "steps", "skipped_steps")
     _CONFIG = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "hysteresis",
                "min_scale", "max_scale", "dynamic", "enabled", "max_overflows_at_min")
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, hysteresis=1, min_scale=1.0, max_scale=2.0 ** 24,
                  dynamic=True, enabled=True, max_overflows_at_min=50, history_size=1000):
-        if init_scale <= 0 or min_scale <= 0 or max_scale < min_scale:
-            raise ValueError("loss scales must be positive with min_scale <= max_scale")
-        if not growth_factor > 1.0 or not 0.0 < backoff_factor < 1.0:
-            raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
-        if growth_interval < 1 or hysteresis < 1 or max_overflows_at_min < 1:
-            raise ValueError("growth_interval, hysteresis and max_overflows_at_min must be >= 1")
+        self._check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
+                    dynamic, enabled, max_overflows_at_min)
         self.init_scale = float(init_scale)
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
@@ -72,6 +70,24 @@ class LossScaler:
         self.max_overflows_at_min = int(max_overflows_at_min)
         self.history = deque(maxlen=history_size)
         self._reset()
+
+    @staticmethod
+    def _check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
+               dynamic, enabled, max_overflows_at_min):
+        """Refuse settings that would make the scale meaningless (nan and inf compare False with everything)."""
+        finite = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                     for v in (init_scale, growth_factor, backoff_factor, min_scale, max_scale))
+        if not finite or not (init_scale > 0 and min_scale > 0 and max_scale >= min_scale):
+            raise ValueError("loss scales must be positive finite numbers with min_scale <= max_scale, got "
+                             f"init_scale={init_scale!r}, min_scale={min_scale!r}, max_scale={max_scale!r}")
+        if not (growth_factor > 1.0 and 0.0 < backoff_factor < 1.0):
+            raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
+        counts = (growth_interval, hysteresis, max_overflows_at_min)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in counts):
+            raise ValueError("growth_interval, hysteresis and max_overflows_at_min must be whole numbers >= 1")
+        for name, value in (("dynamic", dynamic), ("enabled", enabled)):
+            if not isinstance(value, bool):  # "no" and "false" are truthy strings
+                raise ValueError(f"{name} must be True or False, got {value!r}")
 
     def _reset(self):
         self._scale = min(max(self.init_scale, self.min_scale), self.max_scale) if self.dynamic else self.init_scale
@@ -170,18 +186,25 @@ class LossScaler:
         if version != self.STATE_VERSION:
             raise ValueError(f"loss-scaler state version {version!r} is not {self.STATE_VERSION}; "
                              "it was written by another mxfp16 version")
-        try:
-            for name in self._CONFIG:
-                setattr(self, name, type(getattr(self, name))(state[name]))
-            self._scale = float(state["scale"])
-            self._clean_steps = int(state["clean_steps"])
-            self._overflows_left = int(state["overflows_left"])
-            self._overflows_at_min = int(state["overflows_at_min"])
-            self.steps = int(state["steps"])
-            self.skipped_steps = int(state["skipped_steps"])
-            self.last_step_skipped = bool(state["last_step_skipped"])
-        except KeyError as err:
-            raise ValueError(f"loss-scaler state lacks field {err.args[0]!r}") from err
+        missing = [name for name in self._CONFIG + self._COUNTERS + ("scale", "last_step_skipped")
+                   if name not in state]
+        if missing:
+            raise ValueError(f"loss-scaler state lacks field(s) {', '.join(missing)}")
+        # Checked as the constructor checks its arguments, without converting: "false" is not False.
+        self._check(*(state[name] for name in self._CONFIG))
+        scale = state["scale"]
+        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"loss-scaler state has scale {scale!r}; a scale is a positive finite number")
+        bad = [name for name in self._COUNTERS
+               if not (isinstance(state[name], int) and not isinstance(state[name], bool) and state[name] >= 0)]
+        if bad or not isinstance(state["last_step_skipped"], bool):
+            raise ValueError(f"loss-scaler state has malformed field(s) {', '.join(bad) or 'last_step_skipped'}")
+        for name in self._CONFIG:
+            setattr(self, name, state[name] if isinstance(state[name], bool) else type(getattr(self, name))(state[name]))
+        self._scale = float(scale)
+        self._clean_steps, self._overflows_left, self._overflows_at_min, self.steps, self.skipped_steps = (
+            state[name] for name in self._COUNTERS)
+        self.last_step_skipped = state["last_step_skipped"]
         self.history.clear()
         self.history.extend(float(s) for s in state.get("history", ()))
 

@@ -80,3 +80,57 @@ def test_epoch_record_without_a_documented_field_is_refused(tmp_path):
     (run / "metrics.jsonl").write_text(lines[0] + "\n" + json.dumps(record) + "\n")
     with pytest.raises(RunDirError, match="epoch record 2 lacks seconds"):
         load_runs([str(run)])
+
+
+def _seeds(root, precision, finals, speed):
+    paths = []
+    for seed, final in zip((1, 2, 3), finals):
+        path = root / f"{precision}-s{seed}"
+        _write_run(path, precision, [final - 0.1, final], [1.0, 0.5], [10.0, 10.0], speed)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps(dict(config, seed=seed)))
+        paths.append(str(path))
+    return paths
+
+
+def test_parity_statistics_match_a_hand_computed_case(tmp_path):
+    """The issue's numbers: float32 0.928/0.935/0.930 against amp-bfloat16 0.907/0.920/0.917, seeds 1-3."""
+    from mxfp16.train.parity import parity
+
+    a = _seeds(tmp_path, "float32", [0.928, 0.935, 0.930], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.907, 0.920, 0.917], 190.0)
+    report, _, _ = parity(a, b)
+    assert report["a"]["mean"] == pytest.approx(93.1) and report["b"]["mean"] == pytest.approx(91.4667, abs=1e-4)
+    assert report["gap"] == pytest.approx(-1.6333, abs=1e-4)
+    assert report["a"]["sd"] == pytest.approx(0.3606, abs=1e-4) and report["b"]["sd"] == pytest.approx(0.6807, abs=1e-4)
+    welch = report["welch"]  # by hand: se 0.4447, df 3.040, t(0.975, 3.04) = 3.166
+    assert welch["se"] == pytest.approx(0.4447, abs=1e-4) and welch["df"] == pytest.approx(3.040, abs=2e-3)
+    assert (welch["low"], welch["high"]) == (pytest.approx(-3.041, abs=5e-3), pytest.approx(-0.226, abs=5e-3))
+    paired = report["paired"]  # differences -2.1, -1.5, -1.3: sd 0.4163, se 0.2404, t(0.975, 2) = 4.303
+    assert paired["differences"] == pytest.approx([-2.1, -1.5, -1.3], abs=1e-9)
+    assert (paired["low"], paired["high"]) == (pytest.approx(-2.668, abs=2e-3), pytest.approx(-0.599, abs=2e-3))
+    assert report["exceeds_noise"] is True and report["speedup"] == pytest.approx(1.9)
+
+
+def test_parity_within_the_noise_and_the_command(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.930, 0.935, 0.925], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.932, 0.928, 0.931], 190.0)
+    assert main(["compare", "--a", str(tmp_path / "float32-s*"), "--b", *b, "--out", str(tmp_path / "p")]) == 0
+    printed = capsys.readouterr().out
+    assert "within the noise" in printed and "paired by seed" in printed and "1.90x" in printed
+    doc = json.loads((tmp_path / "p" / "parity.json").read_text())
+    assert doc["exceeds_noise"] is False and doc["a"]["seeds"] == [1, 2, 3]
+    assert (tmp_path / "p" / "parity.png").read_bytes()[:8] == PNG_MAGIC
+    assert main(["compare", "--a", *a]) == 2 and "--a and --b go together" in capsys.readouterr().err
+    assert main(["compare", "--a", str(tmp_path / "nothing-*"), "--b", *b]) == 2
+    assert "matches no run folder" in capsys.readouterr().err
+
+
+def test_one_run_per_side_reports_no_interval(tmp_path):
+    from mxfp16.train.parity import format_parity, parity
+
+    a = _seeds(tmp_path, "float32", [0.93], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.92], 150.0)
+    report, _, _ = parity(a, b)
+    assert report["welch"] is None and report["paired"] is None and report["exceeds_noise"] is None
+    assert "no spread" in format_parity(report)

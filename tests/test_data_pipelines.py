@@ -136,3 +136,60 @@ def test_min_crop_area_comes_from_the_manifest_unless_given(tiny, tmp_path):
     assert not np.array_equal(whole[0][0], small[0][0])
     with pytest.raises(Exception, match="min_crop_area"):
         make_loaders(tiny, min_crop_area=0)
+
+
+def _multiset(batches):
+    """The images of a list of batches, order-free (each image's bytes, sorted)."""
+    return sorted(d[i].tobytes() for d, _ in batches for i in range(len(d)))
+
+
+@pytest.fixture(scope="module")
+def mirrored(tiny, tmp_path_factory):
+    """The tiny set with test/ a copy of train/, so the evaluation transform of the training images is known."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("mirrored") / "m"
+    shutil.copytree(tiny, root)
+    shutil.rmtree(root / "test")
+    shutil.copytree(root / "train", root / "test")
+    return root
+
+
+@pytest.mark.parametrize("pipeline", ["folder", "recordio"])
+def test_the_augmentation_choice_changes_what_the_pipeline_produces(mirrored, tmp_path, pipeline):
+    from mxfp16.data.pack import pack_recordio
+
+    source = mirrored
+    if pipeline == "recordio":
+        source = tmp_path / "pack"
+        pack_recordio(mirrored, source)
+
+    def train(augment, epoch):
+        return _collect(make_loaders(source, image_size=SIZE, batch_size=32, pipeline=pipeline,
+                                     augment=augment).train_batches(epoch))
+
+    evaluation = _collect(make_loaders(source, image_size=SIZE, batch_size=32, pipeline=pipeline).test_batches())
+    # none: every epoch is exactly the evaluation transform of the training images, in a new order.
+    none0, none1 = train("none", 0), train("none", 1)
+    assert _multiset(none0) == _multiset(none1) == _multiset(evaluation)
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(none0, none1))  # the order still changes
+    # light and imagenet crop and flip: images differ from the evaluation transform and between epochs.
+    light0, imagenet0 = train("light", 0), train("imagenet", 0)
+    for augmented in (light0, imagenet0):
+        assert len(set(_multiset(augmented)) & set(_multiset(evaluation))) < len(evaluation[0][0]) // 2
+    assert _multiset(light0) != _multiset(imagenet0) != _multiset(train("imagenet", 1))
+    assert [l.tolist() for _, l in light0] == [l.tolist() for _, l in none0]  # same order for the same seed/epoch
+    with pytest.raises(Exception, match="choose one of imagenet, light, none"):
+        make_loaders(source, pipeline=pipeline, augment="heavy")
+
+
+def test_light_crops_keep_most_of_the_image(tiny):
+    """A light crop keeps at least 64% of the area: mean pixel error to the full view stays far below imagenet's."""
+    def error(augment):
+        crops = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, augment=augment).train_batches(0))
+        full = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, augment="none").train_batches(0))
+        # Flips make the comparison symmetric: take the closer of the image and its mirror.
+        a, b = crops[0][0], full[0][0]
+        return float(np.mean(np.minimum(np.abs(a - b).mean(axis=(1, 2, 3)), np.abs(a - b[..., ::-1]).mean(axis=(1, 2, 3)))))
+
+    assert error("light") < error("imagenet")

@@ -113,3 +113,31 @@ def test_two_bit_compression_is_refused_under_a_dist_kvstore(tmp_path, capsys, d
     err = capsys.readouterr().err
     assert "--gradient-compression 2bit" in err and "--kvstore dist_sync" in err and "PushPull" in err
     assert not (Path(tmp_path) / "run" / "summary.json").exists()
+
+
+def test_sigterm_to_the_launcher_checkpoints_the_job(tmp_path, data_dir):
+    """What a scheduler's kill does: the workers stop after a step, rank 0 writes a checkpoint, exit 143."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from dist_support import REPO
+
+    out = tmp_path / "job"
+    argv = [sys.executable, "-m", "mxfp16", "launch", "--workers", "2", "--servers", "1", "--grace", "20", "--",
+            sys.executable, "-m", "mxfp16.train", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "50",
+            "--image-size", str(IMAGE_SIZE), "--batch-size", "8", "--kvstore", "dist_sync", "--no-progress",
+            *JOBS["float32"]]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.time() + LAUNCH_TIMEOUT
+    for line in proc.stdout:  # rank 0's first epoch line: every worker is inside the training loop
+        if "epoch 1/50" in line or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=LAUNCH_TIMEOUT)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert "SIGTERM: stopping after this step" in stdout
+    record = json.loads((out / "checkpoints" / "latest.json").read_text())
+    assert record["progress"]["global_step"] >= 1 and (out / "checkpoints" / f"{record['tag']}.params").exists()

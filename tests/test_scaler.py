@@ -121,3 +121,36 @@ def test_one_parser_for_the_setting_and_the_trainer_agrees():
             parse_loss_scale(bad)
         with pytest.raises(ConfigError, match="positive number"):
             TrainConfig(loss_scale=bad).resolve()
+
+
+@pytest.mark.parametrize("kwargs", [dict(init_scale=float("nan")), dict(min_scale=float("nan")),
+                                    dict(max_scale=float("inf")), dict(init_scale=0), dict(dynamic="no"),
+                                    dict(enabled="false"), dict(growth_interval=2.5), dict(hysteresis=True)])
+def test_settings_that_make_no_sense_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        LossScaler(**kwargs)
+
+
+@pytest.mark.parametrize("field, value", [("scale", -5), ("scale", 0), ("scale", float("nan")), ("scale", "1024"),
+                                          ("enabled", "false"), ("dynamic", 1), ("steps", -1), ("skipped_steps", 1.5),
+                                          ("last_step_skipped", "no"), ("init_scale", float("nan"))])
+def test_a_damaged_state_is_refused_and_changes_nothing(field, value):
+    scaler = LossScaler(init_scale=256.0)
+    scaler.update(overflow=True)
+    before = scaler.state_dict()
+    with pytest.raises(ValueError):
+        LossScaler().load_state_dict(dict(before, **{field: value}))
+    target = LossScaler(init_scale=8.0)
+    with pytest.raises(ValueError):
+        target.load_state_dict(dict(before, **{field: value}))
+    assert target.scale == 8.0 and target.steps == 0  # nothing half-applied
+
+
+def test_make_trainer_wants_a_resolved_precision():
+    from mxfp16 import make_trainer
+    from mxfp16.models import elementwise_mlp
+
+    net = elementwise_mlp(2, [4], 2)
+    net.initialize()
+    with pytest.raises(TypeError, match=r"resolve_precision\('float16', ctx\)"):
+        make_trainer(net.collect_params(), "sgd", {}, "float16")

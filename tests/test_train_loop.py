@@ -15,7 +15,7 @@ from mxfp16.optim import lr_schedule
 from mxfp16.parts import PartsSpec, build_parts
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from mxfp16.train.callbacks import InjectOverflow, InterruptAtStep
-from mxfp16.train.checkpoint import load_checkpoint, save_checkpoint
+from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
 
 CLASSES, SIZE, BATCH, STEPS, EPOCHS = 3, 4, 8, 5, 2
 FINGERPRINT = {"model": "elementwise-mlp"}
@@ -147,3 +147,42 @@ def test_progress_round_trips_and_refuses_a_damaged_record():
         Progress.from_state_dict(broken)
     with pytest.raises(ValueError, match="negative"):
         Progress.from_state_dict(dict(progress.state_dict(), batch=-1))
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path, monkeypatch):
+    parts, progress = make_parts(), Progress()
+    train_epoch(parts, batches(0, 0), progress, log_every=2)
+    progress.epoch_finished({"epoch": 1})
+    save_checkpoint(tmp_path, parts, progress, FINGERPRINT)
+    before = (tmp_path / "checkpoints" / "latest.json").read_text()
+
+    def disk_full(path):  # what MXNet raises when the disk fills up
+        raise mx.base.MXNetError("[12:00:00] src/io/local_filesys.cc:xx: Check failed: FileStream.Write incomplete")
+
+    monkeypatch.setattr(parts.net, "save_parameters", disk_full)
+    train_epoch(parts, batches(1, 0), progress, log_every=2)
+    progress.epoch_finished({"epoch": 2})
+    with pytest.raises(CheckpointError, match=r"could not write checkpoint epoch-0002 .*Write incomplete; \d+ MB free"):
+        save_checkpoint(tmp_path, parts, progress, FINGERPRINT)
+    assert (tmp_path / "checkpoints" / "latest.json").read_text() == before
+    assert not list((tmp_path / "checkpoints").glob("*.tmp")) and not list((tmp_path / "checkpoints").glob("*0002*"))
+
+
+def test_a_checkpoint_of_another_run_is_refused_naming_the_differences(tmp_path):
+    parts, progress = make_parts(), Progress()
+    train_epoch(parts, batches(0, 0), progress, log_every=2)
+    progress.epoch_finished()
+    save_checkpoint(tmp_path, parts, progress, dict(FINGERPRINT, image_size=4))
+    with pytest.raises(CheckpointMismatchError, match="image_size: checkpoint 4, this run 8"):
+        load_checkpoint(tmp_path, make_parts(), dict(FINGERPRINT, image_size=8))
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    parts, progress = make_parts(), Progress()
+    for epoch in range(3):
+        train_epoch(parts, batches(epoch, 0), progress, log_every=2)
+        progress.epoch_finished()
+        save_checkpoint(tmp_path, parts, progress, FINGERPRINT, keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["epoch-0002.json", "epoch-0002.optimizer", "epoch-0002.params", "epoch-0003.json",
+                     "epoch-0003.optimizer", "epoch-0003.params", "latest.json"]

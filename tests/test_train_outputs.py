@@ -57,11 +57,12 @@ def test_checkpoint_holds_the_final_parameters_and_the_digest_matches(runs, prec
     out, _ = runs[precision]
     record = json.loads((out / "checkpoints" / "latest.json").read_text())
     assert position(record) == {"epoch": EPOCHS, "batch": 0, "global_step": EPOCHS * 3}
-    assert (out / "checkpoints" / record["states_file"]).stat().st_size > 0
+    assert (out / "checkpoints" / f"{record['tag']}.optimizer").stat().st_size > 0
+    assert sorted(record["files"]) == [f"{record['tag']}.optimizer", f"{record['tag']}.params"]
     # Independent digest: sha256 over the saved arrays in sorted-name order, float32 bytes.
     import hashlib
 
-    arrays = mx.nd.load(str(out / "checkpoints" / record["params_file"]))
+    arrays = mx.nd.load(str(out / "checkpoints" / f"{record['tag']}.params"))
     h = hashlib.sha256()
     for name in sorted(arrays):
         value = np.ascontiguousarray(arrays[name].asnumpy().astype(np.float32))

@@ -57,7 +57,7 @@ def test_resumed_metrics_continue_and_match(runs):
 
 def _final_arrays(out):
     record = json.loads((out / "checkpoints" / "latest.json").read_text())
-    return mx.nd.load(str(out / "checkpoints" / record["params_file"]))
+    return mx.nd.load(str(out / "checkpoints" / f"{record['tag']}.params"))
 
 
 def test_resumed_parameters_and_scaler_match(runs):

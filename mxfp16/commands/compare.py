@@ -1,9 +1,17 @@
-"""``mxfp16 compare RUN_DIR ...``: float32 against mixed precision, from finished training runs.
+"""``mxfp16 compare``: float32 against mixed precision, from finished training runs.
 
-Reads each run's config.json, metrics.jsonl and summary.json (what `mxfp16
-train --out DIR` writes), prints a table of final accuracy, img/s and the
-speedup against the float32 run, and writes compare.json, compare.md and
-compare.png (loss and accuracy per epoch, accuracy against wall time).
+``mxfp16 compare RUN_DIR ...`` reads each run's config.json, metrics.jsonl
+and summary.json (what `mxfp16 train --out DIR` writes), prints a table of
+final accuracy, img/s and the speedup against the float32 run, and writes
+compare.json, compare.md and compare.png (loss and accuracy per epoch,
+accuracy against wall time).
+
+``mxfp16 compare --a RUN ... --b RUN ...`` compares two groups of runs
+(several seeds each; quoted globs such as 'runs/f32-s*' work): each side's
+mean and seed-to-seed spread, the gap, its 95% interval (Welch's t-test, and
+paired by seed when both sides ran the same seeds), and whether the gap
+exceeds the noise; it writes parity.json, parity.txt and parity.png (every
+seed's curve).
 """
 import os
 
@@ -13,24 +21,57 @@ ORDER = 45
 
 
 def register(subparsers):
-    parser = subparsers.add_parser("compare", help="compare training runs: accuracy, loss, img/s, speedup",
+    parser = subparsers.add_parser("compare", help="compare training runs: accuracy, loss, img/s, speedup; or two "
+                                                   "groups of seeds: the gap and whether it exceeds the noise",
                                    description=__doc__)
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--out folders of mxfp16 train runs")
+    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="--out folders of mxfp16 train runs")
+    groups = parser.add_argument_group("two groups of runs (several seeds per precision)")
+    groups.add_argument("--a", nargs="+", metavar="RUN", default=None,
+                        help="the reference side, usually float32: run folders or quoted globs (default: none)")
+    groups.add_argument("--b", nargs="+", metavar="RUN", default=None,
+                        help="the side compared with it, usually mixed precision (default: none)")
+    groups.add_argument("--confidence", type=float, default=0.95,
+                        help="confidence level of the interval for the gap (default: 0.95)")
     parser.add_argument("--out", default=None,
-                        help="folder for compare.json, compare.md and compare.png "
-                             "(default: a 'compare' folder beside the first run)")
+                        help="folder for the outputs (default: a 'compare' folder beside the first run)")
     parser.set_defaults(func=run)
+
+
+def _default_out(first):
+    return os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(first))), "compare")
 
 
 def run(args):
     from ..train.compare import RunDirError, compare, format_table
 
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(args.runs[0]))), "compare")
+    if (args.a is None) != (args.b is None):
+        raise CommandError("--a and --b go together: --a FLOAT32_RUNS ... --b MIXED_RUNS ...")
+    if args.a is not None:
+        if args.runs:
+            raise CommandError("give runs either as RUN_DIR ... or with --a/--b, not both")
+        return _run_groups(args)
+    if not args.runs:
+        raise CommandError("no runs given: mxfp16 compare RUN_DIR ... or mxfp16 compare --a RUN ... --b RUN ...")
     try:
-        rows, paths = compare(args.runs, out)
+        rows, paths = compare(args.runs, args.out or _default_out(args.runs[0]))
     except RunDirError as err:
         raise CommandError(str(err)) from None
     print(format_table(rows))
     if not any(r["precision"] == "float32" for r in rows):
         print("(no float32 run among them: no speedup or accuracy difference to report)")
+    print("wrote " + ", ".join(paths))
+
+
+def _run_groups(args):
+    from ..train.compare import RunDirError
+    from ..train.parity import format_parity, parity, write_parity
+
+    if not 0 < args.confidence < 1:
+        raise CommandError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
+    try:
+        report, a_runs, b_runs = parity(args.a, args.b, args.confidence)
+    except RunDirError as err:
+        raise CommandError(str(err)) from None
+    paths = write_parity(report, a_runs, b_runs, args.out or _default_out(a_runs[0].path))
+    print(format_parity(report))
     print("wrote " + ", ".join(paths))

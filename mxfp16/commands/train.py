@@ -46,11 +46,18 @@ def add_config_arguments(parser):
         groups[meta["group"]].add_argument(_flag(field), **options)
 
 
+def given_fields(args):
+    """The configuration fields set on the command line (flags not given are absent from ``args``)."""
+    from ..train.config import fields_by_name
+
+    return {name for name in fields_by_name() if hasattr(args, name)}
+
+
 def config_from_args(args):
     """The :class:`~mxfp16.train.TrainConfig` the flags describe (unresolved): flags not given keep their default."""
-    from ..train.config import TrainConfig, fields_by_name
+    from ..train.config import TrainConfig
 
-    return TrainConfig(**{name: getattr(args, name) for name in fields_by_name() if hasattr(args, name)})
+    return TrainConfig(**{name: getattr(args, name) for name in given_fields(args)})
 
 
 def register(subparsers):
@@ -78,10 +85,10 @@ def run_command(args):
     from ..models import ModelError
     from ..optim import OptimizerError
     from ..precision import AMPStateError, PrecisionError
-    from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, train
+    from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
 
     try:
-        train(config_from_args(args))
+        fit(prepare(config_from_args(args), given=given_fields(args)))
     except (ConfigError, PrecisionError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
             CheckpointError, TrainingDivergedError) as err:
         raise CommandError(str(err)) from None

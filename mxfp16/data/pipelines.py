@@ -23,7 +23,16 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     but MXNet does not promise it. Resuming at ``start_batch``
     reads and discards the earlier batches.
 
-``min_crop_area`` is 0.08 (the ImageNet recipe) unless the data set says
+Training augmentation is one of :data:`AUGMENTATIONS` (``augment=``):
+``imagenet`` (the default: random-resized crop of ``min_crop_area``-100% of
+the area, aspect 3/4-4/3, horizontal flip: for photos of objects, such as
+Caltech-101), ``light`` (64-100% of the area, aspect 0.9-1.11, flip: small
+images, or objects that fill the frame, where an 8% crop often cuts the
+object out) or ``none`` (the evaluation transform: for images whose class a
+crop or a flip can change, such as digits or text, and for checking that a
+network can fit the data at all).
+
+For ``imagenet``, ``min_crop_area`` is 0.08 (the ImageNet recipe) unless the data set says
 otherwise: a ``min_crop_area`` in ``<source>/manifest.json`` (folder) or
 ``PREFIX_classes.json`` (recordio, copied there by ``data pack``) is used
 when the argument is ``None``. The synthetic shapes set asks for 0.4, since
@@ -46,6 +55,7 @@ import logging
 import math
 import random
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import mxnet as mx
@@ -54,7 +64,8 @@ from mxnet import gluon
 
 from .validate import DataError, scan_classes
 
-__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "center_view", "normalise"]
+__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "center_view",
+           "normalise", "AUGMENTATIONS", "Augmentation", "augmentation"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -63,6 +74,47 @@ STD_RGB = (0.229, 0.224, 0.225)
 PIPELINES = ("folder", "recordio")
 DEFAULT_MIN_CROP_AREA = 0.08
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+#: The training augmentations ``make_loaders`` offers (see the module docstring for when to pick which).
+AUGMENTATIONS = ("imagenet", "light", "none")
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """What a training image goes through: a random-resized crop (or the evaluation crop) and a flip.
+
+    Attributes
+    ----------
+    name : str
+    crop : bool
+        Random-resized crop; ``False`` uses the evaluation transform (resize the short side, center crop).
+    area, ratio : (float, float)
+        The crop's share of the image area and its aspect ratio range.
+    flip : bool
+        Random horizontal flip.
+    """
+
+    name: str
+    crop: bool
+    area: tuple = (1.0, 1.0)
+    ratio: tuple = (1.0, 1.0)
+    flip: bool = False
+
+
+def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
+    """The :class:`Augmentation` called ``name``; ``min_crop_area`` sets ``imagenet``'s smallest crop.
+
+    Raises
+    ------
+    DataError
+        An unknown name, listing the choices.
+    """
+    if name == "imagenet":
+        return Augmentation("imagenet", True, (min_crop_area, 1.0), CROP_RATIO, True)
+    if name == "light":
+        return Augmentation("light", True, (0.64, 1.0), (0.9, 1.0 / 0.9), True)
+    if name == "none":
+        return Augmentation("none", False)
+    raise DataError(f"augment {name!r}: choose one of {', '.join(AUGMENTATIONS)}")
 
 
 def resize_for(image_size):
@@ -115,9 +167,9 @@ class _FolderImages(gluon.data.Dataset):
     main process).
     """
 
-    def __init__(self, base, image_size, seed=0, epoch=None, min_crop_area=DEFAULT_MIN_CROP_AREA):
+    def __init__(self, base, image_size, seed=0, epoch=None, augment=None):
         self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
-        self._area = (min_crop_area, 1.0)
+        self._augment = augment or augmentation("none")
 
     def __len__(self):
         return len(self._base.items)
@@ -134,9 +186,13 @@ class _FolderImages(gluon.data.Dataset):
                             "normally skips such files.") from None
         if self._epoch is None:
             return center_view(img, self._size), label
+        augment = self._augment
         with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
-            img = mx.image.random_size_crop(img, (self._size, self._size), self._area, CROP_RATIO)[0]
-            flip = rng.random() < 0.5
+            if augment.crop:
+                img = mx.image.random_size_crop(img, (self._size, self._size), augment.area, augment.ratio)[0]
+            else:
+                img = center_view(img, self._size)
+            flip = augment.flip and rng.random() < 0.5
         if flip:
             img = mx.nd.flip(img, axis=1)
         return img, label
@@ -209,9 +265,10 @@ class FolderLoaders(Loaders):
 
     pipeline = "folder"
 
-    def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None):
+    def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="imagenet"):
         root = Path(root)
         self.min_crop_area = _crop_area(min_crop_area, root / "manifest.json")
+        self.augment = augmentation(augment, self.min_crop_area)
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")
         unknown = sorted(set(test_scan.classes) - set(train_scan.classes))
@@ -250,7 +307,7 @@ class FolderLoaders(Loaders):
         self._check_start(start_batch)
         order = _epoch_order(len(self._train.items), self._seed, epoch)[self._rank::self._parts][:self.num_train]
         batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        view = _FolderImages(self._train, self._size, self._seed, epoch, self.min_crop_area)
+        view = _FolderImages(self._train, self._size, self._seed, epoch, self.augment)
         return self._batches(view, batches[start_batch:])
 
     def test_batches(self):
@@ -288,7 +345,7 @@ class RecordLoaders(Loaders):
 
     pipeline = "recordio"
 
-    def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None):
+    def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="imagenet"):
         meta_path = classes_file(prefix)
         try:
             meta = json.loads(meta_path.read_text())
@@ -301,6 +358,7 @@ class RecordLoaders(Loaders):
             _check_record_files(prefix, split, meta["counts"][split])
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta_path)
+        self.augment = augmentation(augment, self.min_crop_area)
         self._threads = max(1, workers)
         self._rank, self._parts = shard
         total = meta["counts"]["train"]
@@ -340,10 +398,12 @@ class RecordLoaders(Loaders):
     def train_batches(self, epoch, start_batch=0):
         self._check_start(start_batch)
         key = int(np.random.SeedSequence([self._seed, epoch]).generate_state(1)[0] % (2 ** 31))
-        it = self._iter("train", shuffle=True, seed=key, seed_aug=key, rand_mirror=True, random_resized_crop=True,
-                        min_random_area=self.min_crop_area, max_random_area=1.0,
-                        min_aspect_ratio=CROP_RATIO[0], max_aspect_ratio=CROP_RATIO[1],
-                        part_index=self._rank, num_parts=self._parts)
+        a = self.augment
+        crop = (dict(random_resized_crop=True, min_random_area=a.area[0], max_random_area=a.area[1],
+                     min_aspect_ratio=a.ratio[0], max_aspect_ratio=a.ratio[1]) if a.crop
+                else dict(resize=resize_for(self._size)))  # the evaluation transform: short side, then center crop
+        it = self._iter("train", shuffle=True, seed=key, seed_aug=key, rand_mirror=a.flip,
+                        part_index=self._rank, num_parts=self._parts, **crop)
         batches = self._strip(it, self.num_train)
         for _ in range(start_batch):
             next(batches, None)
@@ -354,7 +414,7 @@ class RecordLoaders(Loaders):
 
 
 def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="folder", seed=0, shard=(0, 1),
-                 min_crop_area=None):
+                 min_crop_area=None, augment="imagenet"):
     """Training and test batches of a data set, for one worker of ``shard[1]``.
 
     Parameters
@@ -373,6 +433,8 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         Seeds the order and the augmentation of every epoch.
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
+    augment : str
+        One of :data:`AUGMENTATIONS` (see the module docstring).
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image.
         ``None``: what the data set's manifest asks for, else 0.08.
@@ -395,7 +457,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
     if pipeline == "folder":
-        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area)
+        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     if pipeline == "recordio":
-        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area)
+        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")

@@ -31,7 +31,7 @@ FORMAT_VERSION = 4
 # A random resized crop down to 8% of the area (the ImageNet default) keeps less than 60% of the
 # shape in about 35% of the crops; down to 40%, in about 10%. make_loaders reads this hint.
 MIN_CROP_AREA = 0.4
-DEMO_SETTINGS = {"classes": 10, "per_class": 100, "test_per_class": 30, "size": 128, "seed": 0}
+DEMO_SETTINGS = {"classes": 10, "per_class": 100, "test_per_class": 100, "size": 128, "seed": 0}
 
 
 # Shapes are drawn near upright (tilted at most MAX_TILT radians): full rotations made the set far

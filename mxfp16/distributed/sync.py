@@ -23,7 +23,8 @@ from mxnet.gluon.parameter import DeferredInitializationError
 
 from .._internals import trainer_init_kvstore_params, trainer_params
 
-__all__ = ["sync_parameters", "average_aux_states", "open_kvstore", "grad_bytes_per_step", "KVStoreError"]
+__all__ = ["sync_parameters", "average_aux_states", "open_kvstore", "grad_bytes_per_step", "KVStoreError",
+           "StopVote"]
 
 
 class KVStoreError(ValueError):
@@ -111,3 +112,33 @@ def grad_bytes_per_step(params):
         if p.grad_req != "null":
             total += int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
     return total
+
+
+class StopVote:
+    """Workers agree on whether to stop: any worker that wants to stop stops them all at the same step.
+
+    A signal reaches every worker of a job at slightly different moments; a
+    worker that stopped one step before the others would leave them waiting
+    forever for its gradients. :meth:`agree` sums one number over the
+    workers (a kvstore ``pushpull``, the same call on every worker), so the
+    decision is taken together, at a step every worker reaches.
+
+    Parameters
+    ----------
+    kvstore : mx.kv.KVStore
+    key : int
+        A key no parameter uses (Gluon numbers parameters from 0).
+    """
+
+    KEY = 2 ** 30
+
+    def __init__(self, kvstore, key=KEY):
+        self._kv = kvstore
+        self._key = key
+        self._kv.init(key, mx.nd.zeros((1,)))
+
+    def agree(self, wants_to_stop):
+        """``True`` on every worker when any worker passed ``True`` (a host sync: call it where one happens anyway)."""
+        vote = mx.nd.array([1.0 if wants_to_stop else 0.0])
+        self._kv.pushpull(self._key, vote, out=vote)
+        return bool(vote.asscalar() > 0)

@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from .loop import Callback
 
-__all__ = ["ProgressBar", "StopOnSignal", "InjectOverflow", "InterruptAtStep"]
+__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "InjectOverflow", "InterruptAtStep"]
 
 
 class ProgressBar(Callback):
@@ -58,15 +58,19 @@ class ProgressBar(Callback):
 
 
 class StopOnSignal(Callback):
-    """Turn the first Ctrl-C into a request to stop after the current step; a second one aborts.
+    """Turn the first Ctrl-C or SIGTERM into a request to stop after the current step; a second one aborts.
 
-    Stopping between steps keeps the parameters, the optimizer state and the
-    loss scale consistent for the checkpoint the trainer then writes. Use as
-    a context manager around training; outside the main thread (where
-    signals cannot be handled) it installs nothing.
+    SIGTERM is what ``kill``, job schedulers and ``mxfp16 launch`` send; it
+    gets the same treatment as Ctrl-C. Stopping between steps keeps the
+    parameters, the optimizer state and the loss scale consistent for the
+    checkpoint the trainer then writes. Use as a context manager around
+    training; outside the main thread (where signals cannot be handled) it
+    installs nothing. ``requested`` is the signal's name once one arrived.
     """
 
-    SIGNALS = (signal.SIGINT,)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    #: What a process stopped by each signal exits with (128 + the signal number, the shell's convention).
+    EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
 
     def __init__(self, say=print):
         self.requested = None
@@ -77,7 +81,8 @@ class StopOnSignal(Callback):
         if self.requested is not None:
             raise KeyboardInterrupt
         self.requested = signal.Signals(signum).name
-        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again aborts without one)")
+        what = "Ctrl-C" if signum == signal.SIGINT else self.requested
+        self._say(f"{what}: stopping after this step and writing a checkpoint (a second one aborts without one)")
 
     def __enter__(self):
         for sig in self.SIGNALS:
@@ -95,6 +100,29 @@ class StopOnSignal(Callback):
 
     def stop_requested(self, progress):
         return self.requested is not None
+
+
+class AgreedStop(Callback):
+    """Stop a job's workers together: each read of the loop's numbers is also a vote (see ``StopVote``).
+
+    Parameters
+    ----------
+    signals : StopOnSignal
+        This worker's own request.
+    vote : mxfp16.distributed.StopVote
+    """
+
+    def __init__(self, signals, vote):
+        self.signals = signals
+        self.vote = vote
+        self.agreed = False
+
+    def on_read(self, progress):
+        # Every worker reads at the same steps (the same log_every, the same batches per epoch).
+        self.agreed = self.agreed or self.vote.agree(self.signals.requested is not None)
+
+    def stop_requested(self, progress):
+        return self.agreed
 
 
 class InjectOverflow(Callback):

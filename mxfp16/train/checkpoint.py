@@ -1,38 +1,67 @@
-"""Checkpoints: parameters, trainer states, loss scaler and position, written atomically.
+"""Checkpoints that load no code, prove their files intact, and survive damage.
 
-A checkpoint is three files in ``<out>/checkpoints/``::
+A checkpoint is three files in ``<out>/checkpoints/``, named by its tag
+(``epoch-0003``, or ``epoch-0003-batch-00017`` mid-epoch)::
 
-    <tag>.params   the network's parameters (``net.save_parameters``)
-    <tag>.states   the trainer's states: optimizer, its update count (the LR
-                   schedule's position) and, for float16 parameters, the
-                   float32 master weights (``trainer.save_states``)
-    latest.json    the commit record: which tag is current, the loss-scaler
-                   state, the run's progress (position, the epoch's sums,
-                   skipped steps; see :mod:`mxfp16.train.progress`) and the
-                   run's fingerprint
+    <tag>.params      the network's parameters (``net.save_parameters``: MXNet's
+                      NDArray format, arrays and names only)
+    <tag>.optimizer   the optimizer's state arrays (momentum, Adam's moments, the
+                      float32 master weights of float16 parameters), also in
+                      MXNet's NDArray format
+    <tag>.json        the record: the state's structure and the optimizer's
+                      update counts (the learning-rate schedule's position),
+                      the loss scaler's state, the run's progress with every
+                      epoch's metrics, the run's fingerprint, and the sha256
+                      of the two array files
 
-Each file is written atomically and ``latest.json`` last, so a crash at any
-moment leaves the previous checkpoint complete and current. The files of
-older tags are removed only after the new record is in place.
+and ``latest.json``, a copy of the newest record: the commit point. Gluon's
+own ``Trainer.save_states`` pickles the optimizer, and unpickling a file can
+run any code in it, so mxfp16 never writes or reads that format: nothing on
+the load path is a pickle, and a folder written by an older mxfp16 (record
+versions 1 and 2, ``.states`` pickles) is refused with an explanation.
+
+Each file is written atomically, the record after its files and
+``latest.json`` last, so a crash at any moment leaves the previous checkpoint
+complete. The last ``keep`` checkpoints stay (default 2); before loading,
+every file is checked against the sha256 in its record, and a damaged
+checkpoint falls back to the one before it, with a warning. Files of a write
+that was interrupted before its record existed are not a checkpoint and are
+removed when the run starts.
 """
+import contextlib
+import hashlib
 import json
+import re
+import shutil
+import warnings
 from pathlib import Path
 
+import mxnet as mx
+
+from .._internals import (optimizer_update_counts, set_optimizer_update_counts, set_trainer_updater_states,
+                          trainer_updater_states)
 from ..fileio import atomic_path, write_json
 from .progress import Progress
 
-__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint",
-           "read_record", "params_file", "RECORD", "FINGERPRINT_FIELDS"]
+__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
+           "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
+           "FINGERPRINT_FIELDS", "DEFAULT_KEEP"]
 
 RECORD = "latest.json"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+DEFAULT_KEEP = 2
 #: What must match for a checkpoint to continue a run.
 FINGERPRINT_FIELDS = ("model", "precision", "param_dtype", "image_size", "classes", "batch_size",
                       "num_workers", "parameters")
+#: Files a checkpoint writes (``.states``: the pickles of mxfp16 before format 3, removed by --overwrite).
+_FILE = re.compile(r"^epoch-\d{4}(-batch-\d{5})?\.(params|optimizer|json|states)$")
+_OLD_FORMAT = ("it was written by an older mxfp16 whose optimizer states are a Python pickle, and loading a "
+               "pickle can run any code in it, so this mxfp16 does not load it. Start a new run with another "
+               "--out (or --overwrite), or continue it with the mxfp16 version that wrote it")
 
 
 class CheckpointError(RuntimeError):
-    """No usable checkpoint where one was expected."""
+    """No usable checkpoint where one was expected, or one that could not be written."""
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -52,23 +81,46 @@ def describe_mismatch(saved, wanted):
     return lines
 
 
+def is_checkpoint_file(name):
+    """Whether a file name in ``checkpoints/`` is one a checkpoint writes (``--overwrite`` removes only these)."""
+    return name == RECORD or bool(_FILE.match(name))
+
+
 def _folder(out):
     return Path(out) / "checkpoints"
 
 
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_json(path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path} cannot be read ({err})") from None
+
+
 def read_record(out):
-    """The current checkpoint record of run folder ``out``, or ``None`` when there is none."""
+    """The current checkpoint record of run folder ``out`` (``latest.json``), or ``None`` when there is none.
+
+    Raises
+    ------
+    CheckpointError
+        A record that is not valid JSON, or of another format version.
+    """
     path = _folder(out) / RECORD
     if not path.exists():
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err}); the checkpoint cannot be trusted. "
-                              "Start a new run with another --out.") from None
+    record = _read_json(path)
     if record.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} has format version {record.get('version')!r}, not {FORMAT_VERSION}; "
-                              "it was written by another mxfp16 version")
+        raise CheckpointError(f"{path} has format version {record.get('version')!r}, not {FORMAT_VERSION}: "
+                              + (_OLD_FORMAT if record.get("version") in (1, 2) else
+                                 "it was written by another mxfp16 version"))
     return record
 
 
@@ -102,55 +154,144 @@ def params_file(out, epoch=None):
         raise CheckpointError(f"{out} has no checkpoint ({folder / RECORD} not found): it is not a run folder, or "
                               "its run stopped before the first epoch ended. Point at a finished run, or train one "
                               f"with `mxfp16 train --out {out}`")
-    name = record.get("params_file") if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
-    path = folder / str(name)
+    name = f"{record.get('tag')}.params" if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
+    path = folder / name
     if not path.is_file():
         kept = sorted(p.stem for p in folder.glob("*.params")) or ["none"]
         what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
         raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
+    if epoch is not None:
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads((folder / f"{Progress(epoch=epoch).tag()}.json").read_text(encoding="utf-8"))
+    digest = record.get("files", {}).get(path.name)
+    if digest is not None and _sha256(path) != digest:
+        raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or changed "
+                              "since it was written); export another epoch (--checkpoint) or retrain")
     return path, record
 
 
-def save_checkpoint(out, parts, progress, fingerprint, config_digest=None):
-    """Write ``<tag>.params``, ``<tag>.states`` and then ``latest.json``; drop older tags.
+
+# ---- optimizer states as arrays + a JSON structure ------------------------------------------------
+def _flatten(state, key, arrays):
+    if state is None:
+        return None
+    if isinstance(state, mx.nd.NDArray):
+        arrays[key] = state
+        return {"array": key}
+    if isinstance(state, (tuple, list)):
+        return {type(state).__name__: [_flatten(s, f"{key}.{i}", arrays) for i, s in enumerate(state)]}
+    if isinstance(state, (bool, int, float)):
+        return {"value": state}
+    raise CheckpointError(f"an optimizer state of type {type(state).__name__} cannot be saved as arrays; "
+                          "mxfp16 checkpoints hold arrays and numbers only")
+
+
+def _unflatten(node, arrays):
+    if node is None:
+        return None
+    if "array" in node:
+        return arrays[node["array"]]
+    if "value" in node:
+        return node["value"]
+    kind, items = next(iter(node.items()))
+    values = [_unflatten(item, arrays) for item in items]
+    return tuple(values) if kind == "tuple" else values
+
+
+def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
+    """Write a checkpoint of ``progress``'s position and make it current; keep the newest ``keep``.
 
     Parameters
     ----------
     out : str or Path
         The run folder.
     parts : mxfp16.parts.Parts
-        The network, trainer and loss scaler to save.
+        The network, trainer (``update_on_kvstore=False``) and loss scaler to save.
     progress : Progress
         Saved whole; its :meth:`~Progress.tag` names the files.
     fingerprint : dict
         What a run must match to continue from this checkpoint.
     config_digest : str, optional
+    keep : int
+        Checkpoints to keep, this one included.
 
     Returns
     -------
     Path
         The record file.
+
+    Raises
+    ------
+    CheckpointError
+        The files could not be written (the message says where and why, e.g. a
+        full disk); the previous checkpoint stays current and complete.
     """
     folder = _folder(out)
-    folder.mkdir(parents=True, exist_ok=True)
     tag = progress.tag()
-    with atomic_path(folder / f"{tag}.params") as tmp:
-        parts.net.save_parameters(tmp)
-    with atomic_path(folder / f"{tag}.states") as tmp:
-        parts.trainer.save_states(tmp)
-    write_json(folder / RECORD, {
-        "version": FORMAT_VERSION, "tag": tag, "params_file": f"{tag}.params", "states_file": f"{tag}.states",
-        "fingerprint": fingerprint, "scaler": parts.scaler.state_dict(), "progress": progress.state_dict(),
-        "config_digest": config_digest,
-    })
-    for stale in folder.iterdir():
-        if stale.suffix in (".params", ".states") and stale.stem != tag:
-            stale.unlink()
+    arrays = {}
+    structure = {str(i): _flatten(s, f"state.{i}", arrays) for i, s in trainer_updater_states(parts.trainer).items()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(folder / f"{tag}.params") as tmp:
+            parts.net.save_parameters(tmp)
+        with atomic_path(folder / f"{tag}.optimizer") as tmp:
+            mx.nd.save(tmp, arrays)
+        record = {
+            "version": FORMAT_VERSION, "tag": tag,
+            "files": {name: _sha256(folder / name) for name in (f"{tag}.params", f"{tag}.optimizer")},
+            "optimizer": {"states": structure, "update_counts": optimizer_update_counts(parts.trainer)},
+            "fingerprint": fingerprint, "scaler": parts.scaler.state_dict(), "progress": progress.state_dict(),
+            "config_digest": config_digest,
+        }
+        write_json(folder / f"{tag}.json", record)
+        write_json(folder / RECORD, record)  # the commit point
+    except (OSError, mx.base.MXNetError) as err:
+        # MXNet reports a full disk as "FileStream.Write incomplete": say how much space is left.
+        existing = next((p for p in (folder, Path(out)) if p.exists()), None)
+        free = f"; {shutil.disk_usage(existing).free / 2 ** 20:.0f} MB free on that disk" if existing else ""
+        detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"could not write checkpoint {tag} in {folder} ({detail}{free}). The previous checkpoint is kept "
+            "and current; free some space (or fix the folder's permissions) and continue with --resume") from None
+    _prune(folder, keep)
     return folder / RECORD
 
 
+def _records(folder):
+    """Every readable per-tag record in ``folder``, newest first."""
+    found = []
+    for path in folder.glob("epoch-*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            found.append((record["progress"]["global_step"], record["progress"]["epoch"], path.stem, record))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged record is not a checkpoint; load_checkpoint says so when it matters
+    return [r for *_, r in sorted(found, key=lambda item: item[:3], reverse=True)]
+
+
+def _prune(folder, keep):
+    kept = {r["tag"] for r in _records(folder)[:max(1, keep)]}
+    for path in folder.iterdir():
+        if _FILE.match(path.name) and path.name.split(".")[0] not in kept:
+            path.unlink()
+
+
+def _problems(folder, record):
+    """Why ``record``'s files cannot be trusted (``[]`` when they can)."""
+    problems = []
+    for name, digest in record.get("files", {}).items():
+        path = folder / name
+        if not path.exists():
+            problems.append(f"{name} is missing")
+        elif _sha256(path) != digest:
+            problems.append(f"{name} does not match its sha256 (truncated or changed since it was written)")
+    if not record.get("files"):
+        problems.append("the record lists no files")
+    return problems
+
+
 def load_checkpoint(out, parts, fingerprint):
-    """Restore the current checkpoint of ``out`` into ``parts``; return the saved progress.
+    """Restore the newest intact checkpoint of ``out`` into ``parts``; return its progress.
 
     Parameters
     ----------
@@ -168,25 +309,62 @@ def load_checkpoint(out, parts, fingerprint):
     Raises
     ------
     CheckpointError
-        No checkpoint in ``out``, or a record that cannot be read.
+        No checkpoint in ``out``, none intact, or one written by an older
+        mxfp16 (a pickle, which is never loaded).
     CheckpointMismatchError
         The checkpoint's fingerprint differs; the message lists what differs.
     """
-    record = read_record(out)
-    if record is None:
-        raise CheckpointError(f"--resume: no checkpoint in {_folder(out)}; run without --resume to start, "
+    folder = _folder(out)
+    latest = read_record(out) if (folder / RECORD).exists() else None
+    candidates = _records(folder) if folder.is_dir() else []
+    if latest is not None:
+        candidates = [latest] + [r for r in candidates if r["tag"] != latest["tag"]]
+    old = [p.name for p in folder.glob("*.states")] if folder.is_dir() else []
+    if not candidates:
+        if old:
+            raise CheckpointError(f"{folder} holds {', '.join(sorted(old))}: " + _OLD_FORMAT)
+        raise CheckpointError(f"--resume: no checkpoint in {folder}; run without --resume to start, "
                               "or point --out at the run to continue")
+    damaged = []
+    for record in candidates:
+        if record.get("version") != FORMAT_VERSION:
+            damaged.append(f"{record.get('tag')}: format version {record.get('version')!r}")
+            continue
+        problems = _problems(folder, record)
+        if problems:
+            damaged.append(f"{record['tag']}: {'; '.join(problems)}")
+            continue
+        try:
+            progress = _restore(folder, record, parts, fingerprint)
+        except CheckpointMismatchError:
+            raise
+        except CheckpointError as err:  # intact files that do not load (written by something else): fall back
+            damaged.append(str(err))
+            continue
+        if damaged:
+            warnings.warn(f"checkpoint(s) damaged in {folder} ({' | '.join(damaged)}); resuming from the previous "
+                          f"one, {record['tag']}", stacklevel=2)
+        return progress
+    raise CheckpointError(f"no intact checkpoint in {folder}: {' | '.join(damaged)}. Start a new run with "
+                          "another --out (or --overwrite)")
+
+
+def _restore(folder, record, parts, fingerprint):
     differences = describe_mismatch(record.get("fingerprint", {}), fingerprint)
     if differences:
         raise CheckpointMismatchError(
-            f"the checkpoint in {_folder(out)} belongs to a different run: " + "; ".join(differences)
+            f"the checkpoint in {folder} belongs to a different run: " + "; ".join(differences)
             + ". Resume with the flags of that run, or start a new run with another --out.")
     try:
         progress = Progress.from_state_dict(record["progress"])
-    except (KeyError, ValueError) as err:
-        raise CheckpointError(f"{_folder(out) / RECORD}: {err}; the checkpoint cannot be trusted") from None
-    folder = _folder(out)
-    parts.net.load_parameters(str(folder / record["params_file"]), ctx=parts.ctx)
-    parts.trainer.load_states(str(folder / record["states_file"]))
-    parts.scaler.load_state_dict(record["scaler"])
+        optimizer = record["optimizer"]
+        arrays = mx.nd.load(str(folder / f"{record['tag']}.optimizer")) if optimizer["states"] else {}
+        states = {int(i): _unflatten(node, arrays) for i, node in optimizer["states"].items()}
+        parts.scaler.load_state_dict(record["scaler"])
+        parts.net.load_parameters(str(folder / f"{record['tag']}.params"), ctx=parts.ctx)
+    except (KeyError, TypeError, ValueError, mx.base.MXNetError) as err:
+        detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({detail})") from None
+    set_trainer_updater_states(parts.trainer, states)
+    set_optimizer_update_counts(parts.trainer, optimizer["update_counts"])
     return progress

@@ -12,9 +12,9 @@ two profiles:
     224 px (Caltech-101 on a GPU).
 ``demo``
     No ``data_dir``: the generated demo set (ten shape classes, 1,000 training
-    images) with a network and image size a 2-core CPU trains in about two
-    minutes, chosen by measurement (bare training step, batch 32, this
-    machine): ResNet-50 at 224 px runs at about 7 img/s, so one epoch of the
+    and 1,000 test images, so one test image is 0.1 point) with a network and
+    image size a 2-core CPU trains in about two minutes, chosen by measurement
+    (bare training step, batch 32, this machine): ResNet-50 at 224 px runs at about 7 img/s, so one epoch of the
     demo set would take over two minutes. ``cifar_resnet20_v1`` at 32 px is
     fast (226 img/s) but its 16-64-channel convolutions are too small for
     bfloat16 to gain (236 img/s in the bare step, slower than float32 in the
@@ -29,15 +29,16 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from ..data.pipelines import AUGMENTATIONS, PIPELINES
 from ..environment import THREADS_DEFAULT, THREADS_HELP
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
 from ..scaler import parse_loss_scale
 
-__all__ = ["TrainConfig", "ConfigError", "PROFILES", "LR_SCHEDULES", "KVSTORES", "GROUPS", "default_text"]
+__all__ = ["TrainConfig", "ConfigError", "PROFILES", "LR_SCHEDULES", "KVSTORES", "GROUPS", "default_text",
+           "RESUME_CHANGEABLE"]
 
 KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
-PIPELINES = ("folder", "recordio")
 #: The flag groups of ``mxfp16 train --help``, in order.
 GROUPS = ("data", "model", "precision", "optimisation", "run", "testing aids (not for training runs)")
 
@@ -48,6 +49,14 @@ PROFILES = {
     "demo": dict(model="resnet18_v1", image_size=48, epochs=16, batch_size=32, optimizer="adam", lr=0.003,
                  warmup_epochs=1, wd=1e-4),
 }
+
+
+#: Settings a resumed run may change; they take effect from the step it resumes at.
+RESUME_CHANGEABLE = ("epochs", "lr", "lr_schedule", "warmup_epochs", "step_epochs", "wd", "momentum",
+                     "label_smoothing", "clip_grad_norm", "ctx", "threads", "workers", "keep_checkpoints",
+                     "max_batches", "log_every", "progress")
+#: Fields that steer this invocation and are not part of what the run is.
+RESUME_CONTROL = ("resume", "overwrite", "out", "inject_overflow_step", "inject_overflow_rank", "interrupt_at_step")
 
 
 class ConfigError(ValueError):
@@ -100,6 +109,12 @@ class TrainConfig:
                                         "with the network for the cores")
     pipeline: str = _option("folder", "data", "input pipeline: ImageFolderDataset+DataLoader or ImageRecordIter",
                             choices=PIPELINES)
+    augment: str = _option("imagenet", "data", "training augmentation. imagenet: random-resized crop of 8-100% of "
+                                               "the area (or what the data set's manifest asks for), aspect 3/4-4/3, "
+                                               "flip: for photos of objects (Caltech-101). light: 64-100%, aspect "
+                                               "0.9-1.11, flip: small images, objects that fill the frame. none: the "
+                                               "evaluation crop, no flip: digits, text, anything a crop or flip can "
+                                               "change the class of", choices=AUGMENTATIONS)
     # model
     model: str = _option(None, "model", "any gluoncv classification model, e.g. resnet50_v2, resnet50_v1d, "
                                         "cifar_resnet20_v1, or elementwise-mlp (float16 on CPU)")
@@ -140,11 +155,16 @@ class TrainConfig:
                                         choices=GRADIENT_COMPRESSION, default_text="off")
     seed: int = _option(0, "run", "seeds initialisation, data order and augmentation")
     out: str = _option("runs/train", "run", "run folder for outputs and checkpoints")
-    resume: bool = _option(False, "run", "continue the run in --out from its last checkpoint",
+    resume: bool = _option(False, "run", "continue the run in --out from its newest intact checkpoint, with the "
+                                         "settings it was started with; flags given with --resume change only "
+                                         "what a resumed run can change (epochs, the learning-rate schedule, wd, "
+                                         "momentum, clipping, devices, threads, logging) and the rest are refused",
                            default_text="off; an --out that holds a run is refused without it")
     overwrite: bool = _option(False, "run", "replace the run already in --out: its config, metrics, summaries and "
                                             "checkpoints are deleted once the new run's settings have been checked",
                               default_text="off; such an --out is refused")
+    keep_checkpoints: int = _option(2, "run", "checkpoints kept in --out/checkpoints; a damaged newest one falls "
+                                              "back to the one before")
     max_batches: int = _option(None, "run", "at most N training and N evaluation batches per epoch, for smoke runs",
                                metavar="N", default_text="all")
     log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar; each read waits "
@@ -200,12 +220,12 @@ class TrainConfig:
             parse_loss_scale(self.loss_scale)
         except (PrecisionError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        for name in ("pipeline", "lr_schedule", "kvstore", "gradient_compression"):
+        for name in ("pipeline", "augment", "lr_schedule", "kvstore", "gradient_compression"):
             choices = fields_by_name()[name].metadata["choices"]
             value = getattr(self, name)
             need(value in choices or (value is None and name == "gradient_compression"),
                  f"{name} {value!r}: choose one of {', '.join(choices)}")
-        for name in ("image_size", "epochs", "batch_size", "log_every"):
+        for name in ("image_size", "epochs", "batch_size", "log_every", "keep_checkpoints"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= 1), f"{name}={value!r}: must be a whole number >= 1")
         need(self.image_size is None or self.image_size >= 8, f"image_size={self.image_size}: must be at least 8 pixels")
@@ -235,6 +255,46 @@ class TrainConfig:
         for name in ("inject_overflow_step", "interrupt_at_step"):
             value = getattr(self, name)
             need(value is None or value >= 1, f"{name}={value}: steps count from 1")
+
+    # ---- resuming ------------------------------------------------------
+    def given_fields(self):
+        """Names of the fields that differ from their defaults (what a caller of :func:`train` asked for)."""
+        return {f.name for f in fields(self) if getattr(self, f.name) != f.default}
+
+    def for_resume(self, saved, given=None):
+        """The configuration a resumed run runs: the saved one, with the ``given`` fields that may change.
+
+        Parameters
+        ----------
+        saved : dict
+            The run's ``config.json``.
+        given : set of str, optional
+            Fields the user set now (default: those that differ from their defaults).
+
+        Returns
+        -------
+        (TrainConfig, dict)
+            The configuration, and ``{field: (old, new)}`` for what changed.
+
+        Raises
+        ------
+        ConfigError
+            A given field that a resumed run cannot change, naming each one.
+        """
+        known = {f.name for f in fields(TrainConfig)}
+        base = TrainConfig.from_dict({k: v for k, v in saved.items() if k in known})
+        given = self.given_fields() if given is None else set(given)
+        changes = {name: (getattr(base, name), getattr(self, name)) for name in sorted(given & known)
+                   if getattr(base, name) != getattr(self, name) and name not in RESUME_CONTROL}
+        refused = {name: change for name, change in changes.items() if name not in RESUME_CHANGEABLE}
+        if refused:
+            raise ConfigError(
+                "--resume continues the run in --out as it was started; these settings cannot change: "
+                + "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in refused.items())
+                + ". Drop them to continue, or start a new run with another --out. A resumed run can change: "
+                + ", ".join(RESUME_CHANGEABLE))
+        values = dict({name: getattr(self, name) for name in given & known}, resume=True, overwrite=False)
+        return replace(base, **values), changes
 
     # ---- JSON ----------------------------------------------------------
     def to_dict(self):

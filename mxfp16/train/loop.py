@@ -13,7 +13,10 @@ Host synchronisation in the loop, and why each is there:
   counts (one ``asnumpy`` of a small concatenation): the epoch's sums, the
   progress bar and the non-finite-loss check need numbers;
 * at the end of the epoch (or a stop), ``waitall`` so the epoch's time
-  includes its queued work.
+  includes its queued work;
+* in a job of several workers, at each of those reads, one ``pushpull`` of
+  a single number so the workers agree whether to stop
+  (:class:`~mxfp16.train.callbacks.AgreedStop`).
 
 :func:`evaluate` reads its metric once per batch; it runs between epochs.
 """

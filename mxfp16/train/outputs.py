@@ -6,14 +6,14 @@ worker writes ``summary.rank<R>.json``. All writes are atomic
 """
 import hashlib
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
 import mxnet as mx
 import numpy as np
 
-from ..fileio import append_jsonl, atomic_write, read_jsonl, write_json
+from ..fileio import atomic_write, read_jsonl, write_json
+from .checkpoint import is_checkpoint_file
 
 __all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
 
@@ -80,18 +80,57 @@ class RunOutputs:
     def metrics_path(self):
         return self.out / "metrics.jsonl"
 
+    @property
+    def checkpoints(self):
+        return self.out / "checkpoints"
+
     def has_run(self):
-        """Whether the folder already holds a run's outputs."""
-        return any((self.out / name).exists() for name in ("checkpoints", "metrics.jsonl", "summary.json"))
+        """Whether the folder holds a run: metrics, a summary or a checkpoint record.
+
+        Array files without a record are the leftovers of a write that was
+        interrupted before its first checkpoint existed; they are not a run
+        (see :meth:`remove_leftovers`).
+        """
+        if any((self.out / name).exists() for name in ("metrics.jsonl", "summary.json")):
+            return True
+        return self.checkpoints.is_dir() and any(p.suffix == ".json" and is_checkpoint_file(p.name)
+                                                 for p in self.checkpoints.iterdir())
+
+    def run_files(self):
+        """Every file a run writes that is in the folder now (what ``--overwrite`` removes)."""
+        names = [self.out / name for name in ("config.json", "metrics.jsonl", "summary.json")]
+        names += sorted(self.out.glob("summary.rank*.json"))
+        if self.checkpoints.is_dir():
+            names += sorted(p for p in self.checkpoints.iterdir() if is_checkpoint_file(p.name))
+        return [p for p in names if p.is_file()]
 
     def remove_run(self):
-        """Delete a previous run's outputs (only the files a run writes; anything else in the folder stays)."""
-        for name in ("config.json", "metrics.jsonl", "summary.json"):
-            (self.out / name).unlink(missing_ok=True)
-        for path in self.out.glob("summary.rank*.json"):
+        """Delete a previous run's files, and only those: anything else in the folder stays."""
+        for path in self.run_files():
             path.unlink()
-        if (self.out / "checkpoints").is_dir():
-            shutil.rmtree(self.out / "checkpoints")
+        if self.checkpoints.is_dir() and not any(self.checkpoints.iterdir()):
+            self.checkpoints.rmdir()
+
+    def remove_leftovers(self):
+        """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
+
+        Returns
+        -------
+        list of Path
+            What was removed.
+        """
+        removed = []
+        for folder in (self.out, self.checkpoints):
+            if folder.is_dir():
+                removed += [p for p in folder.glob(".*.tmp") if p.is_file()]  # mxfp16.fileio's temporary names
+        if self.checkpoints.is_dir():
+            recorded = {p.stem for p in self.checkpoints.glob("epoch-*.json")}
+            removed += [p for p in self.checkpoints.iterdir()
+                        if is_checkpoint_file(p.name) and p.suffix in (".params", ".optimizer")
+                        and p.name.split(".")[0] not in recorded]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
 
     def write_config(self, config_dict):
         if self.is_writer:
@@ -104,19 +143,13 @@ class RunOutputs:
     def metrics(self):
         return read_jsonl(self.metrics_path)
 
-    def keep_metrics_through(self, epoch):
-        """Drop records after ``epoch`` (written after the checkpoint a resume starts from)."""
+    def write_metrics(self, records):
+        """Write ``metrics.jsonl`` whole (atomically) from the epoch records a checkpoint holds."""
         if not self.is_writer:
-            return self.metrics()[:epoch]
-        records = [r for r in self.metrics() if r["epoch"] <= epoch]
+            return
         with atomic_write(self.metrics_path) as handle:
             for r in records:
                 handle.write(json.dumps(r) + "\n")
-        return records
-
-    def append_metrics(self, record):
-        if self.is_writer:
-            append_jsonl(self.metrics_path, record)
 
     def write_summary(self, summary):
         if self.is_writer:

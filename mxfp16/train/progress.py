@@ -58,6 +58,9 @@ class Progress:
         The global steps the loss scaler skipped, over the whole run.
     peak_memory_mb : float
         The largest peak memory seen at an epoch's end.
+    metrics : list of dict
+        One record per finished epoch (``metrics.jsonl`` is written from
+        these, so a checkpoint restores it too).
     """
 
     epoch: int = 0
@@ -66,6 +69,7 @@ class Progress:
     sums: EpochSums = field(default_factory=EpochSums)
     skipped_step_numbers: list = field(default_factory=list)
     peak_memory_mb: float = 0.0
+    metrics: list = field(default_factory=list)
 
     # ---- advancing ------------------------------------------------------
     def step_taken(self, skipped):
@@ -85,8 +89,10 @@ class Progress:
         self.sums.correct += correct
         self.sums.images += images
 
-    def epoch_finished(self, peak_memory_mb=0.0):
-        """Move to the start of the next epoch with fresh sums."""
+    def epoch_finished(self, record=None, peak_memory_mb=0.0):
+        """Keep the epoch's metrics ``record`` and move to the start of the next epoch with fresh sums."""
+        if record is not None:
+            self.metrics.append(dict(record))
         self.peak_memory_mb = max(self.peak_memory_mb, peak_memory_mb)
         self.epoch += 1
         self.batch = 0
@@ -122,7 +128,8 @@ class Progress:
             progress = cls(epoch=int(state["epoch"]), batch=int(state["batch"]),
                            global_step=int(state["global_step"]), sums=sums,
                            skipped_step_numbers=[int(n) for n in state["skipped_step_numbers"]],
-                           peak_memory_mb=float(state["peak_memory_mb"]))
+                           peak_memory_mb=float(state["peak_memory_mb"]),
+                           metrics=[dict(r) for r in state["metrics"]])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"progress record is incomplete or malformed ({type(err).__name__}: {err})") from None
         if min(progress.epoch, progress.batch, progress.global_step) < 0:

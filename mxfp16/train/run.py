@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed import average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
+from ..distributed import StopVote, average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
 from .._internals import trainer_params
 from ..environment import check_threads, mxnet_threads
 from ..hardware import peak_memory_mb
@@ -25,7 +25,7 @@ from ..optim import check_compression, lr_schedule
 from ..parts import PartsSpec, build_parts
 from ..precision import as_context_list, check_devices, format_ctx, resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import InjectOverflow, InterruptAtStep, ProgressBar, StopOnSignal
+from .callbacks import AgreedStop, InjectOverflow, InterruptAtStep, ProgressBar, StopOnSignal
 from .config import ConfigError, TrainConfig
 from .loop import TrainingDivergedError, evaluate, train_epoch
 from .outputs import RunOutputs, params_digest, structural_names
@@ -35,7 +35,17 @@ __all__ = ["train", "prepare", "fit", "Run", "Cluster", "TrainingInterrupted", "
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C (or the ``interrupt_at_step`` testing aid): a checkpoint was written first."""
+    """Ctrl-C, SIGTERM (or the ``interrupt_at_step`` testing aid): a checkpoint was written first.
+
+    Attributes
+    ----------
+    exit_status : int
+        130 after Ctrl-C (and the testing aid), 143 after SIGTERM.
+    """
+
+    def __init__(self, message, exit_status=130):
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 @dataclass
@@ -134,7 +144,7 @@ def train(config, log=None):
     return fit(prepare(config, log=log))
 
 
-def prepare(config, log=None):
+def prepare(config, log=None, given=None):
     """Check and build everything a run needs; see the module docstring for the order.
 
     Parameters
@@ -142,6 +152,10 @@ def prepare(config, log=None):
     config : TrainConfig or dict
         Unresolved (profile fields may be ``None``).
     log : callable, optional
+    given : set of str, optional
+        With ``resume``: the fields the user set for this invocation (the
+        command line's flags); by default those that differ from their
+        defaults. The rest come from the run's ``config.json``.
 
     Returns
     -------
@@ -153,6 +167,15 @@ def prepare(config, log=None):
 
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
+    log = log or tqdm.write
+    _check_out(config.out)
+    changes = {}
+    if config.resume:
+        saved = RunOutputs(config.out).read_config()
+        if saved is None:
+            raise ckpt.CheckpointError(f"--resume: {config.out} holds no run (no config.json); run without "
+                                       "--resume to start one, or point --out at the run to continue")
+        config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
     config = config.resolve()
     ctx = check_devices(as_context_list(config.ctx))
@@ -173,7 +196,8 @@ def prepare(config, log=None):
                           "call mxfp16.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
-                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers))
+                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
+                           augment=config.augment)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -183,36 +207,71 @@ def prepare(config, log=None):
                      label_smoothing=config.label_smoothing, pretrained=config.pretrained, seed=config.seed)
     schedule = lr_schedule(config.lr, config.epochs, config.warmup_epochs, steps, config.lr_schedule,
                            config.step_epochs)
-    # Updates run here, not on parameter servers: the skip decision, the LR schedule and
-    # the optimizer state (master weights) stay with the worker and its checkpoint.
-    parts = build_parts(spec, lr_scheduler=schedule, kvstore=kvstore,
-                        update_on_kvstore=False if cluster.distributed else None, compression_params=compression)
+    # Updates run here, never on a kvstore: the skip decision, the LR schedule and the optimizer
+    # state (master weights) stay with the worker, and the checkpoint can read them as arrays.
+    parts = build_parts(spec, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
+                        compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
-              cluster=cluster, source=source, profile_fields=profile_fields, log=log or tqdm.write)
+              cluster=cluster, source=source, profile_fields=profile_fields, log=log)
 
-    if config.overwrite and rank == 0:
-        outputs.remove_run()  # only now: every setting above has been checked
+    if rank == 0:
+        if config.overwrite:
+            outputs.remove_run()  # only now: every setting above has been checked
+        for path in outputs.remove_leftovers():
+            run.say(f"removed {path}: left by a write that was interrupted")
     if config.resume:
-        restore(run)
+        restore(run, changes)
     if cluster.distributed:
         sync_parameters(parts.trainer)  # every worker starts from rank 0's parameters (see mxfp16.distributed.sync)
+    previous = (outputs.read_config() or {}).get("resumed", []) if config.resume else []
+    resumed = previous + ([{"at_step": run.progress.global_step,
+                            "changed": {k: [old, new] for k, (old, new) in changes.items()}}] if config.resume else [])
     outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
-                              resolved_threads=threads, classes=list(loaders.classes), source=source))
+                              resolved_threads=threads, classes=list(loaders.classes), source=source,
+                              resumed=resumed))
     return run
 
 
-def restore(run):
-    """Load the checkpoint of ``run.config.out`` into the run's parts and progress."""
+def _check_out(out):
+    """Refuse an ``--out`` that is a file or cannot be written, before anything is built (and create nothing)."""
+    import os
+    from pathlib import Path
+
+    path = Path(out).absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder; choose a folder for the run's outputs")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"--out {out}: {existing} is a file, so the folder cannot be made; choose another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):  # also false on a read-only file system
+        raise ConfigError(f"--out {out} cannot be written: {existing} is not writable (read-only file system or "
+                          "permissions); choose a folder you can write to")
+
+
+def restore(run, changes=None):
+    """Load the newest intact checkpoint of ``run.config.out`` into the run's parts and progress.
+
+    ``metrics.jsonl`` is rewritten from the checkpoint, so it matches the
+    position the run continues from.
+    """
+    import warnings
+
     config = run.config
-    run.progress = ckpt.load_checkpoint(config.out, run.parts, run.fingerprint())
-    run.outputs.keep_metrics_through(run.progress.epoch)
-    previous = run.outputs.read_config() or {}
-    changed = [k for k, v in config.to_dict().items()
-               if k in previous and previous[k] != v and k not in ("resume", "interrupt_at_step")]
-    if changed:
-        run.say("resume: these settings differ from the original run: "
-                + ", ".join(f"{k} {previous[k]!r} -> {getattr(config, k)!r}" for k in changed))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.progress = ckpt.load_checkpoint(config.out, run.parts, run.fingerprint())
+    for warning in caught:
+        run.say(f"warning: {warning.message}")
     p = run.progress
+    if p.epoch > config.epochs:
+        raise ConfigError(f"--epochs {config.epochs}: the run in {config.out} has already finished {p.epoch} "
+                          f"epochs; resume with --epochs {p.epoch} or more")
+    run.outputs.write_metrics(p.metrics)
+    for name, (old, new) in (changes or {}).items():
+        run.say(f"resume: {name} {old!r} -> {new!r}, from step {p.global_step} on")
+    if changes and {"epochs", "lr", "lr_schedule", "warmup_epochs", "step_epochs"} & set(changes):
+        run.say(f"resume: the learning-rate schedule is now the one of the resumed settings ({config.epochs} "
+                f"epochs, peak {config.lr:g}); at this step it gives {run.parts.trainer.learning_rate:.4g}")
     run.say(f"resuming {config.out} at epoch {p.epoch + 1}, batch {p.batch} (step {p.global_step}, "
             f"loss scale {run.parts.scaler.scale:g}, lr {run.parts.trainer.learning_rate:.4g})")
 
@@ -227,10 +286,14 @@ def fit(run, callbacks=()):
         Called after the trainer's own (progress bar, Ctrl-C, testing aids).
     """
     config, progress = run.config, run.progress
-    describe(run)
-    with StopOnSignal(say=run.say) as stop:
+    with StopOnSignal(say=run.say) as stop:  # before the first line of the log: a signal from now on is handled
+        describe(run)
+        if run.cluster.num_workers > 1:  # workers stop together, or one waits forever for the others
+            stop_hook = AgreedStop(stop, StopVote(run.cluster.kvstore))
+        else:
+            stop_hook = stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
-                             enabled=config.progress and run.cluster.rank == 0), stop]
+                             enabled=config.progress and run.cluster.rank == 0), stop_hook]
         if config.inject_overflow_step:
             hooks.append(InjectOverflow(config.inject_overflow_step, config.inject_overflow_rank, run.cluster.rank))
         if config.interrupt_at_step:
@@ -249,7 +312,8 @@ def fit(run, callbacks=()):
                 save_checkpoint(run)
                 raise TrainingInterrupted(
                     f"interrupted at epoch {progress.epoch + 1}, batch {progress.batch} (step {progress.global_step}); "
-                    f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}")
+                    f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}",
+                    StopOnSignal.EXIT_STATUS.get(stop.requested, 130))
             _finish_epoch(run)
     return _summarise(run)
 
@@ -274,9 +338,9 @@ def _finish_epoch(run):
         "lr": float(parts.trainer.learning_rate),
         "seconds": sums.train_seconds + time.perf_counter() - tic,
     }
-    run.outputs.append_metrics(record)
-    progress.epoch_finished(peak_memory_mb(parts.ctx))
+    progress.epoch_finished(record, peak_memory_mb(parts.ctx))
     save_checkpoint(run)
+    run.outputs.write_metrics(progress.metrics)  # after the checkpoint, which holds the same records
     run.say(f"epoch {record['epoch']}/{config.epochs}: train_loss {record['train_loss']:.4f} "
             f"train_top1 {record['train_top1']:.3f} val_top1 {record['val_top1']:.3f} val_top5 {record['val_top5']:.3f}"
             f" | {record['images_per_second']:.1f} img/s, loss scale {record['loss_scale']:g}, skipped "
@@ -286,7 +350,8 @@ def _finish_epoch(run):
 def save_checkpoint(run):
     """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
     if run.cluster.rank == 0:
-        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest())
+        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
+                             keep=run.config.keep_checkpoints)
 
 
 def _stopped_message(run, err):
@@ -326,7 +391,7 @@ def describe(run):
 def _summarise(run):
     """Write ``summary.json`` (and a per-rank summary in a job) and return the summary."""
     config, progress, parts, cluster = run.config, run.progress, run.parts, run.cluster
-    records = run.outputs.metrics() if cluster.rank == 0 else []
+    records = progress.metrics
     digest = params_digest(parts.net)
     speeds = [r["images_per_second"] for r in records]
     # The first epoch includes graph construction and first-touch allocation.

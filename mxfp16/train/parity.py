@@ -1,0 +1,187 @@
+"""Accuracy parity over several seeds: is the gap between two precisions bigger than the noise?
+
+One run per precision cannot answer it: on a small test set one image is a
+fraction of a point, and two seeds of the same precision differ by more than
+that. :func:`parity` takes several finished runs per side (``a``, usually
+float32; ``b``, usually mixed precision) and reports for each side the mean
+final top-1, the seed-to-seed spread (sample standard deviation and range)
+and img/s; then the gap (``b`` minus ``a``), its confidence interval by
+Welch's t-test (unequal variances), and, when the two sides ran the same
+seeds, the paired interval over per-seed differences, which removes the
+share of the noise the seed explains.
+
+The verdict: the gap *exceeds the noise* when its confidence interval
+excludes 0 and it is larger than the larger side's standard deviation;
+otherwise the runs cannot tell the precisions apart.
+"""
+import glob
+import math
+import os
+
+import numpy as np
+
+from ..fileio import atomic_write, write_json
+from .compare import RunDirError, load_runs
+
+__all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "parity", "format_parity",
+           "write_parity"]
+
+
+def expand_paths(patterns):
+    """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded).
+
+    Raises
+    ------
+    RunDirError
+        A pattern that matches nothing.
+    """
+    paths = []
+    for pattern in patterns:
+        if os.path.exists(pattern) or not glob.has_magic(pattern):
+            paths.append(pattern)
+            continue
+        found = sorted(p for p in glob.glob(pattern) if os.path.isdir(p))
+        if not found:
+            raise RunDirError(f"{pattern!r} matches no run folder")
+        paths += found
+    return paths
+
+
+def side_summary(runs):
+    """Mean, spread and speed of one side's runs (final val top-1 in points, i.e. x100)."""
+    values = np.array([100.0 * r.summary["final_val_top1"] for r in runs])
+    speeds = [r.summary["images_per_second"] for r in runs]
+    return {
+        "runs": [r.name for r in runs], "precisions": sorted({r.precision for r in runs}),
+        "seeds": [r.config.get("seed") for r in runs], "n": len(runs),
+        "final_val_top1": values.tolist(), "mean": float(values.mean()),
+        "sd": float(values.std(ddof=1)) if len(values) > 1 else None,
+        "range": float(values.max() - values.min()),
+        "images_per_second": float(np.mean(speeds)) if all(s is not None for s in speeds) else None,
+    }
+
+
+def welch_interval(a, b, confidence=0.95):
+    """Welch's interval for ``mean(b) - mean(a)``.
+
+    Returns
+    -------
+    dict or None
+        ``gap``, ``low``, ``high``, ``df``, ``se``; ``None`` with fewer than
+        two values on a side (no spread to estimate).
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    gap = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return {"gap": gap, "low": gap, "high": gap, "df": float("inf"), "se": 0.0}
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return {"gap": gap, "low": gap - half, "high": gap + half, "df": float(df), "se": se}
+
+
+def paired_interval(a_by_seed, b_by_seed, confidence=0.95):
+    """The interval of the mean per-seed difference ``b - a`` over the seeds both sides ran (``None`` under two)."""
+    from scipy import stats
+
+    seeds = sorted(set(a_by_seed) & set(b_by_seed), key=str)
+    if len(seeds) < 2:
+        return None
+    d = np.array([b_by_seed[s] - a_by_seed[s] for s in seeds], float)
+    se = float(d.std(ddof=1) / math.sqrt(len(d)))
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(d) - 1)) * se
+    return {"gap": float(d.mean()), "low": float(d.mean()) - half, "high": float(d.mean()) + half,
+            "df": len(d) - 1, "se": se, "seeds": seeds, "differences": d.tolist()}
+
+
+def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b"):
+    """Read both sides' runs and compare them (see the module docstring).
+
+    Returns
+    -------
+    (dict, list, list)
+        The report, and the runs of each side.
+    """
+    a_runs, b_runs = load_runs(expand_paths(a_paths)), load_runs(expand_paths(b_paths))
+    a, b = side_summary(a_runs), side_summary(b_runs)
+    report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence,
+              "gap": b["mean"] - a["mean"],
+              "welch": welch_interval(a["final_val_top1"], b["final_val_top1"], confidence),
+              "paired": None, "speedup": None}
+    by_seed = [{r.config.get("seed"): 100.0 * r.summary["final_val_top1"] for r in runs} for runs in (a_runs, b_runs)]
+    if len(by_seed[0]) == len(a_runs) and len(by_seed[1]) == len(b_runs):  # seeds unique on each side
+        report["paired"] = paired_interval(*by_seed, confidence)
+    if a["images_per_second"] and b["images_per_second"]:
+        report["speedup"] = b["images_per_second"] / a["images_per_second"]
+    interval = report["paired"] or report["welch"]
+    noise = max(s for s in (a["sd"], b["sd"], 0.0) if s is not None)
+    report["noise"] = noise
+    report["interval_used"] = "paired" if report["paired"] else ("welch" if report["welch"] else None)
+    report["exceeds_noise"] = (None if interval is None else
+                               bool((interval["low"] > 0 or interval["high"] < 0) and abs(report["gap"]) > noise))
+    return report, a_runs, b_runs
+
+
+def format_parity(report):
+    """The report as text."""
+    a, b = report["a"], report["b"]
+    lines = []
+    for side in (a, b):
+        spread = f"sd {side['sd']:.2f}, range {side['range']:.2f}" if side["sd"] is not None else "one run"
+        speed = f", {side['images_per_second']:.1f} img/s" if side["images_per_second"] else ""
+        lines.append(f"{side['name']}: {', '.join(side['precisions'])}, {side['n']} run(s) (seeds "
+                     f"{', '.join(str(s) for s in side['seeds'])}): final val top-1 {side['mean']:.2f} points "
+                     f"({spread}){speed}")
+    level = f"{100 * report['confidence']:.0f}%"
+    lines.append(f"gap {b['name']} - {a['name']}: {report['gap']:+.2f} points")
+    for kind in ("welch", "paired"):
+        ci = report[kind]
+        if ci:
+            lines.append(f"  {level} interval ({'Welch' if kind == 'welch' else 'paired by seed'}, df {ci['df']:.1f}): "
+                         f"[{ci['low']:+.2f}, {ci['high']:+.2f}]")
+    if report["exceeds_noise"] is None:
+        lines.append("  one run on a side: no spread to measure the gap against; run several seeds per side")
+    elif report["exceeds_noise"]:
+        lines.append(f"  the gap exceeds the noise (the interval excludes 0 and |gap| > seed-to-seed sd "
+                     f"{report['noise']:.2f})")
+    else:
+        lines.append(f"  within the noise: the runs cannot tell the two apart (seed-to-seed sd {report['noise']:.2f})")
+    if report["speedup"]:
+        lines.append(f"speed: {b['name']} at {report['speedup']:.2f}x {a['name']}'s img/s (means over runs)")
+    return "\n".join(lines)
+
+
+def plot_parity(report, a_runs, b_runs, path):
+    """Every run's validation curve, one colour per side, and each side's mean curve."""
+    from ..plotting import color_cycle, new_figure, save_png
+
+    fig, ax = new_figure(figsize=(7, 4.2))
+    colours = color_cycle()
+    for colour, side, runs in ((colours[0], report["a"], a_runs), (colours[1], report["b"], b_runs)):
+        curves = [[100.0 * m["val_top1"] for m in r.metrics] for r in runs]
+        for run, curve in zip(runs, curves):
+            ax.plot(range(1, len(curve) + 1), curve, color=colour, alpha=0.35, linewidth=1)
+        length = min(len(c) for c in curves)
+        mean = np.mean([c[:length] for c in curves], axis=0)
+        ax.plot(range(1, length + 1), mean, color=colour, linewidth=2.5,
+                label=f"{side['name']} ({', '.join(side['precisions'])}), mean of {len(runs)}")
+    ax.set(xlabel="epoch", ylabel="validation top-1 (points)",
+           title=f"Every seed's curve; gap {report['gap']:+.2f} points")
+    ax.grid(alpha=0.3)
+    return save_png(fig, path, legend=ax)
+
+
+def write_parity(report, a_runs, b_runs, out_dir):
+    """Write ``parity.json``, ``parity.txt`` and ``parity.png`` into ``out_dir``; return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, name) for name in ("parity.json", "parity.txt", "parity.png")]
+    write_json(paths[0], report)
+    with atomic_write(paths[1]) as handle:
+        handle.write(format_parity(report) + "\n")
+    plot_parity(report, a_runs, b_runs, paths[2])
+    return paths
