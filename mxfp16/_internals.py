@@ -2,9 +2,9 @@
 
 Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
 it updates on the kvstore, to list a Block's direct children, to ask whether
-``hybridize()`` took effect or to read a layer's operator arguments, nor to
-ask AMP whether it is active. If MXNet ever
-changes these, this is the only file to fix.
+``hybridize()`` took effect or to read a layer's operator arguments, to
+renew a parameter's cached symbol, nor to ask AMP whether it is active. If
+MXNet ever changes these, this is the only file to fix.
 """
 from mxnet.contrib import amp as _amp
 
@@ -58,6 +58,17 @@ def block_is_hybridized(block):
 def block_op_kwargs(block):
     """The operator arguments a Gluon layer was built with (e.g. ``num_group``)."""
     return dict(getattr(block, "_kwargs", {}))
+
+
+def renew_parameter_symbols(block):
+    """Drop the symbols ``Parameter.var()`` cached, so the next trace declares each parameter's current dtype.
+
+    ``Parameter.var()`` keeps the symbol it first made, with the dtype the
+    parameter had then; ``cast()`` does not renew it, so a network cast to
+    float16 after its first trace would declare float32 weights.
+    """
+    for param in block.collect_params().values():
+        param._var = None
 
 
 def trainer_updater_states(trainer):

@@ -12,7 +12,9 @@ ResNet also run in bfloat16 downstream.
 fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists plus one
 rule, the 7x7 stem convolution in float32 (see ``docs/benchmarks.md`` for
 the figures and what still holds bfloat16 back).
-:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly.
+:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly;
+``mxfp16 export`` converts finished networks with the same lists and rule
+(:func:`float32_layers`).
 """
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
@@ -79,6 +81,11 @@ def operator_lists(target_dtype, which="mxfp16"):
 FLOAT32_CONVOLUTIONS = ("kernel", ((7, 7),))
 
 
+def _keeps_stem_float32(target_dtype, which):
+    """Whether :data:`FLOAT32_CONVOLUTIONS` applies: mxfp16's own bfloat16 lists only."""
+    return which == "mxfp16" and target_dtype == "bfloat16"
+
+
 def _as_tuple(value):
     """An operator parameter as a tuple of ints: ``(7, 7)``, ``'(7, 7)'`` and ``7`` (as ``(7,)``)."""
     if isinstance(value, str):
@@ -126,7 +133,7 @@ def init_amp(target_dtype, which="mxfp16"):
     from mxnet.contrib import amp
 
     lists = operator_lists(target_dtype, which)
-    stem_float32 = which == "mxfp16" and target_dtype == "bfloat16"
+    stem_float32 = _keeps_stem_float32(target_dtype, which)
     modules = [m for module in (symbol, ndarray) for m in (module, module.op)]
     originals = {m: m.Convolution for m in modules}
     amp.init(target_dtype=target_dtype, **lists)
@@ -134,3 +141,33 @@ def init_amp(target_dtype, which="mxfp16"):
         param, values = FLOAT32_CONVOLUTIONS
         for m in modules:
             m.Convolution = _float32_where(originals[m], m.Convolution, param, values)
+
+
+def float32_layers(symbol, target_dtype, which="mxfp16"):
+    """The layers of a graph that :func:`init_amp` keeps in float32 beyond the lists, by node name.
+
+    AMP's inference conversion (``amp.convert_model``) works on a finished
+    graph, not on patched operators, so the stem rule reaches it as the
+    names of the layers to leave alone (its ``excluded_sym_names``).
+
+    Parameters
+    ----------
+    symbol : mx.sym.Symbol
+        The float32 network.
+    target_dtype : str
+        ``'bfloat16'`` or ``'float16'``.
+    which : str
+        ``'mxfp16'`` or ``'mxnet'`` (MXNet's lists have no such rule: ``[]``).
+
+    Returns
+    -------
+    list of str
+    """
+    import json
+
+    if not _keeps_stem_float32(target_dtype, which):
+        return []
+    param, values = FLOAT32_CONVOLUTIONS
+    nodes = json.loads(symbol.tojson())["nodes"]
+    return [n["name"] for n in nodes
+            if n["op"] == "Convolution" and _as_tuple(n.get("attrs", {}).get(param, "")) in values]

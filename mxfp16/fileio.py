@@ -6,12 +6,20 @@ atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves the previous
 file intact and at most a stray ``.tmp`` file.
 """
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_jsonl"]
+__all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_jsonl", "sha256_file", "default_mode"]
+
+
+def default_mode(folder=False):
+    """The permissions ``open()`` (or ``mkdir``) gives a new file (folder) under this process's umask."""
+    umask = os.umask(0)  # the only way to read it is to set it
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
 
 
 @contextlib.contextmanager
@@ -42,6 +50,7 @@ def atomic_path(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, default_mode())  # mkstemp makes it private (0600); the target gets what open() would give
     try:
         yield tmp
         with open(tmp, "rb+") as handle:
@@ -79,3 +88,12 @@ def read_jsonl(path):
         return []
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def sha256_file(path, chunk=1 << 20):
+    """Hex SHA-256 of a file, read in chunks (a checkpoint or an export may not fit in memory twice)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -11,7 +11,8 @@ order, so what ``mxfp16 bench`` times is what ``mxfp16 train`` runs:
 3. AMP, for ``amp-*`` precisions, before the network exists (it patches
    MXNet's operators for the whole process);
 4. seeds, then the network: built, initialised, cast with BatchNorm kept in
-   float32, hybridized with static memory;
+   float32, hybridized with static memory (:func:`build_network`, which
+   ``mxfp16 export`` calls alone);
 5. the loss scaler, the trainer (``multi_precision`` for float16 weights)
    and the loss (softmax cross-entropy on float32 outputs).
 """
@@ -29,7 +30,7 @@ from .optim import make_trainer, optimizer_params
 from .precision import Precision, activate, as_context_list, check_devices, resolve_precision
 from .scaler import make_loss_scaler
 
-__all__ = ["PartsSpec", "Parts", "build_parts", "classification_loss", "amp_list_kwargs"]
+__all__ = ["PartsSpec", "Parts", "build_parts", "build_network", "classification_loss", "amp_list_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,36 @@ def amp_list_kwargs(amp_lists, precision):
     return operator_lists(precision.compute_dtype, amp_lists)
 
 
+def build_network(spec, ctx, param_dtype):
+    """Step 4 of :func:`build_parts` alone: seeds, then the network built, initialised, cast, hybridized.
+
+    ``mxfp16 export`` rebuilds a finished run's network with it (in float32,
+    without AMP, which :func:`build_parts` would switch on for the whole
+    process) before loading the checkpoint into it.
+
+    Parameters
+    ----------
+    spec : PartsSpec
+        Only ``model``, ``classes``, ``image_size``, ``pretrained`` and ``seed`` are read.
+    ctx : list of mx.Context
+    param_dtype : str
+        ``'float32'`` or ``'float16'`` (BatchNorm keeps float32, see :func:`mxfp16.cast_net`).
+
+    Returns
+    -------
+    gluon.HybridBlock
+        Hybridized with static memory and shapes, every parameter materialised.
+    """
+    if spec.seed is not None:
+        mx.random.seed(spec.seed)
+        np.random.seed(spec.seed)
+        random.seed(spec.seed)
+    net = build_model(spec.model, spec.classes, spec.pretrained, ctx, in_shape=(3, spec.image_size, spec.image_size))
+    cast_net(net, param_dtype)
+    net.hybridize(static_alloc=True, static_shape=True)
+    return net
+
+
 def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=None, compression_params=None):
     """Build a run's parts in the order the module docstring gives.
 
@@ -186,13 +217,7 @@ def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=Non
     loss = classification_loss(spec.classes, spec.label_smoothing)
     environment = set_float16_environment()
     activate(precision, **amp_list_kwargs(spec.amp_lists, precision))  # AMP patches MXNet: before the network
-    if spec.seed is not None:
-        mx.random.seed(spec.seed)
-        np.random.seed(spec.seed)
-        random.seed(spec.seed)
-    net = build_model(spec.model, spec.classes, spec.pretrained, ctx, in_shape=(3, spec.image_size, spec.image_size))
-    cast_net(net, precision.param_dtype)
-    net.hybridize(static_alloc=True, static_shape=True)
+    net = build_network(spec, ctx, precision.param_dtype)
     trainer = make_trainer(net.collect_params(), spec.optimizer, opt_params, precision, scaler, kvstore=kvstore,
                            update_on_kvstore=update_on_kvstore, compression_params=compression_params)
     return Parts(ctx=ctx, precision=precision, net=net, scaler=scaler, trainer=trainer, loss=loss,

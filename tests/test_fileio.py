@@ -1,9 +1,10 @@
 """Atomic writes: a failed write leaves the previous file whole and no debris."""
 import json
+import os
 
 import pytest
 
-from mxfp16.fileio import append_jsonl, atomic_path, atomic_write, read_jsonl, write_json
+from mxfp16.fileio import append_jsonl, atomic_path, atomic_write, default_mode, read_jsonl, sha256_file, write_json
 
 
 def test_failed_write_keeps_the_old_file(tmp_path):
@@ -38,3 +39,23 @@ def test_jsonl_appends_whole_records(tmp_path):
         append_jsonl(path, {"epoch": epoch, "val_top1": epoch / 10})
     assert [r["epoch"] for r in read_jsonl(path)] == [1, 2, 3]
     assert path.read_text().count("\n") == 3
+
+
+def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        write_json(tmp_path / "a.json", {"x": 1})
+        assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o640  # not mkstemp's private 0600
+        assert default_mode() == 0o640 and default_mode(folder=True) == 0o750
+    finally:
+        os.umask(old)
+
+
+def test_sha256_file_reads_in_chunks_and_matches_hashlib(tmp_path):
+    import hashlib
+
+    blob = os.urandom(3000)
+    (tmp_path / "b").write_bytes(blob)
+    assert sha256_file(tmp_path / "b", chunk=1024) == hashlib.sha256(blob).hexdigest()

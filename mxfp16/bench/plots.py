@@ -1,4 +1,4 @@
-"""The benchmark's PNG figures: throughput, peak memory and speedup by precision and batch size."""
+"""The benchmark's PNG figures: throughput, peak memory and speedup by precision and batch size; inference latency."""
 import os
 
 import numpy as np
@@ -7,7 +7,7 @@ from ..plotting import color_cycle, new_figure, save_png
 from .report import label
 
 
-def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None):
+def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None, whisker=None):
     ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
     batch_sizes = sorted({r["batch_size"] for r in ok})
     labels = list(dict.fromkeys(label(r) for r in ok))
@@ -17,9 +17,15 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
     for i, name in enumerate(labels):
         heights = [next((r[value] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
                    for bs in batch_sizes]
-        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name, color=colors[name])
+        tops = None
+        if whisker is not None:  # a line from the bar's top up to the tail value (p99 over the median)
+            tails = [next((r[whisker] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
+                     for bs in batch_sizes]
+            tops = [np.zeros(len(heights)), np.subtract(tails, heights)]
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name, color=colors[name],
+                      yerr=tops, capsize=3 if tops is not None else 0)
         ax.bar_label(bars, fmt="%.2f" if value == "speedup" else "%.3g", fontsize=7)
-    tallest = max((r[value] for r in ok), default=0)
+    tallest = max((r.get(whisker or value) or r[value] for r in ok), default=0)
     if tallest:
         ax.set_ylim(0, tallest * 1.3)  # room for the legend above the bars
     if baseline_line is not None:
@@ -33,16 +39,22 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
 
 
 def write_plots(out_dir, records):
-    """Write ``throughput.png``, ``memory.png`` and ``speedup.png``; return their paths.
+    """Write ``throughput.png``, ``memory.png`` and ``speedup.png`` (and ``latency.png`` for inference); return their paths.
 
     Only successful runs are drawn; ``speedup`` needs :func:`mxfp16.bench.report.add_speedups` first.
+    ``latency.png`` draws the median per-call latency of the smallest batch with a whisker up to the p99.
     """
     os.makedirs(out_dir, exist_ok=True)
     non_baseline = [r for r in records if r.get("precision") != "float32"]
     # One colour per precision across the three figures.
     cycle = color_cycle()
     colors = {name: cycle[i % len(cycle)] for i, name in enumerate(dict.fromkeys(label(r) for r in records))}
-    return [
+    timed = [r for r in records if r.get("status") == "ok" and r.get("latency_ms_median") is not None]
+    # Latency is a question about single requests: the smallest batch (1 by default), on its own scale.
+    smallest = [r for r in timed if r["batch_size"] == min(t["batch_size"] for t in timed)]
+    latency = [_grouped_bars(smallest, "latency_ms_median", "ms per call (median, whisker to p99)", "Latency",
+                             os.path.join(out_dir, "latency.png"), colors, whisker="latency_ms_p99")] if timed else []
+    return latency + [
         _grouped_bars(records, "images_per_second", "images / second", "Throughput",
                       os.path.join(out_dir, "throughput.png"), colors),
         _grouped_bars(records, "peak_memory_mb", "peak memory (MB)", "Peak memory",

@@ -10,6 +10,8 @@ RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "imag
 #: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
 EXTRA_FIELDS = ("framework", "layout", "requested_precision", "amp_lists", "data", "ctx", "threads", "status",
                 "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio", "load_average")
+#: Inference records also have these (per-call times over every timed call).
+LATENCY_FIELDS = ("latency_ms_median", "latency_ms_p90", "latency_ms_p99", "latency_samples")
 BASELINE = "float32"
 
 
@@ -152,11 +154,11 @@ def write_outputs(out_dir, document):
 
 def to_csv(records):
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=RESULT_FIELDS + EXTRA_FIELDS, extrasaction="ignore",
-                            lineterminator="\n")
+    names = RESULT_FIELDS + EXTRA_FIELDS + LATENCY_FIELDS
+    writer = csv.DictWriter(buffer, fieldnames=names, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in records:
-        writer.writerow({k: _csv_value(r.get(k)) for k in RESULT_FIELDS + EXTRA_FIELDS})
+        writer.writerow({k: _csv_value(r.get(k)) for k in names})
     return buffer.getvalue()
 
 
@@ -188,10 +190,13 @@ def format_table(records):
 
     ``cpu ms`` is the process's CPU time per step (both cores count) and
     ``cpu x`` the speedup by that measure; on a busy shared machine it is the
-    steadier of the two.
+    steadier of the two. Inference rows add the per-call latency: median,
+    p90 and p99 in ms.
     """
+    latency = any(r.get("latency_ms_median") is not None for r in records)
     head = f"{'model':<18}{'px':>5}{'mode':>10}  {'precision':<30}{'batch':>6}{'img/s':>9}{'ms/step':>10}" \
-           f"{'+/-':>8}{'cpu ms':>9}{'peak MB':>9}{'speedup':>9}{'cpu x':>7}{'memory':>8}"
+           f"{'+/-':>8}{'cpu ms':>9}{'peak MB':>9}{'speedup':>9}{'cpu x':>7}{'memory':>8}" \
+           + (f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}" if latency else "")
     lines = [head, "-" * len(head)]
     for r in records:
         row = f"{r['model']:<18}{r['image_size']:>5}{r['mode']:>10}  {label(r):<30}{r['batch_size']:>6}"
@@ -203,5 +208,6 @@ def format_table(records):
                      f"{_num(r['peak_memory_mb'], '.0f'):>9}"
                      f"{_num(r.get('speedup'), '.2f') + ('x' if r.get('speedup') else ''):>9}"
                      f"{_num(r.get('cpu_speedup'), '.2f') + ('x' if r.get('cpu_speedup') else ''):>7}"
-                     f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}")
+                     f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}"
+                     + ("".join(f"{_num(r.get(k), '.1f'):>9}" for k in LATENCY_FIELDS[:3]) if latency else ""))
     return "\n".join(lines)

@@ -3,10 +3,18 @@
 AMP patches MXNet once per process and cannot be undone, so every
 measurement runs in a fresh Python process (:func:`run_in_subprocess`), which
 executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
-record. The measurement itself (:func:`measure`) builds the run with the
-trainer's builder (:func:`mxfp16.parts.build_parts`) and times
-:func:`mxfp16.train_step`, the step the trainer uses, so the speed measured
-here is the speed a training run gets.
+record. The measurement itself (:func:`measure`) times what the user runs:
+
+``train``
+    the run built with the trainer's builder (:func:`mxfp16.parts.build_parts`)
+    and :func:`mxfp16.train_step`, the step the trainer uses, so the speed
+    measured here is the speed a training run gets;
+``inference``
+    the network converted as ``mxfp16 export`` converts it
+    (:func:`mxfp16.inference.convert.deployable`) and loaded as
+    ``mxfp16 predict`` loads it, float32 images in. Every call is timed on
+    its own (its output waited for), which gives the latency distribution
+    (median, p90, p99) beside the throughput.
 """
 import argparse
 import json
@@ -40,7 +48,7 @@ class BenchSpec:
     precision : str
         A name from :data:`mxfp16.PRECISIONS` (``auto`` is resolved in the child).
     mode : str
-        ``'train'`` (forward, backward, update) or ``'inference'`` (forward).
+        ``'train'`` (forward, backward, update) or ``'inference'`` (the exported network's forward pass).
     iters : int
         Steps per timed repeat.
     warmup : int
@@ -128,13 +136,14 @@ class _Batches:
 
 
 def measure(spec):
-    """Build the run with the trainer's builder and time it, in this process.
+    """Build what ``spec.mode`` runs and time it, in this process.
 
-    :func:`mxfp16.parts.build_parts` makes what the trainer makes, in the
-    same order (precision, environment, AMP before the network, network cast
-    and hybridized with static memory, loss scaler, trainer, loss), with SGD
-    at a constant rate; every step casts its batch and calls
+    Training: :func:`mxfp16.parts.build_parts` makes what the trainer makes,
+    in the same order (precision, environment, AMP before the network,
+    network cast and hybridized with static memory, loss scaler, trainer,
+    loss), with SGD at a constant rate; every step casts its batch and calls
     :func:`mxfp16.train_step`. ``mx.nd.waitall()`` brackets every timed repeat.
+    Inference: see :func:`_inference_step`.
 
     Parameters
     ----------
@@ -152,7 +161,7 @@ def measure(spec):
     """
     import mxnet as mx
 
-    from ..casting import cast_batch, to_float32
+    from ..casting import cast_batch
     from ..hardware import peak_memory_mb
     from ..parts import PartsSpec, build_parts
     from ..environment import check_threads
@@ -160,36 +169,77 @@ def measure(spec):
     from ..step import train_step
 
     contexts = as_context_list(spec.ctx)
+    if spec.mode == "inference":
+        contexts = contexts[:1]  # one device answers one request
     precision = resolve_precision(spec.precision, contexts)
     check_threads()  # warns when MXNet runs fewer threads than planned
     batches = _Batches(spec)
-    parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
-                                  precision=precision, ctx=contexts, optimizer="sgd", lr=0.01, momentum=0.9,
-                                  wd=1e-4, amp_lists=spec.amp_lists, seed=spec.seed))
+    if spec.mode == "inference":
+        step = _inference_step(spec, precision, contexts, batches)
+    else:
+        parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
+                                      precision=precision, ctx=contexts, optimizer="sgd", lr=0.01, momentum=0.9,
+                                      wd=1e-4, amp_lists=spec.amp_lists, seed=spec.seed))
 
-    if spec.mode == "train":
         def step():
             data, label = cast_batch(*batches.next(), precision.data_dtype, contexts)
             return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss
-    else:
-        def step():
-            data, _ = cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return [to_float32(parts.net(x)) for x in data][0]
 
     for _ in range(spec.warmup):
         step()
     mx.nd.waitall()
-    wall, cpu = [], []
+    wall, cpu, latencies = [], [], []
     for _ in range(spec.repeats):
         mx.nd.waitall()
         start, start_cpu = time.perf_counter(), time.process_time()
-        # Outputs are read once per repeat, as the trainer reads its losses in batches.
-        outputs = [step() for _ in range(spec.iters)]
-        mx.nd.concat(*[o.reshape((-1,))[:1] for o in outputs], dim=0).asnumpy()
+        if spec.mode == "inference":
+            for _ in range(spec.iters):
+                tic = time.perf_counter()
+                step().wait_to_read()  # a caller waits for its answer: that wait is the latency
+                latencies.append(time.perf_counter() - tic)
+        else:
+            # Outputs are read once per repeat, as the trainer reads its losses in batches.
+            outputs = [step() for _ in range(spec.iters)]
+            mx.nd.concat(*[o.reshape((-1,))[:1] for o in outputs], dim=0).asnumpy()
         mx.nd.waitall()
         wall.append((time.perf_counter() - start) / spec.iters)
         cpu.append((time.process_time() - start_cpu) / spec.iters)
-    return _record(spec, precision, wall, cpu, peak_memory_mb(contexts), format_ctx(contexts))
+    record = _record(spec, precision, wall, cpu, peak_memory_mb(contexts), format_ctx(contexts))
+    if latencies:
+        record.update(latency_fields(latencies))
+    return record
+
+
+def _inference_step(spec, precision, contexts, batches):
+    """One forward pass of the network as ``mxfp16 export`` writes it and ``mxfp16 predict`` loads it.
+
+    The network is built as the trainer builds it (random weights: speed does
+    not depend on them), converted by :func:`mxfp16.inference.convert.deployable`
+    (no ``amp.init``: the casts are in the graph) and loaded into a hybridized
+    ``SymbolBlock`` on the first device; batches go in as float32.
+    """
+    from ..inference.convert import deployable, load_block
+    from ..parts import PartsSpec, build_network
+
+    device = contexts[0]
+    net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
+                                  seed=spec.seed), contexts, precision.param_dtype)
+    model = deployable(net, precision, spec.amp_lists)
+    block = load_block(model.symbol, model.params, device)
+
+    def step():
+        return block(batches.next()[0].as_in_context(device))
+    return step
+
+
+def latency_fields(latencies):
+    """``latency_ms_median``, ``latency_ms_p90``, ``latency_ms_p99`` and ``latency_samples`` of per-call seconds.
+
+    With fewer than 100 samples the p99 is close to the slowest call.
+    """
+    ms = 1000.0 * np.asarray(latencies, dtype=np.float64)
+    return {"latency_ms_median": float(np.median(ms)), "latency_ms_p90": float(np.percentile(ms, 90)),
+            "latency_ms_p99": float(np.percentile(ms, 99)), "latency_samples": int(ms.size)}
 
 
 def _record(spec, precision, wall, cpu, peak_mb, ctx):

@@ -1,16 +1,21 @@
 """``mxfp16 bench``: float32 against mixed precision, side by side, each run in its own process.
 
-Times the trainer's own step (forward, backward, update; or forward only with
---mode inference) after warm-up and reports images/s, ms per step (median
-and spread over repeats), peak memory, and the speedup and memory ratio
-against the float32 run of the same invocation. Writes bench.json, bench.csv
-and PNG plots to --out.
+Times the trainer's own step (forward, backward, update) after warm-up and
+reports images/s, ms per step (median and spread over repeats), peak memory,
+and the speedup and memory ratio against the float32 run of the same
+invocation. --mode inference times the network as `mxfp16 export` converts
+it and `mxfp16 predict` runs it, each call on its own: batch-1 latency
+(median, p90, p99) and batch-32 throughput by default. Writes bench.json,
+bench.csv and PNG plots to --out.
 """
 import os
 
 from . import CommandError, add_threads_argument
 
 ORDER = 40
+#: Per-mode defaults: inference asks about one request (batch 1) and about a full batch.
+BATCH_SIZES = {"train": "16,32", "inference": "1,32"}
+ITERS = {"train": 10, "inference": 30}
 
 
 def _int_list(text, flag):
@@ -30,14 +35,17 @@ def register(subparsers):
     what.add_argument("--model", default="resnet50_v2",
                       help="gluoncv model-zoo name (default: resnet50_v2)")
     what.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default: 224)")
-    what.add_argument("--batch-sizes", default="16,32", help="comma-separated batch sizes (default: 16,32)")
+    what.add_argument("--batch-sizes", default=None,
+                      help=f"comma-separated batch sizes (default: {BATCH_SIZES['train']} for train, "
+                           f"{BATCH_SIZES['inference']} for inference)")
     what.add_argument("--precisions", default="float32,auto",
                       help="comma-separated precisions; float32 is the baseline (default: float32,auto)")
     what.add_argument("--amp-lists", default="mxfp16",
                       help="AMP operator lists for AMP precisions, comma-separated: mxfp16 (tuned) and/or mxnet "
                            "(MXNet's defaults); each runs separately (default: mxfp16)")
     what.add_argument("--mode", choices=("train", "inference"), default="train",
-                      help="train: forward, backward and update; inference: forward only (default: train)")
+                      help="train: forward, backward and update; inference: the exported network's forward pass, "
+                           "float32 images in, every call timed for its latency (default: train)")
     what.add_argument("--data", default="synthetic",
                       help="'synthetic' (random tensors) or a data folder with train/ and test/; real batches are "
                            "loaded inside the timed steps, as in training (default: synthetic)")
@@ -51,7 +59,9 @@ def register(subparsers):
     what.add_argument("--ctx", default="auto", help="auto (every GPU MXNet sees, else the CPU), cpu, gpu:0 or "
                                                     "gpu:0,1,... (default: auto)")
     timing = parser.add_argument_group("timing")
-    timing.add_argument("--iters", type=int, default=10, help="steps per timed repeat (default: 10)")
+    timing.add_argument("--iters", type=int, default=None,
+                        help=f"steps per timed repeat (default: {ITERS['train']} for train, {ITERS['inference']} "
+                             "for inference, where every call is a latency sample)")
     timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
     timing.add_argument("--repeats", type=int, default=3, help="timed repeats; median and spread over these (default: 3)")
     add_threads_argument(timing)
@@ -82,7 +92,7 @@ def _validate(args):
     if args.data != "synthetic" and not os.path.isdir(args.data):
         raise CommandError(f"--data {args.data!r} is neither 'synthetic' nor a folder; make one with "
                            "`mxfp16 data synth --out DIR` or use --data synthetic")
-    return precisions, _int_list(args.batch_sizes, "--batch-sizes"), lists
+    return precisions, _int_list(args.batch_sizes or BATCH_SIZES[args.mode], "--batch-sizes"), lists
 
 
 def _folder_classes(folder):
@@ -111,7 +121,8 @@ def run(args):
         raise CommandError(f"--peer pytorch times ResNet-50, so mxfp16's side must be a ResNet-50 too: use --model "
                            f"resnet50_v2 (or resnet50_v1, resnet50_v1b ...), not {args.model!r}")
     try:
-        base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=args.iters,
+        iters = ITERS[args.mode] if args.iters is None else args.iters
+        base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=iters,
                          warmup=args.warmup, repeats=args.repeats, data=args.data, ctx=args.ctx,
                          classes=args.classes)
     except ValueError as err:
@@ -137,13 +148,15 @@ def run(args):
     print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
           f"{threads['available_cores']} cores available)")
     print(f"{len(specs)} runs, each in its own process: {args.model} {args.image_size}px {args.mode}, "
-          f"{args.warmup} warm-up + {args.repeats} x {args.iters} timed steps")
+          f"{args.warmup} warm-up + {args.repeats} x {iters} timed steps")
 
     def progress(record):
         what = f"  {report.label(record)} batch {record['batch_size']}: "
         if record.get("status") == "ok":
+            latency = (f"; latency median {record['latency_ms_median']:.1f}, p90 {record['latency_ms_p90']:.1f}, "
+                       f"p99 {record['latency_ms_p99']:.1f} ms" if record.get("latency_ms_median") else "")
             print(what + f"{record['images_per_second']:.2f} img/s, {record['ms_per_step']:.1f} "
-                         f"+/- {record['ms_per_step_spread']:.1f} ms/step", flush=True)
+                         f"+/- {record['ms_per_step_spread']:.1f} ms/step{latency}", flush=True)
         else:
             reason = (record.get("reason") or "").strip().splitlines()
             print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
@@ -151,7 +164,7 @@ def run(args):
     records = run_suite(specs, timeout=args.timeout, on_result=progress)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
                                             "data", "classes", "ctx", "iters", "warmup", "repeats", "peer")}
-    config["threads"] = threads
+    config.update(batch_sizes=",".join(map(str, batch_sizes)), iters=iters, threads=threads)
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
     document = report.bench_document(machine, records, config=config, tensor_cores=tensor_cores)

@@ -21,7 +21,6 @@ machine it was built on could download it). Without ``sha256`` the download
 is accepted with a warning and its computed checksum is recorded in
 ``<root>/caltech101/manifest.json``; pass ``sha256`` to enforce one.
 """
-import hashlib
 import logging
 import math
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..fileio import sha256_file as sha256_of
 from ..fileio import write_json
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .validate import DataError
@@ -55,15 +55,6 @@ DATASETS = {
     },
 }
 CHUNK = 1 << 20
-
-
-def sha256_of(path):
-    """Hex SHA-256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _local_source(url):

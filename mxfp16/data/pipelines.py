@@ -66,8 +66,8 @@ from mxnet import gluon
 
 from .validate import DataError, scan_classes
 
-__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "AUGMENTATIONS",
-           "AUGMENT_CHOICES", "Augmentation", "augmentation", "resolve_augment"]
+__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "center_view",
+           "normalise", "AUGMENTATIONS", "AUGMENT_CHOICES", "Augmentation", "augmentation", "resolve_augment"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -175,9 +175,30 @@ def resize_for(image_size):
     return int(round(image_size / 0.875))
 
 
-def _normalise(batch_hwc):
+def center_view(img, image_size, short_side=None):
+    """The evaluation view of one decoded image: the short side resized, then the central square.
+
+    Parameters
+    ----------
+    img : NDArray
+        uint8 HWC, RGB (``mx.image.imread``).
+    image_size : int
+        Side of the square crop.
+    short_side : int, optional
+        What the short side is resized to first (default :func:`resize_for` of ``image_size``).
+
+    Returns
+    -------
+    NDArray
+        uint8 ``(image_size, image_size, 3)``.
+    """
+    short_side = resize_for(image_size) if short_side is None else short_side
+    return mx.image.center_crop(mx.image.resize_short(img, short_side), (image_size, image_size))[0]
+
+
+def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
     """uint8 NHWC -> float32 NCHW, scaled to [0, 1] then normalised (gluon's ToTensor + Normalize on a batch)."""
-    return mx.nd.image.normalize(mx.nd.image.to_tensor(batch_hwc), mean=MEAN_RGB, std=STD_RGB)
+    return mx.nd.image.normalize(mx.nd.image.to_tensor(batch_hwc), mean=mean, std=std)
 
 
 @contextlib.contextmanager
@@ -216,13 +237,14 @@ class _FolderImages(gluon.data.Dataset):
             raise DataError(f"cannot decode {path} ({type(err).__name__}: {reason}). "
                             "Delete or replace the file, then restart; the scan when the data set is opened "
                             "normally skips such files.") from None
-        augment = self._augment if self._epoch is not None else augmentation("none")
+        if self._epoch is None:
+            return center_view(img, self._size), label
+        augment = self._augment
         with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
             if augment.crop:
                 img = mx.image.random_size_crop(img, (self._size, self._size), augment.area, augment.ratio)[0]
             else:
-                img = mx.image.center_crop(mx.image.resize_short(img, resize_for(self._size)),
-                                           (self._size, self._size))[0]
+                img = center_view(img, self._size)
             flip = augment.flip and rng.random() < 0.5
         if flip:
             img = mx.nd.flip(img, axis=1)
@@ -333,7 +355,7 @@ class FolderLoaders(Loaders):
     def _batches(self, view, batch_indices):
         loader = gluon.data.DataLoader(view, batch_sampler=batch_indices, num_workers=self._workers)
         for data, label in loader:
-            yield _normalise(data), label.astype("float32")
+            yield normalise(data), label.astype("float32")
 
     def train_batches(self, epoch, start_batch=0):
         self._check_start(start_batch)

@@ -28,6 +28,7 @@ checkpoint falls back to the one before it, with a warning. Files of a write
 that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
+import contextlib
 import hashlib
 import json
 import re
@@ -43,8 +44,8 @@ from ..fileio import atomic_path, write_json
 from .progress import Progress
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
-           "describe_mismatch", "is_checkpoint_file", "RECORD", "FORMAT_VERSION", "FINGERPRINT_FIELDS",
-           "DEFAULT_KEEP"]
+           "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
+           "FINGERPRINT_FIELDS", "DEFAULT_KEEP"]
 
 RECORD = "latest.json"
 FORMAT_VERSION = 3
@@ -121,6 +122,53 @@ def read_record(out):
                               + (_OLD_FORMAT if record.get("version") in (1, 2) else
                                  "it was written by another mxfp16 version"))
     return record
+
+
+def params_file(out, epoch=None):
+    """The network parameters of a checkpoint of run folder ``out``, for reading them outside the trainer.
+
+    Parameters
+    ----------
+    out : str or Path
+        The run folder.
+    epoch : int, optional
+        The checkpoint written at the end of this epoch (counted from 1);
+        ``None`` for the current one.
+
+    Returns
+    -------
+    (Path, dict)
+        The ``.params`` file (``net.save_parameters`` format) and the current
+        record, whose ``fingerprint`` says which model, precision and image
+        size wrote it.
+
+    Raises
+    ------
+    CheckpointError
+        No checkpoint, a record that cannot be read, or the file asked for is
+        not on disk (the message lists the checkpoints that are).
+    """
+    folder = _folder(out)
+    record = read_record(out)
+    if record is None:
+        raise CheckpointError(f"{out} has no checkpoint ({folder / RECORD} not found): it is not a run folder, or "
+                              "its run stopped before the first epoch ended. Point at a finished run, or train one "
+                              f"with `mxfp16 train --out {out}`")
+    name = f"{record.get('tag')}.params" if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
+    path = folder / name
+    if not path.is_file():
+        kept = sorted(p.stem for p in folder.glob("*.params")) or ["none"]
+        what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
+        raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
+    if epoch is not None:
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads((folder / f"{Progress(epoch=epoch).tag()}.json").read_text(encoding="utf-8"))
+    digest = record.get("files", {}).get(path.name)
+    if digest is not None and _sha256(path) != digest:
+        raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or changed "
+                              "since it was written); export another epoch (--checkpoint) or retrain")
+    return path, record
+
 
 
 # ---- optimizer states as arrays + a JSON structure ------------------------------------------------

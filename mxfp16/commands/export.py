@@ -1,0 +1,64 @@
+"""``mxfp16 export --run RUN --out DIR``: a trained run as a deployable model, checked against float32.
+
+Loads the run's last (or best) checkpoint into the network the trainer
+built, converts it (AMP graph conversion for amp-*, a cast with BatchNorm in
+float32 for float16) and writes DIR/model-symbol.json, DIR/model-0000.params
+and DIR/export.json. Plain MXNet loads the model with
+gluon.SymbolBlock.imports. Before anything is written, the exported files
+are run against the float32 model on the run's test set; an export whose
+top-1 falls more than --margin points below float32 is refused.
+"""
+from . import CommandError, add_threads_argument
+
+ORDER = 50
+
+
+def register(subparsers):
+    from ..inference.export import CHECKPOINT_CHOICES, DEFAULT_MARGIN
+
+    parser = subparsers.add_parser("export", help="export a trained run for inference, checked against float32",
+                                   description=__doc__)
+    what = parser.add_argument_group("what to export")
+    what.add_argument("--run", required=True, help="run folder of `mxfp16 train` (its --out) (required)")
+    what.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
+                      help=f"{' or '.join(CHECKPOINT_CHOICES)} checkpoint of the run (best: the epoch with the "
+                           "highest val_top1, if its checkpoint is still kept), or a .params file (default: last)")
+    what.add_argument("--precision", default="auto",
+                      help="float32, float16, amp-bfloat16, amp-float16 or auto: float16 on a GPU, amp-bfloat16 on "
+                           "a CPU with bfloat16, else float32 (default: auto)")
+    what.add_argument("--amp-lists", default="mxfp16", choices=("mxfp16", "mxnet"),
+                      help="operator lists of an AMP conversion: mxfp16's (stem convolution in float32) or "
+                           "MXNet's (default: mxfp16)")
+    check = parser.add_argument_group("agreement check")
+    check.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="POINTS",
+                       help=f"refuse the export when its top-1 is more than this many percentage points below "
+                            f"float32's (default: {DEFAULT_MARGIN:g})")
+    check.add_argument("--data", default=None,
+                       help="data set whose test split the check runs on (default: the run's own, from config.json)")
+    check.add_argument("--batch-size", type=int, default=32, help="images per batch in the check (default: 32)")
+    check.add_argument("--ctx", default="auto", help="auto, cpu or gpu:N: where the check runs (default: auto, the "
+                                                     "first GPU MXNet sees, else the CPU)")
+    add_threads_argument(check)
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", required=True, help="export folder to create (required)")
+    output.add_argument("--overwrite", action="store_true",
+                        help="replace --out when it exists, once the new export has passed its check "
+                             "(default: off; an existing --out is refused)")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from ..inference.agreement import AgreementError
+    from ..inference.bundle import ExportError
+    from ..precision import PrecisionError
+
+    if args.batch_size < 1 or args.margin < 0:
+        raise CommandError(f"--batch-size {args.batch_size} must be at least 1 and --margin {args.margin:g} at least 0")
+    from ..inference.export import export_run
+
+    try:
+        export_run(args.run, args.out, precision=args.precision, checkpoint=args.checkpoint, margin=args.margin,
+                   overwrite=args.overwrite, amp_lists=args.amp_lists, ctx=args.ctx, data=args.data,
+                   batch_size=args.batch_size)
+    except (ExportError, AgreementError, PrecisionError) as err:
+        raise CommandError(str(err)) from None

@@ -1,0 +1,73 @@
+"""``mxfp16 predict --model DIR IMAGE_OR_FOLDER ...``: the top classes of images, from an export.
+
+Reads an export folder of `mxfp16 export` (its files checked against the
+sha256s in export.json), prepares each image as the run's test images were
+(short side resized, central crop, ImageNet normalisation) and prints the
+top-k classes with their probabilities. Folders are walked recursively, in
+batches, with a progress bar. Corrupt, truncated and non-image files are
+reported and skipped. --output writes CSV or JSON.
+"""
+import sys
+from pathlib import Path
+
+from . import CommandError, add_threads_argument
+
+ORDER = 55
+FORMATS = (".csv", ".json")
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("predict", help="top-k classes of images, from an exported model",
+                                   description=__doc__)
+    parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER", help="image files and folders of images")
+    parser.add_argument("--model", required=True, help="export folder of `mxfp16 export` (required)")
+    parser.add_argument("--top-k", type=int, default=5, help="classes per image, most likely first (default: 5)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
+    parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
+                        help="also write the predictions and the skipped files, as CSV or JSON by the file's "
+                             "extension (default: print only)")
+    parser.add_argument("--ctx", default="auto", help="auto, cpu or gpu:N (default: auto, the first GPU MXNet sees, "
+                                                      "else the CPU)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (default: a bar on a terminal)")
+    add_threads_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from tqdm.auto import tqdm
+
+    from ..fileio import atomic_write, write_json
+    from ..inference.bundle import ExportError
+    from ..inference.predict import Predictor, image_files, to_csv, to_document
+
+    if args.top_k < 1 or args.batch_size < 1:
+        raise CommandError(f"--top-k {args.top_k} and --batch-size {args.batch_size} must be at least 1")
+    suffix = Path(args.output).suffix.lower() if args.output else None
+    if args.output and suffix not in FORMATS:
+        raise CommandError(f"--output {args.output}: name a .csv or a .json file")
+    try:
+        predictor = Predictor(args.model, ctx=args.ctx)
+    except ExportError as err:
+        raise CommandError(str(err)) from None
+    files, skipped = image_files(args.inputs)
+    with tqdm(total=len(files), unit="image", desc="predict", leave=False, dynamic_ncols=True, file=sys.stderr,
+              disable=True if not args.progress else None) as bar:
+        results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
+                                                      progress=bar.update)
+    skipped += unreadable
+    for r in results:
+        print(r.path + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
+    for path, reason in skipped:
+        print(f"mxfp16 predict: skipped {path}: {reason}", file=sys.stderr)
+    print(f"{len(results)} image(s) predicted with {predictor.info['precision']} ({args.model}), "
+          f"{len(skipped)} skipped", file=sys.stderr)
+    if args.output:
+        if suffix == ".json":
+            write_json(args.output, to_document(predictor, results, skipped))
+        else:
+            with atomic_write(args.output) as handle:
+                handle.write(to_csv(results, skipped, min(args.top_k, len(predictor.classes))))
+        print(f"wrote {args.output}", file=sys.stderr)
+    if not results:
+        raise CommandError("no image could be read; see the skipped files above")

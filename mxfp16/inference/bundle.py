@@ -1,0 +1,151 @@
+"""An export folder on disk: the graph, the parameters and ``export.json``, with their checksums.
+
+::
+
+    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)
+    DIR/model-0000.params   the parameters (arg:/aux: names, as HybridBlock.export writes them)
+    DIR/export.json         what a user of the model needs to know: classes, image size,
+                            preprocessing, precision, source run, agreement check, sha256 of both files
+
+The two model files are what ``HybridBlock.export(DIR/model)`` would write,
+so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
+written into a staging folder beside ``DIR`` and renamed into place only
+when it is complete and checked (:func:`staging`, :func:`publish`), so
+``DIR`` is never half-written and a refused export leaves nothing behind.
+"""
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..fileio import atomic_path, default_mode, sha256_file, write_json
+
+__all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "FORMAT", "VERSION", "ExportError", "write_model",
+           "write_info", "read_info", "read_model", "staging", "publish"]
+
+SYMBOL_FILE = "model-symbol.json"
+PARAMS_FILE = "model-0000.params"
+INFO_FILE = "export.json"
+FORMAT = "mxfp16-export"
+VERSION = 1
+
+
+class ExportError(RuntimeError):
+    """An export that cannot be written or read; the message names the file and the fix."""
+
+
+def write_model(folder, deployable):
+    """Write the graph and the parameters of a :class:`~mxfp16.inference.convert.Deployable` atomically.
+
+    Returns
+    -------
+    dict
+        ``{file name: {"sha256": hex, "bytes": int}}`` of the two files.
+    """
+    import mxnet as mx
+
+    folder = Path(folder)
+    with atomic_path(folder / SYMBOL_FILE) as tmp:
+        # MXNet's save drops amp_cast nodes unless told not to; an AMP graph without them does
+        # not even load (a bfloat16 weight beside a float32 input).
+        deployable.symbol.save(tmp, remove_amp_cast=False)
+    with atomic_path(folder / PARAMS_FILE) as tmp:
+        mx.nd.save(tmp, deployable.params)
+    return {name: {"sha256": sha256_file(folder / name), "bytes": (folder / name).stat().st_size}
+            for name in (SYMBOL_FILE, PARAMS_FILE)}
+
+
+def write_info(folder, info):
+    """Write ``export.json`` (atomically)."""
+    write_json(Path(folder) / INFO_FILE, info)
+
+
+def read_info(folder):
+    """``export.json`` of an export folder, checked for format and version.
+
+    Raises
+    ------
+    ExportError
+        Not an export folder, unreadable JSON, or another format or version.
+    """
+    path = Path(folder) / INFO_FILE
+    if not path.is_file():
+        raise ExportError(f"{folder} is not an mxfp16 export ({path} not found); make one with "
+                          "`mxfp16 export --run RUN --out DIR`")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ExportError(f"{path} is not valid JSON ({err}); export the run again") from None
+    if info.get("format") != FORMAT or info.get("version") != VERSION:
+        raise ExportError(f"{path} is format {info.get('format')!r} version {info.get('version')!r}; this mxfp16 "
+                          f"reads {FORMAT!r} version {VERSION}. Export the run again with this mxfp16")
+    return info
+
+
+def read_model(folder, info):
+    """The graph and parameters of an export folder, after checking both files against ``export.json``.
+
+    Returns
+    -------
+    (mx.sym.Symbol, dict)
+
+    Raises
+    ------
+    ExportError
+        A file is missing, or its sha256 differs from the one recorded (changed or damaged since export).
+    """
+    import mxnet as mx
+
+    folder = Path(folder)
+    for name in (SYMBOL_FILE, PARAMS_FILE):
+        path = folder / name
+        if not path.is_file():
+            raise ExportError(f"{path} is missing; the export is incomplete. Export the run again")
+        wanted = info.get("files", {}).get(name, {}).get("sha256")
+        if sha256_file(path) != wanted:
+            raise ExportError(f"{path} has changed since it was exported (its sha256 differs from the one in "
+                              f"{folder / INFO_FILE}); export the run again rather than trust it")
+    return mx.sym.load(str(folder / SYMBOL_FILE)), mx.nd.load(str(folder / PARAMS_FILE))
+
+
+@contextlib.contextmanager
+def staging(out, overwrite=False):
+    """A fresh folder beside ``out`` to write an export into; removed on any error.
+
+    Raises
+    ------
+    ExportError
+        ``out`` exists and ``overwrite`` is off, or ``out`` is a file.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file, not a folder; choose another --out")
+    if out.exists() and not overwrite:
+        raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".staging", dir=out.parent))
+    os.chmod(folder, default_mode(folder=True))  # mkdtemp makes it private; the export is an ordinary folder
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish(folder, out):
+    """Move a complete staged export to ``out``, replacing what is there.
+
+    The old folder is renamed aside first and removed last: ``out`` is the
+    old export or the new one, never a mixture (between the two renames,
+    for an instant, it is absent).
+    """
+    out = Path(out)
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.rmdir(old)
+        os.replace(out, old)
+    os.replace(folder, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,252 @@
+"""``mxfp16 export``: a finished run's checkpoint as a deployable model, checked against float32 first.
+
+The story of :func:`export_run`, each step refusing bad input before the next:
+
+1. the run: its ``config.json`` (model, image size, classes, data) and the
+   checkpoint asked for (last, best, or a ``.params`` file), which must
+   belong to that model;
+2. devices and precision (float16 on a CPU is allowed: writing it needs no
+   float16 arithmetic), and the output folder (refused when it exists,
+   unless ``overwrite``);
+3. the network rebuilt as the trainer built it
+   (:func:`mxfp16.parts.build_network`) in float32, the checkpoint loaded
+   into it (and a float16 copy for a float16 export);
+4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
+   a staging folder;
+5. the agreement check: the staged files, loaded back the way a user loads
+   them, against the float32 network on the run's test set. Where this
+   machine cannot run the export's precision (float16 on a CPU) the check
+   runs the float32 graph with the export's float16-rounded weights, and
+   ``export.json`` says so;
+6. a top-1 drop beyond the margin refuses the export; otherwise
+   ``export.json`` is written and the folder moved into place.
+"""
+import datetime
+from pathlib import Path
+
+from .._version import __version__
+from ..data import DataError, make_loaders
+from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
+from ..parts import PartsSpec, build_network
+from ..precision import PrecisionError, as_context_list, check_devices, format_ctx, resolve_precision
+from ..train import checkpoint as ckpt
+from ..train.outputs import RunOutputs, structural_names
+from . import bundle
+from .agreement import check_margin, compare
+from .bundle import ExportError
+from .convert import deployable, load_block, traced
+
+__all__ = ["export_run", "CHECKPOINT_CHOICES", "DEFAULT_MARGIN"]
+
+#: ``checkpoint=`` takes one of these, or the path of a ``.params`` file.
+CHECKPOINT_CHOICES = ("last", "best")
+#: Percentage points of top-1 the export may lose against float32.
+DEFAULT_MARGIN = 0.5
+
+
+def _run_config(run):
+    config = RunOutputs(run).read_config()
+    if config is None:
+        raise ExportError(f"{run} is not a run folder ({Path(run) / 'config.json'} not found); point --run at the "
+                          "--out of a finished `mxfp16 train`")
+    missing = [k for k in ("model", "image_size", "classes", "source") if k not in config]
+    if missing:
+        raise ExportError(f"{Path(run) / 'config.json'} lacks {', '.join(missing)}; it was not written by this "
+                          "mxfp16's trainer")
+    return config
+
+
+def _best_epoch(run):
+    """The epoch with the highest val_top1 (the later one on a tie) and its val_top1."""
+    records = RunOutputs(run).metrics()
+    if not records:
+        raise ExportError(f"--checkpoint best: {run} has no metrics.jsonl records to tell the best epoch; "
+                          "use --checkpoint last")
+    best = max(records, key=lambda r: (r["val_top1"], r["epoch"]))
+    return best["epoch"], best["val_top1"]
+
+
+def _checkpoint(run, which, config):
+    """``(params path, description)`` of the checkpoint to export; refuse one written for another model."""
+    try:
+        if which not in CHECKPOINT_CHOICES:
+            path = Path(which)
+            if not path.is_file():
+                raise ExportError(f"--checkpoint {which}: no such file; give last, best or a .params file")
+            return path, {"checkpoint": str(path.resolve())}
+        epoch, val_top1 = _best_epoch(run) if which == "best" else (None, None)
+        path, record = ckpt.params_file(run, epoch)
+    except ckpt.CheckpointError as err:
+        raise ExportError(str(err)) from None
+    saved = record.get("fingerprint", {})
+    wanted = {"model": config["model"], "image_size": config["image_size"], "classes": list(config["classes"])}
+    differ = [f"{k}: checkpoint {saved.get(k)!r}, config.json {v!r}" for k, v in wanted.items()
+              if k in saved and saved[k] != v]
+    if differ:
+        raise ExportError(f"the checkpoint in {Path(run) / 'checkpoints'} was written for another model than "
+                          f"{Path(run) / 'config.json'} describes ({'; '.join(differ)}); export the run that wrote it")
+    source = {"checkpoint": which, "tag": path.stem}
+    if epoch is not None:
+        source.update(epoch=epoch, val_top1=val_top1)
+    return path, source
+
+
+def _load_network(config, params_path, ctx, param_dtype):
+    """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading)."""
+    spec = PartsSpec(model=config["model"], classes=len(config["classes"]), image_size=config["image_size"])
+    net = build_network(spec, ctx, param_dtype)
+    try:
+        net.load_parameters(str(params_path), ctx=ctx, cast_dtype=True, dtype_source="current")
+    except (AssertionError, ValueError, KeyError) as err:
+        # Gluon names the first missing, unexpected or misshapen parameter.
+        reason = " ".join(str(err).split())[:300]
+        raise ExportError(f"{params_path} does not fit {config['model']} ({len(config['classes'])} classes, "
+                          f"{config['image_size']} px) as the run describes it: {reason}. It is a checkpoint of "
+                          "another model; export the run that wrote it") from None
+    return net
+
+
+def _emulated_candidate(reference, source, params, ctx):
+    """The float32 graph with the export's weights rounded as stored (float16), computed in float32.
+
+    A float16 network is built second, so its parameter names carry another
+    prefix (``resnetv21_`` beside ``resnetv20_``); the structural names,
+    the same in both, pair them.
+    """
+    ref = structural_names(reference)
+    rename = {p.name: ref[key].name for key, p in structural_names(source).items()}
+    weights = {f"{key[:4]}{rename[key[4:]]}": value.astype("float32") for key, value in params.items()}
+    return load_block(traced(reference)[0], weights, ctx)
+
+
+def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MARGIN, overwrite=False,
+               amp_lists="mxfp16", ctx="auto", data=None, batch_size=32, log=print):
+    """Export a run's checkpoint for inference in ``precision`` after the agreement check.
+
+    Parameters
+    ----------
+    run : str or Path
+        A run folder of ``mxfp16 train``.
+    out : str or Path
+        The export folder to create.
+    precision : str
+        ``float32``, ``float16``, ``amp-bfloat16``, ``amp-float16`` or ``auto``
+        (float16 on a GPU, amp-bfloat16 on a CPU with bfloat16, else float32).
+    checkpoint : str
+        ``'last'``, ``'best'`` (the epoch with the best val_top1, if its
+        checkpoint is still on disk) or the path of a ``.params`` file.
+    margin : float
+        Refuse when the export's top-1 is more than this many percentage points below float32's.
+    overwrite : bool
+        Replace an existing ``out``.
+    amp_lists : str
+        ``'mxfp16'`` or ``'mxnet'`` (AMP precisions).
+    ctx : str
+        ``'auto'``, ``'cpu'`` or ``'gpu:N'``: where the check runs (one device).
+    data : str, optional
+        The data set whose test split the check uses (default: the run's, from ``config.json``).
+    batch_size : int
+        Images per batch in the check.
+    log : callable
+        Receives progress lines.
+
+    Returns
+    -------
+    dict
+        The content of ``export.json``.
+
+    Raises
+    ------
+    ExportError
+        Bad run, checkpoint, output folder or data; nothing is written.
+    mxfp16.inference.agreement.AgreementError
+        The export loses more than ``margin`` points of top-1; nothing is written.
+    mxfp16.PrecisionError
+        Unknown precision, or one these devices cannot hold.
+    """
+    config = _run_config(run)
+    params_path, source = _checkpoint(run, checkpoint, config)
+    contexts = check_devices(as_context_list(ctx))[:1]
+    device = contexts[0]
+    wanted = resolve_precision(precision, contexts, allow_cpu_float16=True)
+    if wanted.compute_dtype == "bfloat16" and device.device_type != "cpu":
+        raise PrecisionError("amp-bfloat16 runs on CPUs (oneDNN); export it with --ctx cpu")
+    emulated = wanted.compute_dtype == "float16" and device.device_type == "cpu"
+    if Path(out).exists() and not overwrite:  # refuse before minutes of work, not after
+        raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
+    classes = list(config["classes"])
+    dataset = data or config["source"]
+    try:
+        loaders = make_loaders(dataset, image_size=config["image_size"], batch_size=batch_size,
+                               pipeline=config.get("pipeline", "folder"))
+    except (DataError, ValueError, OSError) as err:
+        raise ExportError(f"the agreement check needs the run's test set: {err} Pass --data DIR to use another "
+                          "copy of it") from None
+    if list(loaders.classes) != classes:
+        raise ExportError(f"the test set at {dataset} has classes {loaders.classes[:5]}... but the run was trained "
+                          f"on {classes[:5]}...; pass --data with the run's own data set")
+
+    log(f"export: {run} ({config['model']}, {len(classes)} classes, {config['image_size']} px), checkpoint "
+        f"{source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
+    reference = _load_network(config, params_path, contexts, "float32")
+    net = reference if wanted.param_dtype == "float32" else _load_network(config, params_path, contexts,
+                                                                          wanted.param_dtype)
+    model = deployable(net, wanted, amp_lists)
+    with bundle.staging(out, overwrite) as staged:
+        files = bundle.write_model(staged, model)
+        # The check reads back the files just written: what it measures is what a user will load.
+        symbol, params = bundle.read_model(staged, {"files": files})
+        if emulated:
+            candidate = _emulated_candidate(reference, net, params, device)
+            how = ("emulated: this CPU has no float16 convolution, so the float32 graph ran with the export's "
+                   "float16-rounded weights; activations were not rounded. Run the check on a GPU for the real one")
+            log(f"export: {how}")
+        else:
+            candidate, how = load_block(symbol, params, device), f"{wanted.name} on {format_ctx(contexts)}"
+        log(f"export: agreement check on {loaders.num_test} test images of {dataset} ...")
+        result = compare(reference, candidate, loaders.test_batches(), device)
+        result.update(margin_points=margin, computed=how, emulated=emulated)
+        log("export: top-1 float32 {:.2f}%, export {:.2f}% ({:+.2f} points); {} of {} top-1 predictions changed "
+            "({:.2f}%); largest probability difference {:.4f}".format(
+                100 * result["top1_float32"], 100 * result["top1_export"], 0.0 - result["top1_drop_points"] + 0.0,
+                result["changed_images"], result["images"], 100 * result["changed_share"],
+                result["max_probability_difference"]))
+        check_margin(result, margin, wanted.name)
+        info = _info(config, run, params_path, source, wanted, model, files, result, dataset)
+        bundle.write_info(staged, info)
+        bundle.publish(staged, out)
+    log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE})")
+    return info
+
+
+def _info(config, run, params_path, source, precision, model, files, agreement, dataset):
+    """The content of ``export.json``."""
+    import mxnet as mx
+
+    from ..fileio import sha256_file
+
+    size = int(config["image_size"])
+    return {
+        "format": bundle.FORMAT,
+        "version": bundle.VERSION,
+        "model": config["model"],
+        "precision": precision.name,
+        "compute_dtype": precision.compute_dtype,
+        "classes": list(config["classes"]),
+        "image_size": size,
+        "input": {"name": "data", "dtype": "float32", "layout": "NCHW", "shape": [None, 3, size, size]},
+        "output": {"dtype": "float32", "meaning": "logits, one per class in `classes` order; softmax gives "
+                                                  "probabilities"},
+        "preprocess": {"decode": "RGB", "resize_short": resize_for(size), "center_crop": size,
+                       "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
+        "conversion": model.notes,
+        "source": {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
+                   "params_sha256": sha256_file(params_path),
+                   "trained_precision": config.get("resolved_precision", config.get("precision"))},
+        "agreement": {"data": str(dataset), **agreement},
+        "files": files,
+        "mxnet_version": mx.__version__,
+        "mxfp16_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "load_with": "mxnet.gluon.SymbolBlock.imports('model-symbol.json', ['data'], 'model-0000.params')",
+    }

@@ -1,0 +1,186 @@
+"""``mxfp16 predict``: the top classes of image files, from an export folder.
+
+Images go through the evaluation view of training (short side resized,
+central square, ImageNet normalisation; the numbers come from
+``export.json``), in batches. Every file is checked before it is decoded
+(:func:`mxfp16.data.scan_image`: corrupt, truncated and non-image files, and
+anything that is not a regular file) and a decoder failure is caught too:
+such a file is reported with its reason and skipped, never fatal.
+"""
+import csv
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+
+from ..data import scan_image
+from ..data.pipelines import center_view, normalise
+from ..precision import as_context_list, check_devices, format_ctx
+from .agreement import softmax
+from .bundle import ExportError, read_info, read_model
+from .convert import load_block
+
+__all__ = ["Predictor", "Prediction", "image_files", "to_csv", "to_document"]
+
+
+@dataclass
+class Prediction:
+    """The top classes of one image.
+
+    Attributes
+    ----------
+    path : str
+    top : list of (str, int, float)
+        ``(class name, class index, probability)``, most likely first.
+    """
+
+    path: str
+    top: list
+
+
+def image_files(inputs):
+    """The files named by ``inputs``, folders walked recursively (sorted, hidden entries left out).
+
+    Returns
+    -------
+    (list of str, list of (str, str))
+        The files, and ``(path, reason)`` of inputs that name nothing.
+    """
+    files, missing = [], []
+    for item in map(Path, inputs):
+        if item.is_dir():
+            for root, dirs, names in os.walk(item):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+        elif item.exists() or item.is_symlink():
+            files.append(str(item))  # scan_image says what is wrong with anything that is not an image
+        else:
+            missing.append((str(item), "no such file or folder"))
+    return files, missing
+
+
+class Predictor:
+    """An export folder loaded for prediction (its files checked against ``export.json`` first).
+
+    Parameters
+    ----------
+    folder : str or Path
+        Written by ``mxfp16 export``.
+    ctx : str
+        ``'auto'``, ``'cpu'`` or ``'gpu:N'`` (one device).
+
+    Raises
+    ------
+    ExportError
+        Not an export, changed files, or a float16 export on a CPU (MXNet has no
+        float16 convolution there).
+    """
+
+    def __init__(self, folder, ctx="auto"):
+        self.folder = Path(folder)
+        self.info = read_info(folder)
+        self.ctx = check_devices(as_context_list(ctx))[0]
+        if self.info["compute_dtype"] == "float16" and self.ctx.device_type == "cpu":
+            raise ExportError(f"{folder} is a {self.info['precision']} export and MXNet has no float16 convolution "
+                              "on a CPU; predict on a GPU (--ctx gpu:0), or export the run as amp-bfloat16 or "
+                              "float32 for CPUs")
+        symbol, params = read_model(folder, self.info)
+        self.block = load_block(symbol, params, self.ctx)
+        self.classes = list(self.info["classes"])
+        pre = self.info["preprocess"]
+        self._size, self._short = int(pre["center_crop"]), int(pre["resize_short"])
+        self._mean, self._std = tuple(pre["mean_rgb"]), tuple(pre["std_rgb"])
+
+    def __repr__(self):
+        return f"Predictor({str(self.folder)!r}, {self.info['precision']}, {format_ctx([self.ctx])})"
+
+    def view(self, image):
+        """The uint8 HWC crop the model sees of a decoded RGB image (``mx.image.imread``)."""
+        return center_view(image, self._size, self._short)
+
+    def probabilities(self, views):
+        """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``."""
+        batch = normalise(mx.nd.stack(*views), self._mean, self._std).as_in_context(self.ctx)
+        return softmax(self.block(batch).asnumpy())
+
+    def predict_files(self, files, top_k=5, batch_size=32, progress=None):
+        """Top-``top_k`` classes of every image among ``files``.
+
+        Parameters
+        ----------
+        files : sequence of str or Path
+            Files, not folders (:func:`image_files` expands those).
+        top_k : int
+            At most the number of classes.
+        batch_size : int
+        progress : callable, optional
+            Called with the number of files handled after each one (a progress bar's ``update``).
+
+        Returns
+        -------
+        (list of Prediction, list of (str, str))
+            Predictions in input order, and ``(path, reason)`` of every file skipped.
+        """
+        if top_k < 1 or batch_size < 1:
+            raise ValueError(f"top_k={top_k}, batch_size={batch_size}: both must be at least 1")
+        top_k = min(top_k, len(self.classes))
+        results, skipped, paths, views = [], [], [], []
+
+        def flush():
+            if views:
+                for path, probs in zip(paths, self.probabilities(views)):
+                    order = np.argsort(-probs, kind="stable")[:top_k]
+                    results.append(Prediction(path, [(self.classes[i], int(i), float(probs[i])) for i in order]))
+                paths.clear()
+                views.clear()
+
+        for path in map(str, files):
+            reason = scan_image(path)
+            if reason is None:
+                try:
+                    views.append(self.view(mx.image.imread(path)))
+                    paths.append(path)
+                except mx.base.MXNetError as err:  # passed the scan, but the decoder still refused it
+                    lines = [line for line in str(err).splitlines() if line.strip()]
+                    reason = f"cannot decode: {lines[-1].strip()[:200] if lines else 'MXNetError'}"
+            if reason is not None:
+                skipped.append((path, reason))
+            if len(views) == batch_size:
+                flush()
+            if progress is not None:
+                progress(1)
+        flush()
+        return results, skipped
+
+
+def to_document(predictor, results, skipped):
+    """The ``--output FILE.json`` content: the model, each image's top classes, the skipped files."""
+    return {
+        "model": str(predictor.folder.resolve()),
+        "precision": predictor.info["precision"],
+        "predictions": [{"path": r.path, "top": [{"class": c, "index": i, "probability": p} for c, i, p in r.top]}
+                        for r in results],
+        "skipped": [{"path": path, "reason": reason} for path, reason in skipped],
+    }
+
+
+def to_csv(results, skipped, top_k):
+    """The ``--output FILE.csv`` content: one row per image, ``class_1, probability_1, ...``, then ``error``.
+
+    A skipped file has a row too, with only its path and the reason.
+    """
+    buffer = io.StringIO()
+    fields = ["path"] + [f"{name}_{rank}" for rank in range(1, top_k + 1) for name in ("class", "probability")]
+    writer = csv.DictWriter(buffer, fieldnames=fields + ["error"], lineterminator="\n")
+    writer.writeheader()
+    for r in results:
+        row = {"path": r.path, "error": ""}
+        for rank, (name, _, prob) in enumerate(r.top, 1):
+            row.update({f"class_{rank}": name, f"probability_{rank}": f"{prob:.6f}"})
+        writer.writerow(row)
+    for path, reason in skipped:
+        writer.writerow({"path": path, "error": reason})
+    return buffer.getvalue()

@@ -1,0 +1,223 @@
+"""`mxfp16 export`: the files, the agreement check, plain-MXNet loading, and every refusal of the issue.
+
+One tiny float32 run is trained in a child process; the exports run in this
+process (conversion needs no ``amp.init``, so nothing leaks into later tests).
+"""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from mxfp16.cli import main
+from mxfp16.fileio import sha256_file
+from mxfp16.inference import bundle
+from mxfp16.inference.agreement import AgreementError
+from mxfp16.inference.bundle import ExportError
+from mxfp16.inference.export import export_run
+from train_support import QUICK, ok, run_train, tiny_dataset
+
+pytestmark = pytest.mark.slow
+
+
+def _quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("export-data"))
+
+
+def _train(data, out, *flags):
+    ok(run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 2, *QUICK, *flags))
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    return _train(data, tmp_path_factory.mktemp("export-run") / "run")
+
+
+@pytest.fixture(scope="module")
+def bf16_export(run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("exports") / "bf16"
+    info = export_run(run, out, precision="amp-bfloat16", ctx="cpu", log=_quiet)
+    return out, info
+
+
+def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(run, bf16_export):
+    out, info = bf16_export
+    assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE])
+    on_disk = json.loads((out / bundle.INFO_FILE).read_text())
+    assert on_disk == info
+    for name in (bundle.SYMBOL_FILE, bundle.PARAMS_FILE):
+        assert info["files"][name]["sha256"] == sha256_file(out / name)
+    config = json.loads((run / "config.json").read_text())
+    assert info["classes"] == config["classes"] and info["image_size"] == config["image_size"] == 16
+    assert info["precision"] == "amp-bfloat16" and info["compute_dtype"] == "bfloat16"
+    assert info["preprocess"]["center_crop"] == 16 and info["preprocess"]["resize_short"] == 18
+    assert info["source"]["tag"] == "epoch-0002"
+    assert info["source"]["params_sha256"] == sha256_file(run / "checkpoints" / "epoch-0002.params")
+    agreement = info["agreement"]
+    assert agreement["images"] == 24 and agreement["emulated"] is False
+    assert 0 <= agreement["max_probability_difference"] < 0.5
+    assert agreement["changed_images"] == round(agreement["changed_share"] * 24)
+    # No staging folder is left beside the export.
+    assert [p.name for p in out.parent.iterdir()] == ["bf16"]
+
+
+def test_bfloat16_weights_are_stored_converted_and_the_graph_keeps_its_casts(bf16_export):
+    import mxnet as mx
+
+    out, _ = bf16_export
+    params = mx.nd.load(str(out / bundle.PARAMS_FILE))
+    conv_weights = [k for k in params if k.startswith("arg:") and "conv" in k and k.endswith("_weight")]
+    assert conv_weights and all(params[k].dtype != np.float32 for k in conv_weights)  # bfloat16
+    assert all(params[k].dtype == np.float32 for k in params if "batchnorm" in k)
+    ops = [n["op"] for n in json.loads((out / bundle.SYMBOL_FILE).read_text())["nodes"]]
+    assert "amp_cast" in ops  # MXNet's save would have dropped them by default
+
+
+PLAIN_LOAD = """
+import json, sys
+import numpy as np
+import mxnet as mx
+from mxnet import gluon
+
+folder, images, labels = sys.argv[1:4]
+net = gluon.SymbolBlock.imports(folder + "/model-symbol.json", ["data"], folder + "/model-0000.params", ctx=mx.cpu())
+logits = net(mx.nd.array(np.load(images))).asnumpy()
+assert logits.dtype == np.float32, logits.dtype
+assert "mxfp16" not in sys.modules  # the point of the test
+print(json.dumps({"top1": float((logits.argmax(axis=1) == np.load(labels)).mean())}))
+"""
+
+
+@pytest.mark.parametrize("precision", ["amp-bfloat16", "float32"])
+def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, bf16_export, precision, tmp_path):
+    import subprocess
+    import sys
+
+    from mxfp16.data import make_loaders
+
+    if precision == "amp-bfloat16":
+        out, info = bf16_export
+    else:
+        out = tmp_path / "f32"
+        info = export_run(run, out, precision="float32", ctx="cpu", log=_quiet)
+        assert info["agreement"]["changed_images"] == 0 and info["agreement"]["max_probability_difference"] == 0
+    batches = list(make_loaders(data, image_size=16, batch_size=8).test_batches())
+    np.save(tmp_path / "x.npy", np.concatenate([x.asnumpy() for x, _ in batches]))
+    np.save(tmp_path / "y.npy", np.concatenate([y.asnumpy() for _, y in batches]))
+    # A bare interpreter: no PYTHONPATH to the repository, no `import mxfp16` anywhere.
+    proc = subprocess.run([sys.executable, "-c", PLAIN_LOAD, str(out), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["top1"] == pytest.approx(info["agreement"]["top1_export"])
+
+
+def test_float16_export_on_a_cpu_is_written_and_its_check_says_it_was_emulated(run, tmp_path):
+    import mxnet as mx
+
+    messages = []
+    info = export_run(run, tmp_path / "f16", precision="float16", ctx="cpu", log=messages.append)
+    agreement = info["agreement"]
+    assert agreement["emulated"] is True and "float16-rounded weights" in agreement["computed"]
+    assert any("emulated" in m for m in messages)
+    params = mx.nd.load(str(tmp_path / "f16" / bundle.PARAMS_FILE))
+    assert {params[k].dtype for k in params if "conv" in k and k.endswith("_weight")} == {np.float16}
+    assert {params[k].dtype for k in params if "batchnorm" in k} == {np.float32}
+    # Rounding the weights to float16 moves probabilities, but only a little.
+    assert 0 < agreement["max_probability_difference"] < 0.05
+
+
+def test_an_existing_export_folder_is_refused_without_overwrite_and_replaced_with_it(run, tmp_path, capsys):
+    out = tmp_path / "exp"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu"]) == 2
+    assert "already exists; replace it with --overwrite" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
+                 "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # neither the old folder nor a staging one left
+
+
+def test_a_run_folder_without_a_checkpoint_is_refused(run, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(run / "config.json", bare / "config.json")
+    assert main(["export", "--run", str(bare), "--out", str(tmp_path / "x"), "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoint" in err and "Traceback" not in err
+    assert main(["export", "--run", str(tmp_path / "nothing"), "--out", str(tmp_path / "x"), "--ctx", "cpu"]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="module")
+def other_model_run(data, tmp_path_factory):
+    """A run of another network (resnet18_v1) on the same data."""
+    flags = ["--model", "resnet18_v1", "--image-size", "16", "--batch-size", "8", "--no-progress"]
+    out = tmp_path_factory.mktemp("other") / "run"
+    ok(run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 1, "--max-batches", 1, *flags))
+    return out
+
+
+def test_a_checkpoint_of_another_model_is_refused(run, other_model_run, tmp_path, capsys):
+    # Its checkpoints copied into a run whose config.json names cifar_resnet20_v1.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(run, mixed)
+    shutil.rmtree(mixed / "checkpoints")
+    shutil.copytree(other_model_run / "checkpoints", mixed / "checkpoints")
+    assert main(["export", "--run", str(mixed), "--out", str(tmp_path / "x"), "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "written for another model" in err and "'resnet18_v1'" in err and "'cifar_resnet20_v1'" in err
+    # Its .params file given directly: no record to read, so the network itself refuses it.
+    params = next((other_model_run / "checkpoints").glob("*.params"))
+    assert main(["export", "--run", str(run), "--checkpoint", str(params), "--out", str(tmp_path / "x"),
+                 "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit cifar_resnet20_v1" in err and "checkpoint of another model" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_best_checkpoint_is_the_best_epoch_and_refused_when_it_was_not_kept(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    records = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    # Make epoch 1 the best: the trainer kept only epoch 2's checkpoint.
+    records[0]["val_top1"], records[1]["val_top1"] = 0.9, 0.5
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ExportError, match=r"checkpoint of epoch 1 .* not on disk; checkpoints kept .*: epoch-0002"):
+        export_run(copy, tmp_path / "x", precision="float32", checkpoint="best", ctx="cpu", log=_quiet)
+    records[0]["val_top1"], records[1]["val_top1"] = 0.5, 0.9
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    info = export_run(copy, tmp_path / "x", precision="float32", checkpoint="best", ctx="cpu", log=_quiet)
+    assert info["source"]["epoch"] == 2 and info["source"]["val_top1"] == 0.9
+
+
+def test_an_export_beyond_the_margin_is_refused_naming_the_numbers_and_leaves_nothing(run, tmp_path, monkeypatch):
+    from mxfp16.inference import export as export_module
+
+    def one_point_worse(*args):
+        return {"images": 100, "top1_float32": 0.80, "top1_export": 0.79, "top1_drop_points": 1.0,
+                "changed_images": 3, "changed_share": 0.03, "max_probability_difference": 0.2}
+
+    monkeypatch.setattr(export_module, "compare", one_point_worse)
+    with pytest.raises(AgreementError, match=r"79\.00% against 80\.00% .* 1\.00 points lower, beyond the margin of 0\.5"):
+        export_run(run, tmp_path / "x", precision="amp-bfloat16", ctx="cpu", log=_quiet)
+    assert list(tmp_path.iterdir()) == []
+    info = export_run(run, tmp_path / "x", precision="amp-bfloat16", ctx="cpu", margin=1.5, log=_quiet)
+    assert info["agreement"]["margin_points"] == 1.5
+
+
+def test_bad_export_flags_are_user_errors(run, tmp_path, capsys):
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--precision", "float64"]) == 2
+    assert "unknown precision 'float64'" in capsys.readouterr().err
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--margin", "-1"]) == 2
+    assert "--margin -1 at least 0" in capsys.readouterr().err
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--checkpoint", "newest"]) == 2
+    assert "no such file; give last, best or a .params file" in capsys.readouterr().err
