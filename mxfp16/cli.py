@@ -10,6 +10,7 @@ the top floor: it imports ``commands``, and nothing imports it.
 import argparse
 import importlib
 import pkgutil
+import shlex
 import sys
 
 from . import commands as _commands
@@ -89,6 +90,7 @@ def main(argv=None):
         return failed
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = "mxfp16 " + shlex.join(argv)  # recorded by commands that write results
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

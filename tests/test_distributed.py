@@ -119,5 +119,8 @@ def test_float16_gradients_travel_as_float16_over_tcp(jobs):
         for name in sent:
             # The gradients plus a small header per key: ps-lite's message metadata.
             assert grad[name] <= sent[name] <= grad[name] + 100 * keys
-        # Same messages, so the same headers: the whole difference is the gradients' width.
-        assert abs((sent["float32"] - sent["float16"]) - (grad["float32"] - grad["float16"])) <= 8 * keys
+        # Same messages, so nearly the same headers: the difference is the gradients' width. ps-lite may
+        # add a control message in one job and not the other (seen under load: 50 bytes), so allow a
+        # quarter of the width difference; float32 on the wire for float16 would miss it by all of it.
+        width = grad["float32"] - grad["float16"]
+        assert abs((sent["float32"] - sent["float16"]) - width) <= width / 4

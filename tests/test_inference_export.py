@@ -188,8 +188,10 @@ def test_best_checkpoint_is_the_best_epoch_and_refused_when_it_was_not_kept(run,
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     records = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
-    # Make epoch 1 the best: the trainer kept only epoch 2's checkpoint.
+    # Make epoch 1 the best, and its checkpoint gone (as with --keep-checkpoints 1).
     records[0]["val_top1"], records[1]["val_top1"] = 0.9, 0.5
+    for path in (copy / "checkpoints").glob("epoch-0001*"):
+        path.unlink()
     (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(ExportError, match=r"checkpoint of epoch 1 .* not on disk; checkpoints kept .*: epoch-0002"):
         export_run(copy, tmp_path / "x", precision="float32", checkpoint="best", ctx="cpu", log=_quiet)

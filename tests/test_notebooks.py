@@ -5,13 +5,15 @@ notebook whose claims still hold. Each one runs in its own papermill process
 and kernel (AMP is process-global, so no notebook may inherit another's
 patched MXNet), with ``SMOKE = True`` injected into its parameters cell, in a
 scratch working directory so nothing is written into the repository. Two run
-at a time: most of a smoke run is process start-up and imports, which
-overlap well on two cores.
+at a time, started as soon as the session has collected them: most of a
+smoke run is process start-up and imports, which overlap well with the rest
+of the suite on two cores.
 """
 import glob
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -65,7 +67,9 @@ class _SmokeRuns:
         workdir = os.path.join(self.folder, name)
         os.makedirs(workdir)
         out = os.path.join(workdir, name + ".ipynb")
-        env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")  # MXNet's numpy shims are noisy
+        # MXNet's numpy shims are noisy. One OpenMP thread per kernel: two smoke runs beside the rest of
+        # the suite would otherwise put six spinning OpenMP threads on two cores (SMOKE work is tiny).
+        env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", OMP_NUM_THREADS="1")
         with self._slots:
             start = time.monotonic()
             try:
@@ -84,10 +88,24 @@ class _SmokeRuns:
         return self.results[path]
 
 
+_STARTED = []
+
+
+def start_smoke_runs():
+    """Start the smoke runs once per session (``conftest.py`` calls this right after collection).
+
+    They are mostly process start-up and imports, so started early they
+    overlap with the rest of the suite instead of holding it up here.
+    """
+    if not _STARTED:
+        _STARTED.append(_SmokeRuns(tempfile.mkdtemp(prefix="mxfp16-notebooks-")))
+    return _STARTED[0]
+
+
 @pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
+def smoke_runs():
     pytest.importorskip("papermill")
-    return _SmokeRuns(str(tmp_path_factory.mktemp("notebooks")))
+    return start_smoke_runs()
 
 
 @pytest.mark.slow

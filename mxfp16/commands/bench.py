@@ -167,6 +167,8 @@ def run(args):
     config.update(batch_sizes=",".join(map(str, batch_sizes)), iters=iters, threads=threads)
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
+    # The command as typed, so a recorded result says how to reproduce it.
+    config["command"] = getattr(args, "command_line", None)
     document = report.bench_document(machine, records, config=config, tensor_cores=tensor_cores)
     paths = list(report.write_outputs(args.out, document))
     if not args.no_plots:

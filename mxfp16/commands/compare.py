@@ -72,6 +72,7 @@ def _run_groups(args):
         report, a_runs, b_runs = parity(args.a, args.b, args.confidence)
     except RunDirError as err:
         raise CommandError(str(err)) from None
+    report["command"] = getattr(args, "command_line", None)  # how to reproduce a recorded result
     paths = write_parity(report, a_runs, b_runs, args.out or _default_out(a_runs[0].path))
     print(format_parity(report))
     print("wrote " + ", ".join(paths))
