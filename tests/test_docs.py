@@ -65,3 +65,17 @@ def test_api_reference_documents_the_exported_names(site):
     for name in mxfp16.__all__:
         if not name.startswith("_"):
             assert name in page, f"{name} is exported but not in the API reference"
+
+
+def test_the_own_loop_snippet_of_getting_started_runs_as_written():
+    """The library snippet a new user copies first: extracted from the page and run in a fresh process."""
+    import re
+
+    from conftest import run_python
+
+    text = open(os.path.join(REPO, "docs", "getting-started.md"), encoding="utf-8").read()
+    section = text[text.index("## Mixed precision in your own loop"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = run_python(code).stdout.strip().splitlines()[-1].split()
+    name, loss, skipped = out[0], float(out[2]), out[4]
+    assert name in ("float32", "amp-bfloat16", "float16") and loss == loss and 0 < loss < 10 and skipped == "False"

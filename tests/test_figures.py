@@ -59,3 +59,10 @@ def test_rewrite_refreshes_every_span(sources):
     new = figures.rewrite(text, registry, results)
     assert "<!-- fig speedup -->1.93x<!-- /fig -->" in new and "| amp-bfloat16 | 12.4 img/s |" in new
     assert figures.problems([(Path("p.md"), new)], registry, results) == []
+
+
+def test_every_figure_in_the_repository_matches_its_recorded_source_or_names_one():
+    """The README, docs/*.md and notebook markdown: every span matches docs/results, nothing measured stands bare."""
+    found = figures.problems()
+    assert not found, "\n".join(found)
+    assert figures.registry(), "docs/results/figures.json is missing"
