@@ -46,6 +46,9 @@ def test_smoke_run_writes_every_file_and_field(runs, precision):
     config = json.loads((out / "config.json").read_text())
     assert config["resolved_precision"] == precision and config["epochs"] == EPOCHS
     assert config["ctx"] == "auto" and config["resolved_ctx"] == format_ctx(parse_ctx("auto"))
+    # How to reproduce it: the command as typed, and the augmentation `auto` chose.
+    assert config["command"].startswith("mxfp16 train ") and f"--precision {precision}" in config["command"]
+    assert config["resolved_augment"] in ("imagenet", "light", "none")
     assert TrainConfig.from_dict({k: v for k, v in config.items() if k in TrainConfig().to_dict()}).epochs == EPOCHS
     # The per-epoch summary line and the environment float16 wants are in the log.
     assert "epoch 2/2: train_loss" in proc.stdout

@@ -70,11 +70,11 @@ def register(subparsers):
         epilog=textwrap.fill(
             "Defaults that depend on the data: with --data-dir the tutorial's run (resnet50_v2, 224 px, SGD). "
             f"Without it, the demo set gets a network a 2-core CPU trains in about two minutes: {demo['model']} at "
-            f"{demo['image_size']} px with {demo['optimizer']}. Measured here: ResNet-50 at 224 px trains at about "
-            "7 img/s; an ImageNet ResNet at 32 px ends in 1x1 maps, where BatchNorm's statistics fail in evaluation; "
-            "cifar_resnet20_v1 at 32 px is too small per operator for bfloat16 to gain; resnet18_v1 at 48 px runs "
-            "1.27x faster in bfloat16 than in float32 and ends in 2x2 maps. "
-            "Outputs in --out: config.json, metrics.jsonl, summary.json, checkpoints/. See docs/training.md."))
+            f"{demo['image_size']} px with {demo['optimizer']}. Why (docs/training.md): ResNet-50 at 224 px is too "
+            "slow for that; an ImageNet ResNet at 32 px ends in 1x1 maps, where BatchNorm's statistics fail in "
+            "evaluation; cifar_resnet20_v1 at 32 px is too small per operator for bfloat16 to gain; resnet18_v1 at "
+            "48 px still gains from bfloat16 and ends in 2x2 maps. "
+            "Outputs in --out: config.json (with the command line), metrics.jsonl, summary.json, checkpoints/."))
     add_config_arguments(parser)
     parser.set_defaults(func=run_command)
 
@@ -88,7 +88,7 @@ def run_command(args):
     from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
 
     try:
-        fit(prepare(config_from_args(args), given=given_fields(args)))
+        fit(prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None)))
     except (ConfigError, PrecisionError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
             CheckpointError, TrainingDivergedError) as err:
         raise CommandError(str(err)) from None

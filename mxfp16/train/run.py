@@ -144,7 +144,7 @@ def train(config, log=None):
     return fit(prepare(config, log=log))
 
 
-def prepare(config, log=None, given=None):
+def prepare(config, log=None, given=None, command=None):
     """Check and build everything a run needs; see the module docstring for the order.
 
     Parameters
@@ -156,6 +156,9 @@ def prepare(config, log=None, given=None):
         With ``resume``: the fields the user set for this invocation (the
         command line's flags); by default those that differ from their
         defaults. The rest come from the run's ``config.json``.
+    command : str, optional
+        The command line that started this invocation, recorded in
+        ``config.json`` as ``command`` (how to reproduce the run).
 
     Returns
     -------
@@ -228,7 +231,7 @@ def prepare(config, log=None, given=None):
                             "changed": {k: [old, new] for k, (old, new) in changes.items()}}] if config.resume else [])
     outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
                               resolved_threads=threads, resolved_augment=loaders.augment.name,
-                              classes=list(loaders.classes), source=source,
+                              classes=list(loaders.classes), source=source, command=command,
                               resumed=resumed))
     return run
 
