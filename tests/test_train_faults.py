@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import REPO
-from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
+from train_support import QUICK, metrics, ok, position, refused, run_train, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow
 SHORT = ["--precision", "float32", "--max-batches", "2", *QUICK]
@@ -46,14 +46,6 @@ def run_copy(finished, tmp_path):
 
 def _snapshot(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def refused(proc, *phrases):
-    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr
-    for phrase in phrases:
-        assert phrase in proc.stderr, proc.stderr
-    return proc.stderr
 
 
 # ---- 1. validate everything, then delete -------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 from mxfp16.train import ConfigError, TrainConfig
 from mxfp16.train.checkpoint import describe_mismatch
-from train_support import QUICK, metrics, ok, run_train, tiny_dataset
+from train_support import QUICK, metrics, ok, refused, run_train, tiny_dataset
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +25,6 @@ def float32_run(data, tmp_path_factory):
     proc = ok(run_train("--data-dir", copy, "--precision", "float32", "--out", root / "run", "--epochs", 1,
                         "--max-batches", 2, *QUICK))
     return root / "run", proc
-
-
-def refused(proc, *phrases):
-    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr
-    for phrase in phrases:
-        assert phrase in proc.stderr, proc.stderr
-    return proc.stderr
 
 
 @pytest.mark.slow

@@ -41,6 +41,15 @@ def ok(proc):
     return proc
 
 
+def refused(proc, *phrases):
+    """A clean refusal: exit status 2, no traceback, and each phrase in the message; returns stderr."""
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+    return proc.stderr
+
+
 def metrics(out):
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines() if line.strip()]
 

@@ -296,16 +296,13 @@ class Loaders:
             raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
 
 
-def _crop_area(value, manifest):
-    """``value``, else the ``min_crop_area`` a data set's manifest asks for, else 0.08."""
+def _crop_area(value, manifest, where):
+    """``value``, else the ``min_crop_area`` the data set's ``manifest`` (read from ``where``) asks for, else 0.08."""
     if value is None:
-        try:
-            value = json.loads(Path(manifest).read_text()).get("min_crop_area")
-        except (OSError, ValueError, AttributeError):
-            value = None
+        value = manifest.get("min_crop_area")
     value = DEFAULT_MIN_CROP_AREA if value is None else float(value)
     if not 0 < value <= 1:
-        raise DataError(f"min_crop_area={value} (from the argument or {manifest}): need 0 < min_crop_area <= 1.")
+        raise DataError(f"min_crop_area={value} (from the argument or {where}): need 0 < min_crop_area <= 1.")
     return value
 
 
@@ -320,9 +317,9 @@ class FolderLoaders(Loaders):
 
     def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="auto"):
         root = Path(root)
-        self.min_crop_area = _crop_area(min_crop_area, root / "manifest.json")
-        self.augment = augmentation(resolve_augment(augment, image_size, _read_manifest(root / "manifest.json")),
-                                    self.min_crop_area)
+        manifest = _read_manifest(root / "manifest.json")
+        self.min_crop_area = _crop_area(min_crop_area, manifest, root / "manifest.json")
+        self.augment = augmentation(resolve_augment(augment, image_size, manifest), self.min_crop_area)
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")
         unknown = sorted(set(test_scan.classes) - set(train_scan.classes))
@@ -411,7 +408,7 @@ class RecordLoaders(Loaders):
         for split in ("train", "test"):
             _check_record_files(prefix, split, meta["counts"][split])
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
-        self.min_crop_area = _crop_area(min_crop_area, meta_path)
+        self.min_crop_area = _crop_area(min_crop_area, meta, meta_path)
         self.augment = augmentation(resolve_augment(augment, image_size, meta), self.min_crop_area)
         self._threads = max(1, workers)
         self._rank, self._parts = shard

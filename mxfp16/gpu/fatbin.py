@@ -52,7 +52,6 @@ wheel (its ``mxnet/libmxnet.so``); ``--cuobjdump`` compares with NVIDIA's
 mxfp16 ships (:mod:`mxfp16.gpu.wheel_kernels`).
 """
 import argparse
-import hashlib
 import os
 import pprint
 import re
@@ -65,6 +64,7 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..fileio import sha256_file
 from .elf import section_ranges
 
 __all__ = ["FatbinError", "FatbinEntry", "Kernels", "parse_fatbin", "read_library", "arch_name"]
@@ -277,14 +277,6 @@ def cuobjdump_version(exe):
 # --------------------------------------------------------------------------
 # Command line: print, cross-check, write the data module
 # --------------------------------------------------------------------------
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _wheel_source(path, tmp):
     """Extract ``mxnet/libmxnet.so`` from a wheel; return its path and what to record about the wheel."""
     name = os.path.basename(path)
@@ -296,7 +288,7 @@ def _wheel_source(path, tmp):
         library = wheel.extract(member, tmp)
     return library, {"wheel": name, "distribution": parts[0].replace("_", "-"),
                      "version": parts[1] if len(parts) > 1 else None,
-                     "sha256": _sha256(path), "library": member}
+                     "sha256": sha256_file(path), "library": member}
 
 
 def _format(kernels):
@@ -350,7 +342,7 @@ def main(argv=None):
         if args.path.endswith(".whl"):
             library, source = _wheel_source(args.path, tmp)
         else:
-            library, source = args.path, {"library": os.path.basename(args.path), "sha256": _sha256(args.path)}
+            library, source = args.path, {"library": os.path.basename(args.path), "sha256": sha256_file(args.path)}
         kernels = read_library(library)
         print(_format(kernels))
         cross_check = "not checked (no cuobjdump)"

@@ -29,7 +29,6 @@ that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
-import hashlib
 import json
 import re
 import shutil
@@ -40,7 +39,7 @@ import mxnet as mx
 
 from .._internals import (optimizer_update_counts, set_optimizer_update_counts, set_trainer_updater_states,
                           trainer_updater_states)
-from ..fileio import atomic_path, write_json
+from ..fileio import atomic_path, sha256_file, write_json
 from .progress import Progress
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
@@ -88,14 +87,6 @@ def is_checkpoint_file(name):
 
 def _folder(out):
     return Path(out) / "checkpoints"
-
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read_json(path):
@@ -164,7 +155,7 @@ def params_file(out, epoch=None):
         with contextlib.suppress(OSError, ValueError):
             record = json.loads((folder / f"{Progress(epoch=epoch).tag()}.json").read_text(encoding="utf-8"))
     digest = record.get("files", {}).get(path.name)
-    if digest is not None and _sha256(path) != digest:
+    if digest is not None and sha256_file(path) != digest:
         raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or changed "
                               "since it was written); export another epoch (--checkpoint) or retrain")
     return path, record
@@ -238,7 +229,7 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
             mx.nd.save(tmp, arrays)
         record = {
             "version": FORMAT_VERSION, "tag": tag,
-            "files": {name: _sha256(folder / name) for name in (f"{tag}.params", f"{tag}.optimizer")},
+            "files": {name: sha256_file(folder / name) for name in (f"{tag}.params", f"{tag}.optimizer")},
             "optimizer": {"states": structure, "update_counts": optimizer_update_counts(parts.trainer)},
             "fingerprint": fingerprint, "scaler": parts.scaler.state_dict(), "progress": progress.state_dict(),
             "config_digest": config_digest,
@@ -283,7 +274,7 @@ def _problems(folder, record):
         path = folder / name
         if not path.exists():
             problems.append(f"{name} is missing")
-        elif _sha256(path) != digest:
+        elif sha256_file(path) != digest:
             problems.append(f"{name} does not match its sha256 (truncated or changed since it was written)")
     if not record.get("files"):
         problems.append("the record lists no files")
