@@ -119,8 +119,7 @@ def test_float16_gradients_travel_as_float16_over_tcp(jobs):
         for name in sent:
             # The gradients plus a small header per key: ps-lite's message metadata.
             assert grad[name] <= sent[name] <= grad[name] + 100 * keys
-        # Same messages, so nearly the same headers: the difference is the gradients' width. ps-lite may
-        # add a control message in one job and not the other (seen under load: 50 bytes), so allow a
-        # quarter of the width difference; float32 on the wire for float16 would miss it by all of it.
-        width = grad["float32"] - grad["float16"]
-        assert abs((sent["float32"] - sent["float16"]) - width) <= width / 4
+        # float16 on the wire: the float16 job sends fewer bytes than the float32 gradients alone take,
+        # which float32 on the wire could not. (Comparing the two jobs' header bytes exactly is flaky:
+        # ps-lite adds control messages to one job and not the other, 50-110 bytes per step were seen.)
+        assert sent["float16"] < grad["float32"] <= sent["float32"]
