@@ -56,8 +56,14 @@ class BenchSpec:
     repeats : int
         Timed repeats; the median and spread are over these.
     data : str
-        ``'synthetic'`` (random tensors) or a data folder for
-        ``mxfp16.data.make_loaders``.
+        ``'synthetic'`` (random tensors), or a data set for
+        ``mxfp16.data.make_loaders``: a folder (``pipeline='folder'``) or a
+        ``mxfp16 data pack`` prefix (``pipeline='recordio'``).
+    pipeline : str
+        ``'folder'`` or ``'recordio'``, as ``mxfp16 train --pipeline``.
+    workers : int
+        Data-loading processes (folder) or decoding threads (recordio), as
+        ``mxfp16 train --workers``.
     ctx : str
         ``'auto'`` (every visible GPU, else the CPU), ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
     classes : int
@@ -77,6 +83,8 @@ class BenchSpec:
     warmup: int = 3
     repeats: int = 3
     data: str = "synthetic"
+    pipeline: str = "folder"
+    workers: int = 0
     ctx: str = "auto"
     classes: int = 102
     amp_lists: str = "mxfp16"
@@ -90,6 +98,8 @@ class BenchSpec:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
         if int(self.warmup) < 0:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup!r}")
+        if int(self.workers) < 0:
+            raise ValueError(f"workers must be 0 or more, got {self.workers!r}")
 
     def to_json(self):
         return json.dumps(asdict(self))
@@ -116,7 +126,7 @@ class _Batches:
         from ..data import make_loaders
         self._fixed = None
         self._loaders = make_loaders(spec.data, image_size=spec.image_size, batch_size=spec.batch_size,
-                                     seed=spec.seed)
+                                     workers=spec.workers, pipeline=spec.pipeline, seed=spec.seed)
         self.classes = len(self._loaders.classes)
         self._batch_size = spec.batch_size
         self._epoch = 0
@@ -254,6 +264,7 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
         "model": spec.model,
         "mode": spec.mode,
         "data": spec.data,
+        "pipeline": None if spec.data == "synthetic" else spec.pipeline,
         "ctx": ctx,
         "status": "ok",
         "reason": None,

@@ -8,6 +8,7 @@ it and `mxfp16 predict` runs it, each call on its own: batch-1 latency
 (median, p90, p99) and batch-32 throughput by default. Writes bench.json,
 bench.csv and PNG plots to --out.
 """
+import json
 import os
 
 from . import CommandError, add_threads_argument
@@ -29,6 +30,8 @@ def _int_list(text, flag):
 
 
 def register(subparsers):
+    from ..data.pipelines import PIPELINES
+
     parser = subparsers.add_parser("bench", help="time float32 against mixed precision (throughput, memory, speedup)",
                                    description=__doc__)
     what = parser.add_argument_group("what to run")
@@ -47,8 +50,15 @@ def register(subparsers):
                       help="train: forward, backward and update; inference: the exported network's forward pass, "
                            "float32 images in, every call timed for its latency (default: train)")
     what.add_argument("--data", default="synthetic",
-                      help="'synthetic' (random tensors) or a data folder with train/ and test/; real batches are "
-                           "loaded inside the timed steps, as in training (default: synthetic)")
+                      help="'synthetic' (random tensors), a data folder with train/ and test/, or with --pipeline "
+                           "recordio the prefix given to `mxfp16 data pack`; real batches are loaded inside the "
+                           "timed steps, as in training (default: synthetic)")
+    what.add_argument("--pipeline", choices=PIPELINES, default="folder",
+                      help="input pipeline for --data, as `mxfp16 train --pipeline`: folder (ImageFolderDataset + "
+                           "DataLoader) or recordio (ImageRecordIter) (default: folder)")
+    what.add_argument("--workers", type=int, default=0,
+                      help="data-loading processes (folder) or decoding threads (recordio), as `mxfp16 train "
+                           "--workers` (default: 0, decode in the training process)")
     what.add_argument("--classes", type=int, default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
     what.add_argument("--peer", choices=("pytorch",), default=None,
@@ -89,16 +99,31 @@ def _validate(args):
     lists = [name.strip() for name in args.amp_lists.split(",") if name.strip()]
     if not lists or any(name not in LIST_SETS for name in lists):
         raise CommandError(f"--amp-lists {args.amp_lists!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
-    if args.data != "synthetic" and not os.path.isdir(args.data):
-        raise CommandError(f"--data {args.data!r} is neither 'synthetic' nor a folder; make one with "
+    if args.workers < 0:
+        raise CommandError(f"--workers {args.workers}: must be 0 or more (0 decodes in the training process)")
+    if args.data != "synthetic" and args.pipeline == "folder" and not os.path.isdir(args.data):
+        hint = (f"; it looks like a RecordIO pack: add --pipeline recordio"
+                if os.path.isfile(f"{args.data}_train.rec") else "")
+        raise CommandError(f"--data {args.data!r} is neither 'synthetic' nor a folder{hint}; make one with "
                            "`mxfp16 data synth --out DIR` or use --data synthetic")
     return precisions, _int_list(args.batch_sizes or BATCH_SIZES[args.mode], "--batch-sizes"), lists
 
 
-def _folder_classes(folder):
-    train = os.path.join(folder, "train")
+def _data_classes(data, pipeline):
+    """The class count of a data set named by ``--data``/``--pipeline``, checked before any run starts."""
+    if pipeline == "recordio":
+        from ..data.pipelines import classes_file
+
+        meta = classes_file(data)
+        try:
+            return len(json.loads(meta.read_text())["classes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise CommandError(f"--data {data!r} with --pipeline recordio: {meta} is missing or unreadable, so "
+                               f"{data!r} is not a complete pack; make one with `mxfp16 data pack --src DIR "
+                               f"--out {data}`") from None
+    train = os.path.join(data, "train")
     if not os.path.isdir(train):
-        raise CommandError(f"--data {folder!r} has no train/ folder; make one with `mxfp16 data split` or "
+        raise CommandError(f"--data {data!r} has no train/ folder; make one with `mxfp16 data split` or "
                            "`mxfp16 data synth --out DIR`, or use --data synthetic")
     return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])
 
@@ -123,11 +148,11 @@ def run(args):
     try:
         iters = ITERS[args.mode] if args.iters is None else args.iters
         base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=iters,
-                         warmup=args.warmup, repeats=args.repeats, data=args.data, ctx=args.ctx,
-                         classes=args.classes)
+                         warmup=args.warmup, repeats=args.repeats, data=args.data, pipeline=args.pipeline,
+                         workers=args.workers, ctx=args.ctx, classes=args.classes)
     except ValueError as err:
         raise CommandError(f"{err}; see mxfp16 bench --help") from None
-    classes = args.classes if args.data == "synthetic" else _folder_classes(args.data)
+    classes = args.classes if args.data == "synthetic" else _data_classes(args.data, args.pipeline)
     try:
         # Building the model here also checks its name before any run starts.
         tensor_cores = model_tensor_core_report(args.model, classes, args.image_size, batch_sizes)
@@ -163,7 +188,8 @@ def run(args):
 
     records = run_suite(specs, timeout=args.timeout, on_result=progress)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
-                                            "data", "classes", "ctx", "iters", "warmup", "repeats", "peer")}
+                                            "data", "pipeline", "workers", "classes", "ctx", "iters", "warmup",
+                                            "repeats", "peer")}
     config.update(batch_sizes=",".join(map(str, batch_sizes)), iters=iters, threads=threads)
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
