@@ -98,6 +98,11 @@ def _validate(args):
 def _folder_classes(folder):
     train = os.path.join(folder, "train")
     if not os.path.isdir(train):
+        from ..data.layout import split_problem
+
+        problem = split_problem(folder, then="pass --data {split}")
+        if problem:
+            raise CommandError(problem)
         raise CommandError(f"--data {folder!r} has no train/ folder; make one with `mxfp16 data split` or "
                            "`mxfp16 data synth --out DIR`, or use --data synthetic")
     return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])
