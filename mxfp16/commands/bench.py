@@ -123,6 +123,11 @@ def _data_classes(data, pipeline):
                                f"--out {data}`") from None
     train = os.path.join(data, "train")
     if not os.path.isdir(train):
+        from ..data.layout import split_problem
+
+        problem = split_problem(data, then="pass --data {split}")
+        if problem:
+            raise CommandError(problem)
         raise CommandError(f"--data {data!r} has no train/ folder; make one with `mxfp16 data split` or "
                            "`mxfp16 data synth --out DIR`, or use --data synthetic")
     return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])

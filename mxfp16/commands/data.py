@@ -12,8 +12,15 @@ ORDER = 10
 
 
 def register(subparsers):
+    from ..data.layout import caltech101_commands, caltech101_paths
+
+    caltech = caltech101_paths()
+    # The documented Caltech-101 sequence, from the one place that names its folders (mxfp16/data/layout.py).
+    steps = ["mxfp16 data fetch caltech101"] + caltech101_commands()
     parser = subparsers.add_parser("data", help="fetch, split, synthesise, pack and benchmark image data sets",
-                                   description=__doc__)
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   epilog="Caltech-101 from download to training (docs/data.md; the pack is "
+                                          "optional):\n" + "\n".join(f"  {step}" for step in steps))
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
     sub.required = True
 
@@ -42,8 +49,9 @@ def register(subparsers):
 
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
     group = split.add_argument_group("input and output")
-    group.add_argument("--src", required=True, help="folder of class folders, e.g. data/caltech101/101_ObjectCategories (required)")
-    group.add_argument("--out", required=True, help="new folder for train/<class>/ and test/<class>/ (required)")
+    group.add_argument("--src", required=True, help=f"folder of class folders, e.g. {caltech.images} (required)")
+    group.add_argument("--out", required=True,
+                       help=f"new folder for train/<class>/ and test/<class>/, e.g. {caltech.split} (required)")
     group = split.add_argument_group("protocol")
     how = group.add_mutually_exclusive_group(required=True)
     how.add_argument("--train-per-class", type=int, help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is required")
@@ -71,9 +79,10 @@ def register(subparsers):
 
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
     group = pack.add_argument_group("input and output")
-    group.add_argument("--src", required=True, help="folder with train/ and test/ (required)")
+    group.add_argument("--src", required=True, help=f"folder with train/ and test/, e.g. {caltech.split} (required)")
     group.add_argument("--out", required=True,
-                       help="output prefix; writes PREFIX_train.rec/.idx/.lst, PREFIX_test.* and PREFIX_classes.json")
+                       help="output prefix; writes PREFIX_train.rec/.idx/.lst, PREFIX_test.* and PREFIX_classes.json, "
+                            f"e.g. {caltech.pack}")
     group = pack.add_argument_group("encoding")
     group.add_argument("--resize", type=int, default=0, help="resize the short side to this first (default: 0, keep)")
     group.add_argument("--quality", type=int, default=95, help="JPEG quality 1-100 (default: 95)")
@@ -124,7 +133,9 @@ def _guard(call):
 
 def run_fetch(args):
     from ..data.fetch import ExtractLimits, fetch_caltech101
+    from ..data.layout import caltech101_commands, caltech101_paths
 
+    caltech = caltech101_paths()
     def fetch(data):
         limits = ExtractLimits(args.max_extract_bytes, args.max_ratio)
         return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
@@ -133,8 +144,9 @@ def run_fetch(args):
     manifest = json.loads((path / "manifest.json").read_text())
     print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
           + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))
-    print(f"next: mxfp16 data split --src {path / '101_ObjectCategories'} --out {args.root}/caltech101-split "
-          "--train-per-class 30")
+    split, train, pack, train_rec = caltech101_commands(args.root)
+    print(f"next, split it and train on the split (docs/data.md):\n  {split}\n  {train}\n"
+          f"or pack the split into RecordIO and train on the pack:\n  {pack}\n  {train_rec}")
 
 
 def run_split(args):

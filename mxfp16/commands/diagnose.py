@@ -85,7 +85,11 @@ def _validate(args):
     except ValueError as err:
         raise CommandError(f"--loss-scale: {err}") from None
     if args.data_dir is not None and not os.path.isdir(os.path.join(args.data_dir, "train")):
-        raise CommandError(f"--data-dir {args.data_dir!r} has no train/ folder; point it at a folder with "
+        from ..data.layout import split_problem
+
+        # The raw Caltech-101 download and other unsplit folders get the split command that fixes them.
+        raise CommandError(split_problem(args.data_dir, then="pass --data-dir {split}")
+                           or f"--data-dir {args.data_dir!r} has no train/ folder; point it at a folder with "
                            "train/<class>/ images (e.g. from `mxfp16 data split`) or leave it out for the demo set")
     if args.params is not None and not os.path.isfile(args.params):
         raise CommandError(f"--params {args.params!r} is not a file; give a .params file written by "

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from ..fileio import sha256_file as sha256_of
 from ..fileio import write_json
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
+from .layout import IMAGES, caltech101_paths
 from .validate import DataError
 
 __all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of", "ExtractLimits"]
@@ -51,7 +52,7 @@ DATASETS = {
         "file": "caltech-101.zip",
         "sha256": None,  # unknown: see the module docstring
         "inner": "101_ObjectCategories.tar.gz",
-        "folder": "101_ObjectCategories",
+        "folder": IMAGES,
     },
 }
 CHUNK = 1 << 20
@@ -280,6 +281,8 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     -------
     Path
         ``<root>/caltech101``; already there is reused without downloading.
+        It is not a split yet: :func:`~mxfp16.data.layout.caltech101_commands`
+        lists the documented steps after it (``mxfp16 data fetch`` prints them).
 
     Raises
     ------
@@ -291,7 +294,7 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     spec = DATASETS["caltech101"]
     limits = ExtractLimits() if limits is None else limits
     root = Path(root)
-    final = root / "caltech101"
+    final = caltech101_paths(root).fetched
     if (final / "manifest.json").is_file() and (final / spec["folder"]).is_dir():
         LOG.info("%s is already complete", final)
         return final

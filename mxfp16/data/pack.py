@@ -23,6 +23,7 @@ import cv2
 import mxnet as mx
 
 from ..fileio import write_json
+from .layout import split_problem
 from .pipelines import classes_file, record_files
 from .validate import DataError, scan_classes
 
@@ -120,6 +121,9 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
     src, prefix = Path(src), Path(prefix)
     if not 1 <= quality <= 100 or resize < 0:
         raise DataError(f"quality={quality}, resize={resize}: need 1 <= quality <= 100 and resize >= 0.")
+    problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
+    if problem:
+        raise DataError(problem)
     train = scan_classes(src / "train", "training split").require_every_class()
     test = scan_classes(src / "test", "test split")
     unknown = sorted(set(test.classes) - set(train.classes))

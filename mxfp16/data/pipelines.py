@@ -64,6 +64,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from .layout import pack_problem, split_problem
 from .validate import DataError, scan_classes
 
 __all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "center_view",
@@ -317,6 +318,9 @@ class FolderLoaders(Loaders):
 
     def __init__(self, root, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="auto"):
         root = Path(root)
+        problem = split_problem(root)  # the raw download, a pack prefix, ...: name the command that fixes it
+        if problem:
+            raise DataError(problem)
         manifest = _read_manifest(root / "manifest.json")
         self.min_crop_area = _crop_area(min_crop_area, manifest, root / "manifest.json")
         self.augment = augmentation(resolve_augment(augment, image_size, manifest), self.min_crop_area)
@@ -401,7 +405,7 @@ class RecordLoaders(Loaders):
         try:
             meta = json.loads(meta_path.read_text())
         except OSError:
-            raise DataError(f"{meta_path} not found: {prefix} is not a complete pack. "
+            raise DataError(pack_problem(prefix) or f"{meta_path} not found: {prefix} is not a complete pack. "
                             f"Create it with `mxfp16 data pack --src DIR --out {prefix}`.") from None
         except ValueError as err:
             raise DataError(f"{meta_path} is not valid JSON ({err}); re-run `mxfp16 data pack`.") from None

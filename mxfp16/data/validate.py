@@ -172,8 +172,9 @@ def scan_classes(root, what="data set"):
     """
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"{what} folder {root} does not exist. Create it with `mxfp16 data synth --out ...`, "
-                        "`mxfp16 data split ...` or `mxfp16 data fetch caltech101`, or pass the right path.")
+        raise DataError(f"{what} folder {root} does not exist. Create it with `mxfp16 data synth --out ...` or "
+                        "`mxfp16 data split ...` (Caltech-101: `mxfp16 data fetch caltech101`, then the split "
+                        "command it prints), or pass the right path.")
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(f"{what} folder {root} has no class sub-folders; expected {root}/<class>/<image>.jpg.")

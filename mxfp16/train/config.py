@@ -29,6 +29,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from ..data.layout import caltech101_paths
 from ..data.pipelines import AUGMENT_CHOICES, PIPELINES
 from ..environment import THREADS_DEFAULT, THREADS_HELP
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
@@ -39,6 +40,8 @@ __all__ = ["TrainConfig", "ConfigError", "PROFILES", "LR_SCHEDULES", "KVSTORES",
            "RESUME_CHANGEABLE"]
 
 KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_async")
+#: The documented Caltech-101 folders, named in --data-dir's help.
+_CALTECH = caltech101_paths()
 #: The flag groups of ``mxfp16 train --help``, in order.
 GROUPS = ("data", "model", "precision", "optimisation", "run", "testing aids (not for training runs)")
 
@@ -100,8 +103,10 @@ class TrainConfig:
 
     # data
     data_dir: str = _option(None, "data", "folder with train/ and test/ class folders, or a RecordIO prefix with "
-                                          "--pipeline recordio", default_text="the demo set, generated under "
-                                                                              "--data-root on first use")
+                                          f"--pipeline recordio; for Caltech-101 {_CALTECH.split} or "
+                                          f"{_CALTECH.pack}, not the download {_CALTECH.fetched} (`mxfp16 data "
+                                          "--help` lists the steps)",
+                            default_text="the demo set, generated under --data-root on first use")
     data_root: str = _option("data", "data", "where the demo set is generated")
     image_size: int = _option(None, "data", "side of the square crops in pixels")
     workers: int = _option(0, "data", "data-loading processes (folder) or decoding threads (recordio)",

@@ -1,0 +1,187 @@
+"""Where the documented Caltech-101 sequence puts each stage, and what to do with a folder that is not a split.
+
+The one sequence the README, ``docs/data.md``, notebook 4, the help texts and
+the error messages all name (``root`` is ``data`` unless ``fetch --root``
+says otherwise)::
+
+    mxfp16 data fetch caltech101                    # -> <root>/caltech101/101_ObjectCategories
+    mxfp16 data split --src <root>/caltech101/101_ObjectCategories \\
+                      --out <root>/caltech101-30 --train-per-class 30 --seed 0
+    mxfp16 train --data-dir <root>/caltech101-30                           # folder pipeline
+    mxfp16 data pack --src <root>/caltech101-30 --out <root>/caltech101-rec/caltech101   # optional
+    mxfp16 train --pipeline recordio --data-dir <root>/caltech101-rec/caltech101
+
+The folder names live here and nowhere else in the code: ``fetch`` prints
+:func:`caltech101_commands` as its next steps, and the loaders ask
+:func:`split_problem` / :func:`pack_problem` for an error that names the
+command which turns what they were given into what they need.
+``tests/test_caltech_path.py`` runs the documented block and checks that
+every mention of these folders agrees with :func:`caltech101_paths`.
+"""
+import shlex
+from collections import namedtuple
+from pathlib import Path
+
+__all__ = ["CALTECH101_TRAIN_PER_CLASS", "Caltech101Paths", "caltech101_paths", "caltech101_commands",
+           "split_command", "pack_command", "split_problem", "pack_problem"]
+
+#: The usual Caltech-101 protocol: 30 training images per class, the rest for test.
+CALTECH101_TRAIN_PER_CLASS = 30
+#: The folder ``fetch`` renames into place under its root, and the archive's folder of class folders inside it.
+FETCHED, IMAGES = "caltech101", "101_ObjectCategories"
+SPLIT = f"caltech101-{CALTECH101_TRAIN_PER_CLASS}"
+PACK = ("caltech101-rec", "caltech101")
+
+Caltech101Paths = namedtuple("Caltech101Paths", "fetched images split pack")
+Caltech101Paths.__doc__ = """The documented Caltech-101 folders under one data root.
+
+``fetched``: what ``data fetch`` returns (``manifest.json`` and ``images``);
+``images``: its class folders, the ``--src`` of ``data split``; ``split``:
+``train/`` and ``test/``, the ``--data-dir`` of the folder pipeline;
+``pack``: the RecordIO prefix, the ``--data-dir`` of ``--pipeline recordio``.
+"""
+
+
+def caltech101_paths(root="data"):
+    """The documented Caltech-101 folders under ``root`` (the ``--root`` of ``data fetch``).
+
+    Parameters
+    ----------
+    root : str or Path
+
+    Returns
+    -------
+    Caltech101Paths
+        ``fetched``, ``images``, ``split`` and ``pack``, each a :class:`~pathlib.Path`.
+    """
+    root = Path(root)
+    return Caltech101Paths(root / FETCHED, root / FETCHED / IMAGES, root / SPLIT, root.joinpath(*PACK))
+
+
+def _q(path):
+    """``path`` as a shell word: the commands are printed for copying, and a root may hold a space."""
+    return shlex.quote(str(path))
+
+
+def split_command(src, out, train_per_class=CALTECH101_TRAIN_PER_CLASS):
+    """The ``mxfp16 data split`` command line that turns ``src`` (class folders) into the split ``out``."""
+    return f"mxfp16 data split --src {_q(src)} --out {_q(out)} --train-per-class {train_per_class} --seed 0"
+
+
+def pack_command(src, prefix):
+    """The ``mxfp16 data pack`` command line that packs the split ``src`` into RecordIO at ``prefix``."""
+    return f"mxfp16 data pack --src {_q(src)} --out {_q(prefix)}"
+
+
+def caltech101_commands(root="data"):
+    """The documented steps after ``data fetch``, as command lines with the folders under ``root``.
+
+    Parameters
+    ----------
+    root : str or Path
+        The ``--root`` of ``data fetch``.
+
+    Returns
+    -------
+    list of str
+        Split, train on the split, pack (optional), train on the pack.
+    """
+    p = caltech101_paths(root)
+    return [split_command(p.images, p.split), f"mxfp16 train --data-dir {_q(p.split)}", pack_command(p.split, p.pack),
+            f"mxfp16 train --pipeline recordio --data-dir {_q(p.pack)}"]
+
+
+def _has_class_folders(folder):
+    return any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
+
+
+def split_problem(folder, then="train on {split} (--data-dir {split})"):
+    """Why ``folder`` cannot feed the folder pipeline, with the command that fixes it; ``None`` if it can.
+
+    It recognises what people point ``--data-dir`` at by mistake: the raw
+    ``data fetch`` output (``<root>/caltech101``), its class folders
+    (``101_ObjectCategories``), the ``train/`` half of a split, any other
+    unsplit folder of class folders, a RecordIO prefix, and the documented
+    split when it was never made. Anything else
+    (another missing folder, an empty one) is left to the scan, which names it.
+
+    Parameters
+    ----------
+    folder : str or Path
+        What was given as the folder pipeline's source.
+    then : str
+        The step after the split, with ``{split}`` for the split's folder
+        (``data pack`` says "pack {split} (--src {split})").
+
+    Returns
+    -------
+    str or None
+        The message for a :class:`~mxfp16.data.DataError`.
+    """
+    folder = Path(folder)
+    if (folder / "train").is_dir():
+        return None
+    if (folder / IMAGES).is_dir():  # <root>/caltech101, as data fetch leaves it
+        p = caltech101_paths(folder.parent)
+        return (f"{folder} is Caltech-101 as `mxfp16 data fetch` leaves it ({folder / IMAGES}), not a train/test "
+                f"split: it has no train/ folder. Split it first with `{split_command(folder / IMAGES, p.split)}`, "
+                f"then {then.format(split=p.split)}.")
+    if folder.name == IMAGES and folder.is_dir():
+        p = caltech101_paths(folder.parent.parent)
+        return (f"{folder} holds Caltech-101's class folders, not a train/test split: it has no train/ folder. "
+                f"Split it first with `{split_command(folder, p.split)}`, then {then.format(split=p.split)}.")
+    if Path(f"{folder}_classes.json").is_file():
+        return (f"{folder} is a RecordIO pack prefix ({folder}_classes.json), not a folder split: it is already "
+                "packed; read it with the recordio pipeline (--pipeline recordio).")
+    if folder.name in ("train", "test") and (folder.parent / "train").is_dir():
+        return (f"{folder} is one half of the split {folder.parent}: {then.format(split=folder.parent)} "
+                "instead.")
+    if folder.is_dir() and _has_class_folders(folder):
+        out = folder.with_name(folder.name + "-split")
+        return (f"{folder} has class folders but no train/ folder: it is not split into train/ and test/ yet. "
+                f"Split it with `mxfp16 data split --src {folder} --out {out} --test-fraction 0.2 --seed 0` "
+                f"(or --train-per-class N), then {then.format(split=out)}.")
+    if folder.name == SPLIT and not folder.exists():
+        p = caltech101_paths(folder.parent)
+        split = split_command(p.images, p.split)
+        if p.images.is_dir():
+            return f"{folder} does not exist yet: make it from the download in {p.images} with `{split}`."
+        root = "" if folder.parent == Path("data") else f" --root {folder.parent}"
+        return (f"{folder} does not exist yet: fetch Caltech-101 with `mxfp16 data fetch caltech101{root}`, then "
+                f"split it with `{split}`.")
+    return None
+
+
+def pack_problem(prefix):
+    """Why ``prefix`` is not a RecordIO pack prefix, when it is a folder instead; ``None`` otherwise.
+
+    A folder split (``train/``) or a raw download given to the recordio
+    pipeline gets the ``data pack`` command (and the split before it) with the
+    documented folders; a missing prefix is left to the caller's own message.
+
+    Parameters
+    ----------
+    prefix : str or Path
+        What was given as the recordio pipeline's source.
+
+    Returns
+    -------
+    str or None
+    """
+    prefix = Path(prefix)
+    if not prefix.is_dir() or Path(f"{prefix}_classes.json").is_file():
+        return None
+    if (prefix / "train").is_dir():
+        target = (caltech101_paths(prefix.parent).pack if prefix.name == SPLIT
+                  else prefix.with_name(prefix.name + "-rec") / prefix.name)
+        return (f"{prefix} is a folder split, not a RecordIO pack prefix. Train on it with --pipeline folder, or "
+                f"pack it with `{pack_command(prefix, target)}` and pass --data-dir {target}.")
+    if (prefix / IMAGES).is_dir() or prefix.name == IMAGES:  # the raw download, or its class folders
+        images = prefix / IMAGES if (prefix / IMAGES).is_dir() else prefix
+        p = caltech101_paths(images.parent.parent)
+        return (f"{prefix} is Caltech-101 as `mxfp16 data fetch` leaves it, not a RecordIO pack prefix. Split it "
+                f"with `{split_command(images, p.split)}`, pack the split with `{pack_command(p.split, p.pack)}`, "
+                f"then pass --data-dir {p.pack}.")
+    return (f"{prefix} is a folder, not a RecordIO pack prefix (PREFIX_train.rec, PREFIX_classes.json, ...). Make "
+            "a train/test split of it with `mxfp16 data split`, pack that with `mxfp16 data pack --src SPLIT --out "
+            "PREFIX` and pass PREFIX, or read a split with --pipeline folder.")
