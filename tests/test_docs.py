@@ -79,3 +79,21 @@ def test_the_own_loop_snippet_of_getting_started_runs_as_written():
     out = run_python(code).stdout.strip().splitlines()[-1].split()
     name, loss, skipped = out[0], float(out[2]), out[4]
     assert name in ("float32", "amp-bfloat16", "float16") and loss == loss and 0 < loss < 10 and skipped == "False"
+
+
+def test_relative_links_resolve_in_the_repository():
+    """Links in the pages work on a repository browser too (the site's build checks them as the site sees them)."""
+    import re
+
+    broken = []
+    for name in sorted(os.listdir(os.path.join(REPO, "docs"))):
+        if not name.endswith(".md"):
+            continue
+        with open(os.path.join(REPO, "docs", name), encoding="utf-8") as handle:
+            text = handle.read()
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not os.path.exists(os.path.normpath(os.path.join(REPO, "docs", target))):
+                broken.append(f"docs/{name}: {target}")
+    assert not broken, broken

@@ -22,3 +22,15 @@ def on_files(files, config):
             files.append(File(f"{NOTEBOOK_DIR}/{name}", src_dir=root, dest_dir=config["site_dir"],
                               use_directory_urls=config["use_directory_urls"]))
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    """Point the pages' links to ``../notebooks/<name>.ipynb`` at the site's copy.
+
+    The pages link the notebooks where they are in the repository
+    (``docs/../notebooks/``), so the links also work when the Markdown is read on a
+    repository browser; on the site the notebooks sit at ``notebooks/`` inside the
+    site, one level less up.
+    """
+    depth = page.file.src_uri.count("/")
+    return markdown.replace("](" + "../" * (depth + 1) + f"{NOTEBOOK_DIR}/", "](" + "../" * depth + f"{NOTEBOOK_DIR}/")
