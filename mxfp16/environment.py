@@ -31,8 +31,9 @@ import sys
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["FLOAT16_ENVIRONMENT", "set_float16_environment", "ThreadSetting", "ThreadsError", "available_cores",
-           "plan_threads", "set_threads", "mxnet_threads", "thread_report", "check_threads", "THREAD_VARIABLES"]
+__all__ = ["FLOAT16_ENVIRONMENT", "set_float16_environment", "float16_environment", "ThreadSetting", "ThreadsError",
+           "available_cores", "plan_threads", "set_threads", "mxnet_threads", "thread_report", "check_threads",
+           "THREAD_VARIABLES"]
 
 #: How ``--threads`` is described in every command's help.
 THREADS_HELP = "OpenMP threads for MXNet's operators, fixed when MXNet loads"
@@ -222,4 +223,31 @@ def set_float16_environment():
         if set_here:
             os.environ[name] = value
         report[name] = (os.environ[name], why, set_here)
+    return report
+
+
+def float16_environment(environ=None):
+    """What :func:`set_float16_environment` would leave in the environment, without changing it.
+
+    ``mxfp16 info`` shows it, so a user can see before a run which value each
+    variable will have and whether it is mxfp16's or their own.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read (default: ``os.environ``).
+
+    Returns
+    -------
+    dict
+        ``{name: {"value": str, "source": "mxfp16" | "yours", "default": str, "why": str}}``:
+        ``value`` is what MXNet will read in a run mxfp16 sets up, ``source`` says
+        whether it is mxfp16's default or already set in the environment.
+    """
+    environ = os.environ if environ is None else environ
+    report = {}
+    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
+        yours = name in environ
+        report[name] = {"value": environ[name] if yours else value, "source": "yours" if yours else "mxfp16",
+                        "default": value, "why": why}
     return report

@@ -1,6 +1,10 @@
-"""``mxfp16 info``'s CUDA sections: the CPU build here, and a CUDA build with GPUs it does and does not cover."""
+"""``mxfp16 info``'s CUDA sections: the CPU build here, and a CUDA build with GPUs it does and does not cover.
+
+Also its report of the float16 environment variables the commands set.
+"""
 import argparse
 import json
+import os
 
 import pytest
 
@@ -26,6 +30,23 @@ def test_cpu_build_needs_no_cuda_libraries(capsys):
         text = _run(capsys)
         assert "CPU build: no CUDA libraries needed" in text
         assert f"GPUs: {hardware.gpu_count()}" in text
+
+
+def test_info_reports_the_float16_environment_without_setting_it(capsys, monkeypatch):
+    from mxfp16.environment import FLOAT16_ENVIRONMENT
+
+    monkeypatch.setenv("MXNET_CUDNN_AUTOTUNE_DEFAULT", "0")
+    monkeypatch.delenv("MXNET_SAFE_ACCUMULATION", raising=False)
+    report = _run(capsys, as_json=True)["environment"]
+    assert set(report) == set(FLOAT16_ENVIRONMENT)
+    assert report["MXNET_CUDNN_AUTOTUNE_DEFAULT"]["value"] == "0"          # the user's setting wins
+    assert report["MXNET_CUDNN_AUTOTUNE_DEFAULT"]["source"] == "yours"
+    assert report["MXNET_SAFE_ACCUMULATION"] == {"value": "1", "source": "mxfp16", "default": "1",
+                                                 "why": FLOAT16_ENVIRONMENT["MXNET_SAFE_ACCUMULATION"][1]}
+    assert "MXNET_SAFE_ACCUMULATION" not in os.environ                    # reported, not set
+    text = _run(capsys)
+    assert "MXNET_CUDNN_AUTOTUNE_DEFAULT=0 (set by you)" in text
+    assert "MXNET_SAFE_ACCUMULATION=1 (mxfp16's default)" in text
 
 
 @pytest.fixture

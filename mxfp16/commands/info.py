@@ -23,7 +23,7 @@ def register(subparsers):
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
     from .. import hardware
-    from ..environment import check_threads
+    from ..environment import check_threads, float16_environment
     from ..formats import FORMATS
     from ..precision import resolve_precision, runnable_here
 
@@ -37,6 +37,7 @@ def collect():
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
         "cuda": cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
+        "environment": float16_environment(),
     }
 
 
@@ -107,6 +108,10 @@ def _text(report):
         lines.append(f"  gpu:{gpu['index']} {gpu['name'] or ''} {mem}, compute capability "
                      f"{gpu['compute_capability'] or 'unknown'}, tensor cores {tc}")
     lines += _cuda_text(report["cuda"])
+    lines.append("Environment for mixed precision (mxfp16 train and bench set it unless you did):")
+    for name, row in report["environment"].items():
+        source = "set by you" if row["source"] == "yours" else "mxfp16's default"
+        lines.append(f"  {name}={row['value']} ({source}): {row['why']}")
     lines.append("Precisions here:")
     for name, row in report["precisions"].items():
         lines.append(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}")
