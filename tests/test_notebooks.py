@@ -117,3 +117,14 @@ def test_notebook_runs_in_smoke_mode(path, smoke_runs):
     executed = nbformat.read(out, as_version=4)
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
     assert all(c.execution_count is not None for c in executed.cells if c.cell_type == "code" and c.source.strip())
+    # A notebook writes only to temporary folders and to data/ (the demo set), which .gitignore covers
+    # both at the top of the repository and under notebooks/ (Jupyter's working directory).
+    left = sorted(set(os.listdir(os.path.dirname(out))) - {os.path.basename(out)})
+    assert set(left) <= {"data"}, f"{os.path.basename(path)} wrote {left} into its working directory"
+
+
+def test_the_folders_notebooks_write_are_ignored():
+    """Run from the repository or from notebooks/ (where Jupyter starts them), the demo set is not committed."""
+    for path in ("data/demo/train/circle/0001.jpg", "notebooks/data/demo/train/circle/0001.jpg"):
+        proc = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
+        assert proc.returncode == 0, f"{path} is not ignored by .gitignore"
