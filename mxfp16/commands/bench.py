@@ -112,8 +112,12 @@ def _validate(args):
 def _data_classes(data, pipeline):
     """The class count of a data set named by ``--data``/``--pipeline``, checked before any run starts."""
     if pipeline == "recordio":
+        from ..data.layout import pack_problem
         from ..data.pipelines import classes_file
 
+        problem = pack_problem(data, flag="--data")  # a split or the raw download: name the pack command
+        if problem:
+            raise CommandError(problem)
         meta = classes_file(data)
         try:
             return len(json.loads(meta.read_text())["classes"])

@@ -152,7 +152,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
     return None
 
 
-def pack_problem(prefix):
+def pack_problem(prefix, flag="--data-dir"):
     """Why ``prefix`` is not a RecordIO pack prefix, when it is a folder instead; ``None`` otherwise.
 
     A folder split (``train/``) or a raw download given to the recordio
@@ -163,6 +163,8 @@ def pack_problem(prefix):
     ----------
     prefix : str or Path
         What was given as the recordio pipeline's source.
+    flag : str
+        The command's flag for that source (``--data-dir`` for train, ``--data`` for bench).
 
     Returns
     -------
@@ -175,13 +177,13 @@ def pack_problem(prefix):
         target = (caltech101_paths(prefix.parent).pack if prefix.name == SPLIT
                   else prefix.with_name(prefix.name + "-rec") / prefix.name)
         return (f"{prefix} is a folder split, not a RecordIO pack prefix. Train on it with --pipeline folder, or "
-                f"pack it with `{pack_command(prefix, target)}` and pass --data-dir {target}.")
+                f"pack it with `{pack_command(prefix, target)}` and pass {flag} {target}.")
     if (prefix / IMAGES).is_dir() or prefix.name == IMAGES:  # the raw download, or its class folders
         images = prefix / IMAGES if (prefix / IMAGES).is_dir() else prefix
         p = caltech101_paths(images.parent.parent)
         return (f"{prefix} is Caltech-101 as `mxfp16 data fetch` leaves it, not a RecordIO pack prefix. Split it "
                 f"with `{split_command(images, p.split)}`, pack the split with `{pack_command(p.split, p.pack)}`, "
-                f"then pass --data-dir {p.pack}.")
+                f"then pass {flag} {p.pack}.")
     return (f"{prefix} is a folder, not a RecordIO pack prefix (PREFIX_train.rec, PREFIX_classes.json, ...). Make "
             "a train/test split of it with `mxfp16 data split`, pack that with `mxfp16 data pack --src SPLIT --out "
             "PREFIX` and pass PREFIX, or read a split with --pipeline folder.")
