@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from mxfp16.train.compare import RunDirError, comparison_table, load_runs
@@ -134,3 +135,43 @@ def test_one_run_per_side_reports_no_interval(tmp_path):
     report, _, _ = parity(a, b)
     assert report["welch"] is None and report["paired"] is None and report["exceeds_noise"] is None
     assert "no spread" in format_parity(report)
+
+
+def test_seeds_needed_solves_the_t_interval_for_n():
+    """Checked against scipy's t quantiles directly: n is the first count whose half-width is within reach."""
+    from scipy import stats
+
+    from mxfp16.train.parity import seeds_needed
+
+    def paired_half(n, sd):
+        return stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)
+
+    n = seeds_needed(0.87, 0.3)
+    assert paired_half(n, 0.87) <= 0.3 < paired_half(n - 1, 0.87)
+    # Unpaired: both sides' variances, Welch's df for equal spreads (2n - 2).
+    m = seeds_needed(0.87, 0.3, paired=False)
+    half = stats.t.ppf(0.975, 2 * m - 2) * 0.87 * np.sqrt(2.0 / m)
+    before = stats.t.ppf(0.975, 2 * m - 4) * 0.87 * np.sqrt(2.0 / (m - 1))
+    assert half <= 0.3 < before and m > n
+    assert seeds_needed(0.0, 0.3) == 2
+    assert seeds_needed(5.0, 0.01, limit=50) is None
+    with pytest.raises(ValueError, match="resolve must be positive"):
+        seeds_needed(1.0, 0.0)
+
+
+def test_compare_says_how_many_seeds_would_resolve_the_gap(tmp_path, capsys):
+    from mxfp16.train.parity import seeds_needed
+
+    a = _seeds(tmp_path, "float32", [0.958, 0.951, 0.951], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.956, 0.954, 0.940], 120.0)
+    assert main(["compare", "--a", *a, "--b", *b, "--out", str(tmp_path / "p"), "--resolve", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((tmp_path / "p" / "parity.json").read_text())
+    res = doc["resolution"]
+    differences = np.array([-0.2, 0.3, -1.1])  # b - a per seed, in points
+    assert res["basis"] == "paired" and res["sd"] == pytest.approx(differences.std(ddof=1))
+    assert res["seeds_per_side"] == seeds_needed(differences.std(ddof=1), 0.5) and res["seeds_per_side"] > 3
+    assert res["half_width"] == pytest.approx((doc["paired"]["high"] - doc["paired"]["low"]) / 2)
+    assert f"to resolve +-0.50 points (95%) at this spread: about {res['seeds_per_side']} seeds per side" in printed
+    assert main(["compare", "--a", *a, "--b", *b, "--resolve", "0"]) == 2
+    assert "--resolve 0.0: must be a positive number of points" in capsys.readouterr().err

@@ -32,6 +32,9 @@ def register(subparsers):
                         help="the side compared with it, usually mixed precision (default: none)")
     groups.add_argument("--confidence", type=float, default=0.95,
                         help="confidence level of the interval for the gap (default: 0.95)")
+    groups.add_argument("--resolve", type=float, default=None, metavar="POINTS",
+                        help="report how many seeds per side would narrow the interval to +-POINTS at the "
+                             "spread measured (default: 0.3, the parity goal in docs/training.md)")
     parser.add_argument("--out", default=None,
                         help="folder for the outputs (default: a 'compare' folder beside the first run)")
     parser.set_defaults(func=run)
@@ -68,8 +71,11 @@ def _run_groups(args):
 
     if not 0 < args.confidence < 1:
         raise CommandError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
+    if args.resolve is not None and not args.resolve > 0:
+        raise CommandError(f"--resolve {args.resolve}: must be a positive number of points, e.g. 0.3")
+    resolve = {} if args.resolve is None else {"resolve": args.resolve}
     try:
-        report, a_runs, b_runs = parity(args.a, args.b, args.confidence)
+        report, a_runs, b_runs = parity(args.a, args.b, args.confidence, **resolve)
     except RunDirError as err:
         raise CommandError(str(err)) from None
     report["command"] = getattr(args, "command_line", None)  # how to reproduce a recorded result

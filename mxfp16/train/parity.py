@@ -13,6 +13,12 @@ share of the noise the seed explains.
 The verdict: the gap *exceeds the noise* when its confidence interval
 excludes 0 and it is larger than the larger side's standard deviation;
 otherwise the runs cannot tell the precisions apart.
+
+Within the noise is not the same as equal: the interval may be several
+points wide. :func:`seeds_needed` answers the next question, how many seeds
+per side would narrow it to ``+-resolve`` points at the spread measured
+(the t-interval's half-width, ``t(n) * sd / sqrt(n)``, solved for ``n``;
+paired differences when the seeds pair, else both sides' variances).
 """
 import glob
 import math
@@ -23,8 +29,13 @@ import numpy as np
 from ..fileio import atomic_write, write_json
 from .compare import RunDirError, load_runs
 
-__all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "parity", "format_parity",
-           "write_parity"]
+__all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "seeds_needed", "parity",
+           "format_parity", "write_parity"]
+
+#: The gap, in points, compare says how many seeds it would take to resolve (docs/training.md's parity goal).
+RESOLVE = 0.3
+#: Beyond this many seeds per side compare says "more than" rather than a number.
+MAX_SEEDS = 1000
 
 
 def expand_paths(patterns):
@@ -99,8 +110,62 @@ def paired_interval(a_by_seed, b_by_seed, confidence=0.95):
             "df": len(d) - 1, "se": se, "seeds": seeds, "differences": d.tolist()}
 
 
-def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b"):
+def seeds_needed(sd, resolve, confidence=0.95, paired=True, limit=MAX_SEEDS):
+    """Seeds per side for a confidence interval of the gap no wider than ``+-resolve``.
+
+    Parameters
+    ----------
+    sd : float
+        Paired: the standard deviation of the per-seed differences. Unpaired:
+        ``sqrt((sd_a**2 + sd_b**2) / 2)``, so the gap's standard error with
+        ``n`` seeds per side is ``sd * sqrt(2 / n)``.
+    resolve : float
+        The half-width wanted, in the same unit (points).
+    confidence : float
+    paired : bool
+        Paired: ``t(n - 1) * sd / sqrt(n)``; unpaired: ``t(2n - 2) * sd * sqrt(2 / n)``
+        (Welch's degrees of freedom when both sides have the same spread).
+    limit : int
+
+    Returns
+    -------
+    int or None
+        The smallest ``n >= 2`` that reaches it; ``None`` when more than ``limit``
+        would be needed.
+    """
+    from scipy import stats
+
+    if resolve <= 0:
+        raise ValueError(f"resolve must be positive, got {resolve!r}")
+    q = 0.5 + confidence / 2
+    for n in range(2, limit + 1):
+        half = (stats.t.ppf(q, n - 1) * sd / math.sqrt(n) if paired
+                else stats.t.ppf(q, 2 * n - 2) * sd * math.sqrt(2.0 / n))
+        if half <= resolve:
+            return n
+    return None
+
+
+def _resolution(report, resolve):
+    """What it takes to resolve ``+-resolve`` points at this spread (``None`` without a spread)."""
+    a, b = report["a"], report["b"]
+    if report["paired"]:
+        sd, paired = float(np.std(report["paired"]["differences"], ddof=1)), True
+    elif a["sd"] is not None and b["sd"] is not None:
+        sd, paired = math.sqrt((a["sd"] ** 2 + b["sd"] ** 2) / 2), False
+    else:
+        return None
+    interval = report["paired"] or report["welch"]
+    return {"resolve": resolve, "basis": "paired" if paired else "welch", "sd": sd,
+            "half_width": (interval["high"] - interval["low"]) / 2,
+            "seeds_per_side": seeds_needed(sd, resolve, report["confidence"], paired), "limit": MAX_SEEDS}
+
+
+def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RESOLVE):
     """Read both sides' runs and compare them (see the module docstring).
+
+    ``resolve`` (points) is the gap the report says how many seeds would
+    resolve (its ``resolution``).
 
     Returns
     -------
@@ -124,6 +189,7 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b"):
     report["interval_used"] = "paired" if report["paired"] else ("welch" if report["welch"] else None)
     report["exceeds_noise"] = (None if interval is None else
                                bool((interval["low"] > 0 or interval["high"] < 0) and abs(report["gap"]) > noise))
+    report["resolution"] = _resolution(report, resolve)
     return report, a_runs, b_runs
 
 
@@ -151,6 +217,12 @@ def format_parity(report):
                      f"{report['noise']:.2f})")
     else:
         lines.append(f"  within the noise: the runs cannot tell the two apart (seed-to-seed sd {report['noise']:.2f})")
+    res = report.get("resolution")
+    if res:
+        n = (f"about {res['seeds_per_side']} seeds per side" if res["seeds_per_side"]
+             else f"more than {res['limit']} seeds per side")
+        lines.append(f"  to resolve +-{res['resolve']:.2f} points ({level}) at this spread: {n} "
+                     f"(now +-{res['half_width']:.2f} with {min(a['n'], b['n'])})")
     if report["speedup"]:
         lines.append(f"speed: {b['name']} at {report['speedup']:.2f}x {a['name']}'s img/s (means over runs)")
     return "\n".join(lines)
