@@ -73,3 +73,21 @@ def test_comparison_picks_the_fastest_rows_and_keeps_mxfp16_float32_as_the_basel
     assert [r["speedup"] for r in records] == pytest.approx([1.0, 13.8 / 6.0, 4 / 6.0, 5 / 6.0, 9 / 6.0, 2.0])
     assert "13.80 img/s against pytorch-bfloat16 (channels_last) 12.00 img/s: 1.15x" in \
         report.format_peer_comparison(doc["peer"])
+
+
+def test_with_rounds_the_peer_ratio_pairs_each_round():
+    mine = [(6.0, 13.0), (4.0, 10.0), (5.0, 9.0)]  # (float32, amp-bfloat16) img/s per round
+    peer = [(5.0, 12.0), (3.0, 8.0), (5.0, 12.0)]  # (float32, bfloat16) channels_last
+    records = []
+    for i, ((f, b), (pf, pb)) in enumerate(zip(mine, peer)):
+        records += [dict(r, round=i + 1) for r in (
+            _row("mxfp16", "float32", f), _row("mxfp16", "amp-bfloat16", b),
+            _row("pytorch", "pytorch-float32", pf, "channels_last"),
+            _row("pytorch", "pytorch-bfloat16", pb, "channels_last"))]
+    doc = report.bench_document({}, records)
+    assert len(doc["results"]) == 4 and all(len(r["rounds"]) == 3 for r in doc["results"])
+    (entry,) = doc["peer"].values()
+    mixed = sorted(b / pb for (_, b), (_, pb) in zip(mine, peer))  # 1.083, 1.25, 0.75
+    assert entry["mixed_ratio"] == pytest.approx(mixed[1])
+    assert entry["float32_ratio"] == pytest.approx(sorted(f / pf for (f, _), (pf, _) in zip(mine, peer))[1])
+    assert entry["peer_mixed"] == {"label": "pytorch-bfloat16 (channels_last)", "images_per_second": 12.0}

@@ -65,3 +65,44 @@ def test_spec_rejects_bad_values():
         BenchSpec(batch_size=0)
     spec = BenchSpec(model="cifar_resnet20_v1", batch_size=4)
     assert BenchSpec.from_json(spec.to_json()) == spec
+
+
+def _round(record, round_, ms, cpu=None, peak=None):
+    return dict(record, round=round_, ms_per_step=ms, images_per_second=record["batch_size"] / (ms / 1000.0),
+                cpu_ms_per_step=cpu, peak_memory_mb=peak or record["peak_memory_mb"])
+
+
+def test_rounds_merge_to_medians_and_speedups_pair_each_round():
+    """Each round's ratio first, then the median: a drifting machine moves both runs of a round together."""
+    f32, bf16 = _record("float32", 16, 1.0, 1000.0), _record("amp-bfloat16", 16, 1.0, 800.0, "mxfp16")
+    f32_ms, bf16_ms = [400.0, 600.0, 800.0], [200.0, 380.0, 330.0]
+    records = []
+    for i in range(3):
+        records += [_round(f32, i + 1, f32_ms[i], cpu=2 * f32_ms[i], peak=1000.0 + i),
+                    _round(bf16, i + 1, bf16_ms[i], cpu=2 * bf16_ms[i])]
+    doc = report.bench_document({}, records)
+    merged = doc["results"]
+    assert [r["precision"] for r in merged] == ["float32", "amp-bfloat16"]
+    assert merged[0]["ms_per_step"] == 600.0 and merged[1]["ms_per_step"] == 330.0
+    assert merged[1]["images_per_second"] == pytest.approx(16 / 0.330)
+    assert merged[0]["ms_per_step_spread"] == 200.0 and merged[0]["peak_memory_mb"] == 1002.0
+    assert [e["ms_per_step"] for e in merged[1]["rounds"]] == bf16_ms and "round" not in merged[1]
+    ratios = sorted(a / b for a, b in zip(f32_ms, bf16_ms))  # 2.0, 1.58, 2.42: median 2.0
+    assert merged[1]["speedup"] == pytest.approx(ratios[1]) and merged[1]["cpu_speedup"] == pytest.approx(ratios[1])
+    assert ratios[1] != pytest.approx(600.0 / 330.0)  # not the ratio of the medians
+    (entry,) = doc["speedup"].values()
+    assert entry["speedup"] == pytest.approx(ratios[1])
+
+
+def test_a_round_that_failed_is_left_out_of_the_pairs():
+    f32, bf16 = _record("float32", 8, 1.0, 500.0), _record("amp-bfloat16", 8, 1.0, 400.0, "mxfp16")
+    failed = dict(bf16, round=2, status="failed", ms_per_step=None, images_per_second=None, reason="boom")
+    records = [_round(f32, 1, 100.0), _round(bf16, 1, 50.0), _round(f32, 2, 300.0), failed,
+               _round(f32, 3, 120.0), _round(bf16, 3, 80.0)]
+    merged = report.merge_rounds(records)
+    assert merged[1]["status"] == "ok" and merged[1]["ms_per_step"] == pytest.approx(65.0)
+    assert [e["status"] for e in merged[1]["rounds"]] == ["ok", "failed", "ok"]
+    report.add_speedups(merged)
+    assert merged[1]["speedup"] == pytest.approx((2.0 + 1.5) / 2)  # rounds 1 and 3 only
+    one = [_record("float32", 8, 100.0, 500.0)]
+    assert report.merge_rounds(one) is one  # a single round is left as it is

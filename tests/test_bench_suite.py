@@ -93,4 +93,16 @@ def test_bad_flags_are_user_errors(tmp_path, capsys):
     assert "float8" in capsys.readouterr().err
     assert main(["bench", "--batch-sizes", "16,x", "--out", str(tmp_path)]) == 2
     assert main(["bench", "--model", "resnet9000", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--rounds", "0", "--out", str(tmp_path)]) == 2
+    assert "--rounds 0: must be 1 or more" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+def test_rounds_run_the_whole_list_in_turn():
+    base = BenchSpec(image_size=32, iters=1, warmup=0, repeats=1)
+    specs = plan(base, ["float16"], [4, 8])  # float16 is skipped on a CPU: no process needed
+    records = run_suite(specs, rounds=2)
+    assert [(r["round"], r["batch_size"]) for r in records] == [(1, 4), (1, 8), (2, 4), (2, 8)]
+    assert len({r["invocation"] for r in records}) == 1
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        run_suite(specs, rounds=0)

@@ -9,7 +9,7 @@ from .._lazy import exports
 
 _EXPORTS = {
     "BenchSpec": "runner", "measure": "runner", "run_in_subprocess": "runner", "plan": "suite",
-    "run_suite": "suite", "add_speedups": "report", "bench_document": "report",
+    "run_suite": "suite", "merge_rounds": "report", "add_speedups": "report", "bench_document": "report",
     "tensor_core_report": "tensor_cores",
 }
 __all__ = list(_EXPORTS)

@@ -1,6 +1,14 @@
-"""Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``."""
+"""Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``.
+
+With several rounds (``mxfp16 bench --rounds N``) every measurement ran N
+times in turn; :func:`merge_rounds` makes one row of each (the median over
+rounds, each round kept in ``rounds``) and a speedup is the median of the
+rounds' own ratios, each comparing two processes that ran minutes apart,
+rather than the ratio of two medians.
+"""
 import csv
 import io
+import statistics
 
 from ..fileio import atomic_write, write_json
 
@@ -32,6 +40,77 @@ def label(record):
     return f"{record['precision']} ({lists} lists)" if lists else record["precision"]
 
 
+def _identity(record):
+    """What one measurement is, whatever its round: framework, precision, lists, layout and group."""
+    return (record.get("framework", "mxfp16"), record.get("precision"), record.get("requested_precision"),
+            record.get("amp_lists"), record.get("layout")) + _group(record)
+
+
+def _round_entry(record):
+    return {k: record.get(k) for k in ("round", "status", "images_per_second", "ms_per_step", "cpu_ms_per_step",
+                                       "peak_memory_mb", "load_average")}
+
+
+def merge_rounds(records):
+    """One record per measurement from records of several rounds (unchanged when there is one round).
+
+    The merged record is the first successful round's with ``ms_per_step``,
+    ``cpu_ms_per_step`` and the latency fields replaced by their medians over
+    the successful rounds, ``images_per_second`` from that median,
+    ``ms_per_step_spread`` half the range of the rounds' medians, the largest
+    ``peak_memory_mb``, and ``rounds``: each round's own figures. A
+    measurement that failed in every round keeps its first record.
+
+    Parameters
+    ----------
+    records : list of dict
+        As :func:`mxfp16.bench.suite.run_suite` returns them.
+
+    Returns
+    -------
+    list of dict
+        In the order the measurements first appear.
+    """
+    if all(r.get("round", 1) == 1 for r in records):
+        return records
+    groups = {}
+    for r in records:
+        groups.setdefault(_identity(r), []).append(r)
+    merged = []
+    for rows in groups.values():
+        ok = [r for r in rows if r.get("status") == "ok"]
+        m = dict(ok[0] if ok else rows[0])
+        m.pop("round", None)
+        m["rounds"] = [_round_entry(r) for r in rows]
+        if ok:
+            ms = [r["ms_per_step"] for r in ok]
+            m["ms_per_step"] = statistics.median(ms)
+            m["images_per_second"] = m["batch_size"] / (m["ms_per_step"] / 1000.0)
+            m["ms_per_step_spread"] = (max(ms) - min(ms)) / 2
+            m["peak_memory_mb"] = max(r["peak_memory_mb"] for r in ok)
+            for key in ("cpu_ms_per_step",) + LATENCY_FIELDS[:3]:
+                values = [r.get(key) for r in ok]
+                m[key] = statistics.median(values) if all(v is not None for v in values) else None
+        merged.append(m)
+    return merged
+
+
+def _paired_median(a, b, key):
+    """Median over rounds of ``a[key] / b[key]`` (rounds both ran successfully), else ``None``."""
+    pairs = {e["round"]: e[key] for e in a.get("rounds", ()) if e["status"] == "ok" and e.get(key)}
+    ratios = [pairs[e["round"]] / e[key] for e in b.get("rounds", ())
+              if e["status"] == "ok" and e.get(key) and e["round"] in pairs]
+    return statistics.median(ratios) if ratios else None
+
+
+def _ratio(a, b, key):
+    """``a[key] / b[key]``: paired over rounds when both have rounds, else the plain ratio (``None`` if missing)."""
+    paired = _paired_median(a, b, key)
+    if paired is not None:
+        return paired
+    return a[key] / b[key] if a.get(key) and b.get(key) else None
+
+
 def speedup_key(record):
     return f"{label(record)} vs float32, {record['model']} {record['image_size']}px bs{record['batch_size']} {record['mode']}"
 
@@ -40,7 +119,8 @@ def add_speedups(records):
     """Set ``speedup`` and ``memory_ratio`` on each record against mxfp16's float32 run of its group.
 
     Only the records passed in are used, so a speedup always compares runs of
-    one invocation. A group without a successful float32 run gets ``None``.
+    one invocation; with rounds (see :func:`merge_rounds`) it is the median
+    of each round's ratio. A group without a successful float32 run gets ``None``.
     Peer rows (PyTorch) are measured against the same mxfp16 float32 row.
 
     Parameters
@@ -65,10 +145,9 @@ def add_speedups(records):
         if r.get("status") != "ok" or base is None:
             r["speedup"] = r["cpu_speedup"] = r["memory_ratio"] = None
             continue
-        r["speedup"] = base["ms_per_step"] / r["ms_per_step"]
+        r["speedup"] = _ratio(base, r, "ms_per_step")
         # On a shared machine wall time swings with other programs; CPU time much less.
-        r["cpu_speedup"] = (base["cpu_ms_per_step"] / r["cpu_ms_per_step"]
-                            if base.get("cpu_ms_per_step") and r.get("cpu_ms_per_step") else None)
+        r["cpu_speedup"] = _ratio(base, r, "cpu_ms_per_step")
         r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
         if r is not base:
             table[speedup_key(r)] = {
@@ -86,8 +165,8 @@ def peer_comparison(records):
     dict
         ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
         "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label",
-        "images_per_second"}`` of the fastest such row, and a ratio is mxfp16's img/s over the peer's.
-        Empty without peer rows.
+        "images_per_second"}`` of the fastest such row, and a ratio is mxfp16's img/s over the peer's
+        (with rounds, the median of each round's ratio). Empty without peer rows.
     """
     groups = {}
     for r in records:
@@ -97,7 +176,8 @@ def peer_comparison(records):
     for rows in groups.values():
         def best(rows):
             row = max(rows, key=lambda r: r["images_per_second"], default=None)
-            return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"]}
+            return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"],
+                                             "row": row}
 
         mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if not _is_mxfp16(r)]
         if not peer:
@@ -108,7 +188,10 @@ def peer_comparison(records):
                  "peer_float32": best([r for r in peer if r["precision"].endswith(BASELINE)])}
         for kind in ("mixed", "float32"):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
-            entry[f"{kind}_ratio"] = a["images_per_second"] / b["images_per_second"] if a and b else None
+            entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], "images_per_second") if a and b else None
+        for side in entry.values():
+            if isinstance(side, dict):
+                del side["row"]  # the row is in the results already
         first = rows[0]
         out[f"{first['model']} {first['image_size']}px bs{first['batch_size']} {first['mode']}"] = entry
     return out
@@ -127,7 +210,8 @@ def format_peer_comparison(comparison):
 
 
 def bench_document(machine, records, config=None, tensor_cores=None):
-    """The content of ``bench.json``: machine, results, speedups and the peer comparison (computed here)."""
+    """The content of ``bench.json``: machine, results (rounds merged), speedups and the peer comparison."""
+    records = merge_rounds(records)
     speedup = add_speedups(records)
     doc = {"machine": machine, "results": records, "speedup": speedup}
     comparison = peer_comparison(records)

@@ -44,7 +44,7 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",)):
     return specs
 
 
-def run_suite(specs, timeout=None, on_result=None):
+def run_suite(specs, timeout=None, on_result=None, rounds=1):
     """Run every spec in its own process; skips and crashes are recorded, never raised.
 
     Parameters
@@ -54,24 +54,34 @@ def run_suite(specs, timeout=None, on_result=None):
         Seconds one measurement may take before it is stopped and reported failed.
     on_result : callable, optional
         Called with each record as it arrives (progress output).
+    rounds : int
+        Run the whole list this many times, in turn (float32, mixed, ...,
+        float32, mixed, ...). A machine whose speed drifts from minute to
+        minute then meets every spec at every stage of the drift, and
+        :func:`mxfp16.bench.report.merge_rounds` pairs the runs of one round.
 
     Returns
     -------
     list of dict
-        One record per spec, each stamped with the same ``invocation`` id.
+        One record per spec and round, each stamped with the same
+        ``invocation`` id and its ``round`` (from 1).
     """
+    if int(rounds) < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds!r}")
     invocation = uuid.uuid4().hex[:12]
     records = []
-    for spec in specs:
-        if isinstance(spec, peer.PeerSpec):
-            record = peer.run_in_subprocess(spec, timeout=timeout)
-        else:
-            reason = _cannot_run(spec)
-            record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
-        record["invocation"] = invocation
-        records.append(record)
-        if on_result is not None:
-            on_result(record)
+    for round_ in range(1, int(rounds) + 1):
+        for spec in specs:
+            if isinstance(spec, peer.PeerSpec):
+                record = peer.run_in_subprocess(spec, timeout=timeout)
+            else:
+                reason = _cannot_run(spec)
+                record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
+            record["invocation"] = invocation
+            record["round"] = round_
+            records.append(record)
+            if on_result is not None:
+                on_result(record)
     return records
 
 

@@ -3,7 +3,8 @@
 Times the trainer's own step (forward, backward, update) after warm-up and
 reports images/s, ms per step (median and spread over repeats), peak memory,
 and the speedup and memory ratio against the float32 run of the same
-invocation. --mode inference times the network as `mxfp16 export` converts
+invocation. --rounds N runs the whole set N times in turn and pairs the runs
+of each round (for machines whose speed drifts). --mode inference times the network as `mxfp16 export` converts
 it and `mxfp16 predict` runs it, each call on its own: batch-1 latency
 (median, p90, p99) and batch-32 throughput by default. Writes bench.json,
 bench.csv and PNG plots to --out.
@@ -74,6 +75,11 @@ def register(subparsers):
                              "for inference, where every call is a latency sample)")
     timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
     timing.add_argument("--repeats", type=int, default=3, help="timed repeats; median and spread over these (default: 3)")
+    timing.add_argument("--rounds", type=int, default=1,
+                        help="run every measurement this many times, in turn (float32, mixed, ..., float32, mixed, "
+                             "...), and report the median over rounds; a speedup is then the median of each round's "
+                             "own ratio. Use 3 or more where the machine's speed drifts (shared or virtual "
+                             "machines) (default: 1)")
     add_threads_argument(timing)
     timing.add_argument("--timeout", type=float, default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
@@ -99,6 +105,8 @@ def _validate(args):
     lists = [name.strip() for name in args.amp_lists.split(",") if name.strip()]
     if not lists or any(name not in LIST_SETS for name in lists):
         raise CommandError(f"--amp-lists {args.amp_lists!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
+    if args.rounds < 1:
+        raise CommandError(f"--rounds {args.rounds}: must be 1 or more (1 runs each measurement once)")
     if args.workers < 0:
         raise CommandError(f"--workers {args.workers}: must be 0 or more (0 decodes in the training process)")
     if args.data != "synthetic" and args.pipeline == "folder" and not os.path.isdir(args.data):
@@ -181,11 +189,13 @@ def run(args):
           f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
           f"{threads['available_cores']} cores available)")
-    print(f"{len(specs)} runs, each in its own process: {args.model} {args.image_size}px {args.mode}, "
+    rounds = f" x {args.rounds} rounds in turn" if args.rounds > 1 else ""
+    print(f"{len(specs)} runs{rounds}, each in its own process: {args.model} {args.image_size}px {args.mode}, "
           f"{args.warmup} warm-up + {args.repeats} x {iters} timed steps")
 
     def progress(record):
-        what = f"  {report.label(record)} batch {record['batch_size']}: "
+        what = (f"  round {record['round']}: " if args.rounds > 1 else "  ") + \
+            f"{report.label(record)} batch {record['batch_size']}: "
         if record.get("status") == "ok":
             latency = (f"; latency median {record['latency_ms_median']:.1f}, p90 {record['latency_ms_p90']:.1f}, "
                        f"p99 {record['latency_ms_p99']:.1f} ms" if record.get("latency_ms_median") else "")
@@ -195,16 +205,17 @@ def run(args):
             reason = (record.get("reason") or "").strip().splitlines()
             print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
 
-    records = run_suite(specs, timeout=args.timeout, on_result=progress)
+    records = run_suite(specs, timeout=args.timeout, on_result=progress, rounds=args.rounds)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
                                             "data", "pipeline", "workers", "classes", "ctx", "iters", "warmup",
-                                            "repeats", "peer")}
+                                            "repeats", "rounds", "peer")}
     config.update(batch_sizes=",".join(map(str, batch_sizes)), iters=iters, threads=threads)
     config["load_average_start"] = list(load)
     config["load_average_end"] = list(os.getloadavg())
     # The command as typed, so a recorded result says how to reproduce it.
     config["command"] = getattr(args, "command_line", None)
     document = report.bench_document(machine, records, config=config, tensor_cores=tensor_cores)
+    records = document["results"]  # one row per measurement, its rounds merged
     paths = list(report.write_outputs(args.out, document))
     if not args.no_plots:
         paths += write_plots(args.out, records)
