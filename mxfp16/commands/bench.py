@@ -4,10 +4,10 @@ Times the trainer's own step (forward, backward, update) after warm-up and
 reports images/s, ms per step (median and spread over repeats), peak memory,
 and the speedup and memory ratio against the float32 run of the same
 invocation. --rounds N runs the whole set N times in turn and pairs the runs
-of each round (for machines whose speed drifts). --mode inference times the network as `mxfp16 export` converts
-it and `mxfp16 predict` runs it, each call on its own: batch-1 latency
-(median, p90, p99) and batch-32 throughput by default. Writes bench.json,
-bench.csv and PNG plots to --out.
+of each round (for machines whose speed drifts). --mode inference times the
+network as `mxfp16 export` converts it and `mxfp16 predict` runs it, each
+call on its own: batch-1 latency (median, p90, p99) and batch-32 throughput
+by default. Writes bench.json, bench.csv and PNG plots to --out.
 """
 import json
 import os

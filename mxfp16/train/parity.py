@@ -17,7 +17,7 @@ otherwise the runs cannot tell the precisions apart.
 Within the noise is not the same as equal: the interval may be several
 points wide. :func:`seeds_needed` answers the next question, how many seeds
 per side would narrow it to ``+-resolve`` points at the spread measured
-(the t-interval's half-width, ``t(n) * sd / sqrt(n)``, solved for ``n``;
+(the t-interval's half-width, ``t(n - 1) * sd / sqrt(n)``, solved for ``n``;
 paired differences when the seeds pair, else both sides' variances).
 """
 import glob
