@@ -4,7 +4,7 @@ Reads the ``parity.json`` that ``mxfp16 compare`` wrote beside this file
 (24 seeds per side), splits the seeds into disjoint groups of three
 (1-3, 4-6, ...), and reports each group's mean gap (amp-bfloat16 minus
 float32, in points) as if it were the only three seeds run. Writes
-``triplets.json`` and ``triplets.txt`` beside this file.
+``triplets.json`` and ``triplets.txt`` beside this file (atomically).
 
 Run from the repository root::
 
@@ -14,6 +14,8 @@ import json
 import os
 
 import numpy as np
+
+from mxfp16.fileio import atomic_write, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOAL = 0.3  # points: the bound on a three-seed mean gap
@@ -41,10 +43,7 @@ def main():
         "gap_max": float(gaps.max()),
         "gap_sd": float(gaps.std(ddof=1)),
     }
-    tmp = os.path.join(HERE, "triplets.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, os.path.join(HERE, "triplets.json"))
+    write_json(os.path.join(HERE, "triplets.json"), out, indent=1)
     lines = ["three-seed mean gap (amp-bfloat16 - float32, points), disjoint groups of seeds:"]
     for r in rows:
         seeds_txt = ", ".join(str(s) for s in r["seeds"])
@@ -53,7 +52,7 @@ def main():
     lines.append(f"{out['n_within_goal']} of {out['n_groups']} groups within +-{GOAL}; "
                  f"group gaps from {out['gap_min']:+.2f} to {out['gap_max']:+.2f} (sd {out['gap_sd']:.2f})")
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(HERE, "triplets.txt"), "w") as f:
+    with atomic_write(os.path.join(HERE, "triplets.txt")) as f:
         f.write(text)
     print(text, end="")
 
