@@ -1,29 +1,63 @@
 # The two set-up commands (see README):
 #   make demo   create .venv, install mxfp16[cpu,notebooks], run the main job
-#   make test   the same venv plus the dev tools, then the whole test suite
-# and one that is part of neither (it downloads about 2.3 GB):
+#   make test   the same venv plus the dev tools, then the whole test suite,
+#               then the newest-Python leg (test-newest) in a venv of its own
+# Both take the interpreter from PYTHON (default python3): `make demo
+# PYTHON=python3.13` works with any Python from 3.8 to 3.13 (a pyenv version
+# that is installed but not selected is found too; tools/find-python).
+# And one that is part of neither (it downloads about 2.3 GB):
 #   make gpu-check   install mxfp16[gpu] into .venv-gpu and prove it loads (docs/gpu.md)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+# Wheels only: nothing is ever built from source (numpy 1.23.5 has no wheels
+# for Python 3.12+, and its source build fails there).
+PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q --only-binary=:all: -c constraints.txt
 DEPS   := setup.py setup.cfg constraints.txt
 
-.PHONY: demo test docs info gpu-check clean
+PYTHON_EXE := $(shell sh tools/find-python $(PYTHON))
+PY_TAG     := $(if $(PYTHON_EXE),$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])'))
+
+# MXNet 1.9.1's metadata asks for numpy<2, which has no wheels for Python
+# 3.13: there its wheel goes in without its dependency list (the cpu extra
+# brings the other two it declares), after everything else, and the import
+# check below proves the stack loads.
+install_mxnet = if $(1)/python -c 'import sys; sys.exit(sys.version_info < (3, 13))'; then \
+	echo "Python $(PY_TAG): installing $(2) without its numpy<2 requirement (mxfp16 supplies what numpy 2 removed)"; \
+	$(1)/python -m pip install --disable-pip-version-check -q --only-binary=:all: --no-deps $(2); fi
+INSTALL_MXNET = $(call install_mxnet,$(BIN),mxnet==1.9.1)
+CHECK_STACK   = $(BIN)/python -c 'import mxfp16._compat as c; c.check_stack()'
+
+.PHONY: demo test test-newest newest-leg docs info gpu-check clean
 
 # Each `make demo` writes new run folders: the trainer refuses to overwrite a run.
 DEMO_RUNS := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-
-# Stamp files: re-install only when the packaging files change.
-$(VENV)/.demo-installed: $(DEPS) | $(BIN)/python
-	$(PIP) -e '.[cpu,notebooks]'
+# The venv remembers its Python: asking for another one rebuilds it.
+$(VENV)/.python-$(PY_TAG):
+	@test -n "$(PYTHON_EXE)" || { echo "error: no Python named '$(PYTHON)' runs here; name one, e.g. make $(or $(MAKECMDGOALS),demo) PYTHON=python3.12" >&2; exit 2; }
+	@if [ -d $(VENV) ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_TAG)" ]; then \
+		echo "$(VENV) holds another Python; rebuilding it with $(PYTHON_EXE)"; rm -rf $(VENV); fi
+	@test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	touch $@
 
-$(VENV)/.test-installed: $(DEPS) | $(BIN)/python
+# Stamp files: re-install only when the packaging files change.
+$(VENV)/.demo-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
+	$(PIP) -e '.[cpu,notebooks]'
+	@$(INSTALL_MXNET)
+	$(CHECK_STACK)
+	touch $@
+
+$(VENV)/.test-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
 	$(PIP) -e '.[cpu,notebooks,dev]'
+	@$(INSTALL_MXNET)
+	$(CHECK_STACK)
+	touch $@
+
+$(VENV)/.newest-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
+	$(PIP) -e '.[cpu,notebooks,test]'
+	@$(INSTALL_MXNET)
+	$(CHECK_STACK)
 	touch $@
 
 # The main job: the reference trainer on the demo set (generated on first use
@@ -37,6 +71,33 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
+	@$(MAKE) --no-print-directory test-newest
+
+# The newest Python with numpy 2, in its own venv, on a representative subset:
+# the numpy compatibility, the precision core, a short amp-bfloat16 run,
+# export and predict, one notebook in SMOKE mode, PyTorch 2 beside MXNet.
+# Skipped, with a line that says so, where that Python is absent or is the
+# one the full suite just ran on.
+NEWEST        ?= 3.13
+NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
+NEWEST_VENV   ?= .venv-newest
+NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_packaging.py tests/test_precision.py tests/test_casting.py \
+	tests/test_scaler.py tests/test_step.py tests/test_optim.py tests/test_train_learning.py \
+	tests/test_train_loop.py tests/test_inference_export.py tests/test_inference_predict.py \
+	tests/test_torch_coexistence.py "tests/test_notebooks.py::test_notebook_runs_in_smoke_mode[01_float16_bfloat16_numbers]"
+
+test-newest:
+	@if [ -z "$(NEWEST_PYTHON)" ]; then \
+		echo "newest-Python leg skipped: no Python $(NEWEST) on this machine"; \
+	elif [ "$$($(NEWEST_PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(PY_TAG)" ]; then \
+		echo "newest-Python leg skipped: the full suite above ran on Python $(PY_TAG)"; \
+	else \
+		echo "newest-Python leg: Python $(NEWEST) ($(NEWEST_PYTHON)) in $(NEWEST_VENV)"; \
+		$(MAKE) --no-print-directory PYTHON=$(NEWEST_PYTHON) VENV=$(NEWEST_VENV) newest-leg; \
+	fi
+
+newest-leg: $(VENV)/.newest-installed
+	$(BIN)/python -m pytest $(NEWEST_TESTS)
 
 # The documentation site (notebooks rendered, CLI and API reference) into site/.
 docs: $(VENV)/.test-installed
@@ -52,11 +113,12 @@ info: $(VENV)/.demo-installed
 GPU_VENV ?= .venv-gpu
 
 $(GPU_VENV)/.gpu-installed: $(DEPS)
-	$(PYTHON) -m venv $(GPU_VENV)
+	$(PYTHON_EXE) -m venv $(GPU_VENV)
 	@echo "installing mxfp16[gpu] into $(GPU_VENV) (about 2.3 GB of wheels; log: $(GPU_VENV)/install.log)"
 	@start=$$(date +%s); \
-	$(GPU_VENV)/bin/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[gpu]' \
+	$(GPU_VENV)/bin/python -m pip install --disable-pip-version-check --only-binary=:all: -c constraints.txt -e '.[gpu]' \
 		> $(GPU_VENV)/install.log 2>&1 || { tail -30 $(GPU_VENV)/install.log; exit 1; }; \
+	$(call install_mxnet,$(GPU_VENV)/bin,mxnet-cu112==1.9.1); \
 	echo "install_seconds=$$(( $$(date +%s) - start ))" >> $(GPU_VENV)/install.log
 	touch $@
 
@@ -65,4 +127,4 @@ gpu-check: $(GPU_VENV)/.gpu-installed
 		--json $(GPU_VENV)/gpu-check.json
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) site build *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(NEWEST_VENV) site build *.egg-info

@@ -11,10 +11,12 @@ The five calls a training loop needs::
     data, label = mxfp16.cast_batch(x, y, precision.data_dtype, ctx)
     result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
 
-``import mxfp16`` does not import MXNet. It checks the stack (numpy below
-1.24, an MXNet wheel installed), preloads the CUDA wheels' libraries and puts
-the thread count in the environment (:mod:`mxfp16.environment`), all of
-which MXNet reads only when it loads. The names below import their module
+``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
+numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
+removed and MXNet 1.9.1 still uses, :mod:`mxfp16._compat`; checks that an
+MXNet wheel is installed), preloads the CUDA wheels' libraries and puts the
+thread count in the environment (:mod:`mxfp16.environment`), all of which
+MXNet reads only when it loads: import mxfp16 before mxnet. The names below import their module
 (and MXNet) on first use.
 """
 from . import _lazy
@@ -33,7 +35,7 @@ _EXPORTS = {
     "make_trainer": "optim", "optimizer_support": "optim",
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
     "StepResult": "step", "train_step": "step",
-    "import_gluoncv": "_gluoncv",
+    "import_gluoncv": "_gluoncv", "stack_report": "_compat",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -6,6 +6,8 @@ import textwrap
 
 import pytest
 
+import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16._compat)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -21,14 +23,14 @@ HAS_GPU = _gpu_count() > 0
 
 
 def pytest_collection_finish(session):
-    """Start the notebooks' smoke runs now when the session will check them (see tests/test_notebooks.py)."""
+    """Start the selected notebooks' smoke runs now, when the session will check them (see tests/test_notebooks.py)."""
     wanted = [item for item in session.items if item.name.startswith("test_notebook_runs_in_smoke_mode")]
     if wanted:
         try:
             import papermill  # noqa: F401 -- without it the notebook tests skip
         except ImportError:
             return
-        wanted[0].module.start_smoke_runs()
+        wanted[0].module.start_smoke_runs([item.callspec.params["path"] for item in wanted])
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
 
 

@@ -30,10 +30,9 @@ import signal
 import subprocess
 import sys
 
+import mxfp16  # before mxnet: the numpy names MXNet 1.9.1 needs on numpy 1.24+
 import mxnet as mx
 import numpy as np
-
-import mxfp16
 from mxfp16.distributed import sync_parameters
 from mxfp16.models import elementwise_mlp
 

@@ -15,9 +15,9 @@ import numpy as np
 
 CHILD = r'''
 import json, sys
+import mxfp16
 import numpy as np, mxnet as mx
 from mxnet import autograd
-import mxfp16
 from mxfp16.models import build_model
 from mxfp16.parts import classification_loss
 

@@ -11,9 +11,9 @@ import pytest
 from mxfp16.amp_lists import LIST_SETS, operator_lists
 
 CHILD = """
+import mxfp16
 import json, numpy as np, mxnet as mx
 from mxnet import gluon
-import mxfp16
 from mxfp16.amp_lists import operator_lists
 precision = mxfp16.resolve_precision("amp-bfloat16", "cpu")
 mxfp16.activate(precision, **({{}} if {which!r} == "mxfp16" else operator_lists("bfloat16", "mxnet")))

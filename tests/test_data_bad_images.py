@@ -36,7 +36,7 @@ def _all(batches):
 
 
 def _gradient(mode):
-    pixels = np.stack(np.meshgrid(np.arange(48) * 5, np.arange(40) * 6) + [np.full((40, 48), 128)], -1).astype(np.uint8)
+    pixels = np.stack([*np.meshgrid(np.arange(48) * 5, np.arange(40) * 6), np.full((40, 48), 128)], -1).astype(np.uint8)
     return Image.fromarray(pixels).convert(mode)
 
 

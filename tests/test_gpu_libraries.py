@@ -240,9 +240,11 @@ def test_packaging_pins_the_versions_the_fix_commands_name():
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(REPO, "setup.cfg"))
     extra = [line.strip() for line in cfg["options.extras_require"]["gpu"].splitlines() if line.strip()]
-    with open(os.path.join(REPO, "constraints.txt")) as handle:
-        pins = dict(line.strip().split("==") for line in handle if "==" in line and not line.startswith("#"))
     from packaging.requirements import Requirement
+
+    with open(os.path.join(REPO, "constraints.txt")) as handle:
+        pinned = [Requirement(line.split("#")[0].strip()) for line in handle if "==" in line.split("#")[0]]
+    pins = {r.name: next(iter(r.specifier)).version for r in pinned if r.marker is None}
 
     requirements = {r.name: r for r in map(Requirement, extra)}
     for lib in libraries.LIBRARIES:

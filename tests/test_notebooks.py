@@ -51,15 +51,15 @@ def test_notebook_is_saved_with_a_full_run(path):
 
 
 class _SmokeRuns:
-    """Start every notebook's smoke run at once, at most ``PARALLEL`` at a time; wait per notebook."""
+    """Start the given notebooks' smoke runs at once, at most ``PARALLEL`` at a time; wait per notebook."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, paths):
         self.folder = folder
         self.results = {}
-        self._done = {path: threading.Event() for path in NOTEBOOKS}
+        self._done = {path: threading.Event() for path in paths}
         self._slots = threading.Semaphore(PARALLEL)
         # The slowest notebooks (they launch child processes) first, so the tail is short.
-        for path in sorted(NOTEBOOKS, reverse=True):
+        for path in sorted(paths, reverse=True):
             threading.Thread(target=self._run, args=(path,), daemon=True).start()
 
     def _run(self, path):
@@ -91,14 +91,16 @@ class _SmokeRuns:
 _STARTED = []
 
 
-def start_smoke_runs():
-    """Start the smoke runs once per session (``conftest.py`` calls this right after collection).
+def start_smoke_runs(paths=NOTEBOOKS):
+    """Start the smoke runs of ``paths`` once per session (``conftest.py`` calls this right after collection).
 
     They are mostly process start-up and imports, so started early they
     overlap with the rest of the suite instead of holding it up here.
+    ``conftest.py`` passes only the notebooks the session selected (the
+    newest-Python leg runs one).
     """
     if not _STARTED:
-        _STARTED.append(_SmokeRuns(tempfile.mkdtemp(prefix="mxfp16-notebooks-")))
+        _STARTED.append(_SmokeRuns(tempfile.mkdtemp(prefix="mxfp16-notebooks-"), list(paths)))
     return _STARTED[0]
 
 

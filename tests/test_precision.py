@@ -76,8 +76,8 @@ def test_parse_ctx():
 
 def test_amp_is_process_global(python_child):
     proc = python_child("""
-        import mxnet as mx
         from mxfp16.precision import AMPStateError, activate, resolve_precision
+        import mxnet as mx
         bf16 = resolve_precision("amp-bfloat16", mx.cpu())
         activate(bf16)
         activate(bf16)  # idempotent for the same target

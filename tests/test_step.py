@@ -148,9 +148,9 @@ def test_float16_network_learns_on_cpu():
 
 def test_small_cnn_learns_with_amp_bfloat16(python_child):
     proc = python_child("""
+        import mxfp16
         import mxnet as mx, numpy as np
         from mxnet import gluon
-        import mxfp16
         ctx = [mx.cpu()]
         p = mxfp16.resolve_precision("amp-bfloat16", ctx)
         mxfp16.activate(p)

@@ -23,6 +23,7 @@ def register(subparsers):
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
     from .. import hardware
+    from .._compat import stack_report
     from ..environment import check_threads, float16_environment
     from ..formats import FORMATS
     from ..precision import resolve_precision, runnable_here
@@ -32,6 +33,7 @@ def collect():
     auto = resolve_precision("auto", ctx)
     return {
         "machine": machine,
+        "stack": stack_report(),
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
         "auto": {"ctx": ctx, "resolves_to": auto.name},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
@@ -97,6 +99,7 @@ def _text(report):
     lines = [
         f"MXNet {m['mxnet_version']} (Python {m['python']})",
         f"  build features: {', '.join(m['mxnet_features'])}",
+        *_stack_text(report["stack"]),
         f"CPU: {m['cpu_model']}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
         "  bfloat16: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["cpu_bfloat16"].items()),
@@ -122,6 +125,17 @@ def _text(report):
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _stack_text(stack):
+    tested = (f"tested with this Python: numpy {stack['numpy_tested']}" if stack["python_tested"]
+              else "this Python is not among the tested 3.8 to 3.13")
+    supplied = stack["numpy_names_supplied"]
+    names = (f"{len(supplied)}: {', '.join(supplied)} (--json says what each one is)" if supplied
+             else "none needed")
+    return [f"  Python {stack['python']}, numpy {stack['numpy']} ({tested})",
+            f"  numpy names mxfp16 supplied for MXNet: {names}",
+            f"  distutils: {stack['distutils']}"]
 
 
 def _threads_text(threads):

@@ -2,9 +2,10 @@
 
 MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W
 workers. Each process learns its part from ``DMLC_*`` environment variables;
-the scheduler and servers are plain ``python -c "import mxnet"`` (importing
-MXNet with ``DMLC_ROLE=server`` runs the server loop and exits when the
-workers finish). This module only plans: it builds :class:`Slot` objects,
+the scheduler and servers are ``python -c "import mxfp16; import mxnet"``
+(importing MXNet with ``DMLC_ROLE=server`` runs the server loop and exits
+when the workers finish; mxfp16 first, for the numpy names MXNet 1.9.1 needs
+on numpy 1.24 and newer). This module only plans: it builds :class:`Slot` objects,
 reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher`
 runs them.
 """
@@ -21,8 +22,9 @@ __all__ = ["Slot", "LaunchPlanError", "free_port", "role_env", "local_plan", "re
 
 ROLES = ("scheduler", "server", "worker")
 LOOPBACK = "127.0.0.1"
-# Importing MXNet with DMLC_ROLE=scheduler|server runs that role's loop.
-SERVER_CODE = "import mxnet"
+# Importing MXNet with DMLC_ROLE=scheduler|server runs that role's loop; mxfp16 first supplies the
+# numpy names MXNet 1.9.1 needs on numpy 1.24+ (mxfp16._compat) and loads nothing of MXNet itself.
+SERVER_CODE = "import mxfp16; import mxnet"
 # A fixed default for several machines: remote ports cannot be probed from here.
 DEFAULT_HOSTFILE_PORT = 9091
 
