@@ -108,3 +108,8 @@ def set_optimizer_update_counts(trainer, counts):
                                           for device, per in counts["index_update_counts"].items()}
     optimizer._all_index_update_counts.setdefault(0, {})
     optimizer._index_update_count = optimizer._all_index_update_counts[0]
+
+
+def saved_parameter_shapes(block):
+    """``{name: shape}`` as ``Block.save_parameters`` names the block's parameters (structural names)."""
+    return {name: tuple(p.shape) for name, p in block._collect_params_with_prefix().items()}

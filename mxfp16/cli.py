@@ -89,7 +89,13 @@ def main(argv=None):
     if failed is not None:
         return failed
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status
+        return exit_.code
+    if args.command is None:  # no subcommand
+        parser.print_help()
+        return 2
     args.command_line = "mxfp16 " + shlex.join(argv)  # recorded by commands that write results
     if not getattr(args, "func", None):
         parser.print_help()

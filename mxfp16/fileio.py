@@ -1,18 +1,56 @@
-"""Atomic writes: a file is either the old version or the complete new one.
+"""Atomic writes, one guarded JSON reader, and the rule for output folders.
 
+Writes: a file is either the old version or the complete new one.
 Checkpoints, results and downloads are written to a temporary file in the
 same folder, flushed to disk, then renamed over the target (``os.replace`` is
 atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves the previous
 file intact and at most a stray ``.tmp`` file.
+
+Reads: every JSON file mxfp16 reads back (a run's config, summary and
+metrics, checkpoint records, export.json, manifests) goes through
+:func:`read_json` / :func:`read_jsonl`, which refuse, naming the file, what a
+hand-edited or hostile file can hold: more than :data:`MAX_JSON_BYTES`,
+nesting deeper than :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or numbers
+that overflow a float, another top-level type, or a field of the wrong type.
+
+Outputs: :func:`check_output_folder` enforces the rule every writing
+command follows: its ``--out`` is never one of its inputs, never contains
+one and never sits inside one, so ``--overwrite`` (which removes only the
+files that command writes) cannot reach an input.
 """
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_jsonl", "sha256_file", "default_mode"]
+__all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_json", "read_jsonl", "JSONFileError",
+           "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "sha256_file", "default_mode", "check_output_folder",
+           "OutputFolderError", "shown"]
+
+#: A JSON file mxfp16 reads is a record of a run, not data: beyond this size it is refused.
+MAX_JSON_BYTES = 64 << 20
+#: The deepest nesting of lists and objects a JSON file mxfp16 reads may have (its own files need 6).
+MAX_JSON_DEPTH = 32
+
+
+class JSONFileError(ValueError):
+    """A JSON file that cannot be used; the message names the file, what is wrong and the fix."""
+
+
+class OutputFolderError(ValueError):
+    """An output folder that would overlap an input of the same command."""
+
+
+def shown(path):
+    """``path`` as text that can always be printed: bytes that are not UTF-8 appear as ``\\xNN``.
+
+    File names are bytes on POSIX; Python keeps the undecodable ones as lone
+    surrogates, which ``print`` and the log refuse to encode.
+    """
+    return os.fsencode(os.fspath(path)).decode("utf-8", "backslashreplace")
 
 
 def default_mode(folder=False):
@@ -23,7 +61,7 @@ def default_mode(folder=False):
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode="w", encoding="utf-8"):
+def atomic_write(path, mode="w", encoding="utf-8", errors="strict"):
     """Open a temporary file beside ``path``; on success rename it over ``path``.
 
     Parameters
@@ -31,6 +69,9 @@ def atomic_write(path, mode="w", encoding="utf-8"):
     path : str or Path
     mode : str
         ``'w'`` (text) or ``'wb'`` (binary).
+    encoding, errors : str
+        For text: ``errors="surrogateescape"`` writes file names that are not
+        UTF-8 as their original bytes.
 
     Yields
     ------
@@ -39,7 +80,7 @@ def atomic_write(path, mode="w", encoding="utf-8"):
         :func:`atomic_path` instead.
     """
     with atomic_path(path) as tmp:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": encoding})) as handle:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": encoding, "errors": errors})) as handle:
             yield handle
 
 
@@ -63,10 +104,10 @@ def atomic_path(path):
 
 
 def write_json(path, obj, indent=2):
-    """Write ``obj`` as JSON, atomically."""
+    """Write ``obj`` as JSON, atomically; a NaN or infinity raises ``ValueError`` (JSON has neither)."""
+    text = json.dumps(obj, indent=indent, sort_keys=False, allow_nan=False)
     with atomic_write(path) as handle:
-        json.dump(obj, handle, indent=indent, sort_keys=False)
-        handle.write("\n")
+        handle.write(text + "\n")
 
 
 def append_jsonl(path, record):
@@ -78,16 +119,194 @@ def append_jsonl(path, record):
     path = Path(path)
     old = path.read_bytes() if path.exists() else b""
     with atomic_write(path, "wb") as handle:
-        handle.write(old + (json.dumps(record) + "\n").encode("utf-8"))
+        handle.write(old + (json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
 
 
-def read_jsonl(path):
-    """The records of a JSON-lines file (an empty list when it does not exist)."""
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON allows (a NaN or infinite value was written)")
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} overflows a 64-bit float")
+    return value
+
+
+def _depth(value, limit):
+    """The nesting depth of ``value``, or ``limit + 1`` as soon as it passes ``limit`` (iterative: no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _type_name(types):
+    types = types if isinstance(types, tuple) else (types,)
+    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _is(value, types):
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in types:  # JSON true is not the number 1 here
+        return False
+    if float in types and isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, types)
+
+
+def parse_json(text, where, fix="", expect=dict, fields=None, max_depth=MAX_JSON_DEPTH):
+    """Parse JSON ``text`` with :func:`read_json`'s checks; ``where`` names it in errors."""
+    tail = f"; {fix}" if fix else ""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise JSONFileError(f"{where} is nested too deeply to be a file mxfp16 wrote{tail}") from None
+    except ValueError as err:
+        raise JSONFileError(f"{where} is not valid JSON ({err}){tail}") from None
+    if _depth(value, max_depth) > max_depth:
+        raise JSONFileError(f"{where} nests lists or objects more than {max_depth} deep; mxfp16 never writes that"
+                            f"{tail}")
+    if expect is not None and not _is(value, expect):
+        raise JSONFileError(f"{where} holds {_type_name(type(value))} where {_type_name(expect)} belongs{tail}")
+    for name, types in (fields or {}).items():
+        if name not in value:
+            raise JSONFileError(f"{where} lacks the field {name!r}{tail}")
+        if not _is(value[name], types):
+            raise JSONFileError(f"{where}: field {name!r} is {json.dumps(value[name])[:80]}, where "
+                                f"{_type_name(types)} belongs{tail}")
+    return value
+
+
+_MISSING = object()
+
+
+def read_json(path, fix="", expect=dict, fields=None, default=_MISSING, max_bytes=MAX_JSON_BYTES,
+              max_depth=MAX_JSON_DEPTH):
+    """Read a JSON file mxfp16 (or a user) wrote, refusing what cannot be trusted.
+
+    Parameters
+    ----------
+    path : str or Path
+    fix : str
+        What the user should do about a bad file; ends every message.
+    expect : type or tuple of types, optional
+        The top-level type (default: an object); ``None`` accepts any.
+    fields : dict, optional
+        ``{name: type or tuple of types}`` the object must have (``float``
+        accepts integers; ``bool`` is never a number).
+    default : optional
+        Returned when the file does not exist (default: raise).
+    max_bytes, max_depth : int
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    JSONFileError
+        Missing (without ``default``), unreadable, too large, not UTF-8, not
+        JSON, nested too deeply, holding NaN/Infinity or a number that
+        overflows, or of the wrong type; the message names the file.
+    """
     path = Path(path)
-    if not path.exists():
+    tail = f"; {fix}" if fix else ""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise JSONFileError(f"{shown(path)} is {size / 2 ** 20:.0f} MB, more than the {max_bytes >> 20} MB "
+                                    f"a file mxfp16 writes can be{tail}")
+            raw = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        if default is not _MISSING:
+            return default
+        raise JSONFileError(f"{shown(path)} is missing{tail}") from None
+    except IsADirectoryError:
+        raise JSONFileError(f"{shown(path)} is a folder, not a JSON file{tail}") from None
+    except OSError as err:
+        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err}){tail}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JSONFileError(f"{shown(path)} is not UTF-8 text ({err.reason} at byte {err.start}){tail}") from None
+    return parse_json(text, shown(path), fix, expect, fields, max_depth)
+
+
+def read_jsonl(path, fix="", expect=dict, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
+    """The records of a JSON-lines file (an empty list when it does not exist), each checked as :func:`read_json`."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > max_bytes:
+            raise JSONFileError(f"{shown(path)} is more than the {max_bytes >> 20} MB a file mxfp16 writes can be"
+                                + (f"; {fix}" if fix else ""))
+        with open(path, "rb") as handle:
+            lines = handle.read().split(b"\n")
+    except FileNotFoundError:
         return []
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    except OSError as err:
+        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err})" + (f"; {fix}" if fix else ""))
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise JSONFileError(f"{shown(path)} line {number} is not UTF-8 text" + (f"; {fix}" if fix else "")) from None
+        records.append(parse_json(text, f"{shown(path)} line {number}", fix, expect, None, max_depth))
+    return records
+
+
+def _overlap(out, inp):
+    """How ``out`` overlaps ``inp`` (both resolved), or ``None``."""
+    if out == inp:
+        return "is"
+    if out in inp.parents:
+        return "contains"
+    if inp in out.parents:
+        return "sits inside"
+    return None
+
+
+def check_output_folder(out, inputs, flag="--out"):
+    """Refuse an output folder that is, contains, or sits inside one of the command's inputs.
+
+    The rule every writing command follows (docs/getting-started.md, "What
+    mxfp16 writes"): nothing it writes, and nothing ``--overwrite`` removes,
+    can be an input.
+
+    Parameters
+    ----------
+    out : str or Path
+        The output folder (or a RecordIO prefix's folder).
+    inputs : iterable of (str, str or Path)
+        ``(what it is, path)`` of each input; ``None`` paths are ignored.
+    flag : str
+
+    Raises
+    ------
+    OutputFolderError
+    """
+    target = Path(os.path.realpath(out))
+    for what, path in inputs:
+        if path is None:
+            continue
+        source = Path(os.path.realpath(path))
+        how = _overlap(target, source)
+        if how:
+            raise OutputFolderError(
+                f"{flag} {shown(out)} {how} {what} {shown(path)}: the outputs would be written over (or "
+                f"--overwrite would delete) an input. Choose an {flag} outside {shown(path)}, e.g. "
+                f"{shown(source.parent / (source.name + '-out'))}")
 
 
 def sha256_file(path, chunk=1 << 20):

@@ -26,7 +26,7 @@ def _write_run(path, precision, top1s, losses, seconds, ips, summary=True):
             "precision": precision, "model": "cifar_resnet20_v1", "epochs": len(top1s),
             "final_val_top1": top1s[-1], "best_val_top1": max(top1s), "images_per_second": ips,
             "peak_memory_mb": 900.0 if precision == "float32" else 700.0, "skipped_steps": 0,
-            "final_loss_scale": 1.0, "params_digest": "abc"})
+            "final_loss_scale": 1.0, "params_digest": f"digest of {os.path.basename(path)}"})
 
 
 @pytest.fixture
@@ -173,5 +173,115 @@ def test_compare_says_how_many_seeds_would_resolve_the_gap(tmp_path, capsys):
     assert res["seeds_per_side"] == seeds_needed(differences.std(ddof=1), 0.5) and res["seeds_per_side"] > 3
     assert res["half_width"] == pytest.approx((doc["paired"]["high"] - doc["paired"]["low"]) / 2)
     assert f"to resolve +-0.50 points (95%) at this spread: about {res['seeds_per_side']} seeds per side" in printed
-    assert main(["compare", "--a", *a, "--b", *b, "--resolve", "0"]) == 2
-    assert "--resolve 0.0: must be a positive number of points" in capsys.readouterr().err
+    assert main(["compare", "--a", *a, "--b", *b, "--resolve", "0"]) == 2  # argparse refuses it, naming the range
+    assert "argument --resolve: 0: must be between 1e-06 and 100" in capsys.readouterr().err
+
+
+# ---- statistics that defend themselves (issue: no wrong verdict) ------------------------------------------------
+def test_the_same_folder_three_times_is_refused_not_counted_as_three_seeds(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935, 0.925], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91, 0.905], 150.0)
+    assert main(["compare", "--a", a[0], a[0], a[0], "--b", *b, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "given twice" in err and "pass each run folder once" in err
+    # Also through another spelling of the same folder, and across the sides.
+    assert main(["compare", "--a", a[0], a[1], a[2], "--b", b[0], b[1], a[0] + "/.", "--out", str(tmp_path / "p")]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
+def test_copies_of_one_run_are_refused(tmp_path, capsys):
+    import shutil
+
+    a = _seeds(tmp_path, "float32", [0.93, 0.935, 0.925], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91, 0.905], 150.0)
+    shutil.copytree(a[0], tmp_path / "copy-of-s1")
+    assert main(["compare", "--a", a[0], str(tmp_path / "copy-of-s1"), "--b", *b[:2]]) == 2
+    err = capsys.readouterr().err
+    assert "ran the same seed (1) with the same settings" in err
+
+
+def test_runs_that_differ_in_more_than_the_seed_are_refused_naming_the_difference(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935, 0.925], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91, 0.905], 150.0)
+    config = json.loads((tmp_path / "float32-s2" / "config.json").read_text())
+    (tmp_path / "float32-s2" / "config.json").write_text(json.dumps(dict(config, lr=0.5)))
+    assert main(["compare", "--a", *a, "--b", *b, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--a lr: " in err and "float32-s2" in err and "--allow-differences" in err
+    # Said so, they are pooled, and the report lists what differs.
+    assert main(["compare", "--a", *a, "--b", *b, "--out", str(tmp_path / "p"), "--allow-differences"]) == 0
+    assert "warning: pooled although their settings differ" in capsys.readouterr().out
+    assert any("lr" in d for d in json.loads((tmp_path / "p" / "parity.json").read_text())["differences"])
+
+
+def test_the_precision_may_differ_between_the_sides_but_nothing_else(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91], 150.0)
+    from mxfp16.train.compare import load_runs as load
+    from mxfp16.train.parity import check_groups
+
+    assert check_groups(load(a), load(b)) == []  # precision differs between sides: fine
+    for path in b:
+        config = json.loads((tmp_path / os.path.basename(path) / "config.json").read_text())
+        (tmp_path / os.path.basename(path) / "config.json").write_text(json.dumps(dict(config, batch_size=64)))
+    with pytest.raises(RunDirError, match="between --a and --b: batch_size: 32"):
+        check_groups(load(a), load(b))
+
+
+def test_runs_of_different_lengths_are_not_pooled_as_seeds(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935, 0.925], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91, 0.905], 150.0)
+    short = tmp_path / "float32-s3"
+    lines = (short / "metrics.jsonl").read_text().splitlines()
+    (short / "metrics.jsonl").write_text(lines[0] + "\n")  # stopped after 1 of 2 epochs
+    assert main(["compare", "--a", *a, "--b", *b]) == 2
+    assert "--a epochs finished: 2 (float32-s1, float32-s2); 1 (float32-s3)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("final_val_top1", float("nan"), "not valid JSON (NaN"),
+    ("images_per_second", 1e308, "images_per_second 1e+308 is outside"),
+    ("images_per_second", "1e400", "overflows a 64-bit float"),
+    ("final_val_top1", 1.7, "final_val_top1 1.7 is outside 0..1"),
+    ("final_val_top1", "fast", "not a finite number"),
+    ("final_val_top1", True, "not a finite number"),
+])
+def test_impossible_numbers_in_summary_json_are_refused_naming_the_file(tmp_path, capsys, field, value, message):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91], 150.0)
+    path = tmp_path / "amp-bfloat16-s2" / "summary.json"
+    summary = json.loads(path.read_text())
+    text = json.dumps(dict(summary, **{field: value}))
+    if value == "1e400":  # a number JSON can hold but a float cannot
+        text = text.replace('"1e400"', "1e400")
+    path.write_text(text)
+    for argv in (["compare", "--a", *a, "--b", *b], ["compare", a[0], b[1]]):
+        assert main(argv + ["--out", str(tmp_path / "p")]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and message in err, err
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_nan_accuracy_in_metrics_jsonl_is_refused(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91], 150.0)
+    path = tmp_path / "amp-bfloat16-s1" / "metrics.jsonl"
+    path.write_text(path.read_text().replace('"val_top1": 0.8', '"val_top1": NaN', 1))
+    assert main(["compare", "--a", *a, "--b", *b]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} line 1 is not valid JSON" in err and "NaN" in err
+
+
+def test_compare_out_that_is_a_file_or_a_run_is_refused(tmp_path, capsys):
+    a = _seeds(tmp_path, "float32", [0.93, 0.935], 100.0)
+    b = _seeds(tmp_path, "amp-bfloat16", [0.90, 0.91], 150.0)
+    (tmp_path / "a-file").write_text("keep me")
+    assert main(["compare", *a, "--out", str(tmp_path / "a-file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert (tmp_path / "a-file").read_text() == "keep me"
+    for out in (a[0], tmp_path, tmp_path / "float32-s1" / "compare"):
+        assert main(["compare", "--a", *a, "--b", *b, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "the run folder" in err and any(w in err for w in (" is ", " contains ", " sits inside "))
+    assert sorted(os.listdir(a[0])) == ["config.json", "metrics.jsonl", "summary.json"]

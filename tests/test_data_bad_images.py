@@ -47,7 +47,7 @@ def test_missing_folder_names_the_path_and_the_fix(tmp_path):
 
 def test_empty_folder(tmp_path):
     (tmp_path / "empty" / "train").mkdir(parents=True)
-    with pytest.raises(DataError, match="no class sub-folders"):
+    with pytest.raises(DataError, match="has no usable class sub-folders"):
         make_loaders(tmp_path / "empty")
 
 
@@ -215,3 +215,20 @@ def test_a_fifo_named_like_an_image_does_not_hang_the_scan(data):
     os.mkfifo(fifo)
     loaders = _within(30, lambda: make_loaders(data, image_size=24, batch_size=4), [fifo])
     assert loaders.skipped == [(str(fifo), "a FIFO (named pipe): only regular files are read")]
+
+
+def test_a_class_folder_that_cannot_be_read_is_named_with_the_fix(data, monkeypatch):
+    """(As root every folder is readable, so the refusal is made by the OS call the scan uses.)"""
+    import pathlib
+
+    locked = data / "train" / sorted(os.listdir(data / "train"))[0]
+    real = pathlib.Path.iterdir
+
+    def iterdir(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    with pytest.raises(DataError, match=fr"{locked} cannot be read \(Permission denied\).*chmod -R u\+rX"):
+        make_loaders(data)

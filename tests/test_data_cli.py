@@ -30,8 +30,17 @@ def test_user_errors_exit_2_with_the_fix(tmp_path, capsys):
                  "--train-per-class", "30"]) == 2
     err = capsys.readouterr().err
     assert "mxfp16 data: error:" in err and str(tmp_path / "missing") in err and "does not exist" in err
-    assert main(["data", "pack", "--src", str(tmp_path), "--out", str(tmp_path / "p")]) == 2
+    assert main(["data", "pack", "--src", str(tmp_path), "--out", str(tmp_path.parent / f"{tmp_path.name}-p" / "p")]) == 2
     assert "training split folder" in capsys.readouterr().err
+    # The writing rule: a pack or a split inside its own source is refused before anything is read or written.
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main(["data", "pack", "--src", str(tmp_path), "--out", str(tmp_path / "p")]) == 2
+    assert "sits inside the source data set" in capsys.readouterr().err
+    assert main(["data", "split", "--src", str(tmp_path / "src"), "--out", str(tmp_path / "src" / "split"),
+                 "--train-per-class", "1"]) == 2
+    assert "sits inside the source folder --src" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
     assert main(["data", "fetch", "caltech101", "--root", str(tmp_path), "--url", str(tmp_path / "no.zip"),
                  "--no-progress"]) == 2
     assert "no such file" in capsys.readouterr().err

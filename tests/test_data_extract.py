@@ -207,4 +207,39 @@ def test_the_command_takes_the_limits(tmp_path, capsys):
     assert "mxfp16 data: error: refusing to extract" in err and "--max-extract-bytes" in err and "Traceback" not in err
     assert main([*base, "--root", str(tmp_path / "b"), "--max-extract-bytes", "6M", "--max-ratio", "2"]) == 0
     assert main([*base, "--root", str(tmp_path / "c"), "--max-ratio", "0"]) == 2
-    assert "--max-ratio 0.0: need a finite number of at least 1" in capsys.readouterr().err
+    assert "argument --max-ratio: 0: must be between 1 and 1e+06" in capsys.readouterr().err
+
+
+def test_an_archive_of_countless_empty_entries_is_refused_before_writing(tmp_path):
+    """200,000 empty members declare 0 bytes; the count, and each member's file-system cost, refuse them."""
+    import time
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
+        for i in range(200_000):
+            zf.writestr(f"d/{i}", b"")
+    archive = tmp_path / "many.zip"
+    archive.write_bytes(buffer.getvalue())
+    target = tmp_path / "out"
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"more than 100,000 files and folders \(200,000 counted.*--max-members"):
+        safe_extract(archive, target)
+    assert time.monotonic() - start < 10  # refused from the central directory, not after extracting
+    assert not target.exists() or not any(target.iterdir())
+    # Under the count, each member still costs ENTRY_OVERHEAD bytes toward the total.
+    from mxfp16.data.extract import ENTRY_OVERHEAD
+
+    with pytest.raises(DataError, match="more than the limit"):
+        safe_extract(archive, target, ExtractLimits(max_bytes=100_000 * ENTRY_OVERHEAD, max_members=300_000))
+    assert not any(target.iterdir())
+
+
+def test_a_tar_of_countless_entries_is_refused_while_its_headers_are_read(tmp_path):
+    archive = tmp_path / "many.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        for i in range(150):
+            info = tarfile.TarInfo(f"d/{i}")
+            tf.addfile(info, io.BytesIO(b""))
+    with pytest.raises(DataError, match=r"more than 100 files and folders \(101 counted"):
+        safe_extract(archive, tmp_path / "out", ExtractLimits(max_members=100))
+    assert safe_extract(archive, tmp_path / "ok", ExtractLimits(max_members=150)) == 0

@@ -321,5 +321,5 @@ def test_fetch_errors_reach_the_command_line_without_a_traceback(server, tmp_pat
     assert main([*base, "--url", f"{server.url}/caltech-101.zip", "--timeout", "-1"]) == 2
     assert main([*base, "--url", f"{server.url}/a/.."]) == 2
     err = capsys.readouterr().err
-    assert "--timeout -1.0: need a positive number" in err and "names a folder, not a file" in err
+    assert "argument --timeout: -1: must be between 0.001 and 604800" in err and "names a folder, not a file" in err
     assert "Traceback" not in err

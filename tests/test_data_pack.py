@@ -111,5 +111,34 @@ def test_truncated_record_file_is_refused_before_reading(packed, tmp_path):
         shutil.copy(path, tmp_path / path.name)
     rec = tmp_path / "tiny_train.rec"
     rec.write_bytes(rec.read_bytes()[: rec.stat().st_size // 2])
-    with pytest.raises(DataError, match="tiny_train.rec is shorter"):
+    with pytest.raises(DataError, match=r"tiny_train.rec has damaged records \(record \d+ at byte \d+: it claims"):
+        make_loaders(tmp_path / "tiny", pipeline="recordio")
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "jpeg cut", "idx off by one"])
+def test_a_damaged_record_is_refused_with_its_index_and_offset(packed, tmp_path, damage):
+    """Damage inside the .rec (not a truncation): ImageRecordIter would abort the process on it."""
+    import shutil
+
+    from mxfp16.data.records import damaged_records, read_index
+
+    _, prefix, _ = packed
+    for path in prefix.parent.glob("tiny_*"):
+        shutil.copy(path, tmp_path / path.name)
+    rec, idx = tmp_path / "tiny_train.rec", tmp_path / "tiny_train.idx"
+    entries = read_index(idx)
+    key, offset = entries[3]
+    data = bytearray(rec.read_bytes())
+    if damage == "overwritten":
+        data[offset:offset + 4] = b"\x00\x00\x00\x00"  # the record's magic number
+    elif damage == "jpeg cut":
+        length = int.from_bytes(data[offset + 4:offset + 8], "little") & ((1 << 29) - 1)
+        data[offset + 8 + length - 2:offset + 8 + length] = b"\x00\x00"  # its end-of-image marker
+    else:
+        lines = idx.read_text().splitlines()
+        lines[3] = f"{key}\t{offset + 1}"
+        idx.write_text("\n".join(lines) + "\n")
+    rec.write_bytes(bytes(data))
+    assert damaged_records(rec, idx)[0][:2] == (key, offset + (damage == "idx off by one"))
+    with pytest.raises(DataError, match=fr"record {key} at byte {offset + (damage == 'idx off by one')}: .*re-run"):
         make_loaders(tmp_path / "tiny", pipeline="recordio")

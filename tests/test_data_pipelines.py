@@ -129,7 +129,7 @@ def test_min_crop_area_comes_from_the_manifest_unless_given(tiny, tmp_path):
     assert make_loaders(plain).min_crop_area == 0.08
     pack_recordio(tiny, tmp_path / "p")
     assert json.loads((tmp_path / "p_classes.json").read_text())["min_crop_area"] == MIN_CROP_AREA
-    assert make_loaders(tmp_path / "p", pipeline="recordio").min_crop_area == MIN_CROP_AREA
+    assert make_loaders(tmp_path / "p", pipeline="recordio", batch_size=8).min_crop_area == MIN_CROP_AREA
     # A full-area crop of a square image is the whole image: the crop area really reaches the transform.
     whole = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, min_crop_area=1.0).train_batches(0))
     small = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, min_crop_area=0.1).train_batches(0))

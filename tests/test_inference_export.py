@@ -139,17 +139,112 @@ def test_float16_export_on_a_cpu_is_written_and_its_check_says_it_was_emulated(r
     assert 0 < agreement["max_probability_difference"] < 0.05
 
 
-def test_an_existing_export_folder_is_refused_without_overwrite_and_replaced_with_it(run, tmp_path, capsys):
+def test_an_existing_export_folder_is_refused_without_overwrite_and_overwrite_replaces_only_its_files(
+        run, tmp_path, capsys):
     out = tmp_path / "exp"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
+    (out / "notes").mkdir()
+    (out / "notes" / "n.md").write_text("my notes")
     assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu"]) == 2
     assert "already exists; replace it with --overwrite" in capsys.readouterr().err
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
-                 "--overwrite"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # neither the old folder nor a staging one left
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "notes"]
+    for _ in range(2):  # into a folder with other files, then over its own earlier export
+        assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
+                     "--overwrite"]) == 0
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            [bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE, "keep.txt", "notes"])
+        assert (out / "keep.txt").read_text() == "mine" and (out / "notes" / "n.md").read_text() == "my notes"
+        bundle.read_model(out, bundle.read_info(out))  # the three files agree with each other
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # no staging folder left
+
+
+@pytest.mark.parametrize("where", ["the run itself", "the folder holding the run", "inside the run",
+                                   "the data set"])
+def test_export_refuses_an_out_that_is_contains_or_sits_inside_an_input(run, data, tmp_path_factory, capsys, where):
+    copy = tmp_path_factory.mktemp("holder") / "run"
+    shutil.copytree(run, copy)
+    before = sorted(str(p.relative_to(copy.parent)) for p in copy.parent.rglob("*"))
+    out = {"the run itself": copy, "the folder holding the run": copy.parent,
+           "inside the run": copy / "export", "the data set": data}[where]
+    assert main(["export", "--run", str(copy), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
+                 "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "would be written over (or --overwrite would delete) an input" in err
+    assert sorted(str(p.relative_to(copy.parent)) for p in copy.parent.rglob("*")) == before  # nothing deleted
+
+
+def test_a_checkpoint_file_that_is_not_one_is_refused_with_the_fix(run, tmp_path, capsys):
+    junk = tmp_path / "notes.params"
+    junk.write_text("not an array file")
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--checkpoint", str(junk),
+                 "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "is not an MXNet parameters file" in err and "give --checkpoint a .params file" in err
+
+
+def test_a_params_file_declaring_a_huge_array_is_refused_before_allocation(run, tmp_path, capsys):
+    import struct
+
+    from mxfp16.ndarray_file import read_header
+
+    params = sorted((run / "checkpoints").glob("*.params"))[-1]
+    data = bytearray(params.read_bytes())
+    # The first array's shape: after the list header (3 uint64), the array magic, storage type and ndim.
+    ndim = struct.unpack_from("<i", data, 32)[0]
+    struct.pack_into(f"<{ndim}q", data, 36, *([2 ** 30] * ndim))
+    huge = tmp_path / "huge.params"
+    huge.write_bytes(bytes(data))
+    assert read_header(params)  # the real one parses
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--checkpoint", str(huge),
+                 "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "bytes but only" in err and "damaged" in err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("damage", ["deep", "mistyped", "list"])
+def test_a_damaged_config_json_is_a_message_not_a_traceback(run, tmp_path, capsys, damage):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = json.loads((copy / "config.json").read_text())
+    text = {"deep": "[" * 100000 + "]" * 100000,
+            "mistyped": json.dumps(dict(config, classes=7, image_size="big")),
+            "list": json.dumps([config])}[damage]
+    (copy / "config.json").write_text(text)
+    assert main(["export", "--run", str(copy), "--out", str(tmp_path / "x"), "--ctx", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "config.json" in err
+    assert {"deep": "nested", "mistyped": "of the wrong type", "list": "where an object belongs"}[damage] in err
+
+
+def test_a_damaged_export_json_is_a_message(bf16_export, tmp_path, capsys):
+    out, _ = bf16_export
+    copy = tmp_path / "exp"
+    shutil.copytree(out, copy)
+    info = json.loads((out / bundle.INFO_FILE).read_text())
+    for text, words in (('{"a": ' * 50 + "1" + "}" * 50, "more than 32 deep"),
+                        (json.dumps(dict(info, files=3)), "field 'files' is 3"),
+                        (json.dumps({k: v for k, v in info.items() if k != "compute_dtype"}), "lacks the field"),
+                        (json.dumps(dict(info, files=dict(info["files"], **{bundle.PARAMS_FILE: 5}))),
+                         "has changed since it was exported")):
+        (copy / bundle.INFO_FILE).write_text(text)
+        assert main(["predict", "--model", str(copy), str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+
+
+def test_exporting_an_unfinished_run_says_so(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "summary.json").unlink()  # as when the run stopped after epoch 2 of more
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps(dict(config, epochs=5)))
+    messages = []
+    export_run(copy, tmp_path / "x", precision="float32", ctx="cpu", log=messages.append)
+    assert any("has not finished: it completed 2 of 5 epochs" in m for m in messages)
+    quiet = []
+    export_run(run, tmp_path / "y", precision="float32", ctx="cpu", log=quiet.append)
+    assert not any("has not finished" in m for m in quiet)
 
 
 def test_a_run_folder_without_a_checkpoint_is_refused(run, tmp_path, capsys):
@@ -187,7 +282,7 @@ def test_a_checkpoint_of_another_model_is_refused(run, other_model_run, tmp_path
     assert main(["export", "--run", str(run), "--checkpoint", str(params), "--out", str(tmp_path / "x"),
                  "--ctx", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "does not fit cifar_resnet20_v1" in err and "checkpoint of another model" in err
+    assert "does not fit cifar_resnet20_v1" in err and "not a checkpoint of this run's model" in err
     assert not (tmp_path / "x").exists()
 
 
@@ -227,6 +322,8 @@ def test_bad_export_flags_are_user_errors(run, tmp_path, capsys):
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--precision", "float64"]) == 2
     assert "unknown precision 'float64'" in capsys.readouterr().err
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--margin", "-1"]) == 2
-    assert "--margin -1 at least 0" in capsys.readouterr().err
+    assert "argument --margin: -1: must be between 0 and 100" in capsys.readouterr().err
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--margin", "nan"]) == 2
+    assert "argument --margin: nan: must be a finite number" in capsys.readouterr().err
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "x"), "--checkpoint", "newest"]) == 2
     assert "no such file; give last, best or a .params file" in capsys.readouterr().err

@@ -286,7 +286,7 @@ def test_launch_command_prints_the_hostfile_plan(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--workers", "2", "--servers", "1", "--hostfile", "/nonexistent/hosts", "--", "x"], "does not exist"),
     (["--workers", "2", "--servers", "1", "--ssh", "--", "x"], "--ssh needs --hostfile"),
-    (["--workers", "0", "--servers", "1", "--", "x"], "--workers must be at least 1"),
+    (["--workers", "0", "--servers", "1", "--", "x"], "0: must be between 1 and 4096"),
     (["--workers", "1", "--servers", "1"], "after `--`"),
     (["--workers", "1", "--servers", "1", "--timeout", "-1", "--", "x"], "--timeout"),
     # The scheduler and server start (as /bin/true), then the worker cannot.

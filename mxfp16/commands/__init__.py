@@ -16,3 +16,22 @@ def add_threads_argument(group):
 
     group.add_argument("--threads", type=int, default=None, metavar="N",
                        help=f"{THREADS_HELP} (default: {THREADS_DEFAULT})")
+
+
+def check_out(out, inputs, flag="--out"):
+    """The writing rule for a command's output folder (``mxfp16.fileio.check_output_folder``), as a CommandError.
+
+    ``out`` must not be a file, and must not be, contain or sit inside any of
+    ``inputs`` (``(what, path)`` pairs; ``None`` paths are ignored).
+    """
+    import os
+
+    from ..fileio import OutputFolderError, check_output_folder, shown
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CommandError(f"{flag} {shown(out)} is a file, not a folder; choose a folder for the outputs")
+    try:
+        check_output_folder(out, inputs, flag)
+    except OutputFolderError as err:
+        raise CommandError(str(err)) from None
+    return out

@@ -9,10 +9,11 @@ network as `mxfp16 export` converts it and `mxfp16 predict` runs it, each
 call on its own: batch-1 latency (median, p90, p99) and batch-32 throughput
 by default. Writes bench.json, bench.csv and PNG plots to --out.
 """
-import json
 import os
 
-from . import CommandError, add_threads_argument
+from . import CommandError, add_threads_argument, check_out
+from ..fileio import JSONFileError, read_json
+from ..limits import integer, number, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS
 
 ORDER = 40
 #: Per-mode defaults: inference asks about one request (batch 1) and about a full batch.
@@ -38,7 +39,7 @@ def register(subparsers):
     what = parser.add_argument_group("what to run")
     what.add_argument("--model", default="resnet50_v2",
                       help="gluoncv model-zoo name (default: resnet50_v2)")
-    what.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default: 224)")
+    what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224, help="square input size in pixels (default: 224)")
     what.add_argument("--batch-sizes", default=None,
                       help=f"comma-separated batch sizes (default: {BATCH_SIZES['train']} for train, "
                            f"{BATCH_SIZES['inference']} for inference)")
@@ -57,10 +58,10 @@ def register(subparsers):
     what.add_argument("--pipeline", choices=PIPELINES, default="folder",
                       help="input pipeline for --data, as `mxfp16 train --pipeline`: folder (ImageFolderDataset + "
                            "DataLoader) or recordio (ImageRecordIter) (default: folder)")
-    what.add_argument("--workers", type=int, default=0,
+    what.add_argument("--workers", type=integer(0, 256), default=0,
                       help="data-loading processes (folder) or decoding threads (recordio), as `mxfp16 train "
                            "--workers` (default: 0, decode in the training process)")
-    what.add_argument("--classes", type=int, default=102,
+    what.add_argument("--classes", type=integer(1, MAX_COUNT), default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
     what.add_argument("--peer", choices=("pytorch",), default=None,
                       help="also time the same network shape in PyTorch (ResNet-50 v1.5; float32 and autocast "
@@ -70,18 +71,18 @@ def register(subparsers):
     what.add_argument("--ctx", default="auto", help="auto (every GPU MXNet sees, else the CPU), cpu, gpu:0 or "
                                                     "gpu:0,1,... (default: auto)")
     timing = parser.add_argument_group("timing")
-    timing.add_argument("--iters", type=int, default=None,
+    timing.add_argument("--iters", type=integer(1, MAX_STEPS), default=None,
                         help=f"steps per timed repeat (default: {ITERS['train']} for train, {ITERS['inference']} "
                              "for inference, where every call is a latency sample)")
-    timing.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
-    timing.add_argument("--repeats", type=int, default=3, help="timed repeats; median and spread over these (default: 3)")
-    timing.add_argument("--rounds", type=int, default=1,
+    timing.add_argument("--warmup", type=integer(0, MAX_STEPS), default=3, help="untimed steps first (default: 3)")
+    timing.add_argument("--repeats", type=integer(1, 1000), default=3, help="timed repeats; median and spread over these (default: 3)")
+    timing.add_argument("--rounds", type=integer(1, 1000), default=1,
                         help="run every measurement this many times, in turn (float32, mixed, ..., float32, mixed, "
                              "...), and report the median over rounds; a speedup is then the median of each round's "
                              "own ratio. Use 3 or more where the machine's speed drifts (shared or virtual "
                              "machines) (default: 1)")
     add_threads_argument(timing)
-    timing.add_argument("--timeout", type=float, default=None,
+    timing.add_argument("--timeout", type=number(1e-3, MAX_SECONDS), default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
     output = parser.add_argument_group("output")
     output.add_argument("--out", required=True, help="folder for bench.json, bench.csv and the PNG plots (required)")
@@ -105,10 +106,6 @@ def _validate(args):
     lists = [name.strip() for name in args.amp_lists.split(",") if name.strip()]
     if not lists or any(name not in LIST_SETS for name in lists):
         raise CommandError(f"--amp-lists {args.amp_lists!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
-    if args.rounds < 1:
-        raise CommandError(f"--rounds {args.rounds}: must be 1 or more (1 runs each measurement once)")
-    if args.workers < 0:
-        raise CommandError(f"--workers {args.workers}: must be 0 or more (0 decodes in the training process)")
     if args.data != "synthetic" and args.pipeline == "folder" and not os.path.isdir(args.data):
         hint = (f"; it looks like a RecordIO pack: add --pipeline recordio"
                 if os.path.isfile(f"{args.data}_train.rec") else "")
@@ -128,8 +125,8 @@ def _data_classes(data, pipeline):
             raise CommandError(problem)
         meta = classes_file(data)
         try:
-            return len(json.loads(meta.read_text())["classes"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return len(read_json(meta, fields={"classes": list})["classes"])
+        except JSONFileError:
             raise CommandError(f"--data {data!r} with --pipeline recordio: {meta} is missing or unreadable, so "
                                f"{data!r} is not a complete pack; make one with `mxfp16 data pack --src DIR "
                                f"--out {data}`") from None
@@ -156,6 +153,7 @@ def run(args):
     from ..models import ModelError
 
     precisions, batch_sizes, lists = _validate(args)
+    check_out(args.out, [("the data set --data", None if args.data == "synthetic" else args.data)])
     if args.peer and (args.mode != "train" or args.data != "synthetic" or args.ctx.strip().lower() not in ("auto", "cpu")):
         raise CommandError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                            "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")

@@ -15,7 +15,8 @@ seed's curve).
 """
 import os
 
-from . import CommandError
+from . import CommandError, check_out
+from ..limits import number
 
 ORDER = 45
 
@@ -30,11 +31,15 @@ def register(subparsers):
                         help="the reference side, usually float32: run folders or quoted globs (default: none)")
     groups.add_argument("--b", nargs="+", metavar="RUN", default=None,
                         help="the side compared with it, usually mixed precision (default: none)")
-    groups.add_argument("--confidence", type=float, default=0.95,
+    groups.add_argument("--confidence", type=number(1e-6, 1 - 1e-9), default=0.95,
                         help="confidence level of the interval for the gap (default: 0.95)")
-    groups.add_argument("--resolve", type=float, default=None, metavar="POINTS",
+    groups.add_argument("--resolve", type=number(1e-6, 100), default=None, metavar="POINTS",
                         help="report how many seeds per side would narrow the interval to +-POINTS at the "
                              "spread measured (default: 0.3, the parity goal in docs/training.md)")
+    groups.add_argument("--allow-differences", action="store_true",
+                        help="pool runs whose settings differ in more than the seed (between the sides: the seed "
+                             "and the precision), or that finished different numbers of epochs, and list the "
+                             "differences in the report (default: off; such runs are refused, naming what differs)")
     parser.add_argument("--out", default=None,
                         help="folder for the outputs (default: a 'compare' folder beside the first run)")
     parser.set_defaults(func=run)
@@ -42,6 +47,10 @@ def register(subparsers):
 
 def _default_out(first):
     return os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(first))), "compare")
+
+
+def _check_out(out, runs):
+    return check_out(out, [("the run folder", r) for r in runs])
 
 
 def run(args):
@@ -55,8 +64,9 @@ def run(args):
         return _run_groups(args)
     if not args.runs:
         raise CommandError("no runs given: mxfp16 compare RUN_DIR ... or mxfp16 compare --a RUN ... --b RUN ...")
+    out = _check_out(args.out or _default_out(args.runs[0]), args.runs)
     try:
-        rows, paths = compare(args.runs, args.out or _default_out(args.runs[0]))
+        rows, paths = compare(args.runs, out)
     except RunDirError as err:
         raise CommandError(str(err)) from None
     print(format_table(rows))
@@ -69,16 +79,14 @@ def _run_groups(args):
     from ..train.compare import RunDirError
     from ..train.parity import format_parity, parity, write_parity
 
-    if not 0 < args.confidence < 1:
-        raise CommandError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
-    if args.resolve is not None and not args.resolve > 0:
-        raise CommandError(f"--resolve {args.resolve}: must be a positive number of points, e.g. 0.3")
     resolve = {} if args.resolve is None else {"resolve": args.resolve}
     try:
-        report, a_runs, b_runs = parity(args.a, args.b, args.confidence, **resolve)
+        report, a_runs, b_runs = parity(args.a, args.b, args.confidence, allow_differences=args.allow_differences,
+                                        **resolve)
     except RunDirError as err:
         raise CommandError(str(err)) from None
     report["command"] = getattr(args, "command_line", None)  # how to reproduce a recorded result
-    paths = write_parity(report, a_runs, b_runs, args.out or _default_out(a_runs[0].path))
+    out = _check_out(args.out or _default_out(a_runs[0].path), [r.path for r in a_runs + b_runs])
+    paths = write_parity(report, a_runs, b_runs, out)
     print(format_parity(report))
     print("wrote " + ", ".join(paths))

@@ -1,11 +1,12 @@
 """``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, pack RecordIO, time the pipelines."""
 import argparse
-import json
 import logging
 import sys
 
-from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_RATIO, parse_size
+from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_MEMBERS, DEFAULT_MAX_RATIO, ENTRY_OVERHEAD, parse_size
 from . import CommandError, add_threads_argument
+from ..fileio import read_json
+from ..limits import integer, number, MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS
 from ..data.synth import DEMO_SETTINGS as DEMO
 
 ORDER = 10
@@ -34,7 +35,7 @@ def register(subparsers):
     group.add_argument("--sha256", default=None,
                        help="expected SHA-256 of the download (default: none known; the download is then not verified "
                             "and its checksum is recorded)")
-    group.add_argument("--timeout", type=float, default=60,
+    group.add_argument("--timeout", type=number(1e-3, MAX_SECONDS), default=60,
                        help="seconds without data before giving up, more than 0 (default: 60)")
     group.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
     group = fetch.add_argument_group("extraction limits (an archive past them is refused, nothing is kept)")
@@ -42,9 +43,13 @@ def register(subparsers):
                        help="most bytes the archives may extract to in all, as bytes or with K/M/G/T (powers of "
                             f"1024); Caltech-101 needs about 300 MB (default: {DEFAULT_MAX_EXTRACT_BYTES >> 30}G, i.e. "
                             f"{DEFAULT_MAX_EXTRACT_BYTES} bytes)")
-    group.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO, metavar="R",
+    group.add_argument("--max-ratio", type=number(1, 1e6), default=DEFAULT_MAX_RATIO, metavar="R",
                        help="most a member larger than 1 MiB may expand, uncompressed over compressed size; JPEGs "
                             f"stay near 1 (default: {DEFAULT_MAX_RATIO})")
+    group.add_argument("--max-members", type=integer(1, 100_000_000), default=DEFAULT_MAX_MEMBERS, metavar="N",
+                       help="most files and folders one archive may hold; Caltech-101 holds about 9,300, and each "
+                            f"also counts {ENTRY_OVERHEAD} bytes toward --max-extract-bytes (default: "
+                            f"{DEFAULT_MAX_MEMBERS})")
     fetch.set_defaults(func=run_fetch)
 
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
@@ -54,9 +59,9 @@ def register(subparsers):
                        help=f"new folder for train/<class>/ and test/<class>/, e.g. {caltech.split} (required)")
     group = split.add_argument_group("protocol")
     how = group.add_mutually_exclusive_group(required=True)
-    how.add_argument("--train-per-class", type=int, help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is required")
-    how.add_argument("--test-fraction", type=float, help="share of each class for test, e.g. 0.2 (no default)")
-    group.add_argument("--seed", type=int, default=0, help="shuffling seed (default: 0)")
+    how.add_argument("--train-per-class", type=integer(1, MAX_COUNT), help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is required")
+    how.add_argument("--test-fraction", type=number(0, 1), help="share of each class for test, e.g. 0.2 (no default)")
+    group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0, help="shuffling seed (default: 0)")
     group.add_argument("--exclude", nargs="*", default=[], metavar="CLASS",
                        help="class folders to leave out, e.g. BACKGROUND_Google (default: none)")
     split.set_defaults(func=run_split)
@@ -66,15 +71,15 @@ def register(subparsers):
                        help="new output folder (required; the demo set itself lives in data/demo and is made on "
                             "first use)")
     group = synth.add_argument_group("settings (defaults: the demo set's)")
-    group.add_argument("--classes", type=int, default=DEMO["classes"],
+    group.add_argument("--classes", type=integer(1, 100_000), default=DEMO["classes"],
                        help=f"number of shape classes, 1-10 (default: {DEMO['classes']})")
-    group.add_argument("--per-class", type=int, default=DEMO["per_class"],
+    group.add_argument("--per-class", type=integer(1, 1_000_000), default=DEMO["per_class"],
                        help=f"training images per class (default: {DEMO['per_class']})")
-    group.add_argument("--test-per-class", type=int, default=DEMO["test_per_class"],
+    group.add_argument("--test-per-class", type=integer(0, 1_000_000), default=DEMO["test_per_class"],
                        help=f"test images per class (default: {DEMO['test_per_class']})")
-    group.add_argument("--size", type=int, default=DEMO["size"],
+    group.add_argument("--size", type=integer(8, MAX_IMAGE_SIDE), default=DEMO["size"],
                        help=f"typical image side; each side is drawn from [0.8, 1.25] times it (default: {DEMO['size']})")
-    group.add_argument("--seed", type=int, default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
+    group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
     synth.set_defaults(func=run_synth)
 
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
@@ -84,9 +89,9 @@ def register(subparsers):
                        help="output prefix; writes PREFIX_train.rec/.idx/.lst, PREFIX_test.* and PREFIX_classes.json, "
                             f"e.g. {caltech.pack}")
     group = pack.add_argument_group("encoding")
-    group.add_argument("--resize", type=int, default=0, help="resize the short side to this first (default: 0, keep)")
-    group.add_argument("--quality", type=int, default=95, help="JPEG quality 1-100 (default: 95)")
-    group.add_argument("--workers", type=int, default=2, help="encoding processes (default: 2)")
+    group.add_argument("--resize", type=integer(0, MAX_IMAGE_SIDE), default=0, help="resize the short side to this first (default: 0, keep)")
+    group.add_argument("--quality", type=integer(1, 100), default=95, help="JPEG quality 1-100 (default: 95)")
+    group.add_argument("--workers", type=integer(1, 256), default=2, help="encoding processes (default: 2)")
     pack.set_defaults(func=run_pack)
 
     bench = sub.add_parser("bench", help="images per second of the folder and RecordIO pipelines")
@@ -94,15 +99,15 @@ def register(subparsers):
     group.add_argument("--src", default=None,
                        help="folder split (timed as folder, and packed to a temporary RecordIO) or pack prefix "
                             "(default: the demo set, generated if missing)")
-    group.add_argument("--pack-resize", type=int, default=0,
+    group.add_argument("--pack-resize", type=integer(0, MAX_IMAGE_SIDE), default=0,
                        help="short side of the temporary pack made from a folder (default: 0, keep sizes)")
     group = bench.add_argument_group("pipeline")
-    group.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default: 224)")
-    group.add_argument("--workers", type=int, default=2,
+    group.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224, help="crop side in pixels (default: 224)")
+    group.add_argument("--workers", type=integer(0, 256), default=2,
                        help="worker processes / decoding threads; 0 (1 thread for RecordIO) is always timed too "
                             "(default: 2)")
-    group.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
-    group.add_argument("--images", type=int, default=600, help="images timed per pipeline (default: 600)")
+    group.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch (default: 32)")
+    group.add_argument("--images", type=integer(1, MAX_COUNT), default=600, help="images timed per pipeline (default: 600)")
     add_threads_argument(group)
     group = bench.add_argument_group("output")
     group.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON (default: no file)")
@@ -137,11 +142,11 @@ def run_fetch(args):
 
     caltech = caltech101_paths()
     def fetch(data):
-        limits = ExtractLimits(args.max_extract_bytes, args.max_ratio)
+        limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
         return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
 
     path = _guard(fetch)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_json(path / "manifest.json")
     print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
           + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))
     split, train, pack, train_rec = caltech101_commands(args.root)

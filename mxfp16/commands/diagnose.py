@@ -12,7 +12,8 @@ import itertools
 import json
 import os
 
-from . import CommandError, add_threads_argument
+from . import CommandError, add_threads_argument, check_out
+from ..limits import integer, number, MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS
 
 ORDER = 30
 
@@ -33,11 +34,11 @@ def register(subparsers):
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", default=None,
                       help="folder with train/<class>/ images (default: the demo set, data/demo, made on first use)")
-    data.add_argument("--image-size", type=int, default=32, help="square input size in pixels (default: 32)")
-    data.add_argument("--batch-size", type=int, default=32, help="images per batch; parameter gradients are sums over the batch, so use "
+    data.add_argument("--image-size", type=integer(8, MAX_IMAGE_SIDE), default=32, help="square input size in pixels (default: 32)")
+    data.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch; parameter gradients are sums over the batch, so use "
                            "the batch size you train with (default: 32)")
-    data.add_argument("--batches", type=int, default=4, help="training batches to measure (default: 4)")
-    data.add_argument("--seed", type=int, default=0, help="seeds initialisation and batch order (default: 0)")
+    data.add_argument("--batches", type=integer(1, MAX_STEPS), default=4, help="training batches to measure (default: 4)")
+    data.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0, help="seeds initialisation and batch order (default: 0)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cifar_resnet20_v1",
                        help="gluoncv model-zoo name, or elementwise-mlp (runs in float16 on a CPU, so the forward "
@@ -48,10 +49,10 @@ def register(subparsers):
     model.add_argument("--ctx", default="auto", help="one device: auto (the first GPU MXNet sees, else the CPU), "
                                                      "cpu or gpu:N (default: auto)")
     scale = parser.add_argument_group("loss scale")
-    scale.add_argument("--loss-scale", type=float, default=start,
+    scale.add_argument("--loss-scale", type=number(2 ** -24, 65504.0 ** 2), default=start,
                        help=f"a power of two to report underflow and overflow at (default: {start:g}, the dynamic "
                             "loss scaler's starting scale)")
-    scale.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+    scale.add_argument("--margin", type=number(1, 65504), default=DEFAULT_MARGIN,
                        help="the recommended scale keeps the largest gradient this many times under float16's max "
                             f"(default: {DEFAULT_MARGIN:g})")
     checks = parser.add_argument_group("what to measure")
@@ -66,7 +67,7 @@ def register(subparsers):
                         help="folder for diagnose.txt, diagnose.json and gradient_histogram.png "
                              "(default: runs/diagnose)")
     output.add_argument("--json", action="store_true", help="print the JSON document instead of text (default: text)")
-    output.add_argument("--rows", type=int, default=20,
+    output.add_argument("--rows", type=integer(0, 100_000), default=20,
                         help="table rows to print, worst underflow first; diagnose.txt has all (default: 20)")
     parser.set_defaults(func=run)
 
@@ -74,12 +75,6 @@ def register(subparsers):
 def _validate(args):
     from ..diagnostics import log2_of_scale
 
-    for flag, value, low in (("--batches", args.batches, 1), ("--batch-size", args.batch_size, 1),
-                             ("--image-size", args.image_size, 8), ("--rows", args.rows, 0)):
-        if value < low:
-            raise CommandError(f"{flag} {value} must be at least {low}")
-    if not args.margin >= 1:
-        raise CommandError(f"--margin {args.margin:g} must be at least 1, e.g. --margin 8")
     try:
         log2_of_scale(args.loss_scale)
     except ValueError as err:
@@ -118,6 +113,13 @@ def _setup(args):
     except (DataError, ModelError, PrecisionError) as err:
         raise CommandError(str(err)) from None
     if args.params:
+        from .._internals import saved_parameter_shapes
+        from ..ndarray_file import NDArrayFileError, check_shapes
+
+        try:  # names, shapes and sizes before MXNet allocates what the file declares
+            check_shapes(args.params, saved_parameter_shapes(net), f"{args.model} with {len(loaders.classes)} classes")
+        except NDArrayFileError as err:
+            raise CommandError(f"--params: {err}; give a file written by save_parameters for that --model") from None
         try:
             net.load_parameters(args.params, ctx=ctx, cast_dtype=True, dtype_source="current")
         except (AssertionError, mx.base.MXNetError) as err:
@@ -151,6 +153,7 @@ def run(args):
     from ..fileio import atomic_write, write_json
 
     _validate(args)
+    check_out(args.out, [("the data set --data-dir", args.data_dir), ("the parameters --params", args.params)])
     ctx, net, batches = _setup(args)
     if not batches:
         raise CommandError("the data set gave no training batches; check --data-dir")

@@ -9,6 +9,7 @@ are run against the float32 model on the run's test set; an export whose
 top-1 falls more than --margin points below float32 is refused.
 """
 from . import CommandError, add_threads_argument
+from ..limits import integer, number, MAX_BATCH
 
 ORDER = 50
 
@@ -30,12 +31,12 @@ def register(subparsers):
                       help="operator lists of an AMP conversion: mxfp16's (stem convolution in float32) or "
                            "MXNet's (default: mxfp16)")
     check = parser.add_argument_group("agreement check")
-    check.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="POINTS",
+    check.add_argument("--margin", type=number(0, 100), default=DEFAULT_MARGIN, metavar="POINTS",
                        help=f"refuse the export when its top-1 is more than this many percentage points below "
                             f"float32's (default: {DEFAULT_MARGIN:g})")
     check.add_argument("--data", default=None,
                        help="data set whose test split the check runs on (default: the run's own, from config.json)")
-    check.add_argument("--batch-size", type=int, default=32, help="images per batch in the check (default: 32)")
+    check.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch in the check (default: 32)")
     check.add_argument("--ctx", default="auto", help="auto, cpu or gpu:N: where the check runs (default: auto, the "
                                                      "first GPU MXNet sees, else the CPU)")
     add_threads_argument(check)
@@ -52,8 +53,6 @@ def run(args):
     from ..inference.bundle import ExportError
     from ..precision import PrecisionError
 
-    if args.batch_size < 1 or args.margin < 0:
-        raise CommandError(f"--batch-size {args.batch_size} must be at least 1 and --margin {args.margin:g} at least 0")
     from ..inference.export import export_run
 
     try:

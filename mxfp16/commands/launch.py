@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 
 from . import CommandError
+from ..limits import integer, number, MAX_SECONDS
 from ..distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile, ssh_argv
 from ..distributed.launcher import DEFAULT_GRACE
 from ..distributed.plan import DEFAULT_HOSTFILE_PORT
@@ -24,19 +25,19 @@ def register(subparsers):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mxfp16 launch --workers W --servers S [options] -- COMMAND ...")
     job = parser.add_argument_group("job")
-    job.add_argument("--workers", "-n", type=int, required=True, metavar="W",
+    job.add_argument("--workers", "-n", type=integer(1, 4096), required=True, metavar="W",
                      help="number of worker processes, each running COMMAND (required)")
-    job.add_argument("--servers", "-s", type=int, required=True, metavar="S",
+    job.add_argument("--servers", "-s", type=integer(1, 4096), required=True, metavar="S",
                      help="number of parameter servers (required)")
-    job.add_argument("--port", type=int, default=None, metavar="P",
+    job.add_argument("--port", type=integer(1, 65535), default=None, metavar="P",
                      help="scheduler port (default: a free port in local mode, "
                           f"{DEFAULT_HOSTFILE_PORT} with --hostfile)")
     job.add_argument("--python", default=None, metavar="PATH",
                      help="interpreter for the scheduler and servers (default: the one running mxfp16)")
     stop = parser.add_argument_group("stopping")
-    stop.add_argument("--timeout", type=float, default=0, metavar="SEC",
+    stop.add_argument("--timeout", type=number(0, MAX_SECONDS), default=0, metavar="SEC",
                       help="stop every process after SEC seconds and exit 124 (default: 0, no limit)")
-    stop.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SEC",
+    stop.add_argument("--grace", type=number(0, 3600), default=DEFAULT_GRACE, metavar="SEC",
                       help="seconds a stopped process gets before SIGKILL, and that servers get to exit "
                            f"after the workers finish (default: {DEFAULT_GRACE:g})")
     hosts = parser.add_argument_group("several machines")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import CommandError, add_threads_argument
+from ..limits import integer, MAX_BATCH, MAX_COUNT
 
 ORDER = 55
 FORMATS = (".csv", ".json")
@@ -21,8 +22,8 @@ def register(subparsers):
                                    description=__doc__)
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER", help="image files and folders of images")
     parser.add_argument("--model", required=True, help="export folder of `mxfp16 export` (required)")
-    parser.add_argument("--top-k", type=int, default=5, help="classes per image, most likely first (default: 5)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default: 32)")
+    parser.add_argument("--top-k", type=integer(1, MAX_COUNT), default=5, help="classes per image, most likely first (default: 5)")
+    parser.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per forward pass (default: 32)")
     parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
                         help="also write the predictions and the skipped files, as CSV or JSON by the file's "
                              "extension (default: print only)")
@@ -37,12 +38,10 @@ def register(subparsers):
 def run(args):
     from tqdm.auto import tqdm
 
-    from ..fileio import atomic_write, write_json
+    from ..fileio import atomic_write, shown, write_json
     from ..inference.bundle import ExportError
     from ..inference.predict import Predictor, image_files, to_csv, to_document
 
-    if args.top_k < 1 or args.batch_size < 1:
-        raise CommandError(f"--top-k {args.top_k} and --batch-size {args.batch_size} must be at least 1")
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
@@ -56,17 +55,18 @@ def run(args):
         results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
                                                       progress=bar.update)
     skipped += unreadable
-    for r in results:
-        print(r.path + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
+    for r in results:  # shown(): a file name that is not UTF-8 prints with \xNN escapes instead of failing
+        print(shown(r.path) + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
     for path, reason in skipped:
-        print(f"mxfp16 predict: skipped {path}: {reason}", file=sys.stderr)
+        print(f"mxfp16 predict: skipped {shown(path)}: {reason}", file=sys.stderr)
     print(f"{len(results)} image(s) predicted with {predictor.info['precision']} ({args.model}), "
           f"{len(skipped)} skipped", file=sys.stderr)
     if args.output:
         if suffix == ".json":
             write_json(args.output, to_document(predictor, results, skipped))
         else:
-            with atomic_write(args.output) as handle:
+            # surrogateescape: a file name that is not UTF-8 goes into the CSV as the bytes the OS gave.
+            with atomic_write(args.output, errors="surrogateescape") as handle:
                 handle.write(to_csv(results, skipped, min(args.top_k, len(predictor.classes))))
         print(f"wrote {args.output}", file=sys.stderr)
     if not results:

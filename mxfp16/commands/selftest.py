@@ -9,6 +9,7 @@ prints a pass/fail table. Exits with status 1 when any precision fails.
 import json
 
 from . import CommandError, add_threads_argument
+from ..limits import integer, MAX_STEPS
 
 ORDER = 5
 
@@ -16,7 +17,7 @@ ORDER = 5
 def register(subparsers):
     parser = subparsers.add_parser("selftest", help="check that each precision that runs here trains like float32",
                                    description=__doc__)
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--steps", type=integer(1, MAX_STEPS), default=None,
                         help="training steps per run (default: 20)")
     parser.add_argument("--inject-fault", metavar="PRECISION", default=None,
                         help="corrupt one step of PRECISION (float16, amp-float16 or amp-bfloat16) to see what a "

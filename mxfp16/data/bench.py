@@ -11,7 +11,6 @@ so the figure is what the pipeline can feed a network at most. The load
 average before and after is recorded: on a shared machine other processes
 take CPU from the pipeline.
 """
-import json
 import os
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..fileio import read_json
 from .pack import pack_recordio
 from .pipelines import classes_file, make_loaders
 
@@ -97,7 +97,7 @@ def bench_pipelines(src, image_size=224, workers=2, batch_size=32, images=600, p
     with tempfile.TemporaryDirectory(prefix="mxfp16-bench-") as tmp:
         if classes_file(src).is_file():
             prefix = src
-            meta = json.loads(classes_file(src).read_text())
+            meta = read_json(classes_file(src), "re-run `mxfp16 data pack`")
             source = Path(meta.get("source", ""))
             # A resized pack holds other sizes than its source: report sizes only for an unresized one.
             if not meta.get("resize") and (source / "train").is_dir():

@@ -6,7 +6,9 @@ members
 * is an absolute path, climbs out with ``..``, or is a link, a device, a FIFO
   or a sparse file (only regular files and folders are extracted);
 * would bring the extracted total past ``max_bytes`` (from the sizes the
-  headers declare);
+  headers declare, each member counted :data:`ENTRY_OVERHEAD` bytes more for
+  the file system's inode and block: 200,000 empty files are not free);
+* would bring the number of members past ``max_members``;
 * expands more than ``max_ratio`` times (a zip member's header gives both
   sizes; a compressed tar's members share one stream, so their ratio is
   measured while the headers are read: the compressed bytes consumed between
@@ -42,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from .validate import DataError
 
 __all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size", "format_size",
-           "DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_RATIO"]
+           "DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_RATIO", "DEFAULT_MAX_MEMBERS", "ENTRY_OVERHEAD"]
 
 # Caltech-101 extracts to about 290 MB: the 131 MB 101_ObjectCategories.tar.gz
 # and the annotations out of caltech-101.zip, then ~140 MB of JPEGs out of the
@@ -53,6 +55,13 @@ DEFAULT_MAX_EXTRACT_BYTES = 2 * 1024 ** 3
 # plain text reaches 3-10:1. A run of zeros reaches deflate's ceiling of about
 # 1030:1 and bzip2 goes far beyond; that is what a decompression bomb is made of.
 DEFAULT_MAX_RATIO = 100
+# Caltech-101 holds about 9,300 files and folders over both archives; 100,000
+# leaves 10x room and stops an archive of countless empty entries, which
+# costs inodes and minutes without adding a byte to the declared total.
+DEFAULT_MAX_MEMBERS = 100_000
+# What one extracted file or folder costs at least, whatever its size: a
+# file-system block and an inode. Counted toward max_bytes per member.
+ENTRY_OVERHEAD = 4096
 # Members smaller than this are never refused for their ratio: a few KB of
 # zeros (tar padding, an empty annotation) compress 100:1 and harm nobody, and
 # the total limit bounds what many small members can do.
@@ -110,15 +119,19 @@ class ExtractLimits:
     Attributes
     ----------
     max_bytes : int
-        The extracted total, over every archive of one fetch (default
+        The extracted total, over every archive of one fetch, each member
+        counted :data:`ENTRY_OVERHEAD` bytes more (default
         :data:`DEFAULT_MAX_EXTRACT_BYTES`, 2 GiB).
     max_ratio : float
         Uncompressed over compressed size, per member larger than 1 MiB
         (default :data:`DEFAULT_MAX_RATIO`, 100).
+    max_members : int
+        Files and folders in one archive (default :data:`DEFAULT_MAX_MEMBERS`, 100,000).
     """
 
     max_bytes: int = DEFAULT_MAX_EXTRACT_BYTES
     max_ratio: float = DEFAULT_MAX_RATIO
+    max_members: int = DEFAULT_MAX_MEMBERS
 
     def __post_init__(self):
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
@@ -127,6 +140,9 @@ class ExtractLimits:
         if not (isinstance(self.max_ratio, (int, float)) and math.isfinite(self.max_ratio) and self.max_ratio >= 1):
             raise DataError(f"--max-ratio {self.max_ratio!r}: need a finite number of at least 1 "
                             f"(default {DEFAULT_MAX_RATIO}).")
+        if isinstance(self.max_members, bool) or not isinstance(self.max_members, int) or self.max_members < 1:
+            raise DataError(f"--max-members {self.max_members!r}: need a whole number, at least 1 "
+                            f"(default {DEFAULT_MAX_MEMBERS}).")
 
 
 def _member_problem(name, kind):
@@ -183,6 +199,13 @@ def _too_big(archive, name, declared, total, limits, already):
         f"extracted total to {format_size(total)}{earlier}, more than the limit of {format_size(limits.max_bytes)}. "
         "Nothing was extracted. Caltech-101 needs about 300 MB; if you trust this archive, raise "
         "--max-extract-bytes.")
+
+
+def _too_many(archive, count, limits):
+    return DataError(
+        f"refusing to extract {archive}: it holds more than {limits.max_members:,} files and folders ({count:,} "
+        "counted so far); Caltech-101 holds about 9,300. Nothing was extracted. If you trust this archive, raise "
+        "--max-members.")
 
 
 def _too_compressed(archive, name, size, compressed, limits, when):
@@ -303,10 +326,11 @@ def _scan_tar(archive, limits, already):
             if previous is not None:
                 _check_tar_ratio(archive, previous[0], position - previous[1], limits)
             _refuse_unsafe(archive, [(member.name, _tar_kind(member))])
-            if member.isfile():
-                total += member.size
-                if total > limits.max_bytes:
-                    raise _too_big(archive, member.name, member.size, total, limits, already)
+            if len(members) >= limits.max_members:
+                raise _too_many(archive, len(members) + 1, limits)
+            total += ENTRY_OVERHEAD + (member.size if member.isfile() else 0)
+            if total > limits.max_bytes:
+                raise _too_big(archive, member.name, member.size, total, limits, already)
             members.append(member)
             previous = (member, position)
         if previous is not None:
@@ -335,9 +359,12 @@ def _extract_tar(archive, writer, limits):
 
 def _check_zip(archive, infos, limits, already):
     """Refuse a zip on its members' paths, kinds, declared total or declared ratios."""
+    if len(infos) > limits.max_members:
+        raise _too_many(archive, len(infos), limits)
     _refuse_unsafe(archive, [(info.filename, _zip_kind(info)) for info in infos])
     total = already
     for info in infos:
+        total += ENTRY_OVERHEAD
         if info.is_dir():
             continue
         total += info.file_size

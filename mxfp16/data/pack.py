@@ -4,8 +4,11 @@
 ``src/test/<class>/`` and writes, for each split, ``PREFIX_<split>.rec``
 (the JPEG records), ``PREFIX_<split>.idx`` (record offsets) and
 ``PREFIX_<split>.lst`` (``index<TAB>label<TAB>relative path``, im2rec's
-format), then ``PREFIX_classes.json`` (classes, counts, skipped files, the
-settings, and the source manifest's ``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
+format, with the path escaped by :func:`escape_name` so that any file name,
+one holding a tab, a newline or bytes that are not UTF-8, keeps its line),
+then ``PREFIX_classes.json`` (classes, counts per split and per class,
+skipped files, the settings, and the source manifest's ``min_crop_area`` and
+``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
 files are skipped by the same scan the folder pipeline uses. Each file is
 written under a temporary name and renamed; ``PREFIX_classes.json`` comes
@@ -13,31 +16,62 @@ last, and the loader refuses a pack without it, so an interrupted pack never
 looks complete.
 """
 import contextlib
-import json
 import logging
 import os
+import urllib.parse
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import cv2
 import mxnet as mx
+import numpy as np
 
-from ..fileio import write_json
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, write_json
 from .layout import split_problem
 from .pipelines import classes_file, record_files
 from .validate import DataError, scan_classes
 
-__all__ = ["pack_recordio", "encode_image"]
+__all__ = ["pack_recordio", "encode_image", "escape_name", "unescape_name"]
 
 LOG = logging.getLogger("mxfp16.data")
+
+
+def escape_name(name):
+    """A file name as one line of text: ``%XX`` for ``%``, control characters and bytes that are not UTF-8.
+
+    Every other character stays as it is, so ordinary names read as they
+    are; :func:`unescape_name` gives the original bytes back.
+    """
+    out = []
+    for ch in os.fsencode(name).decode("utf-8", "surrogateescape"):
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, kept by surrogateescape
+            out.append(f"%{code - 0xDC00:02X}")
+        elif code < 0x20 or code == 0x7F or ch == "%":
+            out.append(f"%{code:02X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def unescape_name(text):
+    """The file name :func:`escape_name` wrote (as ``str``, undecodable bytes as surrogates)."""
+    return os.fsdecode(urllib.parse.unquote_to_bytes(text))
 
 
 def encode_image(path, resize=0, quality=95):
     """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
 
-    Returns ``None`` when OpenCV cannot decode the file.
+    The file is read by Python and decoded from memory, so any bytes in its
+    name work (OpenCV's ``imread`` takes the name as UTF-8 text).
+    Returns ``None`` when the file cannot be read or OpenCV cannot decode it.
     """
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    try:
+        with open(path, "rb") as handle:
+            data = np.frombuffer(handle.read(), dtype=np.uint8)
+    except OSError:
+        return None
+    img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
     if img is None:
         return None
     if resize:
@@ -57,7 +91,7 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
     lst_path = Path(f"{prefix}_{split}.lst")
     tmp = {p: p.with_name(f".{p.name}.tmp") for p in (rec_path, idx_path, lst_path)}
     index = {name: i for i, name in enumerate(classes)}
-    skipped, written = [], 0
+    skipped, written, per_class = [], 0, {}
     jobs = [(path, resize, quality) for path, _ in items]
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
@@ -67,12 +101,13 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
             for (path, name), jpeg in zip(items, encoded):
                 if jpeg is None:
                     skipped.append((path, "OpenCV cannot decode it"))
-                    LOG.warning("skipping %s: OpenCV cannot decode it", path)
+                    LOG.warning("skipping %s: OpenCV cannot decode it", shown(path))
                     continue
                 label = index[name]
                 header = mx.recordio.IRHeader(0, float(label), written, 0)
                 record.write_idx(written, mx.recordio.pack(header, jpeg))
-                lst.write(f"{written}\t{label}\t{os.path.relpath(path, root)}\n")
+                lst.write(f"{written}\t{label}\t{escape_name(os.path.relpath(path, root))}\n")
+                per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
         for final, temp in tmp.items():
@@ -83,16 +118,16 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
         for temp in tmp.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
-    return written, skipped
+    return written, skipped, per_class
 
 
 def _manifest_hints(src):
     """The training hints of the source's manifest (``min_crop_area``, ``augment``) that it sets."""
     try:
-        manifest = json.loads((Path(src) / "manifest.json").read_text())
-        return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
-    except (OSError, ValueError, AttributeError, TypeError):
+        manifest = read_json(Path(src) / "manifest.json")
+    except JSONFileError:
         return {}
+    return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
 
 
 def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
@@ -121,6 +156,10 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
     src, prefix = Path(src), Path(prefix)
     if not 1 <= quality <= 100 or resize < 0:
         raise DataError(f"quality={quality}, resize={resize}: need 1 <= quality <= 100 and resize >= 0.")
+    try:  # the writing rule: the pack's files may not land in (or over) the folder it reads
+        check_output_folder(prefix, [("the source data set", src)], flag="--out")
+    except OutputFolderError as err:
+        raise DataError(str(err)) from None
     problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
     if problem:
         raise DataError(problem)
@@ -133,12 +172,15 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
     marker = classes_file(prefix)
     with contextlib.suppress(FileNotFoundError):
         marker.unlink()  # an older pack at this prefix must not look complete while it is rewritten
-    counts, skipped = {}, train.skipped + test.skipped
-    for split, scan in (("train", train), ("test", test)):
-        counts[split], bad = _write_split(scan.items, train.classes, src, prefix, split, resize, quality, workers)
+    counts, skipped, per_class = {}, train.skipped + test.skipped, {name: [0, 0] for name in train.classes}
+    for column, (split, scan) in enumerate((("train", train), ("test", test))):
+        counts[split], bad, written = _write_split(scan.items, train.classes, src, prefix, split, resize, quality,
+                                                   workers)
         skipped += bad
-    meta = {"classes": train.classes, "counts": counts, "source": str(src), "resize": resize, "quality": quality,
-            "skipped": [list(s) for s in skipped]}
+        for name, count in written.items():
+            per_class[name][column] = count
+    meta = {"classes": train.classes, "counts": counts, "per_class": per_class, "source": str(src), "resize": resize,
+            "quality": quality, "skipped": [list(s) for s in skipped]}
     meta.update(_manifest_hints(src))
     write_json(marker, meta)
     return meta

@@ -52,9 +52,10 @@ ceil(N / num_workers)``). Test data is not sharded. The last partial
 training batch is kept.
 """
 import contextlib
-import json
+import hashlib
 import logging
 import math
+import os
 import random
 import warnings
 from dataclasses import dataclass
@@ -64,10 +65,12 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from ..fileio import JSONFileError, read_json, shown
 from .layout import pack_problem, split_problem
+from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
 
-__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "resize_for", "center_view",
+__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "read_image", "resize_for", "center_view",
            "normalise", "AUGMENTATIONS", "AUGMENT_CHOICES", "Augmentation", "augmentation", "resolve_augment"]
 
 LOG = logging.getLogger("mxfp16.data")
@@ -163,12 +166,31 @@ def resolve_augment(name, image_size, manifest=None):
 
 
 def _read_manifest(path):
-    """A data set's manifest as a dict (``{}`` when there is none or it cannot be read)."""
+    """A data set's manifest as a dict (``{}`` when there is none or it cannot be read: it only holds hints)."""
     try:
-        value = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return read_json(path)
+    except JSONFileError:
         return {}
-    return value if isinstance(value, dict) else {}
+
+
+def read_image(path):
+    """Decode an image file as uint8 HWC RGB, whatever bytes its name holds.
+
+    The file is read by Python and decoded from memory (``mx.image.imdecode``):
+    ``mx.image.imread`` hands the name to C++ as UTF-8, which fails on a
+    POSIX name that is not UTF-8 (Python keeps such bytes as lone
+    surrogates) and so could not read every file the scan accepts.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    mxnet.base.MXNetError
+        The bytes do not decode.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return mx.image.imdecode(data, flag=1)
 
 
 def resize_for(image_size):
@@ -231,11 +253,11 @@ class _FolderImages(gluon.data.Dataset):
     def __getitem__(self, idx):
         path, label = self._base.items[idx]
         try:
-            img, label = self._base[idx]
+            img = read_image(path)
         except Exception as err:  # noqa: BLE001 -- any decoder failure becomes a DataError with the path
             # MXNetError messages start with a C++ traceback; the last line says what failed.
             reason = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1].strip()[:200]
-            raise DataError(f"cannot decode {path} ({type(err).__name__}: {reason}). "
+            raise DataError(f"cannot decode {shown(path)} ({type(err).__name__}: {reason}). "
                             "Delete or replace the file, then restart; the scan when the data set is opened "
                             "normally skips such files.") from None
         if self._epoch is None:
@@ -292,6 +314,28 @@ class Loaders:
         """Iterate over ``(data, label)`` test batches (evaluation transform, fixed order)."""
         raise NotImplementedError
 
+    def fingerprint(self):
+        """What identifies the data cheaply, for ``--resume`` to notice a data set changed at the same path.
+
+        Returns
+        -------
+        dict
+            ``files``: how many files; ``sha256``: over each file's name
+            (relative to the data set) and size, in order; ``per_class``:
+            ``{class: [train files, test files]}``.
+        """
+        entries = self._fingerprint_entries()
+        digest = hashlib.sha256()
+        for name, size in entries:
+            digest.update(os.fsencode(name) + b"\0" + str(size).encode() + b"\n")
+        return {"files": len(entries), "sha256": digest.hexdigest(), "per_class": self._class_counts()}
+
+    def _fingerprint_entries(self):
+        raise NotImplementedError
+
+    def _class_counts(self):
+        raise NotImplementedError
+
     def _check_start(self, start_batch):
         if not 0 <= start_batch <= self.train_batches_per_epoch:
             raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
@@ -339,7 +383,7 @@ class FolderLoaders(Loaders):
             raise DataError(f"{root / 'train'} has {len(self._train.items)} images, fewer than the "
                             f"{self._parts} workers sharing it.")
         super().__init__(classes, per_shard, len(self._test.items), batch_size, train_scan.skipped + test_scan.skipped)
-        self._size, self._workers, self._seed = image_size, workers, seed
+        self._size, self._workers, self._seed, self._root = image_size, workers, seed, root
 
     @staticmethod
     def _dataset(folder, scan, classes):
@@ -370,6 +414,24 @@ class FolderLoaders(Loaders):
         batches = [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
         return self._batches(_FolderImages(self._test, self._size), batches)
 
+    def _fingerprint_entries(self):
+        entries = []
+        for dataset in (self._train, self._test):
+            for path, _ in dataset.items:
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    size = -1  # gone since the scan: a change like any other
+                entries.append((os.path.relpath(path, self._root), size))
+        return entries
+
+    def _class_counts(self):
+        counts = {name: [0, 0] for name in self.classes}
+        for column, dataset in enumerate((self._train, self._test)):
+            for _, label in dataset.items:
+                counts[self.classes[label]][column] += 1
+        return counts
+
 
 def record_files(prefix, split):
     """The ``.rec`` and ``.idx`` paths of ``split`` ('train' or 'test') under a pack prefix."""
@@ -382,17 +444,28 @@ def classes_file(prefix):
 
 
 def _check_record_files(prefix, split, count):
-    """Refuse a missing, truncated or mismatched ``.rec``/``.idx`` pair before ImageRecordIter reads it."""
+    """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
+
+    Every record's frame is checked (:func:`mxfp16.data.records.damaged_records`):
+    MXNet's C++ reader aborts the process on a damaged one.
+    """
     rec, idx = record_files(prefix, split)
-    fix = f"re-run `mxfp16 data pack --src DIR --out {prefix}`"
+    fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
     for path in (rec, idx):
         if not path.is_file():
-            raise DataError(f"{path} not found; {fix}.")
-    lines = [line.split("\t") for line in idx.read_text().splitlines() if line.strip()]
-    if len(lines) != count:
-        raise DataError(f"{idx} lists {len(lines)} records but {classes_file(prefix)} says {count}; {fix}.")
-    if lines and int(lines[-1][1]) >= rec.stat().st_size:
-        raise DataError(f"{rec} is shorter than {idx} says (a truncated copy?); {fix}.")
+            raise DataError(f"{shown(path)} not found; {fix}.")
+    try:
+        entries = read_index(idx)
+        damaged = damaged_records(rec, idx)
+    except (ValueError, OSError) as err:
+        raise DataError(f"{shown(idx)} cannot be read ({err}); {fix}.") from None
+    if len(entries) != count:
+        raise DataError(f"{shown(idx)} lists {len(entries)} records but {shown(classes_file(prefix))} says {count}; "
+                        f"{fix}.")
+    if damaged:
+        listed = "; ".join(f"record {key} at byte {offset}: {why}" for key, offset, why in damaged[:5])
+        raise DataError(f"{shown(rec)} has damaged records ({listed}{' ...' if len(damaged) > 5 else ''}): the "
+                        f"file was truncated or changed after packing; {fix}.")
 
 
 class RecordLoaders(Loaders):
@@ -402,15 +475,19 @@ class RecordLoaders(Loaders):
 
     def __init__(self, prefix, image_size, batch_size, workers, seed, shard, min_crop_area=None, augment="auto"):
         meta_path = classes_file(prefix)
+        if not meta_path.is_file():
+            raise DataError(pack_problem(prefix) or f"{shown(meta_path)} not found: {shown(prefix)} is not a complete "
+                            f"pack. Create it with `mxfp16 data pack --src DIR --out {shown(prefix)}`.")
         try:
-            meta = json.loads(meta_path.read_text())
-        except OSError:
-            raise DataError(pack_problem(prefix) or f"{meta_path} not found: {prefix} is not a complete pack. "
-                            f"Create it with `mxfp16 data pack --src DIR --out {prefix}`.") from None
-        except ValueError as err:
-            raise DataError(f"{meta_path} is not valid JSON ({err}); re-run `mxfp16 data pack`.") from None
+            meta = read_json(meta_path, "re-run `mxfp16 data pack`", fields={"classes": list, "counts": dict})
+            counts = {split: meta["counts"][split] for split in ("train", "test")}
+        except (JSONFileError, KeyError) as err:
+            raise DataError(f"{err if isinstance(err, JSONFileError) else f'{shown(meta_path)} lacks counts'}.") from None
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts.values()) or not all(
+                isinstance(c, str) for c in meta["classes"]):
+            raise DataError(f"{shown(meta_path)} holds counts or classes of the wrong type; re-run `mxfp16 data pack`.")
         for split in ("train", "test"):
-            _check_record_files(prefix, split, meta["counts"][split])
+            _check_record_files(prefix, split, counts[split])
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta, meta_path)
         self.augment = augmentation(resolve_augment(augment, image_size, meta), self.min_crop_area)
@@ -423,7 +500,25 @@ class RecordLoaders(Loaders):
         if per_shard <= 0:
             raise DataError(f"{prefix} has {total} training images, too few for {self._parts} workers "
                             "(ImageRecordIter's last part would be empty); use fewer workers or the folder pipeline.")
+        # ImageRecordIter fills a last batch by wrapping around once; with more than twice the images of a
+        # split (or a worker's part) in one batch it fails inside C++ ("number of input images must be
+        # bigger than the batch size", checked here: 6 images serve a batch of 12, not of 13).
+        for what, count in (("training" + (" part of each worker" if self._parts > 1 else ""), per_shard),
+                            ("test", meta["counts"]["test"])):
+            if batch_size > 2 * count:
+                raise DataError(f"{shown(prefix)}'s {what} split holds {count} images, too few for a batch of "
+                                f"{batch_size}: MXNet's RecordIO reader serves at most twice a split's images in "
+                                f"one batch. Use --batch-size {2 * count} or less, or the folder pipeline.")
         super().__init__(meta["classes"], per_shard, meta["counts"]["test"], batch_size, meta.get("skipped", []))
+        self._meta = meta
+
+    def _fingerprint_entries(self):
+        files = [*record_files(self._prefix, "train"), *record_files(self._prefix, "test"), classes_file(self._prefix)]
+        return [(path.name, path.stat().st_size if path.exists() else -1) for path in files]
+
+    def _class_counts(self):
+        per_class = self._meta.get("per_class") or {}
+        return {name: list(per_class.get(name, [None, None])) for name in self.classes}
 
     def _iter(self, split, **kwargs):
         rec, idx = record_files(self._prefix, split)

@@ -9,7 +9,6 @@ Files are hard-linked when the file system allows it, copied otherwise. The
 split is built in a temporary folder and renamed into place, with a
 ``manifest.json`` of the settings, per-class counts and skipped files.
 """
-import json
 import os
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fileio import write_json
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, write_json
 from .validate import DataError, scan_classes
 
 __all__ = ["split_folder", "plan_split"]
@@ -95,6 +94,10 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     if test_fraction is not None and not 0 < test_fraction < 1:
         raise DataError(f"--test-fraction {test_fraction}: need a number between 0 and 1 (exclusive).")
     src, out = Path(src), Path(out)
+    try:  # the writing rule: inside --src the split would become one more class folder of its own source
+        check_output_folder(out, [("the source folder --src", src)])
+    except OutputFolderError as err:
+        raise DataError(str(err)) from None
     scan = scan_classes(src, "source")
     exclude = set(exclude)
     missing = sorted(exclude - set(scan.classes))
@@ -152,7 +155,7 @@ def _existing(out):
             out.rmdir()
         return None
     try:
-        return json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
+        return read_json(out / MANIFEST)
+    except JSONFileError:
         raise DataError(f"{out} exists and is not a split made by `mxfp16 data split` (no readable "
                         f"{MANIFEST}). Delete it or choose another --out.") from None

@@ -7,7 +7,6 @@ square), plus a few thin clutter lines. A float32 ResNet learns it well in a
 few epochs but not in one. Generation is deterministic: image ``i`` of class
 ``c`` in a split depends only on ``(seed, split, c, i)``.
 """
-import json
 import logging
 import math
 import os
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..fileio import write_json
+from ..fileio import JSONFileError, read_json, write_json
 from .validate import DataError
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
@@ -150,8 +149,8 @@ def _expected_manifest(classes, per_class, test_per_class, size, seed):
 def _is_complete(out, expected):
     """True when ``out`` holds the set ``expected`` describes, every file present."""
     try:
-        manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
+        manifest = read_json(out / MANIFEST)
+    except JSONFileError:
         return False
     if {k: manifest.get(k) for k in expected} != expected:
         return False
@@ -227,8 +226,8 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
 
 def _is_synth(out):
     try:
-        return json.loads((out / MANIFEST).read_text()).get("kind") == "synth"
-    except (OSError, ValueError, AttributeError):
+        return read_json(out / MANIFEST).get("kind") == "synth"
+    except JSONFileError:
         return False
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+from ..fileio import shown
+
 __all__ = ["DataError", "IMAGE_EXTENSIONS", "FolderScan", "scan_image", "scan_classes"]
 
 LOG = logging.getLogger("mxfp16.data")
@@ -172,23 +174,52 @@ def scan_classes(root, what="data set"):
     """
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"{what} folder {root} does not exist. Create it with `mxfp16 data synth --out ...` or "
+        raise DataError(f"{what} folder {shown(root)} does not exist. Create it with `mxfp16 data synth --out ...` or "
                         "`mxfp16 data split ...` (Caltech-101: `mxfp16 data fetch caltech101`, then the split "
                         "command it prints), or pass the right path.")
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    folders = sorted(p for p in _listing(root) if p.is_dir() and not p.name.startswith("."))
+    classes, skipped = [], []
+    for folder in folders:
+        problem = _class_name_problem(folder.name)
+        if problem:  # a class name is a label: printed, stored in JSON, written to RecordIO lists
+            skipped.append((str(folder), problem))
+            LOG.warning("skipping class folder %s: %s", shown(folder), problem)
+        else:
+            classes.append(folder.name)
     if not classes:
-        raise DataError(f"{what} folder {root} has no class sub-folders; expected {root}/<class>/<image>.jpg.")
-    items, skipped = [], []
+        raise DataError(f"{what} folder {shown(root)} has no usable class sub-folders; expected "
+                        f"{shown(root)}/<class>/<image>.jpg.")
+    items = []
     for name in classes:
-        for path in sorted((root / name).iterdir()):
+        for path in sorted(_listing(root / name)):
             if path.name.startswith(".") or path.is_dir():
                 continue
             reason = scan_image(path, root)
             if reason:
                 skipped.append((str(path), reason))
-                LOG.warning("skipping %s: %s", path, reason)
+                LOG.warning("skipping %s: %s", shown(path), reason)
             else:
-                items.append((str(path), name))
+                items.append((str(path), name))  # any bytes in the file name: the loaders read it by Python
     if skipped:
-        LOG.warning("%s %s: skipped %d unusable file(s), kept %d images", what, root, len(skipped), len(items))
+        LOG.warning("%s %s: skipped %d unusable file(s), kept %d images", what, shown(root), len(skipped), len(items))
     return FolderScan(root, classes, items, skipped)
+
+
+def _listing(folder):
+    """The entries of ``folder``, or a :class:`DataError` naming it when it cannot be read."""
+    try:
+        return list(Path(folder).iterdir())
+    except OSError as err:
+        raise DataError(f"{shown(folder)} cannot be read ({err.strerror or err}): give this user read access "
+                        f"(chmod -R u+rX {shown(folder)}) or move it out of the data set.") from None
+
+
+def _class_name_problem(name):
+    """Why a folder name cannot be a class name, or ``None``."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8 text, and a class name is a label that is printed and stored; rename it"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "its name holds a control character (a newline, a tab, ...); rename it"
+    return None

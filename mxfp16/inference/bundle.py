@@ -9,18 +9,21 @@
 
 The two model files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
-written into a staging folder beside ``DIR`` and renamed into place only
-when it is complete and checked (:func:`staging`, :func:`publish`), so
-``DIR`` is never half-written and a refused export leaves nothing behind.
+written into a staging folder beside ``DIR`` and moved into place only when
+it is complete and checked (:func:`staging`, :func:`publish`), so a refused
+export leaves nothing behind. A new ``DIR`` is renamed into place whole;
+over an existing one (``--overwrite``) only these three files are replaced,
+``export.json`` last, and anything else in ``DIR`` stays: the command never
+deletes a file it did not write.
 """
 import contextlib
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..fileio import atomic_path, default_mode, sha256_file, write_json
+from ..fileio import JSONFileError, atomic_path, default_mode, read_json, sha256_file, write_json
+from ..ndarray_file import NDArrayFileError, read_header
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "FORMAT", "VERSION", "ExportError", "write_model",
            "write_info", "read_info", "read_model", "staging", "publish"]
@@ -75,9 +78,11 @@ def read_info(folder):
         raise ExportError(f"{folder} is not an mxfp16 export ({path} not found); make one with "
                           "`mxfp16 export --run RUN --out DIR`")
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise ExportError(f"{path} is not valid JSON ({err}); export the run again") from None
+        info = read_json(path, "export the run again", fields={
+            "format": str, "version": int, "files": dict, "classes": list, "image_size": int, "precision": str,
+            "compute_dtype": str, "preprocess": dict})
+    except JSONFileError as err:
+        raise ExportError(str(err)) from None
     if info.get("format") != FORMAT or info.get("version") != VERSION:
         raise ExportError(f"{path} is format {info.get('format')!r} version {info.get('version')!r}; this mxfp16 "
                           f"reads {FORMAT!r} version {VERSION}. Export the run again with this mxfp16")
@@ -103,10 +108,15 @@ def read_model(folder, info):
         path = folder / name
         if not path.is_file():
             raise ExportError(f"{path} is missing; the export is incomplete. Export the run again")
-        wanted = info.get("files", {}).get(name, {}).get("sha256")
+        entry = info.get("files", {}).get(name)
+        wanted = entry.get("sha256") if isinstance(entry, dict) else None
         if sha256_file(path) != wanted:
             raise ExportError(f"{path} has changed since it was exported (its sha256 differs from the one in "
                               f"{folder / INFO_FILE}); export the run again rather than trust it")
+    try:
+        read_header(folder / PARAMS_FILE)  # before MXNet allocates what it declares
+    except NDArrayFileError as err:
+        raise ExportError(f"{err}; export the run again") from None
     return mx.sym.load(str(folder / SYMBOL_FILE)), mx.nd.load(str(folder / PARAMS_FILE))
 
 
@@ -134,18 +144,18 @@ def staging(out, overwrite=False):
 
 
 def publish(folder, out):
-    """Move a complete staged export to ``out``, replacing what is there.
+    """Move a complete staged export to ``out``.
 
-    The old folder is renamed aside first and removed last: ``out`` is the
-    old export or the new one, never a mixture (between the two renames,
-    for an instant, it is absent).
+    A new ``out`` is the staged folder renamed into place. Into an existing
+    one only the export's own files go, each renamed over its old version
+    (atomic per file), ``export.json`` last: until it is replaced, the old
+    ``export.json`` lists other checksums, so a reader that catches the
+    folder mid-way refuses it rather than trusting a mixture. Nothing else
+    in ``out`` is touched.
     """
     out = Path(out)
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.rmdir(old)
-        os.replace(out, old)
-    os.replace(folder, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if not out.exists():
+        os.replace(folder, out)
+        return
+    for name in (SYMBOL_FILE, PARAMS_FILE, INFO_FILE):
+        os.replace(Path(folder) / name, out / name)

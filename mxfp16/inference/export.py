@@ -22,11 +22,18 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    ``export.json`` is written and the folder moved into place.
 """
 import datetime
+import math
 from pathlib import Path
 
+import mxnet as mx
+
+from .._internals import saved_parameter_shapes
 from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder
+from ..limits import MAX_IMAGE_SIDE
+from ..ndarray_file import NDArrayFileError, check_shapes
 from ..parts import PartsSpec, build_network
 from ..precision import PrecisionError, as_context_list, check_devices, format_ctx, resolve_precision
 from ..train import checkpoint as ckpt
@@ -45,7 +52,10 @@ DEFAULT_MARGIN = 0.5
 
 
 def _run_config(run):
-    config = RunOutputs(run).read_config()
+    try:
+        config = RunOutputs(run).read_config()
+    except JSONFileError as err:
+        raise ExportError(str(err)) from None
     if config is None:
         raise ExportError(f"{run} is not a run folder ({Path(run) / 'config.json'} not found); point --run at the "
                           "--out of a finished `mxfp16 train`")
@@ -53,12 +63,39 @@ def _run_config(run):
     if missing:
         raise ExportError(f"{Path(run) / 'config.json'} lacks {', '.join(missing)}; it was not written by this "
                           "mxfp16's trainer")
+    kinds = {"model": str, "image_size": int, "classes": list, "source": str}
+    wrong = [k for k, kind in kinds.items() if not isinstance(config[k], kind) or isinstance(config[k], bool)]
+    if not wrong:
+        if not 8 <= config["image_size"] <= MAX_IMAGE_SIDE:
+            wrong.append("image_size")
+        if not config["classes"] or not all(isinstance(c, str) for c in config["classes"]):
+            wrong.append("classes")
+    if wrong:
+        raise ExportError(f"{Path(run) / 'config.json'}: {', '.join(wrong)} of the wrong type or out of range; it "
+                          "was changed after mxfp16 train wrote it. Restore it, or retrain")
     return config
+
+
+def _finished(run, config):
+    """A warning when the run stopped before its last epoch (``None`` when it finished)."""
+    try:
+        records = RunOutputs(run).metrics()
+    except JSONFileError:
+        return None  # --checkpoint best reads them and says so; last needs only the checkpoint
+    planned = config.get("epochs")
+    if not (Path(run) / "summary.json").exists() or (isinstance(planned, int) and len(records) < planned):
+        return (f"warning: {run} has not finished: it completed {len(records)} of {planned} epochs, and the "
+                "export is of its latest checkpoint. Finish it first (mxfp16 train --out RUN --resume) to export "
+                "the trained model")
+    return None
 
 
 def _best_epoch(run):
     """The epoch with the highest val_top1 (the later one on a tie) and its val_top1."""
-    records = RunOutputs(run).metrics()
+    try:
+        records = RunOutputs(run).metrics()
+    except JSONFileError as err:
+        raise ExportError(f"--checkpoint best reads the epochs' accuracies: {err}") from None
     if not records:
         raise ExportError(f"--checkpoint best: {run} has no metrics.jsonl records to tell the best epoch; "
                           "use --checkpoint last")
@@ -95,9 +132,16 @@ def _load_network(config, params_path, ctx, param_dtype):
     """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading)."""
     spec = PartsSpec(model=config["model"], classes=len(config["classes"]), image_size=config["image_size"])
     net = build_network(spec, ctx, param_dtype)
+    what = f"{config['model']} ({len(config['classes'])} classes, {config['image_size']} px) as the run describes it"
+    try:
+        # Names, shapes and sizes first: MXNet allocates what a file declares before reading it.
+        check_shapes(params_path, saved_parameter_shapes(net), what)
+    except (NDArrayFileError, OSError) as err:
+        raise ExportError(f"{err}. It is not a checkpoint of this run's model: give --checkpoint a .params file "
+                          "of this run (from its checkpoints/ folder), or export the run that wrote it") from None
     try:
         net.load_parameters(str(params_path), ctx=ctx, cast_dtype=True, dtype_source="current")
-    except (AssertionError, ValueError, KeyError) as err:
+    except (AssertionError, ValueError, KeyError, mx.base.MXNetError) as err:
         # Gluon names the first missing, unexpected or misshapen parameter.
         reason = " ".join(str(err).split())[:300]
         raise ExportError(f"{params_path} does not fit {config['model']} ({len(config['classes'])} classes, "
@@ -164,8 +208,17 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
+        raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
+    dataset = data or config["source"]
+    try:  # the writing rule: nothing written, and nothing --overwrite removes, may be an input
+        check_output_folder(out, [("the run folder", run), ("the checkpoint", params_path),
+                                  ("the data set", dataset)])
+    except OutputFolderError as err:
+        raise ExportError(str(err)) from None
+    unfinished = _finished(run, config) if checkpoint != "best" and source.get("tag") else None
     contexts = check_devices(as_context_list(ctx))[:1]
     device = contexts[0]
     wanted = resolve_precision(precision, contexts, allow_cpu_float16=True)
@@ -175,7 +228,6 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
     if Path(out).exists() and not overwrite:  # refuse before minutes of work, not after
         raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
     classes = list(config["classes"])
-    dataset = data or config["source"]
     try:
         loaders = make_loaders(dataset, image_size=config["image_size"], batch_size=batch_size,
                                pipeline=config.get("pipeline", "folder"))
@@ -188,6 +240,8 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
 
     log(f"export: {run} ({config['model']}, {len(classes)} classes, {config['image_size']} px), checkpoint "
         f"{source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
+    if unfinished:
+        log(f"export: {unfinished}")
     reference = _load_network(config, params_path, contexts, "float32")
     net = reference if wanted.param_dtype == "float32" else _load_network(config, params_path, contexts,
                                                                           wanted.param_dtype)
@@ -221,8 +275,6 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
 
 def _info(config, run, params_path, source, precision, model, files, agreement, dataset):
     """The content of ``export.json``."""
-    import mxnet as mx
-
     from ..fileio import sha256_file
 
     size = int(config["image_size"])

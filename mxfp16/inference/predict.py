@@ -17,7 +17,7 @@ import mxnet as mx
 import numpy as np
 
 from ..data import scan_image
-from ..data.pipelines import center_view, normalise
+from ..data.pipelines import center_view, normalise, read_image
 from ..precision import as_context_list, check_devices, format_ctx
 from .agreement import softmax
 from .bundle import ExportError, read_info, read_model
@@ -141,11 +141,11 @@ class Predictor:
             reason = scan_image(path)
             if reason is None:
                 try:
-                    views.append(self.view(mx.image.imread(path)))
+                    views.append(self.view(read_image(path)))
                     paths.append(path)
-                except mx.base.MXNetError as err:  # passed the scan, but the decoder still refused it
+                except (mx.base.MXNetError, OSError) as err:  # passed the scan, but reading or decoding failed
                     lines = [line for line in str(err).splitlines() if line.strip()]
-                    reason = f"cannot decode: {lines[-1].strip()[:200] if lines else 'MXNetError'}"
+                    reason = f"cannot decode: {lines[-1].strip()[:200] if lines else type(err).__name__}"
             if reason is not None:
                 skipped.append((path, reason))
             if len(views) == batch_size:

@@ -29,7 +29,6 @@ that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
-import json
 import re
 import shutil
 import warnings
@@ -37,9 +36,10 @@ from pathlib import Path
 
 import mxnet as mx
 
-from .._internals import (optimizer_update_counts, set_optimizer_update_counts, set_trainer_updater_states,
-                          trainer_updater_states)
-from ..fileio import atomic_path, sha256_file, write_json
+from .._internals import (optimizer_update_counts, saved_parameter_shapes, set_optimizer_update_counts,
+                          set_trainer_updater_states, trainer_updater_states)
+from ..fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
+from ..ndarray_file import NDArrayFileError, check_shapes, read_header
 from .progress import Progress
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
@@ -91,9 +91,10 @@ def _folder(out):
 
 def _read_json(path):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path} cannot be read ({err})") from None
+        return read_json(path, "the checkpoint record is damaged; resume falls back to the one before it, or start "
+                               "a new run with another --out")
+    except JSONFileError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def read_record(out):
@@ -152,8 +153,8 @@ def params_file(out, epoch=None):
         what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
         raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
     if epoch is not None:
-        with contextlib.suppress(OSError, ValueError):
-            record = json.loads((folder / f"{Progress(epoch=epoch).tag()}.json").read_text(encoding="utf-8"))
+        with contextlib.suppress(CheckpointError):
+            record = _read_json(folder / f"{Progress(epoch=epoch).tag()}.json")
     digest = record.get("files", {}).get(path.name)
     if digest is not None and sha256_file(path) != digest:
         raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or changed "
@@ -218,6 +219,7 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
         full disk); the previous checkpoint stays current and complete.
     """
     folder = _folder(out)
+    had_previous = (folder / RECORD).exists()
     tag = progress.tag()
     arrays = {}
     structure = {str(i): _flatten(s, f"state.{i}", arrays) for i, s in trainer_updater_states(parts.trainer).items()}
@@ -237,15 +239,37 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
         write_json(folder / f"{tag}.json", record)
         write_json(folder / RECORD, record)  # the commit point
     except (OSError, mx.base.MXNetError) as err:
-        # MXNet reports a full disk as "FileStream.Write incomplete": say how much space is left.
-        existing = next((p for p in (folder, Path(out)) if p.exists()), None)
-        free = f"; {shutil.disk_usage(existing).free / 2 ** 20:.0f} MB free on that disk" if existing else ""
         detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise CheckpointError(
-            f"could not write checkpoint {tag} in {folder} ({detail}{free}). The previous checkpoint is kept "
-            "and current; free some space (or fix the folder's permissions) and continue with --resume") from None
+        if had_previous:
+            state = ("The previous checkpoint is kept and current; free some space (or fix the folder's "
+                     "permissions) and continue with --resume")
+        else:
+            state = ("No checkpoint had been written yet, so there is none to resume from; free some space (or "
+                     "fix the folder's permissions) and start the run again (with --overwrite if it says the "
+                     "folder holds a run)")
+        raise CheckpointError(f"could not write checkpoint {tag} in {folder} ({detail}{_space_note(folder, out)}). "
+                              f"{state}") from None
     _prune(folder, keep)
     return folder / RECORD
+
+
+def _space_note(folder, out):
+    """Why a write may have failed: the file-size limit (``ulimit -f``) when one is set, else the free space.
+
+    MXNet reports both a full disk and a file-size limit as "FileStream.Write
+    incomplete"; under a limit the disk may have plenty of room.
+    """
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        limit = None
+    if limit is not None and limit != getattr(resource, "RLIM_INFINITY", -1):
+        return (f"; this process may not write files larger than {limit / 2 ** 20:.1f} MB (ulimit -f), and a "
+                "checkpoint's files can be larger: raise the limit")
+    existing = next((p for p in (folder, Path(out)) if p.exists()), None)
+    return f"; {shutil.disk_usage(existing).free / 2 ** 20:.0f} MB free on that disk" if existing else ""
 
 
 def _records(folder):
@@ -253,9 +277,9 @@ def _records(folder):
     found = []
     for path in folder.glob("epoch-*.json"):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = _read_json(path)
             found.append((record["progress"]["global_step"], record["progress"]["epoch"], path.stem, record))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (CheckpointError, KeyError, TypeError):
             continue  # a damaged record is not a checkpoint; load_checkpoint says so when it matters
     return [r for *_, r in sorted(found, key=lambda item: item[:3], reverse=True)]
 
@@ -265,6 +289,36 @@ def _prune(folder, keep):
     for path in folder.iterdir():
         if _FILE.match(path.name) and path.name.split(".")[0] not in kept:
             path.unlink()
+
+
+def restore_missing_record(out):
+    """Write the current checkpoint's own record from ``latest.json`` when only that copy is left.
+
+    ``latest.json`` is a copy of the newest per-tag record. When the per-tag
+    file is gone (deleted by hand, lost on a damaged disk) but ``latest.json``
+    is readable and the files it lists match their sha256, the checkpoint is
+    intact: its record is written back, so neither the clean-up at start-up
+    nor the pruning after the next checkpoint mistakes its files for
+    leftovers.
+
+    Returns
+    -------
+    Path or None
+        The record written, or ``None`` when nothing was missing (or the
+        files do not match: then they are not trusted, and not restored).
+    """
+    folder = _folder(out)
+    try:
+        latest = read_record(out)
+    except CheckpointError:
+        return None
+    if not latest or not isinstance(latest.get("tag"), str) or not _FILE.match(f"{latest['tag']}.json"):
+        return None
+    path = folder / f"{latest['tag']}.json"
+    if path.exists() or _problems(folder, latest):
+        return None
+    write_json(path, latest)
+    return path
 
 
 def _problems(folder, record):
@@ -346,6 +400,12 @@ def _restore(folder, record, parts, fingerprint):
         raise CheckpointMismatchError(
             f"the checkpoint in {folder} belongs to a different run: " + "; ".join(differences)
             + ". Resume with the flags of that run, or start a new run with another --out.")
+    try:
+        # Sizes and shapes first: MXNet allocates what a file declares before reading it.
+        read_header(folder / f"{record['tag']}.optimizer")
+        check_shapes(folder / f"{record['tag']}.params", saved_parameter_shapes(parts.net))
+    except (NDArrayFileError, OSError) as err:
+        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({err})") from None
     try:
         progress = Progress.from_state_dict(record["progress"])
         optimizer = record["optimizer"]

@@ -1,18 +1,45 @@
 """Compare finished training runs: accuracy, loss and speed of float32 against mixed precision.
 
 A run directory is what ``mxfp16 train --out DIR`` writes: ``config.json``,
-``metrics.jsonl`` (one record per epoch) and ``summary.json``.
+``metrics.jsonl`` (one record per epoch) and ``summary.json``. Every number
+a comparison uses is checked when the run is read (:data:`RANGES`): a NaN,
+an infinity or a value outside its range refuses the run, naming the file
+and the field, instead of printing ``nan`` or a 300-digit number.
 """
-import json
+import math
 import os
 from dataclasses import dataclass
 
-from ..fileio import atomic_write, read_jsonl, write_json
+from ..fileio import JSONFileError, atomic_write, read_json, read_jsonl, shown, write_json
 from .outputs import METRIC_FIELDS, SUMMARY_FIELDS
+
+#: The range of each number a comparison reads, ``(low, high)`` inclusive; ``None`` is allowed where noted.
+RANGES = {
+    "final_val_top1": (0.0, 1.0), "best_val_top1": (0.0, 1.0), "val_top1": (0.0, 1.0), "val_top5": (0.0, 1.0),
+    "train_top1": (0.0, 1.0), "images_per_second": (1e-9, 1e9), "peak_memory_mb": (0.0, 1e9),
+    "seconds": (0.0, 1e9), "epochs": (1, 1e6), "epoch": (1, 1e6), "skipped_steps": (0, 1e12),
+    "train_loss": (0.0, 1e6), "loss_scale": (0.0, 3.5e38), "final_loss_scale": (0.0, 3.5e38), "lr": (0.0, 1e6),
+}
+#: Fields that may be ``null`` (not measured: a CPU without a memory counter, a run with no timing).
+NULLABLE = {"peak_memory_mb", "images_per_second"}
 
 
 class RunDirError(ValueError):
     """A run directory that is missing, incomplete or unreadable."""
+
+
+def check_number(value, name, where):
+    """``value`` if it is a finite number inside :data:`RANGES` for ``name``; else :class:`RunDirError`."""
+    if value is None and name in NULLABLE:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RunDirError(f"{where}: {name} is {value!r}, not a finite number; the file was changed or damaged "
+                          "after the run wrote it. Re-run or leave this run out")
+    low, high = RANGES.get(name, (-math.inf, math.inf))
+    if not low <= value <= high:
+        raise RunDirError(f"{where}: {name} {value:.6g} is outside {low:g}..{high:g}, which no run of mxfp16 train "
+                          "writes; the file was changed or damaged. Re-run or leave this run out")
+    return value
 
 
 @dataclass
@@ -40,13 +67,12 @@ class FinishedRun:
 
 
 def _read_json(path, what):
+    if not os.path.exists(path):
+        raise RunDirError(f"{shown(path)} is missing: {what}")
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise RunDirError(f"{path} is missing: {what}") from None
-    except (OSError, ValueError) as err:
-        raise RunDirError(f"{path} cannot be read ({err}): {what}") from None
+        return read_json(path, what)
+    except JSONFileError as err:
+        raise RunDirError(str(err)) from None
 
 
 def load_run(path):
@@ -59,32 +85,54 @@ def load_run(path):
         and what to do.
     """
     if not os.path.isdir(path):
-        raise RunDirError(f"{path!r} is not a folder; pass the --out folder of an `mxfp16 train` run")
+        raise RunDirError(f"{shown(path)!r} is not a folder; pass the --out folder of an `mxfp16 train` run")
     unfinished = "the run has not finished an epoch (train it, or resume it with mxfp16 train --resume)"
     config = _read_json(os.path.join(path, "config.json"), "not an mxfp16 train output folder?")
-    summary = _read_json(os.path.join(path, "summary.json"), unfinished)
+    summary_path = os.path.join(path, "summary.json")
+    summary = _read_json(summary_path, unfinished)
     metrics_path = os.path.join(path, "metrics.jsonl")
     if not os.path.exists(metrics_path):
-        raise RunDirError(f"{metrics_path} is missing: {unfinished}")
+        raise RunDirError(f"{shown(metrics_path)} is missing: {unfinished}")
     try:
-        metrics = list(read_jsonl(metrics_path))
-    except (OSError, ValueError) as err:
-        raise RunDirError(f"{metrics_path} cannot be read ({err})") from None
+        metrics = read_jsonl(metrics_path, "re-run or leave this run out")
+    except JSONFileError as err:
+        raise RunDirError(str(err)) from None
     if not metrics:
-        raise RunDirError(f"{metrics_path} has no epochs: {unfinished}")
+        raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
     missing = [f for f in SUMMARY_FIELDS if f not in summary]
     if missing:
-        raise RunDirError(f"{path}/summary.json lacks {', '.join(missing)}; was it written by mxfp16 train?")
+        raise RunDirError(f"{shown(path)}/summary.json lacks {', '.join(missing)}; was it written by mxfp16 train?")
+    for name in ("final_val_top1", "best_val_top1", "images_per_second", "peak_memory_mb", "epochs"):
+        check_number(summary[name], name, shown(summary_path))
+    for field in ("precision", "model"):
+        if not isinstance(summary[field], str):
+            raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
+                              "changed or damaged. Re-run or leave this run out")
     for m in metrics:
         lacking = [f for f in METRIC_FIELDS if m.get(f) is None]
         if lacking:
-            raise RunDirError(f"{metrics_path}: epoch record {m.get('epoch', '?')} lacks {', '.join(lacking)}")
+            raise RunDirError(f"{shown(metrics_path)}: epoch record {m.get('epoch', '?')} lacks {', '.join(lacking)}")
+        for field in METRIC_FIELDS:
+            if field in RANGES:
+                check_number(m[field], field, f"{shown(metrics_path)} epoch {m['epoch']}")
     name = os.path.basename(os.path.normpath(path))
     return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
 
 
 def load_runs(paths):
-    """Read several run directories; names are made unique when basenames repeat."""
+    """Read several run directories; names are made unique when basenames repeat.
+
+    Raises
+    ------
+    RunDirError
+        A run that cannot be read, or one folder given twice.
+    """
+    seen = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise RunDirError(f"{shown(path)} is given twice (also as {shown(seen[real])}); pass each run folder once")
+        seen[real] = path
     runs = [load_run(p) for p in paths]
     names = [r.name for r in runs]
     for r in runs:

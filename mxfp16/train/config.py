@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from ..data.layout import caltech101_paths
 from ..data.pipelines import AUGMENT_CHOICES, PIPELINES
 from ..environment import THREADS_DEFAULT, THREADS_HELP
+from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, max_batch
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
 from ..scaler import parse_loss_scale
@@ -59,7 +60,8 @@ RESUME_CHANGEABLE = ("epochs", "lr", "lr_schedule", "warmup_epochs", "step_epoch
                      "label_smoothing", "clip_grad_norm", "ctx", "threads", "workers", "keep_checkpoints",
                      "max_batches", "log_every", "progress")
 #: Fields that steer this invocation and are not part of what the run is.
-RESUME_CONTROL = ("resume", "overwrite", "out", "inject_overflow_step", "inject_overflow_rank", "interrupt_at_step")
+RESUME_CONTROL = ("resume", "overwrite", "accept_changed_data", "out", "inject_overflow_step", "inject_overflow_rank",
+                  "interrupt_at_step")
 
 
 class ConfigError(ValueError):
@@ -170,6 +172,9 @@ class TrainConfig:
     overwrite: bool = _option(False, "run", "replace the run already in --out: its config, metrics, summaries and "
                                             "checkpoints are deleted once the new run's settings have been checked",
                               default_text="off; such an --out is refused")
+    accept_changed_data: bool = _option(False, "run", "with --resume: continue although the data set's files changed "
+                                                      "since the run started (config.json's data_fingerprint)",
+                                        default_text="off; changed data refuses --resume, naming what changed")
     keep_checkpoints: int = _option(2, "run", "checkpoints kept in --out/checkpoints; a damaged newest one falls "
                                               "back to the one before")
     max_batches: int = _option(None, "run", "at most N training and N evaluation batches per epoch, for smoke runs",
@@ -235,10 +240,21 @@ class TrainConfig:
         for name in ("image_size", "epochs", "batch_size", "log_every", "keep_checkpoints"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= 1), f"{name}={value!r}: must be a whole number >= 1")
-        need(self.image_size is None or self.image_size >= 8, f"image_size={self.image_size}: must be at least 8 pixels")
+        need(self.image_size is None or 8 <= self.image_size <= MAX_IMAGE_SIDE,
+             f"image_size={self.image_size}: must be between 8 and {MAX_IMAGE_SIDE} pixels")
+        for name, high in (("epochs", MAX_COUNT), ("log_every", MAX_COUNT), ("keep_checkpoints", 1000),
+                           ("max_batches", MAX_COUNT)):
+            value = getattr(self, name)
+            need(value is None or value <= high, f"{name}={value}: must be at most {high}")
+        if self.batch_size is not None:
+            largest = max_batch(self.image_size or 224)
+            need(self.batch_size <= largest, f"batch_size={self.batch_size}: at most {largest} images of "
+                 f"{self.image_size or 224} px fit in a quarter of this machine's memory as float32 input alone "
+                 f"(limit {MAX_BATCH}); use a smaller --batch-size")
         need(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1),
              f"threads={self.threads!r}: must be a whole number >= 1")
-        need(self.workers >= 0, f"workers={self.workers}: must be >= 0 (0 loads in the training process)")
+        need(isinstance(self.workers, int) and 0 <= self.workers <= 256,
+             f"workers={self.workers}: must be between 0 (load in the training process) and 256")
         # float32 is what the optimizer computes in: a rate beyond its range is inf.
         need(self.lr is None or (self.lr > 0 and math.isfinite(self.lr) and self.lr < 3.4e38),
              f"lr={self.lr}: must be a positive finite number such as 0.1")
@@ -256,14 +272,19 @@ class TrainConfig:
                  f"step_epochs={list(self.step_epochs)}: epochs count from 1, e.g. --step-epochs 10,20")
         # numpy's and MXNet's seeds are unsigned 32-bit integers.
         need(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 32, f"seed={self.seed}: must be in 0 .. 2**32-1")
-        need(not (self.resume and self.overwrite), "resume and overwrite exclude each other: --resume continues the run "
-             "in --out, --overwrite replaces it")
+        self.check_resume_pair()
         need(self.max_batches is None or self.max_batches >= 1, f"max_batches={self.max_batches}: must be >= 1")
         for name in ("inject_overflow_step", "interrupt_at_step"):
             value = getattr(self, name)
             need(value is None or value >= 1, f"{name}={value}: steps count from 1")
 
     # ---- resuming ------------------------------------------------------
+    def check_resume_pair(self):
+        """Refuse ``resume`` with ``overwrite``: one continues the run in ``out``, the other replaces it."""
+        if self.resume and self.overwrite:
+            raise ConfigError("resume and overwrite exclude each other: --resume continues the run in --out, "
+                              "--overwrite replaces it; drop one")
+
     def given_fields(self):
         """Names of the fields that differ from their defaults (what a caller of :func:`train` asked for)."""
         return {f.name for f in fields(self) if getattr(self, f.name) != f.default}
@@ -288,6 +309,7 @@ class TrainConfig:
         ConfigError
             A given field that a resumed run cannot change, naming each one.
         """
+        self.check_resume_pair()  # here too: the resumed configuration below always says overwrite=False
         known = {f.name for f in fields(TrainConfig)}
         base = TrainConfig.from_dict({k: v for k, v in saved.items() if k in known})
         given = self.given_fields() if given is None else set(given)

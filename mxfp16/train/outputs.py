@@ -12,8 +12,8 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
-from ..fileio import atomic_write, read_jsonl, write_json
-from .checkpoint import is_checkpoint_file
+from ..fileio import atomic_write, read_json, read_jsonl, write_json
+from .checkpoint import is_checkpoint_file, restore_missing_record
 
 __all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
 
@@ -114,11 +114,16 @@ class RunOutputs:
     def remove_leftovers(self):
         """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
 
+        Files that a readable record describes are never removed: the per-tag
+        records, and ``latest.json``, whose per-tag copy is first written back
+        when its files match their sha256 (:func:`~mxfp16.train.checkpoint.restore_missing_record`).
+
         Returns
         -------
         list of Path
             What was removed.
         """
+        restore_missing_record(self.out)  # an intact checkpoint that only latest.json still describes is kept
         removed = []
         for folder in (self.out, self.checkpoints):
             if folder.is_dir():
@@ -137,8 +142,15 @@ class RunOutputs:
             write_json(self.out / "config.json", config_dict)
 
     def read_config(self):
-        path = self.out / "config.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        """The run's ``config.json``, or ``None`` when there is none.
+
+        Raises
+        ------
+        mxfp16.fileio.JSONFileError
+            A file that is not a JSON object (damaged, edited, or not mxfp16's).
+        """
+        return read_json(self.out / "config.json", "it is not a config.json written by mxfp16 train; restore it, or "
+                         "see docs/training.md, \"A run without its config.json\"", default=None)
 
     def metrics(self):
         return read_jsonl(self.metrics_path)

@@ -14,6 +14,15 @@ The verdict: the gap *exceeds the noise* when its confidence interval
 excludes 0 and it is larger than the larger side's standard deviation;
 otherwise the runs cannot tell the precisions apart.
 
+Statistics over seeds mean something only when each run is another seed of
+the same experiment, so :func:`check_groups` refuses, before anything is
+computed: the same folder twice, two runs of one side with the same seed and
+settings (or the same final parameters: copies), and runs whose settings
+differ in more than the seed (between the sides: the seed and the
+precision), which includes runs that stopped after fewer epochs; with
+``allow_differences`` the differences are reported instead. Every number is
+checked when the runs are read (:mod:`mxfp16.train.compare`).
+
 Within the noise is not the same as equal: the interval may be several
 points wide. :func:`seeds_needed` answers the next question, how many seeds
 per side would narrow it to ``+-resolve`` points at the spread measured
@@ -21,16 +30,26 @@ per side would narrow it to ``+-resolve`` points at the spread measured
 paired differences when the seeds pair, else both sides' variances).
 """
 import glob
+import json
 import math
 import os
 
 import numpy as np
 
-from ..fileio import atomic_write, write_json
+from ..fileio import atomic_write, shown, write_json
 from .compare import RunDirError, load_runs
 
 __all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "seeds_needed", "parity",
-           "format_parity", "write_parity"]
+           "format_parity", "write_parity", "check_groups", "settings_differences", "RUN_ONLY", "PRECISION_SETTINGS"]
+
+#: config.json fields that say how a run was executed or recorded, not what it trained: they may differ.
+#: (``ctx`` and ``precision`` are compared as resolved; ``data_dir``/``data_root`` as the ``source`` read.)
+RUN_ONLY = frozenset({"out", "seed", "command", "resumed", "resume", "overwrite", "accept_changed_data", "progress",
+                      "log_every",
+                      "keep_checkpoints", "threads", "resolved_threads", "workers", "ctx", "data_dir", "data_root",
+                      "augment", "precision"})
+#: What may differ between the two sides besides RUN_ONLY: the precision and what it decides.
+PRECISION_SETTINGS = frozenset({"resolved_precision", "loss_scale", "allow_cpu_float16"})
 
 #: The gap, in points, compare says how many seeds it would take to resolve (docs/training.md's parity goal).
 RESOLVE = 0.3
@@ -56,6 +75,80 @@ def expand_paths(patterns):
             raise RunDirError(f"{pattern!r} matches no run folder")
         paths += found
     return paths
+
+
+def _settings(run):
+    """What a run trained with: its config without :data:`RUN_ONLY`, and how many epochs it finished."""
+    settings = {k: v for k, v in run.config.items() if k not in RUN_ONLY}
+    settings["epochs finished"] = len(run.metrics)
+    return settings
+
+
+def settings_differences(runs, allowed=frozenset()):
+    """``{setting: "value (runs); value (runs)"}`` for each setting outside ``allowed`` that differs among ``runs``."""
+    settings = [_settings(r) for r in runs]
+    found = {}
+    for key in sorted(set().union(*settings) - set(allowed)):
+        seen = {}
+        for run, values in zip(runs, settings):
+            seen.setdefault(json.dumps(values.get(key), sort_keys=True), []).append(run.name)
+        if len(seen) > 1:
+            found[key] = "; ".join(f"{value} ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''})"
+                                   for value, names in seen.items())
+    return found
+
+
+def check_groups(a_runs, b_runs, allow_differences=False):
+    """Refuse groups of runs that are not several seeds of one experiment per side (see the module docstring).
+
+    Returns
+    -------
+    list of str
+        With ``allow_differences``, the settings that differ (within a side,
+        or between the sides beyond the precision); else ``[]``.
+
+    Raises
+    ------
+    RunDirError
+        The same folder twice, copies of one run, or (without
+        ``allow_differences``) settings that differ; the message names them.
+    """
+    everything = a_runs + b_runs
+    seen = {}
+    for run in everything:
+        real = os.path.realpath(run.path)
+        if real in seen:
+            raise RunDirError(f"{shown(run.path)} is given twice (also as {shown(seen[real])}): one run is one seed. "
+                              "Pass each run folder once")
+        seen[real] = run.path
+    for side, runs in (("--a", a_runs), ("--b", b_runs)):
+        by_seed, by_digest = {}, {}
+        for run in runs:
+            key = (json.dumps(run.config.get("seed")), json.dumps(_settings(run), sort_keys=True))
+            if key in by_seed:
+                raise RunDirError(f"{side}: {run.name} and {by_seed[key]} ran the same seed "
+                                  f"({run.config.get('seed')!r}) with the same settings: they are one experiment "
+                                  "run twice, not two seeds. Leave one out, or train another seed")
+            by_seed[key] = run.name
+            digest = run.summary.get("params_digest")
+            if digest and digest in by_digest:
+                raise RunDirError(f"{side}: {run.name} and {by_digest[digest]} ended with bit-identical parameters: "
+                                  "copies of one run, not two seeds. Leave one out")
+            by_digest.setdefault(digest, run.name)
+    differences, within = [], set()
+    for side, runs in (("--a", a_runs), ("--b", b_runs)):
+        for key, values in settings_differences(runs).items():
+            differences.append(f"{side} {key}: {values}")
+            within.add(key)
+    differences += [f"between --a and --b: {key}: {values}"
+                    for key, values in settings_differences(everything, PRECISION_SETTINGS).items() if key not in within]
+    if differences and not allow_differences:
+        raise RunDirError("the runs differ in more than the seed (and, between the sides, the precision), so they "
+                          "are not seeds of one experiment:\n  " + "\n  ".join(differences[:12])
+                          + ("\n  ..." if len(differences) > 12 else "")
+                          + "\nCompare runs that differ only in the seed, or pass --allow-differences to pool them "
+                            "anyway (the report then lists the differences)")
+    return differences if allow_differences else []
 
 
 def side_summary(runs):
@@ -161,20 +254,28 @@ def _resolution(report, resolve):
             "seeds_per_side": seeds_needed(sd, resolve, report["confidence"], paired), "limit": MAX_SEEDS}
 
 
-def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RESOLVE):
-    """Read both sides' runs and compare them (see the module docstring).
+def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RESOLVE, allow_differences=False):
+    """Read both sides' runs, check they are seeds of one experiment, and compare them (see the module docstring).
 
     ``resolve`` (points) is the gap the report says how many seeds would
-    resolve (its ``resolution``).
+    resolve (its ``resolution``). ``allow_differences`` pools runs whose
+    settings differ (:func:`check_groups`); the report lists the differences.
 
     Returns
     -------
     (dict, list, list)
         The report, and the runs of each side.
+
+    Raises
+    ------
+    RunDirError
+        A run that cannot be read or holds impossible numbers, or groups that
+        :func:`check_groups` refuses.
     """
     a_runs, b_runs = load_runs(expand_paths(a_paths)), load_runs(expand_paths(b_paths))
+    differences = check_groups(a_runs, b_runs, allow_differences)
     a, b = side_summary(a_runs), side_summary(b_runs)
-    report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence,
+    report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence, "differences": differences,
               "gap": b["mean"] - a["mean"],
               "welch": welch_interval(a["final_val_top1"], b["final_val_top1"], confidence),
               "paired": None, "speedup": None}
@@ -196,7 +297,8 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RE
 def format_parity(report):
     """The report as text."""
     a, b = report["a"], report["b"]
-    lines = []
+    lines = [f"warning: pooled although their settings differ (--allow-differences): {d}"
+             for d in report.get("differences") or []]
     for side in (a, b):
         spread = f"sd {side['sd']:.2f}, range {side['range']:.2f}" if side["sd"] is not None else "one run"
         speed = f", {side['images_per_second']:.1f} img/s" if side["images_per_second"] else ""

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..distributed import StopVote, average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
 from .._internals import trainer_params
-from ..environment import check_threads, mxnet_threads
+from ..environment import check_threads, mxnet_threads, plan_threads
+from ..fileio import JSONFileError, shown
 from ..hardware import peak_memory_mb
 from ..optim import check_compression, lr_schedule
 from ..parts import PartsSpec, build_parts
@@ -172,13 +173,19 @@ def prepare(config, log=None, given=None, command=None):
         config = TrainConfig.from_dict(config)
     log = log or tqdm.write
     _check_out(config.out)
-    changes = {}
+    config.check_resume_pair()
+    changes, saved = {}, _saved_config(config.out, config.resume)
     if config.resume:
-        saved = RunOutputs(config.out).read_config()
         if saved is None:
-            raise ckpt.CheckpointError(f"--resume: {config.out} holds no run (no config.json); run without "
-                                       "--resume to start one, or point --out at the run to continue")
-        config, changes = config.for_resume(saved, given)
+            if ckpt.read_record(config.out) is None:
+                raise ckpt.CheckpointError(f"--resume: {config.out} holds no run (no config.json); run without "
+                                           "--resume to start one, or point --out at the run to continue")
+            # Its checkpoints are intact: continue with the flags given now. The checkpoint's fingerprint
+            # (model, precision, image size, classes, batch size, parameters) refuses flags of another run.
+            log(f"resume: {config.out}/config.json is missing; continuing with the settings of this command line "
+                "(the checkpoint refuses them if they are not the run's own) and writing config.json anew")
+        else:
+            config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
     config = config.resolve()
     ctx = check_devices(as_context_list(config.ctx))
@@ -186,14 +193,18 @@ def prepare(config, log=None, given=None, command=None):
     compression = check_compression(config.gradient_compression, config.kvstore, precision)
     outputs = RunOutputs(config.out)
     if outputs.has_run() and not (config.resume or config.overwrite):
-        raise ConfigError(f"{config.out} already holds a run; continue it with --resume, replace it with "
-                          "--overwrite, or choose another --out")
+        lost = (" (its config.json is missing: --resume with the flags the run was started with continues it from "
+                "its checkpoint, which checks them)" if saved is None else "")
+        raise ConfigError(f"{config.out} already holds a run{lost}; continue it with --resume, replace it with "
+                          "--overwrite (which deletes its checkpoints), or choose another --out")
     kvstore, rank, num_workers = open_kvstore(config.kvstore)
     cluster = Cluster(kvstore, rank, num_workers)
     outputs = RunOutputs(config.out, rank, cluster.distributed)
 
     threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
-    if config.threads is not None and threads["threads"] not in (None, config.threads):
+    # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
+    wanted = plan_threads(config.threads).threads if config.threads is not None else None
+    if wanted is not None and threads["threads"] not in (None, wanted):
         raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
                           "this process and fixes the count when it loads; pass --threads on the command line, or "
                           "call mxfp16.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
@@ -201,6 +212,9 @@ def prepare(config, log=None, given=None, command=None):
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
                            augment=config.augment)
+    data_fingerprint = loaders.fingerprint()
+    if config.resume and saved and saved.get("data_fingerprint"):
+        _check_same_data(saved["data_fingerprint"], data_fingerprint, source, config.accept_changed_data, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -232,8 +246,47 @@ def prepare(config, log=None, given=None, command=None):
     outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
                               resolved_threads=threads, resolved_augment=loaders.augment.name,
                               classes=list(loaders.classes), source=source, command=command,
-                              resumed=resumed))
+                              resumed=resumed, data_fingerprint=data_fingerprint))
     return run
+
+
+def _saved_config(out, resume):
+    """The ``config.json`` of the run in ``out``: ``None`` when there is none, ``{}`` when damaged (refused on resume)."""
+    try:
+        return RunOutputs(out).read_config()
+    except JSONFileError as err:
+        if resume:
+            raise ConfigError(str(err)) from None
+        return {}  # present but unreadable: --overwrite replaces it, like any file a run writes
+
+
+def describe_data_change(saved, now):
+    """What differs between two data fingerprints (:meth:`mxfp16.data.Loaders.fingerprint`), ``[]`` if nothing."""
+    if saved.get("sha256") == now["sha256"]:
+        return []
+    changes = []
+    if saved.get("files") != now["files"]:
+        changes.append(f"{saved.get('files')} files then, {now['files']} now")
+    before, after = saved.get("per_class") or {}, now["per_class"]
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            was = "absent" if name not in before else f"{before[name][0]} train / {before[name][1]} test"
+            is_ = "absent" if name not in after else f"{after[name][0]} train / {after[name][1]} test"
+            changes.append(f"class {name}: {was} then, {is_} now")
+    return changes or ["the same counts, but file names or sizes differ"]
+
+
+def _check_same_data(saved, now, source, accept, log):
+    changes = describe_data_change(saved, now)
+    if not changes:
+        return
+    listed = "; ".join(changes[:6]) + (" ..." if len(changes) > 6 else "")
+    if not accept:
+        raise ConfigError(f"--resume: the data at {source} changed since the run started ({listed}). Resuming on "
+                          "other data continues a different experiment; point --data-dir at the original data, or "
+                          "pass --accept-changed-data to continue anyway")
+    log(f"resume: the data at {source} changed since the run started ({listed}); continuing "
+        "(--accept-changed-data)")
 
 
 def _check_out(out):
@@ -374,9 +427,9 @@ def describe(run):
     run.say(f"data: {data}: {len(loaders.classes)} classes, {loaders.num_train} training images{shard}, "
             f"{loaders.num_test} test images, {c.image_size} px, batch {c.batch_size}")
     if loaders.skipped:
-        shown = "; ".join(f"{path} ({reason})" for path, reason in loaders.skipped[:5])
+        listed = "; ".join(f"{shown(path)} ({reason})" for path, reason in loaders.skipped[:5])
         more = f" and {len(loaders.skipped) - 5} more" if len(loaders.skipped) > 5 else ""
-        run.say(f"data: skipped {len(loaders.skipped)} unusable file(s): {shown}{more}")
+        run.say(f"data: skipped {len(loaders.skipped)} unusable file(s): {listed}{more}")
     if c.profile == "demo" and run.profile_fields & {"model", "image_size"}:
         run.say(f"demo profile: {', '.join(f'{k} {getattr(c, k)}' for k in sorted(run.profile_fields))} "
                 "(a CPU-sized choice, see `mxfp16 train --help`); flags override each")

@@ -16,7 +16,7 @@ for python in "$@"; do
     installed=$(date +%s)
     PIP_ONLY_BINARY=numpy make demo PYTHON="$python" > "$work/demo.log" 2>&1
     done_at=$(date +%s)
-    versions=$(.venv/bin/python -c 'import sys, numpy, mxnet; print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, mxnet.__version__)')
+    versions=$(.venv/bin/python -c 'import mxfp16, sys, numpy, mxnet; print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, mxnet.__version__)')
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     printf '{"python": "%s", "numpy": "%s", "mxnet": "%s", "install_seconds": %d, "demo_seconds": %d, "commit": "%s", "load_after": "%s", "command": "PIP_ONLY_BINARY=numpy PIP_NO_CACHE_DIR=1 make .venv/.demo-installed PYTHON=%s; PIP_ONLY_BINARY=numpy make demo PYTHON=%s"}\n' \
         $versions "$((installed - start))" "$((done_at - installed))" "$commit" "$load" "$python" "$python" >> "$here/results.jsonl"

@@ -1,0 +1,98 @@
+"""The ranges every numeric setting must fall in, so a typo fails at once with its flag named.
+
+A flag such as ``--batch-size 10000000000`` or ``data synth --size 100000``
+would otherwise be accepted and fail minutes later as a 112 GiB allocation,
+a hang or an ``UnboundLocalError``; a ``NaN`` would switch a check off
+silently (``nan < x`` is always false). Each command's argparse flags take
+their type from :func:`integer` and :func:`number`, and the trainer's
+configuration checks its fields with :func:`check`, so every route into the
+library meets the same bounds. The bounds are documented in
+docs/getting-started.md ("Limits").
+"""
+import argparse
+import math
+import os
+
+__all__ = ["LimitError", "check", "integer", "number", "memory_bytes", "max_batch", "MAX_BATCH", "MAX_IMAGE_SIDE",
+           "MAX_COUNT", "MAX_SECONDS", "MAX_STEPS"]
+
+#: Images per batch: far beyond any CPU or GPU of today, far below a typo.
+MAX_BATCH = 65536
+#: Side of a square image in pixels (4096 px: 48 MB per image in float32).
+MAX_IMAGE_SIDE = 4096
+#: Images, classes, epochs and similar counts.
+MAX_COUNT = 10_000_000
+#: Timeouts: one week.
+MAX_SECONDS = 7 * 24 * 3600.0
+#: Iterations and steps a benchmark or diagnosis may ask for.
+MAX_STEPS = 1_000_000
+
+
+class LimitError(ValueError):
+    """A setting outside its range; the message names it, the range and the value."""
+
+
+def memory_bytes():
+    """Physical memory of this machine in bytes (a large default where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
+def max_batch(image_size, memory=None):
+    """The largest batch whose float32 input tensor alone takes at most a quarter of the machine's memory."""
+    per_image = 3 * 4 * max(1, int(image_size)) ** 2
+    return max(1, min(MAX_BATCH, (memory or memory_bytes()) // 4 // per_image))
+
+
+def check(value, name, low=None, high=None, integer_only=False, allow_none=False):
+    """``value`` when it is a finite number in ``[low, high]``; else :class:`LimitError` naming ``name``.
+
+    Parameters
+    ----------
+    value : int or float or None
+    name : str
+        How the setting is called where the user set it (``--batch-size``).
+    low, high : number, optional
+    integer_only : bool
+    allow_none : bool
+    """
+    if value is None and allow_none:
+        return value
+    kind = "an integer" if integer_only else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer_only and not isinstance(value, int)):
+        raise LimitError(f"{name} {value!r}: must be {kind}")
+    if not math.isfinite(value):
+        raise LimitError(f"{name} {value}: must be a finite number")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise LimitError(f"{name} {value:g}: must be between {_bound(low)} and {_bound(high)}")
+    return value
+
+
+def _bound(value):
+    return "-inf" if value is None else f"{value:g}"
+
+
+def _parser(name, low, high, integer_only):
+    def parse(text):
+        try:
+            value = int(text) if integer_only else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if integer_only else 'a number'}")
+        try:
+            return check(value, "", low, high, integer_only)
+        except LimitError as err:
+            raise argparse.ArgumentTypeError(f"{text}: {str(err).split(': ', 1)[1]}") from None
+    parse.__name__ = name  # argparse names the type in "invalid <name> value"
+    return parse
+
+
+def integer(low=1, high=MAX_COUNT):
+    """An argparse ``type=`` for an integer in ``[low, high]``."""
+    return _parser("integer", low, high, True)
+
+
+def number(low=None, high=None):
+    """An argparse ``type=`` for a finite number in ``[low, high]``."""
+    return _parser("number", low, high, False)
