@@ -39,6 +39,9 @@ $(VENV)/.python-$(PY_TAG):
 	@if [ -d $(VENV) ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_TAG)" ]; then \
 		echo "$(VENV) holds another Python; rebuilding it with $(PYTHON_EXE)"; rm -rf $(VENV); fi
 	@test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
+	@# The pip a Python ships can be years old (3.8: pip 23.0), and its resolver then backtracks for many
+	@# minutes through the notebook stack's wheels; the newest pip for that Python resolves it in seconds.
+	$(BIN)/python -m pip install --disable-pip-version-check -q --only-binary=:all: --upgrade pip
 	touch $@
 
 # Stamp files: re-install only when the packaging files change.

@@ -55,6 +55,7 @@ def test_bench_and_diagnose_refuse_an_out_inside_their_data(tmp_path, capsys):
     (["predict", "--model", "{tmp}", "{tmp}", "--top-k", "0"], "argument --top-k: 0: must be between 1"),
     (["export", "--run", "{tmp}", "--out", "{tmp}/e", "--margin", "inf"], "argument --margin: inf: must be a finite"),
     (["launch", "--workers", "1", "--servers", "1", "--port", "70000", "--", "x"], "argument --port: 70000"),
+    (["bench", "--out", "{tmp}/b", "--batch-sizes", "16,10000000000"], "--batch-sizes 10000000000: at most 65536"),
 ])
 def test_numeric_flags_out_of_range_are_refused_naming_the_flag(tmp_path, capsys, argv, words):
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2

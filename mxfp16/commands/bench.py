@@ -13,7 +13,7 @@ import os
 
 from . import CommandError, add_threads_argument, check_out
 from ..fileio import JSONFileError, read_json
-from ..limits import integer, number, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS
+from ..limits import integer, number, MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS
 
 ORDER = 40
 #: Per-mode defaults: inference asks about one request (batch 1) and about a full batch.
@@ -21,13 +21,15 @@ BATCH_SIZES = {"train": "16,32", "inference": "1,32"}
 ITERS = {"train": 10, "inference": 30}
 
 
-def _int_list(text, flag):
+def _int_list(text, flag, high=MAX_BATCH):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
     if not values or min(values) < 1:
         raise CommandError(f"{flag} {text!r} is not a comma-separated list of positive integers; e.g. {flag} 16,32")
+    if max(values) > high:
+        raise CommandError(f"{flag} {max(values)}: at most {high}; e.g. {flag} 16,32")
     return values
 
 
