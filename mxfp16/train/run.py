@@ -213,7 +213,7 @@ def prepare(config, log=None, given=None, command=None):
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
                            augment=config.augment)
     data_fingerprint = loaders.fingerprint()
-    if config.resume and saved and saved.get("data_fingerprint"):
+    if config.resume and saved and saved.get("data_fingerprint") is not None:
         _check_same_data(saved["data_fingerprint"], data_fingerprint, source, config.accept_changed_data, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
@@ -262,6 +262,9 @@ def _saved_config(out, resume):
 
 def describe_data_change(saved, now):
     """What differs between two data fingerprints (:meth:`mxfp16.data.Loaders.fingerprint`), ``[]`` if nothing."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("per_class") or {}, dict) or not all(
+            isinstance(v, list) and len(v) == 2 for v in (saved.get("per_class") or {}).values()):
+        return ["config.json's data_fingerprint is not one mxfp16 wrote"]
     if saved.get("sha256") == now["sha256"]:
         return []
     changes = []
