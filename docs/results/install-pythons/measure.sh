@@ -6,11 +6,11 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-commit=$(git -C "$repo" rev-parse --short HEAD)
 for python in "$@"; do
     work=$(mktemp -d)
     git clone -q "$repo" "$work/mxfp16"
     cd "$work/mxfp16"
+    commit=$(git rev-parse --short HEAD)
     start=$(date +%s)
     PIP_ONLY_BINARY=numpy PIP_NO_CACHE_DIR=1 make .venv/.demo-installed PYTHON="$python" > "$work/install.log" 2>&1
     installed=$(date +%s)
