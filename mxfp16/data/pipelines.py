@@ -456,7 +456,7 @@ def _check_record_files(prefix, split, count):
             raise DataError(f"{shown(path)} not found; {fix}.")
     try:
         entries = read_index(idx)
-        damaged = damaged_records(rec, idx)
+        damaged = damaged_records(rec, idx, entries=entries)
     except (ValueError, OSError) as err:
         raise DataError(f"{shown(idx)} cannot be read ({err}); {fix}.") from None
     if len(entries) != count:

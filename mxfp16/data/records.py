@@ -73,8 +73,10 @@ def _why(view, offset, size):
     return None
 
 
-def damaged_records(rec, idx, limit=10):
+def damaged_records(rec, idx, limit=10, entries=None):
     """The records of ``rec`` (listed by ``idx``) that are not intact, at most ``limit`` of them.
+
+    ``entries`` is :func:`read_index`'s result when the caller has it already.
 
     Returns
     -------
@@ -86,7 +88,7 @@ def damaged_records(rec, idx, limit=10):
     ValueError
         An ``.idx`` that cannot be parsed.
     """
-    entries = read_index(idx)
+    entries = read_index(idx) if entries is None else entries
     size = Path(rec).stat().st_size
     if size == 0:
         return [(key, offset, "the .rec file is empty") for key, offset in entries[:limit]]
