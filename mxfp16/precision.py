@@ -232,7 +232,7 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
 
     For AMP precisions this calls ``mx.contrib.amp.init`` (once per process)
     with mxfp16's measured operator lists (:func:`mxfp16.amp_lists.init_amp`);
-    lists given here replace them and go to AMP unchanged. For the others it
+    lists given here replace them (with the same repairs, no stem rule). For the others it
     checks that AMP has not already patched MXNet, because then a "float32"
     run would not be float32.
 
@@ -244,7 +244,6 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
         process (the benchmark and ``mxfp16 compare`` do).
     """
     global _amp_target
-    from mxnet.contrib import amp
 
     initialised = amp_initialized()
     if not precision.amp:
@@ -269,12 +268,10 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
                        ("fp32_ops", fp32_ops)):
         if value is not None:
             kwargs[key] = value
-    if kwargs:
-        amp.init(target_dtype=target, **kwargs)
-    else:
-        # mxfp16's measured operator lists (see mxfp16/amp_lists.py and docs/benchmarks.md).
-        from .amp_lists import init_amp
-        init_amp(target)
+    # mxfp16's measured operator lists (see mxfp16/amp_lists.py and docs/benchmarks.md),
+    # or the lists given; either way with the repairs that let any Gluon model run.
+    from .amp_lists import init_amp
+    init_amp(target, lists=kwargs or None)
     _amp_target = target
 
 

@@ -17,6 +17,11 @@ def register(subparsers):
                                                "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
+    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16"),
+                        metavar="TARGET",
+                        help="print, as Markdown, the dtype every Gluon layer runs in under mxfp16's AMP "
+                             "lists for TARGET (bfloat16, the default, or float16), read from the graphs "
+                             "AMP builds (docs/amp-table.md)")
     parser.set_defaults(func=run)
 
 
@@ -166,5 +171,9 @@ def report_broken_install(error, as_json=False):
 
 
 def run(args):
+    if args.amp_table:
+        from ..amp_table import generate
+        sys.stdout.write(generate(args.amp_table))
+        return 0
     report = collect()
     print(json.dumps(report, indent=2) if args.json else _text(report))

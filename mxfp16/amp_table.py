@@ -1,0 +1,382 @@
+"""Which dtype every Gluon layer runs in under mxfp16's AMP lists, read from the graph AMP builds.
+
+Nothing here is written by hand: each entry of :data:`LAYERS` is a layer as
+a user would build it, :func:`layer_dtypes` calls it on a symbol with AMP
+active (so every operator AMP wraps is wrapped, casts included), and MXNet's
+own type inference says what dtype each operator's output has: the dtype it
+computes in. ``mxfp16 info --amp-table`` prints :func:`render`, and
+``docs/amp-table.md`` holds that output (``tests/test_amp_layers.py`` keeps
+them equal and trains every entry against a float32 control).
+
+Two inputs are read for each layer: float32 (the network's first layer) and
+bfloat16 (a layer after a Dense or convolution, which hands on bfloat16).
+"""
+import json
+
+__all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "table", "render"]
+
+
+class Layer:
+    """One table entry: how to build the layer and what it takes.
+
+    Parameters
+    ----------
+    name : str
+        The row's label: the Gluon class, and its arguments where a variant matters.
+    build : callable
+        ``build() -> HybridBlock`` (called with AMP already active).
+    shape : tuple of int
+        Input shape, batch first.
+    tokens : bool
+        The input is integer token ids in ``[0, 10)`` (Embedding).
+    numpy_mode : bool
+        Build and call it under ``npx.set_np()`` semantics.
+    states : bool
+        Pass explicit begin states (RNN layers), not only the input.
+    hybridize : bool
+        Whether training it hybridized works in MXNet 1.9.1 (a graph with no
+        operator, ``Identity``'s, is not recorded by autograd).
+    """
+
+    def __init__(self, name, build, shape, tokens=False, numpy_mode=False, states=False, hybridize=True):
+        self.name, self.build, self.shape = name, build, tuple(shape)
+        self.tokens, self.numpy_mode, self.states = tokens, numpy_mode, states
+        self.hybridize = hybridize
+
+
+def _nn():
+    from mxnet.gluon import nn
+    return nn
+
+
+def _rnn():
+    from mxnet.gluon import rnn
+    return rnn
+
+
+def _cnn():
+    from mxnet.gluon.contrib import nn as cnn
+    return cnn
+
+
+class _Unrolled:
+    """A recurrent cell unrolled over the sequence, as a HybridBlock (cells are not layers)."""
+
+    def __new__(cls, cell, length):
+        from mxnet import gluon
+
+        class Unrolled(gluon.HybridBlock):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                with self.name_scope():
+                    self.cell = cell()
+
+            def hybrid_forward(self, F, x):
+                self.cell.reset()
+                out, _ = self.cell.unroll(length, x, layout="NTC", merge_outputs=True)
+                return out
+
+        return Unrolled()
+
+
+class SelfAttention:
+    """A user's own self-attention layer: Dense projections, ``batch_dot``, softmax, LayerNorm."""
+
+    def __new__(cls, units=8, masked=False):
+        from mxnet import gluon
+
+        class SelfAttentionLayer(gluon.HybridBlock):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                with self.name_scope():
+                    self.query = gluon.nn.Dense(units, flatten=False)
+                    self.key = gluon.nn.Dense(units, flatten=False)
+                    self.value = gluon.nn.Dense(units, flatten=False)
+                    self.norm = gluon.nn.LayerNorm()
+
+            def hybrid_forward(self, F, x):
+                q, k, v = self.query(x), self.key(x), self.value(x)
+                scores = F.batch_dot(q, k, transpose_b=True) / (units ** 0.5)
+                if masked:
+                    # attend to the first 3 positions of each sequence: softmax's length mask
+                    length = F.ones_like(F.slice_axis(F.sum(x, axis=2), axis=1, begin=0, end=1)) * 3
+                    length = F.broadcast_like(length, F.sum(x, axis=2)).astype("int32")
+                    weights = F.softmax(scores, length, axis=-1, use_length=True)
+                else:
+                    weights = F.softmax(scores, axis=-1)
+                return self.norm(x + F.batch_dot(weights, v))
+
+        return SelfAttentionLayer()
+
+
+def _numpy_dense_conv():
+    from mxnet import gluon
+
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3), gluon.nn.Activation("relu"), gluon.nn.Dense(5))
+    return net
+
+
+_SEQ = (2, 5, 6)
+_IMG = (2, 3, 6, 6)
+_VEC = (2, 6)
+
+#: Every layer of gluon.nn, gluon.rnn and gluon.contrib.nn (and its variants
+#: that change the operators), plus the operator-level pieces of attention.
+LAYERS = [
+    Layer("nn.Dense", lambda: _nn().Dense(8), _VEC),
+    Layer("nn.Dense(flatten=False)", lambda: _nn().Dense(8, flatten=False), _SEQ),
+    Layer("nn.Conv1D", lambda: _nn().Conv1D(4, 3), (2, 3, 8)),
+    Layer("nn.Conv2D", lambda: _nn().Conv2D(4, 3), _IMG),
+    Layer("nn.Conv2D(7x7 stem)", lambda: _nn().Conv2D(4, 7, padding=3), (2, 3, 8, 8)),
+    Layer("nn.Conv3D", lambda: _nn().Conv3D(4, 3), (2, 3, 4, 4, 4)),
+    Layer("nn.Conv1DTranspose", lambda: _nn().Conv1DTranspose(4, 3), (2, 3, 8)),
+    Layer("nn.Conv2DTranspose", lambda: _nn().Conv2DTranspose(4, 3), _IMG),
+    Layer("nn.Conv3DTranspose", lambda: _nn().Conv3DTranspose(4, 3), (2, 3, 4, 4, 4)),
+    Layer("nn.Activation(relu)", lambda: _nn().Activation("relu"), _VEC),
+    Layer("nn.Activation(sigmoid)", lambda: _nn().Activation("sigmoid"), _VEC),
+    Layer("nn.Activation(tanh)", lambda: _nn().Activation("tanh"), _VEC),
+    Layer("nn.Activation(softrelu)", lambda: _nn().Activation("softrelu"), _VEC),
+    Layer("nn.LeakyReLU", lambda: _nn().LeakyReLU(0.1), _VEC),
+    Layer("nn.PReLU", lambda: _nn().PReLU(), _VEC),
+    Layer("nn.ELU", lambda: _nn().ELU(), _VEC),
+    Layer("nn.SELU", lambda: _nn().SELU(), _VEC),
+    Layer("nn.GELU", lambda: _nn().GELU(), _VEC),
+    Layer("nn.Swish", lambda: _nn().Swish(), _VEC),
+    Layer("nn.Dropout", lambda: _nn().Dropout(0.5), _VEC),
+    Layer("nn.BatchNorm", lambda: _nn().BatchNorm(), _IMG),
+    Layer("nn.BatchNormReLU", lambda: _nn().BatchNormReLU(), _IMG),
+    Layer("nn.InstanceNorm", lambda: _nn().InstanceNorm(), _IMG),
+    Layer("nn.LayerNorm", lambda: _nn().LayerNorm(), _SEQ),
+    Layer("nn.GroupNorm", lambda: _nn().GroupNorm(num_groups=3), _IMG),
+    Layer("nn.Embedding", lambda: _nn().Embedding(10, 6), (2, 5), tokens=True),
+    Layer("nn.Flatten", lambda: _nn().Flatten(), _IMG),
+    Layer("nn.MaxPool1D", lambda: _nn().MaxPool1D(), (2, 3, 8)),
+    Layer("nn.MaxPool2D", lambda: _nn().MaxPool2D(), _IMG),
+    Layer("nn.MaxPool3D", lambda: _nn().MaxPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.AvgPool1D", lambda: _nn().AvgPool1D(), (2, 3, 8)),
+    Layer("nn.AvgPool2D", lambda: _nn().AvgPool2D(), _IMG),
+    Layer("nn.AvgPool3D", lambda: _nn().AvgPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.GlobalMaxPool1D", lambda: _nn().GlobalMaxPool1D(), (2, 3, 8)),
+    Layer("nn.GlobalMaxPool2D", lambda: _nn().GlobalMaxPool2D(), _IMG),
+    Layer("nn.GlobalMaxPool3D", lambda: _nn().GlobalMaxPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.GlobalAvgPool1D", lambda: _nn().GlobalAvgPool1D(), (2, 3, 8)),
+    Layer("nn.GlobalAvgPool2D", lambda: _nn().GlobalAvgPool2D(), _IMG),
+    Layer("nn.GlobalAvgPool3D", lambda: _nn().GlobalAvgPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.ReflectionPad2D", lambda: _nn().ReflectionPad2D(1), _IMG),
+    Layer("rnn.RNN", lambda: _rnn().RNN(8, layout="NTC"), _SEQ),
+    Layer("rnn.LSTM", lambda: _rnn().LSTM(8, layout="NTC"), _SEQ),
+    Layer("rnn.LSTM(begin states)", lambda: _rnn().LSTM(8, layout="NTC"), _SEQ, states=True),
+    Layer("rnn.LSTM(2 layers, bidirectional)",
+          lambda: _rnn().LSTM(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
+    Layer("rnn.GRU", lambda: _rnn().GRU(8, layout="NTC"), _SEQ),
+    Layer("rnn.GRU(2 layers, bidirectional)",
+          lambda: _rnn().GRU(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
+    Layer("rnn.RNNCell", lambda: _Unrolled(lambda: _rnn().RNNCell(8), 5), _SEQ),
+    Layer("rnn.LSTMCell", lambda: _Unrolled(lambda: _rnn().LSTMCell(8), 5), _SEQ),
+    Layer("rnn.GRUCell", lambda: _Unrolled(lambda: _rnn().GRUCell(8), 5), _SEQ),
+    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
+        lambda: _stacked_cells(), 5), _SEQ),
+    Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
+        lambda: _rnn().BidirectionalCell(_rnn().LSTMCell(8), _rnn().LSTMCell(8)), 5), _SEQ),
+    Layer("rnn.ResidualCell(GRUCell)", lambda: _Unrolled(lambda: _rnn().ResidualCell(_rnn().GRUCell(6)), 5), _SEQ),
+    Layer("rnn.ZoneoutCell(LSTMCell)", lambda: _Unrolled(
+        lambda: _rnn().ZoneoutCell(_rnn().LSTMCell(8), 0.2, 0.2), 5), _SEQ),
+    Layer("rnn.DropoutCell", lambda: _Unrolled(lambda: _rnn().DropoutCell(0.5), 5), _SEQ),
+    Layer("contrib.nn.Identity", lambda: _cnn().Identity(), _VEC, hybridize=False),
+    Layer("contrib.nn.PixelShuffle1D", lambda: _cnn().PixelShuffle1D(2), (2, 4, 6)),
+    Layer("contrib.nn.PixelShuffle2D", lambda: _cnn().PixelShuffle2D(2), (2, 8, 4, 4)),
+    Layer("contrib.nn.PixelShuffle3D", lambda: _cnn().PixelShuffle3D(2), (2, 16, 2, 2, 2)),
+    Layer("contrib.nn.SyncBatchNorm", lambda: _cnn().SyncBatchNorm(), _IMG),
+    Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: SelfAttention(6), _SEQ),
+    Layer("masked self-attention (softmax with length)", lambda: SelfAttention(6, masked=True), _SEQ),
+    Layer("numpy mode: Conv2D, Activation, Dense", _numpy_dense_conv, _IMG, numpy_mode=True),
+]
+
+#: Classes in those modules that hold other layers or are abstract: their
+#: dtypes are those of what they hold. SparseEmbedding is imperative-only
+#: (row-sparse gradients): its operator, Embedding, has its row above.
+CONTAINERS = {
+    "nn": {"Block", "HybridBlock", "Sequential", "HybridSequential", "Lambda", "HybridLambda", "SymbolBlock"},
+    "rnn": {"RecurrentCell", "HybridRecurrentCell", "ModifierCell", "SequentialRNNCell"},
+    "contrib.nn": {"Concurrent", "HybridConcurrent", "SparseEmbedding"},
+}
+
+
+def _stacked_cells():
+    rnn = _rnn()
+    cells = rnn.HybridSequentialRNNCell()
+    cells.add(rnn.LSTMCell(8))
+    cells.add(rnn.LSTMCell(8))
+    return cells
+
+
+def mx_symbol():
+    from mxnet import symbol
+    return symbol
+
+
+class _Cast:
+    """``layer(amp_cast(x))``: the layer as it sits after a 16-bit layer."""
+
+    def __new__(cls, layer, dtype, states, numpy_mode=False):
+        from mxnet import gluon
+
+        class Fed(gluon.HybridBlock):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.layer = layer
+
+            def hybrid_forward(self, F, x, *begin):
+                if dtype is not None and numpy_mode:
+                    x = mx_symbol().amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+                elif dtype is not None:
+                    x = F.amp_cast(x, dtype=dtype)
+                return self.layer(x, list(begin)) if states else self.layer(x)
+
+        return Fed()
+
+
+def _numpy_scope(on):
+    import contextlib
+
+    import mxnet as mx
+
+    if not on:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(mx.util.np_shape(True))
+    stack.enter_context(mx.util.np_array(True))
+    return stack
+
+
+def _dtype_name(dtype):
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
+
+
+def layer_dtypes(layer, input_dtype="float32"):
+    """The dtype of each operator ``layer`` builds, with AMP active in this process.
+
+    Parameters
+    ----------
+    layer : Layer
+    input_dtype : str
+        ``'float32'``, or the AMP target (``'bfloat16'`` / ``'float16'``) for a
+        layer that follows a 16-bit layer.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(operator, dtype)`` in graph order, without AMP's own casts.
+    """
+    import mxnet as mx
+    from mxnet.contrib.amp.amp import bfloat16
+
+    cast = {"float32": None, "bfloat16": bfloat16, "float16": "float16"}[input_dtype]
+    with _numpy_scope(layer.numpy_mode):
+        if layer.numpy_mode:
+            mx.npx.set_np()
+        try:
+            block = _Cast(layer.build(), cast, layer.states, layer.numpy_mode)
+            data = mx.sym.var("data")
+            if layer.numpy_mode:
+                data = data.as_np_ndarray()
+            begin = []
+            if layer.states:
+                begin = [mx.sym.var(f"state{i}") for i in range(2)]
+            out = block(data, *begin)
+            out = out[0] if isinstance(out, (list, tuple)) else out
+            if layer.numpy_mode:
+                out = out.as_nd_ndarray()
+            internals = out.get_internals()
+            known = {"data": "float32"}
+            known.update({f"state{i}": "float32" for i in range(len(begin))})
+            _, types, _ = internals.infer_type_partial(**known)
+        except mx.MXNetError as err:
+            # A layer AMP cannot type is a finding for the table, not a crash of it.
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            return [("FAILS:", lines[-1].replace("|", "/")[:160] if lines else "MXNetError")]
+        finally:
+            if layer.numpy_mode:
+                mx.npx.reset_np()
+    by_output = dict(zip(internals.list_outputs(), types))
+    rows = []
+    for node in json.loads(out.tojson(remove_amp_cast=False))["nodes"]:
+        if node["op"] in ("null", "amp_cast", "amp_multicast"):
+            continue
+        outputs = [name for name in by_output if name == f"{node['name']}_output"
+                   or name.startswith(f"{node['name']}_output")]
+        dtype = by_output[outputs[0]] if outputs else None
+        rows.append((node["op"], _dtype_name(dtype) if dtype is not None else "unknown"))
+    return rows
+
+
+def table(target="bfloat16"):
+    """Every :data:`LAYERS` entry's operators and dtypes, for both inputs.
+
+    AMP must be active for ``target`` in this process (:func:`mxfp16.activate`).
+
+    Returns
+    -------
+    list of dict
+        ``{'layer', 'float32_input': [(op, dtype)], '<target>_input': [...]}``.
+    """
+    # Numpy-mode operators (mx.npx) are not wrapped by MXNet 1.9.1's AMP, so
+    # no numpy-mode layer hands a 16-bit tensor on: that column does not apply.
+    return [{"layer": layer.name,
+             "float32_input": layer_dtypes(layer, "float32"),
+             f"{target}_input": None if layer.numpy_mode else layer_dtypes(layer, target)}
+            for layer in LAYERS]
+
+
+def _cell(rows):
+    """``'FullyConnected bfloat16, LayerNorm float32'``: each operator once, in graph order."""
+    if rows is None:
+        return "does not arise (AMP does not wrap numpy-mode operators)"
+    seen = []
+    for op, dtype in rows:
+        if (op, dtype) not in seen:
+            seen.append((op, dtype))
+    return ", ".join(f"{op} {dtype}" for op, dtype in seen) or "(no operator)"
+
+
+def render(rows, target="bfloat16"):
+    """The Markdown table of :func:`table`'s rows (what ``mxfp16 info --amp-table`` prints)."""
+    import mxnet as mx
+
+    lines = [f"Generated by `mxfp16 info --amp-table` (MXNet {mx.__version__}, amp-{target}, "
+             "mxfp16's operator lists). Each operator is followed by the dtype it computes in.",
+             "",
+             f"| Layer | float32 input | {target} input (after a 16-bit layer) |",
+             "| --- | --- | --- |"]
+    for row in rows:
+        lines.append(f"| {row['layer']} | {_cell(row['float32_input'])} | {_cell(row[f'{target}_input'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def generate(target="bfloat16"):
+    """:func:`render` of :func:`table`, in a child process (AMP is process-global)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mxfp16.amp_table", target],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"generating the AMP table failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+if __name__ == "__main__":
+    import sys
+    import warnings
+
+    import mxfp16
+
+    target = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
+    warnings.simplefilter("ignore")
+    # Nothing runs: the graph is only built and typed, so amp-float16 is fine on a CPU.
+    mxfp16.activate(mxfp16.resolve_precision(f"amp-{target}", "cpu", allow_cpu_float16=True))
+    sys.stdout.write(render(table(target), target))
