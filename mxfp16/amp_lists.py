@@ -38,6 +38,8 @@ Which dtype each Gluon layer then runs in is generated from executed graphs
 """
 import warnings
 
+import numpy as np
+
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
 #: Names accepted by :func:`operator_lists`.
@@ -194,6 +196,8 @@ class Float32Fallback(UserWarning):
     """An operator with no working 16-bit path on this device runs in float32 under AMP."""
 
 
+#: MXNet's bfloat16 (a numpy structured dtype: numpy has none).
+_BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 #: Operators already warned about in this process (one warning each).
 _warned = set()
 
@@ -203,7 +207,6 @@ def _to_float32(x):
 
     ``amp_cast`` leaves non-float types alone, so integer indices pass through.
     """
-    import numpy as np
     from mxnet import ndarray, symbol
 
     if isinstance(x, symbol.Symbol):
@@ -213,8 +216,7 @@ def _to_float32(x):
         if x.get_children() is None:
             return x
         return symbol.amp_cast(x, dtype="float32")
-    if isinstance(x, ndarray.NDArray) and x.dtype not in (np.float32, np.float64) \
-            and (x.dtype == np.float16 or x.dtype.names == ("bfloat16",)):
+    if isinstance(x, ndarray.NDArray) and np.dtype(x.dtype) in (np.dtype(np.float16), _BFLOAT16):
         return ndarray.amp_cast(x, dtype="float32")
     if isinstance(x, (list, tuple)) and any(isinstance(v, (symbol.Symbol, ndarray.NDArray)) for v in x):
         return type(x)(_to_float32(v) for v in x)

@@ -1,4 +1,4 @@
-"""``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, pack RecordIO, time the pipelines."""
+"""``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, write the digits, pack RecordIO, time the pipelines."""
 import argparse
 import logging
 import sys
@@ -81,6 +81,17 @@ def register(subparsers):
                        help=f"typical image side; each side is drawn from [0.8, 1.25] times it (default: {DEMO['size']})")
     group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
     synth.set_defaults(func=run_synth)
+
+    digits = sub.add_parser("digits", help="write scikit-learn's handwritten digits (8x8, 1,797 images, no "
+                                           "download) as a train/test image folder, for the sequence models")
+    digits.add_argument("--out", required=True, help="new output folder, e.g. data/digits (required)")
+    digits.add_argument("--test-fraction", type=number(0.01, 0.9), default=0.25,
+                        help="share of each digit's images held out for test/ (default: 0.25)")
+    digits.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0,
+                        help="chooses the held-out images (default: 0)")
+    digits.add_argument("--replace", action="store_true",
+                        help="replace a digits folder written with other settings (never any other folder)")
+    digits.set_defaults(func=run_digits)
 
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
     group = pack.add_argument_group("input and output")
@@ -166,6 +177,15 @@ def run_synth(args):
     path = _guard(lambda data: data.synth_dataset(args.out, args.classes, args.per_class, args.test_per_class,
                                                   args.size, args.seed))
     print(f"{path}: {args.classes} classes, {args.per_class} train and {args.test_per_class} test images per class")
+
+
+def run_digits(args):
+    from ..data.digits import digits_dataset
+    path = _guard(lambda data: digits_dataset(args.out, args.test_fraction, args.seed, args.replace))
+    manifest = read_json(f"{path}/manifest.json")
+    print(f"{path}: 10 digits, {manifest['per_class']['train']} train and {manifest['per_class']['test']} test "
+          "images, 8x8 px; train a sequence model on it with: mxfp16 train --data-dir "
+          f"{path} --model lstm-classifier --image-size 8")
 
 
 def run_pack(args):

@@ -1,0 +1,124 @@
+"""scikit-learn's handwritten digits as an image folder: real data with nothing to download.
+
+``sklearn.datasets.load_digits`` ships inside scikit-learn: 1,797 scans of
+handwritten digits, 8x8 pixels with 17 grey levels, from the UCI "Optical
+Recognition of Handwritten Digits" set (Alpaydin and Kaynak, 1998). The
+sequence models read each image row by row (8 time steps of 8 pixels), which
+is the classic sequential-MNIST task at a size a CPU trains in seconds.
+
+:func:`digits_dataset` writes ``train/<digit>/*.png``, ``test/<digit>/*.png``
+and ``manifest.json`` (``augment: none``: a crop or a flip would change a
+digit's meaning), the layout every mxfp16 command reads. The split is
+stratified and fixed by ``seed``.
+"""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..fileio import JSONFileError, read_json, write_json
+from .validate import DataError
+
+__all__ = ["digits_dataset", "DIGITS_SETTINGS"]
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+#: The default split: a quarter of each digit's images held out.
+DIGITS_SETTINGS = {"test_fraction": 0.25, "seed": 0}
+
+
+def _load():
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise DataError("the digits set comes from scikit-learn, which is not installed: "
+                        "pip install scikit-learn (mxfp16's own install includes it)") from None
+    digits = load_digits()
+    return digits.images, digits.target
+
+
+def _expected_manifest(test_fraction, seed, counts):
+    return {"kind": "digits", "format_version": FORMAT_VERSION,
+            "source": "sklearn.datasets.load_digits (UCI optical recognition of handwritten digits)",
+            "classes": [str(d) for d in range(10)], "per_class": counts, "size": 8,
+            "test_fraction": test_fraction, "seed": seed, "augment": "none"}
+
+
+def _split(labels, test_fraction, seed):
+    """Indices of the training and test images: ``test_fraction`` of each digit, chosen by ``seed``."""
+    rng = np.random.RandomState(seed)
+    train, test = [], []
+    for digit in range(10):
+        members = np.flatnonzero(labels == digit)
+        rng.shuffle(members)
+        cut = int(round(len(members) * test_fraction))
+        test.extend(members[:cut])
+        train.extend(members[cut:])
+    return sorted(train), sorted(test)
+
+
+def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
+    """Write the digits into ``out`` as an image folder; reuse it when it is already there.
+
+    Parameters
+    ----------
+    out : str or Path
+    test_fraction : float
+        Share of each digit's images in ``test/`` (between 0 and 0.9).
+    seed : int
+        Chooses which images are held out.
+    replace : bool
+        Replace a digits folder written with other settings (never any other folder).
+
+    Returns
+    -------
+    Path
+        ``out``.
+
+    Raises
+    ------
+    DataError
+        Bad settings, scikit-learn missing, or ``out`` holding something else.
+    """
+    if not 0.0 < test_fraction <= 0.9:
+        raise DataError(f"test_fraction={test_fraction}: must be above 0 and at most 0.9")
+    out = Path(out)
+    images, labels = _load()
+    train, test = _split(labels, test_fraction, seed)
+    counts = {"train": len(train), "test": len(test)}
+    expected = _expected_manifest(test_fraction, seed, counts)
+    if out.exists():
+        try:
+            found = read_json(out / MANIFEST) if (out / MANIFEST).exists() else None
+        except JSONFileError:
+            found = None
+        if found == expected:
+            return out
+        if found is None or found.get("kind") != "digits":
+            if any(out.iterdir()):
+                raise DataError(f"{out} exists and is not a digits folder (no digits manifest.json); "
+                                "choose an empty or new folder")
+        elif not replace:
+            raise DataError(f"{out} holds the digits with other settings ({found.get('test_fraction')}, seed "
+                            f"{found.get('seed')}); pass replace=True (--replace) or choose another folder")
+    from PIL import Image
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for split, indices in (("train", train), ("test", test)):
+            for index in indices:
+                folder = staging / split / str(labels[index])
+                folder.mkdir(parents=True, exist_ok=True)
+                pixels = np.round(images[index] * (255.0 / 16.0)).astype(np.uint8)
+                Image.fromarray(pixels, mode="L").convert("RGB").save(folder / f"{index:04d}.png")
+        write_json(staging / MANIFEST, expected)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out
