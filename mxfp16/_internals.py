@@ -6,6 +6,8 @@ it updates on the kvstore, to list a Block's direct children, to ask whether
 renew a parameter's cached symbol, nor to ask AMP whether it is active. If
 MXNet ever changes these, this is the only file to fix.
 """
+import contextlib
+
 from mxnet.contrib import amp as _amp
 
 
@@ -53,6 +55,26 @@ def block_children(block):
 def block_is_hybridized(block):
     """Whether ``hybridize()`` took effect on ``block``."""
     return bool(getattr(block, "_active", False))
+
+
+@contextlib.contextmanager
+def hybridization_paused(blocks):
+    """Within the context, ``blocks`` run imperatively; afterwards each is hybridized as before.
+
+    ``hybridize(False)`` drops a block's flags (``static_alloc`` ...), so the
+    flags are kept here and put back, and the cached graph is rebuilt on the
+    next call.
+    """
+    saved = [(block, block._active, list(block._flags)) for block in blocks if block_is_hybridized(block)]
+    for block, _, _ in saved:
+        block._active = False
+        block._clear_cached_op()
+    try:
+        yield [block for block, _, _ in saved]
+    finally:
+        for block, active, flags in saved:
+            block._active, block._flags = active, flags
+            block._clear_cached_op()
 
 
 def block_op_kwargs(block):

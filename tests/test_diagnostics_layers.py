@@ -7,7 +7,7 @@ from mxnet import autograd, gluon
 from mxfp16.casting import cast_net
 from mxfp16.diagnostics import float16_forward_runs_here, forward_check, gradient_ranges
 from mxfp16.diagnostics.collect import _activation_probes
-from mxfp16.diagnostics.layers import leaf_blocks, tap_outputs
+from mxfp16.diagnostics.layers import leaf_blocks
 from mxfp16.models import ElementwiseDense, elementwise_mlp
 
 
@@ -70,12 +70,21 @@ def test_gradient_ranges_reports_every_parameter_and_layer():
     assert all(s.batches == 2 for s in stats)
 
 
-def test_a_hybridized_network_is_refused_with_the_fix():
+def test_a_hybridized_network_is_diagnosed_like_the_imperative_one_and_stays_hybridized():
+    batches = [_batch(seed=s) for s in range(2)]
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    plain = gradient_ranges(_mlp(), loss_fn, batches).stats
     net = _mlp()
-    net.hybridize()
-    with pytest.raises(ValueError, match="hybridize"):
-        with tap_outputs(net, lambda block, out: out):
-            pass
+    net.hybridize(static_alloc=True)
+    net(batches[0][0])  # the cached graph exists before the diagnosis
+    hybrid = gradient_ranges(net, loss_fn, batches).stats
+    assert [(s.name, s.kind, s.count) for s in hybrid] == [(s.name, s.kind, s.count) for s in plain]
+    for a, b in zip(hybrid, plain):
+        assert a.max_abs == b.max_abs and a.min_nonzero == b.min_nonzero and (a.binades == b.binades).all()
+    assert net._active and ("static_alloc", True) in net._flags
+    assert all("forward" not in vars(block) for block in leaf_blocks(net))
+    x, y = batches[0]
+    np.testing.assert_allclose(net(x).asnumpy(), _mlp()(x).asnumpy(), rtol=1e-6)
 
 
 def _huge_second_layer(dtype):

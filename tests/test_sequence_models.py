@@ -115,3 +115,25 @@ def test_sequence_model_learns_digits_in_float32_and_auto(digits, model, tmp_pat
     for summary in results.values():
         assert summary["final_val_top1"] > 0.5  # chance is 0.1
     assert abs(results["float32"]["final_val_top1"] - results["auto"]["final_val_top1"]) < 0.1
+
+
+@pytest.mark.parametrize("model", SEQUENCE_MODELS)
+def test_diagnose_reads_a_hybridized_sequence_model_on_digits(digits, model):
+    from mxnet import gluon
+
+    from mxfp16.diagnostics import diagnose
+    from mxfp16.diagnostics.layers import leaf_blocks
+
+    net = build_model(model, 10, in_shape=(3, 8, 8))
+    net.hybridize()
+    images = sorted((digits / "train").glob("*/*.png"))[:16]
+    x = mx.nd.array(np.stack([np.asarray(Image.open(p)).transpose(2, 0, 1) / 255.0 for p in images]))
+    y = mx.nd.array([int(p.parent.name) for p in images])
+    diagnosis = diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), [(x, y)], loss_scale=1024)
+    parameters = [s for s in diagnosis.stats if s.kind == "parameter"]
+    activations = [s for s in diagnosis.stats if s.kind == "activation"]
+    assert [s.name for s in parameters] == list(net.collect_params().keys())
+    # in the order the layers ran (attention's dropout before its output projection)
+    assert sorted(s.name for s in activations) == sorted(b.name for b in leaf_blocks(net))
+    assert all(s.count > 0 and s.max_abs > 0 for s in parameters if not s.name.endswith("position"))
+    assert net._active  # hybridized again afterwards

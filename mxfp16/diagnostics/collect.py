@@ -47,6 +47,8 @@ def _activation_probes(net, enabled):
         if not autograd.is_recording():
             return output
         zero = mx.nd.zeros(output.shape, ctx=output.context, dtype=output.dtype)
+        if isinstance(output, mx.np.ndarray):  # a numpy-mode network: add like to like
+            zero = zero.as_np_ndarray()
         zero.attach_grad()
         probes.append((block.name, zero))
         return output + zero

@@ -2,19 +2,20 @@
 
 Gluon 1.x forward hooks see a layer's output but cannot replace it, and a
 hybridized network runs as one cached graph in which no Python code sees
-per-layer outputs. So, for a network that is not hybridized, this module
-temporarily replaces each leaf block's ``forward`` with one that passes the
-output through a function, and restores the original afterwards.
+per-layer outputs. So this module pauses hybridization (any HybridBlock runs
+imperatively too, with the same results), temporarily replaces each leaf
+block's ``forward`` with one that passes the output through a function, and
+restores both afterwards.
 
-The two private Gluon attributes this needs (a block's children, whether
-``hybridize()`` took effect) are read through :mod:`mxfp16._internals`.
+The private Gluon attributes this needs (a block's children, whether and how
+``hybridize()`` took effect) are reached through :mod:`mxfp16._internals`.
 """
 import contextlib
 
 import mxnet as mx
 
 from .._internals import block_children as _children
-from .._internals import block_is_hybridized as _hybridized
+from .._internals import hybridization_paused
 
 __all__ = ["leaf_blocks", "tap_outputs"]
 
@@ -44,22 +45,17 @@ def tap_outputs(net, fn):
     Parameters
     ----------
     net : gluon.Block
-        Must not be hybridized (a hybridized network never calls its leaves'
-        ``forward`` from Python).
+        Any network; a hybridized one runs imperatively within the context
+        (a cached graph never calls its leaves' ``forward`` from Python) and
+        is hybridized again, with its flags, afterwards.
     fn : callable
         ``fn(block, output) -> NDArray``; returns ``output`` to leave it unchanged.
-
-    Raises
-    ------
-    ValueError
-        ``net`` is hybridized.
     """
     leaves = leaf_blocks(net)
-    if any(_hybridized(block) for block in [net] + leaves):
-        raise ValueError(f"{net.name} is hybridized, so its layers run inside one cached graph and cannot be "
-                         "inspected one by one; build the network again without calling hybridize()")
     patched = []
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hybridization_paused(_all_blocks(net)))
+        stack.enter_context(_restored(patched))
         for block in leaves:
             original = block.forward
 
@@ -71,6 +67,21 @@ def tap_outputs(net, fn):
             block.forward = forward
             patched.append(block)
         yield leaves
+
+
+def _all_blocks(net):
+    blocks, stack = [], [net]
+    while stack:
+        block = stack.pop()
+        blocks.append(block)
+        stack.extend(_children(block))
+    return blocks
+
+
+@contextlib.contextmanager
+def _restored(patched):
+    try:
+        yield
     finally:
         for block in patched:
             del block.forward

@@ -119,8 +119,9 @@ def device_summary(array):
 
     Parameters
     ----------
-    array : NDArray
-        Any dtype; it is read through a float32 copy.
+    array : NDArray or mx.np.ndarray
+        Any dtype; it is read through a float32 copy (a numpy-mode array
+        through its legacy view, which shares the memory).
 
     Returns
     -------
@@ -129,6 +130,8 @@ def device_summary(array):
         :func:`histogram_edges`, then the largest finite ``|value|``, then the
         smallest non-zero finite ``|value|`` (inf when there is none).
     """
+    if isinstance(array, mx.np.ndarray):
+        array = array.as_nd_ndarray()
     magnitude = array.reshape((-1,)).astype("float32").abs()
     counts, _ = mx.nd.histogram(magnitude, bins=_edges_on(array.context))
     finite = magnitude <= _F32_MAX          # False for inf and NaN
