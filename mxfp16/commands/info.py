@@ -171,7 +171,7 @@ def report_broken_install(error, as_json=False):
 
 
 def run(args):
-    if args.amp_table:
+    if getattr(args, "amp_table", None):
         from ..amp_table import generate
         sys.stdout.write(generate(args.amp_table))
         return 0
