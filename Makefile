@@ -126,7 +126,7 @@ $(GPU_VENV)/.gpu-installed: $(DEPS)
 	touch $@
 
 gpu-check: $(GPU_VENV)/.gpu-installed
-	env -u LD_LIBRARY_PATH $(GPU_VENV)/bin/python mxfp16/gpu/check.py --install-log $(GPU_VENV)/install.log \
+	env -u LD_LIBRARY_PATH $(GPU_VENV)/bin/python tools/gpu/check.py --install-log $(GPU_VENV)/install.log \
 		--json $(GPU_VENV)/gpu-check.json
 
 clean:

@@ -6,8 +6,9 @@ import subprocess
 import pytest
 
 from conftest import run_python
-from mxfp16.gpu import driver_standin
-from mxfp16.gpu.check import install_figures
+from gpu_tools import check, driver_standin
+
+install_figures = check.install_figures
 
 needs_toolchain = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm")), reason="needs gcc and nm")
 

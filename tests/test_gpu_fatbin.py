@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from conftest import REPO
-from mxfp16.gpu import fatbin
+from gpu_tools import fatbin
 from mxfp16.gpu.elf import section_ranges
-from mxfp16.gpu.fatbin import FatbinError, parse_fatbin, read_library
+FatbinError, parse_fatbin, read_library = fatbin.FatbinError, fatbin.parse_fatbin, fatbin.read_library
 
 PTX, SASS = 1, 2
 
@@ -109,7 +109,7 @@ def test_a_library_without_device_code_has_no_kernels(synthetic_library):
 def test_command_writes_an_importable_data_module(synthetic_library, tmp_path):
     library, data = synthetic_library
     target = tmp_path / "kernels_table.py"
-    proc = subprocess.run([sys.executable, "-m", "mxfp16.gpu.fatbin", library, "--write", str(target)],
+    proc = subprocess.run([sys.executable, fatbin.__file__, library, "--write", str(target)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "sm_86 (1)" in proc.stdout and "compute_52 (1)" in proc.stdout

@@ -126,7 +126,7 @@ def table_applies():
     """Whether the installed MXNet is the wheel :mod:`mxfp16.gpu.wheel_kernels` was read from.
 
     Decided by the distribution's name and version (``mxnet-cu112`` 1.9.1);
-    another CUDA build needs its own table (``python -m mxfp16.gpu.fatbin``).
+    another CUDA build needs its own table (``python tools/gpu/fatbin.py`` in a source checkout).
     """
     try:
         return metadata.version(wheel_kernels.SOURCE["distribution"]) == wheel_kernels.SOURCE["version"]
@@ -155,7 +155,7 @@ def gpu_support(gpus):
             row = {"capability": None, "status": "unknown", "detail": "compute capability unknown (no nvidia-smi)"}
         elif not table_applies():
             row = {"capability": cap, "status": "unknown",
-                   "detail": "no kernel table for this MXNet build: python -m mxfp16.gpu.fatbin <its libmxnet.so>"}
+                   "detail": "no kernel table for this MXNet build: python tools/gpu/fatbin.py <its libmxnet.so> (in a source checkout of mxfp16)"}
         else:
             row = wheel_coverage(cap).as_dict()
         rows.append({"index": gpu["index"], **row})

@@ -1,8 +1,8 @@
 """GPU kernels in mxnet_cu112-1.9.1-py3-none-manylinux2014_x86_64.whl (generated; do not edit).
 
-Written by ``python -m mxfp16.gpu.fatbin <wheel> --cuobjdump --write <this file>``
+Written by ``python tools/gpu/fatbin.py <wheel> --cuobjdump --write <this file>``
 from the ``.nv_fatbin`` sections of ``mxnet/libmxnet.so``; see
-:mod:`mxfp16.gpu.fatbin` for the format and :mod:`mxfp16.gpu.coverage` for
+``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.gpu.coverage` for
 what the numbers mean for each GPU generation.
 """
 

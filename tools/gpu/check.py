@@ -1,16 +1,17 @@
 """``make gpu-check``: prove a ``mxfp16[gpu]`` install loads, on any Linux machine, GPU or not.
 
-Run inside the venv that holds the gpu extra (the Makefile's ``.venv-gpu``),
-as a file (see the note at the imports)::
+A release tool, not part of the installed package. Run it from a source
+checkout inside the venv that holds the gpu extra (the Makefile's
+``.venv-gpu``)::
 
-    python mxfp16/gpu/check.py [--install-log FILE] [--json FILE]
+    python tools/gpu/check.py [--install-log FILE] [--json FILE]
 
 Steps, each reported as ok or FAILED:
 
 1. ``libmxnet.so`` is a CUDA build; the libraries it needs (its ``DT_NEEDED``)
    are all found in the NVIDIA wheels, except the driver's ``libcuda.so.1``.
 2. The driver: a real ``libcuda.so.1`` when the machine has one; otherwise a
-   stand-in that answers "no device" (:mod:`mxfp16.gpu.driver_standin`),
+   stand-in that answers "no device" (``tools/gpu/driver_standin.py``),
    preloaded into the child processes below and nowhere else.
 3. ``ldd`` on ``libmxnet.so`` and on every library in the wheels' folders,
    with ``LD_LIBRARY_PATH`` set to those folders: no "not found". ``ldd``
@@ -36,26 +37,15 @@ import sys
 import tempfile
 import textwrap
 
-if __name__ == "__main__" and not __package__:
-    # Run as a file (`python mxfp16/gpu/check.py`, what make gpu-check does):
-    # `python -m` would run mxfp16/__init__.py first, which imports MXNet, and
-    # on a machine without the NVIDIA driver that import fails before this
-    # check could build the driver stand-in. mxfp16.gpu needs no MXNet, so it
-    # is imported under a bare package object instead; the child processes
-    # below import mxfp16 for real.
-    import types
+# Run as a script (`python tools/gpu/check.py`, what make gpu-check does): this
+# folder is on sys.path, so its sibling tools import by name. `import mxfp16`
+# does not import MXNet (mxfp16/__init__.py), so the check runs, and builds
+# the driver stand-in, on a machine where loading MXNet would fail.
+import driver_standin
+from fatbin import read_library
 
-    _here = os.path.dirname(os.path.abspath(__file__))
-    if sys.path and os.path.abspath(sys.path[0]) == _here:
-        sys.path.pop(0)  # else elf.py, coverage.py ... would shadow top-level modules
-    _package = types.ModuleType("mxfp16")
-    _package.__path__ = [os.path.dirname(_here)]
-    sys.modules.setdefault("mxfp16", _package)
-    __package__ = "mxfp16.gpu"
-
-from . import driver_standin, libraries, wheel_kernels
-from .elf import dynamic_info
-from .fatbin import read_library
+from mxfp16.gpu import libraries, wheel_kernels
+from mxfp16.gpu.elf import dynamic_info
 
 
 class Check:
@@ -274,7 +264,7 @@ def run(install_log=None, json_path=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python mxfp16/gpu/check.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python tools/gpu/check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--install-log", help="pip's output of the install, for download sizes and time")
     parser.add_argument("--json", dest="json_path", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)

@@ -46,7 +46,7 @@ reported as plain ``sm_90`` here.
 
 Command line
 ------------
-``python -m mxfp16.gpu.fatbin PATH`` prints the table for a ``.so`` or for a
+``python tools/gpu/fatbin.py PATH`` prints the table for a ``.so`` or for a
 wheel (its ``mxnet/libmxnet.so``); ``--cuobjdump`` compares with NVIDIA's
 ``cuobjdump --list-elf/--list-ptx``; ``--write FILE`` writes the data module
 mxfp16 ships (:mod:`mxfp16.gpu.wheel_kernels`).
@@ -64,8 +64,8 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..fileio import sha256_file
-from .elf import section_ranges
+from mxfp16.fileio import sha256_file
+from mxfp16.gpu.elf import section_ranges
 
 __all__ = ["FatbinError", "FatbinEntry", "Kernels", "parse_fatbin", "read_library", "arch_name"]
 
@@ -306,9 +306,9 @@ def _format(kernels):
 def _module_text(source, kernels, cross_check):
     return f'''"""GPU kernels in {source.get("wheel") or source["library"]} (generated; do not edit).
 
-Written by ``python -m mxfp16.gpu.fatbin <wheel> --cuobjdump --write <this file>``
+Written by ``python tools/gpu/fatbin.py <wheel> --cuobjdump --write <this file>``
 from the ``.nv_fatbin`` sections of ``{source["library"]}``; see
-:mod:`mxfp16.gpu.fatbin` for the format and :mod:`mxfp16.gpu.coverage` for
+``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.gpu.coverage` for
 what the numbers mean for each GPU generation.
 """
 
@@ -330,7 +330,7 @@ CROSS_CHECK = {cross_check!r}
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.gpu.fatbin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python tools/gpu/fatbin.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="a shared library (.so) or an MXNet wheel (.whl)")
     parser.add_argument("--cuobjdump", nargs="?", const="auto", default=None, metavar="EXE",
                         help="compare with `cuobjdump --list-elf/--list-ptx` (EXE, or found on PATH, in "
