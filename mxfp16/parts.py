@@ -5,8 +5,9 @@ resolved precision, the network (built, cast, hybridized), the loss scaler,
 the ``gluon.Trainer`` and the loss. :func:`build_parts` makes them in one
 order, so what ``mxfp16 bench`` times is what ``mxfp16 train`` runs:
 
-1. devices and precision (a GPU MXNet cannot see, or float16 on a CPU, is
-   refused before anything is built);
+1. the spec's devices and precision arrive resolved and checked
+   (:func:`mxfp16.devices.resolve_devices`, :func:`mxfp16.resolve_precision`:
+   a GPU MXNet cannot see, or float16 on a CPU, is refused there, once);
 2. the environment float16 wants (:mod:`mxfp16.environment`);
 3. AMP, for ``amp-*`` precisions, before the network exists (it patches
    MXNet's operators for the whole process);
@@ -27,7 +28,7 @@ from .casting import cast_net
 from .environment import set_float16_environment
 from .models import build_model
 from .optim import make_trainer, optimizer_params
-from .precision import Precision, activate, as_context_list, check_devices, resolve_precision
+from .precision import Precision, activate
 from .scaler import make_loss_scaler
 
 __all__ = ["PartsSpec", "Parts", "build_parts", "build_network", "classification_loss", "amp_list_kwargs"]
@@ -44,10 +45,12 @@ class PartsSpec:
     classes : int
     image_size : int
         Side of the square input images (the network is materialised for it).
-    precision : str or Precision
-        A name from :data:`mxfp16.PRECISIONS`, or an already resolved :class:`~mxfp16.Precision`.
-    ctx : str or list of mx.Context
-        ``'auto'``, ``'cpu'``, ``'gpu:0,1'`` or contexts.
+    precision : Precision
+        Resolved by :func:`mxfp16.resolve_precision` (never a name: the
+        precision is resolved once, against these devices). Needed by
+        :func:`build_parts`; :func:`build_network` takes its dtype instead.
+    ctx : list of mx.Context
+        Checked by :func:`mxfp16.devices.resolve_devices`; needed by :func:`build_parts`.
     optimizer : str
         A registered MXNet optimizer name.
     lr, momentum, wd : float
@@ -57,8 +60,6 @@ class PartsSpec:
     label_smoothing : float
     pretrained : bool
         Start from local gluoncv ImageNet weights (nothing is downloaded).
-    allow_cpu_float16 : bool
-        float16 on a CPU, for elementwise networks only.
     amp_lists : str
         ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp_lists`) or ``'mxnet'`` (MXNet's own).
     seed : int or None
@@ -68,8 +69,8 @@ class PartsSpec:
     model: str
     classes: int
     image_size: int
-    precision: object = "auto"
-    ctx: object = "auto"
+    precision: Precision = None
+    ctx: list = None
     optimizer: str = "sgd"
     lr: float = 0.01
     momentum: float = 0.9
@@ -77,7 +78,6 @@ class PartsSpec:
     loss_scale: object = None
     label_smoothing: float = 0.0
     pretrained: bool = False
-    allow_cpu_float16: bool = False
     amp_lists: str = "mxfp16"
     seed: object = None
 
@@ -205,13 +205,18 @@ def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=Non
 
     Raises
     ------
-    mxfp16.PrecisionError, mxfp16.models.ModelError, mxfp16.optim.OptimizerError, ValueError
-        Bad devices, precision, model, optimizer or loss scale, each before
-        the next part is built.
+    mxfp16.models.ModelError, mxfp16.optim.OptimizerError, ValueError
+        A bad model, optimizer or loss scale, each before the next part is built.
+    TypeError
+        A precision or device list that was not resolved first.
     """
-    ctx = check_devices(as_context_list(spec.ctx))
-    precision = spec.precision if isinstance(spec.precision, Precision) else resolve_precision(
-        spec.precision, ctx, allow_cpu_float16=spec.allow_cpu_float16)
+    precision, ctx = spec.precision, spec.ctx
+    if not isinstance(precision, Precision):
+        raise TypeError(f"PartsSpec.precision must be a resolved Precision, not {precision!r}: pass "
+                        "mxfp16.resolve_precision(name, ctx)")
+    if isinstance(ctx, str) or not ctx or not all(isinstance(c, mx.Context) for c in ctx):
+        raise TypeError(f"PartsSpec.ctx must be a checked list of contexts, not {ctx!r}: pass "
+                        "mxfp16.devices.resolve_devices(ctx)")
     scaler = make_loss_scaler(spec.loss_scale, precision)  # checks the setting before anything is built
     opt_params = optimizer_params(spec.optimizer, spec.lr, spec.wd, spec.momentum, lr_scheduler)
     loss = classification_loss(spec.classes, spec.label_smoothing)

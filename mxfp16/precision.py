@@ -23,6 +23,7 @@ import mxnet as mx
 
 from . import hardware
 from ._internals import amp_initialized
+from .devices import as_context_list as _as_context_list
 
 PRECISIONS = ("float32", "float16", "amp-float16", "amp-bfloat16", "auto")
 
@@ -94,73 +95,6 @@ _CPU_FLOAT16_MESSAGE = (
 )
 
 
-def as_context_list(ctx=None):
-    """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or ``'auto'``, or a list into a list of contexts."""
-    if ctx is None:
-        return [mx.current_context()]
-    if isinstance(ctx, mx.Context):
-        return [ctx]
-    if isinstance(ctx, str):
-        return parse_ctx(ctx)
-    return list(ctx)
-
-
-def parse_ctx(text):
-    """Parse ``'auto'``, ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` into contexts.
-
-    ``'auto'`` is every GPU MXNet can see, or the CPU when it sees none (the
-    CPU wheel, or no CUDA device).
-    """
-    text = text.strip().lower()
-    if text == "auto":
-        count = hardware.gpu_count()
-        return [mx.gpu(i) for i in range(count)] if count else [mx.cpu()]
-    if text == "cpu":
-        return [mx.cpu()]
-    if text == "gpu":
-        return [mx.gpu(0)]
-    if text.startswith("gpu:"):
-        try:
-            devices = [mx.gpu(int(i)) for i in text[4:].split(",") if i.strip()]
-        except ValueError:
-            devices = []
-        if devices:
-            return devices
-    raise PrecisionError(f"cannot read device list {text!r}; use 'auto', 'cpu', 'gpu', 'gpu:0' or 'gpu:0,1'")
-
-
-def format_ctx(ctx_list):
-    """The inverse of :func:`parse_ctx` for a resolved list: ``'cpu'`` or ``'gpu:0,1'``."""
-    if all(c.device_type == "gpu" for c in ctx_list):
-        return "gpu:" + ",".join(str(c.device_id) for c in ctx_list)
-    return ",".join(c.device_type if c.device_type == "cpu" else f"gpu:{c.device_id}" for c in ctx_list)
-
-
-def check_devices(ctx_list):
-    """Refuse GPUs that MXNet cannot see, before anything is built on them.
-
-    Returns
-    -------
-    list of mx.Context
-        ``ctx_list`` itself.
-
-    Raises
-    ------
-    PrecisionError
-        Naming the missing GPUs and the fix (``--ctx auto`` or ``cpu``).
-    """
-    wanted = [c.device_id for c in ctx_list if c.device_type == "gpu"]
-    if wanted:
-        visible = hardware.gpu_count()
-        missing = [i for i in wanted if i >= visible]
-        if missing:
-            raise PrecisionError(
-                f"--ctx asks for GPU {', '.join(map(str, missing))} but MXNet sees {visible} GPU(s) "
-                "(the CPU wheel, or no CUDA runtime); use --ctx auto (every visible GPU, else the CPU) or "
-                "--ctx cpu, or install mxfp16[gpu] on a GPU machine")
-    return ctx_list
-
-
 def check_precision_name(name):
     """Normalise a precision name (``' AMP-BFloat16 '`` -> ``'amp-bfloat16'``).
 
@@ -201,7 +135,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
         CPU without the opt-in (the message explains why and what to use).
     """
     requested = check_precision_name(name)
-    contexts = as_context_list(ctx)
+    contexts = _as_context_list(ctx)
     on_gpu = all(c.device_type == "gpu" for c in contexts)
     resolved = requested
     if requested == "auto":
@@ -292,3 +226,20 @@ def runnable_here():
         "amp-float16": (n_gpus > 0, gpu_reason),
         "amp-bfloat16": (True, "native bfloat16 on this CPU" if bf16 else "runs, but emulated and slow without avx512_bf16/AMX"),
     }
+
+
+#: Device helpers that lived here before :mod:`mxfp16.devices`; kept one release as deprecated aliases.
+_MOVED_TO_DEVICES = ("as_context_list", "parse_ctx", "format_ctx", "check_devices")
+
+
+def __getattr__(name):
+    if name in _MOVED_TO_DEVICES:
+        import warnings
+
+        from . import devices
+
+        warnings.warn(f"mxfp16.precision.{name} moved to mxfp16.devices.{name}; the old name goes in the "
+                      "next release", DeprecationWarning, stacklevel=2)
+        return getattr(devices, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

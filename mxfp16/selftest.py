@@ -121,7 +121,7 @@ def train_run(spec):
 
     import mxfp16
     from .models import small_convnet
-    from .precision import as_context_list
+    from .devices import as_context_list
 
     contexts = as_context_list(spec.ctx)
     precision = mxfp16.resolve_precision(spec.precision, contexts)

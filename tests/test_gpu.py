@@ -13,7 +13,9 @@ import pytest
 from conftest import requires_gpu
 from mxfp16 import cast_batch, train_step
 from mxfp16.hardware import gpu_count
+from mxfp16.devices import resolve_devices
 from mxfp16.parts import PartsSpec, build_parts
+from mxfp16.precision import Precision, resolve_precision
 from mxfp16.train.outputs import structural_names
 from train_support import QUICK, ok, run_train, summary, tiny_dataset
 
@@ -31,6 +33,8 @@ def _batch(seed=0):
 
 
 def _parts(precision, ctx="gpu:0"):
+    ctx = resolve_devices(ctx)
+    precision = precision if isinstance(precision, Precision) else resolve_precision(precision, ctx)
     return build_parts(PartsSpec(model="cifar_resnet20_v1", classes=CLASSES, image_size=SIZE, precision=precision,
                                  ctx=ctx, optimizer="sgd", lr=0.05, momentum=0.9, wd=0.0, seed=0))
 

@@ -3,7 +3,7 @@ import mxnet as mx
 import pytest
 
 from mxfp16 import hardware
-from mxfp16.precision import PRECISIONS, PrecisionError, parse_ctx, resolve_precision
+from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
 
 
 @pytest.mark.parametrize("name, compute, params, amp, scaling, master", [
@@ -67,13 +67,6 @@ def test_auto_on_gpu_is_float16():
     assert resolve_precision("float16", "gpu:0").name == "float16"
 
 
-def test_parse_ctx():
-    assert parse_ctx("cpu") == [mx.cpu()]
-    assert parse_ctx("gpu:0,1") == [mx.gpu(0), mx.gpu(1)]
-    with pytest.raises(PrecisionError):
-        parse_ctx("tpu")
-
-
 def test_amp_is_process_global(python_child):
     proc = python_child("""
         from mxfp16.precision import AMPStateError, activate, resolve_precision
@@ -89,27 +82,3 @@ def test_amp_is_process_global(python_child):
     """)
     assert "refused float32 True" in proc.stdout
     assert "refused amp-float16 True" in proc.stdout
-
-
-def test_missing_gpus_are_refused_before_anything_is_built():
-    from mxfp16.hardware import gpu_count
-    from mxfp16.precision import check_devices
-
-    visible = gpu_count()
-    with pytest.raises(PrecisionError, match=f"GPU {visible} but MXNet sees {visible} GPU"):
-        check_devices([mx.gpu(visible)])
-    assert check_devices([mx.cpu()]) == [mx.cpu()]
-
-
-def test_ctx_auto_is_every_visible_gpu_else_the_cpu():
-    from mxfp16.hardware import gpu_count
-    from mxfp16.precision import format_ctx, parse_ctx
-
-    visible = gpu_count()
-    expected = [mx.gpu(i) for i in range(visible)] or [mx.cpu()]
-    assert parse_ctx("auto") == parse_ctx(" AUTO ") == expected
-    assert format_ctx(expected) == (f"gpu:{','.join(map(str, range(visible)))}" if visible else "cpu")
-    assert format_ctx(parse_ctx("gpu:0,2")) == "gpu:0,2"
-    for bad in ("tpu", "gpu:", "gpu:x", ""):
-        with pytest.raises(PrecisionError, match="'auto', 'cpu'"):
-            parse_ctx(bad)

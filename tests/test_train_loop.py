@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from mxfp16.optim import lr_schedule
+from mxfp16.devices import resolve_devices
 from mxfp16.parts import PartsSpec, build_parts
+from mxfp16.precision import Precision, resolve_precision
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from mxfp16.train.callbacks import InjectOverflow, InterruptAtStep
 from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
@@ -41,7 +43,9 @@ def batches(epoch, start):
 
 
 def make_parts(loss_scale="dynamic"):
-    spec = PartsSpec(model="elementwise-mlp", classes=CLASSES, image_size=SIZE, precision="float32", ctx="cpu",
+    ctx = resolve_devices("cpu")
+    spec = PartsSpec(model="elementwise-mlp", classes=CLASSES, image_size=SIZE,
+                     precision=resolve_precision("float32", ctx), ctx=ctx,
                      optimizer="sgd", lr=0.2, loss_scale=loss_scale, seed=0)
     return build_parts(spec, lr_scheduler=lr_schedule(0.2, EPOCHS, 0, STEPS))
 

@@ -175,10 +175,11 @@ def measure(spec):
     from ..hardware import peak_memory_mb
     from ..parts import PartsSpec, build_parts
     from ..environment import check_threads
-    from ..precision import as_context_list, format_ctx, resolve_precision
+    from ..devices import format_ctx, resolve_devices
+    from ..precision import resolve_precision
     from ..step import train_step
 
-    contexts = as_context_list(spec.ctx)
+    contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
         contexts = contexts[:1]  # one device answers one request
     precision = resolve_precision(spec.precision, contexts)
@@ -313,6 +314,7 @@ def run_in_subprocess(spec, timeout=None, python=None):
 
 def main(argv=None):
     """Child entry point: measure one spec and write its record to ``--result``."""
+    from ..devices import DeviceError
     from ..fileio import write_json
     from ..precision import PrecisionError
 
@@ -323,7 +325,7 @@ def main(argv=None):
     spec = BenchSpec.from_json(args.spec)
     try:
         record = measure(spec)
-    except PrecisionError as err:
+    except (PrecisionError, DeviceError) as err:
         write_json(args.result, not_run(spec, "skipped", str(err)))
         return EXIT_SKIPPED
     except Exception:  # the parent reports it and carries on with the other runs

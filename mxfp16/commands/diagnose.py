@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 
-from . import CommandError, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 from ..limits import integer, number, MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS
 
 ORDER = 30
@@ -46,8 +46,7 @@ def register(subparsers):
     model.add_argument("--params", default=None,
                        help="parameters to load (net.save_parameters / a trainer checkpoint's .params); gradients "
                             "of a trained network differ from those at initialisation (default: fresh initialisation)")
-    model.add_argument("--ctx", default="auto", help="one device: auto (the first GPU MXNet sees, else the CPU), "
-                                                     "cpu or gpu:N (default: auto)")
+    add_ctx_argument(model, one=True)
     scale = parser.add_argument_group("loss scale")
     scale.add_argument("--loss-scale", type=number(2 ** -24, 65504.0 ** 2), default=start,
                        help=f"a power of two to report underflow and overflow at (default: {start:g}, the dynamic "
@@ -96,21 +95,21 @@ def _setup(args):
 
     from ..data import DataError, demo_dataset, make_loaders
     from ..models import ModelError, build_model
-    from ..precision import PrecisionError, check_devices, parse_ctx
+    from ..devices import DeviceError, parse_ctx, resolve_devices
 
     try:
         ctx = parse_ctx(args.ctx)
         if args.ctx.strip().lower() == "auto":
             ctx = ctx[:1]
         if len(ctx) != 1:
-            raise PrecisionError(f"--ctx {args.ctx!r} names {len(ctx)} devices; diagnose runs on one, e.g. gpu:0")
-        ctx = check_devices(ctx)[0]
+            raise DeviceError(f"--ctx {args.ctx!r} names {len(ctx)} devices; diagnose runs on one, e.g. gpu:0")
+        ctx = resolve_devices(ctx)[0]
         loaders = make_loaders(args.data_dir or demo_dataset(), image_size=args.image_size,
                                batch_size=args.batch_size, seed=args.seed)
         batches = list(itertools.islice(loaders.train_batches(0), args.batches))
         mx.random.seed(args.seed)
         net = build_model(args.model, len(loaders.classes), ctx=ctx, in_shape=(3, args.image_size, args.image_size))
-    except (DataError, ModelError, PrecisionError) as err:
+    except (DataError, ModelError, DeviceError) as err:
         raise CommandError(str(err)) from None
     if args.params:
         from .._internals import saved_parameter_shapes

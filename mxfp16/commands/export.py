@@ -8,7 +8,7 @@ gluon.SymbolBlock.imports. Before anything is written, the exported files
 are run against the float32 model on the run's test set; an export whose
 top-1 falls more than --margin points below float32 is refused.
 """
-from . import CommandError, add_threads_argument
+from . import CommandError, add_ctx_argument, add_threads_argument
 from ..limits import integer, number, MAX_BATCH
 
 ORDER = 50
@@ -37,8 +37,7 @@ def register(subparsers):
     check.add_argument("--data", default=None,
                        help="data set whose test split the check runs on (default: the run's own, from config.json)")
     check.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch in the check (default: 32)")
-    check.add_argument("--ctx", default="auto", help="auto, cpu or gpu:N: where the check runs (default: auto, the "
-                                                     "first GPU MXNet sees, else the CPU)")
+    add_ctx_argument(check, one=True, where="the agreement check")
     add_threads_argument(check)
     output = parser.add_argument_group("output")
     output.add_argument("--out", required=True, help="export folder to create (required)")
@@ -51,6 +50,7 @@ def register(subparsers):
 def run(args):
     from ..inference.agreement import AgreementError
     from ..inference.bundle import ExportError
+    from ..devices import DeviceError
     from ..precision import PrecisionError
 
     from ..inference.export import export_run
@@ -59,5 +59,5 @@ def run(args):
         export_run(args.run, args.out, precision=args.precision, checkpoint=args.checkpoint, margin=args.margin,
                    overwrite=args.overwrite, amp_lists=args.amp_lists, ctx=args.ctx, data=args.data,
                    batch_size=args.batch_size)
-    except (ExportError, AgreementError, PrecisionError) as err:
+    except (ExportError, AgreementError, PrecisionError, DeviceError) as err:
         raise CommandError(str(err)) from None

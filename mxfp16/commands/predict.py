@@ -10,7 +10,7 @@ reported and skipped. --output writes CSV or JSON.
 import sys
 from pathlib import Path
 
-from . import CommandError, add_threads_argument
+from . import CommandError, add_ctx_argument, add_threads_argument
 from ..limits import integer, MAX_BATCH, MAX_COUNT
 
 ORDER = 55
@@ -27,8 +27,7 @@ def register(subparsers):
     parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
                         help="also write the predictions and the skipped files, as CSV or JSON by the file's "
                              "extension (default: print only)")
-    parser.add_argument("--ctx", default="auto", help="auto, cpu or gpu:N (default: auto, the first GPU MXNet sees, "
-                                                      "else the CPU)")
+    add_ctx_argument(parser, one=True)
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar (default: a bar on a terminal)")
     add_threads_argument(parser)
@@ -45,9 +44,11 @@ def run(args):
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
+    from ..devices import DeviceError
+
     try:
         predictor = Predictor(args.model, ctx=args.ctx)
-    except ExportError as err:
+    except (ExportError, DeviceError) as err:
         raise CommandError(str(err)) from None
     files, skipped = image_files(args.inputs)
     with tqdm(total=len(files), unit="image", desc="predict", leave=False, dynamic_ncols=True, file=sys.stderr,

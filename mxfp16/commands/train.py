@@ -84,12 +84,13 @@ def run_command(args):
     from ..distributed import KVStoreError
     from ..models import ModelError
     from ..optim import OptimizerError
+    from ..devices import DeviceError
     from ..precision import AMPStateError, PrecisionError
     from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
 
     try:
         fit(prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None)))
-    except (ConfigError, PrecisionError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
+    except (ConfigError, PrecisionError, DeviceError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
             CheckpointError, TrainingDivergedError) as err:
         raise CommandError(str(err)) from None
     except TrainingInterrupted as err:

@@ -29,7 +29,7 @@ import numpy as np
 from mxnet import autograd
 
 from ..casting import to_float32
-from ..precision import as_context_list
+from ..devices import as_context_list
 from .layers import tap_outputs
 from .stats import RangeCollector
 

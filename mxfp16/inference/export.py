@@ -35,7 +35,8 @@ from ..fileio import JSONFileError, OutputFolderError, check_output_folder
 from ..limits import MAX_IMAGE_SIDE
 from ..ndarray_file import NDArrayFileError, check_shapes
 from ..parts import PartsSpec, build_network
-from ..precision import PrecisionError, as_context_list, check_devices, format_ctx, resolve_precision
+from ..devices import format_ctx, resolve_devices
+from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.outputs import RunOutputs, structural_names
 from . import bundle
@@ -219,7 +220,7 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
     except OutputFolderError as err:
         raise ExportError(str(err)) from None
     unfinished = _finished(run, config) if checkpoint != "best" and source.get("tag") else None
-    contexts = check_devices(as_context_list(ctx))[:1]
+    contexts = resolve_devices(ctx)[:1]
     device = contexts[0]
     wanted = resolve_precision(precision, contexts, allow_cpu_float16=True)
     if wanted.compute_dtype == "bfloat16" and device.device_type != "cpu":

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..data import scan_image
 from ..data.pipelines import center_view, normalise, read_image
-from ..precision import as_context_list, check_devices, format_ctx
+from ..devices import format_ctx, resolve_devices
 from .agreement import softmax
 from .bundle import ExportError, read_info, read_model
 from .convert import load_block
@@ -82,7 +82,7 @@ class Predictor:
     def __init__(self, folder, ctx="auto"):
         self.folder = Path(folder)
         self.info = read_info(folder)
-        self.ctx = check_devices(as_context_list(ctx))[0]
+        self.ctx = resolve_devices(ctx)[0]
         if self.info["compute_dtype"] == "float16" and self.ctx.device_type == "cpu":
             raise ExportError(f"{folder} is a {self.info['precision']} export and MXNet has no float16 convolution "
                               "on a CPU; predict on a GPU (--ctx gpu:0), or export the run as amp-bfloat16 or "

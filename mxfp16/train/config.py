@@ -34,6 +34,7 @@ from ..data.pipelines import AUGMENT_CHOICES, PIPELINES
 from ..environment import THREADS_DEFAULT, THREADS_HELP
 from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, max_batch
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
+from ..devices import CTX_HELP
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
 from ..scaler import parse_loss_scale
 
@@ -154,8 +155,7 @@ class TrainConfig:
     epochs: int = _option(None, "optimisation", "epochs")
     batch_size: int = _option(None, "optimisation", "images per step on each worker, split across devices")
     # run
-    ctx: str = _option("auto", "run", "auto (every GPU MXNet sees, else the CPU), cpu, gpu, or a GPU list such as "
-                                      "gpu:0,1 that splits each batch")
+    ctx: str = _option("auto", "run", CTX_HELP + " (a list splits each batch)")
     threads: int = _option(None, "run", THREADS_HELP, metavar="N", default_text=THREADS_DEFAULT)
     kvstore: str = _option("device", "run", "Gluon kvstore, passed through; dist_* under `mxfp16 launch`",
                            choices=KVSTORES)

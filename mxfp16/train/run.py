@@ -24,7 +24,8 @@ from ..fileio import JSONFileError, shown
 from ..hardware import peak_memory_mb
 from ..optim import check_compression, lr_schedule
 from ..parts import PartsSpec, build_parts
-from ..precision import as_context_list, check_devices, format_ctx, resolve_precision
+from ..devices import format_ctx, resolve_devices
+from ..precision import resolve_precision
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, InjectOverflow, InterruptAtStep, ProgressBar, StopOnSignal
 from .config import ConfigError, TrainConfig
@@ -188,7 +189,7 @@ def prepare(config, log=None, given=None, command=None):
             config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
     config = config.resolve()
-    ctx = check_devices(as_context_list(config.ctx))
+    ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
     precision = resolve_precision(config.precision, ctx, allow_cpu_float16=config.allow_cpu_float16)
     compression = check_compression(config.gradient_compression, config.kvstore, precision)
     outputs = RunOutputs(config.out)

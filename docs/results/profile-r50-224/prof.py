@@ -5,7 +5,8 @@ import mxnet as mx
 from mxfp16.bench.runner import BenchSpec, _Batches
 from mxfp16.casting import cast_batch
 from mxfp16.parts import PartsSpec, build_parts
-from mxfp16.precision import as_context_list, resolve_precision
+from mxfp16.devices import as_context_list
+from mxfp16.precision import resolve_precision
 from mxfp16.step import train_step
 prec_name = sys.argv[1]; bs = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 spec = BenchSpec(precision=prec_name, batch_size=bs, ctx="cpu")

@@ -1,0 +1,78 @@
+"""Devices: --ctx parsed, formatted and checked once, with their own error type."""
+import warnings
+
+import mxnet as mx
+import pytest
+
+from mxfp16.devices import DeviceError, check_devices, format_ctx, parse_ctx, resolve_devices
+from mxfp16.hardware import gpu_count
+from mxfp16.precision import PrecisionError
+
+
+def test_parse_ctx():
+    assert parse_ctx("cpu") == [mx.cpu()]
+    assert parse_ctx("gpu:0,1") == [mx.gpu(0), mx.gpu(1)]
+    with pytest.raises(DeviceError):
+        parse_ctx("tpu")
+
+
+def test_a_device_error_is_not_a_precision_error():
+    assert not issubclass(DeviceError, PrecisionError)
+    with pytest.raises(DeviceError):
+        resolve_devices(f"gpu:{gpu_count()}")
+
+
+def test_missing_gpus_are_refused_before_anything_is_built():
+    visible = gpu_count()
+    with pytest.raises(DeviceError, match=f"GPU {visible} but MXNet sees {visible} GPU"):
+        check_devices([mx.gpu(visible)])
+    assert check_devices([mx.cpu()]) == [mx.cpu()]
+    assert resolve_devices("cpu") == [mx.cpu()]
+
+
+def test_ctx_auto_is_every_visible_gpu_else_the_cpu():
+    visible = gpu_count()
+    expected = [mx.gpu(i) for i in range(visible)] or [mx.cpu()]
+    assert parse_ctx("auto") == parse_ctx(" AUTO ") == expected
+    assert format_ctx(expected) == (f"gpu:{','.join(map(str, range(visible)))}" if visible else "cpu")
+    assert format_ctx(parse_ctx("gpu:0,2")) == "gpu:0,2"
+    for bad in ("tpu", "gpu:", "gpu:x", ""):
+        with pytest.raises(DeviceError, match="'auto', 'cpu'"):
+            parse_ctx(bad)
+
+
+def test_old_names_in_precision_still_work_and_warn():
+    import mxfp16.precision as precision
+
+    for name in ("parse_ctx", "format_ctx", "as_context_list", "check_devices"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert getattr(precision, name) is getattr(__import__("mxfp16.devices").devices, name)
+        assert any(issubclass(w.category, DeprecationWarning) and "mxfp16.devices" in str(w.message)
+                   for w in caught)
+    with pytest.raises(AttributeError):
+        precision.no_such_name
+
+
+def test_the_builder_takes_only_resolved_settings():
+    from mxfp16 import resolve_precision
+    from mxfp16.parts import PartsSpec, build_parts
+
+    cpu = resolve_devices("cpu")
+    with pytest.raises(TypeError, match="resolve_precision"):
+        build_parts(PartsSpec(model="elementwise-mlp", classes=2, image_size=8, precision="float32", ctx=cpu))
+    with pytest.raises(TypeError, match="resolve_devices"):
+        build_parts(PartsSpec(model="elementwise-mlp", classes=2, image_size=8,
+                              precision=resolve_precision("float32", cpu), ctx="cpu"))
+
+
+def test_every_command_shares_one_ctx_help():
+    from mxfp16.cli import build_parser
+
+    parser = build_parser()
+    from mxfp16.devices import CTX_HELP, ONE_DEVICE_HELP
+
+    helps = [option.help for command in parser._subparsers._group_actions[0].choices.values()
+             for option in command._actions if "--ctx" in option.option_strings]
+    assert len(helps) >= 5  # train, bench, diagnose, export, predict
+    assert all(h.startswith(CTX_HELP) or h.startswith(ONE_DEVICE_HELP) for h in helps), helps
