@@ -6,11 +6,12 @@ own child. The child is ``python -m <module> <args> --result FILE`` and writes
 one JSON record to ``FILE``; this function never raises for a child that
 crashes or hangs, it says what happened.
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
+
+from .fileio import read_json
 
 __all__ = ["run_json_child"]
 
@@ -48,7 +49,6 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
         except subprocess.TimeoutExpired:
             return None, f"timed out after {timeout:g} s"
         if os.path.exists(result_path):
-            with open(result_path, encoding="utf-8") as handle:
-                return json.load(handle), None
+            return read_json(result_path, fix=f"the child process {module} wrote it"), None
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-tail_lines:]
         return None, f"exit status {proc.returncode}: " + "\n".join(tail)

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from .child import run_json_child
+from .fileio import parse_json
 
 #: What every run trains.
 STEPS, BATCH_SIZE, IMAGE_SIZE, CLASSES = 20, 32, 16, 4
@@ -100,7 +101,7 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, text):
-        values = json.loads(text)
+        values = parse_json(text, "the self-test spec")
         values["skip_steps"] = tuple(values.get("skip_steps") or ())
         return cls(**{k: v for k, v in values.items() if k in {f.name for f in fields(cls)}})
 

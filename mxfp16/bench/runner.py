@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from ..child import run_json_child
+from ..fileio import parse_json
 from ..environment import mxnet_threads
 
 MODES = ("train", "inference")
@@ -106,7 +107,7 @@ class BenchSpec:
 
     @classmethod
     def from_json(cls, text):
-        values = json.loads(text)
+        values = parse_json(text, "the benchmark spec")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
