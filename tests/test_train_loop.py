@@ -16,7 +16,7 @@ from mxfp16.devices import resolve_devices
 from mxfp16.parts import PartsSpec, build_parts
 from mxfp16.precision import Precision, resolve_precision
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
-from mxfp16.train.callbacks import InjectOverflow, InterruptAtStep
+from fault_injection import InjectOverflow, InterruptAtStep
 from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
 
 CLASSES, SIZE, BATCH, STEPS, EPOCHS = 3, 4, 8, 5, 2
@@ -85,12 +85,11 @@ def test_the_loop_counts_what_the_steps_did():
     order = np.random.RandomState(0).permutation(len(LABELS))
 
     class Labels(Callback):
-        def loss_for_step(self, progress, loss):
-            b = progress.batch
+        def on_step_end(self, progress, result):  # before the recorder's: the labels of the step just taken
+            b = progress.batch - 1
             recorder.labels = LABELS[order[b * BATCH:(b + 1) * BATCH]]
-            return loss
 
-    callbacks = [Labels(), InjectOverflow(3), recorder]
+    callbacks = [Labels(), InjectOverflow(parts, 3), recorder]
     assert train_epoch(parts, batches(0, 0), progress, callbacks, log_every=2)
     sums = progress.sums
     assert (progress.epoch, progress.batch, progress.global_step) == (0, STEPS, STEPS)
@@ -105,18 +104,19 @@ def test_the_loop_counts_what_the_steps_did():
 def test_interrupted_and_resumed_training_is_exact(tmp_path):
     whole = make_parts()
     whole_progress = Progress()
-    assert train_until_done_or_stopped(whole, whole_progress, [InjectOverflow(3)])
+    assert train_until_done_or_stopped(whole, whole_progress, [InjectOverflow(whole, 3)])
 
     first = make_parts()
     progress = Progress()
     stop_at = STEPS + 2  # epoch 2, after its second batch
-    assert not train_until_done_or_stopped(first, progress, [InjectOverflow(3), InterruptAtStep(stop_at)], tmp_path)
+    assert not train_until_done_or_stopped(first, progress, [InjectOverflow(first, 3), InterruptAtStep(stop_at)],
+                                           tmp_path)
     assert (progress.epoch, progress.batch, progress.global_step) == (1, 2, stop_at)
 
     second = make_parts()  # a fresh process would build these the same way
     resumed = load_checkpoint(tmp_path, second, FINGERPRINT)
     assert resumed == progress
-    assert train_until_done_or_stopped(second, resumed, [InjectOverflow(3)])
+    assert train_until_done_or_stopped(second, resumed, [InjectOverflow(second, 3)])
 
     assert params_digest(second.net) == params_digest(whole.net)
     assert second.scaler.state_dict() == whole.scaler.state_dict()
@@ -129,7 +129,7 @@ def test_a_non_finite_loss_without_a_scaler_names_the_step_and_epoch():
     parts = make_parts(loss_scale="none")
     progress = Progress(epoch=1, global_step=STEPS)
     with pytest.raises(TrainingDivergedError) as err:
-        train_epoch(parts, batches(1, 0), progress, [InjectOverflow(STEPS + 2)], log_every=1)
+        train_epoch(parts, batches(1, 0), progress, [InjectOverflow(parts, STEPS + 2)], log_every=1)
     assert (err.value.step, err.value.epoch) == (STEPS + 2, 1)
     assert "the loss became" in str(err.value)
 

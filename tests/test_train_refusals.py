@@ -6,6 +6,7 @@ import pytest
 
 from mxfp16.train import ConfigError, TrainConfig
 from mxfp16.train.checkpoint import describe_mismatch
+from fault_injection import environment
 from train_support import QUICK, metrics, ok, refused, run_train, tiny_dataset
 
 
@@ -64,7 +65,7 @@ def test_float16_on_cpu_is_refused_with_the_explanation(tmp_path, capsys):
 def test_infinite_loss_in_float32_stops_naming_the_step_and_keeps_the_checkpoint(data, tmp_path):
     out = tmp_path / "nan"
     proc = run_train("--data-dir", data, "--precision", "float32", "--out", out, "--epochs", 2, "--max-batches", 3,
-                     "--inject-overflow-step", 5, *QUICK)
+                     *QUICK, env=environment(overflow_step=5))
     message = refused(proc, "step 5, epoch 2", "epoch-0001")
     assert "inf" in message or "nan" in message
     record = json.loads((out / "checkpoints" / "latest.json").read_text())
@@ -162,3 +163,15 @@ def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):
                           "--out", tmp_path / "x")
     assert f"GPU {missing}" in message and "--ctx auto" in message and "--ctx cpu" in message
     assert not (tmp_path / "x").exists()
+
+
+def test_the_callback_variable_loads_module_function_or_says_what_is_wrong():
+    from mxfp16.train.config import ConfigError
+    from mxfp16.train.run import CALLBACKS_VARIABLE, callbacks_from_environment
+
+    assert callbacks_from_environment(None, {}) == []
+    made = callbacks_from_environment("the run", {CALLBACKS_VARIABLE: "fault_injection:callbacks"})
+    assert made == []  # the module loaded; no fault variable is set here, so it adds none
+    for bad in ("no_such_module_xyz:callbacks", "fault_injection:no_such_function", "fault_injection"):
+        with pytest.raises(ConfigError, match=CALLBACKS_VARIABLE):
+            callbacks_from_environment(None, {CALLBACKS_VARIABLE: bad})

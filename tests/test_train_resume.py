@@ -10,12 +10,13 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from fault_injection import environment
 from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow
 
 STEPS_PER_EPOCH = 4
-COMMON = ["--precision", "float32", "--loss-scale", "dynamic", "--inject-overflow-step", 2, "--epochs", 3,
+COMMON = ["--precision", "float32", "--loss-scale", "dynamic", "--epochs", 3,
           "--max-batches", STEPS_PER_EPOCH, "--warmup-epochs", 1, "--log-every", 3, *QUICK]
 INTERRUPT_STEP = 6  # epoch 2, after its second batch
 
@@ -25,12 +26,13 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     data = tiny_dataset(root)
     whole = root / "whole"
-    ok(run_train("--data-dir", data, "--out", whole, *COMMON))
+    ok(run_train("--data-dir", data, "--out", whole, *COMMON, env=environment(overflow_step=2)))
     parts = root / "parts"
-    first = run_train("--data-dir", data, "--out", parts, "--interrupt-at-step", INTERRUPT_STEP, *COMMON)
+    first = run_train("--data-dir", data, "--out", parts, *COMMON,
+                      env=environment(overflow_step=2, interrupt_step=INTERRUPT_STEP))
     interrupted_record = json.loads((parts / "checkpoints" / "latest.json").read_text())
     interrupted_metrics = metrics(parts)
-    second = ok(run_train("--data-dir", data, "--out", parts, "--resume", *COMMON))
+    second = ok(run_train("--data-dir", data, "--out", parts, "--resume", *COMMON, env=environment(overflow_step=2)))
     return {"whole": whole, "parts": parts, "first": first, "second": second,
             "record": interrupted_record, "interrupted_metrics": interrupted_metrics}
 

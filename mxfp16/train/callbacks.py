@@ -1,4 +1,4 @@
-"""What the trainer hangs on the epoch loop: the progress bar, the stop on Ctrl-C, and two testing aids.
+"""What the trainer hangs on the epoch loop: the progress bar and the stop on Ctrl-C.
 
 Each is a :class:`~mxfp16.train.loop.Callback`; the loop itself has no
 branch for any of them.
@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from .loop import Callback
 
-__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "InjectOverflow", "InterruptAtStep"]
+__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop"]
 
 
 class ProgressBar(Callback):
@@ -123,35 +123,3 @@ class AgreedStop(Callback):
 
     def stop_requested(self, progress):
         return self.agreed
-
-
-class InjectOverflow(Callback):
-    """Testing aid: make the loss infinite at one global step, so the loss scaler must skip it.
-
-    Parameters
-    ----------
-    step : int
-        The global step (from 1).
-    rank : int or None
-        Only on this worker; ``None`` on every worker.
-    this_rank : int
-    """
-
-    def __init__(self, step, rank=None, this_rank=0):
-        self.step = step
-        self.active = rank is None or rank == this_rank
-
-    def loss_for_step(self, progress, loss):
-        if not self.active or progress.global_step + 1 != self.step:
-            return loss
-        return lambda output, label: loss(output, label) * float("inf")
-
-
-class InterruptAtStep(Callback):
-    """Testing aid: behave as if Ctrl-C arrived right after one global step."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def stop_requested(self, progress):
-        return progress.global_step == self.step

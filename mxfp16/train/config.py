@@ -45,7 +45,7 @@ KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "dist_as
 #: The documented Caltech-101 folders, named in --data-dir's help.
 _CALTECH = caltech101_paths()
 #: The flag groups of ``mxfp16 train --help``, in order.
-GROUPS = ("data", "model", "precision", "optimisation", "run", "testing aids (not for training runs)")
+GROUPS = ("data", "model", "precision", "optimisation", "run")
 
 #: Values for fields left at None, per profile (see the module docstring).
 PROFILES = {
@@ -61,8 +61,7 @@ RESUME_CHANGEABLE = ("epochs", "lr", "lr_schedule", "warmup_epochs", "step_epoch
                      "label_smoothing", "clip_grad_norm", "ctx", "threads", "workers", "keep_checkpoints",
                      "max_batches", "log_every", "progress")
 #: Fields that steer this invocation and are not part of what the run is.
-RESUME_CONTROL = ("resume", "overwrite", "accept_changed_data", "out", "inject_overflow_step", "inject_overflow_rank",
-                  "interrupt_at_step")
+RESUME_CONTROL = ("resume", "overwrite", "accept_changed_data", "out")
 
 
 class ConfigError(ValueError):
@@ -99,9 +98,8 @@ class TrainConfig:
 
     Each field's ``help`` metadata is its documentation (``mxfp16 train --help``
     shows it with the default). The groups: data, model, precision,
-    optimisation, run, and testing aids (``inject_overflow_step``,
-    ``inject_overflow_rank``, ``interrupt_at_step``: make the loss infinite
-    at a global step, or behave as if Ctrl-C arrived after one).
+    optimisation and run. Nothing here exists only for tests: faults are
+    injected through callbacks (:data:`mxfp16.train.run.CALLBACKS_VARIABLE`).
     """
 
     # data
@@ -183,13 +181,6 @@ class TrainConfig:
                                         "for the device")
     progress: bool = _option(True, "run", "no progress bar", flag="--no-progress",
                              default_text="bar on a terminal")
-    # testing aids
-    inject_overflow_step: int = _option(None, GROUPS[-1], "make the loss infinite at this global step, so the "
-                                                          "loss scaler must skip it", default_text="off")
-    inject_overflow_rank: int = _option(None, GROUPS[-1], "inject the overflow on this worker only",
-                                        default_text="every worker")
-    interrupt_at_step: int = _option(None, GROUPS[-1], "behave as if Ctrl-C arrived after this global step",
-                                     default_text="off")
 
     @property
     def profile(self):
@@ -274,9 +265,6 @@ class TrainConfig:
         need(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 32, f"seed={self.seed}: must be in 0 .. 2**32-1")
         self.check_resume_pair()
         need(self.max_batches is None or self.max_batches >= 1, f"max_batches={self.max_batches}: must be >= 1")
-        for name in ("inject_overflow_step", "interrupt_at_step"):
-            value = getattr(self, name)
-            need(value is None or value >= 1, f"{name}={value}: steps count from 1")
 
     # ---- resuming ------------------------------------------------------
     def check_resume_pair(self):

@@ -53,10 +53,6 @@ class Callback:
     def on_epoch_begin(self, progress):
         """Before the first step of the epoch (or of its remainder, after a resume)."""
 
-    def loss_for_step(self, progress, loss):
-        """The loss to use for the next step (number ``progress.global_step + 1``); ``loss`` by default."""
-        return loss
-
     def on_step_end(self, progress, result):
         """After each step, with its :class:`~mxfp16.StepResult` (device arrays, unread)."""
 
@@ -139,11 +135,8 @@ def train_epoch(parts, batches, progress, callbacks=(), log_every=10, workers=1,
     try:
         for data, label in batches:
             x, y = cast_batch(data, label, parts.precision.data_dtype, parts.ctx)
-            loss = parts.loss
-            for cb in callbacks:
-                loss = cb.loss_for_step(progress, loss)
             try:
-                result = train_step(parts.net, loss, parts.trainer, x, y, parts.scaler,
+                result = train_step(parts.net, parts.loss, parts.trainer, x, y, parts.scaler,
                                     batch_size=data.shape[0] * workers, clip_grad_norm=clip_grad_norm)
             except LossScaleDivergedError as err:
                 raise TrainingDivergedError(str(err), step=progress.global_step + 1, epoch=progress.epoch) from None

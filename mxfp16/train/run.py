@@ -27,7 +27,7 @@ from ..parts import PartsSpec, build_parts
 from ..devices import format_ctx, resolve_devices
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import AgreedStop, InjectOverflow, InterruptAtStep, ProgressBar, StopOnSignal
+from .callbacks import AgreedStop, ProgressBar, StopOnSignal
 from .config import ConfigError, TrainConfig
 from .loop import TrainingDivergedError, evaluate, train_epoch
 from .outputs import RunOutputs, params_digest, structural_names
@@ -337,6 +337,35 @@ def restore(run, changes=None):
             f"loss scale {run.parts.scaler.scale:g}, lr {run.parts.trainer.learning_rate:.4g})")
 
 
+#: ``module:function`` whose ``function(run)`` returns callbacks for every run of this process
+#: and of the workers it launches (the command line's way to add a callback; the test suite
+#: injects faults with it, tests/fault_injection.py).
+CALLBACKS_VARIABLE = "MXFP16_TRAIN_CALLBACKS"
+
+
+def callbacks_from_environment(run, environ=None):
+    """The callbacks ``$MXFP16_TRAIN_CALLBACKS`` (``module:function``) builds for ``run``; none when unset.
+
+    Raises
+    ------
+    ConfigError
+        The variable is malformed, or its module or function cannot be loaded.
+    """
+    import importlib
+    import os
+
+    spec = (os.environ if environ is None else environ).get(CALLBACKS_VARIABLE, "").strip()
+    if not spec:
+        return []
+    module_name, _, function_name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{CALLBACKS_VARIABLE}={spec!r} cannot be loaded ({err}); it names module:function, "
+                          "importable from PYTHONPATH, whose function(run) returns a list of callbacks") from None
+    return list(factory(run))
+
+
 def fit(run, callbacks=()):
     """Train the remaining epochs of ``run``; return the summary (also written to ``summary.json``).
 
@@ -344,7 +373,8 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C, testing aids).
+        Called after the trainer's own (progress bar, Ctrl-C), then those
+        :func:`callbacks_from_environment` names.
     """
     config, progress = run.config, run.progress
     with StopOnSignal(say=run.say) as stop:  # before the first line of the log: a signal from now on is handled
@@ -355,11 +385,7 @@ def fit(run, callbacks=()):
             stop_hook = stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
                              enabled=config.progress and run.cluster.rank == 0), stop_hook]
-        if config.inject_overflow_step:
-            hooks.append(InjectOverflow(config.inject_overflow_step, config.inject_overflow_rank, run.cluster.rank))
-        if config.interrupt_at_step:
-            hooks.append(InterruptAtStep(config.interrupt_at_step))
-        hooks += list(callbacks)
+        hooks += list(callbacks) + callbacks_from_environment(run)
         while progress.epoch < config.epochs:
             start = progress.batch
             batches = itertools.islice(run.loaders.train_batches(progress.epoch, start),

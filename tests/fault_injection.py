@@ -1,0 +1,92 @@
+"""Faults for the trainer's tests, injected as callbacks; not part of the package.
+
+In-process tests hand these callbacks to :func:`mxfp16.train.train_epoch` or
+:func:`mxfp16.train.run.fit`. Runs in a child process (``python -m
+mxfp16.train``, the workers of ``mxfp16 launch``) get them through the
+trainer's callback variable, which :func:`environment` sets up::
+
+    run_train(..., env=fault_injection.environment(overflow_step=2, interrupt_step=5))
+"""
+import os
+
+from mxfp16.train.loop import Callback
+from mxfp16.train.run import CALLBACKS_VARIABLE
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+OVERFLOW_STEP, OVERFLOW_RANK, INTERRUPT_STEP = ("MXFP16_TEST_OVERFLOW_STEP", "MXFP16_TEST_OVERFLOW_RANK",
+                                                "MXFP16_TEST_INTERRUPT_STEP")
+
+
+class _InfiniteLoss:
+    """``loss(output, label) * inf``: every gradient overflows, so a loss scaler must skip the step."""
+
+    def __init__(self, loss):
+        self.loss = loss
+
+    def __call__(self, output, label):
+        return self.loss(output, label) * float("inf")
+
+
+class InjectOverflow(Callback):
+    """Make the loss infinite at one global step (from 1), on one worker (``rank``) or all of them.
+
+    It swaps ``parts.loss`` for the step and puts it back after: the loop
+    reads ``parts.loss`` at every step and has no hook for this.
+    """
+
+    def __init__(self, parts, step, rank=None, this_rank=0):
+        self.parts, self.step = parts, step
+        self.active = rank is None or rank == this_rank
+        self.original = parts.loss
+
+    def _arm(self, progress):
+        due = self.active and progress.global_step + 1 == self.step
+        self.parts.loss = _InfiniteLoss(self.original) if due else self.original
+
+    def on_epoch_begin(self, progress):
+        self._arm(progress)
+
+    def on_step_end(self, progress, result):
+        self._arm(progress)
+
+    def on_epoch_end(self, progress):
+        self.parts.loss = self.original
+
+
+class InterruptAtStep(Callback):
+    """Behave as if Ctrl-C arrived right after one global step."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def stop_requested(self, progress):
+        return progress.global_step == self.step
+
+
+def callbacks(run):
+    """The trainer's callback variable points here: the faults the test's variables ask for."""
+    hooks = []
+    if os.environ.get(OVERFLOW_STEP):
+        rank = os.environ.get(OVERFLOW_RANK)
+        hooks.append(InjectOverflow(run.parts, int(os.environ[OVERFLOW_STEP]), None if rank is None else int(rank),
+                                    run.cluster.rank))
+    if os.environ.get(INTERRUPT_STEP):
+        hooks.append(InterruptAtStep(int(os.environ[INTERRUPT_STEP])))
+    return hooks
+
+
+def command_prefix(**faults):
+    """``["env", "NAME=value", ...]`` to put before a worker's command line (``mxfp16 launch`` workers)."""
+    env = environment(**faults)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env["PYTHONPATH"], os.environ.get("PYTHONPATH")) if p)
+    return ["env", *(f"{name}={value}" for name, value in env.items())]
+
+
+def environment(overflow_step=None, overflow_rank=None, interrupt_step=None):
+    """Variables for a child run: this folder on PYTHONPATH, the callback variable, and the faults."""
+    env = {"PYTHONPATH": TESTS, CALLBACKS_VARIABLE: "fault_injection:callbacks"}
+    for name, value in ((OVERFLOW_STEP, overflow_step), (OVERFLOW_RANK, overflow_rank),
+                        (INTERRUPT_STEP, interrupt_step)):
+        if value is not None:
+            env[name] = str(value)
+    return env
