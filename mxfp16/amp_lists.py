@@ -246,6 +246,27 @@ def _float32_call(f, name, warn_as=None):
     return float32_op
 
 
+def warn_if_numpy_mode(output):
+    """Warn once when a numpy-mode network's output appears under AMP: it ran in float32.
+
+    MXNet 1.9.1's AMP wraps the ``mx.nd`` / ``mx.sym`` operators only; the
+    ``mx.np`` / ``mx.npx`` ones a numpy-mode network calls run in the dtype
+    they are given, float32. :func:`mxfp16.train_step` calls this with each
+    output (an ``isinstance`` check until the warning has been given).
+    """
+    if "numpy mode" in _warned:
+        return
+    import mxnet as mx
+
+    from ._internals import amp_initialized
+
+    if isinstance(output, mx.np.ndarray) and amp_initialized():
+        _warned.add("numpy mode")
+        warnings.warn("mxfp16: this network runs in numpy mode (mx.np / mx.npx operators), which MXNet "
+                      f"{_mxnet_version()}'s AMP does not wrap, so it trains in float32 under AMP. See "
+                      "docs/amp-table.md.", Float32Fallback, stacklevel=3)
+
+
 def _mxnet_version():
     import mxnet
 

@@ -11,6 +11,7 @@ import numpy as np
 from mxnet import autograd
 
 from ._internals import trainer_params, trainer_updates_on_kvstore
+from .amp_lists import warn_if_numpy_mode
 from .casting import to_float32
 
 __all__ = ["StepResult", "train_step", "grads_are_finite", "clip_global_norm_"]
@@ -96,7 +97,7 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
     NDArray
         The global norm of ``grads / scale``, shape (1,), float32.
     """
-    ctx = grads[0].context
+    ctx = grads[0].ctx
     # multi_sum_sq accumulates in its input dtype, so float16 groups are
     # widened first: squared scaled gradients overflow float16 easily.
     sums = [mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum().as_in_context(ctx)
@@ -104,7 +105,7 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
     norm = mx.nd.sqrt(mx.nd.add_n(*sums) if len(sums) > 1 else sums[0]).reshape((1,)) / scale
     factor = mx.nd.minimum(max_norm / (norm + 1e-6), mx.nd.ones((1,), ctx=ctx))
     for g in list(grads) + list(replicas):
-        g *= factor.as_in_context(g.context).astype(g.dtype, copy=False)
+        g *= factor.as_in_context(g.ctx).astype(g.dtype, copy=False)
     return norm
 
 
@@ -149,7 +150,9 @@ def train_step(net, loss_fn, trainer, data, label, scaler, batch_size=None, clip
         batch_size = sum(x.shape[0] for x in data)
     scale = scaler.scale
     with autograd.record():
-        outputs = [to_float32(net(x)) for x in data]
+        raw = [net(x) for x in data]
+        warn_if_numpy_mode(raw[0])
+        outputs = [to_float32(out) for out in raw]
         losses = [loss_fn(out, y) for out, y in zip(outputs, label)]
         heads = [loss * scale for loss in losses] if scale != 1.0 else losses
     autograd.backward(heads)
@@ -176,6 +179,6 @@ def train_step(net, loss_fn, trainer, data, label, scaler, batch_size=None, clip
 
 
 def _mean_loss(losses, batch_size):
-    ctx = losses[0].context
+    ctx = losses[0].ctx
     total = losses[0].sum() if len(losses) == 1 else mx.nd.add_n(*[l.sum().as_in_context(ctx) for l in losses])
     return (total / batch_size).reshape((1,))

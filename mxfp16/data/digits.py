@@ -21,7 +21,7 @@ import numpy as np
 from ..fileio import JSONFileError, read_json, write_json
 from .validate import DataError
 
-__all__ = ["digits_dataset", "DIGITS_SETTINGS"]
+__all__ = ["digits_dataset", "stratified_split", "DIGITS_SETTINGS"]
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -46,7 +46,7 @@ def _expected_manifest(test_fraction, seed, counts):
             "test_fraction": test_fraction, "seed": seed, "augment": "none"}
 
 
-def _split(labels, test_fraction, seed):
+def stratified_split(labels, test_fraction=0.25, seed=0):
     """Indices of the training and test images: ``test_fraction`` of each digit, chosen by ``seed``."""
     rng = np.random.RandomState(seed)
     train, test = [], []
@@ -86,7 +86,7 @@ def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
         raise DataError(f"test_fraction={test_fraction}: must be above 0 and at most 0.9")
     out = Path(out)
     images, labels = _load()
-    train, test = _split(labels, test_fraction, seed)
+    train, test = stratified_split(labels, test_fraction, seed)
     counts = {"train": len(train), "test": len(test)}
     expected = _expected_manifest(test_fraction, seed, counts)
     if out.exists():
