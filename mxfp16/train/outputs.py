@@ -76,6 +76,10 @@ class RunOutputs:
         self.distributed = distributed
         self.is_writer = rank == 0
 
+    def join(self, rank, distributed):
+        """Set this worker's place in the job, known once the kvstore is open (rank 0 writes the shared files)."""
+        self.rank, self.distributed, self.is_writer = rank, distributed, rank == 0
+
     @property
     def metrics_path(self):
         return self.out / "metrics.jsonl"

@@ -149,6 +149,12 @@ def train(config, log=None):
 def prepare(config, log=None, given=None, command=None):
     """Check and build everything a run needs; see the module docstring for the order.
 
+    Four steps, each its own function: :func:`_check_settings` (the
+    configuration, resumed or not), :func:`_build` (devices, precision,
+    kvstore, data and parts, nothing on disk changed yet), :func:`_start`
+    (``--overwrite``'s removal, ``--resume``'s checkpoint, the workers'
+    common start) and :func:`_record` (``config.json``).
+
     Parameters
     ----------
     config : TrainConfig or dict
@@ -168,11 +174,18 @@ def prepare(config, log=None, given=None, command=None):
     """
     from tqdm.auto import tqdm
 
-    from ..data import demo_dataset, make_loaders
+    log = log or tqdm.write
+    config, changes, saved, profile_fields = _check_settings(config, given, log)
+    run, facts = _build(config, saved, profile_fields, log)
+    _start(run, changes)
+    _record(run, changes, facts, command)
+    return run
 
+
+def _check_settings(config, given, log):
+    """The configuration to run with: resolved, and for ``--resume`` merged with the run's own."""
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    log = log or tqdm.write
     _check_out(config.out)
     config.check_resume_pair()
     changes, saved = {}, _saved_config(config.out, config.resume)
@@ -188,7 +201,17 @@ def prepare(config, log=None, given=None, command=None):
         else:
             config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
-    config = config.resolve()
+    return config.resolve(), changes, saved, profile_fields
+
+
+def _build(config, saved, profile_fields, log):
+    """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
+
+    Returns the :class:`Run` and what ``config.json`` records about this
+    process (its threads, the data's fingerprint).
+    """
+    from ..data import demo_dataset, make_loaders
+
     ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
     precision = resolve_precision(config.precision, ctx, allow_cpu_float16=config.allow_cpu_float16)
     compression = check_compression(config.gradient_compression, config.kvstore, precision)
@@ -200,7 +223,7 @@ def prepare(config, log=None, given=None, command=None):
                           "--overwrite (which deletes its checkpoints), or choose another --out")
     kvstore, rank, num_workers = open_kvstore(config.kvstore)
     cluster = Cluster(kvstore, rank, num_workers)
-    outputs = RunOutputs(config.out, rank, cluster.distributed)
+    outputs.join(rank, cluster.distributed)
 
     threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
     # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
@@ -213,9 +236,9 @@ def prepare(config, log=None, given=None, command=None):
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
                            augment=config.augment)
-    data_fingerprint = loaders.fingerprint()
+    fingerprint = loaders.fingerprint()
     if config.resume and saved and saved.get("data_fingerprint") is not None:
-        _check_same_data(saved["data_fingerprint"], data_fingerprint, source, config.accept_changed_data, log)
+        _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -231,24 +254,33 @@ def prepare(config, log=None, given=None, command=None):
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
               cluster=cluster, source=source, profile_fields=profile_fields, log=log)
+    return run, {"resolved_threads": threads, "data_fingerprint": fingerprint}
 
-    if rank == 0:
+
+def _start(run, changes):
+    """Now that everything is checked: ``--overwrite`` removes the old run, ``--resume`` loads its checkpoint."""
+    config, outputs = run.config, run.outputs
+    if run.cluster.rank == 0:
         if config.overwrite:
             outputs.remove_run()  # only now: every setting above has been checked
         for path in outputs.remove_leftovers():
             run.say(f"removed {path}: left by a write that was interrupted")
     if config.resume:
         restore(run, changes)
-    if cluster.distributed:
-        sync_parameters(parts.trainer)  # every worker starts from rank 0's parameters (see mxfp16.distributed.sync)
+    if run.cluster.distributed:
+        sync_parameters(run.parts.trainer)  # every worker starts from rank 0's parameters (see mxfp16.distributed.sync)
+
+
+def _record(run, changes, facts, command):
+    """``config.json``: the settings, what they resolved to, and each resumption."""
+    config, outputs = run.config, run.outputs
     previous = (outputs.read_config() or {}).get("resumed", []) if config.resume else []
     resumed = previous + ([{"at_step": run.progress.global_step,
                             "changed": {k: [old, new] for k, (old, new) in changes.items()}}] if config.resume else [])
-    outputs.write_config(dict(config.to_dict(), resolved_precision=precision.name, resolved_ctx=format_ctx(ctx),
-                              resolved_threads=threads, resolved_augment=loaders.augment.name,
-                              classes=list(loaders.classes), source=source, command=command,
-                              resumed=resumed, data_fingerprint=data_fingerprint))
-    return run
+    outputs.write_config(dict(config.to_dict(), resolved_precision=run.parts.precision.name,
+                              resolved_ctx=format_ctx(run.parts.ctx), resolved_augment=run.loaders.augment.name,
+                              classes=list(run.loaders.classes), source=run.source, command=command,
+                              resumed=resumed, **facts))
 
 
 def _saved_config(out, resume):
