@@ -10,8 +10,8 @@ Threads
 MXNet 1.9.1 decides its OpenMP thread count once, when the library loads:
 ``OMP_NUM_THREADS`` if set, else half the processors (it assumes
 hyper-threading on x86). On a VM with one thread per core that leaves half
-the cores idle (2 cores: one thread; ResNet-50 v2 training at 224 px ran
-1.75x faster with both). A later ``omp_set_num_threads`` cannot raise it past
+the cores idle (2 cores: one thread; docs/benchmarks.md measures what the
+second one gives). A later ``omp_set_num_threads`` cannot raise it past
 that cap. So the count must be in the environment before ``import mxnet``:
 
 * ``import mxfp16`` applies :func:`plan_threads` (every core this process
