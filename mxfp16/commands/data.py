@@ -24,7 +24,12 @@ def register(subparsers):
                                           "optional):\n" + "\n".join(f"  {step}" for step in steps))
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
     sub.required = True
+    for add in (_add_fetch, _add_split, _add_synth, _add_digits, _add_pack, _add_bench):
+        add(sub, caltech)
 
+
+def _add_fetch(sub, caltech):
+    """``data fetch``: download and unpack Caltech-101."""
     fetch = sub.add_parser("fetch", help="download and unpack Caltech-101 (resumable, checksummed, safe extraction)")
     fetch.add_argument("dataset", choices=["caltech101"], help="the data set to fetch")
     group = fetch.add_argument_group("source")
@@ -52,6 +57,9 @@ def register(subparsers):
                             f"{DEFAULT_MAX_MEMBERS})")
     fetch.set_defaults(func=run_fetch)
 
+
+def _add_split(sub, caltech):
+    """``data split``: a deterministic train/test split."""
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
     group = split.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder of class folders, e.g. {caltech.images} (required)")
@@ -66,6 +74,9 @@ def register(subparsers):
                        help="class folders to leave out, e.g. BACKGROUND_Google (default: none)")
     split.set_defaults(func=run_split)
 
+
+def _add_synth(sub, caltech):
+    """``data synth``: the demo set's generator."""
     synth = sub.add_parser("synth", help="generate the synthetic shapes data set (the demo set's generator)")
     synth.add_argument("--out", required=True,
                        help="new output folder (required; the demo set itself lives in data/demo and is made on "
@@ -82,6 +93,9 @@ def register(subparsers):
     group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
     synth.set_defaults(func=run_synth)
 
+
+def _add_digits(sub, caltech):
+    """``data digits``: scikit-learn's digits as an image folder."""
     digits = sub.add_parser("digits", help="write scikit-learn's handwritten digits (8x8, 1,797 images, no "
                                            "download) as a train/test image folder, for the sequence models")
     digits.add_argument("--out", required=True, help="new output folder, e.g. data/digits (required)")
@@ -93,6 +107,9 @@ def register(subparsers):
                         help="replace a digits folder written with other settings (never any other folder)")
     digits.set_defaults(func=run_digits)
 
+
+def _add_pack(sub, caltech):
+    """``data pack``: a folder split to RecordIO."""
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
     group = pack.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder with train/ and test/, e.g. {caltech.split} (required)")
@@ -105,6 +122,9 @@ def register(subparsers):
     group.add_argument("--workers", type=integer(1, 256), default=2, help="encoding processes (default: 2)")
     pack.set_defaults(func=run_pack)
 
+
+def _add_bench(sub, caltech):
+    """``data bench``: time the input pipelines."""
     bench = sub.add_parser("bench", help="images per second of the folder and RecordIO pipelines")
     group = bench.add_argument_group("input")
     group.add_argument("--src", default=None,
