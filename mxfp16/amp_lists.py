@@ -210,10 +210,13 @@ def _to_float32(x):
     from mxnet import ndarray, symbol
 
     if isinstance(x, symbol.Symbol):
-        # A bare variable (a parameter, or the graph's input) takes the dtype it
-        # is fed, float32 under AMP; casting it would only add a node, and
-        # through one Deconvolution's deferred shape inference crashes MXNet.
-        if x.get_children() is None:
+        # A parameter (a variable that declares its dtype: Parameter.var()) is
+        # float32 under AMP, so it is left alone: a cast would only add a node,
+        # and through one Deconvolution's deferred shape inference crashes
+        # MXNet. A graph's input is cast: a hybridized layer inside a plain
+        # Block is fed whatever the layer before it returned (bfloat16 after
+        # a Dense).
+        if x.get_children() is None and "__dtype__" in x.list_attr():
             return x
         return symbol.amp_cast(x, dtype="float32")
     if isinstance(x, ndarray.NDArray) and np.dtype(x.dtype) in (np.dtype(np.float16), _BFLOAT16):

@@ -317,3 +317,44 @@ def test_a_numpy_mode_network_under_amp_warns_once_that_it_runs_in_float32():
     proc = subprocess.run([sys.executable, "-c", NUMPY_CHILD], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "1", proc.stdout + proc.stderr[-1500:]
+
+
+DIRECT_CHILD = r"""
+import mxfp16
+import mxnet as mx
+from mxnet import autograd, nd
+from mxnet.contrib.amp.amp import bfloat16
+from mxfp16.amp_table import LAYERS
+
+mxfp16.activate(mxfp16.resolve_precision("amp-bfloat16", "cpu"))
+failed = []
+for layer in LAYERS:
+    if layer.tokens or layer.numpy_mode or layer.states:
+        continue
+    try:
+        block = layer.build()
+        block.initialize()
+        if layer.hybridize:
+            block.hybridize()
+        # What a hybridized layer inside a plain Block gets: the previous layer's bfloat16 output.
+        # (MXNet cannot take a gradient with respect to a bfloat16 array, so only the parameters get one.)
+        x = nd.amp_cast(nd.random.uniform(-1, 1, shape=layer.shape), dtype=bfloat16)
+        trained = [p for p in block.collect_params().values() if p.grad_req != "null"]
+        with autograd.record(train_mode=True):
+            out = block(x)
+            out = out[0] if isinstance(out, (list, tuple)) else out
+            loss = nd.amp_cast(out, dtype="float32").sum()
+        if trained:
+            loss.backward()
+        nd.waitall()
+    except Exception as err:
+        failed.append(f"{layer.name}: {str(err).splitlines()[-1][:200]}")
+print("\n".join(failed) or "none failed")
+"""
+
+
+@needs_bf16
+def test_every_hybridized_layer_takes_a_bfloat16_array_from_outside_its_graph():
+    proc = subprocess.run([sys.executable, "-c", DIRECT_CHILD], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "none failed", proc.stdout
