@@ -1,21 +1,36 @@
 """A peer in the benchmark: the same training step in PyTorch, timed the same way, in its own process.
 
-``mxfp16 bench --peer pytorch`` adds four rows beside mxfp16's: PyTorch's
-ResNet-50 training step in float32 and with ``torch.autocast`` bfloat16,
-each in NCHW and in ``channels_last`` memory layout. What is the same as the
-mxfp16 rows: image size, batch size, class count, synthetic data, SGD with
-momentum 0.9 and weight decay 1e-4, the thread count (``torch.set_num_threads``
-with the count mxfp16 gives MXNet), warm-up steps, repeats of ``iters``
-steps with the median taken, one process per row, peak resident memory.
-What differs, and the report says so: the network is ResNet-50 v1.5
-(torchvision's layout: post-activation blocks, stride in the 3x3
-convolution) where mxfp16's default is gluoncv's ResNet-50 v2
-(pre-activation); the two have the same convolutions and nearly the same
-work per image (about 4.1 GFLOPs forward at 224 px).
+``mxfp16 bench --peer pytorch`` adds rows beside mxfp16's: the PyTorch
+network of the same shape as the mxfp16 model, trained in float32 and with
+``torch.autocast`` bfloat16. What is the same as the mxfp16 rows: image size,
+batch size, class count, synthetic data, SGD with momentum 0.9 and weight
+decay 1e-4, the thread count (``torch.set_num_threads`` with the count
+mxfp16 gives MXNet), warm-up steps, repeats of ``iters`` steps with the
+median taken, one process per row, peak resident memory. Each record names
+the PyTorch network in ``network`` (:data:`NETWORKS`), so ``bench.json``
+says what ran. The models that have a peer (:func:`peer_network`):
 
-torchvision's ``resnet50`` is used when it imports; otherwise (torchvision
-has no CPU wheel matching every torch release) :func:`resnet50_v1_5` builds
-the same network. The child imports torch only, never MXNet.
+- ResNet-50 (``--model resnet50_v2``, ``resnet50_v1``, ``resnet50_v1b`` ...):
+  four rows, float32 and bfloat16 each in NCHW and in ``channels_last``
+  memory layout. The network is ResNet-50 v1.5 (torchvision's layout:
+  post-activation blocks, stride in the 3x3 convolution) where mxfp16's
+  default is gluoncv's ResNet-50 v2 (pre-activation); the two have the same
+  convolutions and nearly the same work per image (about 4.1 GFLOPs forward
+  at 224 px), and the report says which ran. torchvision's ``resnet50`` is
+  used when it imports; otherwise (torchvision has no CPU wheel matching
+  every torch release) :func:`resnet50_v1_5` builds the same network.
+- ``lstm-classifier`` and ``transformer-encoder``: two rows, float32 and
+  bfloat16 in NCHW. :func:`lstm_classifier` and
+  :func:`transformer_encoder_classifier` have exactly the layers of
+  :class:`mxfp16.models.LSTMClassifier` and
+  :class:`mxfp16.models.TransformerEncoderClassifier` (the same parameter
+  count, which the tests check against the MXNet models), and read the same
+  (N, 3, H, W) images as H rows of 3*W features. One difference stays in the
+  arithmetic, not the shape: under autocast PyTorch runs ``nn.LSTM`` in
+  bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MXNet's ``RNN`` operator
+  in float32 on a CPU (see ``docs/amp-table.md``).
+
+The child imports torch only, never MXNet.
 """
 import argparse
 import importlib.util
@@ -29,17 +44,71 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["PeerSpec", "PEERS", "plan_peer", "run_in_subprocess", "resnet50_v1_5", "NETWORK"]
+__all__ = ["PeerSpec", "PEERS", "NETWORKS", "peer_network", "peer_models", "variants", "plan_peer",
+           "run_in_subprocess", "build_network", "resnet50_v1_5", "lstm_classifier",
+           "transformer_encoder_classifier", "NETWORK"]
 
 #: Peers ``--peer`` accepts.
 PEERS = ("pytorch",)
-#: What the PyTorch rows train.
+#: mxfp16's sequence models by ``--model`` name, as :data:`mxfp16.models.SEQUENCE_MODELS` spells them
+#: (written out here because ``mxfp16.models`` imports MXNet, which the child never loads).
+LSTM_CLASSIFIER = "lstm-classifier"
+TRANSFORMER_ENCODER = "transformer-encoder"
+#: What the PyTorch rows train for a ResNet-50 (kept under its old name: the first and default peer).
 NETWORK = "ResNet-50 v1.5 (torchvision layout)"
+#: What the PyTorch rows train, by the mxfp16 model they stand beside (``"resnet50"``: any ResNet-50 name).
+NETWORKS = {
+    "resnet50": NETWORK,
+    LSTM_CLASSIFIER: "LSTM classifier (nn.Linear+ReLU 128, nn.LSTM 128, mean over rows, nn.Linear; "
+                     "the layers of mxfp16's lstm-classifier)",
+    TRANSFORMER_ENCODER: "Transformer encoder classifier (nn.Linear 64 + learned positions, "
+                         "2 x nn.TransformerEncoderLayer post-LN, 4 heads, GELU FFN 128, mean over rows, "
+                         "nn.Linear; the layers of mxfp16's transformer-encoder)",
+}
 #: (dtype, layout) of the rows, float32 NCHW first.
 VARIANTS = (("float32", "NCHW"), ("float32", "channels_last"), ("bfloat16", "NCHW"), ("bfloat16", "channels_last"))
+#: The rows of a sequence model. Its input is a sequence of image rows, fed to nn.Linear/nn.LSTM as
+#: (N, H, 3*W): channels_last (a layout for 4-d convolution tensors) would change nothing these layers
+#: compute, so it is not timed; "NCHW" says the rows are read from NCHW images, as the MXNet side does.
+SEQUENCE_VARIANTS = (("float32", "NCHW"), ("bfloat16", "NCHW"))
 #: The install that brings a CPU-only torch.
 INSTALL = ("pip install -c constraints.txt 'mxfp16[peer]' --extra-index-url https://download.pytorch.org/whl/cpu "
            "(a CPU-only torch)")
+
+
+def _key(model):
+    """The :data:`NETWORKS` key for an mxfp16 model name, or ``None`` when the model has no peer."""
+    if model in (LSTM_CLASSIFIER, TRANSFORMER_ENCODER):
+        return model
+    # Every gluoncv ResNet-50 (v1, v1b, v1c, v1d, v2 ...) has ResNet-50's convolutions.
+    return "resnet50" if model.lower().startswith("resnet50") else None
+
+
+def peer_network(model):
+    """The PyTorch network that stands beside mxfp16's ``model``, or ``None`` when there is none.
+
+    Parameters
+    ----------
+    model : str
+        An mxfp16 ``--model`` name.
+
+    Returns
+    -------
+    str or None
+        A description from :data:`NETWORKS`.
+    """
+    key = _key(model)
+    return None if key is None else NETWORKS[key]
+
+
+def peer_models():
+    """The mxfp16 models that have a PyTorch peer, as a refusal message names them."""
+    return f"a ResNet-50 (resnet50_v2, resnet50_v1, resnet50_v1b ...), {LSTM_CLASSIFIER} or {TRANSFORMER_ENCODER}"
+
+
+def variants(model):
+    """The (dtype, layout) rows timed for ``model``: :data:`VARIANTS` for ResNet-50, else :data:`SEQUENCE_VARIANTS`."""
+    return VARIANTS if _key(model) == "resnet50" else SEQUENCE_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -67,15 +136,15 @@ class PeerSpec:
 
 
 def plan_peer(base, batch_sizes, threads):
-    """The PyTorch specs for ``base``'s model shape at every batch size."""
+    """The PyTorch specs for ``base``'s model shape at every batch size (rows as :func:`variants` says)."""
     return [PeerSpec(model=base.model, image_size=base.image_size, batch_size=int(b), classes=base.classes,
                      iters=base.iters, warmup=base.warmup, repeats=base.repeats, dtype=dtype, layout=layout,
                      threads=threads, seed=base.seed)
-            for b in batch_sizes for dtype, layout in VARIANTS]
+            for b in batch_sizes for dtype, layout in variants(base.model)]
 
 
 def _base_record(spec):
-    return {"framework": "pytorch", "network": NETWORK, "precision": spec.precision,
+    return {"framework": "pytorch", "network": peer_network(spec.model), "precision": spec.precision,
             "requested_precision": spec.precision, "layout": spec.layout, "amp_lists": None,
             "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model, "mode": "train",
             "data": "synthetic", "ctx": "cpu", "threads": spec.threads}
@@ -146,6 +215,127 @@ def resnet50_v1_5(classes):
     return net
 
 
+def _rows(x):
+    """``(N, C, H, W)`` images as ``(N, H, C*W)`` sequences, as :func:`mxfp16.models._rows` reads them."""
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+def lstm_classifier(classes, in_shape, hidden=128):
+    """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch.
+
+    Parameters
+    ----------
+    classes : int
+    in_shape : tuple of int
+        ``(channels, height, width)`` of one image: a sequence of ``height``
+        steps of ``channels * width`` features (PyTorch has no deferred
+        shape inference, so the embedding needs its input width up front).
+    hidden : int
+        Embedding and LSTM units, mxfp16's default.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``Linear+ReLU -> LSTM (one layer, batch_first) -> mean over time ->
+        Dropout(0) -> Linear``: two LSTM biases per gate as MXNet's ``i2h``
+        and ``h2h`` biases, so the parameter count is the MXNet model's.
+    """
+    from torch import nn
+
+    channels, _, width = (int(n) for n in in_shape)
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Sequential(nn.Linear(channels * width, hidden), nn.ReLU())
+            self.rnn = nn.LSTM(hidden, hidden, num_layers=1, batch_first=True)
+            self.drop = nn.Dropout(0.0)
+            self.output = nn.Linear(hidden, classes)
+
+        def forward(self, x):
+            seq, _ = self.rnn(self.embed(_rows(x)))
+            return self.output(self.drop(seq.mean(dim=1)))
+
+    return LSTMClassifier()
+
+
+def transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
+    """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch.
+
+    Parameters
+    ----------
+    classes : int
+    in_shape : tuple of int
+        ``(channels, height, width)`` of one image: ``height`` tokens of
+        ``channels * width`` features; ``height`` sizes the learned positions.
+    units, heads, ffn_units, num_layers : int
+        mxfp16's defaults: width 64, 4 heads, feed-forward 128, 2 blocks.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``Linear + positions -> num_layers x TransformerEncoderLayer -> mean
+        over tokens -> Linear``. ``nn.TransformerEncoderLayer`` with
+        ``norm_first=False`` and GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`
+        (post-LayerNorm, as BERT): its packed q/k/v projection holds the
+        same weights as MXNet's three Dense layers, so the parameter count is
+        the MXNet model's. Dropout 0, as mxfp16's default.
+    """
+    import torch
+    from torch import nn
+
+    channels, height, width = (int(n) for n in in_shape)
+
+    class TransformerEncoderClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(channels * width, units)
+            self.position = nn.Parameter(torch.empty(1, height, units))
+            nn.init.normal_(self.position, std=0.02)  # as MXNet's init.Normal(0.02)
+            layer = nn.TransformerEncoderLayer(units, heads, dim_feedforward=ffn_units, dropout=0.0,
+                                               activation="gelu", batch_first=True, norm_first=False)
+            # enable_nested_tensor only matters with padding masks, and warns for batch_first layers
+            self.blocks = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+            self.output = nn.Linear(units, classes)
+
+        def forward(self, x):
+            tokens = self.embed(_rows(x)) + self.position
+            return self.output(self.blocks(tokens).mean(dim=1))
+
+    return TransformerEncoderClassifier()
+
+
+def build_network(model, classes, image_size):
+    """The PyTorch network that stands beside mxfp16's ``model`` (see :func:`peer_network`).
+
+    Parameters
+    ----------
+    model : str
+        An mxfp16 ``--model`` name that has a peer.
+    classes : int
+    image_size : int
+        Side of the square (N, 3, H, W) images both frameworks train on.
+
+    Returns
+    -------
+    torch.nn.Module
+
+    Raises
+    ------
+    ValueError
+        ``model`` has no PyTorch peer.
+    """
+    key = _key(model)
+    in_shape = (3, image_size, image_size)
+    if key == "resnet50":
+        return resnet50_v1_5(classes)
+    if key == LSTM_CLASSIFIER:
+        return lstm_classifier(classes, in_shape)
+    if key == TRANSFORMER_ENCODER:
+        return transformer_encoder_classifier(classes, in_shape)
+    raise ValueError(f"{model!r} has no PyTorch peer; the peer times {peer_models()}")
+
+
 def measure(spec):
     """Time the PyTorch training step for ``spec`` in this process."""
     import torch
@@ -153,7 +343,10 @@ def measure(spec):
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
-    net = resnet50_v1_5(spec.classes)
+    if spec.layout != "NCHW" and _key(spec.model) != "resnet50":
+        raise ValueError(f"{spec.model!r} reads image rows as a sequence: only the NCHW layout applies, "
+                         f"not {spec.layout!r}")
+    net = build_network(spec.model, spec.classes, spec.image_size)
     rng = np.random.RandomState(spec.seed)
     x = torch.from_numpy(rng.standard_normal((spec.batch_size, 3, spec.image_size, spec.image_size))
                          .astype(np.float32))

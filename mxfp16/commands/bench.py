@@ -11,7 +11,7 @@ by default. Writes bench.json, bench.csv and PNG plots to --out.
 """
 import os
 
-from . import CommandError, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 from ..fileio import JSONFileError, read_json
 from ..limits import integer, number, MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS
 
@@ -66,12 +66,12 @@ def register(subparsers):
     what.add_argument("--classes", type=integer(1, MAX_COUNT), default=102,
                       help="model output classes with synthetic data (default: 102, Caltech-101)")
     what.add_argument("--peer", choices=("pytorch",), default=None,
-                      help="also time the same network shape in PyTorch (ResNet-50 v1.5; float32 and autocast "
-                           "bfloat16, NCHW and channels_last), each row in its own process with the same threads, "
-                           "batch, warm-up and repeats; CPU, train mode and synthetic data only; needs the peer "
-                           "extra (default: no peer)")
-    what.add_argument("--ctx", default="auto", help="auto (every GPU MXNet sees, else the CPU), cpu, gpu:0 or "
-                                                    "gpu:0,1,... (default: auto)")
+                      help="also time the same network shape in PyTorch, each row in its own process with the "
+                           "same threads, batch, warm-up and repeats: for a ResNet-50 model ResNet-50 v1.5 (float32 "
+                           "and autocast bfloat16, NCHW and channels_last), for lstm-classifier and "
+                           "transformer-encoder the same layers in torch.nn (float32 and autocast bfloat16); CPU, "
+                           "train mode and synthetic data only; needs the peer extra (default: no peer)")
+    add_ctx_argument(what)
     timing = parser.add_argument_group("timing")
     timing.add_argument("--iters", type=integer(1, MAX_STEPS), default=None,
                         help=f"steps per timed repeat (default: {ITERS['train']} for train, {ITERS['inference']} "
@@ -159,9 +159,12 @@ def run(args):
     if args.peer and (args.mode != "train" or args.data != "synthetic" or args.ctx.strip().lower() not in ("auto", "cpu")):
         raise CommandError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                            "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
-    if args.peer and not args.model.lower().startswith("resnet50"):
-        raise CommandError(f"--peer pytorch times ResNet-50, so mxfp16's side must be a ResNet-50 too: use --model "
-                           f"resnet50_v2 (or resnet50_v1, resnet50_v1b ...), not {args.model!r}")
+    if args.peer:
+        from ..bench.peer import peer_models, peer_network  # imports neither torch nor MXNet
+
+        if peer_network(args.model) is None:
+            raise CommandError(f"--peer pytorch has a PyTorch network only for {peer_models()}: use --model with "
+                               f"one of these, not {args.model!r}")
     try:
         iters = ITERS[args.mode] if args.iters is None else args.iters
         base = BenchSpec(model=args.model, image_size=args.image_size, mode=args.mode, iters=iters,
@@ -181,7 +184,7 @@ def run(args):
     if args.peer:
         if machine["gpus"] and args.ctx.strip().lower() == "auto":
             raise CommandError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
-        from ..bench.peer import NETWORK, plan_peer
+        from ..bench.peer import plan_peer
 
         specs += plan_peer(base, batch_sizes, threads["planned"])
     load = os.getloadavg()
@@ -225,7 +228,8 @@ def run(args):
     print(format_report(tensor_cores, args.model))
     print()
     if document.get("peer"):
-        print(f"against PyTorch ({NETWORK}; mxfp16 runs {args.model}), same threads, batch and timing:")
+        print(f"against PyTorch ({peer_network(args.model)}; mxfp16 runs {args.model}), same threads, batch and "
+              "timing:")
         print(report.format_peer_comparison(document["peer"]))
         print()
     print("wrote " + ", ".join(paths))
