@@ -26,7 +26,7 @@ install_mxnet = if $(1)/python -c 'import sys; sys.exit(sys.version_info < (3, 1
 	echo "Python $(PY_TAG): installing $(2) without its numpy<2 requirement (mxfp16 supplies what numpy 2 removed)"; \
 	$(1)/python -m pip install --disable-pip-version-check -q --only-binary=:all: --no-deps $(2); fi
 INSTALL_MXNET = $(call install_mxnet,$(BIN),mxnet==1.9.1)
-CHECK_STACK   = $(BIN)/python -c 'import mxfp16._compat as c; c.check_stack()'
+CHECK_STACK   = $(BIN)/python -c 'import mxfp16.machine.stack as c; c.check_stack()'
 
 .PHONY: demo test test-newest newest-leg docs info gpu-check clean
 

@@ -13,15 +13,15 @@ The five calls a training loop needs::
 
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
-removed and MXNet 1.9.1 still uses, :mod:`mxfp16._compat`; checks that an
+removed and MXNet 1.9.1 still uses, :mod:`mxfp16.machine.stack`; checks that an
 MXNet wheel is installed), preloads the CUDA wheels' libraries and puts the
-thread count in the environment (:mod:`mxfp16.environment`), all of which
+thread count in the environment (:mod:`mxfp16.machine.environment`), all of which
 MXNet reads only when it loads: import mxfp16 before mxnet. The names below import their module
 (and MXNet) on first use.
 """
 from . import _lazy
-from . import environment as _environment
-from ._compat import prepare_stack as _prepare_stack
+from .machine import environment as _environment
+from .machine.stack import prepare_stack as _prepare_stack
 from ._version import __version__
 
 _prepare_stack()

@@ -25,7 +25,7 @@ def exports(package, table):
     def __getattr__(name):
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        from ._compat import import_mxnet
+        from .machine.stack import import_mxnet
 
         import_mxnet()  # a CUDA library that cannot load is named here, with its package
         value = getattr(importlib.import_module(f".{table[name]}", package), name)

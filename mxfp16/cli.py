@@ -55,8 +55,8 @@ def requested_threads(argv):
 
 def _prepare(argv):
     """Apply ``--threads``, then load MXNet; return an exit status when that fails, else ``None``."""
-    from ._compat import import_mxnet
-    from .environment import ThreadsError, mxnet_threads, plan_threads, set_threads
+    from .machine.stack import import_mxnet
+    from .machine.environment import ThreadsError, mxnet_threads, plan_threads, set_threads
 
     requested = requested_threads(argv)
     if requested is not None:

@@ -8,7 +8,7 @@ missing GPU is a device problem whatever the precision.
 """
 import mxnet as mx
 
-from . import hardware
+from .machine import hardware
 
 __all__ = ["DeviceError", "as_context_list", "parse_ctx", "format_ctx", "check_devices", "resolve_devices",
            "CTX_HELP", "ONE_DEVICE_HELP"]

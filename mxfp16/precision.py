@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 
-from . import hardware
+from .machine import hardware
 from ._internals import amp_initialized
 from .devices import as_context_list as _as_context_list
 

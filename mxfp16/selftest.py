@@ -323,7 +323,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
     timeout : float
         Seconds one run may take.
     n_gpus, cpu_bfloat16 : optional
-        Override what :mod:`mxfp16.hardware` finds (tests).
+        Override what :mod:`mxfp16.machine.hardware` finds (tests).
     progress : callable, optional
         Called with a line of text before each run.
 
@@ -333,7 +333,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
         Table rows (see :func:`verdict`): controls, checked precisions, and
         precisions not run here (``verdict`` ``'not run'``).
     """
-    from . import hardware
+    from .machine import hardware
 
     n_gpus = hardware.gpu_count() if n_gpus is None else n_gpus
     cpu_bfloat16 = hardware.has_cpu_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16

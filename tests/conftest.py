@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16._compat)
+import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16.machine.stack)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from mxfp16 import amp_table, hardware
+from mxfp16 import amp_table
+from mxfp16.machine import hardware
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(REPO, "tests", "amp_layer_child.py")

@@ -5,7 +5,7 @@ import mxnet as mx
 import pytest
 
 from mxfp16.devices import DeviceError, check_devices, format_ctx, parse_ctx, resolve_devices
-from mxfp16.hardware import gpu_count
+from mxfp16.machine.hardware import gpu_count
 from mxfp16.precision import PrecisionError
 
 
@@ -56,7 +56,7 @@ def test_old_names_in_precision_still_work_and_warn():
 
 def test_the_builder_takes_only_resolved_settings():
     from mxfp16 import resolve_precision
-    from mxfp16.parts import PartsSpec, build_parts
+    from mxfp16.training_parts import PartsSpec, build_parts
 
     cpu = resolve_devices("cpu")
     with pytest.raises(TypeError, match="resolve_precision"):

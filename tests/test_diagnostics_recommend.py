@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mxfp16.diagnostics import RangeCollector, recommend_loss_scale
-from mxfp16.formats import FLOAT16
+from mxfp16.float_formats import FLOAT16
 
 
 def _stats(values):

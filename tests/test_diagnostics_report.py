@@ -6,7 +6,7 @@ import numpy as np
 
 from mxfp16.diagnostics import Diagnosis, RangeCollector, recommend_loss_scale, total
 from mxfp16.diagnostics.report import diagnosis_document, format_summary, format_table, plot_histogram
-from mxfp16.formats import FLOAT16
+from mxfp16.float_formats import FLOAT16
 
 
 def _diagnosis(loss_scale=1024.0):

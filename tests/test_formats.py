@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16.formats import BF16, BFLOAT16, FLOAT16, FLOAT32
+from mxfp16.float_formats import BF16, BFLOAT16, FLOAT16, FLOAT32
 
 
 @pytest.mark.parametrize("fmt, dtype", [(FLOAT16, np.float16), (FLOAT32, np.float32)])

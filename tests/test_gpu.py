@@ -12,9 +12,9 @@ import pytest
 
 from conftest import requires_gpu
 from mxfp16 import cast_batch, train_step
-from mxfp16.hardware import gpu_count
+from mxfp16.machine.hardware import gpu_count
 from mxfp16.devices import resolve_devices
-from mxfp16.parts import PartsSpec, build_parts
+from mxfp16.training_parts import PartsSpec, build_parts
 from mxfp16.precision import Precision, resolve_precision
 from mxfp16.train.outputs import structural_names
 from train_support import QUICK, ok, run_train, summary, tiny_dataset

@@ -4,8 +4,8 @@ import os
 import pytest
 
 from conftest import REPO
-from mxfp16.gpu import coverage, wheel_kernels
-from mxfp16.gpu.coverage import NATIVE, PTX_JIT, UNSUPPORTED, classify
+from mxfp16.machine.gpu import coverage, wheel_kernels
+from mxfp16.machine.gpu.coverage import NATIVE, PTX_JIT, UNSUPPORTED, classify
 
 
 @pytest.mark.parametrize("capability, sass, ptx, status, detail", [

@@ -16,8 +16,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, run_python
-from mxfp16.gpu import libraries
-from mxfp16.gpu.elf import dynamic_info
+from mxfp16.machine.gpu import libraries
+from mxfp16.machine.gpu.elf import dynamic_info
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc to build the fake libraries")
 
@@ -138,12 +138,12 @@ def test_the_fake_libraries_depend_on_each_other_like_the_real_ones(complete):
 
 PROBE = """
     import json, sys, types
-    # Import mxfp16._compat without mxfp16/__init__, which would go on to import the rest of
+    # Import mxfp16.machine.stack without mxfp16/__init__, which would go on to import the rest of
     # mxfp16 against the fake mxnet.
     package = types.ModuleType("mxfp16"); package.__path__ = [{repo!r} + "/mxfp16"]
     sys.modules["mxfp16"] = package
     from mxfp16 import _compat
-    from mxfp16.gpu import libraries
+    from mxfp16.machine.gpu import libraries
     mx = _compat.check_stack()
     first = libraries.preload()
     handles = dict(libraries._HANDLES)
@@ -214,7 +214,7 @@ def test_cpu_build_preload_does_nothing_quickly():
     proc = run_python("""
         import time
         start = time.perf_counter()
-        from mxfp16.gpu import libraries   # runs mxfp16/__init__ (CPU MXNet) first; time the call itself
+        from mxfp16.machine.gpu import libraries   # runs mxfp16/__init__ (CPU MXNet) first; time the call itself
         start = time.perf_counter()
         libraries._REPORT = None           # undo the preload the import just did
         report = libraries.preload()

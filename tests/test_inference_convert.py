@@ -6,7 +6,7 @@ import pytest
 from mxfp16.amp_lists import float32_layers
 from mxfp16.inference.agreement import check_margin, compare, AgreementError
 from mxfp16.inference.convert import _placeable, deployable, load_block, traced
-from mxfp16.parts import PartsSpec, build_network
+from mxfp16.training_parts import PartsSpec, build_network
 from mxfp16.precision import resolve_precision
 
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet's numpy side names bfloat16

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from mxfp16 import hardware
+from mxfp16.machine import hardware
 from mxfp16.commands import info
-from mxfp16.gpu import coverage, libraries, wheel_kernels
+from mxfp16.machine.gpu import coverage, libraries, wheel_kernels
 
 
 def _run(capsys, as_json=False):
@@ -33,7 +33,7 @@ def test_cpu_build_needs_no_cuda_libraries(capsys):
 
 
 def test_info_reports_the_float16_environment_without_setting_it(capsys, monkeypatch):
-    from mxfp16.environment import FLOAT16_ENVIRONMENT
+    from mxfp16.machine.environment import FLOAT16_ENVIRONMENT
 
     monkeypatch.setenv("MXNET_CUDNN_AUTOTUNE_DEFAULT", "0")
     monkeypatch.delenv("MXNET_SAFE_ACCUMULATION", raising=False)

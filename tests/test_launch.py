@@ -331,7 +331,7 @@ def test_flags_after_the_separator_belong_to_the_worker_command():
 
 def test_local_workers_share_the_cores_unless_the_user_chose(monkeypatch):
     from mxfp16.distributed.plan import local_plan
-    from mxfp16.environment import available_cores
+    from mxfp16.machine.environment import available_cores
 
     monkeypatch.delenv("MXNET_OMP_MAX_THREADS", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", str(available_cores()))

@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 from conftest import REPO, run_python
 from mxfp16 import _compat
-from mxfp16._mxnet_numpy_names import NAMES
+from mxfp16.machine._mxnet_numpy_names import NAMES
 
 #: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
 #: numpy 2 brought ``np.bool`` back as its own ``numpy.bool_``, which numpy's internals use: never hidden there.
@@ -60,7 +60,7 @@ def _resolve(module, dotted):
 def test_the_name_list_is_what_the_installed_mxnet_uses():
     scanned = _scanner().scan()
     assert sorted(scanned) == sorted(NAMES), (
-        "MXNet's numpy names changed; regenerate: python tools/mxnet_numpy_names.py > mxfp16/_mxnet_numpy_names.py")
+        "MXNet's numpy names changed; regenerate: python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py")
     # The scan reads all three ways MXNet reaches numpy, not only attribute access.
     assert "PZERO" in scanned and "compat.basestring" in scanned  # np.PZERO, _np.compat.basestring
     assert "mirr" in scanned and "linalg.norm" in scanned  # fallback.py; a dispatch-protocol list entry

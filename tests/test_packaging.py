@@ -8,7 +8,8 @@ import mxnet as mx
 import numpy as np
 
 from conftest import REPO, run_python
-from mxfp16 import __version__, hardware
+from mxfp16 import __version__
+from mxfp16.machine import hardware
 
 
 def test_missing_mxnet_is_explained():

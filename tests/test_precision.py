@@ -2,7 +2,7 @@
 import mxnet as mx
 import pytest
 
-from mxfp16 import hardware
+from mxfp16.machine import hardware
 from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, requires_gpu
-from mxfp16 import hardware, selftest
+from mxfp16 import selftest
+from mxfp16.machine import hardware
 
 
 def _cli(*args, timeout=300):

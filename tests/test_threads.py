@@ -3,7 +3,7 @@
 Subprocess tests start from an environment without OMP_NUM_THREADS,
 MXNET_OMP_MAX_THREADS or mxfp16's own marker (this test process has them,
 since conftest imported mxfp16), and read the count back with
-``mxfp16.environment.mxnet_threads`` (libgomp's ``omp_get_max_threads``,
+``mxfp16.machine.environment.mxnet_threads`` (libgomp's ``omp_get_max_threads``,
 which MXNet sets when it loads).
 """
 import json
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO
 from mxfp16 import _compat
-from mxfp16.environment import ThreadsError, available_cores, plan_threads
+from mxfp16.machine.environment import ThreadsError, available_cores, plan_threads
 from train_support import QUICK, tiny_dataset
 
 CORES = available_cores()
@@ -38,7 +38,7 @@ def _python(code, **extra):
 
 
 def _mxnet_threads_after(first_import, **extra):
-    code = (f"import {first_import}\nimport mxnet\nimport mxfp16.environment as e\n"
+    code = (f"import {first_import}\nimport mxnet\nimport mxfp16.machine.environment as e\n"
             "import json; print(json.dumps(e.check_threads(warn=False)))")
     return json.loads(_python(code, **extra).stdout.strip().splitlines()[-1])
 

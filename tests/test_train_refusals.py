@@ -156,7 +156,7 @@ def test_mismatch_lists_every_difference():
 
 
 def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):
-    from mxfp16.hardware import gpu_count
+    from mxfp16.machine.hardware import gpu_count
 
     missing = gpu_count()  # the first GPU index MXNet cannot see
     message = cli_refused(capsys, "--data-dir", tmp_path / "no-data", "--ctx", f"gpu:{missing}",

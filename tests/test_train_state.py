@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mxfp16.environment import available_cores
+from mxfp16.machine.environment import available_cores
 from mxfp16.fileio import sha256_file
 from train_support import QUICK, REPO, metrics, ok, refused, run_train, tiny_dataset
 

@@ -32,7 +32,7 @@ ALL_MODELS = ",".join(um.MODEL_NAMES)
 
 
 def _has_cpu_bfloat16():
-    from mxfp16 import hardware
+    from mxfp16.machine import hardware
 
     return hardware.has_cpu_bfloat16()
 

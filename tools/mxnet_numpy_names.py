@@ -1,11 +1,11 @@
 """List the numpy attributes that MXNet's Python sources use, read from the installed ``mxnet`` package.
 
 mxfp16 supplies the ones a newer numpy removed before MXNet loads
-(``mxfp16/_compat.py``); ``mxfp16/_mxnet_numpy_names.py`` holds the list this
+(``mxfp16/machine/stack.py``); ``mxfp16/machine/_mxnet_numpy_names.py`` holds the list this
 script prints, and ``tests/test_numpy_compat.py`` checks the two agree with
 the installed wheel. Regenerate after an MXNet upgrade::
 
-    python tools/mxnet_numpy_names.py > mxfp16/_mxnet_numpy_names.py
+    python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py
 
 Three ways MXNet reaches numpy are read, by parsing (nothing is imported):
 
@@ -100,7 +100,7 @@ def scan(root=None):
 
 
 def render(names, source):
-    """The text of ``mxfp16/_mxnet_numpy_names.py`` for ``names``."""
+    """The text of ``mxfp16/machine/_mxnet_numpy_names.py`` for ``names``."""
     lines = ['"""The numpy attributes MXNet\'s Python sources use (generated; do not edit).',
              "",
              f"Read from {source} by tools/mxnet_numpy_names.py, which says how to",

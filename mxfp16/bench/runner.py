@@ -6,7 +6,7 @@ executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
 record. The measurement itself (:func:`measure`) times what the user runs:
 
 ``train``
-    the run built with the trainer's builder (:func:`mxfp16.parts.build_parts`)
+    the run built with the trainer's builder (:func:`mxfp16.training_parts.build_parts`)
     and :func:`mxfp16.train_step`, the step the trainer uses, so the speed
     measured here is the speed a training run gets;
 ``inference``
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..child import run_json_child
 from ..fileio import parse_json
-from ..environment import mxnet_threads
+from ..machine.environment import mxnet_threads
 
 MODES = ("train", "inference")
 #: Exit status of a child whose precision cannot run on these devices.
@@ -149,7 +149,7 @@ class _Batches:
 def measure(spec):
     """Build what ``spec.mode`` runs and time it, in this process.
 
-    Training: :func:`mxfp16.parts.build_parts` makes what the trainer makes,
+    Training: :func:`mxfp16.training_parts.build_parts` makes what the trainer makes,
     in the same order (precision, environment, AMP before the network,
     network cast and hybridized with static memory, loss scaler, trainer,
     loss), with SGD at a constant rate; every step casts its batch and calls
@@ -173,9 +173,9 @@ def measure(spec):
     import mxnet as mx
 
     from ..casting import cast_batch
-    from ..hardware import peak_memory_mb
-    from ..parts import PartsSpec, build_parts
-    from ..environment import check_threads
+    from ..machine.hardware import peak_memory_mb
+    from ..training_parts import PartsSpec, build_parts
+    from ..machine.environment import check_threads
     from ..devices import format_ctx, resolve_devices
     from ..precision import resolve_precision
     from ..step import train_step
@@ -231,7 +231,7 @@ def _inference_step(spec, precision, contexts, batches):
     ``SymbolBlock`` on the first device; batches go in as float32.
     """
     from ..inference.convert import deployable, load_block
-    from ..parts import PartsSpec, build_network
+    from ..training_parts import PartsSpec, build_network
 
     device = contexts[0]
     net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,

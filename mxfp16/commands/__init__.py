@@ -12,7 +12,7 @@ class CommandError(Exception):
 
 def add_threads_argument(group):
     """``--threads N`` for a command that computes (``mxfp16.cli`` applies it before MXNet loads)."""
-    from ..environment import THREADS_DEFAULT, THREADS_HELP
+    from ..machine.environment import THREADS_DEFAULT, THREADS_HELP
 
     group.add_argument("--threads", type=int, default=None, metavar="N",
                        help=f"{THREADS_HELP} (default: {THREADS_DEFAULT})")

@@ -145,8 +145,8 @@ def _data_classes(data, pipeline):
 
 
 def run(args):
-    from .. import hardware
-    from ..environment import thread_report
+    from ..machine import hardware
+    from ..machine.environment import thread_report
     from ..bench import report
     from ..bench.plots import write_plots
     from ..bench.runner import BenchSpec

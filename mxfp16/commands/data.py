@@ -216,7 +216,7 @@ def run_pack(args):
 
 
 def run_bench(args):
-    from ..data.bench import bench_pipelines
+    from ..data.timing import bench_pipelines
     from ..fileio import write_json
 
     def bench(data):

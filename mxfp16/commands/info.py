@@ -7,7 +7,7 @@ for, and a warning for any GPU they do not cover natively.
 import json
 import sys
 
-from ..gpu import coverage, libraries, wheel_kernels
+from ..machine.gpu import coverage, libraries, wheel_kernels
 
 ORDER = 0
 
@@ -27,10 +27,10 @@ def register(subparsers):
 
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
-    from .. import hardware
-    from .._compat import stack_report
-    from ..environment import check_threads, float16_environment
-    from ..formats import FORMATS
+    from ..machine import hardware
+    from ..machine.stack import stack_report
+    from ..machine.environment import check_threads, float16_environment
+    from ..float_formats import FORMATS
     from ..precision import resolve_precision, runnable_here
 
     machine = hardware.machine_summary()

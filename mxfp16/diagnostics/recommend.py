@@ -9,7 +9,7 @@ the scale buys: the underflow fraction at ``S`` against scale 1.
 import math
 from dataclasses import asdict, dataclass
 
-from ..formats import FLOAT16
+from ..float_formats import FLOAT16
 from .stats import MAX_LOG2_SCALE, MIN_LOG2_SCALE
 
 __all__ = ["DEFAULT_MARGIN", "Recommendation", "recommend_loss_scale"]

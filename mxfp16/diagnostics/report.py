@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..formats import FLOAT16
+from ..float_formats import FLOAT16
 
 __all__ = ["format_summary", "format_table", "plot_histogram", "diagnosis_document"]
 

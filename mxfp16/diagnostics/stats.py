@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import mxnet as mx
 import numpy as np
 
-from ..formats import FLOAT16, FLOAT32
+from ..float_formats import FLOAT16, FLOAT32
 
 __all__ = ["LOG2_MIN", "LOG2_MAX", "MIN_LOG2_SCALE", "MAX_LOG2_SCALE", "RangeStats", "RangeCollector",
            "log2_of_scale", "device_summary", "histogram_edges", "total"]
@@ -48,7 +48,7 @@ def _exact_log2(value):
     return exponent
 
 
-# float16's thresholds as binade numbers, read from mxfp16.formats.
+# float16's thresholds as binade numbers, read from mxfp16.float_formats.
 _FLUSH = _exact_log2(FLOAT16.smallest_subnormal)       # -24
 _NORMAL = _exact_log2(FLOAT16.smallest_normal)         # -14
 _TOP = int(np.floor(np.log2(FLOAT16.max)))             # 15: FLOAT16.max lies in [2**15, 2**16)

@@ -23,7 +23,7 @@ __all__ = ["Slot", "LaunchPlanError", "free_port", "role_env", "local_plan", "re
 ROLES = ("scheduler", "server", "worker")
 LOOPBACK = "127.0.0.1"
 # Importing MXNet with DMLC_ROLE=scheduler|server runs that role's loop; mxfp16 first supplies the
-# numpy names MXNet 1.9.1 needs on numpy 1.24+ (mxfp16._compat) and loads nothing of MXNet itself.
+# numpy names MXNet 1.9.1 needs on numpy 1.24+ (mxfp16.machine.stack) and loads nothing of MXNet itself.
 SERVER_CODE = "import mxfp16; import mxnet"
 # A fixed default for several machines: remote ports cannot be probed from here.
 DEFAULT_HOSTFILE_PORT = 9091
@@ -167,7 +167,7 @@ def share_cores(slots):
     chose (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS`` in the launcher's
     environment) is left to every process as it is.
     """
-    from ..environment import available_cores, thread_report
+    from ..machine.environment import available_cores, thread_report
 
     if thread_report()["source"] in ("OMP_NUM_THREADS", "MXNET_OMP_MAX_THREADS"):
         return slots

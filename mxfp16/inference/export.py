@@ -9,7 +9,7 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    float16 arithmetic), and the output folder (refused when it exists,
    unless ``overwrite``);
 3. the network rebuilt as the trainer built it
-   (:func:`mxfp16.parts.build_network`) in float32, the checkpoint loaded
+   (:func:`mxfp16.training_parts.build_network`) in float32, the checkpoint loaded
    into it (and a float16 copy for a float16 export);
 4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
    a staging folder;
@@ -34,7 +34,7 @@ from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..fileio import JSONFileError, OutputFolderError, check_output_folder
 from ..limits import MAX_IMAGE_SIDE
 from ..ndarray_file import NDArrayFileError, check_shapes
-from ..parts import PartsSpec, build_network
+from ..training_parts import PartsSpec, build_network
 from ..devices import format_ctx, resolve_devices
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt

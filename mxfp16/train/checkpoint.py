@@ -36,8 +36,7 @@ from pathlib import Path
 
 import mxnet as mx
 
-from .._internals import (optimizer_update_counts, saved_parameter_shapes, set_optimizer_update_counts,
-                          set_trainer_updater_states, trainer_updater_states)
+from .._internals import optimizer_update_counts, saved_parameter_shapes, set_optimizer_update_counts, set_trainer_updater_states, trainer_updater_states
 from ..fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
 from ..ndarray_file import NDArrayFileError, check_shapes, read_header
 from .progress import Progress
@@ -197,7 +196,7 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
     ----------
     out : str or Path
         The run folder.
-    parts : mxfp16.parts.Parts
+    parts : mxfp16.training_parts.Parts
         The network, trainer (``update_on_kvstore=False``) and loss scaler to save.
     progress : Progress
         Saved whole; its :meth:`~Progress.tag` names the files.
@@ -341,7 +340,7 @@ def load_checkpoint(out, parts, fingerprint):
     Parameters
     ----------
     out : str or Path
-    parts : mxfp16.parts.Parts
+    parts : mxfp16.training_parts.Parts
         Built the same way as for the run that wrote the checkpoint.
     fingerprint : dict
         This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`

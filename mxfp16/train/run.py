@@ -19,11 +19,11 @@ import numpy as np
 
 from ..distributed import StopVote, average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
 from .._internals import trainer_params
-from ..environment import check_threads, mxnet_threads, plan_threads
+from ..machine.environment import check_threads, mxnet_threads, plan_threads
 from ..fileio import JSONFileError, shown
-from ..hardware import peak_memory_mb
+from ..machine.hardware import peak_memory_mb
 from ..optim import check_compression, lr_schedule
-from ..parts import PartsSpec, build_parts
+from ..training_parts import PartsSpec, build_parts
 from ..devices import format_ctx, resolve_devices
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
@@ -71,7 +71,7 @@ class Run:
     ----------
     config : TrainConfig
         Resolved.
-    parts : mxfp16.parts.Parts
+    parts : mxfp16.training_parts.Parts
     loaders : mxfp16.data.Loaders
         Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``,
         ``classes``, ``num_train``, ``num_test`` and ``skipped``.
@@ -231,7 +231,7 @@ def _build(config, saved, profile_fields, log):
     if wanted is not None and threads["threads"] not in (None, wanted):
         raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
                           "this process and fixes the count when it loads; pass --threads on the command line, or "
-                          "call mxfp16.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
+                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),

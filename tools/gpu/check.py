@@ -23,7 +23,7 @@ Steps, each reported as ok or FAILED:
 5. ``mxfp16 info --json`` exits 0 and reports as many GPUs as MXNet sees
    (0 on a machine without one), every library found, and the build's kernels.
 6. The kernels in the installed ``libmxnet.so`` are the ones in
-   :mod:`mxfp16.gpu.wheel_kernels` (the table the docs and ``info`` use).
+   :mod:`mxfp16.machine.gpu.wheel_kernels` (the table the docs and ``info`` use).
 
 Download sizes and the install time are read from ``--install-log`` (pip's
 output, which the Makefile writes).
@@ -44,8 +44,8 @@ import textwrap
 import driver_standin
 from fatbin import read_library
 
-from mxfp16.gpu import libraries, wheel_kernels
-from mxfp16.gpu.elf import dynamic_info
+from mxfp16.machine.gpu import libraries, wheel_kernels
+from mxfp16.machine.gpu.elf import dynamic_info
 
 
 class Check:
@@ -114,8 +114,8 @@ _IMPORT_PROBE = textwrap.dedent("""
     import json
     import mxfp16                      # preload, then import mxnet
     import mxnet as mx
-    from mxfp16 import hardware
-    from mxfp16.gpu import libraries
+    from mxfp16.machine import hardware
+    from mxfp16.machine.gpu import libraries
     needed = libraries.needed_by_mxnet()
     maps = {name: libraries.loaded_path(name) for name in needed}
     print(json.dumps({
@@ -219,7 +219,7 @@ def check_kernels(check, library):
     """Step 6: the installed library's kernels are the shipped table's."""
     kernels = read_library(library)
     same = (kernels.sass, kernels.ptx) == (wheel_kernels.SASS, wheel_kernels.PTX)
-    check.record("the installed libmxnet.so carries the kernels of mxfp16.gpu.wheel_kernels", same,
+    check.record("the installed libmxnet.so carries the kernels of mxfp16.machine.gpu.wheel_kernels", same,
                  f"SASS: {', '.join(f'sm_{a}' for a in kernels.sass) or 'none'}; "
                  f"PTX: {', '.join(f'compute_{a}' for a in kernels.ptx) or 'none'}")
 

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-from mxfp16.gpu.elf import dynamic_info
+from mxfp16.machine.gpu.elf import dynamic_info
 
 __all__ = ["driver_available", "driver_functions", "build"]
 

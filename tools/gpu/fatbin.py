@@ -5,7 +5,7 @@ linker concatenates them in the ELF section ``.nv_fatbin``. Each fat binary
 holds one entry per target: SASS (an ELF *cubin*, machine code for one
 architecture ``sm_XY``) or PTX (virtual-ISA text for ``compute_XY`` that the
 driver compiles at load time for the GPU it runs on). Listing the entries
-answers "which GPUs can run this library": see :mod:`mxfp16.gpu.coverage`.
+answers "which GPUs can run this library": see :mod:`mxfp16.machine.gpu.coverage`.
 
 Layout relied on
 ----------------
@@ -49,7 +49,7 @@ Command line
 ``python tools/gpu/fatbin.py PATH`` prints the table for a ``.so`` or for a
 wheel (its ``mxnet/libmxnet.so``); ``--cuobjdump`` compares with NVIDIA's
 ``cuobjdump --list-elf/--list-ptx``; ``--write FILE`` writes the data module
-mxfp16 ships (:mod:`mxfp16.gpu.wheel_kernels`).
+mxfp16 ships (:mod:`mxfp16.machine.gpu.wheel_kernels`).
 """
 import argparse
 import os
@@ -65,7 +65,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mxfp16.fileio import sha256_file
-from mxfp16.gpu.elf import section_ranges
+from mxfp16.machine.gpu.elf import section_ranges
 
 __all__ = ["FatbinError", "FatbinEntry", "Kernels", "parse_fatbin", "read_library", "arch_name"]
 
@@ -308,7 +308,7 @@ def _module_text(source, kernels, cross_check):
 
 Written by ``python tools/gpu/fatbin.py <wheel> --cuobjdump --write <this file>``
 from the ``.nv_fatbin`` sections of ``{source["library"]}``; see
-``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.gpu.coverage` for
+``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.machine.gpu.coverage` for
 what the numbers mean for each GPU generation.
 """
 

@@ -15,7 +15,7 @@ PTX is old enough, and *unsupported* otherwise: then every MXNet operator
 fails with "no kernel image is available for execution on the device".
 
 The kernels of the ``mxnet-cu112`` 1.9.1 wheel, read once from the wheel, are
-in :mod:`mxfp16.gpu.wheel_kernels`.
+in :mod:`mxfp16.machine.gpu.wheel_kernels`.
 """
 from dataclasses import dataclass
 from importlib import metadata
@@ -108,7 +108,7 @@ def classify(capability, sass, ptx):
 
 
 def wheel_coverage(capability):
-    """:func:`classify` against the ``mxnet-cu112`` 1.9.1 wheel's kernels (:mod:`mxfp16.gpu.wheel_kernels`)."""
+    """:func:`classify` against the ``mxnet-cu112`` 1.9.1 wheel's kernels (:mod:`mxfp16.machine.gpu.wheel_kernels`)."""
     return classify(capability, wheel_kernels.SASS, wheel_kernels.PTX)
 
 
@@ -123,7 +123,7 @@ def generation_table(sass=None, ptx=None):
 
 
 def table_applies():
-    """Whether the installed MXNet is the wheel :mod:`mxfp16.gpu.wheel_kernels` was read from.
+    """Whether the installed MXNet is the wheel :mod:`mxfp16.machine.gpu.wheel_kernels` was read from.
 
     Decided by the distribution's name and version (``mxnet-cu112`` 1.9.1);
     another CUDA build needs its own table (``python tools/gpu/fatbin.py`` in a source checkout).
@@ -140,7 +140,7 @@ def gpu_support(gpus):
     Parameters
     ----------
     gpus : list of dict
-        :func:`mxfp16.hardware.gpus` rows (``index``, ``compute_capability``).
+        :func:`mxfp16.machine.hardware.gpus` rows (``index``, ``compute_capability``).
 
     Returns
     -------

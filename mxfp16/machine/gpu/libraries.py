@@ -10,7 +10,7 @@ works with no ``LD_LIBRARY_PATH`` (PyTorch and JAX do the same with their
 CUDA wheels).
 
 What gets loaded is decided by ``libmxnet.so`` itself: its ``DT_NEEDED``
-entries (read with :mod:`mxfp16.gpu.elf`, without loading it). The CPU wheel
+entries (read with :mod:`mxfp16.machine.gpu.elf`, without loading it). The CPU wheel
 needs none of :data:`LIBRARIES`, so with it :func:`preload` reads a few
 hundred bytes of one file and returns. A library not found in any wheel is
 left to the system loader (``LD_LIBRARY_PATH``, a CUDA toolkit registered
@@ -230,7 +230,7 @@ _REPORT = None
 def preload(paths=None):
     """Load the CUDA libraries MXNet's GPU build needs from the NVIDIA wheels. Safe to call again.
 
-    Call before the first ``import mxnet`` (``mxfp16._compat.check_stack`` does).
+    Call before the first ``import mxnet`` (``mxfp16.machine.stack.check_stack`` does).
     A second call returns the first call's result without touching anything.
     Never raises: a library that is missing or fails to load is reported, and
     the import that follows fails with the loader's message, which

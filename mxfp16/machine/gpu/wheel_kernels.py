@@ -2,7 +2,7 @@
 
 Written by ``python tools/gpu/fatbin.py <wheel> --cuobjdump --write <this file>``
 from the ``.nv_fatbin`` sections of ``mxnet/libmxnet.so``; see
-``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.gpu.coverage` for
+``tools/gpu/fatbin.py`` for the format and :mod:`mxfp16.machine.gpu.coverage` for
 what the numbers mean for each GPU generation.
 """
 

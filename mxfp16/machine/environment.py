@@ -1,0 +1,253 @@
+"""The process environment MXNet reads, set once for every command: threads and float16 settings.
+
+MXNet takes several settings from environment variables rather than from its
+Python API. This module holds the ones mxfp16 needs and sets them the same
+way for the trainer, the benchmark, the notebooks and library users. It
+imports nothing from MXNet, so it can run before MXNet loads.
+
+Threads
+-------
+MXNet 1.9.1 decides its OpenMP thread count once, when the library loads:
+``OMP_NUM_THREADS`` if set, else half the processors (it assumes
+hyper-threading on x86). On a VM with one thread per core that leaves half
+the cores idle (2 cores: one thread; docs/benchmarks.md measures what the
+second one gives). A later ``omp_set_num_threads`` cannot raise it past
+that cap. So the count must be in the environment before ``import mxnet``:
+
+* ``import mxfp16`` applies :func:`plan_threads` (every core this process
+  may run on, ``os.sched_getaffinity``, unless ``OMP_NUM_THREADS`` or
+  ``MXNET_OMP_MAX_THREADS`` is already set) as long as MXNet is not loaded yet;
+* ``mxfp16 <command> --threads N`` does the same with N, before anything
+  loads MXNet;
+* a library user who imports MXNet first calls :func:`set_threads` before
+  that, or exports ``OMP_NUM_THREADS``.
+
+:func:`mxnet_threads` reads back what MXNet's OpenMP runtime uses, so the
+setting is checked, not assumed.
+"""
+import ctypes
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+__all__ = ["FLOAT16_ENVIRONMENT", "set_float16_environment", "float16_environment", "ThreadSetting", "ThreadsError",
+           "available_cores", "plan_threads", "set_threads", "mxnet_threads", "thread_report", "check_threads",
+           "THREAD_VARIABLES"]
+
+#: How ``--threads`` is described in every command's help.
+THREADS_HELP = "OpenMP threads for MXNet's operators, fixed when MXNet loads"
+THREADS_DEFAULT = "every core this process may run on, or OMP_NUM_THREADS / MXNET_OMP_MAX_THREADS when set"
+
+#: Environment variables a user sets to choose MXNet's thread count, in the order they win.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MXNET_OMP_MAX_THREADS")
+
+
+class ThreadsError(ValueError):
+    """A thread count that cannot be used; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class ThreadSetting:
+    """How many OpenMP threads MXNet should run, and who said so.
+
+    Attributes
+    ----------
+    threads : int
+    source : str
+        ``'--threads'``, ``'OMP_NUM_THREADS'``, ``'MXNET_OMP_MAX_THREADS'``
+        or ``'default'`` (every core this process may run on).
+    available : int
+        Cores this process may run on.
+    note : str or None
+        What was changed from the request, e.g. more threads than cores.
+    """
+
+    threads: int
+    source: str
+    available: int
+    note: object = None
+
+    def describe(self):
+        where = {"default": f"every core this process may run on ({self.available})"}.get(self.source, self.source)
+        return f"{self.threads} thread(s), from {where}"
+
+
+def available_cores():
+    """Cores this process may run on (its CPU affinity; the CPU count where affinity is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _whole(value, what):
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number < 1 or str(value).strip() != str(number):
+        raise ThreadsError(f"{what} {value!r}: must be a whole number >= 1, e.g. {available_cores()} "
+                           f"(the cores this process may run on)")
+    return number
+
+
+def plan_threads(requested=None, environ=None):
+    """Decide MXNet's thread count: ``requested`` (``--threads``), else the environment, else every core.
+
+    Parameters
+    ----------
+    requested : int or str, optional
+        An explicit count. More than the available cores is reduced to them,
+        and the setting's ``note`` says so (more threads than cores only adds
+        switching).
+    environ : mapping, optional
+        Defaults to ``os.environ``.
+
+    Returns
+    -------
+    ThreadSetting
+
+    Raises
+    ------
+    ThreadsError
+        ``requested``, or an environment variable, that is not a whole number >= 1.
+    """
+    environ = os.environ if environ is None else environ
+    available = available_cores()
+    if requested is not None:
+        threads = _whole(requested, "--threads")
+        if threads > available:
+            note = f"--threads {threads}: this process may run on {available} core(s); using {available}"
+            return ThreadSetting(available, "--threads", available, note)
+        return ThreadSetting(threads, "--threads", available)
+    for name in THREAD_VARIABLES:
+        if environ.get(name, "").strip():
+            return ThreadSetting(_whole(environ[name], name), name, available)
+    return ThreadSetting(available, "default", available)
+
+
+def set_threads(setting=None):
+    """Put ``setting`` (default: :func:`plan_threads`) in the environment for MXNet to read when it loads.
+
+    Sets ``OMP_NUM_THREADS``; child processes (the benchmark's runs, data
+    workers) inherit it. Does nothing to the environment once MXNet is
+    loaded, because MXNet no longer reads it then.
+
+    Returns
+    -------
+    (ThreadSetting, bool)
+        The setting and whether it was applied (``False``: MXNet was already
+        loaded; see :func:`mxnet_threads` for what it uses).
+    """
+    setting = setting or plan_threads()
+    if "mxnet" in sys.modules:
+        return setting, False
+    os.environ["OMP_NUM_THREADS"] = str(setting.threads)
+    # Child processes inherit both, so they can say where their count came from.
+    os.environ["MXFP16_THREADS_SET"] = f"{setting.threads}:{setting.source}"
+    return setting, True
+
+
+def mxnet_threads():
+    """The OpenMP thread count MXNet's runtime uses now (``None`` if MXNet is not loaded or uses no libgomp).
+
+    MXNet sets the OpenMP runtime's thread count when it loads (to its cap,
+    or to ``OMP_NUM_THREADS``), so ``omp_get_max_threads`` of the libgomp it
+    links is what its operators get.
+    """
+    if "mxnet" not in sys.modules:
+        return None
+    try:
+        return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
+    except (OSError, AttributeError):
+        return None
+
+
+def thread_report():
+    """What ``mxfp16 info``, config.json, summary.json and bench.json record about threads.
+
+    Returns
+    -------
+    dict
+        ``threads`` (what MXNet uses, read back), ``planned``, ``source``
+        (who chose it) and ``available_cores``.
+    """
+    planned = plan_threads()
+    source = planned.source
+    value, _, origin = os.environ.get("MXFP16_THREADS_SET", "").partition(":")
+    if source == "OMP_NUM_THREADS" and value == os.environ["OMP_NUM_THREADS"].strip():
+        source = origin  # set by mxfp16 in this process or a parent, not by the user
+    return {"threads": mxnet_threads(), "planned": planned.threads, "source": source,
+            "available_cores": planned.available}
+
+
+def check_threads(warn=True):
+    """Warn when MXNet runs fewer threads than planned (it was loaded before mxfp16 could set them).
+
+    Returns
+    -------
+    dict
+        :func:`thread_report`.
+    """
+    report = thread_report()
+    if warn and report["threads"] is not None and report["threads"] < report["planned"]:
+        warnings.warn(f"MXNet runs {report['threads']} OpenMP thread(s) but {report['planned']} were planned "
+                      f"({report['source']}): MXNet was loaded before the setting could take effect. Import mxfp16 "
+                      "before mxnet, call mxfp16.machine.environment.set_threads() first, or export OMP_NUM_THREADS",
+                      stacklevel=2)
+    return report
+
+#: What float16 training wants from MXNet's environment, and why.
+FLOAT16_ENVIRONMENT = {
+    "MXNET_CUDNN_AUTOTUNE_DEFAULT": ("1", "cuDNN benchmarks convolution algorithms once per shape, "
+                                          "picking tensor-core kernels for float16"),
+    "MXNET_SAFE_ACCUMULATION": ("1", "reductions (sum, mean, norm, softmax) of float16 data accumulate in float32"),
+}
+
+
+def set_float16_environment():
+    """Set the variables of :data:`FLOAT16_ENVIRONMENT` unless the user already did.
+
+    MXNet reads them when an operator is created or run, so setting them
+    before the network is built is enough.
+
+    Returns
+    -------
+    dict
+        ``{name: (value, why, set_here)}`` for the log.
+    """
+    report = {}
+    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
+        set_here = name not in os.environ
+        if set_here:
+            os.environ[name] = value
+        report[name] = (os.environ[name], why, set_here)
+    return report
+
+
+def float16_environment(environ=None):
+    """What :func:`set_float16_environment` would leave in the environment, without changing it.
+
+    ``mxfp16 info`` shows it, so a user can see before a run which value each
+    variable will have and whether it is mxfp16's or their own.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read (default: ``os.environ``).
+
+    Returns
+    -------
+    dict
+        ``{name: {"value": str, "source": "mxfp16" | "yours", "default": str, "why": str}}``:
+        ``value`` is what MXNet will read in a run mxfp16 sets up, ``source`` says
+        whether it is mxfp16's default or already set in the environment.
+    """
+    environ = os.environ if environ is None else environ
+    report = {}
+    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
+        yours = name in environ
+        report[name] = {"value": environ[name] if yours else value, "source": "yours" if yours else "mxfp16",
+                        "default": value, "why": why}
+    return report
