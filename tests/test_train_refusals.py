@@ -167,7 +167,7 @@ def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):
 
 def test_the_callback_variable_loads_module_function_or_says_what_is_wrong():
     from mxfp16.train.config import ConfigError
-    from mxfp16.train.run import CALLBACKS_VARIABLE, callbacks_from_environment
+    from mxfp16.train.callbacks import CALLBACKS_VARIABLE, callbacks_from_environment
 
     assert callbacks_from_environment(None, {}) == []
     made = callbacks_from_environment("the run", {CALLBACKS_VARIABLE: "fault_injection:callbacks"})

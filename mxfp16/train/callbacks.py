@@ -8,9 +8,10 @@ import time
 
 from tqdm.auto import tqdm
 
+from .config import ConfigError
 from .loop import Callback
 
-__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop"]
+__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "CALLBACKS_VARIABLE", "callbacks_from_environment"]
 
 
 class ProgressBar(Callback):
@@ -123,3 +124,32 @@ class AgreedStop(Callback):
 
     def stop_requested(self, progress):
         return self.agreed
+
+
+#: ``module:function`` whose ``function(run)`` returns callbacks for every run of this process
+#: and of the workers it launches (the command line's way to add a callback; the test suite
+#: injects faults with it, tests/fault_injection.py).
+CALLBACKS_VARIABLE = "MXFP16_TRAIN_CALLBACKS"
+
+
+def callbacks_from_environment(run, environ=None):
+    """The callbacks ``$MXFP16_TRAIN_CALLBACKS`` (``module:function``) builds for ``run``; none when unset.
+
+    Raises
+    ------
+    ConfigError
+        The variable is malformed, or its module or function cannot be loaded.
+    """
+    import importlib
+    import os
+
+    spec = (os.environ if environ is None else environ).get(CALLBACKS_VARIABLE, "").strip()
+    if not spec:
+        return []
+    module_name, _, function_name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{CALLBACKS_VARIABLE}={spec!r} cannot be loaded ({err}); it names module:function, "
+                          "importable from PYTHONPATH, whose function(run) returns a list of callbacks") from None
+    return list(factory(run))

@@ -93,7 +93,7 @@ class TrainConfig:
     Each field's ``help`` metadata is its documentation (``mxfp16 train --help``
     shows it with the default). The groups: data, model, precision,
     optimisation and run. Nothing here exists only for tests: faults are
-    injected through callbacks (:data:`mxfp16.train.run.CALLBACKS_VARIABLE`).
+    injected through callbacks (:data:`mxfp16.train.callbacks.CALLBACKS_VARIABLE`).
     """
 
     # data

@@ -12,25 +12,23 @@ record and a checkpoint. :class:`Run` only holds what the two share.
 import hashlib
 import itertools
 import json
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed import StopVote, average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
-from .._internals import trainer_params
-from ..machine.environment import check_threads, mxnet_threads, plan_threads
-from ..fileio import JSONFileError, shown
-from ..machine.hardware import peak_memory_mb
+from ..distributed import StopVote, open_kvstore, sync_parameters
+from ..machine.environment import check_threads, plan_threads
+from ..fileio import JSONFileError
 from ..optim import check_compression, lr_schedule
 from ..training_parts import PartsSpec, build_parts
 from ..devices import format_ctx, resolve_devices
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import AgreedStop, ProgressBar, StopOnSignal
+from .callbacks import AgreedStop, ProgressBar, StopOnSignal, callbacks_from_environment
+from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .config import ConfigError, TrainConfig
-from .loop import TrainingDivergedError, evaluate, train_epoch
-from .outputs import RunOutputs, params_digest, structural_names
+from .loop import TrainingDivergedError, train_epoch
+from .outputs import RunOutputs, structural_names
 from .progress import Progress
 
 __all__ = ["train", "prepare", "fit", "Run", "Cluster", "TrainingInterrupted", "TrainingDivergedError"]
@@ -369,35 +367,6 @@ def restore(run, changes=None):
             f"loss scale {run.parts.scaler.scale:g}, lr {run.parts.trainer.learning_rate:.4g})")
 
 
-#: ``module:function`` whose ``function(run)`` returns callbacks for every run of this process
-#: and of the workers it launches (the command line's way to add a callback; the test suite
-#: injects faults with it, tests/fault_injection.py).
-CALLBACKS_VARIABLE = "MXFP16_TRAIN_CALLBACKS"
-
-
-def callbacks_from_environment(run, environ=None):
-    """The callbacks ``$MXFP16_TRAIN_CALLBACKS`` (``module:function``) builds for ``run``; none when unset.
-
-    Raises
-    ------
-    ConfigError
-        The variable is malformed, or its module or function cannot be loaded.
-    """
-    import importlib
-    import os
-
-    spec = (os.environ if environ is None else environ).get(CALLBACKS_VARIABLE, "").strip()
-    if not spec:
-        return []
-    module_name, _, function_name = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{CALLBACKS_VARIABLE}={spec!r} cannot be loaded ({err}); it names module:function, "
-                          "importable from PYTHONPATH, whose function(run) returns a list of callbacks") from None
-    return list(factory(run))
-
-
 def fit(run, callbacks=()):
     """Train the remaining epochs of ``run``; return the summary (also written to ``summary.json``).
 
@@ -426,124 +395,12 @@ def fit(run, callbacks=()):
                 finished = train_epoch(run.parts, batches, progress, hooks, log_every=config.log_every,
                                        workers=run.cluster.num_workers, clip_grad_norm=config.clip_grad_norm)
             except TrainingDivergedError as err:
-                raise TrainingDivergedError(_stopped_message(run, err), err.step, err.epoch) from None
+                raise TrainingDivergedError(stopped_message(run, err), err.step, err.epoch) from None
             if not finished:
                 save_checkpoint(run)
                 raise TrainingInterrupted(
                     f"interrupted at epoch {progress.epoch + 1}, batch {progress.batch} (step {progress.global_step}); "
                     f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}",
                     StopOnSignal.EXIT_STATUS.get(stop.requested, 130))
-            _finish_epoch(run)
-    return _summarise(run)
-
-
-def _finish_epoch(run):
-    """Average BatchNorm statistics, evaluate, write the epoch's record and a checkpoint."""
-    config, progress, parts = run.config, run.progress, run.parts
-    average_aux_states(parts.trainer, run.cluster.kvstore, run.cluster.num_workers)
-    tic = time.perf_counter()
-    test = itertools.islice(run.loaders.test_batches(), config.max_batches)
-    val_top1, val_top5 = evaluate(parts, test, len(run.loaders.classes))
-    sums = progress.sums
-    record = {
-        "epoch": progress.epoch + 1,
-        "train_loss": sums.loss_sum / sums.images if sums.images else float("nan"),
-        "train_top1": sums.correct / sums.images if sums.images else float("nan"),
-        "val_top1": val_top1,
-        "val_top5": val_top5,
-        "images_per_second": sums.seen * run.cluster.num_workers / sums.train_seconds if sums.train_seconds else 0.0,
-        "loss_scale": parts.scaler.scale,
-        "skipped_steps": sums.skipped,
-        "lr": float(parts.trainer.learning_rate),
-        "seconds": sums.train_seconds + time.perf_counter() - tic,
-    }
-    progress.epoch_finished(record, peak_memory_mb(parts.ctx))
-    save_checkpoint(run)
-    run.outputs.write_metrics(progress.metrics)  # after the checkpoint, which holds the same records
-    run.say(f"epoch {record['epoch']}/{config.epochs}: train_loss {record['train_loss']:.4f} "
-            f"train_top1 {record['train_top1']:.3f} val_top1 {record['val_top1']:.3f} val_top5 {record['val_top5']:.3f}"
-            f" | {record['images_per_second']:.1f} img/s, loss scale {record['loss_scale']:g}, skipped "
-            f"{record['skipped_steps']}, lr {record['lr']:.4g}, {record['seconds']:.1f} s")
-
-
-def save_checkpoint(run):
-    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
-    if run.cluster.rank == 0:
-        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
-                             keep=run.config.keep_checkpoints)
-
-
-def _stopped_message(run, err):
-    record = ckpt.read_record(run.config.out) if run.cluster.rank == 0 else None
-    keep = (f"the last good checkpoint ({run.config.out}/checkpoints, {record['tag']}) is kept; "
-            "--resume continues from it" if record else "no checkpoint was written yet")
-    return (f"training stopped at step {err.step}, epoch {err.epoch + 1}: {err}. {keep}. Lower --lr, add "
-            "--clip-grad-norm, or check the data; in float16, `mxfp16 diagnose` shows which layers overflow")
-
-
-def describe(run):
-    """Log what is about to run: data, model, precision, devices, environment, optimizer."""
-    c, loaders, parts, cluster = run.config, run.loaders, run.parts, run.cluster
-    data = f"demo set {run.source}" if c.data_dir is None else f"{c.pipeline} {run.source}"
-    shard = f" (shard {cluster.rank} of {cluster.num_workers})" if cluster.num_workers > 1 else ""
-    run.say(f"data: {data}: {len(loaders.classes)} classes, {loaders.num_train} training images{shard}, "
-            f"{loaders.num_test} test images, {c.image_size} px, batch {c.batch_size}")
-    if loaders.skipped:
-        listed = "; ".join(f"{shown(path)} ({reason})" for path, reason in loaders.skipped[:5])
-        more = f" and {len(loaders.skipped) - 5} more" if len(loaders.skipped) > 5 else ""
-        run.say(f"data: skipped {len(loaders.skipped)} unusable file(s): {listed}{more}")
-    if c.profile == "demo" and run.profile_fields & {"model", "image_size"}:
-        run.say(f"demo profile: {', '.join(f'{k} {getattr(c, k)}' for k in sorted(run.profile_fields))} "
-                "(a CPU-sized choice, see `mxfp16 train --help`); flags override each")
-    rank = f" (rank {cluster.rank} of {cluster.num_workers})" if cluster.distributed else ""
-    run.say(f"model: {c.model}{' (pretrained features)' if c.pretrained else ''}; precision {parts.precision}; "
-            f"loss scale {parts.scaler!r}; devices {format_ctx(parts.ctx)}; kvstore {c.kvstore}{rank}")
-    run.say(f"threads: MXNet runs {mxnet_threads()} OpenMP thread(s); --threads or OMP_NUM_THREADS change it")
-    run.say("environment: " + "; ".join(f"{k}={v} ({why}{'' if here else ', set by you'})"
-                                        for k, (v, why, here) in parts.environment.items()))
-    momentum = f"momentum {c.momentum:g}, " if hasattr(parts.trainer.optimizer, "momentum") else ""
-    run.say(f"optimiser: {c.optimizer} lr {c.lr:g} ({c.lr_schedule}, {c.warmup_epochs} warm-up epochs), "
-            f"{momentum}wd {c.wd:g}, label smoothing {c.label_smoothing:g}; {c.epochs} epochs of "
-            f"{run.steps_per_epoch} steps; outputs in {c.out}")
-
-
-def _summarise(run):
-    """Write ``summary.json`` (and a per-rank summary in a job) and return the summary."""
-    config, progress, parts, cluster = run.config, run.progress, run.parts, run.cluster
-    records = progress.metrics
-    digest = params_digest(parts.net)
-    speeds = [r["images_per_second"] for r in records]
-    # The first epoch includes graph construction and first-touch allocation.
-    steady = speeds[1:] if len(speeds) > 1 else speeds
-    summary = {
-        "precision": parts.precision.name,
-        "model": config.model,
-        "epochs": len(records),
-        "final_val_top1": records[-1]["val_top1"] if records else None,
-        "best_val_top1": max(r["val_top1"] for r in records) if records else None,
-        "images_per_second": sum(steady) / len(steady) if steady else None,
-        "peak_memory_mb": max(progress.peak_memory_mb, peak_memory_mb(parts.ctx)),
-        "skipped_steps": progress.skipped_steps,
-        "final_loss_scale": parts.scaler.scale,
-        "params_digest": digest,
-        "requested_precision": parts.precision.requested,
-        "image_size": config.image_size,
-        "batch_size": config.batch_size,
-        "final_val_top5": records[-1]["val_top5"] if records else None,
-        "seconds": sum(r["seconds"] for r in records),
-        "num_workers": cluster.num_workers,
-        "threads": mxnet_threads(),
-    }
-    run.outputs.write_summary(summary)
-    run.outputs.write_rank_summary({
-        "rank": cluster.rank, "num_workers": cluster.num_workers, "precision": parts.precision.name,
-        "params_digest": digest, "grad_bytes_pushed_per_step": grad_bytes_per_step(trainer_params(parts.trainer)),
-        "skipped_steps": progress.skipped_steps, "skipped_step_numbers": progress.skipped_step_numbers,
-        "steps": progress.global_step,
-    })
-    if summary["final_val_top1"] is not None:
-        run.say(f"done: {summary['epochs']} epochs, val_top1 {summary['final_val_top1']:.3f} "
-                f"(best {summary['best_val_top1']:.3f}), {summary['images_per_second']:.1f} img/s, "
-                f"peak memory {summary['peak_memory_mb']:.0f} MB, {summary['skipped_steps']} skipped steps; "
-                f"summary in {config.out}/summary.json")
-    return summary
+            finish_epoch(run)
+    return summarise(run)
