@@ -1,0 +1,198 @@
+"""One ``mxfp16 bench`` invocation as a library call: check the request, plan the runs, record the results.
+
+:func:`plan_invocation` checks everything a user can get wrong before any
+run starts (precision and list names, batch sizes, the data set, the model,
+the PyTorch peer's conditions) and returns the runs to make;
+:func:`record_invocation` writes ``bench.json``, ``bench.csv`` and the plots.
+``mxfp16 bench`` parses flags, calls these two around
+:func:`mxfp16.bench.suite.run_suite`, and prints.
+"""
+import os
+from dataclasses import dataclass, field
+
+from ..fileio import JSONFileError, read_json
+from ..limits import MAX_BATCH
+
+__all__ = ["BenchSetupError", "Invocation", "plan_invocation", "record_invocation", "BATCH_SIZES", "ITERS"]
+
+#: Per-mode defaults: inference asks about one request (batch 1) and about a full batch.
+BATCH_SIZES = {"train": "16,32", "inference": "1,32"}
+ITERS = {"train": 10, "inference": 30}
+
+
+class BenchSetupError(ValueError):
+    """A benchmark request that cannot run; the message names the flag and the fix."""
+
+
+@dataclass
+class Invocation:
+    """What :func:`plan_invocation` decided: the runs, and what the report records beside them."""
+
+    specs: list
+    iters: int
+    batch_sizes: list
+    classes: int
+    tensor_cores: dict
+    machine: dict
+    threads: dict
+    load_start: tuple
+    peer_network: str = None
+    config: dict = field(default_factory=dict)
+
+
+def int_list(text, flag, high=MAX_BATCH):
+    """``'16,32'`` as ``[16, 32]``, each between 1 and ``high``."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise BenchSetupError(f"{flag} {text!r} is not a comma-separated list of positive integers; e.g. {flag} 16,32")
+    if max(values) > high:
+        raise BenchSetupError(f"{flag} {max(values)}: at most {high}; e.g. {flag} 16,32")
+    return values
+
+
+def _precisions(text):
+    from ..precision import PRECISIONS, PrecisionError, check_precision_name
+
+    precisions, unknown = [], []
+    for name in (p for p in text.split(",") if p.strip()):
+        try:
+            precisions.append(check_precision_name(name))
+        except PrecisionError:
+            unknown.append(name.strip())
+    if not precisions or unknown:
+        raise BenchSetupError(f"unknown precision(s) {', '.join(unknown) or '(none given)'}; choose from "
+                              f"{', '.join(PRECISIONS)}, e.g. --precisions float32,auto")
+    return precisions
+
+
+def _amp_lists(text):
+    from ..amp_lists import LIST_SETS
+
+    lists = [name.strip() for name in text.split(",") if name.strip()]
+    if not lists or any(name not in LIST_SETS for name in lists):
+        raise BenchSetupError(f"--amp-lists {text!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
+    return lists
+
+
+def data_classes(data, pipeline):
+    """The class count of a data set named by ``--data``/``--pipeline``, checked before any run starts."""
+    if pipeline == "folder" and not os.path.isdir(data):
+        hint = ("; it looks like a RecordIO pack: add --pipeline recordio"
+                if os.path.isfile(f"{data}_train.rec") else "")
+        raise BenchSetupError(f"--data {data!r} is neither 'synthetic' nor a folder{hint}; make one with "
+                              "`mxfp16 data synth --out DIR` or use --data synthetic")
+    if pipeline == "recordio":
+        from ..data.layout import pack_problem
+        from ..data.pipelines import classes_file
+
+        problem = pack_problem(data, flag="--data")  # a split or the raw download: name the pack command
+        if problem:
+            raise BenchSetupError(problem)
+        meta = classes_file(data)
+        try:
+            return len(read_json(meta, fields={"classes": list})["classes"])
+        except JSONFileError:
+            raise BenchSetupError(f"--data {data!r} with --pipeline recordio: {meta} is missing or unreadable, so "
+                                  f"{data!r} is not a complete pack; make one with `mxfp16 data pack --src DIR "
+                                  f"--out {data}`") from None
+    train = os.path.join(data, "train")
+    if not os.path.isdir(train):
+        from ..data.layout import split_problem
+
+        problem = split_problem(data, then="pass --data {split}")
+        if problem:
+            raise BenchSetupError(problem)
+        raise BenchSetupError(f"--data {data!r} has no train/ folder; make one with `mxfp16 data split` or "
+                              "`mxfp16 data synth --out DIR`, or use --data synthetic")
+    return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])
+
+
+def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, precisions="float32,auto",
+                    amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=102,
+                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None):
+    """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
+
+    Returns
+    -------
+    Invocation
+
+    Raises
+    ------
+    BenchSetupError
+        Anything that would make a run fail: names, sizes, the data set, the
+        model, or ``peer`` outside its conditions.
+    """
+    from ..machine import hardware
+    from ..machine.environment import thread_report
+    from ..models import ModelError
+    from .runner import BenchSpec
+    from .suite import plan
+    from .tensor_cores import model_tensor_core_report
+
+    precision_names, lists = _precisions(precisions), _amp_lists(amp_lists)
+    sizes = int_list(batch_sizes or BATCH_SIZES[mode], "--batch-sizes")
+    on_cpu = ctx.strip().lower() in ("auto", "cpu")
+    if peer and (mode != "train" or data != "synthetic" or not on_cpu):
+        raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
+                              "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
+    network = None
+    if peer:
+        from .peer import peer_models, peer_network  # imports neither torch nor MXNet
+
+        network = peer_network(model)
+        if network is None:
+            raise BenchSetupError(f"--peer pytorch has a PyTorch network only for {peer_models()}: use --model with "
+                                  f"one of these, not {model!r}")
+    iters = ITERS[mode] if iters is None else iters
+    try:
+        base = BenchSpec(model=model, image_size=image_size, mode=mode, iters=iters, warmup=warmup,
+                         repeats=repeats, data=data, pipeline=pipeline, workers=workers, ctx=ctx, classes=classes)
+    except ValueError as err:
+        raise BenchSetupError(f"{err}; see mxfp16 bench --help") from None
+    n_classes = classes if data == "synthetic" else data_classes(data, pipeline)
+    try:
+        # Building the model here also checks its name before any run starts.
+        tensor_cores = model_tensor_core_report(model, n_classes, image_size, sizes)
+    except ModelError as err:
+        raise BenchSetupError(str(err)) from None
+    specs = plan(base, precision_names, sizes, lists)
+    machine, threads = hardware.machine_summary(), thread_report()
+    if peer:
+        if machine["gpus"] and ctx.strip().lower() == "auto":
+            raise BenchSetupError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
+        from .peer import plan_peer
+
+        specs += plan_peer(base, sizes, threads["planned"])
+    return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
+                      machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network)
+
+
+def record_invocation(out, invocation, records, config, plots=True):
+    """Merge the rounds, write ``bench.json``/``bench.csv`` (and the plots) to ``out``.
+
+    Parameters
+    ----------
+    config : dict
+        The request as given (flags); the planned values, threads, loads and
+        ``command`` are added here.
+
+    Returns
+    -------
+    (dict, list of str)
+        The document and the paths written.
+    """
+    from . import report
+    from .plots import write_plots
+
+    config = dict(config, batch_sizes=",".join(map(str, invocation.batch_sizes)), iters=invocation.iters,
+                  threads=invocation.threads, load_average_start=list(invocation.load_start),
+                  load_average_end=list(os.getloadavg()))
+    document = report.bench_document(invocation.machine, records, config=config,
+                                     tensor_cores=invocation.tensor_cores)
+    paths = list(report.write_outputs(out, document))
+    if plots:
+        paths += write_plots(out, document["results"])
+    return document, paths
