@@ -46,6 +46,14 @@ class LossScaler:
         :class:`LossScaleDivergedError` instead of skipping forever.
     history_size : int, default 1000
         How many recent scales :attr:`history` keeps.
+
+    Attributes
+    ----------
+    skipped_at : list of int
+        The steps skipped, numbered by :attr:`steps` (from 1). In the trainer
+        the scaler sees every step, so these are the run's global step
+        numbers; :attr:`skipped_steps` counts them. The trainer keeps no count
+        of its own.
     """
 
     STATE_VERSION = 1
@@ -95,9 +103,15 @@ class LossScaler:
         self._overflows_left = self.hysteresis
         self._overflows_at_min = 0
         self.steps = 0
-        self.skipped_steps = 0
+        self.skipped_at = []
+        self._earlier_skips = 0  # skips restored from a state that did not record their steps
         self.last_step_skipped = False
         self.history.clear()
+
+    @property
+    def skipped_steps(self):
+        """How many steps were skipped: the one count of skipped steps (the trainer reads it too)."""
+        return self._earlier_skips + len(self.skipped_at)
 
     @property
     def scale(self):
@@ -132,7 +146,7 @@ class LossScaler:
             return False
         self.steps += 1
         if overflow:
-            self.skipped_steps += 1
+            self.skipped_at.append(self.steps)
             self.last_step_skipped = True
             self._clean_steps = 0
             # An overflow counts towards divergence when it happened at the floor,
@@ -169,7 +183,7 @@ class LossScaler:
         state.update(
             version=self.STATE_VERSION, scale=self._scale, clean_steps=self._clean_steps,
             overflows_left=self._overflows_left, overflows_at_min=self._overflows_at_min,
-            steps=self.steps, skipped_steps=self.skipped_steps,
+            steps=self.steps, skipped_steps=self.skipped_steps, skipped_at=list(self.skipped_at),
             last_step_skipped=self.last_step_skipped, history=list(self.history),
         )
         return state
@@ -202,8 +216,16 @@ class LossScaler:
         for name in self._CONFIG:
             setattr(self, name, state[name] if isinstance(state[name], bool) else type(getattr(self, name))(state[name]))
         self._scale = float(scale)
-        self._clean_steps, self._overflows_left, self._overflows_at_min, self.steps, self.skipped_steps = (
+        self._clean_steps, self._overflows_left, self._overflows_at_min, self.steps, skipped = (
             state[name] for name in self._COUNTERS)
+        # The steps skipped, by this scaler's step count (from 1); a state written before they were
+        # recorded keeps only its count.
+        skipped_at = state.get("skipped_at")
+        if skipped_at is not None and not (isinstance(skipped_at, list) and len(skipped_at) == skipped and all(
+                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= self.steps for n in skipped_at)):
+            raise ValueError("loss-scaler state has malformed field(s) skipped_at")
+        self.skipped_at = list(skipped_at or [])
+        self._earlier_skips = skipped - len(self.skipped_at)
         self.last_step_skipped = state["last_step_skipped"]
         self.history.clear()
         self.history.extend(float(s) for s in state.get("history", ()))

@@ -154,3 +154,22 @@ def test_make_trainer_wants_a_resolved_precision():
     net.initialize()
     with pytest.raises(TypeError, match=r"resolve_precision\('float16', ctx\)"):
         make_trainer(net.collect_params(), "sgd", {}, "float16")
+
+
+def test_skipped_steps_are_recorded_once_by_step_and_survive_the_state():
+    scaler = LossScaler(init_scale=8.0, growth_interval=100)
+    for overflow in (False, True, False, False, True):
+        scaler.update(overflow)
+    assert scaler.skipped_at == [2, 5] and scaler.skipped_steps == 2
+    again = LossScaler()
+    again.load_state_dict(scaler.state_dict())
+    assert (again.skipped_at, again.skipped_steps) == ([2, 5], 2)
+    old = {k: v for k, v in scaler.state_dict().items() if k != "skipped_at"}  # written before skipped_at existed
+    again.load_state_dict(old)
+    assert (again.skipped_at, again.skipped_steps) == ([], 2)
+    again.update(True)
+    assert (again.skipped_at, again.skipped_steps) == ([6], 3)
+    for bad in ([2], [2, 9], [0, 5], "2,5"):
+        state = dict(scaler.state_dict(), skipped_at=bad)
+        with pytest.raises(ValueError, match="skipped_at"):
+            LossScaler().load_state_dict(state)

@@ -93,7 +93,7 @@ def test_the_loop_counts_what_the_steps_did():
     assert train_epoch(parts, batches(0, 0), progress, callbacks, log_every=2)
     sums = progress.sums
     assert (progress.epoch, progress.batch, progress.global_step) == (0, STEPS, STEPS)
-    assert progress.skipped_step_numbers == [3] and sums.skipped == 1
+    assert parts.scaler.skipped_at == [3] and parts.scaler.skipped_steps == 1
     assert sums.seen == STEPS * BATCH and sums.images == (STEPS - 1) * BATCH == recorder.images
     assert sums.correct == recorder.correct
     assert recorder.reads == 3  # after steps 2 and 4 (log_every=2), and the final read of step 5
@@ -121,7 +121,7 @@ def test_interrupted_and_resumed_training_is_exact(tmp_path):
     assert params_digest(second.net) == params_digest(whole.net)
     assert second.scaler.state_dict() == whole.scaler.state_dict()
     assert resumed.state_dict() == whole_progress.state_dict()
-    assert resumed.skipped_step_numbers == [3] and resumed.global_step == EPOCHS * STEPS
+    assert second.scaler.skipped_at == [3] and resumed.global_step == EPOCHS * STEPS
     assert second.trainer.learning_rate == pytest.approx(whole.trainer.learning_rate)
 
 
@@ -136,13 +136,14 @@ def test_a_non_finite_loss_without_a_scaler_names_the_step_and_epoch():
 
 def test_progress_round_trips_and_refuses_a_damaged_record():
     progress = Progress()
-    progress.step_taken(skipped=True)
+    progress.step_taken()
     progress.add_read(8, float("inf"), 0, skipped=True)
-    progress.step_taken(skipped=False)
+    progress.step_taken()
     progress.add_read(8, 0.5, 6, skipped=False)
     assert progress.tag() == "epoch-0001-batch-00002"
+    assert (progress.sums.seen, progress.sums.images, progress.sums.loss_sum) == (16, 8, 4.0)
     again = Progress.from_state_dict(progress.state_dict())
-    assert again == progress and again.skipped_steps == 1
+    assert again == progress and again.epoch_first_step == 1
     progress.epoch_finished(peak_memory_mb=12.5)
     assert (progress.tag(), progress.sums.seen, progress.peak_memory_mb) == ("epoch-0001", 0, 12.5)
     broken = progress.state_dict()

@@ -35,7 +35,8 @@ def finish_epoch(run):
         "val_top5": val_top5,
         "images_per_second": sums.seen * run.cluster.num_workers / sums.train_seconds if sums.train_seconds else 0.0,
         "loss_scale": parts.scaler.scale,
-        "skipped_steps": sums.skipped,
+        # counted once, by the loss scaler: its skips since this epoch's first step
+        "skipped_steps": sum(1 for n in parts.scaler.skipped_at if n >= progress.epoch_first_step),
         "lr": float(parts.trainer.learning_rate),
         "seconds": sums.train_seconds + time.perf_counter() - tic,
     }
@@ -106,7 +107,7 @@ def summarise(run):
         "best_val_top1": max(r["val_top1"] for r in records) if records else None,
         "images_per_second": sum(steady) / len(steady) if steady else None,
         "peak_memory_mb": max(progress.peak_memory_mb, peak_memory_mb(parts.ctx)),
-        "skipped_steps": progress.skipped_steps,
+        "skipped_steps": parts.scaler.skipped_steps,
         "final_loss_scale": parts.scaler.scale,
         "params_digest": digest,
         "requested_precision": parts.precision.requested,
@@ -121,7 +122,7 @@ def summarise(run):
     run.outputs.write_rank_summary({
         "rank": cluster.rank, "num_workers": cluster.num_workers, "precision": parts.precision.name,
         "params_digest": digest, "grad_bytes_pushed_per_step": grad_bytes_per_step(trainer_params(parts.trainer)),
-        "skipped_steps": progress.skipped_steps, "skipped_step_numbers": progress.skipped_step_numbers,
+        "skipped_steps": parts.scaler.skipped_steps, "skipped_step_numbers": list(parts.scaler.skipped_at),
         "steps": progress.global_step,
     })
     if summary["final_val_top1"] is not None:

@@ -140,7 +140,7 @@ def train_epoch(parts, batches, progress, callbacks=(), log_every=10, workers=1,
                                     batch_size=data.shape[0] * workers, clip_grad_norm=clip_grad_norm)
             except LossScaleDivergedError as err:
                 raise TrainingDivergedError(str(err), step=progress.global_step + 1, epoch=progress.epoch) from None
-            progress.step_taken(result.skipped)
+            progress.step_taken()
             reads.add(progress.global_step, progress.epoch, result, y, data.shape[0])
             if len(reads) >= log_every:
                 reads.read_into(progress)

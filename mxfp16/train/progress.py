@@ -28,8 +28,8 @@ class EpochSums:
         Every image fed to the network this epoch (skipped steps too).
     train_seconds : float
         Wall time of the training part of the epoch so far.
-    skipped : int
-        Steps the loss scaler skipped this epoch.
+
+    Skipped steps are counted once, by the loss scaler (``LossScaler.skipped_at``).
     """
 
     loss_sum: float = 0.0
@@ -37,7 +37,6 @@ class EpochSums:
     images: int = 0
     seen: int = 0
     train_seconds: float = 0.0
-    skipped: int = 0
 
 
 @dataclass
@@ -54,8 +53,6 @@ class Progress:
         Steps taken since the run began (skipped steps included), counted from 1.
     sums : EpochSums
         The epoch in progress.
-    skipped_step_numbers : list of int
-        The global steps the loss scaler skipped, over the whole run.
     peak_memory_mb : float
         The largest peak memory seen at an epoch's end.
     metrics : list of dict
@@ -67,18 +64,14 @@ class Progress:
     batch: int = 0
     global_step: int = 0
     sums: EpochSums = field(default_factory=EpochSums)
-    skipped_step_numbers: list = field(default_factory=list)
     peak_memory_mb: float = 0.0
     metrics: list = field(default_factory=list)
 
     # ---- advancing ------------------------------------------------------
-    def step_taken(self, skipped):
+    def step_taken(self):
         """Count one step of the epoch in progress (its numbers arrive later, with :meth:`add_read`)."""
         self.global_step += 1
         self.batch += 1
-        if skipped:
-            self.skipped_step_numbers.append(self.global_step)
-            self.sums.skipped += 1
 
     def add_read(self, images, loss, correct, skipped):
         """Add one step's host-read numbers to the epoch's sums; a skipped step adds only its images."""
@@ -99,9 +92,9 @@ class Progress:
         self.sums = EpochSums()
 
     @property
-    def skipped_steps(self):
-        """Steps skipped over the whole run."""
-        return len(self.skipped_step_numbers)
+    def epoch_first_step(self):
+        """The global number of the epoch in progress's first step."""
+        return self.global_step - self.batch + 1
 
     def tag(self):
         """The checkpoint name of this position: ``epoch-0003`` or ``epoch-0003-batch-00017``."""
@@ -124,10 +117,10 @@ class Progress:
             A missing or malformed field.
         """
         try:
+            # Older records also hold the skipped steps; the loss scaler's state has them.
             sums = EpochSums(**{f.name: state["sums"][f.name] for f in fields(EpochSums)})
             progress = cls(epoch=int(state["epoch"]), batch=int(state["batch"]),
                            global_step=int(state["global_step"]), sums=sums,
-                           skipped_step_numbers=[int(n) for n in state["skipped_step_numbers"]],
                            peak_memory_mb=float(state["peak_memory_mb"]),
                            metrics=[dict(r) for r in state["metrics"]])
         except (KeyError, TypeError, ValueError) as err:
