@@ -13,6 +13,10 @@ bfloat16 (a layer after a Dense or convolution, which hands on bfloat16).
 """
 import json
 
+from mxnet import gluon, symbol
+from mxnet.gluon import nn, rnn
+from mxnet.gluon.contrib import nn as cnn
+
 __all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "table", "render"]
 
 
@@ -44,74 +48,49 @@ class Layer:
         self.hybridize = hybridize
 
 
-def _nn():
-    from mxnet.gluon import nn
-    return nn
+class Unrolled(gluon.HybridBlock):
+    """A recurrent cell unrolled over ``length`` steps, as a HybridBlock (cells are not layers)."""
+
+    def __init__(self, cell, length, **kwargs):
+        super().__init__(**kwargs)
+        self._length = length
+        with self.name_scope():
+            self.cell = cell()
+
+    def hybrid_forward(self, F, x):
+        self.cell.reset()
+        out, _ = self.cell.unroll(self._length, x, layout="NTC", merge_outputs=True)
+        return out
 
 
-def _rnn():
-    from mxnet.gluon import rnn
-    return rnn
+class SelfAttention(gluon.HybridBlock):
+    """A user's own one-head self-attention layer: Dense projections, ``batch_dot``, softmax, LayerNorm.
 
+    ``masked`` attends to the first 3 positions of each sequence through softmax's ``length``.
+    """
 
-def _cnn():
-    from mxnet.gluon.contrib import nn as cnn
-    return cnn
+    def __init__(self, units=8, masked=False, **kwargs):
+        super().__init__(**kwargs)
+        self._units, self._masked = units, masked
+        with self.name_scope():
+            self.query = gluon.nn.Dense(units, flatten=False)
+            self.key = gluon.nn.Dense(units, flatten=False)
+            self.value = gluon.nn.Dense(units, flatten=False)
+            self.norm = gluon.nn.LayerNorm()
 
-
-class _Unrolled:
-    """A recurrent cell unrolled over the sequence, as a HybridBlock (cells are not layers)."""
-
-    def __new__(cls, cell, length):
-        from mxnet import gluon
-
-        class Unrolled(gluon.HybridBlock):
-            def __init__(self, **kwargs):
-                super().__init__(**kwargs)
-                with self.name_scope():
-                    self.cell = cell()
-
-            def hybrid_forward(self, F, x):
-                self.cell.reset()
-                out, _ = self.cell.unroll(length, x, layout="NTC", merge_outputs=True)
-                return out
-
-        return Unrolled()
-
-
-class SelfAttention:
-    """A user's own self-attention layer: Dense projections, ``batch_dot``, softmax, LayerNorm."""
-
-    def __new__(cls, units=8, masked=False):
-        from mxnet import gluon
-
-        class SelfAttentionLayer(gluon.HybridBlock):
-            def __init__(self, **kwargs):
-                super().__init__(**kwargs)
-                with self.name_scope():
-                    self.query = gluon.nn.Dense(units, flatten=False)
-                    self.key = gluon.nn.Dense(units, flatten=False)
-                    self.value = gluon.nn.Dense(units, flatten=False)
-                    self.norm = gluon.nn.LayerNorm()
-
-            def hybrid_forward(self, F, x):
-                q, k, v = self.query(x), self.key(x), self.value(x)
-                scores = F.batch_dot(q, k, transpose_b=True) / (units ** 0.5)
-                if masked:
-                    # attend to the first 3 positions of each sequence: softmax's length mask
-                    length = F.ones_like(F.slice_axis(F.sum(x, axis=2), axis=1, begin=0, end=1)) * 3
-                    length = F.broadcast_like(length, F.sum(x, axis=2)).astype("int32")
-                    weights = F.softmax(scores, length, axis=-1, use_length=True)
-                else:
-                    weights = F.softmax(scores, axis=-1)
-                return self.norm(x + F.batch_dot(weights, v))
-
-        return SelfAttentionLayer()
+    def hybrid_forward(self, F, x):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = F.batch_dot(q, k, transpose_b=True) / (self._units ** 0.5)
+        if self._masked:
+            length = F.ones_like(F.slice_axis(F.sum(x, axis=2), axis=1, begin=0, end=1)) * 3
+            length = F.broadcast_like(length, F.sum(x, axis=2)).astype("int32")
+            weights = F.softmax(scores, length, axis=-1, use_length=True)
+        else:
+            weights = F.softmax(scores, axis=-1)
+        return self.norm(x + F.batch_dot(weights, v))
 
 
 def _numpy_dense_conv():
-    from mxnet import gluon
-
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3), gluon.nn.Activation("relu"), gluon.nn.Dense(5))
     return net
@@ -124,70 +103,70 @@ _VEC = (2, 6)
 #: Every layer of gluon.nn, gluon.rnn and gluon.contrib.nn (and its variants
 #: that change the operators), plus the operator-level pieces of attention.
 LAYERS = [
-    Layer("nn.Dense", lambda: _nn().Dense(8), _VEC),
-    Layer("nn.Dense(flatten=False)", lambda: _nn().Dense(8, flatten=False), _SEQ),
-    Layer("nn.Conv1D", lambda: _nn().Conv1D(4, 3), (2, 3, 8)),
-    Layer("nn.Conv2D", lambda: _nn().Conv2D(4, 3), _IMG),
-    Layer("nn.Conv2D(7x7 stem)", lambda: _nn().Conv2D(4, 7, padding=3), (2, 3, 8, 8)),
-    Layer("nn.Conv3D", lambda: _nn().Conv3D(4, 3), (2, 3, 4, 4, 4)),
-    Layer("nn.Conv1DTranspose", lambda: _nn().Conv1DTranspose(4, 3), (2, 3, 8)),
-    Layer("nn.Conv2DTranspose", lambda: _nn().Conv2DTranspose(4, 3), _IMG),
-    Layer("nn.Conv3DTranspose", lambda: _nn().Conv3DTranspose(4, 3), (2, 3, 4, 4, 4)),
-    Layer("nn.Activation(relu)", lambda: _nn().Activation("relu"), _VEC),
-    Layer("nn.Activation(sigmoid)", lambda: _nn().Activation("sigmoid"), _VEC),
-    Layer("nn.Activation(tanh)", lambda: _nn().Activation("tanh"), _VEC),
-    Layer("nn.Activation(softrelu)", lambda: _nn().Activation("softrelu"), _VEC),
-    Layer("nn.LeakyReLU", lambda: _nn().LeakyReLU(0.1), _VEC),
-    Layer("nn.PReLU", lambda: _nn().PReLU(), _VEC),
-    Layer("nn.ELU", lambda: _nn().ELU(), _VEC),
-    Layer("nn.SELU", lambda: _nn().SELU(), _VEC),
-    Layer("nn.GELU", lambda: _nn().GELU(), _VEC),
-    Layer("nn.Swish", lambda: _nn().Swish(), _VEC),
-    Layer("nn.Dropout", lambda: _nn().Dropout(0.5), _VEC),
-    Layer("nn.BatchNorm", lambda: _nn().BatchNorm(), _IMG),
-    Layer("nn.BatchNormReLU", lambda: _nn().BatchNormReLU(), _IMG),
-    Layer("nn.InstanceNorm", lambda: _nn().InstanceNorm(), _IMG),
-    Layer("nn.LayerNorm", lambda: _nn().LayerNorm(), _SEQ),
-    Layer("nn.GroupNorm", lambda: _nn().GroupNorm(num_groups=3), _IMG),
-    Layer("nn.Embedding", lambda: _nn().Embedding(10, 6), (2, 5), tokens=True),
-    Layer("nn.Flatten", lambda: _nn().Flatten(), _IMG),
-    Layer("nn.MaxPool1D", lambda: _nn().MaxPool1D(), (2, 3, 8)),
-    Layer("nn.MaxPool2D", lambda: _nn().MaxPool2D(), _IMG),
-    Layer("nn.MaxPool3D", lambda: _nn().MaxPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.AvgPool1D", lambda: _nn().AvgPool1D(), (2, 3, 8)),
-    Layer("nn.AvgPool2D", lambda: _nn().AvgPool2D(), _IMG),
-    Layer("nn.AvgPool3D", lambda: _nn().AvgPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.GlobalMaxPool1D", lambda: _nn().GlobalMaxPool1D(), (2, 3, 8)),
-    Layer("nn.GlobalMaxPool2D", lambda: _nn().GlobalMaxPool2D(), _IMG),
-    Layer("nn.GlobalMaxPool3D", lambda: _nn().GlobalMaxPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.GlobalAvgPool1D", lambda: _nn().GlobalAvgPool1D(), (2, 3, 8)),
-    Layer("nn.GlobalAvgPool2D", lambda: _nn().GlobalAvgPool2D(), _IMG),
-    Layer("nn.GlobalAvgPool3D", lambda: _nn().GlobalAvgPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.ReflectionPad2D", lambda: _nn().ReflectionPad2D(1), _IMG),
-    Layer("rnn.RNN", lambda: _rnn().RNN(8, layout="NTC"), _SEQ),
-    Layer("rnn.LSTM", lambda: _rnn().LSTM(8, layout="NTC"), _SEQ),
-    Layer("rnn.LSTM(begin states)", lambda: _rnn().LSTM(8, layout="NTC"), _SEQ, states=True),
+    Layer("nn.Dense", lambda: nn.Dense(8), _VEC),
+    Layer("nn.Dense(flatten=False)", lambda: nn.Dense(8, flatten=False), _SEQ),
+    Layer("nn.Conv1D", lambda: nn.Conv1D(4, 3), (2, 3, 8)),
+    Layer("nn.Conv2D", lambda: nn.Conv2D(4, 3), _IMG),
+    Layer("nn.Conv2D(7x7 stem)", lambda: nn.Conv2D(4, 7, padding=3), (2, 3, 8, 8)),
+    Layer("nn.Conv3D", lambda: nn.Conv3D(4, 3), (2, 3, 4, 4, 4)),
+    Layer("nn.Conv1DTranspose", lambda: nn.Conv1DTranspose(4, 3), (2, 3, 8)),
+    Layer("nn.Conv2DTranspose", lambda: nn.Conv2DTranspose(4, 3), _IMG),
+    Layer("nn.Conv3DTranspose", lambda: nn.Conv3DTranspose(4, 3), (2, 3, 4, 4, 4)),
+    Layer("nn.Activation(relu)", lambda: nn.Activation("relu"), _VEC),
+    Layer("nn.Activation(sigmoid)", lambda: nn.Activation("sigmoid"), _VEC),
+    Layer("nn.Activation(tanh)", lambda: nn.Activation("tanh"), _VEC),
+    Layer("nn.Activation(softrelu)", lambda: nn.Activation("softrelu"), _VEC),
+    Layer("nn.LeakyReLU", lambda: nn.LeakyReLU(0.1), _VEC),
+    Layer("nn.PReLU", lambda: nn.PReLU(), _VEC),
+    Layer("nn.ELU", lambda: nn.ELU(), _VEC),
+    Layer("nn.SELU", lambda: nn.SELU(), _VEC),
+    Layer("nn.GELU", lambda: nn.GELU(), _VEC),
+    Layer("nn.Swish", lambda: nn.Swish(), _VEC),
+    Layer("nn.Dropout", lambda: nn.Dropout(0.5), _VEC),
+    Layer("nn.BatchNorm", lambda: nn.BatchNorm(), _IMG),
+    Layer("nn.BatchNormReLU", lambda: nn.BatchNormReLU(), _IMG),
+    Layer("nn.InstanceNorm", lambda: nn.InstanceNorm(), _IMG),
+    Layer("nn.LayerNorm", lambda: nn.LayerNorm(), _SEQ),
+    Layer("nn.GroupNorm", lambda: nn.GroupNorm(num_groups=3), _IMG),
+    Layer("nn.Embedding", lambda: nn.Embedding(10, 6), (2, 5), tokens=True),
+    Layer("nn.Flatten", lambda: nn.Flatten(), _IMG),
+    Layer("nn.MaxPool1D", lambda: nn.MaxPool1D(), (2, 3, 8)),
+    Layer("nn.MaxPool2D", lambda: nn.MaxPool2D(), _IMG),
+    Layer("nn.MaxPool3D", lambda: nn.MaxPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.AvgPool1D", lambda: nn.AvgPool1D(), (2, 3, 8)),
+    Layer("nn.AvgPool2D", lambda: nn.AvgPool2D(), _IMG),
+    Layer("nn.AvgPool3D", lambda: nn.AvgPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.GlobalMaxPool1D", lambda: nn.GlobalMaxPool1D(), (2, 3, 8)),
+    Layer("nn.GlobalMaxPool2D", lambda: nn.GlobalMaxPool2D(), _IMG),
+    Layer("nn.GlobalMaxPool3D", lambda: nn.GlobalMaxPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.GlobalAvgPool1D", lambda: nn.GlobalAvgPool1D(), (2, 3, 8)),
+    Layer("nn.GlobalAvgPool2D", lambda: nn.GlobalAvgPool2D(), _IMG),
+    Layer("nn.GlobalAvgPool3D", lambda: nn.GlobalAvgPool3D(), (2, 3, 4, 4, 4)),
+    Layer("nn.ReflectionPad2D", lambda: nn.ReflectionPad2D(1), _IMG),
+    Layer("rnn.RNN", lambda: rnn.RNN(8, layout="NTC"), _SEQ),
+    Layer("rnn.LSTM", lambda: rnn.LSTM(8, layout="NTC"), _SEQ),
+    Layer("rnn.LSTM(begin states)", lambda: rnn.LSTM(8, layout="NTC"), _SEQ, states=True),
     Layer("rnn.LSTM(2 layers, bidirectional)",
-          lambda: _rnn().LSTM(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
-    Layer("rnn.GRU", lambda: _rnn().GRU(8, layout="NTC"), _SEQ),
+          lambda: rnn.LSTM(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
+    Layer("rnn.GRU", lambda: rnn.GRU(8, layout="NTC"), _SEQ),
     Layer("rnn.GRU(2 layers, bidirectional)",
-          lambda: _rnn().GRU(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
-    Layer("rnn.RNNCell", lambda: _Unrolled(lambda: _rnn().RNNCell(8), 5), _SEQ),
-    Layer("rnn.LSTMCell", lambda: _Unrolled(lambda: _rnn().LSTMCell(8), 5), _SEQ),
-    Layer("rnn.GRUCell", lambda: _Unrolled(lambda: _rnn().GRUCell(8), 5), _SEQ),
-    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
+          lambda: rnn.GRU(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
+    Layer("rnn.RNNCell", lambda: Unrolled(lambda: rnn.RNNCell(8), 5), _SEQ),
+    Layer("rnn.LSTMCell", lambda: Unrolled(lambda: rnn.LSTMCell(8), 5), _SEQ),
+    Layer("rnn.GRUCell", lambda: Unrolled(lambda: rnn.GRUCell(8), 5), _SEQ),
+    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: Unrolled(
         lambda: _stacked_cells(), 5), _SEQ),
-    Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
-        lambda: _rnn().BidirectionalCell(_rnn().LSTMCell(8), _rnn().LSTMCell(8)), 5), _SEQ),
-    Layer("rnn.ResidualCell(GRUCell)", lambda: _Unrolled(lambda: _rnn().ResidualCell(_rnn().GRUCell(6)), 5), _SEQ),
-    Layer("rnn.ZoneoutCell(LSTMCell)", lambda: _Unrolled(
-        lambda: _rnn().ZoneoutCell(_rnn().LSTMCell(8), 0.2, 0.2), 5), _SEQ),
-    Layer("rnn.DropoutCell", lambda: _Unrolled(lambda: _rnn().DropoutCell(0.5), 5), _SEQ),
-    Layer("contrib.nn.Identity", lambda: _cnn().Identity(), _VEC, hybridize=False),
-    Layer("contrib.nn.PixelShuffle1D", lambda: _cnn().PixelShuffle1D(2), (2, 4, 6)),
-    Layer("contrib.nn.PixelShuffle2D", lambda: _cnn().PixelShuffle2D(2), (2, 8, 4, 4)),
-    Layer("contrib.nn.PixelShuffle3D", lambda: _cnn().PixelShuffle3D(2), (2, 16, 2, 2, 2)),
-    Layer("contrib.nn.SyncBatchNorm", lambda: _cnn().SyncBatchNorm(), _IMG),
+    Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: Unrolled(
+        lambda: rnn.BidirectionalCell(rnn.LSTMCell(8), rnn.LSTMCell(8)), 5), _SEQ),
+    Layer("rnn.ResidualCell(GRUCell)", lambda: Unrolled(lambda: rnn.ResidualCell(rnn.GRUCell(6)), 5), _SEQ),
+    Layer("rnn.ZoneoutCell(LSTMCell)", lambda: Unrolled(
+        lambda: rnn.ZoneoutCell(rnn.LSTMCell(8), 0.2, 0.2), 5), _SEQ),
+    Layer("rnn.DropoutCell", lambda: Unrolled(lambda: rnn.DropoutCell(0.5), 5), _SEQ),
+    Layer("contrib.nn.Identity", lambda: cnn.Identity(), _VEC, hybridize=False),
+    Layer("contrib.nn.PixelShuffle1D", lambda: cnn.PixelShuffle1D(2), (2, 4, 6)),
+    Layer("contrib.nn.PixelShuffle2D", lambda: cnn.PixelShuffle2D(2), (2, 8, 4, 4)),
+    Layer("contrib.nn.PixelShuffle3D", lambda: cnn.PixelShuffle3D(2), (2, 16, 2, 2, 2)),
+    Layer("contrib.nn.SyncBatchNorm", lambda: cnn.SyncBatchNorm(), _IMG),
     Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: SelfAttention(6), _SEQ),
     Layer("masked self-attention (softmax with length)", lambda: SelfAttention(6, masked=True), _SEQ),
     Layer("numpy mode: Conv2D, Activation, Dense", _numpy_dense_conv, _IMG, numpy_mode=True),
@@ -204,37 +183,26 @@ CONTAINERS = {
 
 
 def _stacked_cells():
-    rnn = _rnn()
     cells = rnn.HybridSequentialRNNCell()
     cells.add(rnn.LSTMCell(8))
     cells.add(rnn.LSTMCell(8))
     return cells
 
 
-def mx_symbol():
-    from mxnet import symbol
-    return symbol
+class _Cast(gluon.HybridBlock):
+    """``layer(amp_cast(x))``: the layer as it sits after a 16-bit layer (``dtype`` None: as it is)."""
 
+    def __init__(self, layer, dtype, states, numpy_mode=False, **kwargs):
+        super().__init__(**kwargs)
+        self._dtype, self._states, self._numpy_mode = dtype, states, numpy_mode
+        self.layer = layer
 
-class _Cast:
-    """``layer(amp_cast(x))``: the layer as it sits after a 16-bit layer."""
-
-    def __new__(cls, layer, dtype, states, numpy_mode=False):
-        from mxnet import gluon
-
-        class Fed(gluon.HybridBlock):
-            def __init__(self, **kwargs):
-                super().__init__(**kwargs)
-                self.layer = layer
-
-            def hybrid_forward(self, F, x, *begin):
-                if dtype is not None and numpy_mode:
-                    x = mx_symbol().amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
-                elif dtype is not None:
-                    x = F.amp_cast(x, dtype=dtype)
-                return self.layer(x, list(begin)) if states else self.layer(x)
-
-        return Fed()
+    def hybrid_forward(self, F, x, *begin):
+        if self._dtype is not None and self._numpy_mode:
+            x = symbol.amp_cast(x.as_nd_ndarray(), dtype=self._dtype).as_np_ndarray()
+        elif self._dtype is not None:
+            x = F.amp_cast(x, dtype=self._dtype)
+        return self.layer(x, list(begin)) if self._states else self.layer(x)
 
 
 def _numpy_scope(on):

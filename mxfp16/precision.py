@@ -19,7 +19,6 @@ amp-bfloat16  bfloat16      float32      yes    no            no (already)
 """
 from dataclasses import asdict, dataclass
 
-import mxnet as mx
 
 from .machine import hardware
 from ._internals import amp_initialized

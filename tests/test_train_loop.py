@@ -14,7 +14,7 @@ import pytest
 from mxfp16.optim import lr_schedule
 from mxfp16.devices import resolve_devices
 from mxfp16.training_parts import PartsSpec, build_parts
-from mxfp16.precision import Precision, resolve_precision
+from mxfp16.precision import resolve_precision
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from fault_injection import InjectOverflow, InterruptAtStep
 from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
