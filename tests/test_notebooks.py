@@ -32,8 +32,8 @@ def _code_cells(path):
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
 
-def test_the_nine_notebooks_are_there():
-    assert [os.path.basename(p)[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
+def test_the_ten_notebooks_are_there():
+    assert [os.path.basename(p)[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -1,0 +1,38 @@
+"""The helpers the notebooks share: the spirals data and the command runner."""
+import numpy as np
+import pytest
+
+from mxfp16 import __version__
+from mxfp16.data.spirals import spirals
+from mxfp16.tutorial import mxfp16_command
+
+
+def test_spirals_are_balanced_shuffled_and_lie_on_their_arms():
+    points, labels, radius = spirals(300, classes=3, turns=1.0, noise=0.0, seed=4, return_radius=True)
+    assert points.shape == (300, 2) and points.dtype == np.float32 and labels.dtype == np.float32
+    assert np.bincount(labels.astype(int)).tolist() == [100, 100, 100]
+    assert np.any(np.diff(labels) < 0)   # shuffled, not in class order
+    # Independent check in float64: each point sits at its radius, at its arm's angle (no noise here).
+    np.testing.assert_allclose(np.hypot(points[:, 0], points[:, 1]), radius, rtol=1e-6)
+    angle = labels.astype(np.float64) * 2 * np.pi / 3 + radius * 2 * np.pi
+    np.testing.assert_allclose(points, np.stack([radius * np.sin(angle), radius * np.cos(angle)], 1), atol=1e-6)
+
+
+def test_spirals_depend_only_on_their_arguments():
+    a, b = spirals(120, seed=7), spirals(120, seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(spirals(120, seed=8)[0], a[0])
+    assert len(spirals(120)) == 2
+    with pytest.raises(ValueError, match="one point per class"):
+        spirals(2, classes=3)
+
+
+def test_the_command_runs_in_its_own_process_and_prints_its_tail(capsys):
+    result = mxfp16_command("--version", show=1)
+    assert result.stdout.strip() == f"mxfp16 {__version__}" and result.seconds > 0
+    assert capsys.readouterr().out.splitlines() == ["$ mxfp16 --version", f"mxfp16 {__version__}"]
+
+
+def test_a_failing_command_raises_with_its_error(capsys):
+    with pytest.raises(RuntimeError, match=r"exited with status 2:(.|\n)*invalid choice"):
+        mxfp16_command("no-such-command")
