@@ -84,3 +84,23 @@ FLOAT32 = _from_numpy(np.float32)
 BF16 = FloatFormat.from_layout("bfloat16", FLOAT32.exponent_bits, 7)
 
 FORMATS = {f.name: f for f in (FLOAT16, BF16, FLOAT32)}
+
+
+def format_scale(scale):
+    """A loss scale as a person reads it: exactly, never rounded by ``%g``.
+
+    ``%g`` prints 2**24 as ``1.67772e+07``, which is neither the number nor
+    recognisably a power of two. Whole numbers up to 2**53 (every float64
+    integer is exact there) print in full, other powers of two as ``2^k``,
+    anything else with ``%g``.
+
+    >>> format_scale(2.0 ** 24), format_scale(0.5 ** 30), format_scale(1.5)
+    ('16777216', '2^-30', '1.5')
+    """
+    scale = float(scale)
+    if np.isfinite(scale) and scale == int(scale) and abs(scale) <= 2.0 ** 53:
+        return str(int(scale))
+    mantissa, exponent = np.frexp(scale)
+    if mantissa == 0.5:
+        return f"2^{int(exponent) - 1}"
+    return f"{scale:g}"

@@ -9,6 +9,8 @@ after a run of clean steps.
 import math
 from collections import deque
 
+from .float_formats import format_scale
+
 __all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler", "parse_loss_scale"]
 
 
@@ -162,7 +164,7 @@ class LossScaler:
             if self._overflows_at_min >= self.max_overflows_at_min:
                 raise LossScaleDivergedError(
                     f"training has diverged: gradients overflowed on {self._overflows_at_min} "
-                    f"consecutive steps at loss scale {self._scale:g} (step {self.steps}). Lower "
+                    f"consecutive steps at loss scale {format_scale(self._scale)} (step {self.steps}). Lower "
                     "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
                     "layer that blows up (mxfp16 diagnose)."
                 )
@@ -234,7 +236,7 @@ class LossScaler:
         if not self.enabled:
             return "LossScaler(enabled=False)"
         kind = "dynamic" if self.dynamic else "static"
-        return f"LossScaler({kind}, scale={self._scale:g}, skipped_steps={self.skipped_steps})"
+        return f"LossScaler({kind}, scale={format_scale(self._scale)}, skipped_steps={self.skipped_steps})"
 
 
 def parse_loss_scale(setting):

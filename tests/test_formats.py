@@ -47,3 +47,20 @@ def test_mxnet_cpu_bfloat16_cast_flushes_subnormals():
     # worth knowing when reading gradient-range plots for bfloat16.
     assert BF16.smallest_subnormal == 2.0 ** -133
     assert _bf16_roundtrip([BF16.smallest_subnormal])[0] == 0.0
+
+
+def test_loss_scales_print_exactly_not_rounded_by_g():
+    from mxfp16.float_formats import format_scale
+    # Every power of two a loss scaler can hold prints as a number that reads back exactly.
+    for k in range(-40, 60):
+        text = format_scale(2.0 ** k)
+        value = 2.0 ** int(text[2:]) if text.startswith("2^") else float(text)
+        assert value == 2.0 ** k, (k, text)
+        assert "e+" not in text and "e-" not in text
+    assert format_scale(2.0 ** 24) == "16777216" and format_scale(0.25) == "2^-2" and format_scale(1.5) == "1.5"
+
+
+def test_scaler_and_diagnostics_show_two_to_the_24_in_full():
+    import mxfp16
+    scaler = mxfp16.LossScaler(init_scale=2.0 ** 24)
+    assert "scale=16777216," in repr(scaler)

@@ -2,7 +2,7 @@
 
 Runs a few batches of real data through the network in float32 and reports,
 per parameter and per layer, the share of gradients that would underflow
-(flush to zero), land in the subnormal range or overflow in float16 at loss
+(flush to zero or round to 2^-24), land in the subnormal range or overflow in float16 at loss
 scale 1, at --loss-scale and at the recommended loss scale. Writes
 diagnose.txt, diagnose.json and gradient_histogram.png to --out. Then runs
 the network once in float16 (where it can run) and names the first layer

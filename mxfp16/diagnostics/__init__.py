@@ -2,7 +2,7 @@
 
 For a few batches of real data, the float32 gradients of every parameter and
 (where Gluon lets us reach them) of every layer's output are summarised on
-the device: exact zeros, the share that would flush to zero, land in the
+the device: exact zeros, the share that would underflow, land in the
 subnormal range or overflow in float16 at a loss scale S, and a histogram of
 log2|g|. From that, a recommended static loss scale, and a forward check that
 names the first layer whose float16 output holds inf or NaN. See

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..float_formats import FLOAT16
+from ..float_formats import FLOAT16, format_scale
 
 __all__ = ["format_summary", "format_table", "plot_histogram", "diagnosis_document"]
 
@@ -20,27 +20,30 @@ def _pct(fraction):
 
 
 def _scale_name(scale):
-    return f"{scale:g} (2^{int(round(math.log2(scale)))})"
+    return f"{format_scale(scale)} (2^{int(round(math.log2(scale)))})"
 
 
 def format_summary(diagnosis):
     """A few lines: underflow per kind at 1, at the asked scale and at the recommended one; the forward check."""
     rec, asked = diagnosis.recommendation, diagnosis.loss_scale
     flush_exp = int(round(math.log2(FLOAT16.smallest_subnormal)))
-    lines = [f"underflow in float16 (non-zero gradients with |g| * S < 2^{flush_exp}, which flush to zero):"]
+    # float16 rounds to nearest: |g| * S at or below 2^-25 becomes 0, and between 2^-25 and 2^-24 it
+    # becomes 2^-24 (its only digit). "Underflow" counts both: neither keeps the value.
+    lines = [f"underflow in float16 (non-zero gradients with |g| * S < 2^{flush_exp}: up to 2^{flush_exp - 1} they "
+             f"flush to zero, above it they round to 2^{flush_exp}):"]
     for stats in diagnosis.totals.values():
         parts = [f"{_pct(stats.fractions_at(1.0)['underflow'])} at S=1"]
         if asked != 1.0:
-            parts.append(f"{_pct(stats.fractions_at(asked)['underflow'])} at S={asked:g}")
-        parts.append(f"{_pct(stats.fractions_at(rec.scale)['underflow'])} at S={rec.scale:g} (recommended)")
+            parts.append(f"{_pct(stats.fractions_at(asked)['underflow'])} at S={format_scale(asked)}")
+        parts.append(f"{_pct(stats.fractions_at(rec.scale)['underflow'])} at S={format_scale(rec.scale)} (recommended)")
         lines.append(f"  {stats.name:<21} {', '.join(parts)}; {stats.nonzero:,} non-zero values, "
                      f"{stats.zeros:,} exact zeros" + (f", {stats.nonfinite:,} inf/NaN" if stats.nonfinite else ""))
     everything = diagnosis.totals["all"]
     over = everything.fractions_at(asked)["overflow"]
-    lines.append(f"overflow at S={asked:g} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; largest |g| = {rec.max_abs:.4g} "
+    lines.append(f"overflow at S={format_scale(asked)} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; largest |g| = {rec.max_abs:.4g} "
                  f"({diagnosis.largest.kind} {diagnosis.largest.name})")
     if rec.limited_by == "largest gradient":
-        why = f"largest |g| {rec.max_abs:.4g} x {rec.scale:g} x margin {rec.margin:g} <= {FLOAT16.max:g}"
+        why = f"largest |g| {rec.max_abs:.4g} x {format_scale(rec.scale)} x margin {rec.margin:g} <= {FLOAT16.max:g}"
     else:
         why = f"limited by the {rec.limited_by}"
     lines.append(f"recommended loss scale: {_scale_name(rec.scale)}; {why}; underflow {_pct(rec.underflow_at_1)} "
@@ -74,7 +77,7 @@ def format_table(diagnosis, limit=None):
                      f"{_pct(at_asked['underflow']):>9} {_pct(at_rec['underflow']):>9} "
                      f"{_pct(at_asked['subnormal']):>9} {_pct(at_asked['overflow']):>9} {smallest:>9} "
                      f"{s.max_abs:>9.2e}")
-    lines.append(f"(underflow at S=1, at the asked S={asked:g} and at the recommended S={rec:g}; percentages of the "
+    lines.append(f"(underflow at S=1, at the asked S={format_scale(asked)} and at the recommended S={format_scale(rec)}; percentages of the "
                  "non-zero finite values, except zeros, which is of all values; values summed over "
                  f"{max(s.batches for s in diagnosis.stats)} batch(es))")
     return "\n".join(lines)
@@ -96,7 +99,7 @@ def plot_histogram(diagnosis, path):
     Drawn: the share of non-zero values per binade for parameter and
     activation gradients at scale 1, all gradients shifted by the recommended
     scale, vertical lines at float16's smallest subnormal, smallest normal and
-    largest value, and the flush-to-zero region shaded.
+    largest value, and the region float16 loses shaded.
     """
     from ..plotting import new_figure, save_png
 
@@ -114,13 +117,13 @@ def plot_histogram(diagnosis, path):
             _stairs(ax, x, 100 * y, label=f"{totals[key].name}, S=1", color=colour, linewidth=1.5)
             drawn.append((x, y))
     x, y = _fraction_histogram(totals["all"], shift=rec.log2_scale)
-    _stairs(ax, x, 100 * y, label=f"all gradients x {rec.scale:g} (recommended)",
+    _stairs(ax, x, 100 * y, label=f"all gradients x {format_scale(rec.scale)} (recommended)",
               color="tab:green", linestyle="--", linewidth=1.5)
     drawn.append((x, y))
     occupied = np.concatenate([xs[ys > 0] for xs, ys in drawn])
     low = min(occupied.min() if occupied.size else 0, flush) - 3
     high = max(occupied.max() + 1 if occupied.size else 0, math.log2(FLOAT16.max)) + 2
-    ax.axvspan(low, flush, color="grey", alpha=0.2, label="flushes to zero in float16")
+    ax.axvspan(low, flush, color="grey", alpha=0.2, label="lost in float16 (0, or rounded to 2^-24)")
     for (name, value), style in zip(lines.items(), (":", "-.", "-")):
         ax.axvline(value, color="black", linestyle=style, linewidth=1, label=f"float16 {name}")
     ax.set_xlim(low, high)
@@ -129,8 +132,8 @@ def plot_histogram(diagnosis, path):
     ax.set_ylim(bottom=1e-4)
     ax.set_xlabel("log2 |gradient|")
     ax.set_ylabel("% of non-zero values")
-    ax.set_title(f"Gradient magnitudes against float16's range; recommended loss scale {rec.scale:g}\n"
-                 f"underflow {_pct(rec.underflow_at_1)} at S=1, {_pct(rec.underflow_at_scale)} at S={rec.scale:g}",
+    ax.set_title(f"Gradient magnitudes against float16's range; recommended loss scale {format_scale(rec.scale)}\n"
+                 f"underflow {_pct(rec.underflow_at_1)} at S=1, {_pct(rec.underflow_at_scale)} at S={format_scale(rec.scale)}",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save_png(fig, path, dpi=110)
@@ -143,7 +146,7 @@ def diagnosis_document(diagnosis, config=None):
         "config": dict(config or {}),
         "float16": FLOAT16.as_dict(),
         "definitions": {
-            "underflow": "0 < |g| * S < float16 smallest subnormal (flushes to zero)",
+            "underflow": "0 < |g| * S < float16 smallest subnormal (at most 2^-25: flushes to zero; above: rounds to 2^-24)",
             "subnormal": "smallest subnormal <= |g| * S < smallest normal",
             "overflow": "|g| * S > float16 max",
             "fractions": "of the non-zero finite values",

@@ -16,15 +16,17 @@ are in practice: dynamic loss scaling doubles and halves).
 Definitions at a loss scale ``S`` (those of the issue and of the paper
 "Mixed Precision Training"):
 
-* underflow (flush to zero): ``0 < |g| * S < FLOAT16.smallest_subnormal``
+* underflow (lost): ``0 < |g| * S < FLOAT16.smallest_subnormal``
 * subnormal: ``FLOAT16.smallest_subnormal <= |g| * S < FLOAT16.smallest_normal``
 * overflow: ``|g| * S > FLOAT16.max``
 
 Fractions are of the non-zero finite values: exact zeros lose nothing when
 they stay zero, so they are counted apart (``zeros``), as are inf and NaN
-(``nonfinite``). The rules are conservative: float16 rounds to nearest, so
-values in ``[2**-25, 2**-24)`` actually round up to the smallest subnormal,
-and values in ``(65504, 65520)`` round down to 65504.
+(``nonfinite``). float16 rounds to nearest: an underflowing value at or
+below ``2**-25`` becomes zero, one above it becomes ``2**-24``, the smallest
+subnormal, keeping no digit of its own; both are lost, so both count. The
+overflow rule is conservative: values in ``(65504, 65520)`` round down to
+65504.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
