@@ -1,6 +1,8 @@
 """Speedups, tables and files of the benchmark, from hand-made records (no processes)."""
 import csv
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +108,105 @@ def test_a_round_that_failed_is_left_out_of_the_pairs():
     assert merged[1]["speedup"] == pytest.approx((2.0 + 1.5) / 2)  # rounds 1 and 3 only
     one = [_record("float32", 8, 100.0, 500.0)]
     assert report.merge_rounds(one) is one  # a single round is left as it is
+
+
+def _rounds_of(row, ms_per_round, failed=()):
+    """``row`` measured once per round: ``ms_per_round[i]`` in round i + 1, or failed in the rounds named."""
+    out = []
+    for i, ms in enumerate(ms_per_round, start=1):
+        if i in failed:
+            out.append(dict(row, round=i, status="failed", ms_per_step=None, images_per_second=None, reason="boom"))
+        else:
+            out.append(_round(row, i, ms))
+    return out
+
+
+def _hand_built_invocation():
+    """Three rounds of mxfp16 float32 and amp-bfloat16 and of two peer rows; the peer's bfloat16 fails in round 2."""
+    def peer_row(precision, layout):
+        return dict(_record(precision, 16, 1.0, 900.0), framework="pytorch", layout=layout)
+
+    ms = {"float32": [1200.0, 1300.0, 1190.0], "amp-bfloat16": [700.0, 725.0, 720.0],
+          "pytorch-float32": [2000.0, 2060.0, 2040.0], "pytorch-bfloat16": [860.0, 780.0, 805.0]}
+    rows = {"float32": _record("float32", 16, 1.0, 2000.0),
+            "amp-bfloat16": _record("amp-bfloat16", 16, 1.0, 1600.0, "mxfp16"),
+            "pytorch-float32": peer_row("pytorch-float32", "channels_last"),
+            "pytorch-bfloat16": peer_row("pytorch-bfloat16", "channels_last")}
+    failed = {"pytorch-bfloat16": (2,)}
+    per_round = {name: _rounds_of(rows[name], ms[name], failed.get(name, ())) for name in rows}
+    records = [per_round[name][i] for i in range(3) for name in rows]  # in turn, as run_suite runs them
+    return records, ms, failed
+
+
+def test_each_ratio_records_its_rounds_and_their_range():
+    """Checked against ratios computed here by hand from the same per-round times."""
+    records, ms, failed = _hand_built_invocation()
+    doc = report.bench_document({}, records)
+
+    speedup = [f / b for f, b in zip(ms["float32"], ms["amp-bfloat16"])]
+    (entry,) = [e for e in doc["speedup"].values() if e["precision"] == "amp-bfloat16"]
+    assert entry["round_ratios"] == pytest.approx(speedup)
+    assert (entry["round_min"], entry["round_max"]) == pytest.approx((min(speedup), max(speedup)))
+    assert entry["speedup"] == pytest.approx(sorted(speedup)[1])
+
+    # img/s over img/s at one batch size is the inverse ratio of ms/step; round 2 of the peer's bfloat16 failed
+    mixed = [p / m for i, (m, p) in enumerate(zip(ms["amp-bfloat16"], ms["pytorch-bfloat16"]), start=1)
+             if i not in failed["pytorch-bfloat16"]]
+    float32 = [p / m for m, p in zip(ms["float32"], ms["pytorch-float32"])]
+    (peer,) = doc["peer"].values()
+    assert peer["mixed_round_ratios"] == pytest.approx(mixed) and len(mixed) == 2
+    assert (peer["mixed_round_min"], peer["mixed_round_max"]) == pytest.approx((min(mixed), max(mixed)))
+    assert peer["mixed_ratio"] == pytest.approx(sum(mixed) / 2)  # the median of two
+    assert peer["float32_round_ratios"] == pytest.approx(float32)
+    assert (peer["float32_round_min"], peer["float32_round_max"]) == pytest.approx((min(float32), max(float32)))
+
+    (bf16_row,) = [r for r in doc["results"] if r["precision"] == "amp-bfloat16"]
+    (f32_row,) = [r for r in doc["results"] if r["precision"] == "float32"]
+    assert report.round_spread(f32_row, bf16_row, "ms_per_step")["round_ratios"] == pytest.approx(speedup)
+
+
+def test_one_round_records_no_spread():
+    records = [_record("float32", 16, 400.0, 1000.0), _record("amp-bfloat16", 16, 250.0, 800.0, "mxfp16")]
+    doc = report.bench_document({}, records)
+    (entry,) = doc["speedup"].values()
+    assert not {"round_ratios", "round_min", "round_max"} & set(entry)
+    assert report.round_spread(records[0], records[1], "ms_per_step") is None
+    assert report.format_speedups(doc["speedup"]).endswith(": 1.60x")
+
+
+def test_the_printed_summary_shows_the_spread():
+    records, _, _ = _hand_built_invocation()
+    doc = report.bench_document({}, records)
+    assert report.format_ratio(1.7119, 1.6473, 1.79) == "1.71x (rounds 1.65x-1.79x)"
+    entry = next(e for e in doc["speedup"].values() if e["precision"] == "amp-bfloat16")
+    line = next(l for l in report.format_speedups(doc["speedup"]).splitlines() if l.startswith("amp-bfloat16"))
+    assert line.endswith(report.format_ratio(entry["speedup"], entry["round_min"], entry["round_max"]))
+    text = report.format_peer_comparison(doc["peer"])
+    assert text.count("(rounds ") == 2
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "docs" / "results" / "bench-r50-224-peer"
+
+
+def test_the_committed_round_ratios_regenerate_from_the_recorded_rounds(tmp_path, capsys):
+    """``python -m mxfp16.bench.report --round-ratios .../bench.json`` writes the committed file byte for byte."""
+    shutil.copy(RECORDED / "bench.json", tmp_path / "bench.json")
+    assert report.main(["--round-ratios", str(tmp_path / "bench.json")]) == 0
+    assert (tmp_path / "round_ratios.json").read_bytes() == (RECORDED / "round_ratios.json").read_bytes()
+    # the medians come out as recorded: the pairing is the one the recorded run used
+    recorded = json.loads((RECORDED / "bench.json").read_text())
+    derived = json.loads((RECORDED / "round_ratios.json").read_text())
+    for key, entry in derived["speedup"].items():
+        assert entry["speedup"] == pytest.approx(recorded["speedup"][key]["speedup"])
+    for key, entry in derived["peer"].items():
+        for kind in ("mixed", "float32"):
+            assert entry[f"{kind}_ratio"] == pytest.approx(recorded["peer"][key][f"{kind}_ratio"])
+
+
+def test_round_ratios_refuses_a_file_without_rounds(tmp_path, capsys):
+    doc = report.bench_document({}, [_record("float32", 8, 100.0, 500.0), _record("amp-bfloat16", 8, 80.0, 450.0)])
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    with pytest.raises(SystemExit):
+        report.main(["--round-ratios", str(tmp_path / "bench.json")])
+    assert "--rounds 1" in capsys.readouterr().err
+    assert not (tmp_path / "round_ratios.json").exists()

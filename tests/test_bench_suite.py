@@ -12,6 +12,7 @@ from mxfp16.bench import report
 from mxfp16.bench.runner import BenchSpec
 from mxfp16.bench.suite import plan, run_suite
 from mxfp16.cli import main
+from mxfp16.machine import hardware
 from mxfp16.precision import resolve_precision
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,8 @@ def test_writes_every_documented_file(bench_out):
 def test_results_have_every_field_and_the_cpu_float16_skip(bench_out):
     _, doc = bench_out
     assert set(doc) >= {"machine", "results", "speedup"}
-    assert {"cpu_model", "cpu_cores", "gpus", "mxnet_version", "cpu_bfloat16"} <= set(doc["machine"])
+    assert {"cpu_model", "cpu", "cpu_cores", "gpus", "mxnet_version", "cpu_bfloat16"} <= set(doc["machine"])
+    assert doc["machine"]["cpu"] == hardware.cpu_identity()  # family and model too: a ratio depends on the CPU
     by_precision = {r["precision"]: r for r in doc["results"]}
     assert set(by_precision) == {"float32", "amp-bfloat16", "float16"}  # auto resolved, reported by name
     auto = resolve_precision("auto", "cpu").name
@@ -106,3 +108,14 @@ def test_rounds_run_the_whole_list_in_turn():
     assert len({r["invocation"] for r in records}) == 1
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         run_suite(specs, rounds=0)
+
+
+def test_rounds_record_and_print_the_spread_of_each_ratio(tmp_path, capsys):
+    assert main(["bench", *TINY, "--batch-sizes", "4", "--precisions", "float32,amp-bfloat16", "--rounds", "2",
+                 "--no-plots", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    (entry,) = doc["speedup"].values()
+    assert len(entry["round_ratios"]) == 2
+    assert entry["round_min"] == min(entry["round_ratios"]) and entry["round_max"] == max(entry["round_ratios"])
+    expected = report.format_ratio(entry["speedup"], entry["round_min"], entry["round_max"])
+    assert expected in capsys.readouterr().out and "(rounds " in expected

@@ -45,6 +45,7 @@ def test_info_json_reports_this_machine():
     assert len(machine["gpus"]) == mx.context.num_gpus()
     flags = hardware.cpu_flags()
     assert machine["cpu_bfloat16"] == {"avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+    assert machine["cpu"] == hardware.cpu_identity()
     assert report["precisions"]["float32"]["runs"] is True
     assert report["precisions"]["float16"]["runs"] is (mx.context.num_gpus() > 0)
     expected_auto = ("float16" if machine["gpus"] else
@@ -60,6 +61,7 @@ def test_info_text_mentions_precisions():
     assert proc.returncode == 0
     for word in ("float16", "amp-bfloat16", "auto ->", "min subnormal"):
         assert word in proc.stdout
+    assert f"CPU: {hardware.describe_cpu(hardware.cpu_identity())}, " in proc.stdout
 
 
 def _find_python(name, path):

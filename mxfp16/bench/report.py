@@ -4,7 +4,12 @@ With several rounds (``mxfp16 bench --rounds N``) every measurement ran N
 times in turn; :func:`merge_rounds` makes one row of each (the median over
 rounds, each round kept in ``rounds``) and a speedup is the median of the
 rounds' own ratios, each comparing two processes that ran minutes apart,
-rather than the ratio of two medians.
+rather than the ratio of two medians; :func:`round_spread` keeps each
+round's ratio and their range beside it.
+
+``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives that
+spread for a file recorded before ``bench.json`` held it, into
+``DIR/round_ratios.json`` (:func:`round_ratios`).
 """
 import csv
 import io
@@ -95,20 +100,51 @@ def merge_rounds(records):
     return merged
 
 
-def _paired_median(a, b, key):
-    """Median over rounds of ``a[key] / b[key]`` (rounds both ran successfully), else ``None``."""
+def _paired_ratios(a, b, key):
+    """``a[key] / b[key]`` for each round both rows ran successfully, in round order (``[]`` without rounds)."""
     pairs = {e["round"]: e[key] for e in a.get("rounds", ()) if e["status"] == "ok" and e.get(key)}
-    ratios = [pairs[e["round"]] / e[key] for e in b.get("rounds", ())
-              if e["status"] == "ok" and e.get(key) and e["round"] in pairs]
-    return statistics.median(ratios) if ratios else None
+    return [pairs[e["round"]] / e[key] for e in b.get("rounds", ())
+            if e["status"] == "ok" and e.get(key) and e["round"] in pairs]
 
 
 def _ratio(a, b, key):
-    """``a[key] / b[key]``: paired over rounds when both have rounds, else the plain ratio (``None`` if missing)."""
-    paired = _paired_median(a, b, key)
-    if paired is not None:
-        return paired
+    """``a[key] / b[key]``: the median over rounds when both have rounds, else the plain ratio (``None`` if missing)."""
+    paired = _paired_ratios(a, b, key)
+    if paired:
+        return statistics.median(paired)
     return a[key] / b[key] if a.get(key) and b.get(key) else None
+
+
+def round_spread(a, b, key):
+    """The ratio ``a[key] / b[key]`` measured within each round, and its lowest and highest value.
+
+    A ratio over rounds is their median (:func:`add_speedups`,
+    :func:`peer_comparison`); this says how far the rounds it came from
+    moved. A round in which either row failed is left out.
+
+    Parameters
+    ----------
+    a, b : dict
+        Two merged rows (:func:`merge_rounds`), each with its ``rounds``.
+    key : str
+        ``ms_per_step`` (``a`` the baseline, for a speedup) or
+        ``images_per_second`` (``a`` the faster-is-higher side).
+
+    Returns
+    -------
+    dict or None
+        ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` when
+        the rows have no rounds (one round) or no round both ran.
+    """
+    ratios = _paired_ratios(a, b, key)
+    if not ratios:
+        return None
+    return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)}
+
+
+def _prefixed(spread, prefix):
+    """``round_spread``'s fields named for one ratio of several (``mixed_round_min``), ``{}`` for ``None``."""
+    return {f"{prefix}{name}": value for name, value in (spread or {}).items()}
 
 
 def speedup_key(record):
@@ -133,7 +169,9 @@ def add_speedups(records):
     dict
         ``{speedup_key: {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
         "batch_size", "image_size", "model", "mode"}}`` for every successful
-        non-float32 record that has a baseline.
+        non-float32 record that has a baseline; with rounds also
+        ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
+        (:func:`round_spread`).
     """
     baselines = {}
     for r in records:
@@ -153,6 +191,7 @@ def add_speedups(records):
             table[speedup_key(r)] = {
                 "speedup": r["speedup"], "cpu_speedup": r["cpu_speedup"], "memory_ratio": r["memory_ratio"],
                 **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
+                **(round_spread(base, r, "ms_per_step") or {}),
             }
     return table
 
@@ -166,7 +205,8 @@ def peer_comparison(records):
         ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
         "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label",
         "images_per_second"}`` of the fastest such row, and a ratio is mxfp16's img/s over the peer's
-        (with rounds, the median of each round's ratio). Empty without peer rows.
+        (with rounds, the median of each round's ratio, and ``mixed_round_ratios``, ``mixed_round_min``,
+        ``mixed_round_max`` and the same for ``float32_`` from :func:`round_spread`). Empty without peer rows.
     """
     groups = {}
     for r in records:
@@ -189,6 +229,8 @@ def peer_comparison(records):
         for kind in ("mixed", "float32"):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
             entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], "images_per_second") if a and b else None
+            if a and b:
+                entry.update(_prefixed(round_spread(a["row"], b["row"], "images_per_second"), f"{kind}_"))
         for side in entry.values():
             if isinstance(side, dict):
                 del side["row"]  # the row is in the results already
@@ -197,15 +239,28 @@ def peer_comparison(records):
     return out
 
 
+def format_ratio(ratio, low=None, high=None):
+    """``1.71x``, and with the rounds' lowest and highest ratio ``1.71x (rounds 1.65x-1.79x)``."""
+    text = f"{ratio:.2f}x"
+    return text if low is None or high is None else f"{text} (rounds {low:.2f}x-{high:.2f}x)"
+
+
+def format_speedups(table):
+    """Lines for the terminal: each speedup against float32 with the spread of its rounds (:func:`add_speedups`)."""
+    return "\n".join(f"{key}: {format_ratio(e['speedup'], e.get('round_min'), e.get('round_max'))}"
+                     for key, e in table.items() if e.get("speedup") is not None)
+
+
 def format_peer_comparison(comparison):
-    """Lines for the terminal: the fastest mixed row of each side and their ratio."""
+    """Lines for the terminal: the fastest mixed row of each side and their ratio (with its rounds' spread)."""
     lines = []
     for key, e in comparison.items():
         for kind in ("mixed", "float32"):
             a, b, ratio = e[f"mxfp16_{kind}"], e[f"peer_{kind}"], e[f"{kind}_ratio"]
             if a and b:
                 lines.append(f"{key}: {a['label']} {a['images_per_second']:.2f} img/s against {b['label']} "
-                             f"{b['images_per_second']:.2f} img/s: {ratio:.2f}x")
+                             f"{b['images_per_second']:.2f} img/s: "
+                             + format_ratio(ratio, e.get(f"{kind}_round_min"), e.get(f"{kind}_round_max")))
     return "\n".join(lines)
 
 
@@ -295,3 +350,69 @@ def format_table(records):
                      f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}"
                      + ("".join(f"{_num(r.get(k), '.1f'):>9}" for k in LATENCY_FIELDS[:3]) if latency else ""))
     return "\n".join(lines)
+
+
+def round_ratios(document):
+    """The spread of every ratio in a ``bench.json`` document, derived from its rows' ``rounds``.
+
+    A file written before ``bench.json`` recorded the spread has every
+    round's figures but not the ratios within each round; this derives them
+    with the functions that write them today (:func:`add_speedups`,
+    :func:`peer_comparison`, :func:`round_spread`), so the medians come out
+    as recorded and the spread as a new run would record it.
+
+    Parameters
+    ----------
+    document : dict
+        A loaded ``bench.json`` (not changed).
+
+    Returns
+    -------
+    dict
+        ``{"speedup": {key: {"speedup", "round_ratios", "round_min",
+        "round_max"}}, "peer": {key: {"mixed_ratio", "mixed_round_ratios",
+        ..., "float32_round_max"}}}``, keyed as in ``bench.json``; a ratio
+        without rounds is left out.
+    """
+    import copy
+
+    rows = copy.deepcopy(document["results"])  # add_speedups writes into the rows
+    spread = ("round_ratios", "round_min", "round_max")
+    speedups = {key: {name: e[name] for name in ("speedup",) + spread}
+                for key, e in add_speedups(rows).items() if "round_ratios" in e}
+    peers = {}
+    for key, e in peer_comparison(rows).items():
+        fields = {f"{kind}_{name}": e[f"{kind}_{name}"] for kind in ("mixed", "float32")
+                  if f"{kind}_round_ratios" in e for name in ("ratio",) + spread}
+        if fields:
+            peers[key] = fields
+    return {"speedup": speedups, "peer": peers}
+
+
+def main(argv=None):
+    """``python -m mxfp16.bench.report --round-ratios BENCH_JSON``: write ``round_ratios.json`` beside it."""
+    import argparse
+    import json
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.report",
+                                     description="Derive the ratio within each round, and its lowest and highest "
+                                                 "value, from a recorded bench.json's rounds.")
+    parser.add_argument("--round-ratios", metavar="BENCH_JSON", required=True,
+                        help="a bench.json recorded with --rounds 2 or more; round_ratios.json is written into "
+                             "its folder (required)")
+    args = parser.parse_args(argv)
+    with open(args.round_ratios, encoding="utf-8") as handle:
+        document = json.load(handle)
+    derived = round_ratios(document)
+    if not derived["speedup"] and not derived["peer"]:
+        parser.error(f"{args.round_ratios} has no rows with rounds: it was recorded with --rounds 1")
+    out = os.path.join(os.path.dirname(args.round_ratios), "round_ratios.json")
+    write_json(out, {"source": os.path.basename(args.round_ratios),
+                     "derived_by": "python -m mxfp16.bench.report --round-ratios BENCH_JSON", **derived})
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

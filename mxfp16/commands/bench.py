@@ -64,8 +64,8 @@ def register(subparsers):
     timing.add_argument("--rounds", type=integer(1, 1000), default=1,
                         help="run every measurement this many times, in turn (float32, mixed, ..., float32, mixed, "
                              "...), and report the median over rounds; a speedup is then the median of each round's "
-                             "own ratio. Use 3 or more where the machine's speed drifts (shared or virtual "
-                             "machines) (default: 1)")
+                             "own ratio, recorded with those ratios and their range (round_min, round_max). Use 3 or "
+                             "more where the machine's speed drifts (shared or virtual machines) (default: 1)")
     add_threads_argument(timing)
     timing.add_argument("--timeout", type=number(1e-3, MAX_SECONDS), default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
@@ -80,6 +80,7 @@ def run(args):
     from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
     from ..bench.suite import run_suite
     from ..bench.tensor_cores import format_report
+    from ..machine.hardware import describe_cpu
 
     check_out(args.out, [("the data set --data", None if args.data == "synthetic" else args.data)])
     try:
@@ -90,7 +91,7 @@ def run(args):
     except BenchSetupError as err:
         raise CommandError(str(err)) from None
     machine, threads, load = plan.machine, plan.threads, plan.load_start
-    print(f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
+    print(f"{describe_cpu(machine['cpu'])}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
           f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
           f"{threads['available_cores']} cores available)")
@@ -122,6 +123,10 @@ def run(args):
     print()
     print(format_report(plan.tensor_cores, args.model))
     print()
+    if args.rounds > 1 and document["speedup"]:
+        print(f"speedups against float32, the median of {args.rounds} rounds' own ratios (and their range):")
+        print(report.format_speedups(document["speedup"]))
+        print()
     if document.get("peer"):
         print(f"against PyTorch ({plan.peer_network}; mxfp16 runs {args.model}), same threads, batch and timing:")
         print(report.format_peer_comparison(document["peer"]))

@@ -100,12 +100,14 @@ def _cuda_text(cuda):
 
 
 def _text(report):
+    from ..machine.hardware import describe_cpu
+
     m = report["machine"]
     lines = [
         f"MXNet {m['mxnet_version']} (Python {m['python']})",
         f"  build features: {', '.join(m['mxnet_features'])}",
         *_stack_text(report["stack"]),
-        f"CPU: {m['cpu_model']}, {m['cpu_cores']} cores",
+        f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
         "  bfloat16: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["cpu_bfloat16"].items()),
         f"GPUs: {len(m['gpus'])}",

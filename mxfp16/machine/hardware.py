@@ -5,6 +5,7 @@ Everything is read live (MXNet's runtime features, ``/proc/cpuinfo``,
 """
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -14,29 +15,157 @@ import mxnet as mx
 
 #: CPU flags that give native bfloat16 arithmetic to oneDNN.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+#: Every bfloat16-relevant flag, as /proc/cpuinfo names it where the kernel reports it: AVX-512 bfloat16 dot
+#: products, AMX's bfloat16 tile multiply and the tile registers it needs, and AVX-NE-CONVERT's conversions.
+BF16_INSTRUCTION_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx_ne_convert")
+CPUINFO = "/proc/cpuinfo"
+
+_INTEL, _AMD = "GenuineIntel", "AuthenticAMD"
+#: (vendor, family, models, steppings or None for any, name) for the server CPUs whose bfloat16 support
+#: decides what ``auto`` and oneDNN do. Sources: Intel, Linux's arch/x86/include/asm/intel-family.h; its model
+#: 0x55 is Skylake SP, Cascade Lake (stepping 7 there) or Cooper Lake (stepping 11) by stepping, and Intel's
+#: microcode release notes (intel/Intel-Linux-Processor-Microcode-Data-Files) list SKX-SP as 06-55-03/04,
+#: CLX-SP as 06-55-06/07 and CPX-SP as 06-55-0b. AMD, Linux's arch/x86/kernel/cpu/amd.c, bsp_init_amd(),
+#: which sets its ZEN3/ZEN4/ZEN5 feature by model range. Anything else is ``None``: the table names CPUs, it
+#: does not guess them.
+MICROARCHITECTURES = (
+    (_INTEL, 6, range(0x55, 0x56), range(0, 5), "Skylake SP"),      # no bfloat16
+    (_INTEL, 6, range(0x55, 0x56), range(5, 8), "Cascade Lake"),    # no bfloat16
+    (_INTEL, 6, range(0x55, 0x56), range(10, 12), "Cooper Lake"),   # avx512_bf16
+    (_INTEL, 6, range(0x6A, 0x6B), None, "Ice Lake SP"),            # no bfloat16
+    (_INTEL, 6, range(0x6C, 0x6D), None, "Ice Lake D"),             # no bfloat16
+    (_INTEL, 6, range(0x8F, 0x90), None, "Sapphire Rapids"),        # avx512_bf16, AMX
+    (_INTEL, 6, range(0xCF, 0xD0), None, "Emerald Rapids"),         # avx512_bf16, AMX
+    (_INTEL, 6, range(0xAD, 0xAE), None, "Granite Rapids"),         # avx512_bf16, AMX
+    (_INTEL, 6, range(0xAE, 0xAF), None, "Granite Rapids D"),       # avx512_bf16, AMX
+    (_INTEL, 6, range(0xAF, 0xB0), None, "Sierra Forest"),          # no AVX-512, no AMX
+    (_INTEL, 19, range(0x01, 0x02), None, "Diamond Rapids"),
+    (_AMD, 0x19, range(0x00, 0x10), None, "Zen 3"),                 # no bfloat16
+    (_AMD, 0x19, range(0x20, 0x60), None, "Zen 3"),
+    (_AMD, 0x19, range(0x10, 0x20), None, "Zen 4"),                 # avx512_bf16
+    (_AMD, 0x19, range(0x60, 0xB0), None, "Zen 4"),
+    (_AMD, 0x1A, range(0x00, 0x30), None, "Zen 5"),                 # avx512_bf16
+    (_AMD, 0x1A, range(0x40, 0x50), None, "Zen 5"),
+    (_AMD, 0x1A, range(0x60, 0x80), None, "Zen 5"),
+)
+
+
+def _cpuinfo_fields(path=None):
+    """The first processor's ``key: value`` fields of ``/proc/cpuinfo``, or ``None`` where it cannot be read."""
+    fields = {}
+    try:
+        with open(CPUINFO if path is None else path, encoding="utf-8") as handle:
+            for line in handle:
+                if not line.strip():
+                    if fields:
+                        break  # every processor repeats the same description
+                    continue
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return None
+    return fields
 
 
 def cpu_flags():
     """Return the set of CPU feature flags (empty where they cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo_fields() or {}).get("flags", "").split())
 
 
 def cpu_model():
+    """The CPU's brand string (``model name``), or the platform's description where there is no /proc/cpuinfo."""
+    name = (_cpuinfo_fields() or {}).get("model name")
+    return name or platform.processor() or platform.machine()
+
+
+def _int(text):
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def microarchitecture(vendor, family, model, stepping=None):
+    """The name :data:`MICROARCHITECTURES` gives ``(vendor, family, model, stepping)``, or ``None`` when unknown.
+
+    A virtual machine may report a family and model that are not its host's
+    (this project's Intel VM reports family 6 model 167, which the kernel's
+    table names Rocket Lake, a desktop CPU without AMX, while its flags list
+    ``amx_bf16``): the name is as good as what the CPU reports.
+    """
+    for known_vendor, known_family, models, steppings, name in MICROARCHITECTURES:
+        if (vendor, family) == (known_vendor, known_family) and model in models and \
+                (steppings is None or stepping in steppings):
+            return name
+    return None
+
+
+def _platform_identity():
+    """Vendor, family, model and stepping from the platform where there is no /proc/cpuinfo.
+
+    Windows describes the CPU as ``Intel64 Family 6 Model 143 Stepping 8,
+    GenuineIntel``; elsewhere (macOS) only a name is known.
+    """
+    text = platform.processor() or ""
+    found = re.search(r"Family (\d+) Model (\d+) Stepping (\d+), (\w+)", text)
+    if not found:
+        return {"vendor": None, "model_name": text or platform.machine() or None,
+                "family": None, "model": None, "stepping": None}
+    family, model, stepping, vendor = found.groups()
+    return {"vendor": vendor, "model_name": text, "family": int(family), "model": int(model),
+            "stepping": int(stepping)}
+
+
+def cpu_identity(path=None):
+    """Which CPU this is, as far as it says: the facts a speed ratio depends on.
+
+    Parameters
+    ----------
+    path : str, optional
+        The ``/proc/cpuinfo`` to read (default :data:`CPUINFO`); where it
+        cannot be read (macOS, Windows) the platform's description is used.
+
+    Returns
+    -------
+    dict
+        ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``model_name`` (the
+        brand string), ``family``, ``model`` and ``stepping`` (ints, ``None``
+        where unknown), ``bfloat16_instructions`` (the flags of
+        :data:`BF16_INSTRUCTION_FLAGS` present; ``None`` where no flags can
+        be read), and ``microarchitecture``
+        (:func:`microarchitecture`; ``None`` when the table does not know the
+        CPU, and only as right as the family and model a VM reports).
+    """
+    fields = _cpuinfo_fields(path)
+    if fields is None:
+        identity = _platform_identity()
+        identity["bfloat16_instructions"] = None  # no flags to read: unknown, not absent
+    else:
+        identity = {"vendor": fields.get("vendor_id"),
+                    "model_name": fields.get("model name") or platform.processor() or platform.machine() or None,
+                    "family": _int(fields.get("cpu family")), "model": _int(fields.get("model")),
+                    "stepping": _int(fields.get("stepping"))}
+        flags = set(fields.get("flags", "").split())
+        identity["bfloat16_instructions"] = [flag for flag in BF16_INSTRUCTION_FLAGS if flag in flags]
+    identity["microarchitecture"] = microarchitecture(identity["vendor"], identity["family"], identity["model"],
+                                                      identity["stepping"])
+    return identity
+
+
+def describe_cpu(cpu):
+    """:func:`cpu_identity` in one line for a terminal.
+
+    E.g. ``AMD EPYC (AuthenticAMD family 26 model 2, microarchitecture Zen 5;
+    bfloat16 instructions: avx512_bf16)``.
+    """
+    known = [cpu.get("vendor")] + [f"{name} {cpu[name]}" for name in ("family", "model") if cpu.get(name) is not None]
+    where = " ".join(part for part in known if part)
+    arch = f"microarchitecture {cpu.get('microarchitecture') or 'unknown'}"
+    units = cpu.get("bfloat16_instructions")
+    units = "unknown" if units is None else ", ".join(units) or "none"
+    inside = ", ".join(part for part in (where, arch) if part)
+    return f"{cpu.get('model_name') or 'unknown CPU'} ({inside}; bfloat16 instructions: {units})"
 
 
 def cpu_bfloat16_support():
@@ -134,6 +263,7 @@ def machine_summary():
     """The facts a benchmark or a run should record about where it ran."""
     return {
         "cpu_model": cpu_model(),
+        "cpu": cpu_identity(),
         "cpu_cores": os.cpu_count(),
         "cpu_bfloat16": cpu_bfloat16_support(),
         "gpus": gpus(),
