@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["CommandResult", "mxfp16_command"]
+from .fileio import read_json
+
+__all__ = ["CommandResult", "mxfp16_command", "recorded_result", "recorded_results_folder"]
 
 
 class CommandResult(NamedTuple):
@@ -24,6 +27,11 @@ class CommandResult(NamedTuple):
     def lines(self):
         """The non-blank lines of ``stdout``."""
         return [line for line in self.stdout.splitlines() if line.strip()]
+
+    def __repr__(self):
+        # A notebook cell that ends with the call shows this: mxfp16_command already printed the output,
+        # so the repr says what is there instead of printing it all a second time.
+        return f"CommandResult({len(self.lines())} lines of output, {self.seconds:.1f} s)"
 
 
 def mxfp16_command(*args, show=None, env=None, echo=True, timeout=3600):
@@ -69,3 +77,32 @@ def mxfp16_command(*args, show=None, env=None, echo=True, timeout=3600):
     if show is None or show > 0:
         print("\n".join(lines if show is None else lines[-show:]))
     return result
+
+
+def recorded_results_folder():
+    """``docs/results`` of the source checkout this mxfp16 runs from, or ``None``.
+
+    The notebooks print a live figure beside the recorded one it can be
+    compared with; an installed wheel carries no recorded results, and then
+    the notebooks say so instead of comparing.
+    """
+    folder = Path(__file__).resolve().parent.parent / "docs" / "results"
+    return folder if folder.is_dir() else None
+
+
+def recorded_result(relative_path):
+    """The recorded result ``docs/results/RELATIVE_PATH`` (a JSON file), or ``None`` outside a checkout.
+
+    Parameters
+    ----------
+    relative_path : str
+        For example ``"bench-r50-224-peer/bench.json"``.
+
+    Returns
+    -------
+    dict or None
+    """
+    folder = recorded_results_folder()
+    if folder is None or not (folder / relative_path).is_file():
+        return None
+    return read_json(folder / relative_path)

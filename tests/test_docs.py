@@ -1,5 +1,7 @@
 """The documentation site builds in strict mode, with every page it promises."""
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -57,6 +59,83 @@ def test_every_notebook_is_rendered_with_its_outputs(site):
         assert "jp-OutputArea" in page, f"{name} rendered without outputs"
 
 
+#: Kinds nbconvert's HTML export prefers to image/png when an output holds several: such an output is not an <img>.
+_RENDERED_BEFORE_PNG = ("text/html", "application/pdf", "text/latex", "image/svg+xml")
+#: A matplotlib figure saved as its repr (no image formatter ran): a picture the page should have and lacks.
+_FIGURE_REPR = re.compile(r"<Figure size [\d.]+x[\d.]+ with \d+ Axes>|<matplotlib\.figure\.Figure at 0x[0-9a-f]+>")
+_IMG_SRC = re.compile(r"<img\b[^>]*?\bsrc\s*=\s*[\"']([^\"']*)[\"']", re.I)
+
+
+def _pictures_saved(notebook):
+    """How many pictures a notebook's saved outputs put on its page: its PNG outputs, and its bare Figure reprs."""
+    count = 0
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = data.get("text/plain", "")
+            text = ("".join(text) if isinstance(text, list) else text).strip()
+            if "image/png" in data and not any(kind in data for kind in _RENDERED_BEFORE_PNG):
+                count += 1
+            elif _FIGURE_REPR.fullmatch(text) and not any(kind.startswith("image/") for kind in data):
+                count += 1  # the picture this output should have been
+    return count
+
+
+def _pictures_shown(page, page_dir, site_dir):
+    """How many <img> of a built page show a picture: a data: PNG, or a file the site holds."""
+    count = 0
+    for src in _IMG_SRC.findall(page):
+        if src.startswith("data:image/png;base64,") and len(src) > len("data:image/png;base64,"):
+            count += 1
+        elif src and not src.startswith("data:") and "://" not in src and not src.startswith("//"):
+            path = src.split("#")[0].split("?")[0]
+            path = os.path.join(site_dir, path.lstrip("/")) if path.startswith("/") else os.path.join(page_dir, path)
+            count += os.path.isfile(os.path.normpath(path))
+    return count
+
+
+def _missing_pictures(notebook, page, page_dir, site_dir):
+    """``None`` when the page shows a picture for each picture the notebook saved, else what is missing."""
+    saved, shown = _pictures_saved(notebook), _pictures_shown(page, page_dir, site_dir)
+    if shown >= saved:
+        return None
+    bare = " (a matplotlib figure saved as its repr renders as text)" if "&lt;Figure size" in page else ""
+    return f"{saved} saved picture(s), {shown} shown{bare}"
+
+
+def test_missing_pictures_counts_figures_saved_as_text(tmp_path):
+    """What notebook 7 once did: its prediction grid saved as ``<Figure size ...>`` next to three PNG plots."""
+    import nbformat
+
+    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<IPython.core.display.Image object>"}
+    cells = [nbformat.v4.new_code_cell("plots", outputs=[nbformat.v4.new_output("display_data", data=png)] * 3),
+             nbformat.v4.new_code_cell("fig", outputs=[nbformat.v4.new_output(
+                 "execute_result", data={"text/plain": "<Figure size 1000x460 with 10 Axes>"}, execution_count=1)])]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    (tmp_path / "grid.png").write_bytes(b"png")
+    img = '<img alt="" src="data:image/png;base64,iVBORw0KGgo=">'
+    as_text = img * 3 + "<pre>&lt;Figure size 1000x460 with 10 Axes&gt;</pre>"
+    assert _missing_pictures(notebook, as_text, str(tmp_path), str(tmp_path)) == \
+        "4 saved picture(s), 3 shown (a matplotlib figure saved as its repr renders as text)"
+    assert _missing_pictures(notebook, img * 3 + '<img src="grid.png">', str(tmp_path), str(tmp_path)) is None
+    assert _missing_pictures(notebook, img * 3 + '<img src="gone.png">', str(tmp_path), str(tmp_path)) is not None
+
+
+@pytest.mark.slow
+def test_every_saved_picture_of_a_notebook_is_on_its_page(site):
+    """Each PNG a notebook saved (and each figure it saved as text instead) is an image on its site page."""
+    import nbformat
+
+    missing = []
+    for name in sorted(n for n in os.listdir(os.path.join(REPO, "notebooks")) if n.endswith(".ipynb")):
+        notebook = nbformat.read(os.path.join(REPO, "notebooks", name), as_version=4)
+        page_dir = os.path.join(site, "notebooks", name[:-len(".ipynb")])
+        problem = _missing_pictures(notebook, _page(site, os.path.relpath(page_dir, site)), page_dir, str(site))
+        if problem:
+            missing.append(f"{name}: {problem}")
+    assert not missing, missing
+
+
 @pytest.mark.slow
 def test_api_reference_documents_the_exported_names(site):
     import mxfp16
@@ -97,3 +176,23 @@ def test_relative_links_resolve_in_the_repository():
             if not os.path.exists(os.path.normpath(os.path.join(REPO, "docs", target))):
                 broken.append(f"docs/{name}: {target}")
     assert not broken, broken
+
+
+@pytest.mark.slow
+def test_links_in_the_rendered_notebooks_lead_to_pages_of_the_site(site):
+    """A notebook links docs pages as ``../docs/<page>.md``; on the site that must reach the page."""
+    from urllib.parse import unquote, urlparse
+
+    checked, broken = 0, []
+    for folder in sorted(glob.glob(os.path.join(site, "notebooks", "*", ""))):
+        page = _page(site, os.path.relpath(folder, site))
+        for href in re.findall(r'<a [^>]*href="([^"]+)"', page):
+            url = urlparse(href)
+            if url.scheme or url.netloc or href.startswith("#") or not url.path:
+                continue
+            target = os.path.normpath(os.path.join(folder, unquote(url.path)))
+            checked += 1
+            if not (os.path.isfile(target) or os.path.isfile(os.path.join(target, "index.html"))):
+                broken.append(f"{os.path.basename(os.path.dirname(folder + '/'))}: {href}")
+    assert checked, "no relative links found in the rendered notebooks"
+    assert not broken, "links that lead nowhere on the site:\n" + "\n".join(broken)

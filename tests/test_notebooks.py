@@ -11,6 +11,7 @@ of the suite on two cores.
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,42 @@ def test_notebook_is_saved_with_a_full_run(path):
     assert not unexecuted, f"code cells {unexecuted} have no outputs; re-run the notebook with papermill"
     errors = [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"saved with an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+#: What Jupyter saves for a matplotlib figure it had no image formatter for (a ``Figure`` left as a cell's
+#: value without the inline backend, e.g. one made by ``mxfp16.plotting.new_figure``): its repr (as matplotlib
+#: writes it now, and as older releases did), which the site shows as text where the picture should be.
+FIGURE_REPR = re.compile(r"<Figure size [\d.]+x[\d.]+ with \d+ Axes>|<matplotlib\.figure\.Figure at 0x[0-9a-f]+>")
+
+
+def bare_figures(path):
+    """``(cell index, execution count, repr)`` of each saved output that is a Figure's repr and no picture."""
+    found = []
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = data.get("text/plain", "")
+            text = ("".join(text) if isinstance(text, list) else text).strip()
+            if FIGURE_REPR.fullmatch(text) and not any(kind.startswith("image/") for kind in data):
+                found.append((index, cell.get("execution_count"), text))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_saved_figures_are_pictures_not_reprs(path):
+    bare = bare_figures(path)
+    assert not bare, f"{os.path.basename(path)}: " + "; ".join(
+        f"cell {index} (execution count {count}) saved {text!r} instead of the picture" for index, count, text in bare
+    ) + ". Show the figure (plt.show() with the inline backend, or display(Image(...)) of a saved PNG) and re-run."
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_cell_prints_a_commands_output_twice(path):
+    """A cell ending with ``mxfp16_command(...)`` once saved the whole output again, as the result's repr."""
+    twice = [index for index, cell in enumerate(nbformat.read(path, as_version=4).cells) if cell.cell_type == "code"
+             for output in cell.get("outputs", []) if output.get("output_type") == "execute_result"
+             and "stdout=" in "".join(output.get("data", {}).get("text/plain", ""))]
+    assert not twice, f"{os.path.basename(path)}: cells {twice} show a CommandResult with its stdout again"
 
 
 class _SmokeRuns:

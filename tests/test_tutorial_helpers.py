@@ -33,6 +33,25 @@ def test_the_command_runs_in_its_own_process_and_prints_its_tail(capsys):
     assert capsys.readouterr().out.splitlines() == ["$ mxfp16 --version", f"mxfp16 {__version__}"]
 
 
+def test_a_result_left_as_a_cells_value_does_not_print_the_output_again():
+    from mxfp16.tutorial import CommandResult
+    result = CommandResult("first line\n\nsecond line\n" + "x" * 5000, "", 12.34)
+    assert repr(result) == "CommandResult(3 lines of output, 12.3 s)"
+    assert result.stdout.startswith("first line")       # the fields are still there
+
+
 def test_a_failing_command_raises_with_its_error(capsys):
     with pytest.raises(RuntimeError, match=r"exited with status 2:(.|\n)*invalid choice"):
         mxfp16_command("no-such-command")
+
+
+def test_recorded_results_are_read_from_the_checkout():
+    import json
+    import os
+
+    from conftest import REPO
+    from mxfp16.tutorial import recorded_result, recorded_results_folder
+    assert os.path.samefile(recorded_results_folder(), os.path.join(REPO, "docs", "results"))
+    with open(os.path.join(REPO, "docs", "results", "bench-r50-224-peer", "bench.json")) as handle:
+        assert recorded_result("bench-r50-224-peer/bench.json") == json.load(handle)
+    assert recorded_result("no-such-result/bench.json") is None
