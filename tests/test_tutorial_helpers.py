@@ -55,3 +55,27 @@ def test_recorded_results_are_read_from_the_checkout():
     with open(os.path.join(REPO, "docs", "results", "bench-r50-224-peer", "bench.json")) as handle:
         assert recorded_result("bench-r50-224-peer/bench.json") == json.load(handle)
     assert recorded_result("no-such-result/bench.json") is None
+
+
+def test_the_recorded_headline_ratios_are_the_rounds_of_each_bench_json():
+    import json
+    import os
+    import statistics
+
+    from conftest import REPO
+    from mxfp16.tutorial import HEADLINE_RECORDS, recorded_headline_ratios
+    recorded = recorded_headline_ratios()
+    assert [r.folder for r in recorded] == [folder for folder, _ in HEADLINE_RECORDS]
+    for ratio in recorded:
+        with open(os.path.join(REPO, "docs", "results", ratio.folder, "bench.json")) as handle:
+            document = json.load(handle)
+        rows = {r["precision"]: r for r in document["results"]
+                if r["framework"] == "mxfp16" and r["batch_size"] == 16}
+        # Each round's ratio straight from the raw per-round images/s, and the median of them.
+        expected = [m["images_per_second"] / f["images_per_second"]
+                    for m, f in zip(rows["amp-bfloat16"]["rounds"], rows["float32"]["rounds"])]
+        assert len(expected) == 3 and ratio.rounds == pytest.approx(expected)
+        assert ratio.speedup == pytest.approx(statistics.median(expected))
+        assert ratio.load_start == document["config"]["load_average_start"][0]
+    amd, intel = recorded
+    assert amd.cpu.startswith("AMD EPYC (Zen 5 VM") and "Emerald Rapids" in intel.cpu and "amx_bf16" in intel.cpu

@@ -90,7 +90,7 @@ def microarchitecture(vendor, family, model, stepping=None):
     """The name :data:`MICROARCHITECTURES` gives ``(vendor, family, model, stepping)``, or ``None`` when unknown.
 
     A virtual machine may report a family and model that are not its host's
-    (this project's Intel VM reports family 6 model 167, which the kernel's
+    (one of this project's Intel VMs reports family 6 model 167, which the kernel's
     table names Rocket Lake, a desktop CPU without AMX, while its flags list
     ``amx_bf16``): the name is as good as what the CPU reports.
     """
