@@ -64,3 +64,12 @@ def test_scaler_and_diagnostics_show_two_to_the_24_in_full():
     import mxfp16
     scaler = mxfp16.LossScaler(init_scale=2.0 ** 24)
     assert "scale=16777216," in repr(scaler)
+
+
+def test_the_trainers_epoch_line_shows_two_to_the_24_in_full():
+    from mxfp16.train.epochs import epoch_line
+    record = {"epoch": 3, "train_loss": 0.5, "train_top1": 0.8, "val_top1": 0.75, "val_top5": 0.99,
+              "images_per_second": 123.4, "loss_scale": 2.0 ** 24, "skipped_steps": 2, "lr": 0.01, "seconds": 9.5}
+    line = epoch_line(record, 16)
+    assert line.startswith("epoch 3/16: train_loss 0.5000 ")
+    assert "loss scale 16777216, skipped 2," in line and "e+07" not in line

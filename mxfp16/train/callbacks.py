@@ -8,6 +8,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from ..float_formats import format_scale
 from .config import ConfigError
 from .loop import Callback
 
@@ -50,7 +51,7 @@ class ProgressBar(Callback):
         elapsed = max(time.perf_counter() - self._tic, 1e-9)
         self._bar.set_postfix(loss=f"{sums.loss_sum / max(sums.images, 1):.4f}",
                               img_s=f"{sums.seen * self.workers / elapsed:.1f}",
-                              loss_scale=f"{self.scaler.scale:g}", refresh=False)
+                              loss_scale=format_scale(self.scaler.scale), refresh=False)
 
     def on_epoch_end(self, progress):
         if self._bar is not None:

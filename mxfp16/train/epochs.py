@@ -10,13 +10,14 @@ from .._internals import trainer_params
 from ..devices import format_ctx
 from ..distributed import average_aux_states, grad_bytes_per_step
 from ..fileio import shown
+from ..float_formats import format_scale
 from ..machine.environment import mxnet_threads
 from ..machine.hardware import peak_memory_mb
 from . import checkpoint as ckpt
 from .loop import evaluate
 from .outputs import params_digest
 
-__all__ = ["describe", "finish_epoch", "save_checkpoint", "stopped_message", "summarise"]
+__all__ = ["describe", "epoch_line", "finish_epoch", "save_checkpoint", "stopped_message", "summarise"]
 
 
 def finish_epoch(run):
@@ -43,9 +44,14 @@ def finish_epoch(run):
     progress.epoch_finished(record, peak_memory_mb(parts.ctx))
     save_checkpoint(run)
     run.outputs.write_metrics(progress.metrics)  # after the checkpoint, which holds the same records
-    run.say(f"epoch {record['epoch']}/{config.epochs}: train_loss {record['train_loss']:.4f} "
+    run.say(epoch_line(record, config.epochs))
+
+
+def epoch_line(record, epochs):
+    """The line the trainer prints after an epoch, from its metrics record (the loss scale exact: 16777216)."""
+    return (f"epoch {record['epoch']}/{epochs}: train_loss {record['train_loss']:.4f} "
             f"train_top1 {record['train_top1']:.3f} val_top1 {record['val_top1']:.3f} val_top5 {record['val_top5']:.3f}"
-            f" | {record['images_per_second']:.1f} img/s, loss scale {record['loss_scale']:g}, skipped "
+            f" | {record['images_per_second']:.1f} img/s, loss scale {format_scale(record['loss_scale'])}, skipped "
             f"{record['skipped_steps']}, lr {record['lr']:.4g}, {record['seconds']:.1f} s")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..machine.environment import check_threads, plan_threads
 from ..fileio import JSONFileError
+from ..float_formats import format_scale
 from ..optim import check_compression, lr_schedule
 from ..training_parts import PartsSpec, build_parts
 from ..devices import format_ctx, resolve_devices
@@ -364,7 +365,7 @@ def restore(run, changes=None):
         run.say(f"resume: the learning-rate schedule is now the one of the resumed settings ({config.epochs} "
                 f"epochs, peak {config.lr:g}); at this step it gives {run.parts.trainer.learning_rate:.4g}")
     run.say(f"resuming {config.out} at epoch {p.epoch + 1}, batch {p.batch} (step {p.global_step}, "
-            f"loss scale {run.parts.scaler.scale:g}, lr {run.parts.trainer.learning_rate:.4g})")
+            f"loss scale {format_scale(run.parts.scaler.scale)}, lr {run.parts.trainer.learning_rate:.4g})")
 
 
 def fit(run, callbacks=()):
