@@ -15,15 +15,19 @@ The five calls a training loop needs::
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
 removed and MXNet 1.9.1 still uses, :mod:`mxfp16.machine.stack`; checks that an
 MXNet wheel is installed), preloads the CUDA wheels' libraries and puts the
-thread count in the environment (:mod:`mxfp16.machine.environment`), all of which
+thread count in the environment (:mod:`mxfp16.machine.environment`) and, on
+an Intel CPU with AMX, asks Linux for the tile state so MXNet's oneDNN can use
+it (:mod:`mxfp16.machine.amx`), all of which
 MXNet reads only when it loads: import mxfp16 before mxnet. The names below import their module
 (and MXNet) on first use.
 """
 from . import _lazy
+from .machine import amx as _amx
 from .machine import environment as _environment
 from .machine.stack import prepare_stack as _prepare_stack
 from ._version import __version__
 
+_amx.enable_amx()  # first: the tile request fails once a small signal stack exists; MXNet reads the ISA at load
 _prepare_stack()
 _environment.set_threads()  # every core this process may use, unless OMP_NUM_THREADS says otherwise
 

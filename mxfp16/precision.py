@@ -14,8 +14,17 @@ amp-float16   float16       float32      yes    dynamic       no (already)
 amp-bfloat16  bfloat16      float32      yes    no            no (already)
 ============  ============  ===========  =====  ============  ==============
 
-``auto`` picks float16 on GPUs, amp-bfloat16 on a CPU with native bfloat16
-(avx512_bf16 or AMX), float32 otherwise.
+``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows a
+rule backed by recorded measurements per class of CPU (:func:`auto_rule`),
+and the trainer and the benchmark go further: they time the actual model in
+both precisions and keep the faster (:mod:`mxfp16.bench.auto`), so ``auto`` is
+never slower than float32 on the machine it runs on. Either way the resolved
+:class:`Precision` says why (:attr:`Precision.reason`).
+
+bfloat16 on a CPU needs AVX-512: the oneDNN 2.4.4 in MXNet 1.9.1 has no
+bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
+:class:`PrecisionError` that names the missing instructions
+(:func:`mxfp16.machine.hardware.bfloat16_support`).
 """
 from dataclasses import asdict, dataclass
 
@@ -52,6 +61,9 @@ class Precision:
     master_weights : bool
         Whether the optimizer keeps float32 copies of float16 parameters
         (``multi_precision=True``).
+    reason : str
+        Why this precision: ``'asked for'``, or how ``auto`` chose it (the
+        rule and what backs it, or the measurement).
     """
 
     name: str
@@ -61,6 +73,7 @@ class Precision:
     amp: bool
     loss_scaling: bool
     master_weights: bool
+    reason: str = ""
 
     @property
     def data_dtype(self):
@@ -110,6 +123,55 @@ def check_precision_name(name):
     return name.strip().lower()
 
 
+#: Where the measurements behind :func:`auto_rule` are recorded.
+RECORDED = "docs/benchmarks.md, 'What decides the ratio on your CPU'"
+
+
+def auto_rule(on_gpu, support=None):
+    """What ``auto`` is without measuring the model: ``(name, reason)``.
+
+    The rule per class of device, each backed by a recorded measurement
+    (:data:`RECORDED`) or, where nothing was measured, float32:
+
+    * GPUs: float16 (MXNet's tensor-core path; published, not measured here);
+    * a CPU that cannot run bfloat16 (no AVX-512): float32;
+    * AVX-512 without bfloat16 instructions: float32 (oneDNN emulates bfloat16);
+    * avx512_bf16 without AMX (AMD Zen 4/5): amp-bfloat16, recorded 1.7x-1.8x
+      float32 on ResNet-50;
+    * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
+      slower than float32 (an Intel Xeon VM, 0.81x); with AMX on nothing has
+      been measured here. The trainer and the benchmark measure the model
+      instead (:mod:`mxfp16.bench.auto`).
+
+    Parameters
+    ----------
+    on_gpu : bool
+    support : BFloat16Support, optional
+        Default :func:`mxfp16.machine.hardware.bfloat16_support`.
+    """
+    if on_gpu:
+        return "float16", "GPUs: float16 with loss scaling and float32 master weights"
+    support = support or hardware.bfloat16_support()
+    if support.kind in ("none", "unknown"):
+        return "float32", f"bfloat16 {hardware.BFLOAT16_KINDS[support.kind]} here: {support.reason}"
+    if support.kind == "emulated":
+        return "float32", f"bfloat16 is emulated here ({support.reason}), which is slower than float32"
+    if support.kind == "native" and support.amx is None:
+        return "amp-bfloat16", f"avx512_bf16 without AMX: amp-bfloat16 was recorded faster than float32 on such CPUs " \
+                               f"(AMD Zen 4/5, ResNet-50; {RECORDED}); mxfp16 train and bench measure your model"
+    if support.kind == "native":
+        return "float32", "an AMX CPU without AMX in use: its avx512_bf16 kernels were recorded slower than float32 " \
+                          f"({RECORDED}); mxfp16 info says why AMX is not in use"
+    return "float32", "AMX in use: bfloat16 with AMX has not been measured against float32 on this class of CPU, " \
+                      "so the rule keeps float32; mxfp16 train and bench --precision auto measure your model"
+
+
+def _bfloat16_refusal(name, support):
+    return (f"precision {name!r} cannot run on this CPU: {support.reason}. Use --precision float32 "
+            "(or auto, which resolves to float32 here), or a machine with AVX-512 (bfloat16 natively with "
+            "avx512_bf16 or AMX).")
+
+
 def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     """Validate a precision name against the devices and return a :class:`Precision`.
 
@@ -126,27 +188,29 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Returns
     -------
     Precision
+        With :attr:`Precision.reason` saying why; ``auto`` follows
+        :func:`auto_rule` (the trainer and the benchmark measure the model
+        instead, :mod:`mxfp16.bench.auto`).
 
     Raises
     ------
     PrecisionError
-        For an unknown name (the message lists the choices), or float16 on a
-        CPU without the opt-in (the message explains why and what to use).
+        For an unknown name (the message lists the choices), float16 on a
+        CPU without the opt-in (the message explains why and what to use),
+        or amp-bfloat16 on a CPU that cannot run bfloat16 (the message names
+        the missing instructions).
     """
     requested = check_precision_name(name)
     contexts = _as_context_list(ctx)
     on_gpu = all(c.device_type == "gpu" for c in contexts)
-    resolved = requested
-    if requested == "auto":
-        if on_gpu:
-            resolved = "float16"
-        elif hardware.has_cpu_bfloat16():
-            resolved = "amp-bfloat16"
-        else:
-            resolved = "float32"
+    resolved, reason = (requested, "asked for") if requested != "auto" else auto_rule(on_gpu)
     if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
         raise PrecisionError(_CPU_FLOAT16_MESSAGE.format(name=resolved))
-    return Precision(name=resolved, requested=requested, **_TABLE[resolved])
+    if resolved == "amp-bfloat16" and not on_gpu:
+        support = hardware.bfloat16_support()
+        if not support.runs:
+            raise PrecisionError(_bfloat16_refusal(resolved, support))
+    return Precision(name=resolved, requested=requested, reason=reason, **_TABLE[resolved])
 
 
 # --------------------------------------------------------------------------
@@ -217,28 +281,11 @@ def runnable_here():
         ``{name: (runnable: bool, reason: str)}`` for every concrete precision.
     """
     n_gpus = hardware.gpu_count()
-    bf16 = hardware.has_cpu_bfloat16()
+    support = hardware.bfloat16_support()
     gpu_reason = f"{n_gpus} GPU(s) visible" if n_gpus else "needs a GPU: MXNet has no float16 conv/dense on CPU"
     return {
         "float32": (True, "always"),
         "float16": (n_gpus > 0, gpu_reason),
         "amp-float16": (n_gpus > 0, gpu_reason),
-        "amp-bfloat16": (True, "native bfloat16 on this CPU" if bf16 else "runs, but emulated and slow without avx512_bf16/AMX"),
+        "amp-bfloat16": (support.runs, support.describe()),
     }
-
-
-#: Device helpers that lived here before :mod:`mxfp16.devices`; kept one release as deprecated aliases.
-_MOVED_TO_DEVICES = ("as_context_list", "parse_ctx", "format_ctx", "check_devices")
-
-
-def __getattr__(name):
-    if name in _MOVED_TO_DEVICES:
-        import warnings
-
-        from . import devices
-
-        warnings.warn(f"mxfp16.precision.{name} moved to mxfp16.devices.{name}; the old name goes in the "
-                      "next release", DeprecationWarning, stacklevel=2)
-        return getattr(devices, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-

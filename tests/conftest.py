@@ -1,4 +1,11 @@
-"""Shared test helpers: fresh-process runs (AMP is process-global) and GPU detection."""
+"""Shared test helpers: fresh-process runs (AMP is process-global), and the markers for what a machine lacks.
+
+``requires_gpu`` skips where MXNet sees no CUDA GPU. ``requires_bfloat16``
+skips where MXNet 1.9.1 cannot run bfloat16 at all (a CPU without AVX-512, or
+``DNNL_MAX_CPU_ISA`` capped below it): the tests behind it need bfloat16
+arithmetic, and whatever else they check runs in float32 in a test of its own.
+``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite as such a CPU would.
+"""
 import os
 import subprocess
 import sys
@@ -7,6 +14,7 @@ import textwrap
 import pytest
 
 import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16.machine.stack)
+from mxfp16.machine import hardware
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,6 +40,12 @@ def pytest_collection_finish(session):
             return
         wanted[0].module.start_smoke_runs([item.callspec.params["path"] for item in wanted])
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
+
+BFLOAT16 = hardware.bfloat16_support()
+#: The precision a test runs in where it means "mixed precision on this CPU": amp-bfloat16 where it runs, else
+#: float32, so what the test checks beyond the arithmetic (files, outputs, resume) is checked on every CPU.
+CPU_MIXED = "amp-bfloat16" if BFLOAT16.runs else "float32"
+requires_bfloat16 = pytest.mark.skipif(not BFLOAT16.runs, reason=f"needs bfloat16 arithmetic: {BFLOAT16.reason}")
 
 
 def run_python(code, timeout=300, env=None, check=True):

@@ -41,24 +41,55 @@ def test_float16_on_cpu_refused_with_explanation(name):
     assert "CPU" in text and "amp-bfloat16" in text and "allow_cpu_float16" in text
 
 
-def test_auto_on_cpu_follows_the_cpu_flags(monkeypatch):
-    monkeypatch.delenv("MXFP16_CPU_BFLOAT16", raising=False)
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
-    assert resolve_precision("auto", mx.cpu()).name == "amp-bfloat16"
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
+ZEN4 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}
+CASCADE_LAKE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}
+SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile"}
+
+
+def _cpu(monkeypatch, flags, amx_state=None):
+    """Make resolve_precision see a CPU with ``flags`` (and AMX in ``amx_state``) in an empty environment."""
+    support = hardware.bfloat16_support(flags, {}, amx_state)
+    monkeypatch.setattr(hardware, "bfloat16_support", lambda: support)
+
+
+@pytest.mark.parametrize("flags, amx_state, kind, auto", [
+    (ZEN4, None, "native", "amp-bfloat16"),                 # recorded 1.7x-1.8x float32
+    (CASCADE_LAKE, None, "emulated", "float32"),            # no bfloat16 instructions
+    ({"avx2", "fma"}, None, "none", "float32"),             # cannot run bfloat16 at all
+    (SAPPHIRE_RAPIDS, "refused", "native", "float32"),      # AMX off: recorded 0.81x float32
+    (SAPPHIRE_RAPIDS, "in-use", "amx", "float32"),          # AMX on: unmeasured, so the rule keeps float32
+])
+def test_auto_on_cpu_follows_the_recorded_rule_per_cpu_class(monkeypatch, flags, amx_state, kind, auto):
+    _cpu(monkeypatch, flags, amx_state)
+    assert hardware.bfloat16_support().kind == kind
     p = resolve_precision("auto", mx.cpu())
-    assert p.name == "float32" and p.requested == "auto"
+    assert p.name == auto and p.requested == "auto" and p.reason
+    assert resolve_precision("float32", mx.cpu()).reason == "asked for"
 
 
-def test_the_bfloat16_probe_can_be_overridden(monkeypatch):
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
-    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "0")
-    assert resolve_precision("auto", mx.cpu()).name == "float32"
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
-    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "1")
-    assert resolve_precision("auto", mx.cpu()).name == "amp-bfloat16"
-    monkeypatch.setenv("MXFP16_CPU_BFLOAT16", "maybe")  # anything else: the probe decides
-    assert resolve_precision("auto", mx.cpu()).name == "float32"
+def test_amp_bfloat16_is_refused_where_bfloat16_cannot_run(monkeypatch):
+    _cpu(monkeypatch, {"avx2", "fma", "avx512f"})
+    with pytest.raises(PrecisionError) as err:
+        resolve_precision("amp-bfloat16", mx.cpu())
+    text = str(err.value)
+    # Names the missing instructions and the fix.
+    assert "avx512bw" in text and "avx512vl" in text and "float32" in text
+    # A GPU run is not a CPU's business.
+    assert resolve_precision("amp-bfloat16", mx.gpu(0)).name == "amp-bfloat16"
+
+
+@pytest.mark.parametrize("environ, words", [
+    ({"DNNL_MAX_CPU_ISA": "AVX2"}, "DNNL_MAX_CPU_ISA=AVX2"),
+    ({"MXNET_MKLDNN_ENABLED": "0"}, "MXNET_MKLDNN_ENABLED=0"),
+])
+def test_settings_that_take_bfloat16_away_on_an_avx512_cpu(environ, words):
+    support = hardware.bfloat16_support(ZEN4, environ, None)
+    assert support.kind == "none" and words in support.reason and not support.runs
+
+
+def test_an_isa_cap_between_avx512_and_bfloat16_means_emulated():
+    support = hardware.bfloat16_support(ZEN4, {"DNNL_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, None)
+    assert support.kind == "emulated" and support.runs and not support.native
 
 
 def test_auto_on_gpu_is_float16():

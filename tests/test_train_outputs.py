@@ -5,7 +5,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16.precision import format_ctx, parse_ctx
+from mxfp16.devices import format_ctx, parse_ctx
 from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
 from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 

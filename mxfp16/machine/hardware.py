@@ -2,6 +2,9 @@
 
 Everything is read live (MXNet's runtime features, ``/proc/cpuinfo``,
 ``nvidia-smi``); nothing is assumed from the package that was installed.
+The CPU half (flags, identity, :func:`bfloat16_support`) does not load
+MXNet, so ``import mxfp16`` can read it before MXNet loads
+(:mod:`mxfp16.machine.amx`); the MXNet half imports it on first use.
 """
 import os
 import platform
@@ -10,8 +13,7 @@ import resource
 import shutil
 import subprocess
 import sys
-
-import mxnet as mx
+from dataclasses import dataclass
 
 #: CPU flags that give native bfloat16 arithmetic to oneDNN.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -174,24 +176,138 @@ def cpu_bfloat16_support():
     return {flag: flag in flags for flag in BF16_CPU_FLAGS}
 
 
-def has_cpu_bfloat16():
-    """Whether the CPU has native bfloat16 (``MXFP16_CPU_BFLOAT16=0|1`` overrides the probe).
+#: The AVX-512 subsets of oneDNN's ``avx512_core`` level (Skylake-SP and later). Below it the oneDNN 2.4.4 in
+#: MXNet 1.9.1 has no bfloat16 path at all, neither native nor emulated: a Dense or Convolution with a
+#: bfloat16 input fails with "could not create a primitive descriptor iterator".
+AVX512_CORE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+#: ``DNNL_MAX_CPU_ISA`` values (oneDNN 2.4.4 reads them exactly so spelled) that cap oneDNN below each level.
+ISA_BELOW_AVX512_CORE = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_MIC", "AVX512_MIC_4OPS")
+ISA_BELOW_NATIVE = ISA_BELOW_AVX512_CORE + ("AVX512_CORE", "AVX512_CORE_VNNI")
 
-    The override exists for containers whose ``/proc/cpuinfo`` misreports
-    the host, and for testing the paths of a CPU without bfloat16.
+#: What each :attr:`BFloat16Support.kind` means for MXNet 1.9.1's AMP on a CPU.
+BFLOAT16_KINDS = {
+    "amx": "native bfloat16 on AMX tiles and avx512_bf16",
+    "native": "native bfloat16 (avx512_bf16)",
+    "emulated": "runs, emulated with AVX-512 (no bfloat16 instructions)",
+    "none": "does not run",
+    "unknown": "unknown (the CPU's flags cannot be read)",
+}
+
+
+@dataclass(frozen=True)
+class BFloat16Support:
+    """Whether, and how, MXNet 1.9.1's bfloat16 runs on this CPU.
+
+    Attributes
+    ----------
+    kind : str
+        A key of :data:`BFLOAT16_KINDS`.
+    reason : str
+        Why, naming the instructions or the setting that decide it.
+    missing : tuple of str
+        CPU flags whose absence decides ``kind`` (empty when a setting decides it).
+    amx : str or None
+        On a CPU with AMX bfloat16, the state :mod:`mxfp16.machine.amx` left it in
+        (``'in-use'``, ``'refused'``, ``'off'`` ...); ``None`` on any other CPU.
     """
-    forced = os.environ.get("MXFP16_CPU_BFLOAT16", "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
-    return any(cpu_bfloat16_support().values())
+
+    kind: str
+    reason: str
+    missing: tuple = ()
+    amx: object = None
+
+    @property
+    def runs(self):
+        """Whether a bfloat16 Dense or Convolution runs at all (``unknown`` is let through: MXNet will tell)."""
+        return self.kind != "none"
+
+    @property
+    def native(self):
+        return self.kind in ("amx", "native")
+
+    def describe(self):
+        return f"{BFLOAT16_KINDS[self.kind]}: {self.reason}"
+
+
+def bfloat16_support(flags=None, environ=None, amx_state=None):
+    """Classify this CPU for MXNet 1.9.1's bfloat16: AMX, native, emulated, none.
+
+    oneDNN 2.4.4 runs bfloat16 natively with avx512_bf16 (and on AMX tiles
+    where :mod:`mxfp16.machine.amx` turned them on), emulates it with plain
+    AVX-512 (Skylake-SP, Cascade Lake, Ice Lake), and has no path below
+    AVX-512 (AVX2-only CPUs: most laptops, AMD Zen 3 and older, VMs that hide
+    AVX-512). Two settings take it away: ``MXNET_MKLDNN_ENABLED=0`` (MXNet's
+    own CPU operators have no bfloat16 kernels) and a ``DNNL_MAX_CPU_ISA``
+    below ``AVX512_CORE`` (``DNNL_MAX_CPU_ISA=AVX2`` makes this CPU behave, for
+    bfloat16, as an AVX2-only one: the test suite's proof that it passes there).
+
+    Parameters
+    ----------
+    flags : set of str, optional
+        The CPU's flags (default: ``/proc/cpuinfo``'s; unknown where it cannot be read).
+    environ : mapping, optional
+        Default ``os.environ``.
+    amx_state : str, optional
+        Default :func:`mxfp16.machine.amx.status`'s state.
+
+    Returns
+    -------
+    BFloat16Support
+    """
+    environ = os.environ if environ is None else environ
+    if flags is None:
+        fields = _cpuinfo_fields()
+        flags = None if fields is None else set(fields.get("flags", "").split())
+    if environ.get("MXNET_MKLDNN_ENABLED", "").strip() == "0":
+        return BFloat16Support("none", "MXNET_MKLDNN_ENABLED=0 turns oneDNN off, and MXNet's own CPU operators "
+                                       "have no bfloat16 kernels; unset it")
+    isa = (environ.get("DNNL_MAX_CPU_ISA") or "").strip()
+    if isa in ISA_BELOW_AVX512_CORE:
+        return BFloat16Support("none", f"DNNL_MAX_CPU_ISA={isa} keeps oneDNN below AVX-512, where it has no "
+                                       "bfloat16 path; unset it")
+    if flags is None:
+        return BFloat16Support("unknown", "no /proc/cpuinfo to read the CPU's flags from")
+    missing = tuple(flag for flag in AVX512_CORE_FLAGS if flag not in flags)
+    if missing:
+        return BFloat16Support("none", f"this CPU lacks {', '.join(missing)}: the oneDNN 2.4.4 in MXNet 1.9.1 runs "
+                                       "bfloat16 only on AVX-512 CPUs (natively with avx512_bf16 or AMX, else "
+                                       "emulated)", missing)
+    amx = None
+    if "amx_bf16" in flags and "amx_tile" in flags:
+        if amx_state is None:
+            from .amx import status
+
+            amx_state = status().state
+        amx = amx_state
+    if isa in ISA_BELOW_NATIVE:
+        return BFloat16Support("emulated", f"DNNL_MAX_CPU_ISA={isa} keeps oneDNN below its bfloat16 instructions",
+                               amx=amx)
+    if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+        return BFloat16Support("emulated", "this CPU has AVX-512 but no bfloat16 instructions (avx512_bf16, "
+                                           "amx_bf16)", ("avx512_bf16", "amx_bf16"))
+    if amx == "in-use":
+        return BFloat16Support("amx", "amx_bf16 and amx_tile, with the tile state granted (mxfp16.machine.amx)",
+                               amx=amx)
+    if amx is not None:
+        return BFloat16Support("native", f"avx512_bf16; AMX is not in use ({amx}: mxfp16 info says why)", amx=amx)
+    return BFloat16Support("native", "avx512_bf16")
+
+
+def has_cpu_bfloat16():
+    """Whether the CPU runs bfloat16 natively (avx512_bf16 or AMX): :func:`bfloat16_support`'s ``native``."""
+    return bfloat16_support().native
 
 
 def mxnet_features():
     """Names of the features this MXNet build was compiled with."""
+    import mxnet as mx
+
     return sorted(name for name, feat in mx.runtime.Features().items() if feat.enabled)
 
 
 def gpu_count():
+    import mxnet as mx
+
     try:
         return mx.context.num_gpus()
     except mx.base.MXNetError:
@@ -224,6 +340,8 @@ def gpus():
     Tensor cores (float16 matrix units) exist from compute capability 7.0
     (Volta) on; where the capability cannot be read the answer is ``None``.
     """
+    import mxnet as mx
+
     count = gpu_count()
     smi = _nvidia_smi() if count else {}
     found = []
@@ -248,6 +366,8 @@ def peak_memory_mb(ctx_list):
     memory in use on any of the run's GPUs now (MXNet reports no peak; call
     this at the end of each epoch and keep the maximum).
     """
+    import mxnet as mx
+
     gpus = [c for c in ctx_list if c.device_type == "gpu"]
     if gpus:
         used = []
@@ -261,6 +381,8 @@ def peak_memory_mb(ctx_list):
 
 def machine_summary():
     """The facts a benchmark or a run should record about where it ran."""
+    import mxnet as mx
+
     return {
         "cpu_model": cpu_model(),
         "cpu": cpu_identity(),
