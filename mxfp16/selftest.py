@@ -218,8 +218,12 @@ class Planned:
     reason: str = ""
 
 
-def plan(n_gpus, cpu_bfloat16):
-    """What to check on a machine with ``n_gpus`` GPUs and (or not) native CPU bfloat16.
+def plan(n_gpus, bfloat16):
+    """What to check on a machine with ``n_gpus`` GPUs and a CPU whose bfloat16 is ``bfloat16``.
+
+    amp-bfloat16 is checked wherever it runs, emulated included (the
+    selftest checks that it trains right, not that it is fast); where it
+    cannot run, the row says why (:func:`mxfp16.machine.hardware.bfloat16_support`).
 
     Returns
     -------
@@ -231,11 +235,10 @@ def plan(n_gpus, cpu_bfloat16):
         if device == "gpu":
             planned.append(Planned(precision, "gpu:0", True) if n_gpus else Planned(
                 precision, "gpu", False, "no GPU here (MXNet has no float16 convolution on a CPU)"))
-        elif cpu_bfloat16:
+        elif bfloat16.runs:
             planned.append(Planned(precision, "cpu", True))
         else:
-            planned.append(Planned(precision, "cpu", False, "this CPU has no native bfloat16 (avx512_bf16 or "
-                                                             "AMX): AMP would emulate it; auto picks float32 here"))
+            planned.append(Planned(precision, "cpu", False, f"bfloat16 does not run here: {bfloat16.reason}"))
     return planned
 
 
@@ -312,7 +315,7 @@ def _control_row(record, note):
     return row
 
 
-def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_bfloat16=None, progress=None):
+def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloat16=None, progress=None):
     """Check every precision that runs here against a float32 control.
 
     Parameters
@@ -322,7 +325,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
         A precision whose run gets a broken update half-way (its verdict must be FAIL).
     timeout : float
         Seconds one run may take.
-    n_gpus, cpu_bfloat16 : optional
+    n_gpus, bfloat16 : optional
         Override what :mod:`mxfp16.machine.hardware` finds (tests).
     progress : callable, optional
         Called with a line of text before each run.
@@ -336,7 +339,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
     from .machine import hardware
 
     n_gpus = hardware.gpu_count() if n_gpus is None else n_gpus
-    cpu_bfloat16 = hardware.has_cpu_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16
+    bfloat16 = hardware.bfloat16_support() if bfloat16 is None else bfloat16
     say = progress or (lambda line: None)
     rows, controls = [], {}
     with tempfile.TemporaryDirectory(prefix="mxfp16-selftest-") as tmp:
@@ -360,7 +363,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
         # The float32 run always runs on the default device: on a machine where no mixed precision
         # runs, it still checks MXNet, the network and the step end to end.
         control_for("gpu:0" if n_gpus else "cpu")
-        for planned in plan(n_gpus, cpu_bfloat16):
+        for planned in plan(n_gpus, bfloat16):
             if not planned.runnable:
                 rows.append({"precision": planned.precision, "ctx": planned.ctx, "verdict": "not run",
                              "reason": planned.reason})

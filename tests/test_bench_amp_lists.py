@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from conftest import requires_bfloat16
+
 from mxfp16.amp_lists import LIST_SETS, operator_lists
 
 CHILD = """
@@ -61,6 +63,7 @@ def _relative_error(got, want):
     return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
 
 
+@requires_bfloat16
 @pytest.mark.slow
 @pytest.mark.parametrize("which", LIST_SETS)
 def test_stem_convolution_precision(python_child, which):

@@ -101,7 +101,7 @@ def test_disabled_is_a_no_op():
 
 def test_precision_defaults_and_bad_settings():
     fp16 = resolve_precision("float16", "cpu", allow_cpu_float16=True)
-    bf16 = resolve_precision("amp-bfloat16", "cpu")
+    bf16 = resolve_precision("amp-bfloat16", "gpu:0")  # the default follows the precision, not the device
     assert make_loss_scaler(None, fp16).dynamic and make_loss_scaler(None, fp16).enabled
     assert not make_loss_scaler(None, bf16).enabled
     assert not make_loss_scaler("none", fp16).enabled

@@ -9,6 +9,8 @@ from mxfp16.models import elementwise_mlp
 from mxfp16.scaler import LossScaler
 from mxfp16.step import clip_global_norm_, grads_are_finite
 
+from conftest import requires_bfloat16
+
 CPU = [mx.cpu()]
 
 
@@ -146,6 +148,7 @@ def test_float16_network_learns_on_cpu():
     assert (pred == yt).mean() > 0.9  # chance is 0.5
 
 
+@requires_bfloat16
 def test_small_cnn_learns_with_amp_bfloat16(python_child):
     proc = python_child("""
         import mxfp16

@@ -40,7 +40,7 @@ def collect():
         "machine": machine,
         "stack": stack_report(),
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
-        "auto": {"ctx": ctx, "resolves_to": auto.name},
+        "auto": {"ctx": ctx, "resolves_to": auto.name, "reason": auto.reason},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
         "cuda": cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
@@ -100,7 +100,8 @@ def _cuda_text(cuda):
 
 
 def _text(report):
-    from ..machine.hardware import describe_cpu
+    from ..machine.amx import SWITCH
+    from ..machine.hardware import BFLOAT16_KINDS, describe_cpu
 
     m = report["machine"]
     lines = [
@@ -109,7 +110,9 @@ def _text(report):
         *_stack_text(report["stack"]),
         f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
-        "  bfloat16: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["cpu_bfloat16"].items()),
+        f"  bfloat16 in MXNet: {BFLOAT16_KINDS[m['bfloat16']['kind']]}: {m['bfloat16']['reason']}",
+        f"  AMX: {m['amx']['state']}{_errno(m['amx']['errno'])}: {m['amx']['detail']} "
+        f"(DNNL_MAX_CPU_ISA={m['amx']['isa'] or 'unset'}; {SWITCH}=0 turns AMX off)",
         f"GPUs: {len(m['gpus'])}",
     ]
     for gpu in m["gpus"]:
@@ -125,13 +128,19 @@ def _text(report):
     lines.append("Precisions here:")
     for name, row in report["precisions"].items():
         lines.append(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}")
-    lines.append(f"  auto -> {report['auto']['resolves_to']} (on {report['auto']['ctx']})")
+    lines.append(f"  auto -> {report['auto']['resolves_to']} (on {report['auto']['ctx']}): {report['auto']['reason']}")
     lines.append("Formats:")
     lines.append(f"  {'':<9}{'max':>13}{'min normal':>13}{'min subnormal':>15}{'epsilon':>12}{'mantissa bits':>15}")
     for name, f in report["formats"].items():
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _errno(number):
+    import errno
+
+    return f" ({errno.errorcode.get(number, number)})" if number else ""
 
 
 def _stack_text(stack):

@@ -290,7 +290,7 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
                                amx=amx)
     if amx is not None:
         return BFloat16Support("native", f"avx512_bf16; AMX is not in use ({amx}: mxfp16 info says why)", amx=amx)
-    return BFloat16Support("native", "avx512_bf16")
+    return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
 def has_cpu_bfloat16():
@@ -383,11 +383,16 @@ def machine_summary():
     """The facts a benchmark or a run should record about where it ran."""
     import mxnet as mx
 
+    from .amx import status
+
+    support = bfloat16_support()
     return {
         "cpu_model": cpu_model(),
         "cpu": cpu_identity(),
         "cpu_cores": os.cpu_count(),
         "cpu_bfloat16": cpu_bfloat16_support(),
+        "bfloat16": {"kind": support.kind, "runs": support.runs, "reason": support.reason},
+        "amx": status().as_dict(),
         "gpus": gpus(),
         "mxnet_version": mx.__version__,
         "mxnet_features": mxnet_features(),
