@@ -39,7 +39,7 @@ _EXPORTS = {
     "make_trainer": "optim", "optimizer_support": "optim",
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
     "StepResult": "step", "train_step": "step",
-    "import_gluoncv": "_gluoncv", "stack_report": "_compat",
+    "import_gluoncv": "_gluoncv", "stack_report": "machine.stack",
 }
 
 __all__ = ["__version__", *_EXPORTS]
