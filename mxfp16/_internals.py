@@ -83,13 +83,15 @@ def block_children(block):
 
 
 def built_graphs(block):
-    """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built so far.
+    """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built and run on.
 
-    A block whose graph is built is not searched further: its children are
-    inside that graph.
+    A hybridized block whose graph is built is not searched further: its
+    children are inside that graph. A block that is not hybridized may hold
+    a graph too (Gluon builds one to infer deferred shapes), but it runs
+    imperatively, so that graph does not count.
     """
     graph = getattr(block, "_cached_graph", ())
-    if graph:
+    if graph and block_is_hybridized(block):
         return [(block, graph[1])]
     return [found for child in block_children(block) for found in built_graphs(child)]
 

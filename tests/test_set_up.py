@@ -103,7 +103,7 @@ def test_mixed_precision_prepares_float16_with_master_weights_and_a_dynamic_scal
 
 LATE_CHILD = """
 import mxfp16, mxnet as mx
-from mxnet import gluon
+from mxnet import gluon, npx
 from mxfp16.models import elementwise_mlp
 from mxfp16.precision import AMPStateError
 precision = mxfp16.resolve_precision("amp-float16", "cpu", allow_cpu_float16=True)
@@ -112,14 +112,19 @@ net.add(gluon.nn.Dense(4, activation="relu"), gluon.nn.Dense(2))
 net.initialize()
 net.hybridize()
 net(mx.nd.ones((1, 3)))              # the graph is built, in float32
-mxfp16.activate(precision)          # too late for that graph
+plain = gluon.nn.Sequential()        # not hybridized: Gluon builds a graph only to infer the deferred shapes
+plain.add(gluon.nn.Dense(4), gluon.nn.Dense(2))
+plain.initialize()
+plain(mx.nd.ones((1, 3)))
+mxfp16.activate(precision)          # too late for net's graph; plain runs imperatively, through AMP's wrappers
 try:
     mxfp16.cast_net(net, precision)
 except AMPStateError as err:
     print("refused:", err)
 net.hybridize()                     # drops the graph: the next forward builds it under AMP
 mxfp16.cast_net(net, precision)
-print("after hybridize: accepted")
+mxfp16.cast_net(plain, precision)
+print("after hybridize, and the unhybridized net: accepted")
 
 small = elementwise_mlp(2, [4], 2, batchnorm=False)
 small.initialize()
@@ -131,6 +136,15 @@ try:
                       scaler)
 except ValueError as err:
     print("add refused:", err)
+
+npx.set_np()
+numpy_net = gluon.nn.HybridSequential()       # numpy mode: AMP wraps none of its operators, before or after
+numpy_net.add(gluon.nn.Dense(2))
+numpy_net.initialize()
+numpy_net.hybridize()
+numpy_net(mx.np.ones((1, 3)))
+mxfp16.cast_net(numpy_net, precision)
+print("numpy mode: accepted")
 """
 
 
@@ -138,6 +152,7 @@ def test_activate_after_the_graph_was_built_and_grad_req_add_under_amp_are_refus
     lines = run_python(LATE_CHILD, timeout=180).stdout.strip().splitlines()
     refused = next(line for line in lines if line.startswith("refused:"))
     assert "built before mxfp16.activate(precision)" in refused and "net.hybridize() again" in refused
-    assert "after hybridize: accepted" in lines
+    assert "after hybridize, and the unhybridized net: accepted" in lines and "numpy mode: accepted" in lines
     added = next(line for line in lines if line.startswith("add refused:"))
     assert "amp_cast ignores it" in added and "scaler.accumulate(trainer)" in added
+
