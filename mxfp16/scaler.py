@@ -269,10 +269,11 @@ class LossScaler:
         micro-batches apply the sum. The sums are kept on the devices (one
         extra copy of the gradients) and nothing is read on the host.
 
-        ``grad_req='add'`` does the same in float32 and float16, but not
-        under AMP: MXNet 1.9.1's ``amp_cast`` ignores it in its backward
-        pass, and every parameter behind one (all of them, in practice)
-        receives a zero gradient; :meth:`unscale` refuses that combination.
+        ``grad_req='add'`` does the same where nothing casts a parameter on
+        its way into the graph, but not under AMP: MXNet 1.9.1's ``amp_cast``
+        ignores it in its backward pass, and every parameter behind one (all
+        of them, in practice) receives a zero gradient; :meth:`unscale`
+        refuses that combination.
 
         Parameters
         ----------
