@@ -83,7 +83,8 @@ NEWEST        ?= 3.13
 NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
 NEWEST_VENV   ?= .venv-newest
 NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_packaging.py tests/test_precision.py tests/test_casting.py \
-	tests/test_scaler.py tests/test_step.py tests/test_optim.py tests/test_train_learning.py \
+	tests/test_scaler.py tests/test_step.py tests/test_step_seams.py tests/test_step_models.py tests/test_optim.py \
+	tests/test_train_learning.py \
 	tests/test_train_loop.py tests/test_inference_export.py tests/test_inference_predict.py \
 	tests/test_torch_coexistence.py tests/test_amp_layers.py tests/test_sequence_models.py \
 	"tests/test_notebooks.py::test_notebook_runs_in_smoke_mode[01_float16_bfloat16_numbers]"

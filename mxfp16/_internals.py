@@ -1,10 +1,12 @@
 """Every use of a private MXNet attribute, in one place.
 
 Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
-it updates on the kvstore, to list a Block's direct children, to ask whether
-``hybridize()`` took effect or to read a layer's operator arguments, to
-renew a parameter's cached symbol, nor to ask AMP whether it is active. If
-MXNet ever changes these, this is the only file to fix.
+it updates on the kvstore, to ask whether a parameter's gradient is fresh
+from this step's backward pass, to list a Block's direct children or the
+graphs its hybridized blocks built, to ask whether ``hybridize()`` took
+effect or to read a layer's operator arguments, to renew a parameter's
+cached symbol, nor to ask AMP whether it is active. If MXNet ever changes
+these, this is the only file to fix.
 """
 import contextlib
 
@@ -19,6 +21,34 @@ def amp_initialized():
 def trainer_params(trainer):
     """The parameters a ``gluon.Trainer`` updates, in its index order."""
     return list(trainer._params)
+
+
+def grad_is_fresh(param):
+    """Whether a backward pass wrote ``param``'s gradient (on every device) since its last update.
+
+    The flag Gluon's own stale-gradient check reads; a host-side flag, so
+    asking costs no synchronisation. A parameter still waiting for its
+    deferred initialisation has no gradient at all: ``False``.
+    """
+    if param_is_deferred(param):
+        return False
+    return all(data._fresh_grad for data in param.list_data())
+
+
+def param_is_deferred(param):
+    """Whether ``param`` still waits for a forward pass to learn its shape (no data, no gradient yet)."""
+    return param._data is None
+
+
+def set_grads_fresh(params, fresh):
+    """Mark the parameters' gradients as written by this step's backward (``True``) or as applied (``False``).
+
+    ``False`` is what ``Trainer.update`` does after applying a gradient; a
+    skipped step and gradient accumulation need the same without an update.
+    """
+    for param in params:
+        for data in param.list_data():
+            data._fresh_grad = fresh
 
 
 def trainer_updates_on_kvstore(trainer):
@@ -50,6 +80,20 @@ def trainer_init_kvstore_params(trainer):
 def block_children(block):
     """A Block's direct children, in registration order."""
     return list(block._children.values())
+
+
+def built_graphs(block):
+    """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built and run on.
+
+    A hybridized block whose graph is built is not searched further: its
+    children are inside that graph. A block that is not hybridized may hold
+    a graph too (Gluon builds one to infer deferred shapes), but it runs
+    imperatively, so that graph does not count.
+    """
+    graph = getattr(block, "_cached_graph", ())
+    if graph and block_is_hybridized(block):
+        return [(block, graph[1])]
+    return [found for child in block_children(block) for found in built_graphs(child)]
 
 
 def block_is_hybridized(block):

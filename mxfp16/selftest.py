@@ -137,7 +137,7 @@ def train_run(spec):
         net.load_parameters(spec.init_params, ctx=contexts)
     mxfp16.cast_net(net, precision.param_dtype)
     net.hybridize(static_alloc=True, static_shape=True)
-    scaler = mxfp16.make_loss_scaler(None, precision)
+    scaler = mxfp16.make_loss_scaler(precision)
     trainer = mxfp16.make_trainer(net.collect_params(), "sgd",
                                   {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, precision, scaler)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -150,7 +150,7 @@ def train_run(spec):
         if step in spec.skip_steps:
             with autograd.record():  # the forward pass of a skipped step still updates BatchNorm's statistics
                 loss = loss_fn(mxfp16.to_float32(net(data[0])), label[0]).mean()
-            losses.append(loss)
+            losses.append(loss.as_np_ndarray())
             skipped.append(step)
         else:
             result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
@@ -168,7 +168,7 @@ def train_run(spec):
     np.savez(spec.params_out, **params)
     return {
         "status": "ok", "reason": None, "precision": precision.name, "ctx": spec.ctx, "steps": spec.steps,
-        "losses": [float(l.asscalar()) for l in losses], "skipped_steps": skipped,
+        "losses": [l.item() for l in losses], "skipped_steps": skipped,
         "loss_scale": scaler.scale if scaler.enabled else None,
         "images_per_second": (spec.steps - 1) * BATCH_SIZE / elapsed if elapsed > 0 else None,
         "params": spec.params_out,

@@ -303,12 +303,12 @@ net.add(gluon.nn.Dense(4))
 net.initialize()
 net.hybridize()
 trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, precision,
-                              mxfp16.make_loss_scaler(None, precision))
+                              mxfp16.make_loss_scaler(precision))
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 with warnings.catch_warnings(record=True) as caught:
     for _ in range(3):
         x, y = mx.np.ones((2, 3)), mx.np.array([0, 1])
-        mxfp16.train_step(net, loss, trainer, [x], [y], mxfp16.make_loss_scaler(None, precision))
+        mxfp16.train_step(net, loss, trainer, [x], [y], mxfp16.make_loss_scaler(precision))
 print(sum("numpy mode" in str(w.message) and type(w.message).__name__ == "Float32Fallback" for w in caught))
 """
 

@@ -40,6 +40,14 @@ def test_ctx_auto_is_every_visible_gpu_else_the_cpu():
             parse_ctx(bad)
 
 
+def test_the_device_names_live_in_devices_only():
+    import mxfp16.precision as precision
+
+    for name in ("parse_ctx", "format_ctx", "as_context_list", "check_devices"):
+        assert callable(getattr(__import__("mxfp16.devices").devices, name))
+        assert not hasattr(precision, name), f"mxfp16.precision.{name} is an alias of mxfp16.devices.{name}"
+
+
 def test_the_builder_takes_only_resolved_settings():
     from mxfp16 import resolve_precision
     from mxfp16.training_parts import PartsSpec, build_parts

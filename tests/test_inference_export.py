@@ -117,11 +117,11 @@ def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, mixed
     np.save(tmp_path / "y.npy", np.concatenate([y.asnumpy() for _, y in batches]))
     # A bare interpreter: no PYTHONPATH to the repository, and no `import mxfp16` where MXNet loads by itself
     # (numpy below 1.24); on a newer numpy, the one line docs/inference.md gives (mxfp16 supplies numpy's names).
-    from mxfp16 import _compat
+    from mxfp16.machine import stack
 
-    code = ("import mxfp16\n" if _compat.SUPPLIED else "") + PLAIN_LOAD
+    code = ("import mxfp16\n" if stack.SUPPLIED else "") + PLAIN_LOAD
     proc = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
-                           "compat" if _compat.SUPPLIED else "bare"],
+                           "compat" if stack.SUPPLIED else "bare"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["top1"] == pytest.approx(info["agreement"]["top1_export"])

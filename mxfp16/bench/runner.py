@@ -200,7 +200,7 @@ def measure(spec):
 
         def step():
             data, label = cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss
+            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss.as_nd_ndarray()
 
     for _ in range(spec.warmup):
         step()
