@@ -14,14 +14,11 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import requires_bfloat16
 from mxfp16 import amp_table
-from mxfp16.machine import hardware
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(REPO, "tests", "amp_layer_child.py")
-
-needs_bf16 = pytest.mark.skipif(not hardware.has_cpu_bfloat16(),
-                                reason="needs a CPU with avx512_bf16 (bfloat16 kernels)")
 
 #: Layers that train in genuine float16 on a CPU (``net.cast('float16')``): they are
 #: elementwise, pooling or normalisation, with no GEMM (FullyConnected,
@@ -117,7 +114,7 @@ def test_every_gluon_layer_class_has_a_row_or_is_a_container():
     assert not missing, f"Gluon layers with no row in mxfp16.amp_table.LAYERS: {missing}"
 
 
-@needs_bf16
+@requires_bfloat16
 def test_every_layer_trains_under_amp_bfloat16_like_float32(bfloat16, control):
     names = {layer.name for layer in amp_table.LAYERS}
     problems = _compare(bfloat16, control, names, tolerance=0.03)
@@ -188,7 +185,7 @@ print(out.dtype.__name__, len([w for w in caught if "batch_dot" in str(w.message
 """
 
 
-@needs_bf16
+@requires_bfloat16
 def test_an_operator_without_a_bfloat16_kernel_runs_in_float32_and_warns_once():
     proc = subprocess.run([sys.executable, "-c", FALLBACK_CHILD], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -214,7 +211,7 @@ def test_fallbacks_come_from_the_probe_and_exclude_what_bfloat16_runs():
 PROBE_SAMPLE = ["dot", "batch_dot", "broadcast_add", "where", "elemwise_mul", "cumsum"]
 
 
-@needs_bf16
+@requires_bfloat16
 def test_probe_verdicts_hold_on_the_installed_wheel():
     sys.path.insert(0, os.path.join(REPO, "tools"))
     try:
@@ -280,7 +277,7 @@ print(sorted({str(np.dtype(d)) for d in seen}))
 """
 
 
-@needs_bf16
+@requires_bfloat16
 def test_a_custom_op_after_a_bfloat16_layer_receives_float32():
     proc = subprocess.run([sys.executable, "-c", CUSTOM_CHILD], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
@@ -313,7 +310,7 @@ print(sum("numpy mode" in str(w.message) and type(w.message).__name__ == "Float3
 """
 
 
-@needs_bf16
+@requires_bfloat16
 def test_a_numpy_mode_network_under_amp_warns_once_that_it_runs_in_float32():
     proc = subprocess.run([sys.executable, "-c", NUMPY_CHILD], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -354,7 +351,7 @@ print("\n".join(failed) or "none failed")
 """
 
 
-@needs_bf16
+@requires_bfloat16
 def test_every_hybridized_layer_takes_a_bfloat16_array_from_outside_its_graph():
     proc = subprocess.run([sys.executable, "-c", DIRECT_CHILD], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

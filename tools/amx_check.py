@@ -109,8 +109,8 @@ def _train(model, image_size, steps, batch_size=8):
         data, label = cast_batch(x, y, precision.data_dtype, ctx)
         result = mxfp16.train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler,
                                    clip_grad_norm=1e9)  # clipping at 1e9 never clips; it reports the norm
-        losses.append(float(result.loss.asscalar()))
-        norms.append(float(result.grad_norm.asscalar()))
+        losses.append(result.loss.item())
+        norms.append(result.grad_norm.item())
     return {"losses": losses, "grad_norms": norms}
 
 
