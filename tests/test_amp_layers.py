@@ -202,7 +202,7 @@ def test_fallbacks_come_from_the_probe_and_exclude_what_bfloat16_runs():
 
     fallbacks = set(float32_fallbacks())
     assert {"dot", "batch_dot"} <= fallbacks
-    assert not fallbacks & probe.BFLOAT16
+    assert not fallbacks & set(probe.BFLOAT16)
     fp32 = set(operator_lists("bfloat16")["fp32_ops"])
     assert fallbacks <= fp32
     assert not fp32 & set(operator_lists("bfloat16")["target_precision_ops"])
@@ -286,38 +286,6 @@ def test_a_custom_op_after_a_bfloat16_layer_receives_float32():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['float32']", proc.stdout
-
-
-NUMPY_CHILD = r"""
-import warnings
-import mxfp16
-import mxnet as mx
-from mxnet import gluon, npx
-
-warnings.simplefilter("always")
-precision = mxfp16.resolve_precision("amp-bfloat16", "cpu")
-mxfp16.activate(precision)
-npx.set_np()
-net = gluon.nn.HybridSequential()
-net.add(gluon.nn.Dense(4))
-net.initialize()
-net.hybridize()
-trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, precision,
-                              mxfp16.make_loss_scaler(None, precision))
-loss = gluon.loss.SoftmaxCrossEntropyLoss()
-with warnings.catch_warnings(record=True) as caught:
-    for _ in range(3):
-        x, y = mx.np.ones((2, 3)), mx.np.array([0, 1])
-        mxfp16.train_step(net, loss, trainer, [x], [y], mxfp16.make_loss_scaler(None, precision))
-print(sum("numpy mode" in str(w.message) and type(w.message).__name__ == "Float32Fallback" for w in caught))
-"""
-
-
-@needs_bf16
-def test_a_numpy_mode_network_under_amp_warns_once_that_it_runs_in_float32():
-    proc = subprocess.run([sys.executable, "-c", NUMPY_CHILD], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "1", proc.stdout + proc.stderr[-1500:]
 
 
 DIRECT_CHILD = r"""
