@@ -25,7 +25,9 @@ function calls MXNet's C++ function table (``_api_internal``) instead of an
 operator function (:data:`FFI_FUNCTIONS`): it gets its operator's rule too.
 What this cannot reach, like ``amp.init``: a function a user bound to a name
 of their own before AMP was activated (``from mxnet.numpy_extension import
-relu``).
+relu``). What MXNet 1.9.1 cannot do in numpy mode at all: create a bfloat16
+array (``mx.np.empty`` has no code for it), so ``astype`` to bfloat16 and a
+slice assignment of float32 values into a bfloat16 array fail.
 """
 import sys
 

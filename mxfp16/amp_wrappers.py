@@ -176,8 +176,11 @@ def widest_call(f, name, target_dtype, skip=("out",)):
     """``f`` with its inputs cast to the widest float dtype among them first (AMP's ``WIDEST_TYPE_CASTS`` rule).
 
     For arrays: float32 when any input is float32, and the ``target_dtype``
-    inputs are cast up. For graph nodes the dtypes are not known yet, so the
-    inputs go through one ``amp_multicast``, which casts them all to the
+    inputs are cast up. An in-place update (numpy's ``y += x``, which is
+    ``add(y, x, out=y)``) keeps the dtype of the array it writes to, as
+    numpy's own in-place operators do: into a 16-bit ``out`` the float32
+    inputs are cast down. For graph nodes the dtypes are not known yet, so
+    the inputs go through one ``amp_multicast``, which casts them all to the
     widest when the graph's types are inferred.
     """
     ndarray, symbol, _, _ = _kinds()
@@ -194,8 +197,11 @@ def widest_call(f, name, target_dtype, skip=("out",)):
                 slots.append((args, i))
         slots += [(kwargs, k) for k, v in kwargs.items() if k not in skip and _is_tensor(v)]
         tensors = [where[key] for where, key in slots]
+        out = kwargs.get("out")
         if any(isinstance(t, symbol.Symbol) for t in tensors):
             widened = _multicast(tensors) if len(tensors) > 1 else tensors
+        elif isinstance(out, ndarray.NDArray) and np.dtype(out.dtype) == target:
+            widened = [cast(t, target_dtype) if np.dtype(t.dtype) == _FLOAT32 else t for t in tensors]
         elif any(np.dtype(t.dtype) == _FLOAT32 for t in tensors):
             widened = [cast(t, "float32") if np.dtype(t.dtype) == target else t for t in tensors]
         else:

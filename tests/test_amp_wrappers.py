@@ -70,3 +70,13 @@ def test_target_casts_float32_arrays_and_every_symbol():
 def test_dtype_names():
     assert w.dtype_name(w.BFLOAT16) == "bfloat16" and w.dtype_name("float16") == "float16"
     assert w.is_low_precision(w.BFLOAT16) and w.is_low_precision(np.float16) and not w.is_low_precision("float32")
+
+
+def test_an_in_place_update_keeps_the_dtype_of_the_array_it_writes_to():
+    # numpy's y += x is add(y, x, out=y): into a 16-bit y the sum is computed in y's dtype, as numpy's own
+    # in-place operators keep the left operand's dtype (a float32 result cannot be written into y).
+    y = mx.nd.ones((2, 3), dtype="float16").as_np_ndarray()
+    add = w.widest_call(mx.nd.numpy._internal.add, "_npi_add", "float16")
+    add(y, mx.np.ones((2, 3)), out=y)
+    assert y.dtype == np.float16 and float(y.asnumpy()[0, 0]) == 2.0
+    assert add(y, mx.np.ones((2, 3))).dtype == np.float32  # not in place: the widest
