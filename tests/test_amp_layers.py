@@ -204,14 +204,17 @@ def test_fallbacks_come_from_the_probe_and_exclude_what_bfloat16_runs():
     assert {"dot", "batch_dot"} <= fallbacks
     assert not fallbacks & set(probe.BFLOAT16)
     fp32 = set(operator_lists("bfloat16")["fp32_ops"])
-    assert fallbacks <= fp32
+    # The lists name legacy operators; mxfp16.amp_numpy applies the numpy-mode fallbacks (_np_dot ...).
+    legacy = {name for name in fallbacks if not name.startswith(("_np_", "_npx_", "_npi_"))}
+    assert legacy <= fp32 and legacy != fallbacks
     assert not fp32 & set(operator_lists("bfloat16")["target_precision_ops"])
     # MXNet's own lists stay MXNet's
     assert not fallbacks & set(operator_lists("bfloat16", "mxnet")["fp32_ops"]) - set(
         __import__("mxnet").contrib.amp.lists.symbol_bf16.FP32_FUNCS)
 
 
-PROBE_SAMPLE = ["dot", "batch_dot", "broadcast_add", "where", "elemwise_mul", "cumsum"]
+PROBE_SAMPLE = ["dot", "batch_dot", "broadcast_add", "where", "elemwise_mul", "cumsum",
+                "_contrib_interleaved_matmul_selfatt_qk", "_contrib_ROIAlign", "_np_dot", "_npi_add", "_np_reshape"]
 
 
 @needs_bf16
@@ -227,6 +230,11 @@ def test_probe_verdicts_hold_on_the_installed_wheel():
     for name in PROBE_SAMPLE:
         recorded = next(v for v in ("bfloat16", "float32", "unprobed") if name in getattr(probe, v.upper()))
         assert results[name][0] == recorded, (name, results[name], recorded)
+    joins = amp_probe_ops.scan(["Concat", "_npi_add", "elemwise_add"], "join")
+    assert joins["Concat"].keys() == probe.JOINS["Concat"].keys() == {"bfloat16", "float16"}
+    assert joins["_npi_add"].keys() == probe.JOINS["_npi_add"].keys() == {"bfloat16"}  # numpy promotes float16
+    # elemwise_add is a join too, but MXNet's WIDEST_TYPE_CASTS has it: the probe leaves it to AMP.
+    assert joins["elemwise_add"] and "elemwise_add" not in probe.JOINS
 
 
 CUSTOM_CHILD = r"""
