@@ -20,8 +20,8 @@ import numpy as np
 from .amp_table import operator_dtypes
 from .amp_wrappers import is_low_precision
 
-__all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families", "model_dtypes",
-           "table", "render", "generate"]
+__all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
+           "model_dtypes", "table", "render", "generate"]
 
 #: ``gluoncv.model_zoo`` modules (and packages) whose models are not image
 #: classifiers: detection, segmentation, pose, action recognition, depth,

@@ -6,7 +6,8 @@ per precision: AMP is process-global). Each model is built as GluonCV builds it
 random batch of 2 images at the smallest size of :data:`SIZES` its graph accepts (shape
 inference on the traced graph, nothing computed). Saved per model: the loss
 of each step, the first step's gradient of the classifier (the last
-parameter with one row per class), and the size used, or the error it raised. ``tests/test_amp_zoo.py`` compares the runs.
+parameter with one row per class), and the size used, or the error it raised.
+``tests/test_amp_zoo.py`` compares the runs.
 """
 import json
 import sys
