@@ -51,15 +51,22 @@ $(VENV)/.demo-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
 	$(CHECK_STACK)
 	touch $@
 
+# d2l 1.0.3, a real client of numpy-mode Gluon (tests/test_d2l_models.py), goes in as a reader of the
+# book installs it, without its pins (d2l asks for exact old versions of numpy, pandas, matplotlib ...,
+# none of them with wheels for new Pythons); what its mxnet module imports is already there.
+INSTALL_D2L = $(BIN)/python -m pip install --disable-pip-version-check -q --only-binary=:all: --no-deps d2l==1.0.3
+
 $(VENV)/.test-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
 	$(PIP) -e '.[cpu,notebooks,dev]'
 	@$(INSTALL_MXNET)
+	$(INSTALL_D2L)
 	$(CHECK_STACK)
 	touch $@
 
 $(VENV)/.newest-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
 	$(PIP) -e '.[cpu,notebooks,test]'
 	@$(INSTALL_MXNET)
+	$(INSTALL_D2L)
 	$(CHECK_STACK)
 	touch $@
 

@@ -179,3 +179,64 @@ def set_optimizer_update_counts(trainer, counts):
 def saved_parameter_shapes(block):
     """``{name: shape}`` as ``Block.save_parameters`` names the block's parameters (structural names)."""
     return {name: tuple(p.shape) for name, p in block._collect_params_with_prefix().items()}
+
+
+def operator_aliases():
+    """``{operator: every registered name of the same operator}``: ``_npx_fully_connected`` is ``FullyConnected``.
+
+    MXNet registers one operator under several names (``add_alias``); the
+    names share one handle, which the C API hands out by name.
+    """
+    import ctypes
+
+    import mxnet as mx
+    from mxnet.base import OpHandle, _LIB, c_str, check_call
+
+    by_handle = {}
+    for name in mx.operator.get_all_registered_operators():
+        handle = OpHandle()
+        check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+        by_handle.setdefault(handle.value, []).append(name)
+    return {name: sorted(names) for names in by_handle.values() for name in names}
+
+
+#: How MXNet 1.9.1 names the functions of numpy-mode operators (``mxnet/base.py``,
+#: ``_init_np_op_module``): prefix -> (namespaces, submodule prefixes).
+_NUMPY_NAMESPACES = {
+    "_np_": (("mxnet.numpy", "mxnet.ndarray.numpy", "mxnet.symbol.numpy"), ("_random_", "_linalg_")),
+    "_npx_": (("mxnet.numpy_extension", "mxnet.ndarray.numpy_extension", "mxnet.symbol.numpy_extension"),
+              ("_image_", "_random_")),
+    "_npi_": (("mxnet.ndarray.numpy._internal", "mxnet.symbol.numpy._internal"), ()),
+}
+
+
+def numpy_operator_functions(name):
+    """The functions MXNet generated for numpy-mode operator ``name``: ``[(module, attribute)]``.
+
+    One per namespace it is registered in: imperative (``mx.np``, ``mx.npx``),
+    Gluon without hybridization (``mxnet.ndarray.numpy(_extension)``) and
+    with it (``mxnet.symbol.numpy(_extension)``). ``_npi_`` operators are the
+    internals the Python functions of ``mx.np`` call. Empty for any other name.
+    """
+    import importlib
+
+    from mxnet.base import _get_op_submodule_name
+
+    for prefix, (namespaces, submodules) in _NUMPY_NAMESPACES.items():
+        if not name.startswith(prefix):
+            continue
+        sub = _get_op_submodule_name(name, prefix, list(submodules))
+        attribute = name[len(prefix) + len(sub):]
+        homes = []
+        for namespace in namespaces:
+            if sub:
+                module_name = f"{namespace}.{sub[1:-1]}"
+            elif namespace.endswith("._internal"):
+                module_name = namespace
+            else:
+                module_name = f"{namespace}._op"
+            module = importlib.import_module(module_name)
+            if hasattr(module, attribute):
+                homes.append((module, attribute))
+        return homes
+    return []

@@ -17,11 +17,14 @@ def register(subparsers):
                                                "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
-    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16"),
-                        metavar="TARGET",
+    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16", "models"),
+                        metavar="VIEW",
                         help="print, as Markdown, the dtype every Gluon layer runs in under mxfp16's AMP "
-                             "lists for TARGET (bfloat16, the default, or float16), read from the graphs "
-                             "AMP builds (docs/amp-table.md)")
+                             "lists for a target (bfloat16, the default, with each operator's rule and the "
+                             "probe's verdict, or float16), read from the graphs AMP builds; or 'models': per "
+                             "GluonCV classification model, the share of its operators and of its "
+                             "convolution and dense work that runs in 16-bit under each target (builds every "
+                             "model, about a minute) (docs/amp-table.md)")
     parser.set_defaults(func=run)
 
 
@@ -182,6 +185,10 @@ def report_broken_install(error, as_json=False):
 
 
 def run(args):
+    if getattr(args, "amp_table", None) == "models":
+        from ..amp_zoo import generate, render
+        sys.stdout.write(render(generate()))
+        return 0
     if getattr(args, "amp_table", None):
         from ..amp_table import generate
         sys.stdout.write(generate(args.amp_table))
