@@ -315,11 +315,8 @@ def check_activated(precision, net=None):
 
     from ._internals import built_graphs
 
-    from mxnet.symbol.numpy import _Symbol as NumpySymbol
-
+    # numpy-mode graphs too: mxfp16 wraps their operators as AMP wraps mx.nd's (mxfp16.amp_numpy).
     for block, symbol in built_graphs(net):
-        if isinstance(symbol, NumpySymbol):
-            continue  # AMP wraps no numpy-mode operator, before or after activate (amp_lists.warn_if_numpy_mode)
         ops = {node["op"] for node in json.loads(symbol.tojson(remove_amp_cast=False))["nodes"]}
         if ops & _ALWAYS_CAST and not ops & {"amp_cast", "amp_multicast"}:
             raise AMPStateError(

@@ -138,7 +138,7 @@ except ValueError as err:
     print("add refused:", err)
 
 npx.set_np()
-numpy_net = gluon.nn.HybridSequential()       # numpy mode: AMP wraps none of its operators, before or after
+numpy_net = gluon.nn.HybridSequential()       # numpy mode, built after activate: its graph carries the casts too
 numpy_net.add(gluon.nn.Dense(2))
 numpy_net.initialize()
 numpy_net.hybridize()
