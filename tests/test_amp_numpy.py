@@ -161,13 +161,13 @@ def run(dense):
     net.initialize()
     net.hybridize()
     trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, precision,
-                                  mxfp16.make_loss_scaler(None, precision))
+                                  mxfp16.make_loss_scaler(precision))
     loss = gluon.loss.L2Loss()
     lossfn = lambda out, y: loss(out[0], y)
     with warnings.catch_warnings(record=True) as caught:
         for _ in range(3):
             x, y = mx.np.ones((2, 3)), mx.np.zeros((2, 2))
-            mxfp16.train_step(net, lossfn, trainer, [x], [y], mxfp16.make_loss_scaler(None, precision))
+            mxfp16.train_step(net, lossfn, trainer, [x], [y], mxfp16.make_loss_scaler(precision))
     return sum("numpy-mode network" in str(w.message) and type(w.message).__name__ == "Float32Fallback"
                for w in caught)
 

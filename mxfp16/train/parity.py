@@ -47,7 +47,7 @@ __all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", 
 RUN_ONLY = frozenset({"out", "seed", "command", "resumed", "resume", "overwrite", "accept_changed_data", "progress",
                       "log_every",
                       "keep_checkpoints", "threads", "resolved_threads", "workers", "ctx", "data_dir", "data_root",
-                      "augment", "precision"})
+                      "augment", "precision", "auto"})
 #: What may differ between the two sides besides RUN_ONLY: the precision and what it decides.
 PRECISION_SETTINGS = frozenset({"resolved_precision", "loss_scale", "allow_cpu_float16"})
 

@@ -12,7 +12,7 @@ record and a checkpoint. :class:`Run` only holds what the two share.
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -238,7 +238,7 @@ def _build(config, saved, profile_fields, log):
     fingerprint = loaders.fingerprint()
     if config.resume and saved and saved.get("data_fingerprint") is not None:
         _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
-    precision = _auto_precision(config, precision, ctx, saved, len(loaders.classes), cluster, log)
+    precision, auto = _auto_precision(config, precision, ctx, saved, len(loaders.classes), cluster, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -254,7 +254,10 @@ def _build(config, saved, profile_fields, log):
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
               cluster=cluster, source=source, profile_fields=profile_fields, log=log)
-    return run, {"resolved_threads": threads, "data_fingerprint": fingerprint}
+    facts = {"resolved_threads": threads, "data_fingerprint": fingerprint}
+    if auto is not None:
+        facts["auto"] = auto
+    return run, facts
 
 
 def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
@@ -266,20 +269,29 @@ def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
     is never slower than float32 here. Distributed workers keep the rule:
     each would time on its own machine under the others' load and could
     choose differently.
+
+    Returns
+    -------
+    (Precision, dict or None)
+        The precision, and for ``auto`` what decided it (config.json's
+        ``auto``: the precision, the reason, and when the model was timed,
+        both times and their ratio).
     """
     if config.precision != "auto":
-        return precision
+        return precision, None
     if config.resume and saved and saved.get("resolved_precision"):
         own = saved["resolved_precision"]
-        return replace(resolve_precision(own, ctx, allow_cpu_float16=config.allow_cpu_float16), requested="auto",
-                       reason=f"the run's own ({config.out}/config.json)")
+        return (replace(resolve_precision(own, ctx, allow_cpu_float16=config.allow_cpu_float16), requested="auto",
+                        reason=f"the run's own ({config.out}/config.json)"),
+                saved.get("auto") or {"precision": own, "reason": "the run's own", "measured": False})
     if cluster.distributed or any(c.device_type != "cpu" for c in ctx):
-        return precision
+        return precision, {"precision": precision.name, "reason": precision.reason, "measured": False}
     from ..bench.auto import measured_auto, probe_spec
 
     verdict = measured_auto(probe_spec(config.model, config.image_size, config.batch_size, classes,
                                        seed=config.seed or 0), log=log)
-    return replace(resolve_precision(verdict.precision, ctx), requested="auto", reason=verdict.reason)
+    return (replace(resolve_precision(verdict.precision, ctx), requested="auto", reason=verdict.reason),
+            dict(asdict(verdict), ratio=verdict.ratio))
 
 
 def _start(run, changes):
