@@ -406,8 +406,8 @@ def check_output_path(path, flag="--out", kind="folder"):
         what = "a file, not a folder" if kind == "folder" else "a folder, not a file"
         raise OutputFolderError(f"{flag} {shown(path)} is {what}; choose {'a folder' if kind == 'folder' else 'a file name'} "
                                 "for the output")
-    folder = existing if existing == path and os.path.isdir(path) else (
-        existing if existing != path else path.parent)
+    # Where the files go: inside a folder output, beside a file (its temporary name) or a prefix's files.
+    folder = existing if existing != path else path if kind == "folder" else path.parent
     if not os.path.isdir(folder):
         raise OutputFolderError(f"{flag} {shown(path)}: {shown(folder)} is a file, so the folder cannot be made there; "
                                 f"choose another {flag}")

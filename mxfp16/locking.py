@@ -47,7 +47,8 @@ def _holder(path):
             return {}
         pid = int(facts.get("pid", 0))
         if pid > 0 and facts.get("host") == socket.gethostname():
-            os.kill(pid, 0)  # a PID that no longer runs wrote it: stale facts
+            with contextlib.suppress(PermissionError):  # another user's process: it runs
+                os.kill(pid, 0)  # a PID that no longer runs wrote it: stale facts
         return facts
     except ProcessLookupError:
         return {}
