@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 from .fileio import shown
@@ -122,7 +123,11 @@ class FolderLock:
 
     def holder(self):
         """Who holds the lock, as the holder wrote it: ``process 123 (training since ...: mxfp16 train ...)``."""
-        facts = _holder(self.path)
+        for _ in range(10):  # a writer that has just taken it writes its facts a moment later
+            facts = _holder(self.path)
+            if facts.get("pid"):
+                break
+            time.sleep(0.05)
         if not facts.get("pid"):
             return "another mxfp16 command (reading it)" if self.exclusive else "another mxfp16 command"
         host = "" if facts.get("host") == socket.gethostname() else f" on {facts.get('host')}"
@@ -137,6 +142,9 @@ class FolderLock:
     def release(self):
         """Let go of the lock (the kernel does the same when the process ends)."""
         if self._fd is not None:
+            if self.exclusive:  # this process's facts no longer describe the holder (its PID may live on)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, 0)
             os.close(self._fd)
             self._fd = None
 
