@@ -73,7 +73,11 @@ def _prepare(args):
 
     threads = getattr(args, "threads", None)
     if threads is not None:
-        setting, applied = environment.set_threads(environment.plan_threads(threads))
+        try:
+            setting, applied = environment.set_threads(environment.plan_threads(threads))
+        except environment.ThreadsError as err:  # train's --threads comes from its configuration: any integer
+            print(f"mxfp16: error: {err}", file=sys.stderr)
+            return 2
         if setting.note:
             print(f"mxfp16: warning: {setting.note}", file=sys.stderr)
         if not applied and environment.mxnet_threads() != setting.threads:

@@ -15,17 +15,18 @@ names the first layer whose float16 output holds inf or NaN. See
 The names load on first use, so importing this package does not load MXNet.
 """
 from .._lazy import exports
+# Imported here, not on first use: the function is named as its module, and any import of the module
+# would otherwise leave the package's attribute pointing at the module rather than the function.
+from .forward_check import ForwardCheck, float16_forward_runs_here, forward_check
 
 _EXPORTS = {
     "diagnose": "diagnosis", "Diagnosis": "diagnosis", "gradient_ranges": "collect",
     "RangeCollector": "stats", "RangeStats": "stats", "log2_of_scale": "stats", "total": "stats",
     "recommend_loss_scale": "recommend", "Recommendation": "recommend", "DEFAULT_MARGIN": "recommend",
-    "forward_check": "forward_check", "ForwardCheck": "forward_check",
-    "float16_forward_runs_here": "forward_check",
     "format_summary": "report", "format_table": "report", "plot_histogram": "report",
     "diagnosis_document": "report",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = ["forward_check", "ForwardCheck", "float16_forward_runs_here", *_EXPORTS]
 
 __getattr__, __dir__ = exports(__name__, _EXPORTS)

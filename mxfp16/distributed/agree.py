@@ -9,10 +9,11 @@ from worker to worker (:data:`PER_WORKER_FIELDS`: where each reads and
 writes, how many threads and loader processes it runs, what it prints),
 what they resolved to (precision, classes, steps per epoch, the network's
 parameter shapes) and the data's fingerprint. :func:`agree_settings` sums,
-over the workers, a few numbers derived from its digest (one ``pushpull`` of
-six float64 values): equal sums of the numbers and of their squares mean
-equal digests. Only when they differ do the workers exchange the
-fingerprints themselves, so that each can name the fields that differ and
+over the workers, the first 64 bits of its digest, one bit per number (one
+``pushpull`` of 64 values): the digests are equal when every sum is 0 or the
+number of workers. Small integers stay exact whatever the kvstore sums in
+(it was seen to round float64 values of 2**37 and more). Only when they
+differ do the workers exchange the fingerprints themselves, so that each can name the fields that differ and
 every worker's value; every worker then raises the same
 :class:`SettingsMismatchError` and exits, and ``mxfp16 launch`` stops the
 job within seconds.
@@ -31,8 +32,8 @@ PER_WORKER_FIELDS = ("ctx", "threads", "workers", "progress", "log_every", "data
                      "overwrite", "accept_changed_data")
 #: kvstore keys no parameter uses (Gluon numbers parameters from 0; the stop vote is 2**30).
 _DIGEST_KEY, _DETAIL_KEY = 2 ** 30 + 1, 2 ** 30 + 2
-#: The digest travels as this many pieces of 20 bits: their squares, summed over 4096 workers, stay exact in float64.
-_PIECES, _BITS = 3, 20
+#: Bits of the digest compared (one number each).
+_BITS = 64
 #: Bytes each worker's fingerprint may take in the exchange that names the differences.
 _DETAIL_BYTES = 16384
 _LONGEST_VALUE = 120
@@ -89,11 +90,8 @@ def agree_settings(kvstore, rank, num_workers, fingerprint):
     SettingsMismatchError
     """
     digest = int(hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(), 16)
-    pieces = [(digest >> (_BITS * i)) & ((1 << _BITS) - 1) for i in range(_PIECES)]
-    sums = _pushpull_sum(kvstore, _DIGEST_KEY, [v for p in pieces for v in (p, p * p)], "float64")
-    totals = [int(round(float(s))) for s in sums]
-    # Equal values exactly when n * sum(x^2) == sum(x)^2 (Cauchy-Schwarz); the integers here are exact.
-    if all(num_workers * squares == total * total for total, squares in zip(totals[0::2], totals[1::2])):
+    bits = [float((digest >> i) & 1) for i in range(_BITS)]
+    if all(round(float(s)) in (0, num_workers) for s in _pushpull_sum(kvstore, _DIGEST_KEY, bits, "float32")):
         return
     own = json.dumps(fingerprint, sort_keys=True).encode("utf-8")[:_DETAIL_BYTES]
     slots = [0.0] * (_DETAIL_BYTES * num_workers)
