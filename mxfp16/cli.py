@@ -126,8 +126,8 @@ def _run(args):
 
         if not is_allocation_failure(err):
             raise
-        print(f"mxfp16 {args.command}: error: {allocation_message(getattr(args, 'batch_size', None), getattr(args, 'image_size', None))}",
-              file=sys.stderr)
+        message = allocation_message(getattr(args, "batch_size", None), getattr(args, "image_size", None))
+        print(f"mxfp16 {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -404,8 +404,8 @@ def check_output_path(path, flag="--out", kind="folder"):
                                 f"than the {PATH_MAX} a path may be; choose a shorter one")
     if existing == path and kind != "prefix" and os.path.isdir(path) != (kind == "folder"):
         what = "a file, not a folder" if kind == "folder" else "a folder, not a file"
-        raise OutputFolderError(f"{flag} {shown(path)} is {what}; choose {'a folder' if kind == 'folder' else 'a file name'} "
-                                "for the output")
+        wanted = "a folder" if kind == "folder" else "a file name"
+        raise OutputFolderError(f"{flag} {shown(path)} is {what}; choose {wanted} for the output")
     # Where the files go: inside a folder output, beside a file (its temporary name) or a prefix's files.
     folder = existing if existing != path else path if kind == "folder" else path.parent
     if not os.path.isdir(folder):

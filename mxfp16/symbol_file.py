@@ -60,8 +60,8 @@ def check_graph(path, fix="export the run again"):
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > MAX_GRAPH_BYTES:
-            raise GraphFileError(f"{where} is {size / 2 ** 20:.0f} MB, more than the {MAX_GRAPH_BYTES >> 20} MB a graph "
-                                 f"mxfp16 exports can be; {fix}")
+            raise GraphFileError(f"{where} is {size / 2 ** 20:.0f} MB, more than the {MAX_GRAPH_BYTES >> 20} MB a "
+                                 f"graph mxfp16 exports can be; {fix}")
         raw = handle.read(MAX_GRAPH_BYTES + 1)
     # Every node names its op: counting them first spares parsing (and walking) a graph far too large.
     if raw.count(b'"op"') > MAX_NODES:
@@ -78,7 +78,7 @@ def check_graph(path, fix="export the run again"):
                              f"{MAX_NODES:,}; {fix}")
     depth = [0] * len(nodes)
     for index, node in enumerate(nodes):
-        if not isinstance(node, dict) or not isinstance(node.get("op"), str) or not isinstance(node.get("inputs"), list):
+        if not (isinstance(node, dict) and isinstance(node.get("op"), str) and isinstance(node.get("inputs"), list)):
             raise GraphFileError(f"{where}: node {index} is not an MXNet graph node (an op and its inputs); {fix}")
         for value in node["inputs"]:
             source = _entry(value, len(nodes), index)

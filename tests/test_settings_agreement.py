@@ -6,8 +6,10 @@ busy port printed the scheduler's "bind failed" traceback. The job with
 mismatched flags is real (scheduler, server, two trainers); the stall is
 shown with workers that report progress once and then hang, without MXNet.
 """
+import argparse
 import dataclasses
 import io
+import os
 import re
 import socket
 import sys
@@ -15,6 +17,7 @@ import time
 
 import pytest
 
+from conftest import REPO
 from mxfp16.cli import main
 from mxfp16.distributed import heartbeat, launch, local_plan
 from mxfp16.distributed.agree import differences
@@ -54,12 +57,10 @@ def test_a_job_whose_workers_all_stop_making_progress_is_stopped_saying_what_it_
     # No scheduler or server: nothing here uses the kvstore, and a process that idles forever stands in for them.
     idle = (sys.executable, "-c", "import time; time.sleep(120)")
     slots = [dataclasses.replace(s, argv=idle) if s.role != "worker" else s for s in slots]
-    from conftest import REPO
-
     err = io.StringIO()
     started = time.monotonic()
     result = launch(slots, timeout=100, grace=2, stdout=io.StringIO(), stderr=err, stall=3,
-                    env=dict(__import__("os").environ, MXFP16_REPO=REPO))
+                    env=dict(os.environ, MXFP16_REPO=REPO))
     assert result.reason == "stalled" and result.returncode == 124, err.getvalue()
     assert time.monotonic() - started < 60
     assert "no worker made progress for 3 s (--stall-timeout)" in result.message
@@ -78,7 +79,7 @@ def test_the_stall_clock_starts_only_when_every_worker_has_reported(tmp_path):
 def test_the_command_line_stops_a_stalled_job_by_default():
     from mxfp16.commands import launch as command
 
-    parser = __import__("argparse").ArgumentParser()
+    parser = argparse.ArgumentParser()
     command.register(parser.add_subparsers())
     args = parser.parse_args(["launch", "--workers", "1", "--servers", "1", "--", "true"])
     assert args.stall_timeout == heartbeat.DEFAULT_STALL == 600

@@ -14,7 +14,8 @@ from . import CommandError
 from ..limits import integer, number, MAX_SECONDS
 from ..distributed.heartbeat import DEFAULT_STALL
 from ..distributed.launcher import DEFAULT_GRACE, LaunchError, launch
-from ..distributed.plan import DEFAULT_HOSTFILE_PORT, LaunchPlanError, format_plan, host_plan, local_plan, read_hostfile, ssh_argv
+from ..distributed.plan import (DEFAULT_HOSTFILE_PORT, LaunchPlanError, format_plan, host_plan, local_plan,
+                                read_hostfile, ssh_argv)
 
 ORDER = 60
 
