@@ -1,15 +1,20 @@
 """mxfp16: mixed-precision (float16 / bfloat16) training with MXNet Gluon.
 
-The five calls a training loop needs::
+A training script's set-up is two statements around the network, and the
+loop body two calls::
 
-    precision = mxfp16.resolve_precision("auto", ctx)      # one validated setting
-    mxfp16.activate(precision)                             # AMP, when the precision uses it
-    net = mxfp16.cast_net(net, precision.param_dtype)      # BatchNorm stays float32
-    scaler = mxfp16.make_loss_scaler(None, precision)      # dynamic for float16, off otherwise
-    trainer = mxfp16.make_trainer(net.collect_params(), "sgd", {...}, precision, scaler)
-    ...
-    data, label = mxfp16.cast_batch(x, y, precision.data_dtype, ctx)
-    result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
+    mp = mxfp16.MixedPrecision("auto")                  # 1. precision for the devices, AMP on; before the network
+    net = build_my_net(); net.initialize(ctx=mp.ctx)
+    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})   # 2. net cast, trainer beside the loss scaler
+    for x, y in loader:
+        data, label = mp.cast_batch(x, y)                # float data cast, integers and labels kept
+        result = mp.train_step(net, loss_fn, trainer, data, label)
+
+The pieces behind them are public too: :func:`resolve_precision`,
+:func:`activate`, :func:`cast_net`, :func:`make_loss_scaler`,
+:func:`make_trainer`, :func:`cast_batch`, :func:`train_step` and
+:func:`eval_step`; and for a step of your own the loss scaler's seams
+(``scale_loss``, ``unscale``, ``step``, ``update``).
 
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
@@ -40,8 +45,9 @@ _EXPORTS = {
     "cast_net": "casting", "cast_batch": "casting", "dtype_report": "casting", "to_float32": "casting",
     "make_trainer": "optim", "optimizer_support": "optim",
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
-    "StepResult": "step", "train_step": "step",
-    "import_gluoncv": "_gluoncv", "stack_report": "_compat",
+    "StepOrderError": "scaler", "UnusedParameterError": "scaler", "Gradients": "gradients",
+    "StepResult": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
+    "import_gluoncv": "_gluoncv", "stack_report": "machine.stack",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,10 +1,12 @@
 """Every use of a private MXNet attribute, in one place.
 
 Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
-it updates on the kvstore, to list a Block's direct children, to ask whether
-``hybridize()`` took effect or to read a layer's operator arguments, to
-renew a parameter's cached symbol, nor to ask AMP whether it is active. If
-MXNet ever changes these, this is the only file to fix.
+it updates on the kvstore, to ask whether a parameter's gradient is fresh
+from this step's backward pass, to list a Block's direct children or the
+graphs its hybridized blocks built, to ask whether ``hybridize()`` took
+effect or to read a layer's operator arguments, to renew a parameter's
+cached symbol, nor to ask AMP whether it is active. If MXNet ever changes
+these, this is the only file to fix.
 """
 import contextlib
 
@@ -21,6 +23,34 @@ def amp_initialized():
 def trainer_params(trainer):
     """The parameters a ``gluon.Trainer`` updates, in its index order."""
     return list(trainer._params)
+
+
+def grad_is_fresh(param):
+    """Whether a backward pass wrote ``param``'s gradient (on every device) since its last update.
+
+    The flag Gluon's own stale-gradient check reads; a host-side flag, so
+    asking costs no synchronisation. A parameter still waiting for its
+    deferred initialisation has no gradient at all: ``False``.
+    """
+    if param_is_deferred(param):
+        return False
+    return all(data._fresh_grad for data in param.list_data())
+
+
+def param_is_deferred(param):
+    """Whether ``param`` still waits for a forward pass to learn its shape (no data, no gradient yet)."""
+    return param._data is None
+
+
+def set_grads_fresh(params, fresh):
+    """Mark the parameters' gradients as written by this step's backward (``True``) or as applied (``False``).
+
+    ``False`` is what ``Trainer.update`` does after applying a gradient; a
+    skipped step and gradient accumulation need the same without an update.
+    """
+    for param in params:
+        for data in param.list_data():
+            data._fresh_grad = fresh
 
 
 def trainer_updates_on_kvstore(trainer):
@@ -52,6 +82,20 @@ def trainer_init_kvstore_params(trainer):
 def block_children(block):
     """A Block's direct children, in registration order."""
     return list(block._children.values())
+
+
+def built_graphs(block):
+    """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built and run on.
+
+    A hybridized block whose graph is built is not searched further: its
+    children are inside that graph. A block that is not hybridized may hold
+    a graph too (Gluon builds one to infer deferred shapes), but it runs
+    imperatively, so that graph does not count.
+    """
+    graph = getattr(block, "_cached_graph", ())
+    if graph and block_is_hybridized(block):
+        return [(block, graph[1])]
+    return [found for child in block_children(block) for found in built_graphs(child)]
 
 
 def block_is_hybridized(block):
@@ -137,3 +181,64 @@ def set_optimizer_update_counts(trainer, counts):
 def saved_parameter_shapes(block):
     """``{name: shape}`` as ``Block.save_parameters`` names the block's parameters (structural names)."""
     return {name: tuple(p.shape) for name, p in block._collect_params_with_prefix().items()}
+
+
+def operator_aliases():
+    """``{operator: every registered name of the same operator}``: ``_npx_fully_connected`` is ``FullyConnected``.
+
+    MXNet registers one operator under several names (``add_alias``); the
+    names share one handle, which the C API hands out by name.
+    """
+    import ctypes
+
+    import mxnet as mx
+    from mxnet.base import OpHandle, _LIB, c_str, check_call
+
+    by_handle = {}
+    for name in mx.operator.get_all_registered_operators():
+        handle = OpHandle()
+        check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+        by_handle.setdefault(handle.value, []).append(name)
+    return {name: sorted(names) for names in by_handle.values() for name in names}
+
+
+#: How MXNet 1.9.1 names the functions of numpy-mode operators (``mxnet/base.py``,
+#: ``_init_np_op_module``): prefix -> (namespaces, submodule prefixes).
+_NUMPY_NAMESPACES = {
+    "_np_": (("mxnet.numpy", "mxnet.ndarray.numpy", "mxnet.symbol.numpy"), ("_random_", "_linalg_")),
+    "_npx_": (("mxnet.numpy_extension", "mxnet.ndarray.numpy_extension", "mxnet.symbol.numpy_extension"),
+              ("_image_", "_random_")),
+    "_npi_": (("mxnet.ndarray.numpy._internal", "mxnet.symbol.numpy._internal"), ()),
+}
+
+
+def numpy_operator_functions(name):
+    """The functions MXNet generated for numpy-mode operator ``name``: ``[(module, attribute)]``.
+
+    One per namespace it is registered in: imperative (``mx.np``, ``mx.npx``),
+    Gluon without hybridization (``mxnet.ndarray.numpy(_extension)``) and
+    with it (``mxnet.symbol.numpy(_extension)``). ``_npi_`` operators are the
+    internals the Python functions of ``mx.np`` call. Empty for any other name.
+    """
+    import importlib
+
+    from mxnet.base import _get_op_submodule_name
+
+    for prefix, (namespaces, submodules) in _NUMPY_NAMESPACES.items():
+        if not name.startswith(prefix):
+            continue
+        sub = _get_op_submodule_name(name, prefix, list(submodules))
+        attribute = name[len(prefix) + len(sub):]
+        homes = []
+        for namespace in namespaces:
+            if sub:
+                module_name = f"{namespace}.{sub[1:-1]}"
+            elif namespace.endswith("._internal"):
+                module_name = namespace
+            else:
+                module_name = f"{namespace}._op"
+            module = importlib.import_module(module_name)
+            if hasattr(module, attribute):
+                homes.append((module, attribute))
+        return homes
+    return []

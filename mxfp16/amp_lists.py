@@ -16,7 +16,7 @@ the figures and what still holds bfloat16 back).
 ``mxfp16 export`` converts finished networks with the same lists and rule
 (:func:`float32_layers`).
 
-Beyond the CNN, three things in MXNet 1.9.1's AMP stop other Gluon models,
+Beyond the CNN, five things in MXNet 1.9.1's AMP stop other Gluon models,
 and :func:`init_amp` repairs each:
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
@@ -32,18 +32,28 @@ and :func:`init_amp` repairs each:
   before the call.
 * PReLU (``LeakyReLU`` with ``act_type='prelu'``) gets float32 ``gamma``
   beside bfloat16 data and fails type inference: it runs in float32.
+* Joins whose inputs must share one dtype but which MXNet's lists let
+  follow their inputs (``Concat``): where a float32 branch meets a bfloat16
+  one, type inference fails (DenseNet, whose float32 stem feeds a
+  ``Concat``). :func:`join_operators` casts their inputs to the widest
+  dtype first, as AMP does for its own ``WIDEST_TYPE_CASTS``.
+* ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
+  (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp_numpy` gives the
+  ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
 
 Which dtype each Gluon layer then runs in is generated from executed graphs
 (:mod:`mxfp16.amp_table`, ``mxfp16 info --amp-table``).
 """
 import warnings
 
-import numpy as np
-
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
+
+from . import amp_wrappers as w
 
 #: Names accepted by :func:`operator_lists`.
 LIST_SETS = ("mxfp16", "mxnet")
+#: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp_numpy` wraps them.
+_NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
 #: mxfp16's bfloat16 operator lists (:func:`operator_lists`) are MXNet's, plus
 #: the float32 fallbacks and the PReLU rule below. Measured on ResNet-50 v2
@@ -60,6 +70,9 @@ def float32_fallbacks():
     every operator whose bfloat16 run failed, crashed or disagreed with
     float32, and every operator MXNet's lists leave unlisted that the probe
     could not run (float32 is the safe side: slower, never a crash).
+
+    Numpy-mode operators are among them (``_np_dot``); :mod:`mxfp16.amp_numpy`
+    applies those, :func:`operator_lists` names only the legacy ones.
 
     Returns
     -------
@@ -99,7 +112,7 @@ def _mxfp16_fp16():
 def _mxfp16_bf16():
     conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
     fp32 = list(symbol_bf16.FP32_FUNCS)
-    fp32 += [name for name in float32_fallbacks() if name not in fp32]
+    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(_NUMPY_PREFIXES)]
     return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
             "conditional_fp32_ops": conditional,
             "fp32_ops": fp32}
@@ -157,116 +170,81 @@ def _keeps_stem_float32(target_dtype, which):
     return which == "mxfp16" and target_dtype == "bfloat16"
 
 
-def _as_tuple(value):
-    """An operator parameter as a tuple of ints: ``(7, 7)``, ``'(7, 7)'`` and ``7`` (as ``(7,)``)."""
-    if isinstance(value, str):
-        value = [v for v in value.strip("()[] ").replace(" ", "").split(",") if v]
-    if isinstance(value, int):
-        value = (value,)
-    try:
-        return tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        return ()
+def join_operators(target_dtype):
+    """Operators mxfp16 runs in the widest dtype of their inputs, beyond MXNet's ``WIDEST_TYPE_CASTS``.
 
+    A join takes several data inputs that must share one dtype (``Concat``,
+    numpy's ``concatenate``, ``stack``, ``add`` ...). MXNet's lists let some
+    follow their inputs, which works while every input has the same dtype:
+    under mxfp16's stem rule a float32 branch meets a bfloat16 one in
+    DenseNet's first ``Concat``, and type inference fails. Which operators
+    are joins is not written by hand: ``tools/amp_probe_ops.py`` gives every
+    operator whose dtype follows its inputs one input of the other dtype and
+    records those whose type inference or bfloat16 run then fails
+    (``mxfp16/_amp_op_probe.py``, ``JOINS``). Each gets AMP's own rule for
+    ``WIDEST_TYPE_CASTS``: float32 when any input is float32, so nothing is
+    rounded that would not be anyway. Operators that run in float32 anyway
+    (a fallback, MXNet's float32 list) are left out.
 
-def _float32_where(original, amp_wrapped, param, values):
-    """``amp_wrapped`` (bfloat16) unless ``kwargs[param]`` is in ``values``; then ``original`` in float32."""
-    import numpy as np
-    from mxnet import ndarray, symbol
+    Returns
+    -------
+    list of str
+        Sorted operator names (legacy and numpy-mode).
+    """
+    from . import _amp_op_probe as probe
 
-    def to_float32(x):
-        if isinstance(x, symbol.Symbol):
-            return symbol.amp_cast(x, dtype="float32")
-        if isinstance(x, ndarray.NDArray) and x.dtype != np.float32:
-            return ndarray.amp_cast(x, dtype="float32")
-        return x
-
-    def convolution(*args, **kwargs):
-        if _as_tuple(kwargs.get(param)) not in values:
-            return amp_wrapped(*args, **kwargs)
-        args = [to_float32(a) for a in args]
-        kwargs = {k: to_float32(v) for k, v in kwargs.items()}
-        return original(*args, **kwargs)
-
-    convolution.__name__, convolution.__doc__ = amp_wrapped.__name__, amp_wrapped.__doc__
-    return convolution
+    lists = symbol_bf16 if target_dtype == "bfloat16" else symbol_fp16
+    cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
+    cast_by_amp |= set(lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS)
+    if target_dtype == "bfloat16":
+        cast_by_amp |= set(float32_fallbacks())  # float32 whatever their inputs
+    return sorted(name for name, dtypes in probe.JOINS.items() if target_dtype in dtypes and name not in cast_by_amp)
 
 
 class Float32Fallback(UserWarning):
     """An operator with no working 16-bit path on this device runs in float32 under AMP."""
 
 
-#: MXNet's bfloat16 (a numpy structured dtype: numpy has none).
-_BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 #: Operators already warned about in this process (one warning each).
 _warned = set()
 
 
-def _to_float32(x):
-    """``x`` cast to float32 when it is a 16-bit NDArray or any Symbol; anything else unchanged.
-
-    ``amp_cast`` leaves non-float types alone, so integer indices pass through.
-    """
-    from mxnet import ndarray, symbol
-
-    if isinstance(x, symbol.Symbol):
-        # A parameter (a variable that declares its dtype: Parameter.var()) is
-        # float32 under AMP, so it is left alone: a cast would only add a node,
-        # and through one Deconvolution's deferred shape inference crashes
-        # MXNet. A graph's input is cast: a hybridized layer inside a plain
-        # Block is fed whatever the layer before it returned (bfloat16 after
-        # a Dense).
-        if x.get_children() is None and "__dtype__" in x.list_attr():
-            return x
-        return symbol.amp_cast(x, dtype="float32")
-    if isinstance(x, ndarray.NDArray) and np.dtype(x.dtype) in (np.dtype(np.float16), _BFLOAT16):
-        return ndarray.amp_cast(x, dtype="float32")
-    if isinstance(x, (list, tuple)) and any(isinstance(v, (symbol.Symbol, ndarray.NDArray)) for v in x):
-        return type(x)(_to_float32(v) for v in x)
-    return x
-
-
-def _float32_call(f, name, warn_as=None):
-    """``f`` with its tensor inputs cast to float32 first; warns once when ``warn_as`` is set.
-
-    This replaces AMP's own float32 wrapper for symbols, which calls ``f``
-    and then rebuilds the node on cast inputs: that fails for operators with
-    no inputs (``TypeError`` in an RNN's ``begin_state``) and crashes the
-    process for ``Deconvolution``. Casting first needs no rebuild.
-    """
-    def float32_op(*args, **kwargs):
-        if warn_as and name not in _warned:
-            _warned.add(name)
-            warnings.warn(f"mxfp16: {name} has no working {warn_as} path on this CPU in MXNet "
-                          f"{_mxnet_version()}, so AMP runs it in float32 (inputs cast up, output "
-                          "float32). See docs/amp-table.md for every layer's dtype.",
-                          Float32Fallback, stacklevel=2)
-        args = [_to_float32(a) for a in args]
-        kwargs = {k: _to_float32(v) for k, v in kwargs.items()}
-        return f(*args, **kwargs)
-
-    float32_op.__name__, float32_op.__doc__ = getattr(f, "__name__", name), getattr(f, "__doc__", None)
-    return float32_op
+def _warn_fallback(name, target_dtype):
+    if name in _warned:
+        return
+    _warned.add(name)
+    warnings.warn(f"mxfp16: {name} has no working {target_dtype} path on this CPU in MXNet "
+                  f"{_mxnet_version()}, so AMP runs it in float32 (inputs cast up, output "
+                  "float32). See docs/amp-table.md for every layer's dtype.",
+                  Float32Fallback, stacklevel=4)
 
 
 def warn_if_numpy_mode(output):
-    """Warn once when a numpy-mode network's output appears under AMP: it ran in float32.
+    """Warn once when a numpy-mode network under AMP ran no operator in the 16-bit dtype.
 
-    MXNet 1.9.1's AMP wraps the ``mx.nd`` / ``mx.sym`` operators only; the
-    ``mx.np`` / ``mx.npx`` ones a numpy-mode network calls run in the dtype
-    they are given, float32. :func:`mxfp16.train_step` calls this with each
-    output (an ``isinstance`` check until the warning has been given).
+    :func:`init_amp` gives the ``mx.np`` / ``mx.npx`` functions AMP's casts
+    (:mod:`mxfp16.amp_numpy`), so a numpy-mode network built from Gluon
+    layers runs its Dense and convolution layers in 16-bit. One that still
+    runs entirely in float32 (it calls only operators with no 16-bit kernel,
+    or functions bound before AMP was activated) is told so here.
+    :func:`mxfp16.train_step` calls this with each output: an array, or a
+    tuple or list of them (an ``isinstance`` check until the warning has
+    been given).
     """
     if "numpy mode" in _warned:
         return
     import mxnet as mx
 
+    from . import amp_numpy
     from ._internals import amp_initialized
 
-    if isinstance(output, mx.np.ndarray) and amp_initialized():
+    outputs = output if isinstance(output, (list, tuple)) else [output]
+    numpy_mode = any(isinstance(o, mx.np.ndarray) for o in outputs)
+    if numpy_mode and amp_initialized() and not amp_numpy.ran_in_target_dtype():
         _warned.add("numpy mode")
-        warnings.warn("mxfp16: this network runs in numpy mode (mx.np / mx.npx operators), which MXNet "
-                      f"{_mxnet_version()}'s AMP does not wrap, so it trains in float32 under AMP. See "
+        warnings.warn("mxfp16: this numpy-mode network (mx.np / mx.npx operators) ran no operator in 16-bit "
+                      "under AMP: it trains in float32. Only functions looked up after mxfp16.activate() "
+                      "are wrapped (not one bound earlier by `from mxnet.numpy_extension import ...`); see "
                       "docs/amp-table.md.", Float32Fallback, stacklevel=3)
 
 
@@ -276,8 +254,8 @@ def _mxnet_version():
     return mxnet.__version__
 
 
-def _wrap_float32(names, warn, target_dtype):
-    """Put :func:`_float32_call` around each operator in ``names``, in ``mx.sym`` and ``mx.nd``."""
+def _wrap_legacy(names, make):
+    """Replace each operator in ``names`` by ``make(f, name)``, in ``mx.sym`` and ``mx.nd``, as AMP does."""
     from mxnet import base, ndarray, symbol
     from mxnet.contrib.amp.amp import _get_fun_to_wrap
 
@@ -291,19 +269,20 @@ def _wrap_float32(names, warn, target_dtype):
             except AttributeError:
                 continue  # not an operator of this MXNet build
             for target, f in zip(targets, current):
-                setattr(target, fun_name, _float32_call(f, name, target_dtype if name in warn else None))
+                setattr(target, fun_name, make(f, name))
 
 
 def init_amp(target_dtype, which="mxfp16", lists=None):
     """``amp.init`` with :func:`operator_lists` (or ``lists``), repaired for any Gluon model.
 
-    AMP wraps the target and conditional lists; mxfp16 wraps the float32 list
-    itself (:func:`_float32_call`, see the module docstring). Then, for
-    mxfp16's bfloat16 lists, the stem rule: AMP's own conditional list
-    cannot express "this Convolution in float32" (it wraps the already
-    bfloat16-wrapped operator, so the inputs are cast to float32 and straight
-    back), so it wraps ``Convolution`` itself, keeping the unwrapped operator
-    for the float32 case.
+    AMP wraps the conditional list and the target operators that keep
+    float32 parameters (BatchNorm, when listed); mxfp16 wraps the rest
+    itself: the float32 list (casting first, see the module docstring), the
+    other target operators (:func:`mxfp16.amp_wrappers.target_rebuild`:
+    AMP's rule, without its quadratic cost on deep graphs), the joins
+    (:func:`join_operators`), and every numpy-mode function
+    (:mod:`mxfp16.amp_numpy`). Then, for mxfp16's bfloat16 lists, the stem
+    rule (:func:`mxfp16.amp_wrappers.float32_where`).
 
     Parameters
     ----------
@@ -318,6 +297,8 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
 
+    from . import amp_numpy
+
     if lists is None:
         lists = operator_lists(target_dtype, which)
         stem_float32 = _keeps_stem_float32(target_dtype, which)
@@ -325,16 +306,32 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
         defaults = operator_lists(target_dtype, "mxnet")
         lists = {key: list(lists[key]) if lists.get(key) is not None else defaults[key] for key in defaults}
         stem_float32 = False
-    fp32 = lists.pop("fp32_ops")
-    warn = set(float32_fallbacks()) if target_dtype == "bfloat16" else set()
+    fallbacks = set(float32_fallbacks()) if target_dtype == "bfloat16" else set()
+    amp_dtype = w.BFLOAT16 if target_dtype == "bfloat16" else target_dtype
+    fp32_params = amp.list_lp16_use_fp32_params(amp_dtype) or {}
+    by_amp = [name for name in lists["target_precision_ops"] if name in fp32_params]
+    by_mxfp16 = [name for name in lists["target_precision_ops"] if name not in fp32_params]
+    joins = join_operators(target_dtype)
     modules = [m for module in (symbol, ndarray) for m in (module, module.op)]
     originals = {m: m.Convolution for m in modules}
-    amp.init(target_dtype=target_dtype, fp32_ops=[], **lists)
-    _wrap_float32(fp32, warn, target_dtype)
+    amp.init(target_dtype=target_dtype, target_precision_ops=by_amp,
+             conditional_fp32_ops=lists["conditional_fp32_ops"], fp32_ops=[])
+
+    def warn(name):
+        _warn_fallback(name, target_dtype)
+
+    _wrap_legacy(by_mxfp16, lambda f, name: w.target_rebuild(f, name, amp_dtype))
+    _wrap_legacy(lists["fp32_ops"], lambda f, name: w.float32_call(f, name, warn if name in fallbacks else None))
+    _wrap_legacy([n for n in joins if not n.startswith(amp_numpy.NUMPY_PREFIXES)],
+                 lambda f, name: w.widest_call(f, name, amp_dtype))
+    stem = FLOAT32_CONVOLUTIONS if stem_float32 else None
     if stem_float32:
-        param, values = FLOAT32_CONVOLUTIONS
+        param, values = stem
         for m in modules:
-            m.Convolution = _float32_where(originals[m], m.Convolution, param, values)
+            m.Convolution = w.float32_where(originals[m], m.Convolution, param, values)
+    widest = set(amp.list_widest_type_cast(amp_dtype))
+    rules = amp_numpy.numpy_rules(lists, target_dtype, widest, set(joins), fallbacks)
+    amp_numpy.wrap_numpy_functions(rules, amp_dtype, warn, stem)
 
 
 def float32_layers(symbol, target_dtype, which="mxfp16"):
@@ -364,4 +361,4 @@ def float32_layers(symbol, target_dtype, which="mxfp16"):
     param, values = FLOAT32_CONVOLUTIONS
     nodes = json.loads(symbol.tojson())["nodes"]
     return [n["name"] for n in nodes
-            if n["op"] == "Convolution" and _as_tuple(n.get("attrs", {}).get(param, "")) in values]
+            if n["op"] == "Convolution" and w.as_tuple(n.get("attrs", {}).get(param, "")) in values]

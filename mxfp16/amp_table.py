@@ -13,11 +13,13 @@ bfloat16 (a layer after a Dense or convolution, which hands on bfloat16).
 """
 import json
 
-from mxnet import gluon, symbol
+from mxnet import gluon
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
-__all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "table", "render"]
+from .amp_wrappers import cast
+
+__all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes", "table", "render"]
 
 
 class Layer:
@@ -96,6 +98,37 @@ def _numpy_dense_conv():
     return net
 
 
+class StemJoin(gluon.HybridBlock):
+    """A 7x7 stem (float32 under mxfp16's rule) joined with a convolution of it (bfloat16), as in DenseNet.
+
+    ``join`` is ``'concat'`` (channels) or ``'add'`` (a residual sum). In
+    numpy mode the join is ``np.concatenate`` / ``+``.
+    """
+
+    def __init__(self, join="concat", **kwargs):
+        super().__init__(**kwargs)
+        self._join = join
+        with self.name_scope():
+            self.stem = gluon.nn.Conv2D(4, 7, padding=3)
+            self.conv = gluon.nn.Conv2D(4, 3, padding=1)
+
+    def hybrid_forward(self, F, x):
+        stem = self.stem(x)
+        branch = self.conv(stem)
+        if self._join == "add":
+            return stem + branch
+        if _is_numpy(stem):
+            return F.np.concatenate([stem, branch], axis=1)
+        return F.concat(stem, branch, dim=1)
+
+
+def _is_numpy(x):
+    from mxnet import numpy as mnp
+    from mxnet.symbol.numpy import _Symbol
+
+    return isinstance(x, (mnp.ndarray, _Symbol))
+
+
 _SEQ = (2, 5, 6)
 _IMG = (2, 3, 6, 6)
 _VEC = (2, 6)
@@ -169,7 +202,13 @@ LAYERS = [
     Layer("contrib.nn.SyncBatchNorm", lambda: cnn.SyncBatchNorm(), _IMG),
     Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: SelfAttention(6), _SEQ),
     Layer("masked self-attention (softmax with length)", lambda: SelfAttention(6, masked=True), _SEQ),
+    Layer("join: Concat of a 7x7 stem and a convolution of it", StemJoin, (2, 3, 8, 8)),
+    Layer("join: sum of a 7x7 stem and a convolution of it", lambda: StemJoin("add"), (2, 3, 8, 8)),
     Layer("numpy mode: Conv2D, Activation, Dense", _numpy_dense_conv, _IMG, numpy_mode=True),
+    Layer("numpy mode: concatenate of a 7x7 stem and a convolution of it", StemJoin, (2, 3, 8, 8),
+          numpy_mode=True),
+    Layer("numpy mode: sum of a 7x7 stem and a convolution of it", lambda: StemJoin("add"), (2, 3, 8, 8),
+          numpy_mode=True),
 ]
 
 #: Classes in those modules that hold other layers or are abstract: their
@@ -198,10 +237,8 @@ class _Cast(gluon.HybridBlock):
         self.layer = layer
 
     def hybrid_forward(self, F, x, *begin):
-        if self._dtype is not None and self._numpy_mode:
-            x = symbol.amp_cast(x.as_nd_ndarray(), dtype=self._dtype).as_np_ndarray()
-        elif self._dtype is not None:
-            x = F.amp_cast(x, dtype=self._dtype)
+        if self._dtype is not None:
+            x = cast(x, self._dtype)
         return self.layer(x, list(begin)) if self._states else self.layer(x)
 
 
@@ -270,16 +307,26 @@ def layer_dtypes(layer, input_dtype="float32"):
         finally:
             if layer.numpy_mode:
                 mx.npx.reset_np()
-    by_output = dict(zip(internals.list_outputs(), types))
-    rows = []
-    for node in json.loads(out.tojson(remove_amp_cast=False))["nodes"]:
-        if node["op"] in ("null", "amp_cast", "amp_multicast"):
-            continue
-        outputs = [name for name in by_output if name == f"{node['name']}_output"
-                   or name.startswith(f"{node['name']}_output")]
-        dtype = by_output[outputs[0]] if outputs else None
-        rows.append((node["op"], _dtype_name(dtype) if dtype is not None else "unknown"))
-    return rows
+    return [(op, _dtype_name(dtype) if dtype is not None else "unknown")
+            for op, dtype in operator_dtypes(out, internals, types)]
+
+
+def operator_dtypes(out, internals, types, nodes=None):
+    """``[(operator, dtype)]`` for each operator node of graph ``out``, AMP's own casts left out.
+
+    ``internals`` is ``out.get_internals()`` and ``types`` what its type
+    inference gave (None where unknown). A node's outputs are named after
+    it (``conv0_output``, numpy-mode ``concatenate0_out``); its first is read.
+    ``nodes`` is the graph's JSON node list, when the caller has it already.
+    """
+    variables = set(out.list_inputs())
+    first = {}
+    for name, dtype in zip(internals.list_outputs(), types):
+        if name not in variables:
+            first.setdefault(name.rsplit("_", 1)[0], dtype)
+    nodes = nodes if nodes is not None else json.loads(out.tojson(remove_amp_cast=False))["nodes"]
+    return [(node["op"], first.get(node["name"])) for node in nodes
+            if node["op"] not in ("null", "amp_cast", "amp_multicast")]
 
 
 def table(target="bfloat16"):
@@ -292,18 +339,14 @@ def table(target="bfloat16"):
     list of dict
         ``{'layer', 'float32_input': [(op, dtype)], '<target>_input': [...]}``.
     """
-    # Numpy-mode operators (mx.npx) are not wrapped by MXNet 1.9.1's AMP, so
-    # no numpy-mode layer hands a 16-bit tensor on: that column does not apply.
     return [{"layer": layer.name,
              "float32_input": layer_dtypes(layer, "float32"),
-             f"{target}_input": None if layer.numpy_mode else layer_dtypes(layer, target)}
+             f"{target}_input": layer_dtypes(layer, target)}
             for layer in LAYERS]
 
 
 def _cell(rows):
     """``'FullyConnected bfloat16, LayerNorm float32'``: each operator once, in graph order."""
-    if rows is None:
-        return "does not arise (AMP does not wrap numpy-mode operators)"
     seen = []
     for op, dtype in rows:
         if (op, dtype) not in seen:
@@ -326,7 +369,10 @@ def render(rows, target="bfloat16"):
 
 
 def generate(target="bfloat16"):
-    """:func:`render` of :func:`table`, in a child process (AMP is process-global)."""
+    """:func:`render` of :func:`table`, in a child process (AMP is process-global).
+
+    For bfloat16 the operator views follow (:func:`mxfp16.amp_operators.render`).
+    """
     import subprocess
     import sys
 
@@ -334,17 +380,23 @@ def generate(target="bfloat16"):
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"generating the AMP table failed:\n{proc.stderr[-2000:]}")
-    return proc.stdout
+    if target != "bfloat16":
+        return proc.stdout
+    from .amp_operators import render as render_operators
+
+    return proc.stdout + "\n" + render_operators()
 
 
 if __name__ == "__main__":
     import sys
     import warnings
 
-    import mxfp16
+    import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
+    from mxfp16.amp_lists import init_amp
 
     target = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
     warnings.simplefilter("ignore")
-    # Nothing runs: the graph is only built and typed, so amp-float16 is fine on a CPU.
-    mxfp16.activate(mxfp16.resolve_precision(f"amp-{target}", "cpu", allow_cpu_float16=True))
+    # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
+    # one without float16 or bfloat16 arithmetic included.
+    init_amp(target)
     sys.stdout.write(render(table(target), target))

@@ -18,8 +18,8 @@ mx = module("mxnet")
 gluon = module("mxnet.gluon")
 
 
-def cast_net(net, dtype):
-    """Cast ``net`` in place to ``dtype`` and return it.
+def cast_net(net, precision):
+    """Cast ``net`` in place for ``precision`` and return it.
 
     BatchNorm layers (and their subclasses) keep float32 parameters; see the
     module docstring for why the other normalisation layers cannot.
@@ -27,7 +27,10 @@ def cast_net(net, dtype):
     Parameters
     ----------
     net : gluon.Block
-    dtype : str or numpy dtype
+    precision : Precision or str
+        A resolved :class:`~mxfp16.Precision` (its ``param_dtype``; for an
+        AMP precision this also checks that :func:`mxfp16.activate` came
+        first, :func:`mxfp16.precision.check_activated`), or a dtype name,
         ``'float16'`` or ``'float32'``. bfloat16 is not a Gluon parameter
         dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision instead.
 
@@ -35,8 +38,19 @@ def cast_net(net, dtype):
     -------
     gluon.Block
         The same ``net`` (``Block.cast`` itself returns ``None``).
+
+    Raises
+    ------
+    AMPStateError
+        An AMP precision whose ``activate`` is missing or came after the
+        network's graph was built.
     """
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    from .precision import Precision, check_activated
+
+    if isinstance(precision, Precision):
+        check_activated(precision, net)
+        precision = precision.param_dtype
+    name = np.dtype(precision).name if not isinstance(precision, str) else precision
     if name == "bfloat16":
         raise TypeError("Gluon 1.9.1 cannot cast parameters to bfloat16; use precision "
                         "'amp-bfloat16', which keeps float32 parameters and lets AMP cast operators")
@@ -66,30 +80,73 @@ def dtype_report(net):
 
 
 def cast_batch(data, label, dtype, ctx_list):
-    """Split a batch across devices and cast the data (not the labels).
+    """Split a batch across devices and cast its floating-point data to ``dtype``.
 
-    Labels stay float32: float16 represents integers exactly only up to 2048,
-    so class 2049 would silently become 2048.
+    Only floating-point data is cast. Integer arrays (token ids, lengths,
+    masks) keep their dtype: float16 represents integers exactly only up to
+    2048, so token 2049 would silently become 2048. Labels are never cast to
+    ``dtype``: integer labels keep their dtype, floating labels become (or
+    stay) float32, for the same reason.
 
     Parameters
     ----------
-    data, label : NDArray
-        The batch, float32, batch axis 0.
+    data : NDArray, or tuple or list of NDArray
+        The batch, batch axis 0; several arrays for a network with several
+        inputs (``net(*inputs)``), all with the same batch size.
+    label : NDArray, tuple or list of NDArray, or None
+        The labels (several for a loss with several, ``loss_fn(out, *labels)``),
+        or ``None`` for a network that computes its own loss from its inputs.
     dtype : str
-        The dtype for the data (``Precision.data_dtype``).
+        The dtype for floating-point data (``Precision.data_dtype``).
     ctx_list : list of mx.Context
 
     Returns
     -------
-    (list of NDArray, list of NDArray)
-        Data slices in ``dtype`` and float32 label slices, one per device.
+    (list, list or None)
+        One entry per device: an array, or a tuple of arrays where a tuple
+        or list was given; ``None`` for the labels when ``label`` is None.
+
+    Raises
+    ------
+    ValueError
+        An empty batch or tuple, or arrays whose batch sizes differ.
     """
-    datas = gluon.utils.split_and_load(data, ctx_list, batch_axis=0, even_split=False)
-    labels = gluon.utils.split_and_load(label, ctx_list, batch_axis=0, even_split=False)
-    # Cast after the copy: on a GPU the cast is cheap and the host stays free.
-    datas = [x if x.dtype == np.dtype(dtype) else x.astype(dtype, copy=False) for x in datas]
-    labels = [y if y.dtype == np.float32 else y.astype("float32", copy=False) for y in labels]
+    ctx_list = [ctx_list] if isinstance(ctx_list, mx.Context) else list(ctx_list)
+    if not ctx_list:
+        raise ValueError("cast_batch() got no devices: pass a list of contexts such as [mx.cpu()]")
+    datas = _split(data, "data", ctx_list, lambda x: _cast_floating(x, dtype))
+    labels = None if label is None else _split(label, "label", ctx_list, _keep_label)
     return datas, labels
+
+
+def _split(batch, what, ctx_list, cast):
+    """``batch`` (an array or a tuple of arrays) as one entry per device, each array passed through ``cast``."""
+    several = isinstance(batch, (tuple, list))
+    arrays = list(batch) if several else [batch]
+    if not arrays:
+        raise ValueError(f"cast_batch() got an empty {type(batch).__name__} as {what}: pass the batch's array(s)")
+    sizes = {a.shape[0] if a.ndim else 0 for a in arrays}
+    if len(sizes) > 1:
+        raise ValueError(f"cast_batch(): the {what} arrays have different batch sizes {sorted(sizes)} on axis 0")
+    if sizes == {0}:
+        raise ValueError(f"cast_batch() got an empty batch ({what} has 0 samples on axis 0)")
+    # Cast after the copy: on a GPU the cast is cheap and the host stays free.
+    per_array = [[cast(x) for x in gluon.utils.split_and_load(a, ctx_list, batch_axis=0, even_split=False)]
+                 for a in arrays]
+    per_device = list(zip(*per_array))
+    return [tuple(parts) if several else parts[0] for parts in per_device]
+
+
+def _cast_floating(x, dtype):
+    if not np.issubdtype(np.dtype(x.dtype), np.floating) or x.dtype == np.dtype(dtype):
+        return x
+    return x.astype(dtype, copy=False)
+
+
+def _keep_label(y):
+    if not np.issubdtype(np.dtype(y.dtype), np.floating) or y.dtype == np.float32:
+        return y
+    return y.astype("float32", copy=False)
 
 
 def to_float32(output):
@@ -100,4 +157,6 @@ def to_float32(output):
     """
     if isinstance(output, (list, tuple)):
         return type(output)(to_float32(o) for o in output)
+    if output is None:  # a head the network did not compute (d2l's BERT without masked positions)
+        return None
     return output if output.dtype == np.float32 else output.astype("float32")

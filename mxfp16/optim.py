@@ -114,6 +114,7 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
         When it is enabled, updates cannot run on the kvstore: the step must
         see the reduced gradients to check them for overflow and divide a
         scale that may change every step. ``update_on_kvstore`` is then False.
+        ``None`` means no scaling.
     kvstore : str
         Passed to Gluon (``'device'``, ``'local'``, ``'nccl'``, ``'dist_sync'`` ...).
     update_on_kvstore : bool or None
@@ -125,12 +126,22 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     Returns
     -------
     gluon.Trainer
+
+    Raises
+    ------
+    OptimizerError
+        An unknown optimizer, or gradient compression it cannot use.
+    ValueError
+        ``update_on_kvstore=True`` beside an enabled loss scaler.
+    mxfp16.precision.AMPStateError
+        An AMP precision whose :func:`mxfp16.activate` was not called.
     """
-    from .precision import Precision
+    from .precision import Precision, check_activated
 
     if precision is not None and not isinstance(precision, Precision):
         raise TypeError(f"precision must be a Precision, not {precision!r}: pass "
                         f"mxfp16.resolve_precision({precision!r}, ctx), which also checks it can run on ctx")
+    check_activated(precision)
     optimizer = _check_optimizer(optimizer)
     if compression_params and precision is not None:
         check_compression(compression_params.get("type"), kvstore, precision)
@@ -139,8 +150,9 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
         opt_params["multi_precision"] = True
     if loss_scaler is not None and loss_scaler.enabled:
         if update_on_kvstore:
-            raise ValueError("loss scaling needs update_on_kvstore=False: the overflow check must "
-                             "see the reduced gradients before any update")
+            raise ValueError("loss scaling needs update_on_kvstore=False: the overflow check must see the reduced "
+                             "gradients before any update, and the kvstore cannot divide by a scale that changes "
+                             "every step; leave update_on_kvstore unset (make_trainer sets it) or pass False")
         update_on_kvstore = False
     return gluon.Trainer(params, optimizer, opt_params, kvstore=kvstore,
                          update_on_kvstore=update_on_kvstore, compression_params=compression_params)

@@ -272,6 +272,60 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
     _amp_target = target
 
 
+#: Operators every AMP set-up wraps with casts, whatever its lists: a graph holding one of them and no cast
+#: was built before AMP patched MXNet.
+_ALWAYS_CAST = frozenset({"Convolution", "FullyConnected"})
+
+
+def check_activated(precision, net=None):
+    """Refuse a set-up that would train an AMP precision in float32 without saying so.
+
+    :func:`mxfp16.cast_net`, :func:`mxfp16.make_trainer` and
+    :func:`mxfp16.train_step` call this, the first of them that sees the
+    precision (and the network) decides. Host-side only.
+
+    Parameters
+    ----------
+    precision : Precision or None
+        Nothing is checked for ``None`` or a precision without AMP.
+    net : gluon.Block, optional
+        Its hybridized blocks' graphs, when already built, must contain
+        AMP's casts: a graph built before :func:`activate` stays float32
+        (Gluon keeps it), however AMP is set up afterwards.
+
+    Raises
+    ------
+    AMPStateError
+        Naming the missing call and where it goes.
+    """
+    if precision is None or not precision.amp:
+        return
+    target = precision.compute_dtype
+    if not amp_initialized():
+        raise AMPStateError(
+            f"precision {precision.name} runs through MXNet's AMP, but mxfp16.activate(precision) was not called, "
+            "so the network would train in float32 and every step would succeed. Call mxfp16.activate(precision) "
+            "right after resolve_precision, before the network is built (mxfp16.MixedPrecision does both)")
+    if _amp_target not in (None, target):
+        raise AMPStateError(f"AMP is active for {_amp_target} in this process, not for {precision.name}'s {target}; "
+                            "run each precision in its own process")
+    if net is None:
+        return
+    import json
+
+    from ._internals import built_graphs
+
+    # numpy-mode graphs too: mxfp16 wraps their operators as AMP wraps mx.nd's (mxfp16.amp_numpy).
+    for block, symbol in built_graphs(net):
+        ops = {node["op"] for node in json.loads(symbol.tojson(remove_amp_cast=False))["nodes"]}
+        if ops & _ALWAYS_CAST and not ops & {"amp_cast", "amp_multicast"}:
+            raise AMPStateError(
+                f"the network's graph ({block.name}) was built before mxfp16.activate(precision): it ran once, "
+                f"hybridized, before AMP was switched on, and Gluon keeps that float32 graph, so {precision.name} "
+                "would train in float32. Call mxfp16.activate(precision) before the network's first forward pass "
+                "(right after resolve_precision), or call net.hybridize() again after it to rebuild the graph")
+
+
 def runnable_here():
     """Which precisions can run on this machine, and why not where they cannot.
 

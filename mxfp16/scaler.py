@@ -5,17 +5,94 @@ times larger and lands inside float16's range; the optimizer divides S back
 out (``trainer.update(batch_size * S)``). A *dynamic* scaler starts high, backs
 off whenever a gradient overflows (and that step is skipped), and grows again
 after a run of clean steps.
+
+A step has four seams, as in PyTorch's ``GradScaler``, and the scaler is the
+state machine that keeps them in order (each trainer: ready, unscaled,
+stepped; then :meth:`LossScaler.update` ends the step for all of them):
+
+1. :meth:`LossScaler.scale_loss` -- the loss times S, for ``backward``
+   (with :meth:`LossScaler.accumulate` after each micro-batch when several
+   make one step);
+2. :meth:`LossScaler.unscale` -- reduce the gradients across devices and
+   workers, check them for overflow on the device, and hand them out as
+   :class:`~mxfp16.gradients.Gradients` that read unscaled (for clipping or
+   any other look at them);
+3. :meth:`LossScaler.step` -- apply the update, or skip it on overflow;
+4. :meth:`LossScaler.update` -- adjust the scale, once per step.
+
+Out of order they raise :class:`StepOrderError` naming the mistake. A
+disabled scaler keeps the same order (so a float32 run catches what a
+float16 run would), with scale 1 and no overflow check.
 """
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from .float_formats import format_scale
 
-__all__ = ["LossScaler", "LossScaleDivergedError", "make_loss_scaler", "parse_loss_scale"]
+__all__ = ["LossScaler", "LossScaleDivergedError", "StepOrderError", "UnusedParameterError", "make_loss_scaler",
+           "parse_loss_scale"]
 
 
 class LossScaleDivergedError(FloatingPointError):
     """Gradients overflow even at the minimum loss scale: training has diverged."""
+
+
+class StepOrderError(RuntimeError):
+    """A seam of the step called out of order: unscale twice, step before backward, update twice ..."""
+
+
+class UnusedParameterError(ValueError):
+    """Parameters of the trainer received no gradient in this step (the forward pass did not use them)."""
+
+
+@dataclass
+class _TrainerStep:
+    """Where one trainer is in the current step."""
+
+    trainer: object
+    stage: str                 # 'unscaled' or 'stepped'
+    batch_size: float
+    params: list               # the parameters whose gradients this step applies
+    finite: object = None      # device flag, 1.0 when every reduced gradient is finite (None: not checked)
+    skip_unused: bool = False
+    overflow: bool = False
+
+
+def check_loss(loss, source="scale_loss()"):
+    """Refuse a loss that is not a device array (a Python or numpy number has left the graph).
+
+    Parameters
+    ----------
+    loss : NDArray, mx.np.ndarray, or a list or tuple of them
+    source : str
+        What produced it, for the message.
+
+    Raises
+    ------
+    TypeError
+        Naming what was given and where a real loss comes from.
+    ValueError
+        For an empty list.
+    """
+    import mxnet as mx
+
+    items = loss if isinstance(loss, (list, tuple)) else [loss]
+    if not items:
+        raise ValueError(f"{source} got an empty list of losses: pass the loss array(s) of the forward pass")
+    for item in items:
+        if isinstance(item, mx.nd.NDArray):  # mx.np.ndarray is a subclass
+            continue
+        kind = type(item).__name__
+        if isinstance(item, (int, float)) or type(item).__module__ == "numpy":
+            origin = "Python" if type(item).__module__ == "builtins" else "numpy"
+            raise TypeError(
+                f"{source} got a {origin} {kind} ({item!r:.40}) as the loss, not an MXNet array: a "
+                "number read from the loss (.item(), .asscalar(), .asnumpy(), float()) has left the autograd "
+                "graph, so backward cannot reach the parameters. Pass the loss array the forward pass returned "
+                "inside autograd.record()")
+        raise TypeError(f"{source} got {kind} as the loss; it must be an MXNet array (or a list of them) "
+                        "computed inside autograd.record()")
 
 
 class LossScaler:
@@ -48,6 +125,10 @@ class LossScaler:
         :class:`LossScaleDivergedError` instead of skipping forever.
     history_size : int, default 1000
         How many recent scales :attr:`history` keeps.
+    precision : Precision, optional
+        The run's precision (:func:`make_loss_scaler` sets it), so a step can
+        refuse an AMP precision whose :func:`mxfp16.activate` was not called.
+        Not part of the state.
 
     Attributes
     ----------
@@ -65,7 +146,7 @@ class LossScaler:
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, hysteresis=1, min_scale=1.0, max_scale=2.0 ** 24,
-                 dynamic=True, enabled=True, max_overflows_at_min=50, history_size=1000):
+                 dynamic=True, enabled=True, max_overflows_at_min=50, history_size=1000, precision=None):
         self._check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
                     dynamic, enabled, max_overflows_at_min)
         self.init_scale = float(init_scale)
@@ -79,6 +160,7 @@ class LossScaler:
         self.enabled = bool(enabled)
         self.max_overflows_at_min = int(max_overflows_at_min)
         self.history = deque(maxlen=history_size)
+        self.precision = precision
         self._reset()
 
     @staticmethod
@@ -109,6 +191,12 @@ class LossScaler:
         self._earlier_skips = 0  # skips restored from a state that did not record their steps
         self.last_step_skipped = False
         self.history.clear()
+        self._end_step()
+
+    def _end_step(self):
+        self._open = {}           # id(trainer) -> _TrainerStep, for the step in progress
+        self._accumulated = {}    # id(trainer) -> {id(param): (param, [sum per device])}, see accumulate()
+        self._just_updated = False
 
     @property
     def skipped_steps(self):
@@ -125,25 +213,346 @@ class LossScaler:
         """Whether the step must check gradients for inf/NaN (costs one host sync)."""
         return self.enabled
 
-    def update(self, overflow):
-        """Record one step's outcome and adjust the scale.
+    # -- the seams of a step, in order ------------------------------------------------------------------------
+
+    def scale_loss(self, loss):
+        """The first seam: ``loss`` times the scale, to call ``backward`` on.
+
+        Recorded for autograd even when called outside ``autograd.record()``,
+        so ``scaler.scale_loss(loss).backward()`` works after the forward
+        pass's scope has closed. Call it once per loss and micro-batch: the
+        scale stays the same until :meth:`update`.
 
         Parameters
         ----------
-        overflow : bool
-            Whether any (reduced) gradient was inf or NaN.
+        loss : NDArray, mx.np.ndarray, or a list or tuple of them
+            Per-sample losses from the forward pass (one array per device
+            or per loss term); the optimizer later divides by the batch size.
+
+        Returns
+        -------
+        The same structure, scaled (the arrays themselves when the scale is 1).
+
+        Raises
+        ------
+        TypeError
+            A Python or numpy number instead of an array (it has no graph).
+        StepOrderError
+            The previous step was stepped but its :meth:`update` is missing.
+        """
+        check_loss(loss)
+        if any(state.stage == "stepped" for state in self._open.values()):
+            raise StepOrderError("scale_loss() after step() and before update(): the previous step is not finished; "
+                                 "call scaler.update() after scaler.step() (train_step does both)")
+        scale = self.scale
+        if isinstance(loss, (list, tuple)):
+            return type(loss)(self._scaled(item, scale) for item in loss)
+        return self._scaled(loss, scale)
+
+    @staticmethod
+    def _scaled(loss, scale):
+        if scale == 1.0:
+            return loss
+        from mxnet import autograd
+
+        if autograd.is_recording():
+            return loss * scale
+        with autograd.record():  # the product must be in the graph for backward to reach the loss
+            return loss * scale
+
+    def accumulate(self, trainer):
+        """Keep the gradients of the micro-batch just back-propagated, and make room for the next.
+
+        Gradient accumulation in every precision: call it after each
+        micro-batch's ``backward`` (parameters keep ``grad_req='write'``),
+        then :meth:`unscale` / :meth:`step` with the samples of all
+        micro-batches apply the sum. The sums are kept on the devices (one
+        extra copy of the gradients) and nothing is read on the host.
+
+        ``grad_req='add'`` does the same where nothing casts a parameter on
+        its way into the graph, but not under AMP: MXNet 1.9.1's ``amp_cast``
+        ignores it in its backward pass, and every parameter behind one (all
+        of them, in practice) receives a zero gradient; :meth:`unscale`
+        refuses that combination.
+
+        Parameters
+        ----------
+        trainer : gluon.Trainer
+
+        Returns
+        -------
+        int
+            How many parameters hold an accumulated gradient.
+
+        Raises
+        ------
+        StepOrderError
+            After :meth:`unscale` or :meth:`step` in this step, or before
+            any backward pass reached the trainer's parameters.
+        """
+        from ._internals import grad_is_fresh, set_grads_fresh, trainer_params
+
+        if id(trainer) in self._open:
+            raise StepOrderError("accumulate() after unscale() or step() for this trainer: accumulate each "
+                                 "micro-batch first, then unscale()/step() once")
+        fresh = [p for p in trainer_params(trainer) if p.grad_req != "null" and grad_is_fresh(p)]
+        if not fresh:
+            raise StepOrderError("accumulate() before backward: no parameter of this trainer received a gradient "
+                                 "since the last accumulate() or update()")
+        sums = self._accumulated.setdefault(id(trainer), {})
+        for param in fresh:
+            if id(param) in sums:
+                for total, grad in zip(sums[id(param)][1], param.list_grad()):
+                    total += grad
+            else:
+                sums[id(param)] = (param, [grad.copy() for grad in param.list_grad()])
+        set_grads_fresh(fresh, False)  # the next backward's gradients count as new
+        self._just_updated = False
+        return len(sums)
+
+    def _fold_accumulated(self, trainer):
+        """Put the accumulated sums into the gradient arrays (plus any micro-batch not yet accumulated)."""
+        from ._internals import grad_is_fresh, set_grads_fresh
+
+        sums = self._accumulated.pop(id(trainer), {})
+        for param, totals in sums.values():
+            newest = grad_is_fresh(param)
+            for grad, total in zip(param.list_grad(), totals):
+                if newest:
+                    grad += total
+                else:
+                    grad[:] = total
+        set_grads_fresh([param for param, _ in sums.values()], True)
+
+    def unscale(self, trainer, batch_size, skip_unused_params=False):
+        """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
+
+        ``trainer.allreduce_grads()`` sums the gradients over devices and
+        workers; the overflow check then runs on the reduced gradients (on
+        the device, no host read), so every device and worker sees the same
+        verdict. The gradients stay scaled in memory (float16 would flush
+        small ones if divided in place); the returned
+        :class:`~mxfp16.gradients.Gradients` reads and clips them unscaled.
+        Optional: :meth:`step` calls it when it was not called.
+
+        Parameters
+        ----------
+        trainer : gluon.Trainer
+            Built with ``update_on_kvstore=False`` (:func:`mxfp16.make_trainer`
+            does that when the scaler is enabled).
+        batch_size : int or float
+            The samples whose summed losses made the gradients (all devices,
+            all workers, all accumulated micro-batches); the optimizer
+            divides by it, as in ``trainer.step(batch_size)``.
+        skip_unused_params : bool
+            Leave parameters that received no gradient in this step unchanged
+            (and out of the overflow check and the norm) instead of raising.
+
+        Returns
+        -------
+        Gradients
+
+        Raises
+        ------
+        StepOrderError
+            Called twice for the trainer in one step, after :meth:`step`, or
+            before any backward pass reached the trainer's parameters.
+        UnusedParameterError
+            Some parameters received no gradient, naming them and
+            ``skip_unused_params``.
+        ValueError
+            The trainer updates on the kvstore, which cannot be checked first.
+        """
+        from ._internals import trainer_params
+        from .gradients import Gradients, grads_are_finite
+
+        state = self._open.get(id(trainer))
+        if state is not None:
+            raise StepOrderError(
+                "unscale() was already called for this trainer in this step; the gradients it returned are still "
+                "valid. Call it once per step, then step() and update()" if state.stage == "unscaled" else
+                "unscale() after step() for this trainer: the update was already applied or skipped; call "
+                "scaler.update() to end the step")
+        self._refuse_kvstore_updates(trainer, "unscale() reads the reduced gradients")
+        self._fold_accumulated(trainer)
+        params = self._params_to_apply(trainer_params(trainer), skip_unused_params)
+        batch_size = _check_batch_size(batch_size)
+        trainer.allreduce_grads()
+        arrays = [p.list_grad()[0] for p in params]
+        finite = grads_are_finite(arrays) if self.checks_overflow else None
+        self._open[id(trainer)] = _TrainerStep(trainer, "unscaled", batch_size, params, finite, skip_unused_params)
+        self._just_updated = False
+        return Gradients(arrays, [g for p in params for g in p.list_grad()[1:]], batch_size * self.scale,
+                         [p.name for p in params])
+
+    def step(self, trainer, batch_size=None, skip_unused_params=False):
+        """The third seam: apply the trainer's update, or skip it when a reduced gradient overflowed.
+
+        With an enabled scaler this is the step's one host synchronisation:
+        reading the overflow flag (one float). The skip is a Python branch,
+        so the flag must reach the host; it was computed after the
+        reduction, so every worker takes the same branch (a kvstore
+        deadlocks otherwise). A disabled scaler reads nothing.
+
+        Parameters
+        ----------
+        trainer : gluon.Trainer
+        batch_size : int or float, optional
+            As for :meth:`unscale`; needed when :meth:`unscale` was not
+            called, and must agree with it when it was.
+        skip_unused_params : bool
+            As for :meth:`unscale`, when it was not called.
 
         Returns
         -------
         bool
-            ``True`` when the step must be skipped.
+            ``True`` when the update was skipped (a gradient was inf or NaN).
 
         Raises
         ------
+        StepOrderError
+            Called twice for the trainer in one step, or before backward.
+        """
+        state = self._open.get(id(trainer))
+        if state is not None and state.stage == "stepped":
+            raise StepOrderError("step() was already called for this trainer in this step; call scaler.update() "
+                                 "to end the step before the next one")
+        if state is None:
+            if batch_size is None:
+                raise TypeError("step() needs batch_size when unscale() was not called for this trainer")
+            if not self.checks_overflow and self._kvstore_applies_updates(trainer):
+                return self._step_on_kvstore(trainer, _check_batch_size(batch_size), skip_unused_params)
+            self.unscale(trainer, batch_size, skip_unused_params)
+            state = self._open[id(trainer)]
+        elif batch_size is not None and _check_batch_size(batch_size) != state.batch_size:
+            raise ValueError(f"step() got batch_size {batch_size!r}, but unscale() was given {state.batch_size!r}: "
+                             "the gradients were unscaled for that batch")
+        # The one host synchronisation of a step with an enabled scaler (see above).
+        state.overflow = state.finite is not None and bool(state.finite.asscalar() < 1.0)
+        if state.overflow:
+            from ._internals import set_grads_fresh
+
+            # A skipped update leaves the gradients unapplied; without this they would count as fresh
+            # next step, and a parameter unused then would carry this step's inf into its check.
+            set_grads_fresh(state.params, False)
+        else:
+            state.trainer.update(state.batch_size * self.scale, ignore_stale_grad=state.skip_unused)
+        state.stage = "stepped"
+        return state.overflow
+
+    def update(self, overflow=None):
+        """The last seam: record the step's outcome and adjust the scale, once per step.
+
+        Parameters
+        ----------
+        overflow : bool, optional
+            Only for a step checked by other means (no :meth:`step` in it):
+            whether a gradient was inf or NaN. By default the outcome
+            :meth:`step` found, for every trainer stepped since the last
+            update (an overflow in any of them counts).
+
+        Returns
+        -------
+        bool
+            ``True`` when the step was (or must be) skipped.
+
+        Raises
+        ------
+        StepOrderError
+            A second update in one step (``train_step`` updates the scale
+            itself), an update before :meth:`step`, or ``overflow`` given
+            while a step is in progress.
         LossScaleDivergedError
             After ``max_overflows_at_min`` consecutive overflows at the
             minimum (or static) scale.
         """
+        if overflow is None:
+            stepped = [state for state in self._open.values() if state.stage == "stepped"]
+            if not stepped:
+                if self._just_updated:
+                    raise StepOrderError(
+                        "update() was called twice in one step: the scale would grow twice as fast. train_step() "
+                        "already updates the scale; with your own step call update() once, after step()")
+                raise StepOrderError("update() before step(): no trainer was stepped since the last update; call "
+                                     "scaler.step(trainer, batch_size) first")
+            overflow = any(state.overflow for state in stepped)
+        elif self._open:
+            raise StepOrderError("update(overflow=...) while a step is in progress: after step(), call update() "
+                                 "without arguments (the step knows whether it overflowed)")
+        self._end_step()
+        self._just_updated = True
+        return self._record(bool(overflow))
+
+    # -- helpers of the seams ----------------------------------------------------------------------------------
+
+    def _refuse_kvstore_updates(self, trainer, why):
+        if self._kvstore_applies_updates(trainer):
+            if self.checks_overflow:
+                raise ValueError(
+                    "this trainer updates on the kvstore (update_on_kvstore=True): the kvstore would apply each "
+                    "update before the loss scaler could check the reduced gradients for overflow, and it cannot "
+                    "divide by a scale that changes every step. Build it with mxfp16.make_trainer(params, ..., "
+                    "precision, scaler), which sets update_on_kvstore=False, or pass update_on_kvstore=False to "
+                    "gluon.Trainer")
+            raise ValueError(f"{why}, which a trainer that updates on the kvstore (update_on_kvstore=True) never "
+                             "has; build the trainer with update_on_kvstore=False")
+
+    @staticmethod
+    def _kvstore_applies_updates(trainer):
+        from ._internals import trainer_update_on_kvstore_setting, trainer_updates_on_kvstore
+
+        # Asked for explicitly counts even where Gluon has no kvstore (one device): there it fails later
+        # with "'NoneType' object has no attribute 'is_capable'".
+        return trainer_update_on_kvstore_setting(trainer) is True or trainer_updates_on_kvstore(trainer)
+
+    def _step_on_kvstore(self, trainer, batch_size, skip_unused_params):
+        """A disabled scaler with a trainer that updates on the kvstore: Gluon's own step, nothing read."""
+        from ._internals import trainer_params
+
+        self._fold_accumulated(trainer)
+        params = self._params_to_apply(trainer_params(trainer), skip_unused_params)
+        trainer.step(batch_size, ignore_stale_grad=skip_unused_params)
+        self._open[id(trainer)] = _TrainerStep(trainer, "stepped", batch_size, params, None, skip_unused_params)
+        self._just_updated = False
+        return False
+
+    @staticmethod
+    def _params_to_apply(params, skip_unused_params):
+        """The trainable parameters with a gradient from this step; refuse unused ones unless skipped."""
+        from ._internals import amp_initialized, grad_is_fresh, param_is_deferred
+
+        trainable = [p for p in params if p.grad_req != "null"]
+        if not trainable:
+            raise ValueError("this trainer has no parameter to train (every grad_req is 'null')")
+        adding = [p.name for p in trainable if p.grad_req == "add"]
+        if adding and amp_initialized():
+            raise ValueError(
+                f"grad_req='add' under AMP ({', '.join(adding[:3])}{' ...' if len(adding) > 3 else ''}): MXNet "
+                "1.9.1's amp_cast ignores it in the backward pass, so these parameters would receive zero "
+                "gradients. Keep grad_req='write' and call scaler.accumulate(trainer) after each micro-batch's "
+                "backward; step() then applies the sum")
+        unused = [p for p in trainable if not grad_is_fresh(p)]
+        if len(unused) == len(trainable):
+            raise StepOrderError(
+                "no parameter of this trainer received a gradient since its last update: call backward first, on "
+                "the scaled loss (scaler.scale_loss(loss).backward(), with the loss computed inside "
+                "autograd.record()), then unscale() or step()")
+        names = ", ".join(p.name for p in unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
+        if skip_unused_params and any(param_is_deferred(p) for p in unused):
+            raise UnusedParameterError(
+                f"parameter(s) {names} received no gradient and some were never initialised (no forward pass has "
+                "reached them, so their shape is unknown), which Gluon's update cannot skip. Set grad_req='null' "
+                "on the block that holds them, or run one forward pass through it before training")
+        if unused and not skip_unused_params:
+            raise UnusedParameterError(
+                f"{len(unused)} parameter(s) received no gradient in this step: {names}. The forward pass did not "
+                "use them (an unused head?). Pass skip_unused_params=True (to train_step, or to the scaler's "
+                "unscale()/step()) to leave them unchanged, or stop training them with grad_req='null' "
+                "(block.collect_params().setattr('grad_req', 'null'))")
+        return [p for p in trainable if grad_is_fresh(p)]
+
+    def _record(self, overflow):
+        """One step's outcome: count it, adjust the scale, return whether it was skipped."""
         if not self.enabled:
             return False
         self.steps += 1
@@ -231,6 +640,7 @@ class LossScaler:
         self.last_step_skipped = state["last_step_skipped"]
         self.history.clear()
         self.history.extend(float(s) for s in state.get("history", ()))
+        self._end_step()
 
     def __repr__(self):
         if not self.enabled:
@@ -280,27 +690,50 @@ def parse_loss_scale(setting):
     return value
 
 
-def make_loss_scaler(setting, precision, **options):
-    """Build the scaler for a run from a user setting.
+def make_loss_scaler(precision, setting=None, **options):
+    """Build the scaler for a run: the precision's default, or a user setting.
 
     Parameters
     ----------
-    setting : str, float or None
-        Anything :func:`parse_loss_scale` reads; ``None`` is the precision's
-        default (dynamic for float16 and amp-float16, none otherwise).
     precision : Precision
+        From :func:`mxfp16.resolve_precision`; the scaler keeps it, so a
+        step can tell when its AMP was never activated.
+    setting : str, float or None
+        Anything :func:`parse_loss_scale` reads; ``None`` (the default) is
+        the precision's: dynamic for float16 and amp-float16, none otherwise.
     **options
         Passed to :class:`LossScaler` (``growth_interval``, ``hysteresis`` ...).
 
     Returns
     -------
     LossScaler
+
+    Raises
+    ------
+    TypeError
+        When ``precision`` is not a :class:`~mxfp16.Precision` (the order
+        of the arguments is precision first).
     """
+    from .precision import Precision
+
+    if not isinstance(precision, Precision):
+        swapped = " (the Precision came second: swap the two)" if isinstance(setting, Precision) else ""
+        raise TypeError(f"make_loss_scaler(precision, setting=None) takes the resolved precision first, got "
+                        f"{precision!r}{swapped}: write make_loss_scaler(precision) for the precision's default, "
+                        "or make_loss_scaler(precision, 'dynamic' | 'none' | 1024)")
     value = parse_loss_scale(setting)
     if value is None:
         value = "dynamic" if precision.loss_scaling else "none"
     if value == "dynamic":
-        return LossScaler(dynamic=True, **options)
+        return LossScaler(dynamic=True, precision=precision, **options)
     if value == "none":
-        return LossScaler(enabled=False, **options)
-    return LossScaler(init_scale=value, dynamic=False, **options)
+        return LossScaler(enabled=False, precision=precision, **options)
+    return LossScaler(init_scale=value, dynamic=False, precision=precision, **options)
+
+
+def _check_batch_size(batch_size):
+    """A positive finite number of samples (the optimizer divides by it)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, float)) or not (
+            0 < batch_size < float("inf")):
+        raise ValueError(f"batch_size must be a positive number of samples, got {batch_size!r}")
+    return batch_size

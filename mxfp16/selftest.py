@@ -137,7 +137,7 @@ def train_run(spec):
         net.load_parameters(spec.init_params, ctx=contexts)
     mxfp16.cast_net(net, precision.param_dtype)
     net.hybridize(static_alloc=True, static_shape=True)
-    scaler = mxfp16.make_loss_scaler(None, precision)
+    scaler = mxfp16.make_loss_scaler(precision)
     trainer = mxfp16.make_trainer(net.collect_params(), "sgd",
                                   {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, precision, scaler)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -150,7 +150,7 @@ def train_run(spec):
         if step in spec.skip_steps:
             with autograd.record():  # the forward pass of a skipped step still updates BatchNorm's statistics
                 loss = loss_fn(mxfp16.to_float32(net(data[0])), label[0]).mean()
-            losses.append(loss)
+            losses.append(loss.as_np_ndarray())
             skipped.append(step)
         else:
             result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
@@ -168,7 +168,7 @@ def train_run(spec):
     np.savez(spec.params_out, **params)
     return {
         "status": "ok", "reason": None, "precision": precision.name, "ctx": spec.ctx, "steps": spec.steps,
-        "losses": [float(l.asscalar()) for l in losses], "skipped_steps": skipped,
+        "losses": [l.item() for l in losses], "skipped_steps": skipped,
         "loss_scale": scaler.scale if scaler.enabled else None,
         "images_per_second": (spec.steps - 1) * BATCH_SIZE / elapsed if elapsed > 0 else None,
         "params": spec.params_out,
@@ -218,8 +218,12 @@ class Planned:
     reason: str = ""
 
 
-def plan(n_gpus, cpu_bfloat16):
-    """What to check on a machine with ``n_gpus`` GPUs and (or not) native CPU bfloat16.
+def plan(n_gpus, bfloat16):
+    """What to check on a machine with ``n_gpus`` GPUs and a CPU whose bfloat16 is ``bfloat16``.
+
+    amp-bfloat16 is checked wherever it runs, emulated included (the
+    selftest checks that it trains right, not that it is fast); where it
+    cannot run, the row says why (:func:`mxfp16.machine.hardware.bfloat16_support`).
 
     Returns
     -------
@@ -231,11 +235,10 @@ def plan(n_gpus, cpu_bfloat16):
         if device == "gpu":
             planned.append(Planned(precision, "gpu:0", True) if n_gpus else Planned(
                 precision, "gpu", False, "no GPU here (MXNet has no float16 convolution on a CPU)"))
-        elif cpu_bfloat16:
+        elif bfloat16.runs:
             planned.append(Planned(precision, "cpu", True))
         else:
-            planned.append(Planned(precision, "cpu", False, "this CPU has no native bfloat16 (avx512_bf16 or "
-                                                             "AMX): AMP would emulate it; auto picks float32 here"))
+            planned.append(Planned(precision, "cpu", False, f"bfloat16 does not run here: {bfloat16.reason}"))
     return planned
 
 
@@ -312,7 +315,7 @@ def _control_row(record, note):
     return row
 
 
-def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_bfloat16=None, progress=None):
+def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloat16=None, progress=None):
     """Check every precision that runs here against a float32 control.
 
     Parameters
@@ -322,7 +325,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
         A precision whose run gets a broken update half-way (its verdict must be FAIL).
     timeout : float
         Seconds one run may take.
-    n_gpus, cpu_bfloat16 : optional
+    n_gpus, bfloat16 : optional
         Override what :mod:`mxfp16.machine.hardware` finds (tests).
     progress : callable, optional
         Called with a line of text before each run.
@@ -336,7 +339,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
     from .machine import hardware
 
     n_gpus = hardware.gpu_count() if n_gpus is None else n_gpus
-    cpu_bfloat16 = hardware.has_cpu_bfloat16() if cpu_bfloat16 is None else cpu_bfloat16
+    bfloat16 = hardware.bfloat16_support() if bfloat16 is None else bfloat16
     say = progress or (lambda line: None)
     rows, controls = [], {}
     with tempfile.TemporaryDirectory(prefix="mxfp16-selftest-") as tmp:
@@ -360,7 +363,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, cpu_b
         # The float32 run always runs on the default device: on a machine where no mixed precision
         # runs, it still checks MXNet, the network and the step end to end.
         control_for("gpu:0" if n_gpus else "cpu")
-        for planned in plan(n_gpus, cpu_bfloat16):
+        for planned in plan(n_gpus, bfloat16):
             if not planned.runnable:
                 rows.append({"precision": planned.precision, "ctx": planned.ctx, "verdict": "not run",
                              "reason": planned.reason})

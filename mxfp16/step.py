@@ -1,23 +1,30 @@
-"""The training step shared by the trainer and the benchmark.
+"""The training step shared by the trainer and the benchmark, and its evaluation twin.
 
 One function serves float32, float16, amp-float16 and amp-bfloat16: the
 precision decides what the batch was cast to and whether the loss scaler is
-enabled, and a disabled scaler costs nothing.
+enabled, and a disabled scaler costs nothing. :func:`train_step` is built
+from the loss scaler's public seams (:meth:`~mxfp16.LossScaler.scale_loss`,
+:meth:`~mxfp16.LossScaler.unscale`, :meth:`~mxfp16.LossScaler.step`,
+:meth:`~mxfp16.LossScaler.update`); a step it does not cover is written
+from the same seams (docs/getting-started.md, "Your own step").
 """
+import weakref
 from dataclasses import dataclass
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from ._internals import trainer_params, trainer_updates_on_kvstore
 from .amp_lists import warn_if_numpy_mode
 from .casting import to_float32
+from .precision import check_activated
+from .scaler import LossScaler, check_loss
 
-__all__ = ["StepResult", "train_step", "grads_are_finite", "clip_global_norm_"]
+__all__ = ["StepResult", "train_step", "eval_step"]
 
-# multi_all_finite / multi_sum_sq take a bounded number of inputs per call.
-_CHUNK = 128
+# Networks whose graphs were already checked against AMP (check_activated): a graph built later is built
+# under AMP, which cannot be switched off, so one look per network is enough.
+_CHECKED_NETS = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -26,159 +33,229 @@ class StepResult:
 
     Attributes
     ----------
-    loss : NDArray
-        Mean loss over the batch, float32, shape (1,), on the first device.
-        Not synchronised: reading it (``.asscalar()``) waits for the forward pass.
+    loss : mx.np.ndarray
+        The weighted total loss averaged over the batch (the objective the
+        optimizer descends), float32, shape (1,), on the first device. Not
+        synchronised: ``result.loss.item()`` waits for the forward pass.
     skipped : bool
         The update was skipped because a gradient overflowed.
     loss_scale : float
         The scale used for this step's backward pass.
-    grad_norm : NDArray or None
+    grad_norm : mx.np.ndarray or None
         Global L2 norm of the unscaled, batch-averaged gradients before
-        clipping (only when clipping), unsynchronised.
-    outputs : list of NDArray
-        The network's float32 outputs, one per device, as the loss saw them
-        (for accuracy counts on the device; reading them waits for the forward).
+        clipping (only when clipping), shape (1,), unsynchronised; inf or
+        NaN on a skipped step.
+    outputs : tuple
+        The network's float32 outputs, one per device (a tuple of them for
+        a network with several), as the loss saw them (for accuracy counts
+        on the device; reading them waits for the forward).
+    losses : tuple of mx.np.ndarray
+        Each loss term averaged over the batch, unweighted, shape (1,): one
+        entry for a single loss.
     """
 
-    loss: mx.nd.NDArray
+    loss: object
     skipped: bool
     loss_scale: float
     grad_norm: object = None
     outputs: tuple = ()
+    losses: tuple = ()
 
 
-def _by_dtype(arrays):
-    groups = {}
-    for a in arrays:
-        groups.setdefault(np.dtype(a.dtype).name, []).append(a)
-    return groups.values()
-
-
-def _chunks(arrays):
-    for group in _by_dtype(arrays):
-        for i in range(0, len(group), _CHUNK):
-            yield group[i:i + _CHUNK]
-
-
-def grads_are_finite(grads):
-    """Device-side check that every gradient is finite.
-
-    Returns an NDArray of shape (1,) holding 1.0 when all are finite; nothing
-    is copied to the host. MXNet's ``multi_all_finite`` requires one dtype per
-    call, so gradients are grouped by dtype.
-    """
-    flags = [mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=True) for chunk in _chunks(grads)]
-    return flags[0] if len(flags) == 1 else mx.nd.min(mx.nd.concat(*flags, dim=0), keepdims=True)
-
-
-def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
-    """Clip gradients (in place) so the global L2 norm of ``grads / scale`` is at most ``max_norm``.
-
-    ``gluon.utils.clip_global_norm`` cannot serve float16 gradients: it sums
-    ``dot(x, x)`` in the gradient's dtype, which overflows float16 and has no
-    float16 kernel on CPU. Here the sum of squares is accumulated in float32
-    (``multi_sum_sq`` on float32 views), and the threshold is compared
-    against the norm divided by the loss scale. No host synchronisation.
-
-    Parameters
-    ----------
-    grads : list of NDArray
-        One copy of every gradient (the norm is computed over these).
-    max_norm : float
-    scale : float
-        What the gradients carry beyond the update the optimizer applies:
-        the loss scale times the batch size (the trainer's rescale divisor).
-    replicas : list of NDArray
-        Further copies (other devices) that receive the same clipping factor.
-
-    Returns
-    -------
-    NDArray
-        The global norm of ``grads / scale``, shape (1,), float32.
-    """
-    ctx = grads[0].ctx
-    # multi_sum_sq accumulates in its input dtype, so float16 groups are
-    # widened first: squared scaled gradients overflow float16 easily.
-    sums = [mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum().as_in_context(ctx)
-            for chunk in _chunks([g if g.dtype == np.float32 else g.astype("float32") for g in grads])]
-    norm = mx.nd.sqrt(mx.nd.add_n(*sums) if len(sums) > 1 else sums[0]).reshape((1,)) / scale
-    factor = mx.nd.minimum(max_norm / (norm + 1e-6), mx.nd.ones((1,), ctx=ctx))
-    for g in list(grads) + list(replicas):
-        g *= factor.as_in_context(g.ctx).astype(g.dtype, copy=False)
-    return norm
-
-
-def train_step(net, loss_fn, trainer, data, label, scaler, batch_size=None, clip_grad_norm=None):
+def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=None, clip_grad_norm=None,
+               loss_weights=None, skip_unused_params=False):
     """Forward, float32 loss, scaled backward, reduce, check, clip and update.
 
     Parameters
     ----------
     net : gluon.Block
         Already cast (or under AMP) for the precision.
-    loss_fn : gluon.loss.Loss
-        Receives float32 outputs (see :func:`mxfp16.casting.to_float32`).
+    loss_fn : callable or None
+        ``loss_fn(outputs, *labels)`` on the float32 outputs (see
+        :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
+        returning per-sample losses, or a tuple of such arrays to sum. With
+        ``None`` the network returns its own loss (or a tuple of losses).
     trainer : gluon.Trainer
-        From :func:`mxfp16.make_trainer`; must not update on the kvstore when
-        the scaler is enabled or clipping is on.
-    data, label : list of NDArray
-        One slice per device, from :func:`mxfp16.cast_batch`.
-    scaler : LossScaler
-        A disabled scaler makes this a plain float32-style step.
+        From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
+        it must not update on the kvstore (refused, with the reason).
+    data : list
+        One entry per device, from :func:`mxfp16.cast_batch`: an array, or a
+        tuple of arrays for a network with several inputs (``net(*inputs)``).
+    label : list or None
+        One entry per device: an array, or a tuple for a loss with several
+        labels; ``None`` when ``loss_fn`` is ``None`` (the labels are among
+        the network's inputs).
+    scaler : LossScaler or None
+        ``None`` (or a disabled scaler) is a plain step without scaling.
     batch_size : int, optional
-        Total samples across devices; by default the sum of slice lengths.
+        Total samples across devices (and workers); by default the sum of
+        the slices' lengths. The optimizer divides the summed losses by it.
     clip_grad_norm : float, optional
         Clip the global norm of the gradient the optimizer applies (unscaled,
         averaged over the batch) to this value.
+    loss_weights : sequence of float, optional
+        One weight per loss term, for a ``loss_fn`` (or network) that
+        returns several; by default every weight is 1.
+    skip_unused_params : bool
+        Leave the parameters that received no gradient (an unused head)
+        unchanged. By default such parameters raise
+        :class:`~mxfp16.scaler.UnusedParameterError`, naming them.
 
     Returns
     -------
     StepResult
 
+    Raises
+    ------
+    ValueError
+        Empty or mismatched ``data`` / ``label`` lists, or weights that do
+        not match the losses.
+    TypeError
+        A loss that is a Python or numpy number (it left the graph).
+    mxfp16.precision.AMPStateError
+        The scaler's precision uses AMP but :func:`mxfp16.activate` was not
+        called, or came after the network's graph was built.
+
     Notes
     -----
     Host synchronisation points:
 
-    * With an enabled scaler, exactly one: reading the overflow flag
-      (``asscalar`` on one float). The skip-or-update decision is a Python
-      branch, so it must be on the host; it is taken after
-      ``allreduce_grads`` so every device and worker decides the same.
+    * With an enabled scaler, exactly one: reading the overflow flag in
+      :meth:`LossScaler.step` (``asscalar`` on one float). The skip-or-update
+      decision is a Python branch, so it must be on the host; it is taken
+      after ``allreduce_grads`` so every device and worker decides the same.
     * With a disabled scaler, none: the loss and the gradient norm are
       returned as device arrays for the caller to read when it wants.
     """
+    datas, labels = _check_batch(data, label, loss_fn)
+    scaler = LossScaler(enabled=False) if scaler is None else scaler
+    _check_set_up(net, scaler)
     if batch_size is None:
-        batch_size = sum(x.shape[0] for x in data)
+        batch_size = sum(_first(x).shape[0] for x in datas)
     scale = scaler.scale
     with autograd.record():
-        raw = [net(x) for x in data]
-        warn_if_numpy_mode(raw[0])
+        raw = [net(*x) if isinstance(x, tuple) else net(x) for x in datas]
+        warn_if_numpy_mode(_first(raw[0]))
         outputs = [to_float32(out) for out in raw]
-        losses = [loss_fn(out, y) for out, y in zip(outputs, label)]
-        heads = [loss * scale for loss in losses] if scale != 1.0 else losses
+        terms = [_loss_terms(loss_fn, out, y) for out, y in zip(outputs, labels)]
+        weights = _check_weights(loss_weights, len(terms[0]))
+        heads = [term if w == 1.0 else term * w for device in terms for w, term in zip(weights, device)]
+        heads = scaler.scale_loss(heads)
     autograd.backward(heads)
 
-    needs_reduced_grads = scaler.checks_overflow or clip_grad_norm is not None
-    if not needs_reduced_grads and trainer_updates_on_kvstore(trainer):
-        trainer.step(batch_size)
-        return StepResult(_mean_loss(losses, batch_size), False, scale, outputs=tuple(outputs))
-
-    trainer.allreduce_grads()
-    grads = [p.list_grad()[0] for p in trainer_params(trainer) if p.grad_req != "null"]
-    skipped = False
-    if scaler.checks_overflow:
-        finite = grads_are_finite(grads)
-        skipped = scaler.update(overflow=finite.asscalar() < 1.0)  # the one host sync
     grad_norm = None
-    if not skipped:
+    if scaler.checks_overflow or clip_grad_norm is not None:
+        grads = scaler.unscale(trainer, batch_size, skip_unused_params)
         if clip_grad_norm is not None:
-            # Other devices hold identical reduced copies: same factor, norm counted once.
-            replicas = [g for p in trainer_params(trainer) if p.grad_req != "null" for g in p.list_grad()[1:]]
-            grad_norm = clip_global_norm_(grads, clip_grad_norm, batch_size * scale, replicas)
-        trainer.update(batch_size * scale)
-    return StepResult(_mean_loss(losses, batch_size), skipped, scale, grad_norm, tuple(outputs))
+            grad_norm = grads.clip_(clip_grad_norm)
+    skipped = scaler.step(trainer, batch_size, skip_unused_params)
+    scaler.update()
+    means = [_batch_mean([device[i] for device in terms], batch_size) for i in range(len(weights))]
+    total = means[0] * weights[0] if len(means) == 1 else sum(m * w for m, w in zip(means, weights))
+    return StepResult(total, skipped, scale, grad_norm, tuple(outputs), tuple(means))
 
 
-def _mean_loss(losses, batch_size):
-    ctx = losses[0].ctx
-    total = losses[0].sum() if len(losses) == 1 else mx.nd.add_n(*[l.sum().as_in_context(ctx) for l in losses])
-    return (total / batch_size).reshape((1,))
+def eval_step(net, data):
+    """The network's outputs for one batch, in inference mode, as float32: what a metric reads.
+
+    Under AMP a network's outputs can be bfloat16 or float16, which metrics
+    and ``argmax`` comparisons do not expect; here they are float32 in every
+    precision. Nothing is recorded for autograd and BatchNorm and Dropout
+    run in inference mode.
+
+    Parameters
+    ----------
+    net : gluon.Block
+    data : list
+        One entry per device, from :func:`mxfp16.cast_batch`: an array, or a
+        tuple of arrays for a network with several inputs.
+
+    Returns
+    -------
+    list
+        One float32 output per device (a tuple where the network returns
+        several), as device arrays of the network's kind: ``mx.nd`` arrays
+        for ``mx.metric``, ``mx.np`` arrays in numpy mode (read a number
+        with ``.item()``).
+    """
+    datas = _check_data(data, "eval_step()")
+    with autograd.pause(train_mode=False):
+        return [to_float32(net(*x) if isinstance(x, tuple) else net(x)) for x in datas]
+
+
+def _first(value):
+    """The first array of an output or input that may be a tuple (with ``None`` for heads not computed)."""
+    if isinstance(value, (tuple, list)):
+        return next(_first(v) for v in value if v is not None)
+    return value
+
+
+def _check_data(data, caller):
+    if not isinstance(data, list):  # a tuple is one device's inputs, not a list of devices
+        raise TypeError(f"{caller} takes data as a list with one entry per device (from mxfp16.cast_batch), "
+                        f"got {type(data).__name__}")
+    if not data:
+        raise ValueError(f"{caller} got an empty data list: pass one batch slice per device, as "
+                         "mxfp16.cast_batch(x, y, precision.data_dtype, ctx) returns them")
+    return list(data)
+
+
+def _check_batch(data, label, loss_fn):
+    """The per-device data and labels, checked against each other and the loss."""
+    datas = _check_data(data, "train_step()")
+    if label is None:
+        if loss_fn is not None:
+            raise ValueError("train_step() got no labels but a loss_fn: pass the labels (one per device, from "
+                             "mxfp16.cast_batch), or loss_fn=None for a network that returns its own loss")
+        return datas, [()] * len(datas)
+    if not isinstance(label, list) or not label:
+        raise ValueError("train_step() takes label as a non-empty list with one entry per device (from "
+                         "mxfp16.cast_batch), or None when the network returns its own loss")
+    if len(label) != len(datas):
+        raise ValueError(f"train_step() got {len(datas)} data slice(s) but {len(label)} label slice(s): one each "
+                         "per device")
+    if loss_fn is None:
+        raise ValueError("train_step() got labels but loss_fn=None: a network that returns its own loss takes "
+                         "its labels among its inputs (pass them in data, and label=None)")
+    return datas, [y if isinstance(y, tuple) else (y,) for y in label]
+
+
+def _check_set_up(net, scaler):
+    """Refuse an AMP precision that is not active for this network (see :func:`check_activated`), once per net."""
+    precision = getattr(scaler, "precision", None)
+    if precision is None or not precision.amp:
+        return
+    if net in _CHECKED_NETS:
+        check_activated(precision)  # a host-side flag: cheap every step
+        return
+    check_activated(precision, net)
+    _CHECKED_NETS.add(net)
+
+
+def _loss_terms(loss_fn, outputs, labels):
+    """The float32 loss term(s) of one device: ``loss_fn(outputs, *labels)``, or the network's own loss."""
+    value = outputs if loss_fn is None else loss_fn(outputs, *labels)
+    source = "the network (loss_fn=None)" if loss_fn is None else "loss_fn"
+    check_loss(value, source)
+    terms = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    return tuple(to_float32(term) for term in terms)
+
+
+def _check_weights(weights, count):
+    if weights is None:
+        return (1.0,) * count
+    weights = tuple(float(w) for w in weights)
+    if len(weights) != count:
+        raise ValueError(f"train_step() got {len(weights)} loss weight(s) for {count} loss term(s): give one weight "
+                         "per term the loss (or the network) returns")
+    if not all(np.isfinite(w) for w in weights):
+        raise ValueError(f"loss weights must be finite numbers, got {weights}")
+    return weights
+
+
+def _batch_mean(per_device, batch_size):
+    """``sum(losses) / batch_size`` over the devices, float32, shape (1,), on the first device, as ``mx.np``."""
+    arrays = [term.as_nd_ndarray() if isinstance(term, mx.np.ndarray) else term for term in per_device]
+    ctx = arrays[0].ctx
+    total = arrays[0].sum() if len(arrays) == 1 else mx.nd.add_n(*[a.sum().as_in_context(ctx) for a in arrays])
+    return (total / batch_size).reshape((1,)).as_np_ndarray()

@@ -183,7 +183,7 @@ def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=Non
     if isinstance(ctx, str) or not ctx or not all(isinstance(c, mx.Context) for c in ctx):
         raise TypeError(f"PartsSpec.ctx must be a checked list of contexts, not {ctx!r}: pass "
                         "mxfp16.devices.resolve_devices(ctx)")
-    scaler = make_loss_scaler(spec.loss_scale, precision)  # checks the setting before anything is built
+    scaler = make_loss_scaler(precision, spec.loss_scale)  # checks the setting before anything is built
     opt_params = optimizer_params(spec.optimizer, spec.lr, spec.wd, spec.momentum, lr_scheduler)
     loss = classification_loss(spec.classes, spec.label_smoothing)
     environment = set_float16_environment()

@@ -55,8 +55,7 @@ def _train(layer, precision, cast):
 
     mx.random.seed(0)
     rng = np.random.RandomState(0)
-    # numpy-mode operators are not wrapped by AMP, so nothing hands them bfloat16
-    block = _Cast(layer.build(), None if layer.numpy_mode else cast, layer.states, layer.numpy_mode)
+    block = _Cast(layer.build(), cast, layer.states, layer.numpy_mode)
     block.initialize(mx.init.Xavier(magnitude=1.0))
     if precision.name == "float16":
         mxfp16.cast_net(block, "float16")

@@ -72,7 +72,7 @@ def build(precision, seed):
 def make_scaler(precision):
     # 2**10 rather than 2**16: scaled float16 gradients of this network fit,
     # so the injected overflow is the only skipped step.
-    return mxfp16.make_loss_scaler(None, precision, init_scale=2.0 ** 10)
+    return mxfp16.make_loss_scaler(precision, init_scale=2.0 ** 10)
 
 
 def trainable(net):
@@ -140,7 +140,7 @@ def train(net, trainer, scaler, batches, rows, args, tap=None, rank=0, first_ste
         # process training on the whole global batch.
         result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler, batch_size=global_size)
         records.append({"step": step, "skipped": result.skipped, "loss_scale": result.loss_scale,
-                        "loss": float(result.loss.asscalar()), "digest_before": before, "digest_after": digest(net),
+                        "loss": result.loss.item(), "digest_before": before, "digest_after": digest(net),
                         "bytes_pushed": tap.bytes if tap is not None else None})
     return records
 

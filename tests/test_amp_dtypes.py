@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from conftest import requires_bfloat16
+
 CHILD = r'''
 import json, sys
 import mxfp16
@@ -59,6 +61,7 @@ def _run(precision):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@requires_bfloat16
 def test_amp_bfloat16_runs_the_heavy_ops_in_bfloat16_and_keeps_what_training_reads_float32():
     bf16, f32 = _run("amp-bfloat16"), _run("float32")
     assert all(d == ["float32"] for d in f32["ops"].values())

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from conftest import requires_bfloat16
+
 from mxfp16.amp_lists import LIST_SETS, operator_lists
 
 CHILD = """
@@ -61,6 +63,7 @@ def _relative_error(got, want):
     return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
 
 
+@requires_bfloat16
 @pytest.mark.slow
 @pytest.mark.parametrize("which", LIST_SETS)
 def test_stem_convolution_precision(python_child, which):
@@ -92,11 +95,12 @@ def test_operator_lists_are_fresh_copies_and_validated():
 
 
 def test_stem_rule_dispatches_on_the_kernel_however_it_is_written():
-    from mxfp16.amp_lists import FLOAT32_CONVOLUTIONS, _float32_where
+    from mxfp16.amp_lists import FLOAT32_CONVOLUTIONS
+    from mxfp16.amp_wrappers import float32_where
 
     calls = []
-    conv = _float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),
-                          *FLOAT32_CONVOLUTIONS)
+    conv = float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),
+                         *FLOAT32_CONVOLUTIONS)
     conv(kernel=(7, 7))
     conv(kernel="(7, 7)")
     conv(kernel=(3, 3))

@@ -8,12 +8,12 @@ import os
 
 import pytest
 
+from conftest import BFLOAT16, requires_bfloat16
 from mxfp16.bench import report
 from mxfp16.bench.runner import BenchSpec
 from mxfp16.bench.suite import plan, run_suite
 from mxfp16.cli import main
 from mxfp16.machine import hardware
-from mxfp16.precision import resolve_precision
 
 pytestmark = pytest.mark.slow
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +24,7 @@ TINY = ["--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10",
 @pytest.fixture(scope="module")
 def bench_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    # auto is amp-bfloat16 on a CPU with bfloat16 and float32 without: naming both keeps three runs either way.
+    # auto is timed (cached per shape) to amp-bfloat16 or float32: naming both keeps three runs either way.
     status = main(["bench", *TINY, "--batch-sizes", "4", "--precisions", "auto,float32,amp-bfloat16,float16",
                    "--out", str(out)])
     assert status == 0
@@ -46,10 +46,14 @@ def test_results_have_every_field_and_the_cpu_float16_skip(bench_out):
     assert doc["machine"]["cpu"] == hardware.cpu_identity()  # family and model too: a ratio depends on the CPU
     by_precision = {r["precision"]: r for r in doc["results"]}
     assert set(by_precision) == {"float32", "amp-bfloat16", "float16"}  # auto resolved, reported by name
-    auto = resolve_precision("auto", "cpu").name
-    assert by_precision[auto]["requested_precision"] == "auto"  # one run for auto and the name it resolves to
+    verdict = doc["config"]["auto"]["4"]  # what auto was at batch 4, and why
+    assert verdict["precision"] in ("float32", "amp-bfloat16") and verdict["reason"]
+    assert by_precision[verdict["precision"]]["requested_precision"] == "auto"  # one run for auto and its name
     assert len(doc["results"]) == 3
-    for name in ("float32", "amp-bfloat16"):
+    if not BFLOAT16.runs:  # refused before any process starts, naming what the CPU lacks
+        row = by_precision["amp-bfloat16"]
+        assert row["status"] == "skipped" and BFLOAT16.reason in row["reason"]
+    for name in ("float32", "amp-bfloat16") if BFLOAT16.runs else ("float32",):
         row = by_precision[name]
         assert row["status"] == "ok"
         for field in report.RESULT_FIELDS:
@@ -67,6 +71,7 @@ def test_results_have_every_field_and_the_cpu_float16_skip(bench_out):
     assert any(layer["in"] == 3 for layer in doc["tensor_cores"]["misaligned"])
 
 
+@requires_bfloat16
 def test_speedup_comes_from_runs_of_this_invocation(bench_out):
     _, doc = bench_out
     results = doc["results"]
@@ -110,6 +115,7 @@ def test_rounds_run_the_whole_list_in_turn():
         run_suite(specs, rounds=0)
 
 
+@requires_bfloat16
 def test_rounds_record_and_print_the_spread_of_each_ratio(tmp_path, capsys):
     assert main(["bench", *TINY, "--batch-sizes", "4", "--precisions", "float32,amp-bfloat16", "--rounds", "2",
                  "--no-plots", "--out", str(tmp_path)]) == 0

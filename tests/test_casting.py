@@ -59,12 +59,29 @@ def test_cast_batch_splits_and_keeps_labels_exact():
     assert float(np.float16(2049)) == 2048.0  # why labels are not cast
 
 
+def test_cast_batch_casts_floating_data_only_and_keeps_integer_labels():
+    tokens = mx.nd.array([[2049, 3001, 40000], [7, 4093, 65000]], dtype="int32")  # none exact in float16
+    lengths = mx.nd.array([3, 2], dtype="int64")
+    mask = mx.nd.array([[1, 1, 0], [1, 0, 0]], dtype="uint8")
+    weights = mx.nd.array([[0.5], [1.5]], dtype="float64")
+    labels = (mx.nd.array([2049, 65001], dtype="int32"), mx.nd.array([0.25, 2049.0], dtype="float16"))
+    xs, ys = cast_batch((tokens, lengths, mask, weights), labels, "float16", [mx.cpu(0), mx.cpu(1)])
+    assert len(xs) == len(ys) == 2 and all(isinstance(x, tuple) and len(x) == 4 for x in xs)
+    assert [np.dtype(a.dtype).name for a in xs[0]] == ["int32", "int64", "uint8", "float16"]
+    assert np.concatenate([x[0].asnumpy() for x in xs]).tolist() == tokens.asnumpy().tolist()
+    assert np.concatenate([x[1].asnumpy() for x in xs]).tolist() == [3, 2]
+    assert [np.dtype(y.dtype).name for y in ys[1]] == ["int32", "float32"]  # float labels become float32
+    assert [y[0].asscalar() for y in ys] == [2049, 65001]
+    assert float(np.float16(65001)) == 64992.0  # what a float16 cast would have made of it
+
+
 def test_to_float32_only_casts_when_needed():
     half = mx.nd.ones((2, 3), dtype="float16")
     full = mx.nd.ones((2, 3))
     assert to_float32(half).dtype == np.float32
     assert to_float32(full) is full
     assert [o.dtype for o in to_float32((half, full))] == [np.float32, np.float32]
+    assert to_float32((half, None))[1] is None  # a head the network did not compute
 
 
 def test_float16_loss_needs_float32_logits():

@@ -1,7 +1,7 @@
 """Which CPU a benchmark ran on: ``cpu_identity`` from fake /proc/cpuinfo text (no processes, no MXNet runs)."""
 import pytest
 
-from mxfp16.machine import hardware
+from mxfp16.machine import cpuinfo, hardware
 
 
 def _cpuinfo(tmp_path, vendor, family, model, stepping, name, flags, processors=2):
@@ -68,7 +68,7 @@ def test_without_cpuinfo_the_platform_answers(tmp_path, monkeypatch):
 
 
 def test_the_older_readers_and_the_machine_record_use_the_same_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(hardware, "CPUINFO", _cpuinfo(tmp_path, "AuthenticAMD", 26, 2, 0, "AMD EPYC", ZEN5_FLAGS))
+    monkeypatch.setattr(cpuinfo, "CPUINFO", _cpuinfo(tmp_path, "AuthenticAMD", 26, 2, 0, "AMD EPYC", ZEN5_FLAGS))
     assert hardware.cpu_model() == "AMD EPYC"
     assert hardware.cpu_flags() == set(ZEN5_FLAGS)
     assert hardware.cpu_bfloat16_support() == {"avx512_bf16": True, "amx_bf16": False}
@@ -83,7 +83,7 @@ def test_the_older_readers_and_the_machine_record_use_the_same_file(tmp_path, mo
 def test_info_prints_and_records_the_cpu(tmp_path, monkeypatch):
     from mxfp16.commands import info
 
-    monkeypatch.setattr(hardware, "CPUINFO", _cpuinfo(tmp_path, "GenuineIntel", 6, 143, 8, "Xeon 8480+", SPR_FLAGS))
+    monkeypatch.setattr(cpuinfo, "CPUINFO", _cpuinfo(tmp_path, "GenuineIntel", 6, 143, 8, "Xeon 8480+", SPR_FLAGS))
     report = info.collect()
     assert report["machine"]["cpu"]["microarchitecture"] == "Sapphire Rapids"
     line = next(l for l in info._text(report).splitlines() if l.startswith("CPU: "))

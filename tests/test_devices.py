@@ -1,5 +1,4 @@
 """Devices: --ctx parsed, formatted and checked once, with their own error type."""
-import warnings
 
 import mxnet as mx
 import pytest
@@ -41,17 +40,12 @@ def test_ctx_auto_is_every_visible_gpu_else_the_cpu():
             parse_ctx(bad)
 
 
-def test_old_names_in_precision_still_work_and_warn():
+def test_the_device_names_live_in_devices_only():
     import mxfp16.precision as precision
 
     for name in ("parse_ctx", "format_ctx", "as_context_list", "check_devices"):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert getattr(precision, name) is getattr(__import__("mxfp16.devices").devices, name)
-        assert any(issubclass(w.category, DeprecationWarning) and "mxfp16.devices" in str(w.message)
-                   for w in caught)
-    with pytest.raises(AttributeError):
-        precision.no_such_name
+        assert callable(getattr(__import__("mxfp16.devices").devices, name))
+        assert not hasattr(precision, name), f"mxfp16.precision.{name} is an alias of mxfp16.devices.{name}"
 
 
 def test_the_builder_takes_only_resolved_settings():

@@ -146,18 +146,48 @@ def test_api_reference_documents_the_exported_names(site):
             assert name in page, f"{name} is exported but not in the API reference"
 
 
-def test_the_own_loop_snippet_of_getting_started_runs_as_written():
-    """The library snippet a new user copies first: extracted from the page and run in a fresh process."""
-    import re
+def _python_blocks(text):
+    return re.findall(r"```python\n(.*?)```", text, re.S)
 
+
+def _run_blocks(blocks, label):
+    """Run each block in its own namespace, in order, in one fresh process; return what each printed."""
     from conftest import run_python
 
+    code = "import contextlib, io\nblocks = %r\n" % (blocks,) + (
+        "for i, block in enumerate(blocks):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        exec(compile(block, '%s block %%d' %% i, 'exec'), {'__name__': '__main__'})\n"
+        "    print('BLOCK', i, repr(out.getvalue()))\n" % label)
+    printed = [line.split(" ", 2) for line in run_python(code, timeout=400).stdout.splitlines()
+               if line.startswith("BLOCK ")]
+    assert [int(i) for _, i, _ in printed] == list(range(len(blocks)))
+    return [eval(text) for _, _, text in printed]
+
+
+def test_every_python_example_of_getting_started_runs_as_written():
+    """Every Python block a new user may copy from getting-started and the GluonCV porting page, each in a
+    namespace of its own, in one process on this machine (all of them use the same precision, ``auto``)."""
     text = open(os.path.join(REPO, "docs", "getting-started.md"), encoding="utf-8").read()
-    section = text[text.index("## Mixed precision in your own loop"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    out = run_python(code).stdout.strip().splitlines()[-1].split()
-    name, loss, skipped = out[0], float(out[2]), out[4]
-    assert name in ("float32", "amp-bfloat16", "float16") and loss == loss and 0 < loss < 10 and skipped == "False"
+    porting = open(os.path.join(REPO, "docs", "porting-gluoncv.md"), encoding="utf-8").read()
+    blocks = _python_blocks(text) + _python_blocks(porting)
+    assert len(blocks) >= 5
+    printed = _run_blocks(blocks, "getting-started.md / porting-gluoncv.md")
+    loop = printed[[i for i, b in enumerate(blocks) if "mp.train_step(" in b][0]].split()
+    assert loop[0] in ("float32", "amp-bfloat16", "float16") and 0 < float(loop[2]) < 10 and loop[4] == "False"
+    own = printed[[i for i, b in enumerate(blocks) if "scaler.accumulate(" in b][0]].split()
+    assert own[:2] == ["grad", "norm"] and float(own[2]) > 0 and own[4] == "False"
+    ported = printed[-1].split()
+    assert ported[0] == loop[0] and "accuracy" in printed[-1]
+
+
+def test_the_library_example_of_the_readme_runs_as_written():
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = text[text.index("As a library"):]
+    printed = _run_blocks(_python_blocks(section)[:1], "README.md")
+    name, loss = printed[0].split()[:2]
+    assert name.split()[0] in ("float32", "amp-bfloat16", "float16") and 0 < float(loss) < 20
 
 
 def test_relative_links_resolve_in_the_repository():

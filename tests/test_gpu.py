@@ -55,7 +55,7 @@ def test_float16_resnet_steps_track_a_float32_control(tmp_path):
         for name, parts in (("float32", f32), ("float16", f16)):
             data, label = cast_batch(x, y, parts.precision.data_dtype, parts.ctx)
             result = train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler)
-            losses[name].append(float(result.loss.asscalar()))
+            losses[name].append(result.loss.item())
     assert all(np.isfinite(losses["float16"]))
     assert f16.scaler.skipped_steps <= 2  # the dynamic scale may back off once or twice at the start
     for name, trace in losses.items():

@@ -142,9 +142,9 @@ PROBE = """
     # mxfp16 against the fake mxnet.
     package = types.ModuleType("mxfp16"); package.__path__ = [{repo!r} + "/mxfp16"]
     sys.modules["mxfp16"] = package
-    from mxfp16 import _compat
+    from mxfp16.machine import stack
     from mxfp16.machine.gpu import libraries
-    mx = _compat.check_stack()
+    mx = stack.check_stack()
     first = libraries.preload()
     handles = dict(libraries._HANDLES)
     second = libraries.preload()

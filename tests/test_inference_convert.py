@@ -3,6 +3,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from conftest import requires_bfloat16
 from mxfp16.amp_lists import float32_layers
 from mxfp16.inference.agreement import check_margin, compare, AgreementError
 from mxfp16.inference.convert import _placeable, deployable, load_block, traced
@@ -23,10 +24,15 @@ def _output_dtypes(symbol):
     return dict(zip(internals.list_outputs(), out_types))
 
 
+# The conversion is a graph pass: nothing runs, so it is checked on every CPU, one without bfloat16 arithmetic
+# included, where resolving amp-bfloat16 for the CPU is refused (resolving for a GPU touches no device).
+AMP_BFLOAT16 = resolve_precision("amp-bfloat16", "gpu:0")
+
+
 @pytest.mark.parametrize("lists, stem", [("mxfp16", np.float32), ("mxnet", BFLOAT16)])
 def test_amp_conversion_runs_convolutions_in_bfloat16_and_the_stem_as_the_lists_say(lists, stem):
     net = _network()
-    model = deployable(net, resolve_precision("amp-bfloat16", "cpu"), lists)
+    model = deployable(net, AMP_BFLOAT16, lists)
     types = _output_dtypes(model.symbol)
     convs = {name: t for name, t in types.items() if name.endswith("_fwd_output") and "conv" in name}
     stem_name = float32_layers(traced(net)[0], "bfloat16", "mxfp16")[0] + "_output"
@@ -49,7 +55,7 @@ def test_a_network_in_the_wrong_dtype_is_refused():
     with pytest.raises(ValueError, match="needs a network with float16 parameters"):
         deployable(_network(), resolve_precision("float16", "cpu", allow_cpu_float16=True))
     with pytest.raises(ValueError, match="needs a network with float32 parameters"):
-        deployable(_network(dtype="float16"), resolve_precision("amp-bfloat16", "cpu"))
+        deployable(_network(dtype="float16"), AMP_BFLOAT16)
 
 
 def test_the_loaded_block_computes_what_the_network_computes():
@@ -57,6 +63,12 @@ def test_the_loaded_block_computes_what_the_network_computes():
     x = mx.nd.random.uniform(shape=(3, 3, 24, 24))
     exported = deployable(net, resolve_precision("float32", "cpu"))
     assert np.array_equal(load_block(exported.symbol, exported.params, mx.cpu())(x).asnumpy(), net(x).asnumpy())
+
+
+@requires_bfloat16
+def test_the_loaded_bfloat16_block_computes_close_to_the_network():
+    net = _network(size=24)
+    x = mx.nd.random.uniform(shape=(3, 3, 24, 24))
     converted = deployable(net, resolve_precision("amp-bfloat16", "cpu"))
     out = load_block(converted.symbol, converted.params, mx.cpu())(x)
     assert out.dtype == np.float32

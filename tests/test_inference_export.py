@@ -15,6 +15,7 @@ from mxfp16.inference import bundle
 from mxfp16.inference.agreement import AgreementError
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
+from conftest import CPU_MIXED, requires_bfloat16
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow
@@ -40,14 +41,15 @@ def run(data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bf16_export(run, tmp_path_factory):
-    out = tmp_path_factory.mktemp("exports") / "bf16"
-    info = export_run(run, out, precision="amp-bfloat16", ctx="cpu", log=_quiet)
+def mixed_export(run, tmp_path_factory):
+    """The run exported in amp-bfloat16, or in float32 on a CPU that cannot run bfloat16 (the files are the same)."""
+    out = tmp_path_factory.mktemp("exports") / "mixed"
+    info = export_run(run, out, precision=CPU_MIXED, ctx="cpu", log=_quiet)
     return out, info
 
 
-def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(run, bf16_export):
-    out, info = bf16_export
+def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(run, mixed_export):
+    out, info = mixed_export
     assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE,
                                                             bundle.CHECKSUM_FILE])
     on_disk = json.loads((out / bundle.INFO_FILE).read_text())
@@ -59,7 +61,7 @@ def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(r
         assert info["files"][name] == {"sha256": sums[name], "bytes": (out / name).stat().st_size}
     config = json.loads((run / "config.json").read_text())
     assert info["classes"] == config["classes"] and info["image_size"] == config["image_size"] == 16
-    assert info["precision"] == "amp-bfloat16" and info["compute_dtype"] == "bfloat16"
+    assert info["precision"] == CPU_MIXED and info["compute_dtype"] == CPU_MIXED.replace("amp-", "")
     assert info["preprocess"]["center_crop"] == 16 and info["preprocess"]["resize_short"] == 18
     assert info["source"]["tag"] == "epoch-0002"
     assert info["source"]["params_sha256"] == sha256_file(run / "checkpoints" / "epoch-0002.params")
@@ -68,13 +70,14 @@ def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(r
     assert 0 <= agreement["max_probability_difference"] < 0.5
     assert agreement["changed_images"] == round(agreement["changed_share"] * 24)
     # No staging folder is left beside the export.
-    assert [p.name for p in out.parent.iterdir()] == ["bf16"]
+    assert [p.name for p in out.parent.iterdir()] == ["mixed"]
 
 
-def test_bfloat16_weights_are_stored_converted_and_the_graph_keeps_its_casts(bf16_export):
+@requires_bfloat16
+def test_bfloat16_weights_are_stored_converted_and_the_graph_keeps_its_casts(mixed_export):
     import mxnet as mx
 
-    out, _ = bf16_export
+    out, _ = mixed_export
     params = mx.nd.load(str(out / bundle.PARAMS_FILE))
     conv_weights = [k for k in params if k.startswith("arg:") and "conv" in k and k.endswith("_weight")]
     assert conv_weights and all(params[k].dtype != np.float32 for k in conv_weights)  # bfloat16
@@ -100,15 +103,15 @@ print(json.dumps({"top1": float((logits.argmax(axis=1) == np.load(labels)).mean(
 """
 
 
-@pytest.mark.parametrize("precision", ["amp-bfloat16", "float32"])
-def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, bf16_export, precision, tmp_path):
+@pytest.mark.parametrize("precision", [pytest.param("amp-bfloat16", marks=requires_bfloat16), "float32"])
+def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, mixed_export, precision, tmp_path):
     import subprocess
     import sys
 
     from mxfp16.data import make_loaders
 
     if precision == "amp-bfloat16":
-        out, info = bf16_export
+        out, info = mixed_export
     else:
         out = tmp_path / "f32"
         info = export_run(run, out, precision="float32", ctx="cpu", log=_quiet)
@@ -118,11 +121,11 @@ def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, bf16_
     np.save(tmp_path / "y.npy", np.concatenate([y.asnumpy() for _, y in batches]))
     # A bare interpreter: no PYTHONPATH to the repository, and no `import mxfp16` where MXNet loads by itself
     # (numpy below 1.24); on a newer numpy, the one line docs/inference.md gives (mxfp16 supplies numpy's names).
-    from mxfp16 import _compat
+    from mxfp16.machine import stack
 
-    code = ("import mxfp16\n" if _compat.SUPPLIED else "") + PLAIN_LOAD
+    code = ("import mxfp16\n" if stack.SUPPLIED else "") + PLAIN_LOAD
     proc = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
-                           "compat" if _compat.SUPPLIED else "bare"],
+                           "compat" if stack.SUPPLIED else "bare"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["top1"] == pytest.approx(info["agreement"]["top1_export"])
@@ -221,8 +224,8 @@ def test_a_damaged_config_json_is_a_message_not_a_traceback(run, tmp_path, capsy
     assert {"deep": "nested", "mistyped": "of the wrong type", "list": "where an object belongs"}[damage] in err
 
 
-def test_a_damaged_export_json_is_a_message(bf16_export, tmp_path, capsys):
-    out, _ = bf16_export
+def test_a_damaged_export_json_is_a_message(mixed_export, tmp_path, capsys):
+    out, _ = mixed_export
     copy = tmp_path / "exp"
     shutil.copytree(out, copy)
     info = json.loads((out / bundle.INFO_FILE).read_text())
@@ -310,6 +313,7 @@ def test_best_checkpoint_is_the_best_epoch_and_refused_when_it_was_not_kept(run,
     assert info["source"]["epoch"] == 2 and info["source"]["val_top1"] == 0.9
 
 
+@requires_bfloat16
 def test_an_export_beyond_the_margin_is_refused_naming_the_numbers_and_leaves_nothing(run, tmp_path, monkeypatch):
     from mxfp16.inference import export as export_module
 

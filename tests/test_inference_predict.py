@@ -12,6 +12,7 @@ from mxfp16.inference import bundle
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
 from mxfp16.inference.predict import Predictor, image_files
+from conftest import CPU_MIXED
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow
@@ -26,8 +27,9 @@ def data(tmp_path_factory):
 def export(data, tmp_path_factory):
     root = tmp_path_factory.mktemp("predict")
     ok(run_train("--data-dir", data, "--precision", "float32", "--out", root / "run", "--epochs", 2, *QUICK))
-    info = export_run(root / "run", root / "bf16", precision="amp-bfloat16", ctx="cpu", log=lambda *_: None)
-    return root / "bf16", info
+    # amp-bfloat16 where this CPU runs it: predict reads it as it reads a float32 export, which it gets elsewhere.
+    info = export_run(root / "run", root / "mixed", precision=CPU_MIXED, ctx="cpu", log=lambda *_: None)
+    return root / "mixed", info
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ def test_json_output_and_top_k_capped_at_the_classes(export, mixed_folder, tmp_p
     assert main(["predict", "--model", str(export[0]), str(mixed_folder), "--top-k", "10", "--output", str(out),
                  "--ctx", "cpu", "--no-progress"]) == 0
     doc = json.loads(out.read_text())
-    assert doc["precision"] == "amp-bfloat16" and len(doc["predictions"]) == 4 and len(doc["skipped"]) == 3
+    assert doc["precision"] == CPU_MIXED and len(doc["predictions"]) == 4 and len(doc["skipped"]) == 3
     assert all(len(p["top"]) == 3 for p in doc["predictions"])  # three classes in the tiny set
     assert {s["path"].rsplit("/", 1)[-1] for s in doc["skipped"]} == {"truncated.jpg", "text.jpg", "notes.txt"}
 

@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import REPO, run_python
-from mxfp16 import _compat
+from mxfp16.machine import stack
 from mxfp16.machine._mxnet_numpy_names import NAMES
 
 #: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
@@ -95,7 +95,7 @@ def test_a_newer_numpy_gets_the_removed_names_and_mxnet_runs():
     proc = run_python(NEWER_NUMPY.format(hidden=REMOVED) + """
 import json, math
 import mxfp16
-from mxfp16 import _compat
+from mxfp16.machine import stack
 import mxnet as mx
 from mxnet import gluon, autograd
 net = gluon.nn.HybridSequential()
@@ -108,7 +108,7 @@ with autograd.record():
     loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), mx.nd.zeros(8))
 loss.backward()
 trainer.step(8)
-print(json.dumps({"supplied": _compat.SUPPLIED, "loss": float(loss.mean().asscalar()),
+print(json.dumps({"supplied": stack.SUPPLIED, "loss": float(loss.mean().asscalar()),
                   "np_ops": float(mx.np.array([1.0, 2.0]).sum())}))
 """)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -156,8 +156,8 @@ def test_a_name_numpy_still_has_is_never_replaced():
 import numpy
 numpy.alltrue = "the user's own"      # present: must survive
 import mxfp16
-from mxfp16 import _compat
-print(numpy.alltrue, sorted(_compat.SUPPLIED))
+from mxfp16.machine import stack
+print(numpy.alltrue, sorted(stack.SUPPLIED))
 """)
     assert proc.stdout.split()[:3] == ["the", "user's", "own"]
     assert "PZERO" in proc.stdout and "'alltrue'" not in proc.stdout
@@ -171,12 +171,12 @@ import mxfp16
     last = proc.stderr.strip().splitlines()
     assert "ImportError" in proc.stderr and "AttributeError" not in proc.stderr
     assert "numpy.isclose" in proc.stderr and "numpy.PZERO" not in proc.stderr  # PZERO was supplied
-    pin = _compat.TESTED_NUMPY[sys.version_info[:2]]
+    pin = stack.TESTED_NUMPY[sys.version_info[:2]]
     assert f"pip install 'numpy=={pin}'" in proc.stderr, last
 
 
 def test_the_message_for_an_untested_python_names_the_newest_tested_stack():
-    message = _compat.unknown_numpy_message("3.1.0", ["isclose"], python=(3, 15))
+    message = stack.unknown_numpy_message("3.1.0", ["isclose"], python=(3, 15))
     assert "Python 3.15 is not tested" in message and "numpy 2.2.6" in message and "numpy.isclose" in message
 
 
@@ -200,10 +200,10 @@ sys.meta_path.insert(0, _Hide({hidden!r}))
 def test_distutils_comes_from_setuptools_where_python_has_none():
     proc = run_python(NO_DISTUTILS.format(hidden=["distutils"]) + """
 import mxfp16
-from mxfp16 import _compat
+from mxfp16.machine import stack
 from distutils.version import LooseVersion   # what MXNet's numpy front end imports
 import mxnet as mx
-print(_compat.DISTUTILS["source"], LooseVersion("2.2.6") > LooseVersion("1.17"), mx.np.ones(2).sum())
+print(stack.DISTUTILS["source"], LooseVersion("2.2.6") > LooseVersion("1.17"), mx.np.ones(2).sum())
 """)
     assert proc.stdout.split()[:3] == ["setuptools._distutils", "(supplied", "by"]
     assert "True" in proc.stdout
@@ -228,13 +228,13 @@ def _pins():
     return pins
 
 
-@pytest.mark.parametrize("python", sorted(_compat.TESTED_NUMPY), ids=lambda v: "%d.%d" % v)
+@pytest.mark.parametrize("python", sorted(stack.TESTED_NUMPY), ids=lambda v: "%d.%d" % v)
 def test_constraints_setup_cfg_and_the_compat_table_agree_per_python(python):
     env = {"python_version": "%d.%d" % python, "python_full_version": "%d.%d.0" % python}
     pinned = [r for r in _pins() if r.marker is None or r.marker.evaluate(env)]
     assert len(pinned) == 1, f"constraints.txt must pin numpy once for Python {env['python_version']}"
     version = next(iter(pinned[0].specifier)).version
-    assert version == _compat.TESTED_NUMPY[python]
+    assert version == stack.TESTED_NUMPY[python]
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(REPO, "setup.cfg"))
     wanted = [Requirement(line) for line in cfg["options"]["install_requires"].splitlines()
@@ -250,7 +250,7 @@ def test_constraints_setup_cfg_and_the_compat_table_agree_per_python(python):
 def test_every_tested_python_is_named_in_the_readme():
     with open(os.path.join(REPO, "README.md")) as handle:
         readme = handle.read()
-    for python, numpy_version in _compat.TESTED_NUMPY.items():
+    for python, numpy_version in stack.TESTED_NUMPY.items():
         assert numpy_version in readme
     assert "3.8 to 3.13" in readme
 
@@ -259,12 +259,12 @@ def test_info_reports_python_numpy_and_what_was_supplied():
     proc = subprocess.run([sys.executable, "-m", "mxfp16", "info", "--json"], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    stack = json.loads(proc.stdout)["stack"]
-    assert stack["python"] == ".".join(map(str, sys.version_info[:3])) and stack["numpy"] == np.__version__
-    assert stack["numpy_tested"] == _compat.TESTED_NUMPY.get(sys.version_info[:2])
+    report = json.loads(proc.stdout)["stack"]
+    assert report["python"] == ".".join(map(str, sys.version_info[:3])) and report["numpy"] == np.__version__
+    assert report["numpy_tested"] == stack.TESTED_NUMPY.get(sys.version_info[:2])
     # The same numpy in this process: info reports what mxfp16 supplied here (nothing on numpy 1.23).
-    assert stack["numpy_names_supplied"] == _compat.SUPPLIED
-    assert all(not _resolves_unprepared(name) for name in stack["numpy_names_supplied"])
+    assert report["numpy_names_supplied"] == stack.SUPPLIED
+    assert all(not _resolves_unprepared(name) for name in report["numpy_names_supplied"])
     text = subprocess.run([sys.executable, "-m", "mxfp16", "info"], capture_output=True, text=True, cwd=REPO,
                           timeout=120).stdout
     assert f"numpy {np.__version__}" in text and "numpy names mxfp16 supplied for MXNet" in text
@@ -273,7 +273,7 @@ def test_info_reports_python_numpy_and_what_was_supplied():
 def test_on_numpy_2_the_names_numpy_removed_were_supplied():
     if int(np.__version__.split(".")[0]) < 2:
         pytest.skip("runs on numpy 2 (the newest-Python leg of make test)")
-    assert {"PZERO", "NaN", "alltrue", "compat"} <= set(_compat.SUPPLIED)
+    assert {"PZERO", "NaN", "alltrue", "compat"} <= set(stack.SUPPLIED)
     assert np.PZERO == 0.0 and math.isnan(np.NaN)
 
 

@@ -63,12 +63,12 @@ def test_make_trainer_sets_master_weights_and_kvstore_mode():
     net = elementwise_mlp(2, [4], 2)
     net.initialize()
     fp16 = resolve_precision("float16", mx.cpu(), allow_cpu_float16=True)
-    scaler = make_loss_scaler(None, fp16)
+    scaler = make_loss_scaler(fp16)
     trainer = make_trainer(net.collect_params(), "SGD", {"learning_rate": 0.1}, fp16, scaler)
     assert trainer.optimizer.multi_precision is True
     assert trainer_update_on_kvstore_setting(trainer) is False
     fp32 = resolve_precision("float32", mx.cpu())
-    plain = make_trainer(net.collect_params(), "adam", {"learning_rate": 0.1}, fp32, make_loss_scaler(None, fp32))
+    plain = make_trainer(net.collect_params(), "adam", {"learning_rate": 0.1}, fp32, make_loss_scaler(fp32))
     assert plain.optimizer.multi_precision is False
     with pytest.raises(ValueError, match="update_on_kvstore=False"):
         make_trainer(net.collect_params(), "sgd", {}, fp16, scaler, update_on_kvstore=True)

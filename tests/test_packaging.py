@@ -10,6 +10,7 @@ import numpy as np
 from conftest import REPO, run_python
 from mxfp16 import __version__
 from mxfp16.machine import hardware
+from mxfp16.precision import resolve_precision
 
 
 def test_missing_mxnet_is_explained():
@@ -48,9 +49,9 @@ def test_info_json_reports_this_machine():
     assert machine["cpu"] == hardware.cpu_identity()
     assert report["precisions"]["float32"]["runs"] is True
     assert report["precisions"]["float16"]["runs"] is (mx.context.num_gpus() > 0)
-    expected_auto = ("float16" if machine["gpus"] else
-                     "amp-bfloat16" if hardware.has_cpu_bfloat16() else "float32")
-    assert report["auto"]["resolves_to"] == expected_auto
+    auto = resolve_precision("auto", "gpu:0" if machine["gpus"] else "cpu")  # the rule, with its reason
+    assert (report["auto"]["resolves_to"], report["auto"]["reason"]) == (auto.name, auto.reason)
+    assert machine["bfloat16"]["kind"] == hardware.bfloat16_support().kind
     f16 = report["formats"]["float16"]
     assert f16["max"] == float(np.finfo(np.float16).max)
     assert f16["smallest_subnormal"] == float(np.finfo(np.float16).smallest_subnormal)

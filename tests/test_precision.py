@@ -13,7 +13,8 @@ from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
     ("amp-bfloat16", "bfloat16", "float32", True, False, False),
 ])
 def test_table(name, compute, params, amp, scaling, master):
-    p = resolve_precision(name, mx.cpu(), allow_cpu_float16=True)
+    # The table is the same for any device (resolving for a GPU touches none): checked on every CPU.
+    p = resolve_precision(name, mx.gpu(0))
     assert (p.name, p.compute_dtype, p.param_dtype, p.amp, p.loss_scaling, p.master_weights) == \
         (name, compute, params, amp, scaling, master)
     # Batches follow the parameters; AMP casts inside the operators.
@@ -102,7 +103,7 @@ def test_amp_is_process_global(python_child):
     proc = python_child("""
         from mxfp16.precision import AMPStateError, activate, resolve_precision
         import mxnet as mx
-        bf16 = resolve_precision("amp-bfloat16", mx.cpu())
+        bf16 = resolve_precision("amp-bfloat16", mx.gpu(0))  # amp.init runs nothing: any CPU can take it
         activate(bf16)
         activate(bf16)  # idempotent for the same target
         for other in ("float32", "amp-float16"):

@@ -62,7 +62,7 @@ def test_diverged_error_at_minimum():
 
 
 def test_static_scale_never_moves_but_skips_and_diverges():
-    scaler = make_loss_scaler("128", resolve_precision("float32", "cpu"), max_overflows_at_min=3)
+    scaler = make_loss_scaler(resolve_precision("float32", "cpu"), "128", max_overflows_at_min=3)
     assert not scaler.dynamic and scaler.scale == 128.0
     assert scaler.update(True) and scaler.scale == 128.0
     for _ in range(1000):
@@ -101,13 +101,13 @@ def test_disabled_is_a_no_op():
 
 def test_precision_defaults_and_bad_settings():
     fp16 = resolve_precision("float16", "cpu", allow_cpu_float16=True)
-    bf16 = resolve_precision("amp-bfloat16", "cpu")
-    assert make_loss_scaler(None, fp16).dynamic and make_loss_scaler(None, fp16).enabled
-    assert not make_loss_scaler(None, bf16).enabled
-    assert not make_loss_scaler("none", fp16).enabled
+    bf16 = resolve_precision("amp-bfloat16", "gpu:0")  # the default follows the precision, not the device
+    assert make_loss_scaler(fp16).dynamic and make_loss_scaler(fp16).enabled
+    assert not make_loss_scaler(bf16).enabled
+    assert not make_loss_scaler(fp16, "none").enabled
     for bad in ("huge", "-4", "0.0", "inf"):
         with pytest.raises(ValueError):
-            make_loss_scaler(bad, fp16)
+            make_loss_scaler(fp16, bad)
 
 
 def test_one_parser_for_the_setting_and_the_trainer_agrees():

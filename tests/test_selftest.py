@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, requires_gpu
+from conftest import BFLOAT16, REPO, requires_bfloat16, requires_gpu
 from mxfp16 import selftest
 from mxfp16.machine import hardware
 
@@ -30,20 +30,19 @@ def test_selftest_passes_on_this_cpu(tmp_path):
     control = rows[("float32", True)]
     assert control["ctx"] == "cpu" and control["final_loss"] < control["first_loss"]
     bf16 = rows[("amp-bfloat16", False)]
-    if hardware.has_cpu_bfloat16():
+    if BFLOAT16.runs:
         assert bf16["verdict"] == "PASS" and bf16["steps"] == selftest.STEPS
         assert bf16["param_difference"] <= selftest.PARAM_RTOL and bf16["images_per_second"] > 0
     else:
-        assert bf16["verdict"] == "not run" and "bfloat16" in bf16["reason"]
+        assert bf16["verdict"] == "not run" and BFLOAT16.reason in bf16["reason"]
     for name in ("float16", "amp-float16"):
         assert rows[(name, False)]["verdict"] == ("not run" if not hardware.gpu_count() else "PASS")
     assert "selftest: PASSED" in proc.stdout and "verdict" in proc.stdout
 
 
+@requires_bfloat16
 @pytest.mark.slow
 def test_a_corrupted_step_fails_the_selftest(tmp_path):
-    if not hardware.has_cpu_bfloat16():
-        pytest.skip("amp-bfloat16 is the precision this CPU can corrupt; it has no native bfloat16")
     out = tmp_path / "selftest.json"
     proc = _cli("--inject-fault", "amp-bfloat16", "--steps", "10", "--json", str(out))
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -72,12 +71,19 @@ def test_bad_flags_are_refused_before_any_run(capsys, monkeypatch):
     assert "--steps" in capsys.readouterr().err
 
 
+AVX2_ONLY = hardware.bfloat16_support({"avx2", "fma"}, {}, None)
+EMULATED = hardware.bfloat16_support({"avx512f", "avx512bw", "avx512vl", "avx512dq"}, {}, None)
+
+
 def test_plan_follows_the_hardware():
-    on_gpu = {p.precision: p for p in selftest.plan(n_gpus=2, cpu_bfloat16=False)}
+    on_gpu = {p.precision: p for p in selftest.plan(n_gpus=2, bfloat16=AVX2_ONLY)}
     assert on_gpu["float16"].runnable and on_gpu["float16"].ctx == "gpu:0"
     assert on_gpu["amp-float16"].runnable
-    assert not on_gpu["amp-bfloat16"].runnable and "avx512_bf16" in on_gpu["amp-bfloat16"].reason
-    on_cpu = {p.precision: p for p in selftest.plan(n_gpus=0, cpu_bfloat16=True)}
+    # Where bfloat16 cannot run the row says why, naming the missing instructions.
+    assert not on_gpu["amp-bfloat16"].runnable and "avx512f" in on_gpu["amp-bfloat16"].reason
+    # Emulated bfloat16 runs: the selftest checks that it trains right, not that it is fast.
+    assert selftest.plan(n_gpus=0, bfloat16=EMULATED)[-1].runnable
+    on_cpu = {p.precision: p for p in selftest.plan(n_gpus=0, bfloat16=EMULATED)}
     assert on_cpu["amp-bfloat16"].runnable and on_cpu["amp-bfloat16"].ctx == "cpu"
     assert not on_cpu["float16"].runnable and "GPU" in on_cpu["float16"].reason
 
@@ -105,7 +111,7 @@ class FakeRuns:
 def test_a_run_that_skipped_steps_is_compared_with_a_control_that_skipped_them_too(monkeypatch):
     fake = FakeRuns({"float16": [0, 1]}, offset_by_precision={"float16": 0.02})
     monkeypatch.setattr(selftest, "run_in_subprocess", fake)
-    rows = selftest.run_selftest(steps=8, n_gpus=1, cpu_bfloat16=True)
+    rows = selftest.run_selftest(steps=8, n_gpus=1, bfloat16=EMULATED)
     controls = [s for s in fake.specs if s.precision == "float32"]
     assert [(s.ctx, s.skip_steps) for s in controls] == [("gpu:0", ()), ("gpu:0", (0, 1)), ("cpu", ())]
     assert all(env.get("NVIDIA_TF32_OVERRIDE") == "0" for s, env in zip(fake.specs, fake.envs)
@@ -137,7 +143,7 @@ def test_a_control_that_does_not_learn_fails_the_comparison(tmp_path):
 def test_the_float32_run_happens_even_where_no_mixed_precision_runs(monkeypatch):
     fake = FakeRuns({})
     monkeypatch.setattr(selftest, "run_in_subprocess", fake)
-    rows = selftest.run_selftest(steps=8, n_gpus=0, cpu_bfloat16=False)
+    rows = selftest.run_selftest(steps=8, n_gpus=0, bfloat16=AVX2_ONLY)
     assert [(s.precision, s.ctx) for s in fake.specs] == [("float32", "cpu")]
     assert [r["verdict"] for r in rows] == ["control", "not run", "not run", "not run"]
     assert selftest.passed(rows)

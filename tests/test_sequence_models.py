@@ -11,6 +11,7 @@ from mxfp16.data import DataError
 from mxfp16.data.digits import digits_dataset
 from mxfp16.models import SEQUENCE_MODELS, LSTMClassifier, SelfAttention, build_model, ModelError
 
+from conftest import CPU_MIXED
 from train_support import ok, run_train
 
 
@@ -104,9 +105,9 @@ def test_build_sequence_models_needs_a_shape_and_no_pretrained():
 
 
 @pytest.mark.parametrize("model", SEQUENCE_MODELS)
-def test_sequence_model_learns_digits_in_float32_and_auto(digits, model, tmp_path):
+def test_sequence_model_learns_digits_in_float32_and_mixed_precision(digits, model, tmp_path):
     results = {}
-    for precision in ("float32", "auto"):
+    for precision in dict.fromkeys(("float32", CPU_MIXED)):
         out = tmp_path / precision
         ok(run_train("--data-dir", digits, "--model", model, "--image-size", "8", "--epochs", "2",
                      "--batch-size", "32", "--optimizer", "adam", "--lr", "0.003", "--precision", precision,
@@ -114,7 +115,7 @@ def test_sequence_model_learns_digits_in_float32_and_auto(digits, model, tmp_pat
         results[precision] = json.loads((out / "summary.json").read_text())
     for summary in results.values():
         assert summary["final_val_top1"] > 0.5  # chance is 0.1
-    assert abs(results["float32"]["final_val_top1"] - results["auto"]["final_val_top1"]) < 0.1
+    assert abs(results["float32"]["final_val_top1"] - results[CPU_MIXED]["final_val_top1"]) < 0.1
 
 
 @pytest.mark.parametrize("model", SEQUENCE_MODELS)

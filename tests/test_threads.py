@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from mxfp16 import _compat
+from mxfp16.machine import stack
 from mxfp16.machine.environment import ThreadsError, available_cores, plan_threads
 from train_support import QUICK, tiny_dataset
 
@@ -65,7 +65,7 @@ def test_import_mxfp16_first_gives_mxnet_every_core():
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="MXNet halves the count on x86 only")
-@pytest.mark.skipif(bool(_compat.SUPPLIED), reason="on numpy 1.24+ MXNet 1.9.1 cannot load before mxfp16 at all")
+@pytest.mark.skipif(bool(stack.SUPPLIED), reason="on numpy 1.24+ MXNet 1.9.1 cannot load before mxfp16 at all")
 def test_mxnet_alone_runs_half_the_cores_which_is_why_mxfp16_sets_them():
     report = _mxnet_threads_after("mxnet")  # MXNet loaded before mxfp16 could set anything
     assert report["threads"] == max(1, CORES // 2) and report["planned"] == CORES

@@ -1,29 +1,55 @@
-"""Find which MXNet operators have a working bfloat16 path on this CPU, by running them.
+"""Find which MXNet operators have a working bfloat16 path on this CPU, and which join mixed dtypes, by running them.
 
 MXNet's AMP lists (``mxnet/contrib/amp/lists/symbol_bf16.py``) name the
 operators cast to bfloat16, those cast to float32, and those that accept
 either; every other operator runs in whatever dtype arrives. Many of those
-others have no bfloat16 CPU kernel (``dot``, ``batch_dot``, ``linalg_gemm2``
-...), so a bfloat16 tensor reaching them stops training with an MXNetError.
-This script runs each unlisted operator that takes tensor inputs, once in
-float32 and once with bfloat16 inputs, forward and backward, and sorts it:
+others have no bfloat16 CPU kernel (``dot``, ``batch_dot`` ...), so a
+bfloat16 tensor reaching them stops training with an MXNetError. This
+script runs each operator, once in float32 and once with bfloat16 inputs,
+forward and backward, and sorts it:
 
 * ``bfloat16``: ran, and matched float32 within bfloat16's precision;
 * ``float32``: float32 ran but bfloat16 failed or disagreed (no kernel);
-* ``unprobed``: no generic input made even float32 run (the operator needs
+* ``unprobed``: no input it knows made even float32 run (the operator needs
   particular shapes, integer indices or parameters).
 
-``mxfp16/_amp_op_probe.py`` holds its output, and ``mxfp16.amp_lists`` runs
-the last two groups in float32 (see its docstring). ``tests/test_amp_layers.py``
+It runs four groups of operators:
+
+1. MXNet's operators whose dtype follows their inputs under AMP's bfloat16
+   lists (unlisted ones, and ``WIDEST_TYPE_CASTS``): their verdicts decide
+   what :mod:`mxfp16.amp_lists` runs in float32 (``BFLOAT16``, ``FLOAT32``,
+   ``UNPROBED``);
+2. the numpy-mode operators that are not another name of a legacy one
+   (``_np_dot``, ``_npi_add``): the same three verdicts, which
+   :mod:`mxfp16.amp_numpy` applies;
+3. MXNet's own float32 list: a verdict each (``MXNET_FLOAT32``), for the
+   table only; they stay float32, MXNet's choice for range and precision;
+4. the contrib operators GluonCV and GluonNLP call (``CLIENT_OPERATORS``,
+   scanned from their sources with ``--client NAME=PATH``), with inputs made
+   for each (:data:`SPECIAL`) where a generic input cannot run them.
+
+Then the joins (``JOINS``): every operator that takes two or more data
+inputs and lets its dtype follow them is given one input in the 16-bit
+dtype and the rest in float32. Where MXNet's type inference then fails
+(``Concat``), or, for bfloat16, the kernel fails or disagrees with float32
+(numpy's ``add`` promotes float32 + float16 but has no kernel for float32 +
+bfloat16), the operator is a join and :func:`mxfp16.amp_lists.join_operators`
+casts its inputs to the widest dtype first.
+
+``mxfp16/_amp_op_probe.py`` holds the output. ``tests/test_amp_probe.py``
 re-probes a sample against the installed wheel. Regenerate after an MXNet
 upgrade, on a CPU with avx512_bf16::
 
-    python tools/amp_probe_ops.py > mxfp16/_amp_op_probe.py
+    python tools/amp_probe_ops.py --client gluoncv=$(python -c 'import gluoncv, os; \\
+        print(os.path.dirname(gluoncv.__file__))') --client gluonnlp=PATH/gluon-nlp-0.10.0/src \\
+        > mxfp16/_amp_op_probe.py
 
 Each batch of operators runs in a child process, so an operator that crashes
 the process is found and recorded as ``float32`` without stopping the scan.
 """
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -32,11 +58,102 @@ import sys
 SHAPES = [(4, 4), (2, 4, 4), (2, 3, 4, 4), (8,), (2, 3, 4, 4, 4)]
 BATCH = 40
 
-
 #: Operators that are not layers (optimizer updates, AMP's own casts, graph
 #: plumbing) or whose output is random (no float32 reference to compare with).
 NOT_LAYERS = ("shuffle", "_shuffle", "amp_cast", "amp_multicast", "reset_arrays", "multi_lars", "multi_sum_sq",
               "_CachedOpThreadSafe", "_contrib_calibrate_entropy", "_contrib_allclose")
+#: Registered-name prefixes that are never layers: gradients, image decoding, sparse storage, int8.
+NOT_LAYER_PREFIXES = ("_backward", "_image", "_sparse", "_contrib_quantize", "_contrib_dgl", "preloaded_")
+#: Numpy-mode operators that draw random numbers (no float32 reference) or decode images.
+NUMPY_NOT_LAYERS = ("_npi_random", "_np_random", "_npx__image", "_npx__random", "_npi_bernoulli", "_npi_normal",
+                    "_npi_uniform", "_npi_gamma", "_npi_exponential", "_npi_choice", "_npi_multinomial",
+                    "_npi_pareto", "_npi_powerd", "_npi_rayleigh", "_npi_weibull", "_npi_gumbel",
+                    "_npi_logistic", "_npi_laplace", "_npi_cvim", "_npi_share_memory", "_npi_copyto",
+                    "_npx_constraint_check")
+NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
+
+
+def _rois(rng):
+    return [[0, 1.0, 1.0, 5.0, 5.0], [0, 2.0, 0.0, 7.0, 6.0]]
+
+
+#: Inputs for operators no generic input runs: ``{operator: (inputs, kwargs)}``,
+#: ``inputs(rng)`` giving numpy arrays (each cast to the probed dtype) and
+#: ``kwargs`` the operator's required parameters. The contrib operators GluonNLP
+#: and GluonCV call, and the joins' parameters.
+SPECIAL = {
+    # GluonNLP's fused attention: (length, batch, heads * 3 * head units) and the scores.
+    "_contrib_interleaved_matmul_selfatt_qk": (lambda rng: [rng.uniform(-1, 1, (5, 2, 2 * 3 * 4))], {"heads": 2}),
+    "_contrib_interleaved_matmul_selfatt_valatt": (
+        lambda rng: [rng.uniform(-1, 1, (5, 2, 2 * 3 * 4)), rng.uniform(0, 1, (2 * 2, 5, 5))], {"heads": 2}),
+    "_contrib_interleaved_matmul_encdec_qk": (
+        lambda rng: [rng.uniform(-1, 1, (5, 2, 2 * 4)), rng.uniform(-1, 1, (6, 2, 2 * 2 * 4))], {"heads": 2}),
+    "_contrib_interleaved_matmul_encdec_valatt": (
+        lambda rng: [rng.uniform(-1, 1, (6, 2, 2 * 2 * 4)), rng.uniform(0, 1, (2 * 2, 5, 6))], {"heads": 2}),
+    "_contrib_div_sqrt_dim": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {}),
+    "_contrib_arange_like": (lambda rng: [rng.uniform(-1, 1, (2, 3))], {"axis": 1}),
+    # GluonCV: resizing, pooling, ROIs and boxes.
+    "_contrib_BilinearResize2D": (lambda rng: [rng.uniform(-1, 1, (1, 2, 4, 4))], {"height": 7, "width": 6}),
+    "_contrib_AdaptiveAvgPooling2D": (lambda rng: [rng.uniform(-1, 1, (1, 2, 6, 6))], {"output_size": 2}),
+    "_contrib_ROIAlign": (lambda rng: [rng.uniform(-1, 1, (1, 2, 8, 8)), _rois(rng)],
+                          {"pooled_size": (2, 2), "spatial_scale": 1.0}),
+    "ROIPooling": (lambda rng: [rng.uniform(-1, 1, (1, 2, 8, 8)), _rois(rng)],
+                   {"pooled_size": (2, 2), "spatial_scale": 1.0}),
+    "_contrib_box_nms": (lambda rng: [[[[0, 0.9, 0, 0, 4, 4], [0, 0.8, 0.5, 0.5, 4, 4], [1, 0.7, 5, 5, 7, 8]]]],
+                         {"overlap_thresh": 0.5, "id_index": 0}),
+    "_contrib_box_non_maximum_suppression": (
+        lambda rng: [[[[0, 0.9, 0, 0, 4, 4], [0, 0.8, 0.5, 0.5, 4, 4], [1, 0.7, 5, 5, 7, 8]]]],
+        {"overlap_thresh": 0.5, "id_index": 0}),
+    "_contrib_box_iou": (lambda rng: [[[0, 0, 4, 4], [1, 1, 5, 6]], [[0, 0, 3, 3], [2, 2, 6, 6], [1, 0, 4, 5]]], {}),
+    "_contrib_box_encode": (lambda rng: [[[1, 0, -1]], [[0, 1, 0]], [[[0, 0, 4, 4], [1, 1, 5, 5], [2, 2, 6, 6]]],
+                                         [[[0, 0, 3, 5], [1, 1, 6, 6]]], [0, 0, 0, 0], [0.1, 0.1, 0.2, 0.2]], {}),
+    "_contrib_box_decode": (lambda rng: [rng.uniform(-0.5, 0.5, (1, 3, 4)),
+                                         [[[2, 2, 4, 4], [3, 3, 4, 4], [4, 4, 4, 4]]]], {}),
+    "_contrib_bipartite_matching": (lambda rng: [rng.uniform(0, 1, (1, 3, 4))], {"threshold": 0.1}),
+    "_contrib_SyncBatchNorm": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4, 4)), [1.0, 1.0, 1.0], [0.0, 0.0, 0.0],
+                                            [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], {"key": "probe"}),
+    # Joins (their float32 runs need these parameters).
+    "Concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
+    "concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
+    "_npi_concatenate": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"axis": 1}),
+    # numpy-mode shape operators (their parameters have no default).
+    "_np_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
+    "_npi_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
+    "_npx_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
+    "_np_moveaxis": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"source": (0,), "destination": (2,)}),
+    "_np_roll": (lambda rng: [rng.uniform(-1, 1, (2, 3))], {"shift": (1,), "axis": (1,)}),
+    "_npi_broadcast_to": (lambda rng: [rng.uniform(-1, 1, (1, 4))], {"shape": (3, 4)}),
+    "_npi_pad": (lambda rng: [rng.uniform(-1, 1, (2, 3))], {"pad_width": ((1, 1), (1, 1))}),
+    "_npi_flip": (lambda rng: [rng.uniform(-1, 1, (2, 3))], {"axis": (0,)}),
+    "_npi_rot90": (lambda rng: [rng.uniform(-1, 1, (3, 4))], {"k": 1, "axes": (0, 1)}),
+    "_npi_full_like": (lambda rng: [rng.uniform(-1, 1, (2, 3))], {"fill_value": 2.0}),
+    "_npi_tensordot": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3, 4))],
+                       {"a_axes_summed": (1,), "b_axes_summed": (0,)}),
+    "_npi_tensordot_int_axes": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3, 4))], {"axes": 1}),
+    "_npi_einsum": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3, 4))],
+                    {"subscripts": "ij,jk->ik"}),
+}
+
+#: Operators a Python function stands for in the clients' sources (``F.contrib.isfinite`` is not an operator).
+_CLIENT_CALL = re.compile(r"\b(?:F|nd|sym|symbol|ndarray|mx\.nd|mx\.sym|mx\.ndarray|mx\.symbol)\.contrib\.(\w+)\(")
+
+
+def _op_names():
+    import mxnet as mx
+
+    return set(mx.operator.get_all_registered_operators())
+
+
+def _tensor_args(name):
+    import mxnet as mx
+
+    args = mx.operator.get_operator_arguments(name)
+    return [(n, t) for n, t in zip(args.names, args.types) if t.startswith("NDArray-or-Symbol")]
+
+
+def _skipped(name):
+    return (name in NOT_LAYERS or name.startswith(NOT_LAYER_PREFIXES) or name.startswith(NUMPY_NOT_LAYERS)
+            or "update" in name)
 
 
 def candidates():
@@ -47,155 +164,401 @@ def candidates():
     them. The operators MXNet lists as running in either dtype
     (``BF16_FP32_FUNCS``) are taken at MXNet's word: some keep float32
     parameters beside bfloat16 data (BatchNorm), which a generic probe cannot
-    feed.
+    feed. Numpy-mode operators have their own group (:func:`numpy_candidates`).
     """
-    import mxfp16  # noqa: F401  (numpy names for MXNet)
-    import mxnet as mx
     from mxnet.contrib.amp.lists import symbol_bf16 as L
 
     fixed = set(L.BF16_FUNCS) | set(L.FP32_FUNCS) | set(L.LOSS_OUTPUT_FUNCTIONS) | set(L.BF16_FP32_FUNCS)
     fixed |= {name for name, _, _ in L.CONDITIONAL_FP32_FUNCS}
     names = []
-    for name in sorted(mx.operator.get_all_registered_operators()):
-        if name in fixed or name.replace("_contrib_", "") in fixed or name in NOT_LAYERS or name.startswith(("_backward", "_np", "_image", "_sparse")):
+    for name in sorted(_op_names()):
+        if name in fixed or name.replace("_contrib_", "") in fixed or _skipped(name):
             continue
-        if "update" in name or name.startswith(("_contrib_quantize", "_contrib_dgl", "preloaded_")):
-            continue
-        if "NDArray-or-Symbol" not in " ".join(mx.operator.get_operator_arguments(name).types):
+        if name.startswith(NUMPY_PREFIXES) or not _tensor_args(name):
             continue
         if _function(name) is not None:
             names.append(name)
     return names
 
 
-def _function(name):
-    """``mx.nd``'s function for operator ``name``, found as AMP finds it, or None."""
-    from mxnet import ndarray
-    from mxnet.contrib.amp.amp import _get_fun_to_wrap
-    from mxnet import base
+def numpy_candidates():
+    """Numpy-mode operators that are no other name of a legacy operator, taking tensors."""
+    from mxfp16.amp_numpy import numpy_operators
 
-    submodules = {p: getattr(ndarray, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
+    return [name for name, legacy in numpy_operators().items()
+            if not legacy and not _skipped(name) and _tensor_args(name) and _function(name) is not None]
+
+
+def mxnet_float32():
+    """MXNet's bfloat16 float32 list: the registered operators in it that take tensors."""
+    from mxnet.contrib.amp.lists import symbol_bf16 as L
+
+    names = _op_names()
+    random = ("_random_", "random_", "_sample_", "sample_")  # a random draw has no float32 reference
+    return sorted(n for n in set(L.FP32_FUNCS) if n in names and not _skipped(n) and not n.startswith(random)
+                  and _tensor_args(n) and _function(n) is not None)
+
+
+def join_candidates():
+    """Operators with two or more data inputs whose dtype can follow them (not cast by MXNet's lists)."""
+    from mxfp16.amp_numpy import numpy_operators
+    from mxnet.contrib.amp.lists import symbol_bf16 as B
+    from mxnet.contrib.amp.lists import symbol_fp16 as H
+
+    cast = set(B.BF16_FUNCS) | set(B.FP32_FUNCS) | set(B.WIDEST_TYPE_CASTS) | set(B.LOSS_OUTPUT_FUNCTIONS)
+    cast &= set(H.FP16_FUNCS) | set(H.FP32_FUNCS) | set(H.WIDEST_TYPE_CASTS) | set(H.LOSS_OUTPUT_FUNCTIONS)
+    # A numpy-mode operator that is another name of a legacy one takes that one's rule (mxfp16.amp_numpy).
+    twins = {name for name, legacy in numpy_operators().items() if legacy}
+    names = []
+    for name in sorted(_op_names()):
+        if name in cast or name in twins or _skipped(name) or _function(name) is None:
+            continue
+        tensors = _tensor_args(name)
+        if len(_data_inputs(name, len(tensors) if tensors != [("data", "NDArray-or-Symbol[]")] else 2)) >= 2:
+            names.append(name)
+    return names
+
+
+def _data_inputs(name, count):
+    """Indices of the inputs that carry data (not the float32 parameters AMP keeps beside bfloat16 data)."""
+    from mxnet.contrib.amp.lists import symbol_bf16 as L
+
+    fp32 = L.BF16_USE_FP32_PARAMS.get(name, L.BF16_USE_FP32_PARAMS.get(name.replace("_contrib_", ""), []))
+    names = [n for n, _ in _tensor_args(name)]
+    return [i for i in range(count) if not (i < len(names) and names[i] in fp32 and names[i])]
+
+
+def scan_clients(sources):
+    """``{operator: [client, ...]}`` for the ``contrib`` operators each client's source calls.
+
+    ``sources`` is ``{client: directory}``. A name that is no registered
+    operator (``F.contrib.isfinite`` is a Python function) is left out.
+    """
+    names = _op_names()
+    used = {}
+    for client, root in sources.items():
+        for folder, _, files in os.walk(root):
+            for file in files:
+                if not file.endswith(".py"):
+                    continue
+                with open(os.path.join(folder, file), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                for call in _CLIENT_CALL.findall(text):
+                    op = f"_contrib_{call}" if f"_contrib_{call}" in names else call
+                    if op in names:
+                        used.setdefault(op, set()).add(client)
+    return {op: sorted(clients) for op, clients in sorted(used.items())}
+
+
+def _function(name, kind="nd"):
+    """The ``mx.nd`` (``kind='nd'``) or ``mx.sym`` function of operator ``name``, as AMP finds it, or None."""
+    from mxnet import base, ndarray, symbol
+    from mxnet.contrib.amp.amp import _get_fun_to_wrap
+
+    from mxfp16._internals import numpy_operator_functions
+
+    if name.startswith(NUMPY_PREFIXES):
+        prefix = "mxnet.ndarray." if kind == "nd" else "mxnet.symbol."
+        found = [getattr(m, a) for m, a in numpy_operator_functions(name) if m.__name__.startswith(prefix)]
+        return found[0] if found else None
+    module = ndarray if kind == "nd" else symbol
+    submodules = {p: getattr(module, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
     try:
-        fun_name, module = _get_fun_to_wrap(name, ndarray, submodules)
-        return getattr(module, fun_name)
+        fun_name, where = _get_fun_to_wrap(name, module, submodules)
+        return getattr(where, fun_name)
     except AttributeError:
         return None
 
 
-def probe(name):
-    """``'bfloat16'``, ``'float32'`` or ``'unprobed'`` for one operator, with the reason."""
-    import numpy as np
+def _numpy_scope(name):
+    import contextlib
+
     import mxnet as mx
+
+    if not name.startswith(NUMPY_PREFIXES):
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(mx.util.np_shape(True))
+    stack.enter_context(mx.util.np_array(True))
+    return stack
+
+
+def _as_float32_numpy(x):
+    import numpy as np
+    from mxfp16.amp_wrappers import cast
+
+    if np.dtype(x.dtype) != np.float32:
+        x = cast(x, "float32")
+    return x.asnumpy()
+
+
+def _run(name, arrays, kwargs, dtypes):
+    """Forward and backward of ``name`` on ``arrays``, input ``i`` cast to ``dtypes[i]`` (None: float32).
+
+    Returns (output as float32 numpy, input gradients as float32 numpy or None).
+    """
+    import mxnet as mx
+    import numpy as np
     from mxnet import autograd, nd
-    from mxnet.contrib.amp.amp import bfloat16
+
+    from mxfp16.amp_wrappers import BFLOAT16, cast
 
     fn = _function(name)
-    args = mx.operator.get_operator_arguments(name)
-    tensors = [t for t in args.types if t.startswith("NDArray-or-Symbol")]
-    # Optional tensor inputs (softmax's ``length``) are not marked as such: try
-    # the fewest inputs first.
+    numpy_mode = name.startswith(NUMPY_PREFIXES)
+    inputs = []
+    for a, dtype in zip(arrays, dtypes):
+        x = nd.array(np.asarray(a, dtype=np.float32))
+        x = x.as_np_ndarray() if numpy_mode else x
+        inputs.append(cast(x, dtype) if dtype is not None else x)
+    for x in inputs:
+        x.attach_grad()
+    with autograd.record():
+        out = fn(*inputs, **kwargs)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        floating = np.dtype(out.dtype) in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16, np.float64)
+        if floating:
+            loss = cast(out, "float32").sum() if np.dtype(out.dtype) != np.float32 else out.sum()
+    if not floating:  # a comparison or an index: no gradient, the values are the result
+        return out.asnumpy(), None
+    value = _as_float32_numpy(out)
+    try:
+        loss.backward()
+        grads = [_as_float32_numpy(x.grad) for x in inputs]
+    except mx.MXNetError:
+        grads = None
+    return value, grads
+
+
+def _agrees(low, ref):
+    import numpy as np
+
+    scale = max(float(np.abs(ref).max()), 1e-3) if ref.size else 1.0
+    return low.shape == ref.shape and np.allclose(low, ref, atol=0.03 * scale, rtol=0.03, equal_nan=True)
+
+
+def _first_line(err):
+    """The error's last line, without what changes from run to run (time, node name, source path)."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    line = lines[-1] if lines else type(err).__name__
+    line = re.sub(r"Error in operator \S+: ", "", line)
+    line = re.sub(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", line)
+    return line[:160]
+
+
+def _generic_inputs(name):
+    """``[(arrays, kwargs)]`` to try for ``name``: its :data:`SPECIAL` inputs, else generic shapes."""
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    if name in SPECIAL:
+        make, kwargs = SPECIAL[name]
+        return [([np.asarray(a, dtype=np.float32) for a in make(rng)], dict(kwargs))]
+    tensors = [t for _, t in _tensor_args(name)]
+    # Optional tensor inputs (softmax's ``length``) are not marked as such: try the fewest inputs first.
     counts = [2] if tensors == ["NDArray-or-Symbol[]"] else range(1, len(tensors) + 1)
+    return [([rng.uniform(0.1, 0.9, size=shape) for _ in range(n)], {}) for n in counts for shape in SHAPES]
 
-    def run(shape, dtype, n_inputs):
-        rng = np.random.RandomState(0)
-        inputs = [nd.array(rng.uniform(0.1, 0.9, size=shape)) for _ in range(n_inputs)]
-        if dtype is not None:
-            inputs = [nd.amp_cast(x, dtype=dtype) for x in inputs]
-        for x in inputs:
-            x.attach_grad()
-        with autograd.record():
-            out = fn(*inputs)
-            out = out[0] if isinstance(out, (list, tuple)) else out
-            loss = nd.amp_cast(out, dtype="float32").sum() if out.dtype != np.float32 else out.sum()
-        value = nd.amp_cast(out, dtype="float32").asnumpy() if out.dtype != np.float32 else out.asnumpy()
-        try:
-            loss.backward()
-            grads = [nd.amp_cast(x.grad, dtype="float32").asnumpy() if x.grad.dtype != np.float32
-                     else x.grad.asnumpy() for x in inputs]
-        except mx.MXNetError:
-            grads = None
-        return value, grads
 
-    for shape, n_inputs in ((s, n) for n in counts for s in SHAPES):
-        try:
-            ref, ref_grads = run(shape, None, n_inputs)
-        except (mx.MXNetError, TypeError, ValueError, IndexError):
-            continue
-        if not np.issubdtype(ref.dtype, np.floating) or ref.size == 0:
-            return "unprobed", "float32 output is not floating point"
-        try:
-            low, low_grads = run(shape, bfloat16, n_inputs)
-        except (mx.MXNetError, TypeError, ValueError, IndexError) as e:
-            lines = [line for line in str(e).splitlines() if line.strip()]
-            return "float32", (lines[-1] if lines else type(e).__name__)[:160]
-        scale = max(float(np.abs(ref).max()), 1e-3)
-        if not np.allclose(low, ref, atol=0.03 * scale, rtol=0.03, equal_nan=True):
-            return "float32", "bfloat16 result differs from float32 beyond bfloat16's precision"
-        if ref_grads is not None:
-            if low_grads is None:
-                return "float32", "no bfloat16 backward"
-            for g, g_ref in zip(low_grads, ref_grads):
-                gscale = max(float(np.abs(g_ref).max()), 1e-3)
-                if not np.allclose(g, g_ref, atol=0.03 * gscale, rtol=0.03, equal_nan=True):
+def probe(name):
+    """``'bfloat16'``, ``'float32'`` or ``'unprobed'`` for one operator, with the reason."""
+    import mxnet as mx
+    import numpy as np
+    from mxnet.contrib.amp.amp import bfloat16
+
+    errors = (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
+    with _numpy_scope(name):
+        for arrays, kwargs in _generic_inputs(name):
+            try:
+                ref, ref_grads = _run(name, arrays, kwargs, [None] * len(arrays))
+            except errors:
+                continue
+            if ref.size == 0:
+                continue
+            try:
+                low, low_grads = _run(name, arrays, kwargs, [bfloat16] * len(arrays))
+            except errors as e:
+                return "float32", _first_line(e)
+            shape = "x".join(str(s) for s in np.shape(arrays[0]))
+            if not np.issubdtype(ref.dtype, np.floating):
+                if low.dtype != ref.dtype or not np.array_equal(low, ref):
+                    return "float32", "its non-float output differs from float32's"
+                return "bfloat16", f"its {ref.dtype} output equals float32's on inputs of shape {shape}"
+            if not _agrees(low, ref):
+                return "float32", "bfloat16 result differs from float32 beyond bfloat16's precision"
+            if ref_grads is not None:
+                if low_grads is None:
+                    return "float32", "no bfloat16 backward"
+                if not all(_agrees(g, r) for g, r in zip(low_grads, ref_grads)):
                     return "float32", "bfloat16 gradient differs from float32 beyond bfloat16's precision"
-        return "bfloat16", f"matches float32 on shape {shape}"
-    return "unprobed", "no generic input shape ran in float32"
+            return "bfloat16", f"matches float32, forward and backward, on inputs of shape {shape}"
+    return "unprobed", "no input this probe knows ran it in float32"
 
 
-def _child(names):
-    import mxfp16  # noqa: F401
+def join_probe(name):
+    """``{target: reason}`` for each 16-bit target under which ``name`` is a join (empty: it is not one).
+
+    Type inference with one data input in the target dtype and the others
+    float32, for both targets; for bfloat16 also the kernel, run the same
+    way and compared with float32.
+    """
+    import mxnet as mx
+    import numpy as np
+    from mxnet.contrib.amp.amp import bfloat16
+
+    from mxfp16.amp_wrappers import cast
+
+    errors = (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
+    sym_fn = _function(name, "sym")
+    numpy_mode = name.startswith(NUMPY_PREFIXES)
+    found = {}
+    with _numpy_scope(name):
+        for arrays, kwargs in _generic_inputs(name):
+            count = len(arrays)
+            data = _data_inputs(name, count)
+            if len(data) < 2:
+                continue
+
+            def infer(low_index=None, low=None):
+                xs = [mx.sym.var(f"x{i}") for i in range(count)]
+                xs = [x.as_np_ndarray() for x in xs] if numpy_mode else xs
+                if low_index is not None:
+                    xs[low_index] = cast(xs[low_index], low)
+                out = sym_fn(*xs, **kwargs)
+                out = out[0] if isinstance(out, (list, tuple)) else out
+                out = out.as_nd_ndarray() if numpy_mode else out
+                out.infer_type_partial(**{f"x{i}": "float32" for i in range(count)})
+
+            try:
+                infer()
+                ref, _ = _run(name, arrays, kwargs, [None] * count)
+            except errors:
+                continue
+            for target, low in (("bfloat16", bfloat16), ("float16", "float16")):
+                for i in data:
+                    try:
+                        infer(i, low)
+                    except errors as e:
+                        found[target] = f"type inference fails with input {i} in {target}, the rest float32: " \
+                                        f"{_first_line(e)}"
+                        break
+            if "bfloat16" not in found:
+                try:
+                    _run(name, arrays, kwargs, [bfloat16] * count)
+                except errors:
+                    return found  # no bfloat16 kernel at all: a float32 verdict, not a join
+                for i in data:
+                    dtypes = [bfloat16 if j == i else None for j in range(count)]
+                    try:
+                        low, _ = _run(name, arrays, kwargs, dtypes)
+                    except errors as e:
+                        found["bfloat16"] = f"the kernel fails with input {i} in bfloat16, the rest float32: " \
+                                            f"{_first_line(e)}"
+                        break
+                    if np.issubdtype(ref.dtype, np.floating) and not _agrees(low, ref):
+                        found["bfloat16"] = f"with input {i} in bfloat16 and the rest float32 the result " \
+                                            "differs from float32"
+                        break
+            return found
+    return found
+
+
+def _child(mode, names):
+    import mxfp16  # noqa: F401  (numpy names for MXNet)
     for name in names:
-        verdict, why = probe(name)
-        print(json.dumps([name, verdict, why]), flush=True)
+        if mode == "join":
+            print(json.dumps([name, join_probe(name)]), flush=True)
+        else:
+            verdict, why = probe(name)
+            print(json.dumps([name, verdict, why]), flush=True)
 
 
-def scan(names, python=sys.executable):
-    """``{name: (verdict, reason)}``, probing in child processes; a crash marks its operator float32."""
+def scan(names, mode="probe", python=sys.executable):
+    """``{name: (verdict, reason)}`` (mode ``probe``) or ``{name: {target: reason}}`` (mode ``join``).
+
+    Probes in child processes; a crash marks its operator float32 (a join
+    probe that crashes the process marks it a join for bfloat16).
+    """
     results = {}
     pending = list(names)
     while pending:
         batch, pending = pending[:BATCH], pending[BATCH:]
-        proc = subprocess.run([python, __file__, "--child", *batch], capture_output=True, text=True)
+        proc = subprocess.run([python, __file__, "--child", mode, *batch], capture_output=True, text=True)
         for line in proc.stdout.splitlines():
             if line.startswith("["):
-                name, verdict, why = json.loads(line)
-                results[name] = (verdict, why)
+                entry = json.loads(line)
+                results[entry[0]] = tuple(entry[1:]) if mode == "probe" else entry[1]
         done = [n for n in batch if n in results]
         if len(done) < len(batch):
             crashed = batch[len(done)]
-            results[crashed] = ("float32", f"the process died running it with bfloat16 inputs (exit {proc.returncode})")
+            why = f"the process died running it with bfloat16 inputs (exit {proc.returncode})"
+            results[crashed] = ("float32", why) if mode == "probe" else {"bfloat16": why}
             pending = batch[len(done) + 1:] + pending
     return results
 
 
-def render(results):
+def _dict(lines, name, doc, entries):
+    lines.append(f"#: {doc}")
+    lines.append(f"{name} = {{")
+    for key, value in sorted(entries.items()):
+        lines.append(f"    {key!r}: {value!r},")
+    lines.append("}")
+    lines.append("")
+
+
+def render(results, mxnet_float32_results, joins, clients):
+    """The text of ``mxfp16/_amp_op_probe.py``."""
     lines = [
-        '"""Which MXNet operators AMP leaves unlisted run in bfloat16 on CPU: generated, do not edit.',
+        '"""Which MXNet operators run in bfloat16 on CPU, and which join mixed dtypes: generated, do not edit.',
         "",
-        "Written by ``python tools/amp_probe_ops.py > mxfp16/_amp_op_probe.py``, which runs each",
-        "operator in float32 and with bfloat16 inputs (forward and backward) and compares.",
+        "Written by ``python tools/amp_probe_ops.py > mxfp16/_amp_op_probe.py`` (its docstring says how),",
+        "which runs each operator in float32 and with bfloat16 inputs (forward and backward) and",
+        "compares. Each entry maps an operator to the reason for its verdict.",
         '"""',
         "#: The MXNet these verdicts were measured on.",
         f"MXNET_VERSION = {__import__('mxnet').__version__!r}",
         "",
     ]
-    for verdict, doc in (("bfloat16", "Ran in bfloat16 and matched float32."),
-                         ("float32", "No bfloat16 path on CPU: failed, crashed or disagreed with float32."),
-                         ("unprobed", "No generic input ran them (they need set shapes, indices or "
-                                      "parameters): float32 unless MXNet's lists say otherwise.")):
-        names = sorted(n for n, (v, _) in results.items() if v == verdict)
-        lines.append(f"#: {doc}")
-        lines.append(f"{verdict.upper()} = {{")
-        for n in names:
-            lines.append(f"    {n!r},  # {results[n][1]}" if verdict == "float32" else f"    {n!r},")
-        lines.append("}")
-        lines.append("")
+    groups = (("BFLOAT16", "bfloat16", "Ran in bfloat16 and matched float32."),
+              ("FLOAT32", "float32", "No bfloat16 path on CPU: failed, crashed or disagreed with float32."),
+              ("UNPROBED", "unprobed", "No input the probe knows ran them: float32 unless MXNet's lists say "
+                                       "otherwise."))
+    for name, verdict, doc in groups:
+        _dict(lines, name, doc, {n: why for n, (v, why) in results.items() if v == verdict})
+    _dict(lines, "MXNET_FLOAT32", "MXNet's own bfloat16 float32 list, probed: (verdict, reason). They stay "
+                                  "float32 (MXNet's choice); the verdict is for the table.",
+          {n: tuple(v) for n, v in mxnet_float32_results.items()})
+    _dict(lines, "JOINS", "Operators whose data inputs must share one dtype: {target: why}.",
+          {n: dict(sorted(v.items())) for n, v in joins.items() if v})
+    _dict(lines, "CLIENT_OPERATORS", "The contrib operators each client's source calls (GluonCV 0.10, "
+                                     "GluonNLP 0.10).", {n: tuple(v) for n, v in clients.items()})
     return "\n".join(lines)
+
+
+def main(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--client", action="append", default=[], metavar="NAME=PATH",
+                        help="a client library's source folder, scanned for the contrib operators it calls")
+    parser.add_argument("names", nargs="*", help="probe only these operators and print their verdicts")
+    args = parser.parse_args(argv)
+    import mxfp16  # noqa: F401
+
+    if args.names:
+        for name, verdict in scan(args.names).items():
+            print(name, *verdict)
+        return
+    clients = scan_clients(dict(c.split("=", 1) for c in args.client))
+    follow = candidates() + numpy_candidates()
+    extra = [n for n in clients if n not in follow and n not in mxnet_float32()]
+    results = scan(follow + extra)
+    float32_list = scan(mxnet_float32())
+    joins = scan(join_candidates(), "join")
+    print(render(results, float32_list, joins, clients))
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        _child(sys.argv[2:])
+        _child(sys.argv[2], sys.argv[3:])
     else:
-        only = sys.argv[1:]
-        print(render(scan(only or candidates())))
+        main(sys.argv[1:])

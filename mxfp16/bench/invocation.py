@@ -8,7 +8,7 @@ the PyTorch peer's conditions) and returns the runs to make;
 :func:`mxfp16.bench.suite.run_suite`, and prints.
 """
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..fileio import JSONFileError, read_json
 from ..limits import MAX_BATCH
@@ -38,6 +38,7 @@ class Invocation:
     load_start: tuple
     peer_network: str = None
     config: dict = field(default_factory=dict)
+    auto: dict = field(default_factory=dict)
 
 
 def int_list(text, flag, high=MAX_BATCH):
@@ -112,8 +113,11 @@ def data_classes(data, pipeline):
 
 def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, precisions="float32,auto",
                     amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=102,
-                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None):
+                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, log=print):
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
+
+    log : callable
+        Told what ``auto`` resolved to, and why (one line per batch size).
 
     Returns
     -------
@@ -158,7 +162,9 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
         tensor_cores = model_tensor_core_report(model, n_classes, image_size, sizes)
     except ModelError as err:
         raise BenchSetupError(str(err)) from None
-    specs = plan(base, precision_names, sizes, lists)
+    verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
+    specs = plan(base, precision_names, sizes, lists,
+                 auto={size: verdict.precision for size, verdict in verdicts.items()} or None)
     machine, threads = hardware.machine_summary(), thread_report()
     if peer:
         if machine["gpus"] and ctx.strip().lower() == "auto":
@@ -167,7 +173,30 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
 
         specs += plan_peer(base, sizes, threads["planned"])
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
-                      machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network)
+                      machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
+                      auto={str(size): dict(asdict(v), ratio=v.ratio) for size, v in verdicts.items()})
+
+
+def _auto_verdicts(base, precisions, sizes, classes, log):
+    """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model: training on a CPU.
+
+    What the trainer would train in for this model, shape and batch
+    (:func:`mxfp16.bench.auto.measured_auto`, cached), so ``auto``'s row is
+    the precision a training run gets here. Elsewhere (GPUs, inference) the
+    rule of :func:`mxfp16.resolve_precision` decides and this is empty.
+    """
+    from ..devices import resolve_devices
+    from .auto import measured_auto, probe_spec
+
+    if "auto" not in precisions or base.mode != "train" or \
+            any(c.device_type != "cpu" for c in resolve_devices(base.ctx)):
+        return {}
+    verdicts = {}
+    for size in sizes:
+        verdicts[size] = verdict = measured_auto(
+            probe_spec(base.model, base.image_size, size, classes, base.amp_lists, base.seed), log=log)
+        log(f"auto at batch {size}: {verdict.precision}: {verdict.reason}")
+    return verdicts
 
 
 def record_invocation(out, invocation, records, config, plots=True):
@@ -188,6 +217,7 @@ def record_invocation(out, invocation, records, config, plots=True):
     from .plots import write_plots
 
     config = dict(config, batch_sizes=",".join(map(str, invocation.batch_sizes)), iters=invocation.iters,
+                  auto=invocation.auto,
                   threads=invocation.threads, load_average_start=list(invocation.load_start),
                   load_average_end=list(os.getloadavg()))
     document = report.bench_document(invocation.machine, records, config=config,

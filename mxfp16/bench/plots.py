@@ -32,9 +32,14 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
         ax.axhline(baseline_line, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, [f"batch {bs}" for bs in batch_sizes])
     ax.set_ylabel(ylabel)
-    model = ok[0]["model"] if ok else ""
-    size = ok[0]["image_size"] if ok else ""
-    ax.set_title(f"{title}: {model}, {size} px, {ok[0]['mode'] if ok else ''}")
+    if not ok:  # e.g. no precision ran beside float32 here: say so rather than draw empty axes
+        ax.set_title(title)
+        ax.text(0.5, 0.5, f"nothing to draw:\nno {title.lower()} was measured\nin this invocation",
+                ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return save_png(fig, path)
+    ax.set_title(f"{title}: {ok[0]['model']}, {ok[0]['image_size']} px, {ok[0]['mode']}")
     return save_png(fig, path, legend=ax)
 
 

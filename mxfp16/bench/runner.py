@@ -73,6 +73,10 @@ class BenchSpec:
         Which AMP operator lists an AMP precision uses: ``'mxfp16'`` (the
         tuned lists in :mod:`mxfp16.amp_lists`) or ``'mxnet'`` (MXNet's own).
     seed : int
+    requested : str, optional
+        What the user asked for when ``precision`` was resolved before the
+        run (``'auto'``, decided by timing the model); recorded as the
+        record's ``requested_precision``.
     """
 
     model: str = "resnet50_v2"
@@ -90,6 +94,7 @@ class BenchSpec:
     classes: int = 102
     amp_lists: str = "mxfp16"
     seed: int = 0
+    requested: str = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -195,7 +200,7 @@ def measure(spec):
 
         def step():
             data, label = cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss
+            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss.as_nd_ndarray()
 
     for _ in range(spec.warmup):
         step()
@@ -259,7 +264,7 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
     return {
         "framework": "mxfp16",
         "precision": precision.name,
-        "requested_precision": spec.precision,
+        "requested_precision": spec.requested or spec.precision,
         "amp_lists": spec.amp_lists if precision.amp else None,
         "batch_size": spec.batch_size,
         "image_size": spec.image_size,
@@ -290,7 +295,8 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
 def not_run(spec, status, reason, precision_name=None):
     """The record of a measurement that did not produce timings."""
     return {
-        "framework": "mxfp16", "precision": precision_name or spec.precision, "requested_precision": spec.precision,
+        "framework": "mxfp16", "precision": precision_name or spec.precision,
+        "requested_precision": spec.requested or spec.precision,
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
         "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,

@@ -6,7 +6,7 @@ from . import peer
 from .runner import BenchSpec, not_run, run_in_subprocess
 
 
-def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",)):
+def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None):
     """The specs of one invocation, float32 first in each batch size so the baseline is measured early.
 
     Parameters
@@ -19,28 +19,35 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",)):
     amp_lists : sequence of str
         Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``);
         the others run once.
+    auto : dict, optional
+        ``{batch size: precision name}``: what ``auto`` is at each batch size
+        when it was decided by timing the model (:func:`mxfp16.bench.auto.measured_auto`);
+        else the rule of :func:`mxfp16.resolve_precision` decides.
 
     Returns
     -------
     list of BenchSpec
+        ``auto`` and the name it resolves to are one run: where ``auto`` is
+        float32, float32 is measured once, never compared with itself.
     """
     from ..precision import PrecisionError, resolve_precision
 
-    resolved = {}
-    for name in precisions:
-        try:
-            precision = resolve_precision(name, base.ctx)
-            key, amp = precision.name, precision.amp
-        except PrecisionError:
-            key, amp = name, False  # the child reports why it cannot run
-        # 'auto' and the name it resolves to are one run.
-        resolved.setdefault(key, (name, amp))
-    ordered = sorted(resolved.items(), key=lambda item: item[0] != "float32")
     specs = []
     for batch_size in batch_sizes:
-        for _, (name, amp) in ordered:
+        resolved = {}
+        for name in precisions:
+            try:
+                chosen = (auto or {}).get(batch_size, name) if name == "auto" else name
+                precision = resolve_precision(chosen, base.ctx)
+                key, amp = precision.name, precision.amp
+            except PrecisionError:
+                key, amp = name, False  # the child reports why it cannot run
+            resolved.setdefault(key, (name, amp))
+        for key, (name, amp) in sorted(resolved.items(), key=lambda item: item[0] != "float32"):
+            # A measured auto goes to the child by the name it resolved to: the child would apply the rule.
+            concrete = dict(precision=key, requested=name) if name == "auto" and auto else dict(precision=name)
             for lists in (amp_lists if amp else amp_lists[:1]):
-                specs.append(replace(base, precision=name, batch_size=int(batch_size), amp_lists=lists))
+                specs.append(replace(base, batch_size=int(batch_size), amp_lists=lists, **concrete))
     return specs
 
 

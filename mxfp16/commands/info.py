@@ -17,11 +17,14 @@ def register(subparsers):
                                                "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
-    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16"),
-                        metavar="TARGET",
+    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16", "models"),
+                        metavar="VIEW",
                         help="print, as Markdown, the dtype every Gluon layer runs in under mxfp16's AMP "
-                             "lists for TARGET (bfloat16, the default, or float16), read from the graphs "
-                             "AMP builds (docs/amp-table.md)")
+                             "lists for a target (bfloat16, the default, with each operator's rule and the "
+                             "probe's verdict, or float16), read from the graphs AMP builds; or 'models': per "
+                             "GluonCV classification model, the share of its operators and of its "
+                             "convolution and dense work that runs in 16-bit under each target (builds every "
+                             "model, about a minute) (docs/amp-table.md)")
     parser.set_defaults(func=run)
 
 
@@ -40,7 +43,7 @@ def collect():
         "machine": machine,
         "stack": stack_report(),
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
-        "auto": {"ctx": ctx, "resolves_to": auto.name},
+        "auto": {"ctx": ctx, "resolves_to": auto.name, "reason": auto.reason},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
         "cuda": cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
@@ -100,7 +103,8 @@ def _cuda_text(cuda):
 
 
 def _text(report):
-    from ..machine.hardware import describe_cpu
+    from ..machine.amx import SWITCH
+    from ..machine.hardware import BFLOAT16_KINDS, describe_cpu
 
     m = report["machine"]
     lines = [
@@ -109,7 +113,9 @@ def _text(report):
         *_stack_text(report["stack"]),
         f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
-        "  bfloat16: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["cpu_bfloat16"].items()),
+        f"  bfloat16 in MXNet: {BFLOAT16_KINDS[m['bfloat16']['kind']]}: {m['bfloat16']['reason']}",
+        f"  AMX: {m['amx']['state']}{_errno(m['amx']['errno'])}: {m['amx']['detail']} "
+        f"(DNNL_MAX_CPU_ISA={m['amx']['isa'] or 'unset'}; {SWITCH}=0 turns AMX off)",
         f"GPUs: {len(m['gpus'])}",
     ]
     for gpu in m["gpus"]:
@@ -125,13 +131,19 @@ def _text(report):
     lines.append("Precisions here:")
     for name, row in report["precisions"].items():
         lines.append(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}")
-    lines.append(f"  auto -> {report['auto']['resolves_to']} (on {report['auto']['ctx']})")
+    lines.append(f"  auto -> {report['auto']['resolves_to']} (on {report['auto']['ctx']}): {report['auto']['reason']}")
     lines.append("Formats:")
     lines.append(f"  {'':<9}{'max':>13}{'min normal':>13}{'min subnormal':>15}{'epsilon':>12}{'mantissa bits':>15}")
     for name, f in report["formats"].items():
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _errno(number):
+    import errno
+
+    return f" ({errno.errorcode.get(number, number)})" if number else ""
 
 
 def _stack_text(stack):
@@ -173,6 +185,10 @@ def report_broken_install(error, as_json=False):
 
 
 def run(args):
+    if getattr(args, "amp_table", None) == "models":
+        from ..amp_zoo import generate, render
+        sys.stdout.write(render(generate()))
+        return 0
     if getattr(args, "amp_table", None):
         from ..amp_table import generate
         sys.stdout.write(generate(args.amp_table))

@@ -48,6 +48,8 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 
+from .cpuinfo import cpuinfo_fields
+
 __all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "status", "SWITCH", "ISA_VARIABLE", "AMX_ISA", "STATES"]
 
 #: Linux's ``arch_prctl`` on x86-64 and the codes of ``arch/x86/include/uapi/asm/prctl.h``.
@@ -170,9 +172,7 @@ def _has_bit(mask, bit=XFEATURE_XTILEDATA):
 
 
 def _cpu_flags():
-    from .hardware import cpu_flags
-
-    return cpu_flags()
+    return set((cpuinfo_fields() or {}).get("flags", "").split())
 
 
 def _request_tiles(calls):

@@ -15,12 +15,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from .cpuinfo import cpuinfo_fields
+
 #: CPU flags that give native bfloat16 arithmetic to oneDNN.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 #: Every bfloat16-relevant flag, as /proc/cpuinfo names it where the kernel reports it: AVX-512 bfloat16 dot
 #: products, AMX's bfloat16 tile multiply and the tile registers it needs, and AVX-NE-CONVERT's conversions.
 BF16_INSTRUCTION_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx_ne_convert")
-CPUINFO = "/proc/cpuinfo"
 
 _INTEL, _AMD = "GenuineIntel", "AuthenticAMD"
 #: (vendor, family, models, steppings or None for any, name) for the server CPUs whose bfloat16 support
@@ -52,32 +53,14 @@ MICROARCHITECTURES = (
 )
 
 
-def _cpuinfo_fields(path=None):
-    """The first processor's ``key: value`` fields of ``/proc/cpuinfo``, or ``None`` where it cannot be read."""
-    fields = {}
-    try:
-        with open(CPUINFO if path is None else path, encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    if fields:
-                        break  # every processor repeats the same description
-                    continue
-                key, sep, value = line.partition(":")
-                if sep:
-                    fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return None
-    return fields
-
-
 def cpu_flags():
     """Return the set of CPU feature flags (empty where they cannot be read)."""
-    return set((_cpuinfo_fields() or {}).get("flags", "").split())
+    return set((cpuinfo_fields() or {}).get("flags", "").split())
 
 
 def cpu_model():
     """The CPU's brand string (``model name``), or the platform's description where there is no /proc/cpuinfo."""
-    name = (_cpuinfo_fields() or {}).get("model name")
+    name = (cpuinfo_fields() or {}).get("model name")
     return name or platform.processor() or platform.machine()
 
 
@@ -125,7 +108,7 @@ def cpu_identity(path=None):
     Parameters
     ----------
     path : str, optional
-        The ``/proc/cpuinfo`` to read (default :data:`CPUINFO`); where it
+        The ``/proc/cpuinfo`` to read (default ``/proc/cpuinfo``); where it
         cannot be read (macOS, Windows) the platform's description is used.
 
     Returns
@@ -139,7 +122,7 @@ def cpu_identity(path=None):
         (:func:`microarchitecture`; ``None`` when the table does not know the
         CPU, and only as right as the family and model a VM reports).
     """
-    fields = _cpuinfo_fields(path)
+    fields = cpuinfo_fields(path)
     if fields is None:
         identity = _platform_identity()
         identity["bfloat16_instructions"] = None  # no flags to read: unknown, not absent
@@ -256,7 +239,7 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     """
     environ = os.environ if environ is None else environ
     if flags is None:
-        fields = _cpuinfo_fields()
+        fields = cpuinfo_fields()
         flags = None if fields is None else set(fields.get("flags", "").split())
     if environ.get("MXNET_MKLDNN_ENABLED", "").strip() == "0":
         return BFloat16Support("none", "MXNET_MKLDNN_ENABLED=0 turns oneDNN off, and MXNet's own CPU operators "
@@ -290,7 +273,7 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
                                amx=amx)
     if amx is not None:
         return BFloat16Support("native", f"avx512_bf16; AMX is not in use ({amx}: mxfp16 info says why)", amx=amx)
-    return BFloat16Support("native", "avx512_bf16")
+    return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
 def has_cpu_bfloat16():
@@ -383,11 +366,16 @@ def machine_summary():
     """The facts a benchmark or a run should record about where it ran."""
     import mxnet as mx
 
+    from .amx import status
+
+    support = bfloat16_support()
     return {
         "cpu_model": cpu_model(),
         "cpu": cpu_identity(),
         "cpu_cores": os.cpu_count(),
         "cpu_bfloat16": cpu_bfloat16_support(),
+        "bfloat16": {"kind": support.kind, "runs": support.runs, "reason": support.reason},
+        "amx": status().as_dict(),
         "gpus": gpus(),
         "mxnet_version": mx.__version__,
         "mxnet_features": mxnet_features(),

@@ -151,7 +151,9 @@ def comparison_table(runs):
         ``run``, ``precision``, ``model``, ``epochs``, ``final_val_top1``,
         ``best_val_top1``, ``images_per_second``, ``peak_memory_mb``,
         ``train_seconds``, ``speedup`` and ``val_top1_delta`` (``None``
-        without a float32 run).
+        without a float32 run). Another float32 run (``auto`` that resolved
+        to float32) gets no speedup: a run compared with its own precision
+        shows the run-to-run spread, not a speedup.
     """
     base = next((r for r in runs if r.precision == "float32"), None)
     rows = []
@@ -164,7 +166,8 @@ def comparison_table(runs):
             "train_seconds": r.wall_seconds[-1], "speedup": None, "val_top1_delta": None,
         }
         if base is not None:
-            row["speedup"] = s["images_per_second"] / base.summary["images_per_second"]
+            if r is base or r.precision != "float32":
+                row["speedup"] = s["images_per_second"] / base.summary["images_per_second"]
             row["val_top1_delta"] = s["final_val_top1"] - base.summary["final_val_top1"]
         rows.append(row)
     return rows

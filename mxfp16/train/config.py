@@ -123,9 +123,10 @@ class TrainConfig:
     pretrained: bool = _option(False, "model", "fine-tune from gluoncv ImageNet weights already on this machine; "
                                                "nothing is downloaded", default_text="off, train from scratch")
     # precision
-    precision: str = _option("auto", "precision", "float32, float16 (GPU), amp-float16 (GPU), amp-bfloat16 (CPU), "
-                                                  "or auto: float16 on GPUs, amp-bfloat16 on CPUs with native "
-                                                  "bfloat16, else float32", choices=PRECISIONS)
+    precision: str = _option("auto", "precision", "float32, float16 (GPU), amp-float16 (GPU), amp-bfloat16 (CPU "
+                                                  "with AVX-512), or auto: float16 on GPUs; on a CPU with native "
+                                                  "bfloat16 the faster of float32 and amp-bfloat16 for this model, "
+                                                  "timed once and cached; else float32", choices=PRECISIONS)
     loss_scale: str = _option(None, "precision", "dynamic, a fixed number such as 1024, or none",
                               default_text="dynamic for float16 and amp-float16, none otherwise")
     clip_grad_norm: float = _option(None, "precision", "clip the global gradient norm to this value",

@@ -104,6 +104,8 @@ def describe(run):
     rank = f" (rank {cluster.rank} of {cluster.num_workers})" if cluster.distributed else ""
     run.say(f"model: {c.model}{' (pretrained features)' if c.pretrained else ''}; precision {parts.precision}; "
             f"loss scale {parts.scaler!r}; devices {format_ctx(parts.ctx)}; kvstore {c.kvstore}{rank}")
+    if parts.precision.requested != parts.precision.name:
+        run.say(f"precision: {parts.precision.requested} -> {parts.precision.name}: {parts.precision.reason}")
     run.say(f"threads: MXNet runs {mxnet_threads()} OpenMP thread(s); --threads or OMP_NUM_THREADS change it")
     run.say("environment: " + "; ".join(f"{k}={v} ({why}{'' if here else ', set by you'})"
                                         for k, (v, why, here) in parts.environment.items()))

@@ -81,7 +81,8 @@ class _Reads:
         # argmax/compare/sum are queued on the devices; nothing waits here.
         counts = [(out.argmax(axis=1) == y).sum().as_in_context(cpu) for out, y in zip(result.outputs, labels)]
         correct = mx.nd.add_n(*counts) if len(counts) > 1 else counts[0]
-        self._steps.append((step, epoch, result.loss.as_in_context(cpu), correct, images, result.skipped))
+        self._steps.append((step, epoch, result.loss.as_nd_ndarray().as_in_context(cpu), correct, images,
+                            result.skipped))
 
     def read_into(self, progress):
         """One ``asnumpy`` for every queued loss and count; raise on a non-finite loss."""

@@ -17,7 +17,7 @@ record and a checkpoint. :class:`Run` only holds what the two share.
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -304,6 +304,7 @@ def _build(config, saved, profile_fields, log, locks):
     fingerprint = loaders.fingerprint()
     if config.resume and saved and saved.get("data_fingerprint") is not None:
         _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
+    precision = _auto_precision(config, precision, ctx, saved, len(loaders.classes), cluster, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -322,6 +323,31 @@ def _build(config, saved, profile_fields, log, locks):
     if cluster.num_workers > 1:  # before the first step: a worker with other settings would hang the others
         agree_settings(kvstore, rank, num_workers, settings_fingerprint(run, fingerprint))
     return run, {"resolved_threads": threads, "data_fingerprint": fingerprint}
+
+
+def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
+    """What ``--precision auto`` trains in: the run's own on resume, else the model timed here on a CPU.
+
+    :func:`mxfp16.resolve_precision` answered with the rule per CPU class.
+    On a CPU with native bfloat16 the model itself is timed in both
+    precisions (:func:`mxfp16.bench.auto.measured_auto`, cached), so ``auto``
+    is never slower than float32 here. Distributed workers keep the rule:
+    each would time on its own machine under the others' load and could
+    choose differently.
+    """
+    if config.precision != "auto":
+        return precision
+    if config.resume and saved and saved.get("resolved_precision"):
+        own = saved["resolved_precision"]
+        return replace(resolve_precision(own, ctx, allow_cpu_float16=config.allow_cpu_float16), requested="auto",
+                       reason=f"the run's own ({config.out}/config.json)")
+    if cluster.distributed or any(c.device_type != "cpu" for c in ctx):
+        return precision
+    from ..bench.auto import measured_auto, probe_spec
+
+    verdict = measured_auto(probe_spec(config.model, config.image_size, config.batch_size, classes,
+                                       seed=config.seed or 0), log=log)
+    return replace(resolve_precision(verdict.precision, ctx), requested="auto", reason=verdict.reason)
 
 
 def _start(run, changes):

@@ -38,7 +38,8 @@ from mxnet import ndarray, symbol
 from mxnet.contrib import amp
 import mxfp16
 from mxfp16 import precision as P
-from mxfp16.amp_lists import operator_lists, FLOAT32_CONVOLUTIONS, _float32_where
+from mxfp16.amp_lists import operator_lists, FLOAT32_CONVOLUTIONS
+from mxfp16.amp_wrappers import float32_where
 
 prec = P.resolve_precision(args.precision)
 desc = {"lists": args.lists, "fp32_ops+": args.fp32_ops, "bf16-": args.bf16_remove, "bf16+": args.bf16_add,
@@ -55,7 +56,7 @@ if prec.amp:
     if args.lists == "mxfp16":  # mxfp16's 7x7 stem rule, as amp_lists.init_amp does
         param, values = FLOAT32_CONVOLUTIONS
         for m in modules:
-            m.Convolution = _float32_where(originals[m], m.Convolution, param, values)
+            m.Convolution = float32_where(originals[m], m.Convolution, param, values)
     if args.stem_fp32:
         def stem_rule(original, wrapped):
             def conv(*a, **kw):

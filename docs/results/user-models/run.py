@@ -289,7 +289,7 @@ def train_one(model, precision_name, seed, epochs=None, train_limit=None):
             net.initialize(mx.init.Xavier(), ctx=ctx)
             mxfp16.cast_net(net, precision.param_dtype)                        # 3
             net.hybridize()
-            scaler = mxfp16.make_loss_scaler(None, precision)                  # 4
+            scaler = mxfp16.make_loss_scaler(precision)                        # 4
             x_train, y_train, x_test, y_test = load_digits_arrays(numpy_mode, train_limit)
             steps_per_epoch = math.ceil(len(x_train) / BATCH_SIZE)
             params = dict(settings["params"])

@@ -1,0 +1,182 @@
+"""AMP for numpy-mode networks: the ``mx.np`` / ``mx.npx`` functions get the casts ``amp.init`` gives ``mx.nd``.
+
+MXNet 1.9.1's ``amp.init`` replaces the functions of ``mx.nd`` and ``mx.sym``
+only. A numpy-mode network (``npx.set_np()``, how d2l teaches Gluon) calls
+others: ``mx.np`` / ``mx.npx`` imperatively, and inside Gluon layers
+``mxnet.ndarray.numpy(_extension)`` without hybridization and
+``mxnet.symbol.numpy(_extension)`` with it. Under AMP alone all of them run
+in float32.
+
+Most heavy ones are the same registered operators under another name
+(``_npx_fully_connected`` is ``FullyConnected``, ``_npx_convolution`` is
+``Convolution``, ``_npx_softmax`` is ``softmax``): :func:`numpy_rules` gives
+each the rule its legacy name has on the lists ``init_amp`` used. The
+numpy-only operators (``_np_dot``, ``_npi_add``, ``_npi_concatenate`` ...)
+are on no list; ``tools/amp_probe_ops.py`` runs them as it runs MXNet's
+unlisted operators, and its verdicts (``mxfp16/_amp_op_probe.py``) decide:
+bfloat16 where a bfloat16 kernel agrees with float32, float32 where there is
+none, the widest input dtype where the inputs must share one (a join).
+:func:`wrap_numpy_functions` then replaces every binding of each function
+under ``mxnet.*`` (the ``_op`` module and the package that re-exports it),
+as ``amp.init`` does for ``mx.nd``.
+
+``np.tensordot`` is the one numpy function with tensor inputs whose Python
+function calls MXNet's C++ function table (``_api_internal``) instead of an
+operator function (:data:`FFI_FUNCTIONS`): it gets its operator's rule too.
+What this cannot reach, like ``amp.init``: a function a user bound to a name
+of their own before AMP was activated (``from mxnet.numpy_extension import
+relu``). What MXNet 1.9.1 cannot do in numpy mode at all: create a bfloat16
+array (``mx.np.empty`` has no code for it), so ``astype`` to bfloat16 and a
+slice assignment of float32 values into a bfloat16 array fail.
+"""
+import sys
+
+from . import amp_wrappers as w
+from ._internals import numpy_operator_functions, operator_aliases
+
+__all__ = ["NUMPY_PREFIXES", "FFI_FUNCTIONS", "numpy_operators", "numpy_rules", "wrap_numpy_functions",
+           "ran_in_target_dtype"]
+
+#: The registered-name prefixes of numpy-mode operators (``mxnet/base.py``).
+NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
+
+#: Python functions of ``mxnet.ndarray.numpy`` that reach an operator through
+#: MXNet's C++ function table (``_api_internal``), not through its generated
+#: function: ``{operator: [(module, function)]}``. In MXNet 1.9.1 only
+#: ``tensordot`` (and ``zeros``, which takes no tensor); ``tests/test_amp_numpy.py``
+#: reads MXNet's source to keep this complete.
+FFI_FUNCTIONS = {"_npi_tensordot": [("mxnet.ndarray.numpy._op", "tensordot")]}
+
+#: Set once any numpy-mode function has cast its inputs to the target dtype
+#: (:func:`ran_in_target_dtype`): a numpy-mode network for which it stays
+#: False ran nothing in 16-bit.
+_state = {"target_calls": 0}
+
+
+def numpy_operators():
+    """``{numpy-mode operator: its legacy names}`` (``[]`` for numpy-only ones) for every registered one."""
+    aliases = operator_aliases()
+    return {name: [n for n in aliases[name] if not n.startswith(NUMPY_PREFIXES)]
+            for name in sorted(aliases) if name.startswith(NUMPY_PREFIXES)}
+
+
+def numpy_rules(lists, target_dtype, widest, joins, fallbacks):
+    """What each numpy-mode operator does under AMP: ``{operator: (rule, detail)}``.
+
+    Parameters
+    ----------
+    lists : dict
+        The lists ``amp.init`` got: ``target_precision_ops``,
+        ``conditional_fp32_ops``, ``fp32_ops``.
+    target_dtype : str
+    widest : set of str
+        MXNet's ``WIDEST_TYPE_CASTS`` for the target.
+    joins : set of str
+        mxfp16's joins (:func:`mxfp16.amp_lists.join_operators`), legacy and numpy-only.
+    fallbacks : set of str
+        Operators with no working 16-bit path (:func:`mxfp16.amp_lists.float32_fallbacks`
+        for bfloat16), legacy and numpy-only.
+
+    Returns
+    -------
+    dict
+        ``rule`` is ``'target'``, ``'conditional'`` (``detail``: ``[(argument, values)]``),
+        ``'float32'`` (``detail``: the name warned about, or None), or ``'widest'``.
+        Operators that follow their inputs' dtype are left out.
+    """
+    target = set(lists["target_precision_ops"])
+    fp32 = set(lists["fp32_ops"])
+    conditional = {}
+    for name, arg, values in lists["conditional_fp32_ops"]:
+        conditional.setdefault(name, []).append((arg, list(values)))
+    rules = {}
+    for name, legacy in numpy_operators().items():
+        names = legacy or [name]
+        if target & set(names):
+            rules[name] = ("target", None)
+        elif any(n in conditional for n in names):
+            rules[name] = ("conditional", [r for n in names for r in conditional.get(n, [])])
+        elif fp32 & set(names) or fallbacks & set(names):
+            warned = next((n for n in names if n in fallbacks), None)
+            rules[name] = ("float32", warned)
+        elif (widest | joins) & set(names):
+            rules[name] = ("widest", None)
+    return rules
+
+
+def _counting(f):
+    def counted(*args, **kwargs):
+        _state["target_calls"] += 1
+        return f(*args, **kwargs)
+
+    counted.__name__, counted.__doc__ = getattr(f, "__name__", "op"), getattr(f, "__doc__", None)
+    return counted
+
+
+def _wrapper(name, rule, detail, target_dtype, warn):
+    def make(f):
+        if rule == "target":
+            return _counting(w.target_call(f, name, target_dtype))
+        if rule == "conditional":
+            return w.conditional_float32_call(f, name, detail)
+        if rule == "widest":
+            return w.widest_call(f, name, target_dtype)
+        return w.float32_call(f, name, warn if detail else None)
+    return make
+
+
+def _bindings(functions):
+    """``{id(function): [(module, attribute)]}``: every place under ``mxnet.*`` each function is bound."""
+    wanted = {id(f) for f in functions}
+    found = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "mxnet" or module_name.startswith("mxnet.")):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if id(value) in wanted:
+                found.setdefault(id(value), []).append((module, attribute))
+    return found
+
+
+def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
+    """Replace each numpy-mode function that has a rule, wherever ``mxnet.*`` binds it.
+
+    Parameters
+    ----------
+    rules : dict
+        :func:`numpy_rules`.
+    target_dtype : str
+    warn : callable, optional
+        ``warn(name)``, called at the first use of a float32 fallback.
+    stem : (str, tuple), optional
+        ``(parameter, values)``: ``_npx_convolution`` calls with those values
+        run in float32 (mxfp16's stem rule, :data:`mxfp16.amp_lists.FLOAT32_CONVOLUTIONS`).
+
+    Returns
+    -------
+    int
+        How many function bindings were replaced.
+    """
+    import importlib
+
+    plan = []
+    for name, (rule, detail) in rules.items():
+        homes = numpy_operator_functions(name)
+        homes += [(importlib.import_module(m), a) for m, a in FFI_FUNCTIONS.get(name, [])]
+        for module, attribute in homes:
+            plan.append((getattr(module, attribute), name, rule, detail))
+    bindings = _bindings([f for f, _, _, _ in plan])
+    replaced = 0
+    for f, name, rule, detail in plan:
+        new = _wrapper(detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)(f)
+        if stem is not None and name == "_npx_convolution":
+            new = w.float32_where(f, new, stem[0], stem[1], name)
+        for module, attribute in bindings.get(id(f), []):
+            setattr(module, attribute, new)
+            replaced += 1
+    return replaced
+
+
+def ran_in_target_dtype():
+    """Whether any numpy-mode operator has cast its inputs to the target dtype in this process."""
+    return _state["target_calls"] > 0

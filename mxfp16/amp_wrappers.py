@@ -1,0 +1,267 @@
+"""The wrappers AMP puts around an operator's function, for every kind of array MXNet has.
+
+``amp.init`` replaces each listed ``mx.nd`` / ``mx.sym`` function with one
+that casts its inputs first: to the target dtype, to float32, or to the
+widest dtype among them. :mod:`mxfp16.amp_lists` and
+:mod:`mxfp16.amp_numpy` use these instead where AMP's own fail or are slow,
+and to reach the functions AMP does not wrap (numpy mode's). Each wrapper
+works on legacy arrays and symbols and on their numpy-mode twins
+(``mx.np.ndarray``, numpy-mode symbols), which the cast keeps numpy-mode:
+MXNet's ``amp_cast`` and ``amp_multicast`` are legacy operators, so a
+numpy-mode input goes through ``as_nd_ndarray`` and back (the same array,
+viewed as the other class, with its autograd history).
+
+Nothing here decides which operator gets which wrapper: that is the lists'
+job (:mod:`mxfp16.amp_lists`).
+"""
+import numpy as np
+
+__all__ = ["BFLOAT16", "dtype_name", "is_low_precision", "cast", "target_call", "target_rebuild",
+           "float32_call", "widest_call", "conditional_float32_call", "float32_where", "as_tuple"]
+
+#: MXNet's bfloat16 (a numpy structured dtype: numpy has none).
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
+_FLOAT16 = np.dtype(np.float16)
+_FLOAT32 = np.dtype(np.float32)
+
+
+def dtype_name(dtype):
+    """``'bfloat16'`` for MXNet's bfloat16, else numpy's name (``'float32'``)."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype == BFLOAT16 else dtype.name
+
+
+def is_low_precision(dtype):
+    """Whether ``dtype`` is one of AMP's 16-bit floats (bfloat16 or float16)."""
+    return np.dtype(dtype) in (BFLOAT16, _FLOAT16)
+
+
+def _kinds():
+    from mxnet import ndarray, numpy, symbol
+    from mxnet.symbol.numpy import _Symbol
+
+    return ndarray, symbol, numpy.ndarray, _Symbol
+
+
+def _is_tensor(x):
+    ndarray, symbol, _, _ = _kinds()
+    return isinstance(x, (ndarray.NDArray, symbol.Symbol))
+
+
+def cast(x, dtype):
+    """``x`` through ``amp_cast`` to ``dtype``, numpy-mode kept numpy-mode; anything else unchanged.
+
+    ``amp_cast`` leaves integer inputs alone, so indices pass through.
+    """
+    ndarray, symbol, np_ndarray, np_symbol = _kinds()
+    if isinstance(x, np_symbol):
+        return symbol.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+    if isinstance(x, symbol.Symbol):
+        return symbol.amp_cast(x, dtype=dtype)
+    if isinstance(x, np_ndarray):
+        return ndarray.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+    if isinstance(x, ndarray.NDArray):
+        return ndarray.amp_cast(x, dtype=dtype)
+    return x
+
+
+def _each(x, fn):
+    """``fn`` applied to ``x``, or to each tensor of a list or tuple ``x`` (numpy's ``concatenate([a, b])``)."""
+    if isinstance(x, (list, tuple)) and any(_is_tensor(v) for v in x):
+        return type(x)(fn(v) for v in x)
+    return fn(x)
+
+
+def _named_like(wrapper, f, name):
+    wrapper.__name__ = getattr(f, "__name__", name)
+    wrapper.__doc__ = getattr(f, "__doc__", None)
+    wrapper.__module__ = getattr(f, "__module__", wrapper.__module__)
+    return wrapper
+
+
+def _to_target(x, target_dtype):
+    """A float32 (or other 16-bit) array cast to ``target_dtype``, as AMP casts; every Symbol cast."""
+    ndarray, symbol, _, _ = _kinds()
+    if isinstance(x, symbol.Symbol):
+        return cast(x, target_dtype)
+    if isinstance(x, ndarray.NDArray):
+        dtype = np.dtype(x.dtype)
+        pair = (_FLOAT32, BFLOAT16) if x.ctx.device_type == "cpu" else (_FLOAT32, _FLOAT16)
+        if dtype != np.dtype(target_dtype) and dtype in pair:
+            return cast(x, target_dtype)
+    return x
+
+
+def target_call(f, name, target_dtype, skip=("out",)):
+    """``f`` with its float inputs cast to ``target_dtype`` first (AMP's rule for the target list).
+
+    ``skip`` names keyword arguments left alone: numpy's ``out=`` is where
+    the result goes, not an input.
+    """
+    def target_op(*args, **kwargs):
+        args = [_each(a, lambda v: _to_target(v, target_dtype)) for a in args]
+        kwargs = {k: v if k in skip else _each(v, lambda u: _to_target(u, target_dtype)) for k, v in kwargs.items()}
+        return f(*args, **kwargs)
+
+    return _named_like(target_op, f, name)
+
+
+def target_rebuild(f, name, target_dtype):
+    """AMP's target-list wrapper for legacy symbols, without its cost.
+
+    AMP builds the node, then rebuilds it on cast inputs, so that inputs
+    the call created itself (``mx.sym.FullyConnected(data, num_hidden=4)``
+    makes its own ``weight`` variable) are cast too. To leave auxiliary
+    states uncast it lists the auxiliary states of the whole graph above the
+    node at every call, which makes tracing a deep network quadratic (16 s
+    instead of 2 s for gluoncv's residualattentionnet452). Used only for
+    operators with no auxiliary state, where that check never matters;
+    NDArrays are cast first, as AMP does.
+    """
+    _, symbol, _, np_symbol = _kinds()
+    cast_first = target_call(f, name, target_dtype)
+
+    def target_op(*args, **kwargs):
+        probe = next((v for v in list(args) + list(kwargs.values()) if _is_tensor(v)), None)
+        if not isinstance(probe, symbol.Symbol) or isinstance(probe, np_symbol):
+            return cast_first(*args, **kwargs)
+        sym = f(*args, **kwargs)
+        inputs = [cast(x, target_dtype) for x in sym.get_children()]
+        rebuilt = sym._gen_atomic_symbol()(*inputs)
+        rebuilt._set_attr(name=sym.name)
+        return rebuilt
+
+    return _named_like(target_op, f, name)
+
+
+def _to_float32(x):
+    """``x`` cast to float32 when it is a 16-bit array or a graph node; anything else unchanged."""
+    ndarray, symbol, _, _ = _kinds()
+    if isinstance(x, symbol.Symbol):
+        # A parameter (a variable that declares its dtype: Parameter.var()) is
+        # float32 under AMP, so it is left alone: a cast would only add a node,
+        # and through one Deconvolution's deferred shape inference crashes
+        # MXNet. A graph's input is cast: a hybridized layer inside a plain
+        # Block is fed whatever the layer before it returned (bfloat16 after
+        # a Dense).
+        if x.get_children() is None and "__dtype__" in x.list_attr():
+            return x
+        return cast(x, "float32")
+    if isinstance(x, ndarray.NDArray) and is_low_precision(x.dtype):
+        return cast(x, "float32")
+    return x
+
+
+def float32_call(f, name, on_first_use=None, skip=("out",)):
+    """``f`` with its tensor inputs cast to float32 first; ``on_first_use(name)`` runs once, at the first call.
+
+    This replaces AMP's own float32 wrapper for symbols, which calls ``f``
+    and then rebuilds the node on cast inputs: that fails for operators with
+    no inputs (``TypeError`` in an RNN's ``begin_state``) and crashes the
+    process for ``Deconvolution``. Casting first needs no rebuild.
+    """
+    pending = [on_first_use] if on_first_use else []
+
+    def float32_op(*args, **kwargs):
+        if pending:
+            pending.pop()(name)
+        args = [_each(a, _to_float32) for a in args]
+        kwargs = {k: v if k in skip else _each(v, _to_float32) for k, v in kwargs.items()}
+        return f(*args, **kwargs)
+
+    return _named_like(float32_op, f, name)
+
+
+def widest_call(f, name, target_dtype, skip=("out",)):
+    """``f`` with its inputs cast to the widest float dtype among them first (AMP's ``WIDEST_TYPE_CASTS`` rule).
+
+    For arrays: float32 when any input is float32, and the ``target_dtype``
+    inputs are cast up. An in-place update (numpy's ``y += x``, which is
+    ``add(y, x, out=y)``) keeps the dtype of the array it writes to, as
+    numpy's own in-place operators do: into a 16-bit ``out`` the float32
+    inputs are cast down. For graph nodes the dtypes are not known yet, so
+    the inputs go through one ``amp_multicast``, which casts them all to the
+    widest when the graph's types are inferred.
+    """
+    ndarray, symbol, _, _ = _kinds()
+    target = np.dtype(target_dtype)
+
+    def widest_op(*args, **kwargs):
+        args = list(args)
+        slots = []
+        for i, a in enumerate(args):
+            if isinstance(a, (list, tuple)) and any(_is_tensor(v) for v in a):
+                args[i] = list(a)
+                slots += [(args[i], j) for j, v in enumerate(a) if _is_tensor(v)]
+            elif _is_tensor(a):
+                slots.append((args, i))
+        slots += [(kwargs, k) for k, v in kwargs.items() if k not in skip and _is_tensor(v)]
+        tensors = [where[key] for where, key in slots]
+        out = kwargs.get("out")
+        if any(isinstance(t, symbol.Symbol) for t in tensors):
+            widened = _multicast(tensors) if len(tensors) > 1 else tensors
+        elif isinstance(out, ndarray.NDArray) and np.dtype(out.dtype) == target:
+            widened = [cast(t, target_dtype) if np.dtype(t.dtype) == _FLOAT32 else t for t in tensors]
+        elif any(np.dtype(t.dtype) == _FLOAT32 for t in tensors):
+            widened = [cast(t, "float32") if np.dtype(t.dtype) == target else t for t in tensors]
+        else:
+            widened = tensors
+        for (where, key), t in zip(slots, widened):
+            where[key] = t
+        return f(*args, **kwargs)
+
+    return _named_like(widest_op, f, name)
+
+
+def _multicast(symbols):
+    """``amp_multicast`` over legacy or numpy-mode symbols; each output keeps its input's class."""
+    _, symbol, _, np_symbol = _kinds()
+    legacy = [s.as_nd_ndarray() if isinstance(s, np_symbol) else s for s in symbols]
+    out = symbol.amp_multicast(*legacy, num_outputs=len(legacy))
+    return [o.as_np_ndarray() if isinstance(s, np_symbol) else o for s, o in zip(symbols, out)]
+
+
+def conditional_float32_call(f, name, rules):
+    """``f`` on float32 inputs when a keyword argument has one of the listed values, else ``f`` as it is.
+
+    ``rules`` is ``[(argument, values)]``, as AMP's ``conditional_fp32_ops``
+    (``Activation`` with ``act_type='softrelu'``).
+    """
+    plain = float32_call(f, name)
+
+    def conditional_op(*args, **kwargs):
+        if any(kwargs.get(arg) in values for arg, values in rules):
+            return plain(*args, **kwargs)
+        return f(*args, **kwargs)
+
+    return _named_like(conditional_op, f, name)
+
+
+def as_tuple(value):
+    """An operator parameter as a tuple of ints: ``(7, 7)``, ``'(7, 7)'`` and ``7`` (as ``(7,)``)."""
+    if isinstance(value, str):
+        value = [v for v in value.strip("()[] ").replace(" ", "").split(",") if v]
+    if isinstance(value, int):
+        value = (value,)
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        return ()
+
+
+def float32_where(original, wrapped, param, values, name="Convolution"):
+    """``wrapped`` unless ``kwargs[param]`` is in ``values``; then ``original`` on float32 inputs.
+
+    AMP's conditional list cannot express "this Convolution in float32": it
+    wraps the already wrapped target operator, so the inputs would be cast
+    to float32 and straight back. This keeps the unwrapped operator for the
+    float32 case instead.
+    """
+    plain = float32_call(original, name)
+
+    def conditional_op(*args, **kwargs):
+        if as_tuple(kwargs.get(param)) in values:
+            return plain(*args, **kwargs)
+        return wrapped(*args, **kwargs)
+
+    return _named_like(conditional_op, wrapped, name)

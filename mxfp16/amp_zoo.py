@@ -1,0 +1,239 @@
+"""Which dtype every GluonCV classification model computes in under mxfp16's AMP lists, read from its graph.
+
+The "models" view of ``mxfp16 info --amp-table``. The models are those
+``gluoncv.model_zoo`` registers (:func:`classification_models`: its own
+list, less the modules that build detectors, segmenters and the like), so a
+model GluonCV adds later is covered. Each is built with AMP active, traced
+on a symbol the way ``hybridize()`` traces it (no weights, no arithmetic: it
+runs on any CPU), and MXNet's type and shape inference say what dtype each
+operator computes in and how much work the convolutions and dense layers
+do. A model whose graph does not type-check under AMP is a row that says
+why (``tests/test_amp_zoo.py`` fails on it).
+
+Both AMP targets go through this, each in its own process (AMP is
+process-global): :func:`generate` starts them.
+"""
+import json
+
+import numpy as np
+
+from .amp_table import operator_dtypes
+from .amp_wrappers import is_low_precision
+
+__all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
+           "model_dtypes", "table", "render", "generate"]
+
+#: ``gluoncv.model_zoo`` modules (and packages) whose models are not image
+#: classifiers: detection, segmentation, pose, action recognition, depth,
+#: tracking, and the int8 models (inference only).
+TASK_MODULES = ("action_recognition", "alpha_pose", "center_net", "danet", "deeplabv3", "deeplabv3b_plus",
+                "fastscnn", "fcn", "icnet", "monodepthv2", "pspnet", "quantized", "rcnn", "siamrpn",
+                "simple_pose", "ssd", "yolo.yolo3")
+
+#: Classification models GluonCV 0.10.5 registers but cannot build with MXNet
+#: 1.9.1, in float32 either: their GroupNorm passes ``F.reshape`` arguments by
+#: position in an order 1.9.1's ``Reshape`` does not have. ``tests/test_amp_zoo.py``
+#: checks that they still fail without AMP (and drops them from here once they build).
+BROKEN_IN_GLUONCV = {
+    "resnet50_v1b_gn": "Invalid Parameter format for keep_highest expect boolean but value='-1'",
+    "resnet101_v1b_gn": "Invalid Parameter format for keep_highest expect boolean but value='-1'",
+}
+
+#: Square input sizes tried in turn for the shape inference the work count
+#: needs: ImageNet's, then Inception's; GluonCV's ``cifar_`` models read 32 px.
+INPUT_SIZES = (224, 299)
+CIFAR_SIZE = 32
+
+#: Operators whose multiply-adds are counted (GEMMs: where 16-bit arithmetic pays).
+_GEMMS = ("Convolution", "FullyConnected", "Deconvolution")
+
+
+def classification_models():
+    """Every model ``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES`, in its own order.
+
+    Returns
+    -------
+    list of str
+    """
+    from ._gluoncv import import_gluoncv
+
+    zoo = import_gluoncv().model_zoo.model_zoo
+    names = []
+    for name, constructor in zoo._models.items():
+        module = getattr(constructor, "__module__", "").replace("gluoncv.model_zoo.", "", 1)
+        if not any(module == task or module.startswith(task + ".") for task in TASK_MODULES):
+            names.append(name)
+    return names
+
+
+def families():
+    """``{family: [models]}``: :func:`classification_models` grouped by the GluonCV module that builds them.
+
+    GluonCV's own grouping: ``resnet`` builds ResNet v1 and v2 and SE-ResNet,
+    ``mobilenet`` MobileNet v1 and v2, ``resnext`` ResNeXt and SE-ResNeXt.
+    """
+    from ._gluoncv import import_gluoncv
+
+    zoo = import_gluoncv().model_zoo.model_zoo
+    grouped = {}
+    for name in classification_models():
+        grouped.setdefault(zoo._models[name].__module__.replace("gluoncv.model_zoo.", "", 1), []).append(name)
+    return grouped
+
+
+def _output_shapes(internals, shape):
+    """``{output name: shape}`` for every node output of ``internals`` at input ``shape``, or None."""
+    import mxnet as mx
+
+    try:
+        arg_shapes, out_shapes, aux_shapes = internals.infer_shape_partial(data=shape)
+    except mx.MXNetError:
+        return None
+    shapes = dict(zip(internals.list_outputs(), out_shapes))
+    shapes.update(zip(internals.list_arguments(), arg_shapes))
+    shapes.update(zip(internals.list_auxiliary_states(), aux_shapes))
+    return shapes
+
+
+def _gemm_flops(node, input_shapes, output_shape):
+    """Floating-point operations (2 per multiply-add) of a Convolution, Deconvolution or FullyConnected node."""
+    if not output_shape or len(input_shapes) < 2 or not input_shapes[1]:
+        return 0
+    weight = input_shapes[1]
+    if node["op"] == "Deconvolution":
+        return 2 * int(np.prod(input_shapes[0])) * int(np.prod(weight[1:]))
+    return 2 * int(np.prod(output_shape)) * int(np.prod(weight[1:]))
+
+
+def model_dtypes(name):
+    """What ``name`` computes in, with AMP active in this process.
+
+    Returns
+    -------
+    dict
+        ``{'model', 'operators', 'low_operators', 'gemm_flops', 'low_gemm_flops',
+        'input_size', 'output_shape'}``, or ``{'model', 'error'}`` when the
+        model does not build or its graph does not type-check.
+    """
+    import mxnet as mx
+
+    from ._gluoncv import import_gluoncv
+
+    zoo = import_gluoncv().model_zoo
+    try:
+        net = zoo.get_model(name, pretrained=False)
+        out = net(mx.sym.var("data"))
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        internals = out.get_internals()
+        _, types, _ = internals.infer_type_partial(data="float32")
+    except Exception as err:  # a model that cannot be built or typed is this row's finding
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        return {"model": name, "error": f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]}
+    shapes, size = None, None
+    for size in (CIFAR_SIZE,) if name.startswith("cifar_") else INPUT_SIZES:
+        shapes = _output_shapes(internals, (1, 3, size, size))
+        if shapes is not None:
+            break
+    nodes = json.loads(out.tojson(remove_amp_cast=False))["nodes"]
+    row = {"model": name, "operators": 0, "low_operators": 0, "gemm_flops": 0, "low_gemm_flops": 0,
+           "input_size": size if shapes is not None else None,
+           "output_shape": list(shapes[out.list_outputs()[0]]) if shapes else None}
+
+    def entry_name(entry):
+        node = nodes[entry[0]]
+        return node["name"] if node["op"] == "null" else f"{node['name']}_output" + (
+            str(entry[1]) if entry[1] else "")
+
+    operators = [node for node in nodes if node["op"] not in ("null", "amp_cast", "amp_multicast")]
+    for node, (_, dtype) in zip(operators, operator_dtypes(out, internals, types, nodes)):
+        low = dtype is not None and is_low_precision(dtype)
+        row["operators"] += 1
+        row["low_operators"] += int(low)
+        if node["op"] in _GEMMS and shapes is not None:
+            output = shapes.get(f"{node['name']}_output")
+            flops = _gemm_flops(node, [shapes.get(entry_name(e)) for e in node["inputs"]], output)
+            row["gemm_flops"] += flops
+            row["low_gemm_flops"] += flops if low else 0
+    return row
+
+
+def table(names=None):
+    """:func:`model_dtypes` of every classification model (or of ``names``), AMP active in this process."""
+    return [model_dtypes(name) for name in (names or classification_models())]
+
+
+def _share(part, whole):
+    return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
+
+
+def render(rows_by_target):
+    """The Markdown models view: ``rows_by_target`` is ``{'bfloat16': rows, 'float16': rows}``."""
+    import mxnet as mx
+
+    targets = list(rows_by_target)
+    lines = [f"Generated by `mxfp16 info --amp-table models` (MXNet {mx.__version__}, mxfp16's operator lists). "
+             "Per model: its operators, the share that compute in 16-bit, and the share of the "
+             "convolutions' and dense layers' floating-point work (GFLOP per image, forward, at the input "
+             "size shown) that runs in 16-bit.",
+             "",
+             "| Model | input | operators | GFLOP | " + " | ".join(
+                 f"{t}: operators in 16-bit | {t}: GFLOP in 16-bit" for t in targets) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("--- | ---" for _ in targets) + " |"]
+    first = rows_by_target[targets[0]]
+    others = {t: {r["model"]: r for r in rows_by_target[t]} for t in targets}
+    not_classifiers = [r["model"] for r in first if r.get("output_shape") and len(r["output_shape"]) != 2]
+    for row in first:
+        if row["model"] in not_classifiers:
+            continue
+        name = row["model"]
+        cells = []
+        for t in targets:
+            r = others[t].get(name, {"error": "not built"})
+            if "error" in r and name in BROKEN_IN_GLUONCV:
+                cells += ["GluonCV cannot build it with MXNet 1.9.1 (float32 neither)", ""]
+            elif "error" in r:
+                cells += [f"FAILS: {r['error'].replace('|', '/')}", ""]
+            else:
+                cells += [_share(r["low_operators"], r["operators"]), _share(r["low_gemm_flops"], r["gemm_flops"])]
+        if "error" in row:
+            size, count, gflop = "", "", ""
+        else:
+            size = f"{row['input_size']} px" if row["input_size"] else "n/a"
+            count, gflop = str(row["operators"]), f"{row['gemm_flops'] / 1e9:.2f}"
+        lines.append(f"| {name} | {size} | {count} | {gflop} | " + " | ".join(cells) + " |")
+    if not_classifiers:
+        lines += ["", "Built and type-checked as well, but not classifiers (their output is not one score per "
+                      f"class): {', '.join(not_classifiers)}."]
+    return "\n".join(lines) + "\n"
+
+
+def generate(targets=("bfloat16", "float16"), names=None):
+    """``{target: rows}``: :func:`table` under each target, each in its own process, run side by side."""
+    import subprocess
+    import sys
+
+    args = list(names or [])
+    procs = {t: subprocess.Popen([sys.executable, "-m", "mxfp16.amp_zoo", t, *args], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for t in targets}
+    rows = {}
+    for target, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"building the zoo under amp-{target} failed:\n{err[-2000:]}")
+        rows[target] = json.loads(out)
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+    import warnings
+
+    import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
+    from mxfp16.amp_lists import init_amp
+
+    warnings.simplefilter("ignore")
+    target = sys.argv[1]
+    # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
+    # one without float16 or bfloat16 arithmetic included.
+    init_amp(target)
+    json.dump(table(sys.argv[2:] or None), sys.stdout)

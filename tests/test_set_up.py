@@ -1,0 +1,158 @@
+"""A set-up that cannot be half done: MixedPrecision, and the checks behind the pieces it replaces.
+
+The "activate was never called" cases run here: this process never initialises
+AMP (conftest runs AMP in children), and amp-float16 resolves on any CPU with
+``allow_cpu_float16``. "activate came after the graph was built" needs AMP,
+so it runs in a child.
+"""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+import mxfp16
+from conftest import run_python
+from mxfp16.precision import AMPStateError
+
+CPU = [mx.cpu()]
+
+
+def _net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(4, activation="relu"), gluon.nn.Dense(2))
+    net.initialize(ctx=CPU)
+    return net
+
+
+@pytest.fixture
+def never_activated():
+    from mxfp16._internals import amp_initialized
+
+    assert not amp_initialized(), "AMP was initialised in the test process; run it in a child"
+    return mxfp16.resolve_precision("amp-float16", CPU, allow_cpu_float16=True)
+
+
+def test_cast_net_refuses_an_amp_precision_never_activated(never_activated):
+    with pytest.raises(AMPStateError, match="mxfp16.activate\\(precision\\) was not called.*before the network"):
+        mxfp16.cast_net(_net(), never_activated)
+
+
+def test_make_trainer_refuses_an_amp_precision_never_activated(never_activated):
+    with pytest.raises(AMPStateError, match="activate\\(precision\\) was not called"):
+        mxfp16.make_trainer(_net().collect_params(), "sgd", {"learning_rate": 0.1}, never_activated)
+
+
+def test_train_step_refuses_an_amp_precision_never_activated(never_activated):
+    net = _net()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    scaler = mxfp16.make_loss_scaler(never_activated)
+    with pytest.raises(AMPStateError, match="activate\\(precision\\) was not called"):
+        mxfp16.train_step(net, gluon.loss.L2Loss(), trainer, [mx.nd.ones((2, 3))], [mx.nd.zeros((2, 2))], scaler)
+
+
+def test_make_loss_scaler_takes_the_precision_first():
+    fp32 = mxfp16.resolve_precision("float32", CPU)
+    with pytest.raises(TypeError, match="precision first.*swap the two"):
+        mxfp16.make_loss_scaler(None, fp32)
+    with pytest.raises(TypeError, match="precision first"):
+        mxfp16.make_loss_scaler("dynamic")
+    assert mxfp16.make_loss_scaler(fp32, "dynamic").precision is fp32
+
+
+def test_mixed_precision_is_the_pieces_in_two_statements():
+    """MixedPrecision + prepare + cast_batch + train_step equal the calls they stand for."""
+    x, y = mx.nd.array(np.random.RandomState(0).normal(size=(8, 3))), mx.nd.array([0, 1] * 4)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net, pieces = _net(), _net()
+    net(x), pieces(x)
+    for a, b in zip(pieces.collect_params().values(), net.collect_params().values()):
+        a.set_data(b.data())
+
+    mp = mxfp16.MixedPrecision("float32", "cpu", loss_scale=1024)
+    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
+
+    precision = mxfp16.resolve_precision("float32", CPU)
+    mxfp16.activate(precision)
+    mxfp16.cast_net(pieces, precision)
+    scaler = mxfp16.make_loss_scaler(precision, 1024)
+    p_trainer = mxfp16.make_trainer(pieces.collect_params(), "sgd", {"learning_rate": 0.1}, precision, scaler)
+    for _ in range(2):
+        result = mp.train_step(net, loss_fn, trainer, *mp.cast_batch(x, y))
+        mxfp16.train_step(pieces, loss_fn, p_trainer, *mxfp16.cast_batch(x, y, precision.data_dtype, CPU), scaler)
+    for a, b in zip(pieces.collect_params().values(), net.collect_params().values()):
+        np.testing.assert_array_equal(a.data().asnumpy(), b.data().asnumpy())
+    assert mp.scaler.scale == 1024.0 and mp.scaler.steps == 2 and result.loss_scale == 1024.0
+    assert mp.ctx == CPU and mp.precision.name == "float32"
+
+
+def test_mixed_precision_prepares_float16_with_master_weights_and_a_dynamic_scaler():
+    from mxfp16.models import elementwise_mlp
+
+    mp = mxfp16.MixedPrecision("float16", "cpu", allow_cpu_float16=True)
+    net = elementwise_mlp(2, [4], 2)
+    net.initialize(ctx=mp.ctx)
+    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
+    assert mp.scaler.dynamic and mp.scaler.enabled and trainer.optimizer.multi_precision
+    dtypes = mxfp16.dtype_report(net)
+    assert {d for n, d in dtypes.items() if "batchnorm" not in n} == {"float16"}
+    assert {d for n, d in dtypes.items() if "batchnorm" in n} == {"float32"}
+    result = mp.train_step(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer,
+                           *mp.cast_batch(mx.nd.ones((4, 2)), mx.nd.zeros(4)))
+    assert result.loss.dtype == np.float32 and np.isfinite(result.loss.item())
+
+
+LATE_CHILD = """
+import mxfp16, mxnet as mx
+from mxnet import gluon, npx
+from mxfp16.models import elementwise_mlp
+from mxfp16.precision import AMPStateError
+precision = mxfp16.resolve_precision("amp-float16", "cpu", allow_cpu_float16=True)
+net = gluon.nn.HybridSequential()
+net.add(gluon.nn.Dense(4, activation="relu"), gluon.nn.Dense(2))
+net.initialize()
+net.hybridize()
+net(mx.nd.ones((1, 3)))              # the graph is built, in float32
+plain = gluon.nn.Sequential()        # not hybridized: Gluon builds a graph only to infer the deferred shapes
+plain.add(gluon.nn.Dense(4), gluon.nn.Dense(2))
+plain.initialize()
+plain(mx.nd.ones((1, 3)))
+mxfp16.activate(precision)          # too late for net's graph; plain runs imperatively, through AMP's wrappers
+try:
+    mxfp16.cast_net(net, precision)
+except AMPStateError as err:
+    print("refused:", err)
+net.hybridize()                     # drops the graph: the next forward builds it under AMP
+mxfp16.cast_net(net, precision)
+mxfp16.cast_net(plain, precision)
+print("after hybridize, and the unhybridized net: accepted")
+
+small = elementwise_mlp(2, [4], 2, batchnorm=False)
+small.initialize()
+small.collect_params().setattr("grad_req", "add")
+scaler = mxfp16.make_loss_scaler(precision)
+trainer = mxfp16.make_trainer(small.collect_params(), "sgd", {"learning_rate": 0.1}, precision, scaler)
+try:
+    mxfp16.train_step(small, gluon.loss.SoftmaxCrossEntropyLoss(), trainer, [mx.nd.ones((2, 2))], [mx.nd.zeros(2)],
+                      scaler)
+except ValueError as err:
+    print("add refused:", err)
+
+npx.set_np()
+numpy_net = gluon.nn.HybridSequential()       # numpy mode, built after activate: its graph carries the casts too
+numpy_net.add(gluon.nn.Dense(2))
+numpy_net.initialize()
+numpy_net.hybridize()
+numpy_net(mx.np.ones((1, 3)))
+mxfp16.cast_net(numpy_net, precision)
+print("numpy mode: accepted")
+"""
+
+
+def test_activate_after_the_graph_was_built_and_grad_req_add_under_amp_are_refused():
+    lines = run_python(LATE_CHILD, timeout=180).stdout.strip().splitlines()
+    refused = next(line for line in lines if line.startswith("refused:"))
+    assert "built before mxfp16.activate(precision)" in refused and "net.hybridize() again" in refused
+    assert "after hybridize, and the unhybridized net: accepted" in lines and "numpy mode: accepted" in lines
+    added = next(line for line in lines if line.startswith("add refused:"))
+    assert "amp_cast ignores it" in added and "scaler.accumulate(trainer)" in added
+
