@@ -69,7 +69,8 @@ def test_import_never_raises_and_help_and_version_answer_without_mxnet_whatever_
     assert proc.returncode == 0 and proc.stdout.split() == ["False"], proc.stderr
     for args, expected in ((["--help"], "usage: mxfp16"), (["--version"], "mxfp16 "),
                            (["train", "--help"], "--batch-size")):
-        runs = [_child(["-m", "mxfp16", *args], **bad) for _ in range(2)]  # the faster of two: a loaded machine
+        # The fastest of three: other processes (the notebook runs this suite starts) inflate a run's CPU time.
+        runs = [_child(["-m", "mxfp16", *args], **bad) for _ in range(3)]
         assert all(proc.returncode == 0 and expected in proc.stdout for proc, _ in runs), runs[0][0].stderr
         seconds = min(cpu for _, cpu in runs)
         assert seconds < 0.5, f"mxfp16 {' '.join(args)} took {seconds:.2f} CPU-seconds"
