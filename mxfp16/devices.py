@@ -6,9 +6,10 @@ reads it (:func:`resolve_devices`); what is built afterwards takes the
 checked list. Errors are :class:`DeviceError`, never a precision error: a
 missing GPU is a device problem whatever the precision.
 """
-import mxnet as mx
-
+from ._lazy import module
 from .machine import hardware
+
+mx = module("mxnet")
 
 __all__ = ["DeviceError", "as_context_list", "parse_ctx", "format_ctx", "check_devices", "resolve_devices",
            "CTX_HELP", "ONE_DEVICE_HELP"]

@@ -15,7 +15,8 @@ ORDER = 50
 
 
 def register(subparsers):
-    from ..inference.export import CHECKPOINT_CHOICES, DEFAULT_MARGIN
+    from ..inference.agreement import DEFAULT_MARGIN
+    from ..train.checkpoint import CHECKPOINT_CHOICES
 
     parser = subparsers.add_parser("export", help="export a trained run for inference, checked against float32",
                                    description=__doc__)

@@ -10,7 +10,7 @@ reported and skipped. --output writes CSV or JSON.
 import sys
 from pathlib import Path
 
-from . import CommandError, add_ctx_argument, add_threads_argument
+from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 from ..limits import integer, MAX_BATCH, MAX_COUNT
 
 ORDER = 55
@@ -44,6 +44,8 @@ def run(args):
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
+    if args.output:  # before minutes of predicting, not after
+        check_out(args.output, [], "--output", kind="file")
     from ..devices import DeviceError
 
     try:

@@ -7,13 +7,18 @@ The two calls the trainer, the benchmark and the notebooks need::
     for data, label in loaders.train_batches(epoch=0):
         ...
 
-See ``docs/data.md``.
+See ``docs/data.md``. The names below load on first use, so importing this
+package (or one of its MXNet-free modules: ``layout``, ``augment``,
+``validate``) does not load MXNet.
 """
-from .pipelines import PIPELINES, Loaders, make_loaders
-from .synth import SHAPES, demo_dataset, synth_dataset
-from .validate import DataError, scan_classes, scan_image
+from .._lazy import exports
 
-__all__ = [
-    "demo_dataset", "make_loaders", "Loaders", "PIPELINES", "DataError",
-    "synth_dataset", "SHAPES", "scan_classes", "scan_image",
-]
+_EXPORTS = {
+    "demo_dataset": "synth", "synth_dataset": "synth", "SHAPES": "synth",
+    "make_loaders": "pipelines", "Loaders": "pipelines", "PIPELINES": "layout",
+    "DataError": "validate", "scan_classes": "validate", "scan_image": "validate",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -13,17 +13,21 @@ is asynchronous and poisons the process), such as
 """
 from dataclasses import dataclass
 
-import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon
 
+from .._lazy import module
 from .layers import leaf_blocks, tap_outputs
+
+mx, autograd, gluon = module("mxnet"), module("mxnet.autograd"), module("mxnet.gluon")
 
 __all__ = ["ForwardCheck", "forward_check", "float16_forward_runs_here"]
 
-# Layers backed by GEMM kernels that MXNet 1.9.1 lacks in float16 on CPU.
-_GEMM_LAYERS = (gluon.nn.Dense, gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
-                gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)
+
+
+def _gemm_layers():
+    """Layers backed by GEMM kernels that MXNet 1.9.1 lacks in float16 on CPU."""
+    nn = gluon.nn
+    return (nn.Dense, nn.Conv1D, nn.Conv2D, nn.Conv3D, nn.Conv1DTranspose, nn.Conv2DTranspose, nn.Conv3DTranspose)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def float16_forward_runs_here(net, ctx):
     """
     if ctx.device_type == "gpu":
         return True, "float16 runs on GPUs"
-    gemm = sorted({type(b).__name__ for b in leaf_blocks(net) if isinstance(b, _GEMM_LAYERS)})
+    gemm = sorted({type(b).__name__ for b in leaf_blocks(net) if isinstance(b, _gemm_layers())})
     if gemm:
         return False, (f"the network has {', '.join(gemm)} layers, which MXNet cannot run in float16 on a CPU; "
                        "run on a GPU (--ctx gpu:0) or check an elementwise network (--model elementwise-mlp)")

@@ -12,10 +12,11 @@ The private Gluon attributes this needs (a block's children, whether and how
 """
 import contextlib
 
-import mxnet as mx
-
 from .._internals import block_children as _children
 from .._internals import hybridization_paused
+from .._lazy import module
+
+mx = module("mxnet")
 
 __all__ = ["leaf_blocks", "tap_outputs"]
 

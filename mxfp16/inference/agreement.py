@@ -9,7 +9,10 @@ import numpy as np
 
 from ..casting import to_float32
 
-__all__ = ["AgreementError", "compare", "check_margin", "softmax"]
+__all__ = ["AgreementError", "compare", "check_margin", "softmax", "DEFAULT_MARGIN"]
+
+#: Percentage points of top-1 an export may lose against float32 (``mxfp16 export --margin``).
+DEFAULT_MARGIN = 0.5
 
 
 class AgreementError(RuntimeError):
