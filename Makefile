@@ -1,5 +1,5 @@
 # The two set-up commands (see README):
-#   make demo   create .venv, install mxfp16[cpu,notebooks], run the main job
+#   make demo   create .venv, install mxfp16[cpu,notebooks,onnx], run the main job
 #   make test   the same venv plus the dev tools, then the whole test suite,
 #               then the newest-Python leg (test-newest) in a venv of its own
 # Both take the interpreter from PYTHON (default python3): `make demo
@@ -46,19 +46,19 @@ $(VENV)/.python-$(PY_TAG):
 
 # Stamp files: re-install only when the packaging files change.
 $(VENV)/.demo-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks]'
+	$(PIP) -e '.[cpu,notebooks,onnx]'
 	@$(INSTALL_MXNET)
 	$(CHECK_STACK)
 	touch $@
 
 $(VENV)/.test-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks,dev]'
+	$(PIP) -e '.[cpu,notebooks,dev,onnx]'
 	@$(INSTALL_MXNET)
 	$(CHECK_STACK)
 	touch $@
 
 $(VENV)/.newest-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks,test]'
+	$(PIP) -e '.[cpu,notebooks,test,onnx]'
 	@$(INSTALL_MXNET)
 	$(CHECK_STACK)
 	touch $@

@@ -25,13 +25,21 @@ def command_modules():
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
-def build_parser():
+#: Commands that may run where MXNet is not installed: predict of an ONNX export needs onnxruntime alone.
+WITHOUT_MXNET = ("predict",)
+
+
+def build_parser(only=None):
+    """The ``mxfp16`` parser with every subcommand, or with ``only`` that one (its module alone is imported)."""
     parser = argparse.ArgumentParser(
         prog="mxfp16",
         description="Mixed-precision (float16 / bfloat16) training with MXNet Gluon.",
     )
     parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if only is not None:
+        importlib.import_module(f"mxfp16.commands.{only}").register(subparsers)
+        return parser
     for module in command_modules():
         module.register(subparsers)
     return parser
@@ -70,6 +78,8 @@ def _prepare(argv):
         if not applied and mxnet_threads() != setting.threads:
             print(f"mxfp16: warning: --threads {setting.threads}: MXNet was already loaded in this process with "
                   f"{mxnet_threads()} thread(s); the setting takes effect in a new process", file=sys.stderr)
+    if argv[:1] and argv[0] in WITHOUT_MXNET:
+        return None  # the command loads MXNet itself when the export needs it
     try:
         import_mxnet()
     except ImportError as err:
@@ -88,7 +98,7 @@ def main(argv=None):
     failed = _prepare(argv)
     if failed is not None:
         return failed
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv[:1] and argv[0] in WITHOUT_MXNET else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status

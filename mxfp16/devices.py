@@ -4,10 +4,10 @@
 checked once, where a command or :func:`mxfp16.train.run.prepare` first
 reads it (:func:`resolve_devices`); what is built afterwards takes the
 checked list. Errors are :class:`DeviceError`, never a precision error: a
-missing GPU is a device problem whatever the precision.
+missing GPU is a device problem whatever the precision. MXNet loads when a
+device list is first read, not with this module: every command's ``--ctx``
+help comes from here, ``mxfp16 predict`` of an ONNX export included.
 """
-import mxnet as mx
-
 from .machine import hardware
 
 __all__ = ["DeviceError", "as_context_list", "parse_ctx", "format_ctx", "check_devices", "resolve_devices",
@@ -25,6 +25,8 @@ class DeviceError(ValueError):
 
 def as_context_list(ctx=None):
     """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or ``'auto'``, or a list into a list of contexts."""
+    import mxnet as mx
+
     if ctx is None:
         return [mx.current_context()]
     if isinstance(ctx, mx.Context):
@@ -40,6 +42,8 @@ def parse_ctx(text):
     ``'auto'`` is every GPU MXNet can see, or the CPU when it sees none (the
     CPU wheel, or no CUDA device).
     """
+    import mxnet as mx
+
     text = text.strip().lower()
     if text == "auto":
         count = hardware.gpu_count()

@@ -9,11 +9,14 @@ The two calls the trainer, the benchmark and the notebooks need::
 
 See ``docs/data.md``.
 """
-from .pipelines import PIPELINES, Loaders, make_loaders
-from .synth import SHAPES, demo_dataset, synth_dataset
-from .validate import DataError, scan_classes, scan_image
+from .._lazy import exports
 
-__all__ = [
-    "demo_dataset", "make_loaders", "Loaders", "PIPELINES", "DataError",
-    "synth_dataset", "SHAPES", "scan_classes", "scan_image",
-]
+_EXPORTS = {
+    "demo_dataset": "synth", "make_loaders": "pipelines", "Loaders": "pipelines", "PIPELINES": "pipelines",
+    "DataError": "validate", "synth_dataset": "synth", "SHAPES": "synth", "scan_classes": "validate",
+    "scan_image": "validate",
+}
+__all__ = list(_EXPORTS)
+# The names load on first use; the image scan, the synthetic sets and DataError without MXNet (mxfp16 predict
+# of an ONNX export runs where MXNet is not installed).
+__getattr__, __dir__ = exports(__name__, _EXPORTS, mxnet_free=("synth", "validate"))

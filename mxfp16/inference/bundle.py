@@ -25,12 +25,14 @@ from pathlib import Path
 from ..fileio import JSONFileError, atomic_path, default_mode, read_json, sha256_file, write_json
 from ..ndarray_file import NDArrayFileError, read_header
 
-__all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "FORMAT", "VERSION", "ExportError", "write_model",
-           "write_info", "read_info", "read_model", "staging", "publish"]
+__all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "FORMAT", "VERSION", "LOAD_WITH", "ExportError", "write_model",
+           "write_info", "read_info", "read_model", "file_entry", "read_verified", "staging", "publish"]
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
 INFO_FILE = "export.json"
+#: How plain MXNet loads the MXNet format's two files.
+LOAD_WITH = "mxnet.gluon.SymbolBlock.imports('model-symbol.json', ['data'], 'model-0000.params')"
 FORMAT = "mxfp16-export"
 VERSION = 1
 
@@ -56,8 +58,41 @@ def write_model(folder, deployable):
         deployable.symbol.save(tmp, remove_amp_cast=False)
     with atomic_path(folder / PARAMS_FILE) as tmp:
         mx.nd.save(tmp, deployable.params)
-    return {name: {"sha256": sha256_file(folder / name), "bytes": (folder / name).stat().st_size}
-            for name in (SYMBOL_FILE, PARAMS_FILE)}
+    return {name: file_entry(folder / name) for name in (SYMBOL_FILE, PARAMS_FILE)}
+
+
+def file_entry(path):
+    """The ``files`` entry of ``export.json`` for one written model file: ``{"sha256", "bytes"}``."""
+    return {"sha256": sha256_file(path), "bytes": Path(path).stat().st_size}
+
+
+def read_verified(folder, info, name):
+    """The bytes of model file ``name``, checked against its entry in ``export.json`` before anyone uses them.
+
+    The bytes returned are the bytes hashed, so what runs is what was checked
+    (no second read of a file that could change in between).
+
+    Raises
+    ------
+    ExportError
+        The file is not listed, missing, not a regular file inside ``folder``, or its sha256 differs.
+    """
+    import hashlib
+
+    folder = Path(folder)
+    entry = info.get("files", {}).get(name)
+    wanted = entry.get("sha256") if isinstance(entry, dict) else None
+    if wanted is None:
+        raise ExportError(f"{folder / INFO_FILE} lists no {name}; the export is incomplete. Export the run again")
+    path = folder / name
+    if path.is_symlink() or not path.is_file():
+        raise ExportError(f"{path} is missing or not a regular file; the export is incomplete or was changed. "
+                          "Export the run again")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != wanted:
+        raise ExportError(f"{path} has changed since it was exported (its sha256 differs from the one in "
+                          f"{folder / INFO_FILE}); export the run again rather than trust it")
+    return data
 
 
 def write_info(folder, info):
@@ -147,8 +182,9 @@ def publish(folder, out):
     """Move a complete staged export to ``out``.
 
     A new ``out`` is the staged folder renamed into place. Into an existing
-    one only the export's own files go, each renamed over its old version
-    (atomic per file), ``export.json`` last: until it is replaced, the old
+    one only the export's own files go (those of any format, listed in the
+    staged ``export.json``), each renamed over its old version (atomic per
+    file), ``export.json`` last: until it is replaced, the old
     ``export.json`` lists other checksums, so a reader that catches the
     folder mid-way refuses it rather than trusting a mixture. Nothing else
     in ``out`` is touched.
@@ -157,5 +193,6 @@ def publish(folder, out):
     if not out.exists():
         os.replace(folder, out)
         return
-    for name in (SYMBOL_FILE, PARAMS_FILE, INFO_FILE):
+    for name in read_json(Path(folder) / INFO_FILE)["files"]:
         os.replace(Path(folder) / name, out / name)
+    os.replace(Path(folder) / INFO_FILE, out / INFO_FILE)
