@@ -78,6 +78,7 @@ test: $(VENV)/.test-installed
 
 # The newest Python with numpy 2, in its own venv, on a representative subset:
 # the numpy compatibility, the precision core, a short amp-bfloat16 run,
+# ONNX export and predict (with onnxruntime, and in a venv without MXNet),
 # export and predict, one notebook in SMOKE mode, PyTorch 2 beside MXNet.
 # Skipped, with a line that says so, where that Python is absent or is the
 # one the full suite just ran on.
@@ -85,6 +86,7 @@ NEWEST        ?= 3.13
 NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
 NEWEST_VENV   ?= .venv-newest
 NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_packaging.py tests/test_precision.py tests/test_casting.py \
+	tests/test_inference_onnx.py tests/test_inference_preprocess.py \
 	tests/test_scaler.py tests/test_step.py tests/test_optim.py tests/test_train_learning.py \
 	tests/test_train_loop.py tests/test_inference_export.py tests/test_inference_predict.py \
 	tests/test_torch_coexistence.py tests/test_amp_layers.py tests/test_sequence_models.py \

@@ -112,7 +112,7 @@ def data_classes(data, pipeline):
 
 def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, precisions="float32,auto",
                     amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=102,
-                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None):
+                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, onnxruntime=False):
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
 
     Returns
@@ -123,7 +123,8 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     ------
     BenchSetupError
         Anything that would make a run fail: names, sizes, the data set, the
-        model, or ``peer`` outside its conditions.
+        model, ``peer`` outside its conditions, or ``onnxruntime`` outside
+        inference mode.
     """
     from ..machine import hardware
     from ..machine.environment import thread_report
@@ -138,6 +139,8 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     if peer and (mode != "train" or data != "synthetic" or not on_cpu):
         raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                               "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
+    if onnxruntime and mode != "inference":
+        raise BenchSetupError("--onnxruntime times the exported network's forward pass: use it with --mode inference")
     network = None
     if peer:
         from .peer import peer_models, peer_network  # imports neither torch nor MXNet
@@ -158,7 +161,7 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
         tensor_cores = model_tensor_core_report(model, n_classes, image_size, sizes)
     except ModelError as err:
         raise BenchSetupError(str(err)) from None
-    specs = plan(base, precision_names, sizes, lists)
+    specs = plan(base, precision_names, sizes, lists, onnxruntime=onnxruntime)
     machine, threads = hardware.machine_summary(), thread_report()
     if peer:
         if machine["gpus"] and ctx.strip().lower() == "auto":

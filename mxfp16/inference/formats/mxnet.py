@@ -60,11 +60,12 @@ def load(folder, info, ctx="auto", dtype=None):
     mxfp16.devices.DeviceError
         An unreadable ``ctx``, or a GPU MXNet cannot see.
     """
-    from ...devices import resolve_devices
     from ...machine.stack import import_mxnet
+
+    import_mxnet()  # first: where MXNet is missing, the message names the install
+    from ...devices import resolve_devices
     from ..convert import load_block
 
-    import_mxnet()
     context = resolve_devices(ctx)[0]
     if dtype not in (None, info["compute_dtype"]):
         raise bundle.ExportError(f"{folder} is an MXNet export in {info['precision']}: it holds no {dtype} model "

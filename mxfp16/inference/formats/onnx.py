@@ -103,14 +103,14 @@ def unsupported_operators(symbol):
         if op == "null" or op in supported:
             continue
         if op in _AMP_OPERATORS:
-            reason = ("an AMP cast, which ONNX has no converter for: export the float32 network (mxfp16 export "
-                      "--format onnx does) and ask for float16 with --onnx-dtype float16")
+            reason = ("it is an AMP cast, and ONNX has no converter for those: export the float32 network (mxfp16 "
+                      "export --format onnx does) and ask for float16 with --onnx-dtype float16")
         elif op.startswith(("_np", "_npi", "_npx")):
-            reason = ("a numpy-mode (mx.np) operator; MXNet 1.9.1's exporter converts only mx.nd/mx.sym "
+            reason = ("it is a numpy-mode (mx.np) operator, and MXNet 1.9.1's exporter converts only mx.nd/mx.sym "
                       "operators: build the network without npx.set_np()")
         else:
             reason = ("MXNet 1.9.1's exporter has no converter for it (mxnet.onnx.get_operator_support() lists "
-                      "those it has); build that layer from operators it covers, or export --format mxnet")
+                      "those it has): build that layer from operators it covers, or export --format mxnet")
         found.append((op, _layer(node["name"]), reason))
     return found
 
@@ -204,7 +204,7 @@ def to_onnx(symbol, params, input_shape):
         op, layer, reason = refused[0]
         others = sorted({o for o, _, _ in refused[1:]} - {op})
         more = f" ({len(refused) - 1} more node(s){': ' + ', '.join(others) if others else ''})" if refused[1:] else ""
-        raise ExportError(f"cannot export to ONNX: operator {op} of layer {layer} is {reason}{more}. Nothing was "
+        raise ExportError(f"cannot export to ONNX: operator {op} of layer {layer}{more}: {reason}. Nothing was "
                           "written")
     weights = {name.split(":", 1)[-1]: value for name, value in params.items()}
     shape = (1,) + tuple(int(n) for n in input_shape)
