@@ -1,20 +1,26 @@
-"""An export folder on disk: the graph, the parameters and ``export.json``, with their checksums.
+"""An export folder on disk: the model files of its format and ``export.json``, with their checksums.
 
 ::
 
-    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)
+    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)       } the MXNet format
     DIR/model-0000.params   the parameters (arg:/aux: names, as HybridBlock.export writes them)
-    DIR/export.json         what a user of the model needs to know: classes, image size,
-                            preprocessing, precision, source run, agreement check, sha256 of both files
+    DIR/model.onnx          float32, opset 13 (and model-float16.onnx)        } the ONNX format
+    DIR/export.json         what a user of the model needs to know: format, classes, image size,
+                            preprocessing, precision, source run, agreement check, and the
+                            sha256 and size of every model file (its ``files`` table)
 
-The two model files are what ``HybridBlock.export(DIR/model)`` would write,
+Each format's writer and reader live in :mod:`mxfp16.inference.formats`;
+every model file they write is listed in ``files`` and checked against it
+before use (:func:`read_model`, :func:`read_verified`).
+
+The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
 written into a staging folder beside ``DIR`` and moved into place only when
 it is complete and checked (:func:`staging`, :func:`publish`), so a refused
 export leaves nothing behind. A new ``DIR`` is renamed into place whole;
-over an existing one (``--overwrite``) only these three files are replaced,
-``export.json`` last, and anything else in ``DIR`` stays: the command never
-deletes a file it did not write.
+over an existing one (``--overwrite``) only the export's own files are
+replaced, ``export.json`` last, and anything else in ``DIR`` stays: the
+command never deletes a file it did not write.
 """
 import contextlib
 import os
