@@ -197,7 +197,8 @@ def test_an_onnx_without_onnx_mapping_is_named_with_the_install_that_works(monke
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx.mapping" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnx.mapping" else real(name, *a))
     with pytest.raises(ExportError, match=r"no onnx.mapping.*mxfp16\[onnx\]"):
         onnx_format.check_exporter()
 

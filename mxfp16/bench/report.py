@@ -47,7 +47,7 @@ def _is_peer(record):
 
 
 def label(record):
-    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (channels_last)``, ``onnxruntime float32``."""
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``bfloat16 (NCHW)``, ``onnxruntime float32``."""
     if record.get("framework") == ONNXRUNTIME:
         return f"{ONNXRUNTIME} {record['precision']}"
     if not _is_mxfp16(record):
