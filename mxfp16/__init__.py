@@ -14,8 +14,10 @@ The five calls a training loop needs::
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
 removed and MXNet 1.9.1 still uses, :mod:`mxfp16.machine.stack`; checks that an
-MXNet wheel is installed), preloads the CUDA wheels' libraries and puts the
-thread count in the environment (:mod:`mxfp16.machine.environment`) and, on
+MXNet wheel is installed), preloads the CUDA wheels' libraries, checks the
+environment variables MXNet reads and puts the thread count there
+(:mod:`mxfp16.machine.environment`; a value MXNet cannot use is reported when
+MXNet is about to load, never here) and, on
 an Intel CPU with AMX, asks Linux for the tile state so MXNet's oneDNN can use
 it (:mod:`mxfp16.machine.amx`), all of which
 MXNet reads only when it loads: import mxfp16 before mxnet. The names below import their module
@@ -29,7 +31,7 @@ from ._version import __version__
 
 _amx.enable_amx()  # first: the tile request fails once a small signal stack exists; MXNet reads the ISA at load
 _prepare_stack()
-_environment.set_threads()  # every core this process may use, unless OMP_NUM_THREADS says otherwise
+_environment.prepare_environment()  # MXNet's variables checked, thread counts set; never raises
 
 #: Public name -> the module that defines it.
 _EXPORTS = {

@@ -8,7 +8,9 @@ MXNet ever changes these, this is the only file to fix.
 """
 import contextlib
 
-from mxnet.contrib import amp as _amp
+from ._lazy import module
+
+_amp = module("mxnet.contrib.amp")
 
 
 def amp_initialized():

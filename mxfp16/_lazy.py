@@ -1,13 +1,17 @@
-"""Package exports that load on first use (PEP 562), so importing a package does not load MXNet.
+"""Package exports and modules that load on first use, so importing mxfp16's modules does not load MXNet.
 
 MXNet fixes its thread count and loads its CUDA libraries when it is first
 imported; ``mxfp16``, ``mxfp16.train`` and ``mxfp16.bench`` must be importable
 before that (``python -m mxfp16.train --threads N``, the PyTorch peer's
-process). Each of them hands its ``{name: module}`` table to :func:`exports`.
+process), and every command's flags are built without it, so ``--help`` and
+``--version`` answer at once whatever MXNet's environment holds. Each package
+hands its ``{name: module}`` table to :func:`exports`; a module that uses
+MXNet only inside its functions names it with :func:`module` instead of
+``import mxnet as mx``.
 """
 import importlib
 
-__all__ = ["exports"]
+__all__ = ["exports", "module"]
 
 
 def exports(package, table, mxnet_free=()):
@@ -40,3 +44,31 @@ def exports(package, table, mxnet_free=()):
         return sorted(set(namespace) | set(table))
 
     return __getattr__, __dir__
+
+
+class _Deferred:
+    """A module imported on first attribute access, after :func:`mxfp16.machine.stack.import_mxnet`."""
+
+    def __init__(self, name):
+        self.__dict__["_name"] = name
+
+    def __getattr__(self, attr):
+        from .machine.stack import import_mxnet
+
+        import_mxnet()  # the environment checked, the stack prepared, a missing CUDA library named
+        value = getattr(importlib.import_module(self._name), attr)
+        self.__dict__[attr] = value  # later look-ups skip this function
+        return value
+
+    def __repr__(self):
+        return f"<{self._name}, imported on first use>"
+
+
+def module(name):
+    """A stand-in for module ``name`` (``'mxnet'``, ``'mxnet.gluon'``) that imports it when first used.
+
+    For modules that use MXNet only inside their functions: ``mx =
+    module("mxnet")`` in place of ``import mxnet as mx`` keeps importing them
+    free of MXNet, and the first ``mx.nd`` loads it.
+    """
+    return _Deferred(name)

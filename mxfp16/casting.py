@@ -10,9 +10,12 @@ parameters follow the network.
 """
 from collections import OrderedDict
 
-import mxnet as mx
 import numpy as np
-from mxnet import gluon
+
+from ._lazy import module
+
+mx = module("mxnet")
+gluon = module("mxnet.gluon")
 
 
 def cast_net(net, dtype):

@@ -6,9 +6,22 @@ an optional ``ORDER`` number for its place in ``--help``. Modules are found by
 scanning the folder, so adding a command touches no shared file. The library
 does the work; commands only parse flags, call it and print. This module is
 the top floor: it imports ``commands``, and nothing imports it.
+
+Building the parsers imports nothing of MXNet (the command modules and the
+library modules they read their choices from load it only inside functions),
+so ``mxfp16 --help`` and ``mxfp16 train --help`` answer in a fraction of a
+second whatever the environment holds. A command then runs in this order:
+``--threads`` applied, the environment MXNet reads checked
+(:func:`mxfp16.machine.environment.check_environment`; a value it cannot use
+stops here with one line and the fix), MXNet loaded, the command run. Any
+``OSError`` it meets (no permission, a name too long, a full disk, a file
+where a folder belongs) and a failed allocation end it with one line, never
+a traceback, and standard output may close under it
+(:mod:`mxfp16.console`).
 """
 import argparse
 import importlib
+import os
 import pkgutil
 import shlex
 import sys
@@ -16,6 +29,7 @@ import sys
 from . import commands as _commands
 from ._version import __version__
 from .commands import CommandError
+from .console import guarded_stdout
 
 
 def command_modules():
@@ -29,87 +43,73 @@ def command_modules():
 WITHOUT_MXNET = ("predict",)
 
 
-def build_parser(only=None):
-    """The ``mxfp16`` parser with every subcommand, or with ``only`` that one (its module alone is imported)."""
+def build_parser():
     parser = argparse.ArgumentParser(
         prog="mxfp16",
         description="Mixed-precision (float16 / bfloat16) training with MXNet Gluon.",
     )
     parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    if only is not None:
-        importlib.import_module(f"mxfp16.commands.{only}").register(subparsers)
-        return parser
     for module in command_modules():
         module.register(subparsers)
     return parser
 
 
-def requested_threads(argv):
-    """The value of ``--threads`` among a command's own flags (before any ``--``), or ``None``.
+def _utf8_command_line():
+    """The command line that restarts this process in Python's UTF-8 mode, or ``None`` when it runs in it.
 
-    It is read before the parser exists because building the parser loads
-    MXNet, and MXNet fixes its thread count when it loads.
+    Under ``LC_ALL=C`` with ``PYTHONUTF8=0`` Python decodes file names as
+    ASCII: a class folder named in UTF-8 would look undecodable and a label
+    could not be printed. Plain ``LANG=C`` gets UTF-8 from Python itself
+    (PEP 538, 540); the commands restart themselves the same way under any C
+    or POSIX locale, so every locale reads names as the file system holds them.
     """
-    for index, token in enumerate(argv):
-        if token == "--":  # what follows belongs to another command (mxfp16 launch -- ...)
-            break
-        if token == "--threads":
-            return argv[index + 1] if index + 1 < len(argv) else None
-        if token.startswith("--threads="):
-            return token.split("=", 1)[1]
-    return None
+    if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
+        return None
+    return [sys.executable, "-X", "utf8", *(["-m", "mxfp16"] if sys.argv[0].endswith("__main__.py")
+                                            else [sys.argv[0]]), *sys.argv[1:]]
 
 
-def _prepare(argv):
-    """Apply ``--threads``, then load MXNet; return an exit status when that fails, else ``None``."""
+def _prepare(args):
+    """Apply ``--threads``, check the environment MXNet reads, load MXNet; an exit status when that fails."""
+    from .machine import environment
     from .machine.stack import import_mxnet
-    from .machine.environment import ThreadsError, mxnet_threads, plan_threads, set_threads
 
-    requested = requested_threads(argv)
-    if requested is not None:
-        try:
-            setting, applied = set_threads(plan_threads(requested))
-        except ThreadsError as err:
-            print(f"mxfp16: error: {err}", file=sys.stderr)
-            return 2
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        setting, applied = environment.set_threads(environment.plan_threads(threads))
         if setting.note:
             print(f"mxfp16: warning: {setting.note}", file=sys.stderr)
-        if not applied and mxnet_threads() != setting.threads:
+        if not applied and environment.mxnet_threads() != setting.threads:
             print(f"mxfp16: warning: --threads {setting.threads}: MXNet was already loaded in this process with "
-                  f"{mxnet_threads()} thread(s); the setting takes effect in a new process", file=sys.stderr)
-    if argv[:1] and argv[0] in WITHOUT_MXNET:
+                  f"{environment.mxnet_threads()} thread(s); the setting takes effect in a new process",
+                  file=sys.stderr)
+    check = environment.check_environment()
+    for note in dict.fromkeys(environment.PREPARED["check"].notes + check.notes):
+        print(f"mxfp16: warning: {note}", file=sys.stderr)
+    if check.errors:
+        for error in check.errors:
+            print(f"mxfp16: error: {error}", file=sys.stderr)
+        return 2
+    if args.command in WITHOUT_MXNET:
         return None  # the command loads MXNet itself when the export needs it
     try:
         import_mxnet()
     except ImportError as err:
-        if argv[:1] == ["info"]:  # info reports what it can of a broken install rather than only failing
+        if args.command == "info":  # info reports what it can of a broken install rather than only failing
             from .commands.info import report_broken_install
 
-            return report_broken_install(err, as_json="--json" in argv)
+            return report_broken_install(err, as_json=getattr(args, "json", False))
         print(f"mxfp16: error: {err}", file=sys.stderr)
         return 2
     return None
 
 
-def main(argv=None):
-    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``."""
-    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    failed = _prepare(argv)
+def _run(args):
+    """Run the parsed command; every failure the user can act on becomes one line on stderr."""
+    failed = _prepare(args)
     if failed is not None:
         return failed
-    parser = build_parser(argv[0] if argv[:1] and argv[0] in WITHOUT_MXNET else None)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status
-        return exit_.code
-    if args.command is None:  # no subcommand
-        parser.print_help()
-        return 2
-    args.command_line = "mxfp16 " + shlex.join(argv)  # recorded by commands that write results
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
         return args.func(args) or 0
     except KeyboardInterrupt as err:
@@ -118,3 +118,46 @@ def main(argv=None):
     except CommandError as err:
         print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # no permission, a name too long, a full disk, a file where a folder belongs ...
+        from .fileio import describe_os_error
+
+        print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
+        return 2
+    except Exception as err:  # noqa: BLE001 -- only a failed allocation is turned into a message here
+        from .limits import allocation_message, is_allocation_failure
+
+        if not is_allocation_failure(err):
+            raise
+        print(f"mxfp16 {args.command}: error: {allocation_message(getattr(args, 'batch_size', None), getattr(args, 'image_size', None))}",
+              file=sys.stderr)
+        return 2
+
+
+def main(argv=None):
+    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``.
+
+    The flags are read before anything loads MXNet, so ``--help``,
+    ``--version`` and a mistyped flag answer at once whatever the
+    environment holds; MXNet loads only when a command runs.
+    """
+    if argv is None:
+        restart = _utf8_command_line()
+        if restart:
+            os.execv(restart[0], restart)
+        argv = sys.argv[1:]
+    argv = [str(a) for a in argv]
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status
+        return exit_.code
+    if args.command is None or not getattr(args, "func", None):  # no subcommand
+        parser.print_help()
+        return 2
+    args.command_line = "mxfp16 " + shlex.join(argv)  # recorded by commands that write results
+    with guarded_stdout() as stdout:
+        status = _run(args)
+    status, line = stdout.outcome(status, args.command)
+    if line:
+        print(line, file=sys.stderr)
+    return status

@@ -4,11 +4,12 @@
 checked once, where a command or :func:`mxfp16.train.run.prepare` first
 reads it (:func:`resolve_devices`); what is built afterwards takes the
 checked list. Errors are :class:`DeviceError`, never a precision error: a
-missing GPU is a device problem whatever the precision. MXNet loads when a
-device list is first read, not with this module: every command's ``--ctx``
-help comes from here, ``mxfp16 predict`` of an ONNX export included.
+missing GPU is a device problem whatever the precision.
 """
+from ._lazy import module
 from .machine import hardware
+
+mx = module("mxnet")
 
 __all__ = ["DeviceError", "as_context_list", "parse_ctx", "format_ctx", "check_devices", "resolve_devices",
            "CTX_HELP", "ONE_DEVICE_HELP"]
@@ -25,8 +26,6 @@ class DeviceError(ValueError):
 
 def as_context_list(ctx=None):
     """Normalise ``None``, a context, a string like ``'gpu:0,1'`` or ``'auto'``, or a list into a list of contexts."""
-    import mxnet as mx
-
     if ctx is None:
         return [mx.current_context()]
     if isinstance(ctx, mx.Context):
@@ -42,8 +41,6 @@ def parse_ctx(text):
     ``'auto'`` is every GPU MXNet can see, or the CPU when it sees none (the
     CPU wheel, or no CUDA device).
     """
-    import mxnet as mx
-
     text = text.strip().lower()
     if text == "auto":
         count = hardware.gpu_count()

@@ -1,10 +1,15 @@
-"""Atomic writes, one guarded JSON reader, and the rule for output folders.
+"""Atomic writes, one guarded JSON reader, the rule for output folders, and OS errors as one line.
 
 Writes: a file is either the old version or the complete new one.
 Checkpoints, results and downloads are written to a temporary file in the
 same folder, flushed to disk, then renamed over the target (``os.replace`` is
 atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves the previous
-file intact and at most a stray ``.tmp`` file.
+file intact and at most a stray ``.tmp`` file. Every temporary name comes
+from :func:`temporary_prefix` (through ``mkstemp``/``mkdtemp``): unique to
+one process and call, so two commands writing the same file never share
+one, and never longer than the file system allows, so a target whose own
+name is near the limit still works (the temporary name is shortened, never
+the target's).
 
 Reads: every JSON file mxfp16 reads back (a run's config, summary and
 metrics, checkpoint records, export.json, manifests) goes through
@@ -16,19 +21,36 @@ that overflow a float, another top-level type, or a field of the wrong type.
 Outputs: :func:`check_output_folder` enforces the rule every writing
 command follows: its ``--out`` is never one of its inputs, never contains
 one and never sits inside one, so ``--overwrite`` (which removes only the
-files that command writes) cannot reach an input.
+files that command writes) cannot reach an input. Both sides are compared
+after every symbolic link in them is resolved, however many steps a chain
+of links takes.
+
+OS errors: :func:`describe_os_error` turns the ``OSError`` a command meets
+(no permission, a name too long, a full disk, a file where a folder belongs)
+into one line naming the path and the fix; ``mxfp16``'s command line prints
+it instead of a traceback.
 """
 import contextlib
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 __all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_json", "read_jsonl", "JSONFileError",
            "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "sha256_file", "default_mode", "check_output_folder",
-           "OutputFolderError", "shown"]
+           "OutputFolderError", "shown", "temporary_prefix", "temporary_file", "temporary_folder", "NAME_MAX",
+           "describe_os_error", "check_output_path", "PATH_MAX"]
+
+#: The longest file name (in bytes) where the file system does not say (ext4, XFS, Btrfs, tmpfs: 255).
+NAME_MAX = 255
+#: The longest path (in bytes) Linux accepts.
+PATH_MAX = 4095
+#: What ``mkstemp``/``mkdtemp`` add between the prefix and the suffix.
+_RANDOM_CHARS = 8
 
 #: A JSON file mxfp16 reads is a record of a run, not data: beyond this size it is refused.
 MAX_JSON_BYTES = 64 << 20
@@ -60,6 +82,49 @@ def default_mode(folder=False):
     return (0o777 if folder else 0o666) & ~umask
 
 
+def _name_max(folder):
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def temporary_prefix(path, suffix=".tmp"):
+    """The prefix of a hidden temporary name beside ``path``: ``.<name>.``, its ``<name>`` shortened to fit.
+
+    ``mkstemp``/``mkdtemp`` add 8 random characters and ``suffix``; the
+    whole stays within the file system's limit on a name (255 bytes), so a
+    target whose own name is near the limit can still be written. Characters
+    are never cut in half.
+    """
+    path = Path(path)
+    room = _name_max(path.parent if path.parent.exists() else ".") - len(os.fsencode(suffix)) - _RANDOM_CHARS - 2
+    name = os.fsencode(path.name)[:max(1, room)].decode("utf-8", "ignore") if len(os.fsencode(path.name)) > room \
+        else path.name
+    return f".{name or 'x'}."
+
+
+def temporary_file(path, suffix=".tmp"):
+    """Create an empty temporary file beside ``path`` (:func:`temporary_prefix`); return its name.
+
+    Unique to this call (``mkstemp``), with the permissions ``open()`` would
+    give a new file (mkstemp makes it private).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path, suffix), suffix=suffix, dir=path.parent)
+    os.close(fd)
+    os.chmod(tmp, default_mode())
+    return tmp
+
+
+def temporary_folder(path, suffix=".tmp"):
+    """Create an empty temporary folder beside ``path`` (:func:`temporary_prefix`); return it as a Path."""
+    path = Path(path)
+    folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(path, suffix), suffix=suffix, dir=path.parent))
+    os.chmod(folder, default_mode(folder=True))  # mkdtemp makes it private; the result is an ordinary folder
+    return folder
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="w", encoding="utf-8", errors="strict"):
     """Open a temporary file beside ``path``; on success rename it over ``path``.
@@ -89,9 +154,7 @@ def atomic_path(path):
     """Yield a temporary path beside ``path`` for a writer that wants a filename; rename on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, default_mode())  # mkstemp makes it private (0600); the target gets what open() would give
+    tmp = temporary_file(path)
     try:
         yield tmp
         with open(tmp, "rb+") as handle:
@@ -309,6 +372,52 @@ def check_output_folder(out, inputs, flag="--out"):
                 f"{shown(source.parent / (source.name + '-out'))}")
 
 
+def check_output_path(path, flag="--out", kind="folder"):
+    """Refuse, before any work, an output the command could not create: the check every writing command runs first.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output (a folder, a file, or a prefix whose folder is created).
+    flag : str
+        How the user named it.
+    kind : {'folder', 'file', 'prefix'}
+        What ``path`` must be when it exists (a prefix: anything).
+
+    Raises
+    ------
+    OutputFolderError
+        A name longer than the file system allows, a path longer than
+        :data:`PATH_MAX`, a file where a folder belongs (or the reverse), or a
+        folder this user cannot write to; one line naming it and the fix.
+    """
+    path = Path(path).absolute()
+    existing = next(p for p in (path, *path.parents) if os.path.lexists(p))
+    limit = _name_max(existing if os.path.isdir(existing) else existing.parent)
+    long = next((part for part in path.parts if len(os.fsencode(part)) > limit), None)
+    if long is not None:
+        raise OutputFolderError(f"{flag} {_abridged(shown(path))}: the name {_abridged(shown(long), 60)} is "
+                                f"{len(os.fsencode(long))} bytes, longer than the {limit} this file system allows "
+                                "for one name; choose a shorter one")
+    if len(os.fsencode(str(path))) > PATH_MAX:
+        raise OutputFolderError(f"{flag} {_abridged(shown(path))} is {len(os.fsencode(str(path)))} bytes long, longer "
+                                f"than the {PATH_MAX} a path may be; choose a shorter one")
+    if existing == path and kind != "prefix" and os.path.isdir(path) != (kind == "folder"):
+        what = "a file, not a folder" if kind == "folder" else "a folder, not a file"
+        raise OutputFolderError(f"{flag} {shown(path)} is {what}; choose {'a folder' if kind == 'folder' else 'a file name'} "
+                                "for the output")
+    folder = existing if existing == path and os.path.isdir(path) else (
+        existing if existing != path else path.parent)
+    if not os.path.isdir(folder):
+        raise OutputFolderError(f"{flag} {shown(path)}: {shown(folder)} is a file, so the folder cannot be made there; "
+                                f"choose another {flag}")
+    # As this process's effective user (a setuid or su'd process may differ from the real one); also false on a
+    # read-only file system.
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise OutputFolderError(f"{flag} {shown(path)} cannot be written: this user may not write in {shown(folder)} "
+                                "(permissions, or a read-only file system); choose a folder you can write to")
+
+
 def sha256_file(path, chunk=1 << 20):
     """Hex SHA-256 of a file, read in chunks (a checkpoint or an export may not fit in memory twice)."""
     digest = hashlib.sha256()
@@ -316,3 +425,63 @@ def sha256_file(path, chunk=1 << 20):
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+#: Why an ``errno`` happens and what to do, for :func:`describe_os_error`.
+_OS_ERROR_FIXES = {
+    errno.EACCES: "this user may not read or write there: fix the permissions (ls -ld the folder) or choose a "
+                  "location you own",
+    errno.EPERM: "the operation is not permitted there: fix the permissions or choose a location you own",
+    errno.EROFS: "it is on a read-only file system: choose a location on a writable disk",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows ({name_max} bytes per name, "
+                        "4096 per path): choose a shorter path",
+    errno.ENOSPC: "the disk is full ({free} free there): free some space, or choose a location on another disk",
+    errno.EDQUOT: "your disk quota is used up: free some space, or choose a location on another disk",
+    errno.ENOTDIR: "a part of the path is a file, where a folder belongs: choose another path",
+    errno.EEXIST: "it already exists: remove it or choose another name",
+    errno.EISDIR: "it is a folder, where a file belongs: name a file",
+    errno.ENOENT: "it does not exist: check the path",
+    errno.ELOOP: "its symbolic links form a loop: fix or remove them",
+    errno.EMFILE: "this process has too many files open: raise the limit (ulimit -n)",
+    errno.EFBIG: "the file would be larger than this process may write (ulimit -f): raise the limit",
+    errno.EIO: "the disk reported an input/output error: check the disk (dmesg) or choose another location",
+    errno.EXDEV: "it would move a file across disks: keep the output on one disk",
+}
+
+
+def _shown_path(name):
+    """The path to name in a message: for one of :func:`temporary_prefix`'s names, the folder it was made in."""
+    name = os.fsdecode(name)
+    base = os.path.basename(name)
+    if base.startswith(".") and base.endswith((".tmp", ".staging", ".stale")):
+        return os.path.dirname(name) or "."
+    return name
+
+
+def _abridged(text, keep=160):
+    """``text``, its middle elided when longer than ``keep`` characters (a path that is too long, say)."""
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2 + 3:]}"
+
+
+def describe_os_error(err):
+    """One line for an ``OSError``: what failed, on which path, and the fix.
+
+    Parameters
+    ----------
+    err : OSError
+
+    Returns
+    -------
+    str
+    """
+    paths = [_shown_path(p) for p in (err.filename, err.filename2) if p is not None]
+    where = " -> ".join(_abridged(shown(p)) for p in paths) or "a file"
+    start = Path(paths[0]) if paths else Path(".")
+    existing = next((p for p in (start, *start.parents) if os.path.exists(p)), Path("."))  # never raises
+    try:
+        free = f"{shutil.disk_usage(existing).free / 2 ** 20:.0f} MB"
+    except OSError:
+        free = "little"
+    fix = _OS_ERROR_FIXES.get(err.errno, "check the path and its permissions").format(
+        name_max=_name_max(existing if os.path.isdir(existing) else existing.parent), free=free)
+    return f"{where}: {err.strerror or type(err).__name__}; {fix}"

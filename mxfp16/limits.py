@@ -14,7 +14,7 @@ import math
 import os
 
 __all__ = ["LimitError", "check", "integer", "number", "memory_bytes", "max_batch", "MAX_BATCH", "MAX_IMAGE_SIDE",
-           "MAX_COUNT", "MAX_SECONDS", "MAX_STEPS"]
+           "MAX_COUNT", "MAX_SECONDS", "MAX_STEPS", "is_allocation_failure", "allocation_message"]
 
 #: Images per batch: far beyond any CPU or GPU of today, far below a typo.
 MAX_BATCH = 65536
@@ -44,6 +44,51 @@ def max_batch(image_size, memory=None):
     """The largest batch whose float32 input tensor alone takes at most a quarter of the machine's memory."""
     per_image = 3 * 4 * max(1, int(image_size)) ** 2
     return max(1, min(MAX_BATCH, (memory or memory_bytes()) // 4 // per_image))
+
+
+#: What MXNet (and the C++ runtime under it) says when an allocation fails.
+_ALLOCATION_FAILURES = ("Failed to allocate", "bad_alloc", "out of memory", "Cannot allocate memory")
+
+
+def is_allocation_failure(err):
+    """Whether ``err`` is a failed allocation: ``MemoryError``, or an ``MXNetError`` saying so."""
+    if isinstance(err, MemoryError):
+        return True
+    return type(err).__name__ == "MXNetError" and any(text in str(err) for text in _ALLOCATION_FAILURES)
+
+
+def _address_space_limit():
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def allocation_message(batch_size=None, image_size=None):
+    """One line for an allocation that failed: the flags that shrink memory, and :func:`max_batch`'s estimate.
+
+    Parameters
+    ----------
+    batch_size, image_size : int, optional
+        The command's ``--batch-size`` and ``--image-size`` (those it has).
+    """
+    memory = memory_bytes()
+    limit = _address_space_limit()
+    flags = [f"--batch-size (now {batch_size})" if batch_size else None,
+             f"--image-size (now {image_size})" if image_size else None]
+    flags = [f for f in flags if f] or ["--batch-size", "--image-size"]
+    size = image_size or 224
+    text = (f"out of memory: an allocation failed. Lower {' or '.join(flags)}: at {size} px at most "
+            f"{max_batch(size, min(memory, limit or memory))} images fit in a quarter of the "
+            f"{min(memory, limit or memory) / 2 ** 30:.1f} GiB this process may use as float32 input alone, and the "
+            "network's activations take many times that")
+    if limit is not None and limit < memory:
+        text += (f"; this process may address only {limit / 2 ** 30:.1f} GiB (ulimit -v) of the machine's "
+                 f"{memory / 2 ** 30:.1f} GiB: raising that limit also helps")
+    return text
 
 
 def check(value, name, low=None, high=None, integer_only=False, allow_none=False):

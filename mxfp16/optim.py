@@ -12,11 +12,13 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass
 
-import mxnet as mx
 import numpy as np
-from mxnet import gluon
 
 from ._gluoncv import import_gluoncv
+from ._lazy import module
+
+mx = module("mxnet")
+gluon = module("mxnet.gluon")
 
 __all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers", "OptimizerError",
            "lr_schedule", "optimizer_params", "LR_SCHEDULES", "check_compression", "GRADIENT_COMPRESSION"]

@@ -15,6 +15,8 @@ from mxfp16.train.callbacks import CALLBACKS_VARIABLE
 TESTS = os.path.dirname(os.path.abspath(__file__))
 OVERFLOW_STEP, OVERFLOW_RANK, INTERRUPT_STEP = ("MXFP16_TEST_OVERFLOW_STEP", "MXFP16_TEST_OVERFLOW_RANK",
                                                 "MXFP16_TEST_INTERRUPT_STEP")
+#: ``overflow_step="every"``: every step overflows.
+EVERY = "every"
 
 
 class _InfiniteLoss:
@@ -28,7 +30,7 @@ class _InfiniteLoss:
 
 
 class InjectOverflow(Callback):
-    """Make the loss infinite at one global step (from 1), on one worker (``rank``) or all of them.
+    """Make the loss infinite at one global step (from 1; ``None``: every step), on one worker (``rank``) or all.
 
     It swaps ``parts.loss`` for the step and puts it back after: the loop
     reads ``parts.loss`` at every step and has no hook for this.
@@ -40,7 +42,7 @@ class InjectOverflow(Callback):
         self.original = parts.loss
 
     def _arm(self, progress):
-        due = self.active and progress.global_step + 1 == self.step
+        due = self.active and (self.step is None or progress.global_step + 1 == self.step)
         self.parts.loss = _InfiniteLoss(self.original) if due else self.original
 
     def on_epoch_begin(self, progress):
@@ -68,8 +70,8 @@ def callbacks(run):
     hooks = []
     if os.environ.get(OVERFLOW_STEP):
         rank = os.environ.get(OVERFLOW_RANK)
-        hooks.append(InjectOverflow(run.parts, int(os.environ[OVERFLOW_STEP]), None if rank is None else int(rank),
-                                    run.cluster.rank))
+        step = None if os.environ[OVERFLOW_STEP] == EVERY else int(os.environ[OVERFLOW_STEP])
+        hooks.append(InjectOverflow(run.parts, step, None if rank is None else int(rank), run.cluster.rank))
     if os.environ.get(INTERRUPT_STEP):
         hooks.append(InterruptAtStep(int(os.environ[INTERRUPT_STEP])))
     return hooks

@@ -232,3 +232,37 @@ def test_a_class_folder_that_cannot_be_read_is_named_with_the_fix(data, monkeypa
     monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
     with pytest.raises(DataError, match=fr"{locked} cannot be read \(Permission denied\).*chmod -R u\+rX"):
         make_loaders(data)
+
+
+def _encoded(fmt):
+    import io
+
+    buffer = io.BytesIO()
+    _gradient("RGB").save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def test_the_scan_admits_exactly_the_formats_mxnets_decoder_reads():
+    import mxnet as mx
+
+    from mxfp16.data.validate import DECODABLE_FORMATS
+
+    decoded = set()
+    for fmt in ("JPEG", "PNG", "BMP", "TIFF", "GIF", "WEBP", "PPM", "JPEG2000", "TGA", "ICO"):
+        with contextlib.suppress(mx.base.MXNetError):
+            mx.image.imdecode(_encoded(fmt), flag=1)
+            decoded.add(fmt)
+    assert decoded == set(DECODABLE_FORMATS)
+
+
+def test_a_gif_named_png_and_a_webp_named_jpg_are_skipped_at_the_scan_not_in_epoch_one(data, caplog):
+    (data / "train" / "bar" / "a-gif.png").write_bytes(_encoded("GIF"))
+    (data / "train" / "bar" / "a-webp.jpg").write_bytes(_encoded("WEBP"))
+    assert "a GIF image named .png" in scan_image(data / "train" / "bar" / "a-gif.png")
+    with caplog.at_level(logging.WARNING, logger="mxfp16.data"):
+        loaders = make_loaders(data, image_size=16, batch_size=4)
+    skipped = {os.path.basename(path): reason for path, reason in loaders.skipped}
+    assert "MXNet's decoder cannot read" in skipped["a-gif.png"] and "a WEBP image" in skipped["a-webp.jpg"]
+    assert sum("a-gif.png" in r.getMessage() for r in caplog.records if "skipping" in r.getMessage()) == 1
+    batches = _all(loaders.train_batches(0))  # the whole epoch decodes: nothing left that the decoder refuses
+    assert sum(len(labels) for _, labels in batches) == loaders.num_train == 8

@@ -201,7 +201,7 @@ def test_auto_augmentation_follows_the_manifest_then_the_image_size(mirrored, tm
     import shutil
 
     from mxfp16.data.pack import pack_recordio
-    from mxfp16.data.pipelines import DataError, resolve_augment
+    from mxfp16.data.augment import DataError, resolve_augment
 
     assert resolve_augment("auto", 32) == "light" and resolve_augment("auto", 64) == "imagenet"
     assert resolve_augment("auto", 32, {"min_crop_area": 0.4}) == "imagenet"

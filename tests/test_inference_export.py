@@ -48,11 +48,15 @@ def bf16_export(run, tmp_path_factory):
 
 def test_export_writes_the_model_files_with_their_sha256_and_what_a_user_needs(run, bf16_export):
     out, info = bf16_export
-    assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE])
+    assert sorted(p.name for p in out.iterdir()) == sorted([bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE,
+                                                            bundle.CHECKSUM_FILE])
     on_disk = json.loads((out / bundle.INFO_FILE).read_text())
     assert on_disk == info
+    sums = dict(reversed(line.split()) for line in (out / bundle.CHECKSUM_FILE).read_text().splitlines())
+    for name in (bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE):
+        assert sums[name] == sha256_file(out / name)
     for name in (bundle.SYMBOL_FILE, bundle.PARAMS_FILE):
-        assert info["files"][name]["sha256"] == sha256_file(out / name)
+        assert info["files"][name] == {"sha256": sums[name], "bytes": (out / name).stat().st_size}
     config = json.loads((run / "config.json").read_text())
     assert info["classes"] == config["classes"] and info["image_size"] == config["image_size"] == 16
     assert info["precision"] == "amp-bfloat16" and info["compute_dtype"] == "bfloat16"
@@ -153,7 +157,7 @@ def test_an_existing_export_folder_is_refused_without_overwrite_and_overwrite_re
         assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
                      "--overwrite"]) == 0
         assert sorted(p.name for p in out.iterdir()) == sorted(
-            [bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE, "keep.txt", "notes"])
+            [bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE, bundle.CHECKSUM_FILE, "keep.txt", "notes"])
         assert (out / "keep.txt").read_text() == "mine" and (out / "notes" / "n.md").read_text() == "my notes"
         bundle.read_model(out, bundle.read_info(out))  # the three files agree with each other
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # no staging folder left
@@ -222,12 +226,15 @@ def test_a_damaged_export_json_is_a_message(bf16_export, tmp_path, capsys):
     copy = tmp_path / "exp"
     shutil.copytree(out, copy)
     info = json.loads((out / bundle.INFO_FILE).read_text())
-    for text, words in (('{"a": ' * 50 + "1" + "}" * 50, "more than 32 deep"),
-                        (json.dumps(dict(info, files=3)), "field 'files' is 3"),
-                        (json.dumps({k: v for k, v in info.items() if k != "compute_dtype"}), "lacks the field"),
-                        (json.dumps(dict(info, files=dict(info["files"], **{bundle.PARAMS_FILE: 5}))),
-                         "has changed since it was exported")):
+    for text, words, reseal in (('{"a": ' * 50 + "1" + "}" * 50, "more than 32 deep", True),
+                                (json.dumps(dict(info, files=3)), "field 'files' is 3", True),
+                                (json.dumps({k: v for k, v in info.items() if k != "compute_dtype"}),
+                                 "lacks the field", True),
+                                (json.dumps(dict(info, files=dict(info["files"], **{bundle.PARAMS_FILE: 5}))),
+                                 "export.json has changed since it was exported", False)):
         (copy / bundle.INFO_FILE).write_text(text)
+        if reseal:  # as a deliberate edit would: the parse, not the checksum, must refuse it
+            bundle.seal(copy)
         assert main(["predict", "--model", str(copy), str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err

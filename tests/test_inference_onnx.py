@@ -62,7 +62,8 @@ def mxnet_export(run, tmp_path_factory):
 
 def test_the_export_holds_both_files_checked_with_their_sha256_and_what_a_runtime_needs(onnx_export):
     out, info = onnx_export
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "model-float16.onnx", "model.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "export.json", "model-float16.onnx", "model.onnx"]
+    assert bundle.verify(out).keys() == {"export.json", "model-float16.onnx", "model.onnx"}  # the checksums cover both
     assert info["model_format"] == "onnx" and info["precision"] == "float32"
     assert info["onnx"]["opset"] == 13 and info["onnx"]["files"] == {"float32": "model.onnx",
                                                                      "float16": "model-float16.onnx"}
@@ -107,13 +108,19 @@ def test_a_changed_onnx_file_is_refused(onnx_export, tmp_path, capsys):
     data = bytearray((copy / "model.onnx").read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit inside the weights: the file still parses
     (copy / "model.onnx").write_bytes(bytes(data))
-    with pytest.raises(ExportError, match="has changed since it was exported"):
-        Predictor(copy, ctx="cpu")
-    Predictor(copy, ctx="cpu", dtype="float16")  # its own file is intact
+    for dtype in ("float32", "float16"):  # SHA256SUMS covers the folder: one changed file refuses the export
+        with pytest.raises(ExportError, match="model.onnx has changed since it was exported"):
+            Predictor(copy, ctx="cpu", dtype=dtype)
+    shutil.copy(onnx_export[0] / "model.onnx", copy / "model.onnx")
+    Predictor(copy, ctx="cpu", dtype="float16")
     (copy / "model-float16.onnx").unlink()
     (copy / "model-float16.onnx").symlink_to(onnx_export[0] / "model-float16.onnx")
     assert main(["predict", "--model", str(copy), "--onnx-dtype", "float16", str(copy), "--no-progress"]) == 2
-    assert "not a regular file" in capsys.readouterr().err
+    assert "outside the export folder" in capsys.readouterr().err
+    (copy / "model-float16.onnx").unlink()  # and an export.json whose model file the checksums do not cover
+    bundle.seal(copy)
+    with pytest.raises(ExportError, match="does not list model-float16.onnx"):
+        Predictor(copy, ctx="cpu")
 
 
 def test_the_float16_check_catches_an_overflow_and_names_float16(run, tmp_path):

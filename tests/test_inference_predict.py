@@ -125,5 +125,6 @@ def test_a_float16_export_is_refused_on_a_cpu(export, tmp_path):
     info = json.loads((copy / bundle.INFO_FILE).read_text())
     info.update(precision="float16", compute_dtype="float16")
     (copy / bundle.INFO_FILE).write_text(json.dumps(info))
+    bundle.seal(copy)
     with pytest.raises(ExportError, match="no float16 convolution on a CPU"):
         Predictor(copy, ctx="cpu")

@@ -12,9 +12,9 @@ class CommandError(Exception):
 
 def add_threads_argument(group):
     """``--threads N`` for a command that computes (``mxfp16.cli`` applies it before MXNet loads)."""
-    from ..machine.environment import THREADS_DEFAULT, THREADS_HELP
+    from ..machine.environment import THREADS_DEFAULT, THREADS_HELP, threads_argument
 
-    group.add_argument("--threads", type=int, default=None, metavar="N",
+    group.add_argument("--threads", type=threads_argument, default=None, metavar="N",
                        help=f"{THREADS_HELP} (default: {THREADS_DEFAULT})")
 
 
@@ -37,19 +37,18 @@ def add_ctx_argument(group, one=False, where=None):
     group.add_argument("--ctx", default="auto", help=f"{text} (default: auto)")
 
 
-def check_out(out, inputs, flag="--out"):
-    """The writing rule for a command's output folder (``mxfp16.fileio.check_output_folder``), as a CommandError.
+def check_out(out, inputs, flag="--out", kind="folder"):
+    """The writing rule for a command's output (``mxfp16.fileio``), as a CommandError, before any work.
 
-    ``out`` must not be a file, and must not be, contain or sit inside any of
-    ``inputs`` (``(what, path)`` pairs; ``None`` paths are ignored).
+    ``out`` must be creatable (:func:`~mxfp16.fileio.check_output_path`: no
+    name too long, no file where a folder belongs, a folder this user may
+    write to), and must not be, contain or sit inside any of ``inputs``
+    (``(what, path)`` pairs; ``None`` paths are ignored), links resolved.
     """
-    import os
+    from ..fileio import OutputFolderError, check_output_folder, check_output_path
 
-    from ..fileio import OutputFolderError, check_output_folder, shown
-
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise CommandError(f"{flag} {shown(out)} is a file, not a folder; choose a folder for the outputs")
     try:
+        check_output_path(out, flag, kind)
         check_output_folder(out, inputs, flag)
     except OutputFolderError as err:
         raise CommandError(str(err)) from None

@@ -19,7 +19,7 @@ ORDER = 40
 
 
 def register(subparsers):
-    from ..data.pipelines import PIPELINES
+    from ..data.layout import PIPELINES
 
     parser = subparsers.add_parser("bench", help="time float32 against mixed precision (throughput, memory, speedup)",
                                    description=__doc__)

@@ -4,7 +4,7 @@ import logging
 import sys
 
 from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_MEMBERS, DEFAULT_MAX_RATIO, ENTRY_OVERHEAD, parse_size
-from . import CommandError, add_threads_argument
+from . import CommandError, add_threads_argument, check_out
 from ..fileio import read_json
 from ..limits import integer, number, MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS
 from ..data.synth import DEMO_SETTINGS as DEMO
@@ -72,6 +72,9 @@ def _add_split(sub, caltech):
     group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0, help="shuffling seed (default: 0)")
     group.add_argument("--exclude", nargs="*", default=[], metavar="CLASS",
                        help="class folders to leave out, e.g. BACKGROUND_Google (default: none)")
+    group.add_argument("--allow-empty-test", action="store_true",
+                       help="write the split even when its test side holds no image (mxfp16 train refuses such a "
+                            "data set) (default: off, refused)")
     split.set_defaults(func=run_split)
 
 
@@ -172,6 +175,8 @@ def run_fetch(args):
     from ..data.layout import caltech101_commands, caltech101_paths
 
     caltech = caltech101_paths()
+    check_out(args.root, [], "--root")
+
     def fetch(data):
         limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
         return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
@@ -187,13 +192,15 @@ def run_fetch(args):
 
 def run_split(args):
     from ..data.split import split_folder
+    check_out(args.out, [])  # what it must not overlap, the library checks against --src
     manifest = _guard(lambda data: split_folder(args.src, args.out, args.train_per_class, args.test_fraction,
-                                                args.seed, args.exclude))
+                                                args.seed, args.exclude, args.allow_empty_test))
     print(f"{args.out}: {len(manifest['classes'])} classes, {manifest['totals']['train']} train and "
           f"{manifest['totals']['test']} test images ({manifest['files']}), {len(manifest['skipped'])} files skipped")
 
 
 def run_synth(args):
+    check_out(args.out, [])
     path = _guard(lambda data: data.synth_dataset(args.out, args.classes, args.per_class, args.test_per_class,
                                                   args.size, args.seed))
     print(f"{path}: {args.classes} classes, {args.per_class} train and {args.test_per_class} test images per class")
@@ -201,6 +208,7 @@ def run_synth(args):
 
 def run_digits(args):
     from ..data.digits import digits_dataset
+    check_out(args.out, [])
     path = _guard(lambda data: digits_dataset(args.out, args.test_fraction, args.seed, args.replace))
     manifest = read_json(f"{path}/manifest.json")
     print(f"{path}: 10 digits, {manifest['per_class']['train']} train and {manifest['per_class']['test']} test "
@@ -210,6 +218,7 @@ def run_digits(args):
 
 def run_pack(args):
     from ..data.pack import pack_recordio
+    check_out(args.out, [], kind="prefix")
     meta = _guard(lambda data: pack_recordio(args.src, args.out, args.resize, args.quality, args.workers))
     print(f"{args.out}_{{train,test}}.rec/.idx/.lst: {meta['counts']['train']} train and {meta['counts']['test']} "
           f"test images, {len(meta['classes'])} classes, {len(meta['skipped'])} files skipped")
@@ -219,6 +228,8 @@ def run_bench(args):
     from ..data.timing import bench_pipelines
     from ..fileio import write_json
 
+    if args.json:
+        check_out(args.json, [], "--json", kind="file")
     def bench(data):
         src = args.src or data.demo_dataset()
         return bench_pipelines(src, args.image_size, args.workers, args.batch_size, args.images, args.pack_resize)

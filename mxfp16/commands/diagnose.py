@@ -26,7 +26,7 @@ def _default_loss_scale():
 
 
 def register(subparsers):
-    from ..diagnostics import DEFAULT_MARGIN
+    from ..diagnostics.recommend import DEFAULT_MARGIN
 
     start = _default_loss_scale()
     parser = subparsers.add_parser("diagnose", help="gradient ranges against float16: underflow, overflow and the "

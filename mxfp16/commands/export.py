@@ -22,9 +22,10 @@ ORDER = 50
 
 
 def register(subparsers):
-    from ..inference.export import CHECKPOINT_CHOICES, DEFAULT_MARGIN
+    from ..inference.agreement import DEFAULT_MARGIN
     from ..inference.formats import DEFAULT, names
     from ..inference.formats.onnx import DTYPES as ONNX_DTYPES
+    from ..train.checkpoint import CHECKPOINT_CHOICES
 
     parser = subparsers.add_parser("export", help="export a trained run for inference, checked against float32",
                                    description=__doc__)

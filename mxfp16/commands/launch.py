@@ -12,9 +12,9 @@ import dataclasses
 
 from . import CommandError
 from ..limits import integer, number, MAX_SECONDS
-from ..distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile, ssh_argv
-from ..distributed.launcher import DEFAULT_GRACE
-from ..distributed.plan import DEFAULT_HOSTFILE_PORT
+from ..distributed.heartbeat import DEFAULT_STALL
+from ..distributed.launcher import DEFAULT_GRACE, LaunchError, launch
+from ..distributed.plan import DEFAULT_HOSTFILE_PORT, LaunchPlanError, format_plan, host_plan, local_plan, read_hostfile, ssh_argv
 
 ORDER = 60
 
@@ -36,7 +36,13 @@ def register(subparsers):
                      help="interpreter for the scheduler and servers (default: the one running mxfp16)")
     stop = parser.add_argument_group("stopping")
     stop.add_argument("--timeout", type=number(0, MAX_SECONDS), default=0, metavar="SEC",
-                      help="stop every process after SEC seconds and exit 124 (default: 0, no limit)")
+                      help="stop every process after SEC seconds and exit 124 (default: 0, no limit on the whole "
+                           "job; --stall-timeout still stops a job that hangs)")
+    stop.add_argument("--stall-timeout", type=number(0, MAX_SECONDS), default=DEFAULT_STALL, metavar="SEC",
+                      help="stop every process and exit 124 when no worker of `mxfp16 train` has finished a step or "
+                           "an evaluation batch for SEC seconds, once all of them have started; a synchronous job "
+                           "whose worker stopped would otherwise wait forever. 0: never. On this machine only, not "
+                           f"with --hostfile (default: {DEFAULT_STALL:g})")
     stop.add_argument("--grace", type=number(0, 3600), default=DEFAULT_GRACE, metavar="SEC",
                       help="seconds a stopped process gets before SIGKILL, and that servers get to exit "
                            f"after the workers finish (default: {DEFAULT_GRACE:g})")
@@ -77,7 +83,8 @@ def run(args):
         else:
             slots = local_plan(command, args.workers, args.servers, args.port, args.python)
         # This process runs nothing but the job, so it may adopt and stop every orphan.
-        result = launch(slots, timeout=args.timeout, grace=args.grace, adopt_orphans=True)
+        result = launch(slots, timeout=args.timeout, grace=args.grace, adopt_orphans=True,
+                        stall=0 if args.hostfile else args.stall_timeout)
     except (LaunchPlanError, LaunchError) as err:
         raise CommandError(str(err)) from err
     return result.returncode

@@ -12,7 +12,7 @@ a deployment needs only pip install 'mxfp16[onnx]'.
 import sys
 from pathlib import Path
 
-from . import CommandError, add_ctx_argument, add_threads_argument
+from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 from ..limits import integer, MAX_BATCH, MAX_COUNT
 
 ORDER = 55
@@ -49,6 +49,8 @@ def run(args):
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
+    if args.output:  # before minutes of predicting, not after
+        check_out(args.output, [], "--output", kind="file")
     from ..devices import DeviceError
 
     try:

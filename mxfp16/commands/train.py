@@ -82,18 +82,39 @@ def register(subparsers):
 def run_command(args):
     from ..data import DataError
     from ..distributed import KVStoreError
+    from ..distributed.agree import SettingsMismatchError
     from ..models import ModelError
     from ..optim import OptimizerError
     from ..devices import DeviceError
     from ..precision import AMPStateError, PrecisionError
     from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
 
+    from ..limits import allocation_message, is_allocation_failure
+
+    run = None
     try:
-        fit(prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None)))
+        run = prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None))
+        fit(run)
     except (ConfigError, PrecisionError, DeviceError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
-            CheckpointError, TrainingDivergedError) as err:
+            CheckpointError, TrainingDivergedError, SettingsMismatchError) as err:
         raise CommandError(str(err)) from None
     except TrainingInterrupted as err:
         print(str(err), file=sys.stderr)
         raise
+    except Exception as err:  # noqa: BLE001 -- a failed allocation, told with the run's own sizes
+        if not is_allocation_failure(err):
+            raise
+        config = run.config if run is not None else _resolved_or_none(args)
+        raise CommandError(allocation_message(getattr(config, "batch_size", None),
+                                              getattr(config, "image_size", None))) from None
     return 0
+
+
+def _resolved_or_none(args):
+    """The configuration the flags resolve to (the profile's sizes filled in), or ``None`` if it cannot be."""
+    from ..train import ConfigError
+
+    try:
+        return config_from_args(args).resolve()
+    except (ConfigError, ValueError):
+        return None

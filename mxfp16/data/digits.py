@@ -13,12 +13,11 @@ stratified and fixed by ``seed``.
 """
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ..fileio import JSONFileError, read_json, write_json
+from ..fileio import JSONFileError, read_json, temporary_folder, write_json
 from .validate import DataError
 
 __all__ = ["digits_dataset", "stratified_split", "DIGITS_SETTINGS"]
@@ -106,7 +105,7 @@ def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
     from PIL import Image
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = temporary_folder(out)
     try:
         for split, indices in (("train", train), ("test", test)):
             for index in indices:

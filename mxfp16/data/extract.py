@@ -41,6 +41,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..fileio import temporary_prefix
 from .validate import DataError
 
 __all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size", "format_size",
@@ -253,7 +254,7 @@ class _Writer:
         path = self.target / name
         self.folder(path.parent)
         with self._writing(path):
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=".tmp", dir=path.parent)
         self.created.append(Path(tmp))
         size = 0
         # No fsync: the caller renames the whole extraction into place, and a

@@ -23,7 +23,11 @@ from collections import namedtuple
 from pathlib import Path
 
 __all__ = ["CALTECH101_TRAIN_PER_CLASS", "Caltech101Paths", "caltech101_paths", "caltech101_commands",
-           "split_command", "pack_command", "split_problem", "pack_problem"]
+           "split_command", "pack_command", "split_problem", "pack_problem", "PIPELINES"]
+
+#: The two layouts a data set comes in, named by the pipeline that reads each: a folder split
+#: (``train/<class>/``, ``test/<class>/``) and a RecordIO pack (a prefix of ``mxfp16 data pack``).
+PIPELINES = ("folder", "recordio")
 
 #: The usual Caltech-101 protocol: 30 training images per class, the rest for test.
 CALTECH101_TRAIN_PER_CLASS = 30

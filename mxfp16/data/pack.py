@@ -11,9 +11,15 @@ skipped files, the settings, and the source manifest's ``min_crop_area`` and
 ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
 files are skipped by the same scan the folder pipeline uses. Each file is
-written under a temporary name and renamed; ``PREFIX_classes.json`` comes
-last, and the loader refuses a pack without it, so an interrupted pack never
-looks complete.
+written under a temporary name of its own (unique to the process, short
+enough for any prefix the file system allows), checked record by record
+against its index (:func:`mxfp16.data.records.damaged_records`) and only
+then renamed; ``PREFIX_classes.json`` comes last, and the loader refuses a
+pack without it, so an interrupted pack never looks complete. A pack holds
+a lock on its prefix for its whole run (:class:`mxfp16.locking.FolderLock`
+on ``.PREFIX.lock`` beside the files): a second pack into the same prefix
+is refused at once, naming the first, so the files that land there are
+always one pack's, whole.
 """
 import contextlib
 import logging
@@ -26,9 +32,11 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, write_json
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
+from ..locking import FolderBusyError, FolderLock
 from .layout import split_problem
 from .pipelines import classes_file, record_files
+from .records import damaged_records
 from .validate import DataError, scan_classes
 
 __all__ = ["pack_recordio", "encode_image", "escape_name", "unescape_name"]
@@ -89,7 +97,7 @@ def _encode_job(args):
 def _write_split(items, classes, root, prefix, split, resize, quality, workers):
     rec_path, idx_path = record_files(prefix, split)
     lst_path = Path(f"{prefix}_{split}.lst")
-    tmp = {p: p.with_name(f".{p.name}.tmp") for p in (rec_path, idx_path, lst_path)}
+    tmp = {p: Path(temporary_file(p)) for p in (rec_path, idx_path, lst_path)}
     index = {name: i for i, name in enumerate(classes)}
     skipped, written, per_class = [], 0, {}
     jobs = [(path, resize, quality) for path, _ in items]
@@ -110,6 +118,12 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
                 per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
+        damaged, indexed = damaged_records(tmp[rec_path], tmp[idx_path]), _indexed(tmp[idx_path])
+        if damaged or indexed != written:
+            what = "; ".join(f"record {key}: {why}" for key, _, why in damaged[:3]) or (
+                f"{indexed} records indexed, {written} written")
+            raise DataError(f"the {split} records just written to {shown(rec_path)} do not check out ({what}); "
+                            "nothing was replaced. Is the disk full or failing? Pack again")
         for final, temp in tmp.items():
             os.replace(temp, final)
     finally:
@@ -119,6 +133,12 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
     return written, skipped, per_class
+
+
+def _indexed(idx):
+    """How many records an ``.idx`` file lists."""
+    with open(idx, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def _manifest_hints(src):
@@ -163,12 +183,23 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
     problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
     if problem:
         raise DataError(problem)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(prefix.parent, f"packing {src} into {prefix}", name=f".{prefix.name}.lock")
+    try:
+        lock.acquire()
+    except FolderBusyError as err:
+        raise DataError(f"--out {prefix}: {err}") from None
+    with lock:
+        return _pack(src, prefix, resize, quality, workers)
+
+
+def _pack(src, prefix, resize, quality, workers):
+    """:func:`pack_recordio` once the prefix is locked."""
     train = scan_classes(src / "train", "training split").require_every_class()
     test = scan_classes(src / "test", "test split")
     unknown = sorted(set(test.classes) - set(train.classes))
     if unknown:
         raise DataError(f"{src / 'test'} has classes that {src / 'train'} lacks: {', '.join(unknown[:10])}.")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
     marker = classes_file(prefix)
     with contextlib.suppress(FileNotFoundError):
         marker.unlink()  # an older pack at this prefix must not look complete while it is rewritten

@@ -23,8 +23,8 @@ the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
     but MXNet does not promise it. Resuming at ``start_batch``
     reads and discards the earlier batches.
 
-Training augmentation is one of :data:`AUGMENTATIONS` (``augment=``), or
-``auto`` (the default, :func:`resolve_augment`: what the data set's manifest
+Training augmentation is one of :data:`~mxfp16.data.augment.AUGMENTATIONS` (``augment=``), or
+``auto`` (the default, :func:`~mxfp16.data.augment.resolve_augment`: what the data set's manifest
 asks for, else ``light`` below 64 px and ``imagenet`` otherwise):
 ``imagenet`` (random-resized crop of ``min_crop_area``-100% of
 the area, aspect 3/4-4/3, horizontal flip: for photos of objects, such as
@@ -58,7 +58,6 @@ import math
 import os
 import random
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import mxnet as mx
@@ -66,105 +65,17 @@ import numpy as np
 from mxnet import gluon
 
 from ..fileio import JSONFileError, read_json, shown
-from .layout import pack_problem, split_problem
+from .augment import AUGMENT_CHOICES, DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
+from .layout import PIPELINES, pack_problem, split_problem
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
 
-__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "PIPELINES", "read_image", "resize_for", "center_view",
-           "normalise", "AUGMENTATIONS", "AUGMENT_CHOICES", "Augmentation", "augmentation", "resolve_augment"]
+__all__ = ["Loaders", "make_loaders", "MEAN_RGB", "STD_RGB", "read_image", "resize_for", "center_view", "normalise"]
 
 LOG = logging.getLogger("mxfp16.data")
 
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
-PIPELINES = ("folder", "recordio")
-DEFAULT_MIN_CROP_AREA = 0.08
-CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
-#: The training augmentations ``make_loaders`` offers (see the module docstring for when to pick which).
-AUGMENTATIONS = ("imagenet", "light", "none")
-#: What ``augment=`` accepts: an augmentation, or ``auto`` (:func:`resolve_augment`).
-AUGMENT_CHOICES = ("auto",) + AUGMENTATIONS
-#: ``auto`` picks ``light`` below this image side: ImageNet's smallest crop (8% of the area) of a
-#: 32 px image is 9 px wide, too little of a small image to keep its class; CIFAR-style recipes
-#: (GluonCV's ``train_cifar10.py``) crop lightly and flip instead.
-SMALL_IMAGE = 64
-
-
-@dataclass(frozen=True)
-class Augmentation:
-    """What a training image goes through: a random-resized crop (or the evaluation crop) and a flip.
-
-    Attributes
-    ----------
-    name : str
-    crop : bool
-        Random-resized crop; ``False`` uses the evaluation transform (resize the short side, center crop).
-    area, ratio : (float, float)
-        The crop's share of the image area and its aspect ratio range.
-    flip : bool
-        Random horizontal flip.
-    """
-
-    name: str
-    crop: bool
-    area: tuple = (1.0, 1.0)
-    ratio: tuple = (1.0, 1.0)
-    flip: bool = False
-
-
-def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
-    """The :class:`Augmentation` called ``name``; ``min_crop_area`` sets ``imagenet``'s smallest crop.
-
-    Raises
-    ------
-    DataError
-        An unknown name, listing the choices.
-    """
-    if name == "imagenet":
-        return Augmentation("imagenet", True, (min_crop_area, 1.0), CROP_RATIO, True)
-    if name == "light":
-        return Augmentation("light", True, (0.64, 1.0), (0.9, 1.0 / 0.9), True)
-    if name == "none":
-        return Augmentation("none", False)
-    raise DataError(f"augment {name!r}: choose one of {', '.join(AUGMENTATIONS)}")
-
-
-def resolve_augment(name, image_size, manifest=None):
-    """The augmentation ``auto`` means for a data set; any other name is returned as it is.
-
-    ``auto``: what the data set's manifest names (``"augment"``), else
-    ``imagenet`` when the manifest sets a ``min_crop_area``, else ``light``
-    for images smaller than :data:`SMALL_IMAGE` pixels and ``imagenet``
-    otherwise (Caltech-101 at 224 px: ``imagenet``, unchanged).
-
-    Parameters
-    ----------
-    name : str
-        One of :data:`AUGMENT_CHOICES`.
-    image_size : int
-    manifest : dict, optional
-        The data set's ``manifest.json`` (folder) or ``PREFIX_classes.json`` (recordio).
-
-    Raises
-    ------
-    DataError
-        An unknown name, in the argument or the manifest.
-    """
-    manifest = manifest or {}
-    if name not in AUGMENT_CHOICES:
-        raise DataError(f"augment {name!r}: choose one of {', '.join(AUGMENT_CHOICES)}")
-    if name != "auto":
-        return name
-    if manifest.get("augment") is not None:
-        if manifest["augment"] not in AUGMENTATIONS:
-            raise DataError(f"the data set's manifest asks for augment {manifest['augment']!r}, which is not one of "
-                            f"{', '.join(AUGMENTATIONS)}; fix the manifest or pass --augment")
-        return manifest["augment"]
-    if manifest.get("min_crop_area") is not None:
-        return "imagenet"
-    return "light" if image_size < SMALL_IMAGE else "imagenet"
-
-
 def _read_manifest(path):
     """A data set's manifest as a dict (``{}`` when there is none or it cannot be read: it only holds hints)."""
     try:
@@ -584,8 +495,8 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
     augment : str
-        One of :data:`AUGMENT_CHOICES`: an augmentation (see the module
-        docstring), or ``auto`` (:func:`resolve_augment`; the result is the
+        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES`: an augmentation (see the module
+        docstring), or ``auto`` (:func:`~mxfp16.data.augment.resolve_augment`; the result is the
         loaders' ``augment.name``).
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image.

@@ -8,16 +8,21 @@ but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
 Files are hard-linked when the file system allows it, copied otherwise. The
 split is built in a temporary folder and renamed into place, with a
 ``manifest.json`` of the settings, per-class counts and skipped files.
+
+A split whose test side would be empty (``--test-fraction 0.5`` of classes
+of one image each rounds to none) is refused, naming the fraction and the
+per-class counts: every epoch of training ends in an evaluation on it.
+``allow_empty_test`` (``--allow-empty-test``) writes it anyway.
 """
+import collections
 import os
 import shutil
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, write_json
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
 from .validate import DataError, scan_classes
 
 __all__ = ["split_folder", "plan_split"]
@@ -64,7 +69,15 @@ def _link_or_copy(src, dst):
         return "copy"
 
 
-def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=()):
+def _counts_text(by_class):
+    """The per-class image counts in a few words: ``2000 classes of 1 image``, ``3 of 2 and 1 of 5``."""
+    groups = sorted(collections.Counter(len(files) for files in by_class.values()).items())
+    parts = [f"{classes} class{'es' if classes > 1 else ''} of {count} usable image{'s' if count > 1 else ''}"
+             for count, classes in groups[:6]]
+    return ", ".join(parts) + (" ..." if len(groups) > 6 else "")
+
+
+def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=(), allow_empty_test=False):
     """Split ``src/<class>/*`` into ``out/train/<class>/`` and ``out/test/<class>/``.
 
     Parameters
@@ -81,6 +94,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     seed : int
     exclude : iterable of str
         Class folder names to leave out (e.g. ``BACKGROUND_Google``).
+    allow_empty_test : bool
+        Write a split whose test side holds no image (refused otherwise).
 
     Returns
     -------
@@ -118,6 +133,11 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
                 "test_fraction": test_fraction, "exclude": sorted(exclude)}
     plans = {name: plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    if not allow_empty_test and not any(test for _, test in plans.values()):
+        raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
+                        f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "
+                        "evaluates every epoch on the test split; raise --test-fraction, add images, or pass "
+                        "--allow-empty-test to write this split anyway.")
     existing = _existing(out)
     if existing is not None:
         if {k: existing.get(k) for k in settings} == settings:
@@ -125,7 +145,7 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
         raise DataError(f"{out} already exists with other contents or settings. Delete it or choose another --out.")
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temporary_folder(out)
     methods = set()
     try:
         for name, (train, test) in plans.items():

@@ -11,13 +11,12 @@ import logging
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..fileio import JSONFileError, read_json, write_json
+from ..fileio import JSONFileError, read_json, temporary_folder, write_json
 from .validate import DataError
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
@@ -206,7 +205,7 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
         raise DataError(f"{out} exists but does not hold this synthetic set (settings differ or files are missing). "
                         "Delete it or choose another --out.")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temporary_folder(out)
     try:
         for split_index, (split, count) in enumerate((("train", per_class), ("test", test_per_class))):
             for class_index, shape in enumerate(SHAPES[:classes]):
@@ -237,7 +236,7 @@ def _install(tmp, out, expected):
         out.rmdir()
     elif out.exists() and _is_synth(out) and not _is_complete(out, expected):
         # An outdated generated set (replace=True): move it aside first so the rename stays atomic.
-        stale = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".stale", dir=out.parent))
+        stale = temporary_folder(out, suffix=".stale")
         os.rename(out, stale / "old")
         shutil.rmtree(stale, ignore_errors=True)
     try:
@@ -245,6 +244,11 @@ def _install(tmp, out, expected):
     except OSError:
         if not _is_complete(out, expected):
             raise
+
+
+def demo_path(root="data"):
+    """Where :func:`demo_dataset` keeps the demo set under ``root`` (without generating it)."""
+    return Path(root) / "demo"
 
 
 def demo_dataset(root="data"):
@@ -263,4 +267,4 @@ def demo_dataset(root="data"):
     Path
         ``<root>/demo``, with ``train/<class>/*.jpg``, ``test/<class>/*.jpg`` and ``manifest.json``.
     """
-    return synth_dataset(Path(root) / "demo", replace=True, **DEMO_SETTINGS)
+    return synth_dataset(demo_path(root), replace=True, **DEMO_SETTINGS)

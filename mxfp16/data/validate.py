@@ -8,7 +8,12 @@ and non-image files, images declaring more pixels than Pillow decodes safely
 sockets, devices, dangling links, links leading out of the data set; none of
 them is opened) are skipped -- each one logged with its path and counted --
 before the first batch. Grayscale, CMYK and palette images are fine: the
-decoders convert them to 3-channel RGB. A decode error that still happens
+decoders convert them to 3-channel RGB. The scan's verdict is the decoder's:
+Pillow reads many formats that MXNet's decoder (OpenCV inside libmxnet,
+``mx.image.imdecode``, which the folder pipeline and ``predict`` use) does
+not, such as a GIF named ``.png`` or a WebP named ``.jpg``; only the formats
+of :data:`DECODABLE_FORMATS` are admitted, so such a file is skipped at the
+scan with one warning instead of stopping a run in its first epoch. A decode error that still happens
 inside an epoch is re-raised by the loaders as :class:`DataError` naming the
 file (see ``pipelines.py``).
 """
@@ -22,12 +27,15 @@ from PIL import Image, UnidentifiedImageError
 
 from ..fileio import shown
 
-__all__ = ["DataError", "IMAGE_EXTENSIONS", "FolderScan", "scan_image", "scan_classes"]
+__all__ = ["DataError", "IMAGE_EXTENSIONS", "DECODABLE_FORMATS", "FolderScan", "scan_image", "scan_classes"]
 
 LOG = logging.getLogger("mxfp16.data")
 
 # The extensions gluon.data.vision.ImageFolderDataset accepts.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+#: The image formats (as Pillow names them) MXNet 1.9.1's ``mx.image.imdecode`` decodes; its OpenCV was built
+#: without GIF, WebP, JPEG 2000 and the rest (tests/test_data_bad_images.py checks it against the decoder).
+DECODABLE_FORMATS = ("JPEG", "PNG", "BMP", "TIFF")
 # The modes OpenCV (and so MXNet's imdecode) turns into 3-channel colour.
 _DECODABLE_MODES = {"RGB", "L", "CMYK", "P", "RGBA", "LA", "I;16", "YCbCr", "1"}
 _TAIL_BYTES = 4096
@@ -115,6 +123,9 @@ def scan_image(path, root=None):
         return f"too many pixels to decode safely, a possible decompression bomb ({err})"
     except (UnidentifiedImageError, OSError, ValueError) as err:
         return f"not a readable image ({type(err).__name__}: {err})"
+    if fmt not in DECODABLE_FORMATS:
+        return (f"a {fmt} image named {path.suffix}, which MXNet's decoder cannot read (it reads "
+                f"{', '.join(DECODABLE_FORMATS)}); convert it, e.g. to PNG")
     if mode not in _DECODABLE_MODES:
         return f"unsupported colour mode {mode}"
     return None

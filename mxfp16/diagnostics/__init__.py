@@ -11,17 +11,21 @@ names the first layer whose float16 output holds inf or NaN. See
     from mxfp16.diagnostics import diagnose, format_summary
     diagnosis = diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, loss_scale=1024)
     print(format_summary(diagnosis))
-"""
-from .collect import gradient_ranges
-from .diagnosis import Diagnosis, diagnose
-from .forward_check import ForwardCheck, float16_forward_runs_here, forward_check
-from .recommend import DEFAULT_MARGIN, Recommendation, recommend_loss_scale
-from .report import diagnosis_document, format_summary, format_table, plot_histogram
-from .stats import RangeCollector, RangeStats, log2_of_scale, total
 
-__all__ = [
-    "diagnose", "Diagnosis", "gradient_ranges", "RangeCollector", "RangeStats", "log2_of_scale", "total",
-    "recommend_loss_scale", "Recommendation", "DEFAULT_MARGIN",
-    "forward_check", "ForwardCheck", "float16_forward_runs_here",
-    "format_summary", "format_table", "plot_histogram", "diagnosis_document",
-]
+The names load on first use, so importing this package does not load MXNet.
+"""
+from .._lazy import exports
+
+_EXPORTS = {
+    "diagnose": "diagnosis", "Diagnosis": "diagnosis", "gradient_ranges": "collect",
+    "RangeCollector": "stats", "RangeStats": "stats", "log2_of_scale": "stats", "total": "stats",
+    "recommend_loss_scale": "recommend", "Recommendation": "recommend", "DEFAULT_MARGIN": "recommend",
+    "forward_check": "forward_check", "ForwardCheck": "forward_check",
+    "float16_forward_runs_here": "forward_check",
+    "format_summary": "report", "format_table": "report", "plot_histogram": "report",
+    "diagnosis_document": "report",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -31,10 +31,12 @@ overflow rule is conservative: values in ``(65504, 65520)`` round down to
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import mxnet as mx
 import numpy as np
 
+from .._lazy import module
 from ..float_formats import FLOAT16, FLOAT32
+
+mx = module("mxnet")
 
 __all__ = ["LOG2_MIN", "LOG2_MAX", "MIN_LOG2_SCALE", "MAX_LOG2_SCALE", "RangeStats", "RangeCollector",
            "log2_of_scale", "device_summary", "histogram_edges", "total"]

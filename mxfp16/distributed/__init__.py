@@ -4,10 +4,18 @@
 ``DMLC_*`` environment; :mod:`~mxfp16.distributed.launcher` runs them on this machine
 (or over ssh) and cleans up. The ``mxfp16 launch`` command joins the two.
 """
-from .launcher import DEFAULT_GRACE, LaunchError, LaunchResult, launch
-from .sync import KVStoreError, StopVote, average_aux_states, grad_bytes_per_step, open_kvstore, sync_parameters
-from .plan import LaunchPlanError, Slot, format_plan, free_port, host_plan, local_plan, read_hostfile, ssh_argv
+from .._lazy import exports
 
-__all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE", "Slot", "LaunchPlanError",
-           "local_plan", "host_plan", "read_hostfile", "format_plan", "free_port", "ssh_argv",
-           "sync_parameters", "average_aux_states", "open_kvstore", "grad_bytes_per_step", "KVStoreError", "StopVote"]
+#: Public name -> the module of this package that defines it; they load on first use (``launcher`` and
+#: ``plan`` import nothing of MXNet, so ``mxfp16 launch`` builds its flags without it).
+_EXPORTS = {
+    "launch": "launcher", "LaunchResult": "launcher", "LaunchError": "launcher", "DEFAULT_GRACE": "launcher",
+    "Slot": "plan", "LaunchPlanError": "plan", "local_plan": "plan", "host_plan": "plan", "read_hostfile": "plan",
+    "format_plan": "plan", "free_port": "plan", "ssh_argv": "plan",
+    "sync_parameters": "sync", "average_aux_states": "sync", "open_kvstore": "sync", "grad_bytes_per_step": "sync",
+    "KVStoreError": "sync", "StopVote": "sync",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -4,7 +4,8 @@ Every process starts in its own session (its own process group), so a
 signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
 the terminal reaches only the launcher, which forwards it. The launcher
 stops the whole job when any process fails, when the run outlasts its
-timeout, or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
+timeout, when no worker has made progress for the stall timeout (the workers'
+heartbeats, :mod:`mxfp16.distributed.heartbeat`), or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
 SIGTERM to every process at once; after a signal to the launcher, the
 workers first (SIGINT after a Ctrl-C, SIGTERM otherwise) so they can write a
 checkpoint, and SIGTERM to the scheduler and servers once the workers are
@@ -25,12 +26,16 @@ import contextlib
 import ctypes
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+
+from . import heartbeat
 
 __all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE", "JOB_VARIABLE"]
 
@@ -59,7 +64,7 @@ class LaunchResult:
         signal number when a signal killed it); 124 on timeout; 128 + signal
         number when the launcher was interrupted.
     reason : str
-        ``'ok'``, ``'failed'``, ``'timeout'`` or ``'interrupted'``.
+        ``'ok'``, ``'failed'``, ``'timeout'``, ``'stalled'`` or ``'interrupted'``.
     message : str
         One line for the user, naming the process that failed.
     failed : str or None
@@ -179,7 +184,7 @@ class _Pump(threading.Thread):
 
 
 class _Job:
-    def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False):
+    def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False, stall=0):
         self.slots = list(slots)
         self.grace = float(grace)
         self.stdout, self.stderr = stdout, stderr
@@ -192,6 +197,11 @@ class _Job:
         self.env[JOB_VARIABLE] = f"{outer}:{self.token}" if outer else self.token
         self.adopt_orphans = adopt_orphans
         self.log = log
+        self.beats = tempfile.mkdtemp(prefix="mxfp16-heartbeat-") if stall else None
+        if self.beats:
+            self.env[heartbeat.VARIABLE] = self.beats
+        self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"),
+                                           stall) if stall else None
         self.procs = []      # (slot, Popen)
         self.pumps = []
         self._lock = threading.Lock()
@@ -229,6 +239,7 @@ class _Job:
         """Wait until the job ends; return (reason, returncode, failed, message)."""
         deadline = None if not timeout else time.monotonic() + float(timeout)
         workers_done_at = None
+        stall_checked = time.monotonic()
         while True:
             if self._signal is not None:
                 name = signal.Signals(self._signal).name
@@ -252,6 +263,11 @@ class _Job:
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", _TIMEOUT_STATUS, None, (f"timed out after {float(timeout):g} s; "
                                                           f"stopping {names}")
+            if self.watch_stall is not None and time.monotonic() - stall_checked > 1.0:
+                stall_checked = time.monotonic()
+                stalled = self.watch_stall.stalled()
+                if stalled:
+                    return "stalled", _TIMEOUT_STATUS, None, stalled
             time.sleep(_POLL)
 
     # -- stopping ---------------------------------------------------------
@@ -331,10 +347,12 @@ class _Job:
         self._poll_all()
         for pump in self.pumps:
             pump.join(timeout=self.grace)
+        if self.beats:
+            shutil.rmtree(self.beats, ignore_errors=True)
 
 
 def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, env=None, log=None,
-           adopt_orphans=False):
+           adopt_orphans=False, stall=0):
     """Start ``slots``, relay their output, and stop them all when the job ends.
 
     Parameters
@@ -345,6 +363,12 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     timeout : float, optional
         Stop the job after this many seconds (status 124). ``None`` or 0:
         no limit.
+    stall : float
+        Stop the job (status 124) when every worker has made progress once
+        and then none for this many seconds (their heartbeats,
+        :mod:`mxfp16.distributed.heartbeat`; a command that never beats is
+        never stopped for it). 0: never; ``mxfp16 launch`` passes
+        :data:`~mxfp16.distributed.heartbeat.DEFAULT_STALL` for a job on this machine.
     grace : float
         Seconds a signalled process gets before SIGKILL, and that servers get
         to exit after the last worker finished.
@@ -378,7 +402,7 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         def log(text):
             stderr.write(f"mxfp16 launch: {text}\n")
             stderr.flush()
-    job = _Job(slots, grace, stdout, stderr, env, log, adopt_orphans and _set_subreaper(True))
+    job = _Job(slots, grace, stdout, stderr, env, log, adopt_orphans and _set_subreaper(True), stall)
     atexit.register(job.stop, signal.SIGKILL)
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {}

@@ -10,6 +10,7 @@ reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.laun
 runs them.
 """
 import dataclasses
+import errno
 import os
 import shlex
 import socket
@@ -17,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Slot", "LaunchPlanError", "free_port", "role_env", "local_plan", "read_hostfile",
+__all__ = ["Slot", "LaunchPlanError", "free_port", "check_port_free", "role_env", "local_plan", "read_hostfile",
            "host_plan", "ssh_argv", "format_plan", "SERVER_CODE", "DEFAULT_HOSTFILE_PORT"]
 
 ROLES = ("scheduler", "server", "worker")
@@ -70,6 +71,30 @@ def free_port(host=LOOPBACK):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def check_port_free(port, host=LOOPBACK):
+    """Refuse a scheduler port another process already listens on, before any process starts.
+
+    The scheduler would otherwise fail in ps-lite with a "bind failed"
+    traceback that never says the port is taken.
+
+    Raises
+    ------
+    LaunchPlanError
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the scheduler binds: a port left in TIME_WAIT by an ended job is free, a listening one is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise LaunchPlanError(f"--port {port} is taken: another process listens on {host}:{port} "
+                                      f"(`ss -ltnp 'sport = :{port}'` names it). Choose another --port, or leave "
+                                      "--port out to take a free one") from None
+            raise LaunchPlanError(f"--port {port} cannot be used on {host} ({err.strerror}); choose another "
+                                  "--port, or leave it out to take a free one") from None
 
 
 def _check_counts(workers, servers, port):
@@ -154,6 +179,8 @@ def local_plan(command, workers, servers, port=None, python=None):
         Scheduler first, then servers, then workers.
     """
     _check_counts(workers, servers, port)
+    if port is not None:
+        check_port_free(port)
     port = free_port() if port is None else int(port)
     return share_cores(_slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python))
 

@@ -10,8 +10,11 @@ per dtype (:data:`SCORE_TOLERANCE`).
 """
 import numpy as np
 
-__all__ = ["AgreementError", "compare", "check_margin", "check_scores", "softmax", "SCORE_TOLERANCE"]
+__all__ = ["AgreementError", "compare", "check_margin", "check_scores", "softmax", "DEFAULT_MARGIN",
+           "SCORE_TOLERANCE"]
 
+#: Percentage points of top-1 an export may lose against float32 (``mxfp16 export --margin``).
+DEFAULT_MARGIN = 0.5
 #: The largest score difference an ONNX model may show against the float32 MXNet network, as a fraction of the
 #: largest float32 score (at least 1): float32 kernels of two libraries differ by rounding only; float16 keeps 11
 #: significant bits, and its rounding grows through the layers.

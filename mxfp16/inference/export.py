@@ -19,7 +19,7 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    runs the float32 graph with the export's float16-rounded weights, and
    ``export.json`` says so;
 6. a top-1 drop beyond the margin refuses the export; otherwise
-   ``export.json`` is written and the folder moved into place.
+   ``export.json`` and ``SHA256SUMS`` are written and the folder moved into place.
 
 ``model_format="onnx"`` writes the float32 graph as ONNX instead
 (:mod:`mxfp16.inference.formats.onnx`; a float16 copy with
@@ -27,9 +27,18 @@ The story of :func:`export_run`, each step refusing bad input before the next:
 onnxruntime against the float32 network: the top-1 margin as above, and
 the scores within the file's dtype tolerance
 (:func:`mxfp16.inference.agreement.check_scores`).
+
+Export holds the run folder's lock shared while it reads
+(:class:`mxfp16.locking.FolderLock`), so no ``train --overwrite`` or
+``--resume`` starts on it meanwhile. A run that is still training holds it
+itself; export then goes on with what the run has written so far. Either
+way it reads the checkpoint once, into a copy checked against the sha256
+its record lists (:func:`mxfp16.train.checkpoint.copy_params`), and works
+from the copy: a checkpoint the run prunes meanwhile cannot vanish under it.
 """
 import datetime
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -39,25 +48,23 @@ from .._internals import saved_parameter_shapes
 from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path, shown
 from ..limits import MAX_IMAGE_SIDE
+from ..locking import FolderBusyError, FolderLock
 from ..ndarray_file import NDArrayFileError, check_shapes
 from ..training_parts import PartsSpec, build_network
 from ..devices import format_ctx, resolve_devices
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
+from ..train.checkpoint import CHECKPOINT_CHOICES
 from ..train.outputs import RunOutputs, structural_names
 from . import bundle, formats
-from .agreement import check_margin, check_scores, compare
+from .agreement import DEFAULT_MARGIN, check_margin, check_scores, compare
 from .bundle import ExportError
 from .convert import deployable, load_block, traced
 
-__all__ = ["export_run", "CHECKPOINT_CHOICES", "DEFAULT_MARGIN"]
+__all__ = ["export_run"]
 
-#: ``checkpoint=`` takes one of these, or the path of a ``.params`` file.
-CHECKPOINT_CHOICES = ("last", "best")
-#: Percentage points of top-1 the export may lose against float32.
-DEFAULT_MARGIN = 0.5
 
 
 def _run_config(run):
@@ -137,23 +144,54 @@ def _checkpoint(run, which, config):
     return path, source
 
 
-def _load_network(config, params_path, ctx, param_dtype):
-    """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading)."""
+def _copy_checkpoint(run, which, source, path, into):
+    """A checked copy of the checkpoint in folder ``into`` (a run that trains may prune or replace the file)."""
+    try:
+        if which not in CHECKPOINT_CHOICES:
+            return Path(shutil.copyfile(path, Path(into) / Path(path).name))
+        copy, _ = ckpt.copy_params(run, into, source.get("epoch"))
+    except ckpt.CheckpointError as err:
+        raise ExportError(str(err)) from None
+    source["tag"] = copy.stem  # the run may have moved on to a newer checkpoint since it was chosen
+    return copy
+
+
+def _reading_lock(run, log):
+    """The run folder's lock, shared; unheld (and said so) when a run trains there or the folder is read-only."""
+    lock = FolderLock(run, "exporting", exclusive=False)
+    if not Path(run).is_dir():
+        return lock
+    try:
+        return lock.acquire()
+    except FolderBusyError:
+        log(f"export: {run} is being written by {lock.holder()}; exporting its checkpoint as it stands now")
+    except OSError:
+        pass  # a folder this user may not write to: nothing can take the lock there to write either
+    return lock
+
+
+def _load_network(config, params_path, ctx, param_dtype, shown_as=None):
+    """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading).
+
+    ``shown_as``: the file to name in messages (the original of a copy).
+    """
     spec = PartsSpec(model=config["model"], classes=len(config["classes"]), image_size=config["image_size"])
     net = build_network(spec, ctx, param_dtype)
     what = f"{config['model']} ({len(config['classes'])} classes, {config['image_size']} px) as the run describes it"
+    shown_as = shown(shown_as or params_path)
     try:
         # Names, shapes and sizes first: MXNet allocates what a file declares before reading it.
         check_shapes(params_path, saved_parameter_shapes(net), what)
     except (NDArrayFileError, OSError) as err:
-        raise ExportError(f"{err}. It is not a checkpoint of this run's model: give --checkpoint a .params file "
-                          "of this run (from its checkpoints/ folder), or export the run that wrote it") from None
+        raise ExportError(f"{str(err).replace(shown(params_path), shown_as)}. It is not a checkpoint of this run's "
+                          "model: give --checkpoint a .params file of this run (from its checkpoints/ folder), or "
+                          "export the run that wrote it") from None
     try:
         net.load_parameters(str(params_path), ctx=ctx, cast_dtype=True, dtype_source="current")
     except (AssertionError, ValueError, KeyError, mx.base.MXNetError) as err:
         # Gluon names the first missing, unexpected or misshapen parameter.
-        reason = " ".join(str(err).split())[:300]
-        raise ExportError(f"{params_path} does not fit {config['model']} ({len(config['classes'])} classes, "
+        reason = " ".join(str(err).split())[:300].replace(str(params_path), shown_as)
+        raise ExportError(f"{shown_as} does not fit {config['model']} ({len(config['classes'])} classes, "
                           f"{config['image_size']} px) as the run describes it: {reason}. It is a checkpoint of "
                           "another model; export the run that wrote it") from None
     return net
@@ -261,15 +299,29 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
         raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
     started = time.perf_counter()
     writer = formats.get(model_format)
-    onnx = model_format == "onnx"
-    if onnx:
+    if model_format == "onnx":
         writer.check_exporter()  # before minutes of work, not after
         if precision not in (None, "float32"):
             raise ExportError(f"--precision {precision} with --format onnx: an ONNX export is written from the float32 "
                               "graph (MXNet's ONNX exporter has no converter for AMP's casts, and onnxruntime runs "
                               "no bfloat16 on a CPU). Leave --precision out, and add --onnx-dtype float16 for a "
                               "float16 file (for GPUs)")
-    precision = precision or ("float32" if onnx else "auto")
+    precision = precision or ("float32" if model_format == "onnx" else "auto")
+    try:  # an --out that cannot be made is refused before anything is read
+        check_output_path(out)
+    except OutputFolderError as err:
+        raise ExportError(str(err)) from None
+    lock = _reading_lock(run, log)
+    try:
+        return _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log,
+                       writer, onnx_dtypes, started)
+    finally:
+        lock.release()
+
+
+def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log, writer,
+            onnx_dtypes, started):
+    """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
     dataset = data or config["source"]
@@ -298,31 +350,38 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
         raise ExportError(f"the test set at {dataset} has classes {loaders.classes[:5]}... but the run was trained "
                           f"on {classes[:5]}...; pass --data with the run's own data set")
 
-    log(f"export: {run} ({config['model']}, {len(classes)} classes, {config['image_size']} px), checkpoint "
-        f"{source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
-    if unfinished:
-        log(f"export: {unfinished}")
-    reference = _load_network(config, params_path, contexts, "float32")
-    net = reference if wanted.param_dtype == "float32" else _load_network(config, params_path, contexts,
-                                                                          wanted.param_dtype)
-    model = deployable(net, wanted, amp_lists)
     with bundle.staging(out, overwrite) as staged:
-        if onnx:
+        copies = staged / ".checkpoint"
+        copies.mkdir()
+        params_copy = _copy_checkpoint(run, checkpoint, source, params_path, copies)
+        if checkpoint in CHECKPOINT_CHOICES:
+            params_path = params_path.with_name(params_copy.name)
+        log(f"export: {run} ({config['model']}, {len(classes)} classes, {config['image_size']} px), checkpoint "
+            f"{source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
+        if unfinished:
+            log(f"export: {unfinished}")
+        reference = _load_network(config, params_copy, contexts, "float32", params_path)
+        net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
+                                                                              wanted.param_dtype, params_path)
+        model = deployable(net, wanted, amp_lists)
+        if writer.NAME == "onnx":
             size = int(config["image_size"])
             files, section = writer.write(staged, model, dtypes=onnx_dtypes, input_shape=(3, size, size))
             written = time.perf_counter()
             results = _onnx_check(staged, files, section, reference, loaders, device, margin, log)
             agreement = dict(results["float32"], by_dtype=results)
-            info = _info(config, run, params_path, source, wanted, model, files, agreement, dataset, writer.NAME,
-                         section, {"convert_and_write": written - started,
-                                   "agreement_check": time.perf_counter() - written})
+            info = _info(config, run, params_path, params_copy, source, wanted, model, files, agreement, dataset,
+                         writer.NAME, section, {"convert_and_write": written - started,
+                                                "agreement_check": time.perf_counter() - written})
+            shutil.rmtree(copies)
             bundle.write_info(staged, info)
+            bundle.seal(staged)
             bundle.publish(staged, out)
-            log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE})")
+            log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
             return info
         files, section = writer.write(staged, model)
         # The check reads back the files just written: what it measures is what a user will load.
-        symbol, params = bundle.read_model(staged, {"files": files})
+        symbol, params = bundle.read_model(staged, {"image_size": config["image_size"], "classes": classes})
         if emulated:
             candidate = _emulated_candidate(reference, net, params, device)
             how = ("emulated: this CPU has no float16 convolution, so the float32 graph ran with the export's "
@@ -339,17 +398,19 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
                 result["changed_images"], result["images"], 100 * result["changed_share"],
                 result["max_probability_difference"]))
         check_margin(result, margin, wanted.name)
-        info = _info(config, run, params_path, source, wanted, model, files, result, dataset, writer.NAME, section,
-                     {"export": time.perf_counter() - started})
+        info = _info(config, run, params_path, params_copy, source, wanted, model, files, result, dataset,
+                     writer.NAME, section, {"export": time.perf_counter() - started})
+        shutil.rmtree(copies)
         bundle.write_info(staged, info)
+        bundle.seal(staged)
         bundle.publish(staged, out)
-    log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE})")
+    log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
     return info
 
 
-def _info(config, run, params_path, source, precision, model, files, agreement, dataset, model_format, section,
-          seconds):
-    """The content of ``export.json``."""
+def _info(config, run, params_path, params_copy, source, precision, model, files, agreement, dataset, model_format,
+          section, seconds):
+    """The content of ``export.json`` (``params_copy``: the bytes read of ``params_path``)."""
     from ..fileio import sha256_file
 
     size = int(config["image_size"])
@@ -368,7 +429,7 @@ def _info(config, run, params_path, source, precision, model, files, agreement, 
                        "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
         "conversion": model.notes,
         "source": {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
-                   "params_sha256": sha256_file(params_path),
+                   "params_sha256": sha256_file(params_copy),
                    "trained_precision": config.get("resolved_precision", config.get("precision"))},
         "agreement": {"data": str(dataset), **agreement},
         "files": files,

@@ -11,8 +11,10 @@ caught too: such a file is reported with its reason and skipped, never fatal.
 The model is the format's reader (:mod:`mxfp16.inference.formats`).
 """
 import csv
+import errno
 import io
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +53,19 @@ def image_files(inputs):
     """
     files, missing = [], []
     for item in map(Path, inputs):
-        if item.is_dir():
-            for root, dirs, names in os.walk(item):
+        try:
+            info = os.lstat(item)
+        except OSError as err:  # missing, or in a folder this user may not enter
+            missing.append((str(item), "no such file or folder" if err.errno == errno.ENOENT else
+                            f"cannot be read ({err.strerror}): give this user access to it and its folders"))
+            continue
+        if stat.S_ISDIR(info.st_mode) or (stat.S_ISLNK(info.st_mode) and os.path.isdir(item)):
+            for root, dirs, names in os.walk(item, onerror=lambda err: missing.append(
+                    (err.filename, f"cannot be read ({err.strerror}): give this user access to it"))):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
-        elif item.exists() or item.is_symlink():
-            files.append(str(item))  # scan_image says what is wrong with anything that is not an image
         else:
-            missing.append((str(item), "no such file or folder"))
+            files.append(str(item))  # scan_image says what is wrong with anything that is not an image
     return files, missing
 
 

@@ -1,9 +1,25 @@
-"""The process environment MXNet reads, set once for every command: threads and float16 settings.
+"""The process environment MXNet reads, checked and set once for every command: threads and float16 settings.
 
 MXNet takes several settings from environment variables rather than from its
 Python API. This module holds the ones mxfp16 needs and sets them the same
 way for the trainer, the benchmark, the notebooks and library users. It
 imports nothing from MXNet, so it can run before MXNet loads.
+
+Checked before MXNet loads
+--------------------------
+MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` when it first
+needs them: ``MXNET_CPU_WORKER_NTHREADS=abc`` aborts the process on an
+engine thread (SIGABRT), ``MXNET_ENGINE_TYPE=Garbage`` fails every
+operator, a thread count of 0 hangs it, and ``OMP_NUM_THREADS=4096`` is
+obeyed: thousands of threads on two cores. :func:`check_environment` reads
+``OMP_NUM_THREADS`` and every variable of
+:data:`~mxfp16.machine._mxnet_variables.VARIABLES` (read from MXNet's own
+sources) as MXNet would, and returns one line per unusable value with its
+fix; thread counts above the cores this process may use are lowered to them,
+as ``--threads`` is. ``import mxfp16`` applies the lowered counts
+(:func:`prepare_environment`) and never raises; the commands print the
+problems and stop before anything runs, and
+:func:`mxfp16.machine.stack.import_mxnet` refuses to load MXNet with them.
 
 Threads
 -------
@@ -25,15 +41,20 @@ that cap. So the count must be in the environment before ``import mxnet``:
 :func:`mxnet_threads` reads back what MXNet's OpenMP runtime uses, so the
 setting is checked, not assumed.
 """
+import argparse
 import ctypes
 import os
+import re
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ._mxnet_variables import VARIABLES as MXNET_VARIABLES
 
 __all__ = ["FLOAT16_ENVIRONMENT", "set_float16_environment", "float16_environment", "ThreadSetting", "ThreadsError",
            "available_cores", "plan_threads", "set_threads", "mxnet_threads", "thread_report", "check_threads",
-           "THREAD_VARIABLES"]
+           "THREAD_VARIABLES", "EnvironmentCheck", "check_environment", "prepare_environment", "threads_argument",
+           "ENGINE_TYPES", "THREAD_COUNT_VARIABLES"]
 
 #: How ``--threads`` is described in every command's help.
 THREADS_HELP = "OpenMP threads for MXNet's operators, fixed when MXNet loads"
@@ -41,6 +62,12 @@ THREADS_DEFAULT = "every core this process may run on, or OMP_NUM_THREADS / MXNE
 
 #: Environment variables a user sets to choose MXNet's thread count, in the order they win.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MXNET_OMP_MAX_THREADS")
+#: MXNet's other thread counts: at least 1 (0 hangs MXNet), and lowered to the cores like ``--threads``.
+THREAD_COUNT_VARIABLES = ("MXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_PRIORITY_NTHREADS", "MXNET_CPU_NNPACK_NTHREADS",
+                          "MXNET_GPU_WORKER_NTHREADS", "MXNET_GPU_COPY_NTHREADS", "MXNET_KVSTORE_REDUCTION_NTHREADS",
+                          "MXNET_MP_WORKER_NTHREADS")
+#: What ``MXNET_ENGINE_TYPE`` may name (``src/engine/engine.cc``); the last is MXNet's default.
+ENGINE_TYPES = ("NaiveEngine", "ThreadedEngine", "ThreadedEnginePerDevice")
 
 
 class ThreadsError(ValueError):
@@ -92,6 +119,24 @@ def _whole(value, what):
     return number
 
 
+def _thread_list(value, name):
+    """OpenMP's ``OMP_NUM_THREADS`` syntax: a count, or a list of counts per nesting level (``2,2``)."""
+    try:
+        return [_whole(part, name) for part in str(value).split(",")]
+    except ThreadsError:
+        raise ThreadsError(f"{name}={value!r}: must be a whole number >= 1, e.g. {available_cores()} (the cores this "
+                           "process may run on), or OpenMP's list of one count per nesting level such as 2,2; set "
+                           f"one, or unset {name}") from None
+
+
+def threads_argument(text):
+    """An argparse ``type=`` for ``--threads``: a whole number >= 1, with :func:`plan_threads`' message."""
+    try:
+        return _whole(text, "--threads")
+    except ThreadsError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def plan_threads(requested=None, environ=None):
     """Decide MXNet's thread count: ``requested`` (``--threads``), else the environment, else every core.
 
@@ -123,7 +168,13 @@ def plan_threads(requested=None, environ=None):
         return ThreadSetting(threads, "--threads", available)
     for name in THREAD_VARIABLES:
         if environ.get(name, "").strip():
-            return ThreadSetting(_whole(environ[name], name), name, available)
+            # OMP_NUM_THREADS may be a list per nesting level; MXNet's operators run at the first.
+            threads = (_thread_list if name == "OMP_NUM_THREADS" else _whole)(environ[name], name)
+            threads = threads[0] if isinstance(threads, list) else threads
+            if threads > available:
+                note = f"{name}={environ[name].strip()}: this process may run on {available} core(s); using {available}"
+                return ThreadSetting(available, name, available, note)
+            return ThreadSetting(threads, name, available)
     return ThreadSetting(available, "default", available)
 
 
@@ -251,3 +302,119 @@ def float16_environment(environ=None):
         report[name] = {"value": environ[name] if yours else value, "source": "yours" if yours else "mxfp16",
                         "default": value, "why": why}
     return report
+
+
+# ---- checking the environment before MXNet loads ------------------------------------------------
+@dataclass(frozen=True)
+class EnvironmentCheck:
+    """What :func:`check_environment` found.
+
+    Attributes
+    ----------
+    errors : tuple of str
+        One line per value MXNet cannot use: the variable, its value, what is wrong and the fix.
+    notes : tuple of str
+        One line per value lowered (a thread count above the cores).
+    settings : dict
+        ``{name: value}`` that :func:`prepare_environment` puts in the environment (the lowered counts).
+    """
+
+    errors: tuple = ()
+    notes: tuple = ()
+    settings: dict = field(default_factory=dict)
+
+
+_INT32 = re.compile(r"^\s*[-+]?\d+\s*$")
+_FLOAT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
+def _parse_problem(value, kind):
+    """Why dmlc::GetEnv cannot read ``value`` as ``kind`` (``None`` when it can), as MXNet 1.9.1 parses it."""
+    if kind == "bool":
+        return None if value.lower() in ("true", "false", "1", "0") else "is not a boolean (true, false, 1 or 0)"
+    if kind == "int":
+        return None if _INT32.match(value) and -2 ** 31 <= int(value) < 2 ** 31 else "is not a whole number"
+    if kind == "float":
+        return None if _FLOAT.match(value) else "is not a number"
+    return None
+
+
+def check_environment(environ=None, cores=None):
+    """Check the variables MXNet reads as it would parse them; lower thread counts above the cores.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        Defaults to ``os.environ``; never changed here.
+    cores : int, optional
+        The cores this process may run on (default: :func:`available_cores`).
+
+    Returns
+    -------
+    EnvironmentCheck
+    """
+    environ = os.environ if environ is None else environ
+    cores = cores or available_cores()
+    errors, notes, settings = [], [], {}
+
+    def lower(name, counts):
+        if max(counts) > cores:
+            settings[name] = ",".join(str(min(c, cores)) for c in counts)
+            notes.append(f"{name}={environ[name].strip()}: this process may run on {cores} core(s); using "
+                         f"{settings[name]} (more threads than cores only adds switching; a thread count far above "
+                         "them can stall a run)")
+
+    value = environ.get("OMP_NUM_THREADS", "")
+    if value.strip():
+        try:
+            lower("OMP_NUM_THREADS", _thread_list(value, "OMP_NUM_THREADS"))
+        except ThreadsError as err:
+            errors.append(str(err))
+    for name in sorted(n for n in environ if n.startswith("MXNET_")):
+        value, kind = environ[name], MXNET_VARIABLES.get(name)
+        if name == "MXNET_ENGINE_TYPE":
+            if value not in ENGINE_TYPES:
+                errors.append(f"{name}={value!r}: MXNet knows {', '.join(ENGINE_TYPES[:-1])} and {ENGINE_TYPES[-1]} "
+                              f"(its default); set one of them, or unset {name}")
+            continue
+        if kind is None or not value:  # not one MXNet reads, or empty (MXNet then takes its default)
+            continue
+        problem = _parse_problem(value, kind)
+        if problem:
+            example = {"bool": "1 or 0", "int": "a whole number such as 1", "float": "a number such as 0.5"}[kind]
+            errors.append(f"{name}={value!r} {problem}, which MXNet needs here (it aborts otherwise); set {example}, "
+                          f"or unset {name} for MXNet's default")
+        elif name in THREAD_COUNT_VARIABLES + ("MXNET_OMP_MAX_THREADS",):
+            if int(value) < 1:
+                errors.append(f"{name}={value!r}: a thread count must be at least 1 (MXNet hangs with 0 threads); "
+                              f"set one such as {cores}, or unset {name} for MXNet's default")
+            else:
+                lower(name, [int(value)])
+    return EnvironmentCheck(tuple(errors), tuple(notes), settings)
+
+
+#: What :func:`prepare_environment` found when ``import mxfp16`` ran it (the notes say what it lowered).
+PREPARED = {"check": EnvironmentCheck()}
+
+
+def prepare_environment():
+    """Check the environment (:func:`check_environment`), lower the thread counts, set MXNet's thread count.
+
+    Runs at ``import mxfp16`` and never raises: a value that cannot be used
+    is left as it is, for the command (or :func:`mxfp16.machine.stack.import_mxnet`)
+    to report. Changes nothing once MXNet is loaded, because MXNet no longer
+    reads the environment then.
+
+    Returns
+    -------
+    EnvironmentCheck
+    """
+    check = check_environment()
+    if "mxnet" not in sys.modules:
+        os.environ.update(check.settings)
+        try:
+            set_threads()  # every core this process may use, unless the environment says otherwise
+        except ThreadsError:
+            pass  # an unusable value: in check.errors, reported where MXNet would load
+    PREPARED["check"] = check
+    return check

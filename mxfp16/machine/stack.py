@@ -198,15 +198,20 @@ def ensure_distutils():
     ImportError
         Neither the standard library nor setuptools has it.
     """
-    spec = None
-    if "distutils" not in sys.modules:
-        try:
-            spec = importlib.util.find_spec("distutils")
-        except ImportError:  # an import hook that refuses it
-            spec = None
-    if "distutils" in sys.modules or spec is not None:
-        origin = getattr(sys.modules.get("distutils"), "__file__", None) or (spec.origin if spec else "") or ""
-        return "setuptools" if "setuptools" in origin else "stdlib"
+    if "distutils" in sys.modules:
+        return "setuptools" if "setuptools" in (getattr(sys.modules["distutils"], "__file__", "") or "") else "stdlib"
+    # setuptools' own hook (distutils-precedence.pth) supplies its copy when distutils is imported. Asking
+    # it here would import all of setuptools (a fifth of a second) only to learn that; so it is asked last.
+    hook = [f for f in sys.meta_path if type(f).__module__.startswith("_distutils_hack")]
+    if hook and importlib.util.find_spec("setuptools") is not None:
+        return "setuptools"
+    try:
+        spec = next((s for s in (f.find_spec("distutils", None) for f in sys.meta_path
+                                 if f not in hook and hasattr(f, "find_spec")) if s is not None), None)
+    except ImportError:  # an import hook that refuses it
+        spec = None
+    if spec is not None:
+        return "setuptools" if "setuptools" in (spec.origin or "") else "stdlib"
     try:
         module = importlib.import_module("setuptools._distutils")
     except ImportError as err:
@@ -274,12 +279,22 @@ MXNET_MISSING = ("this needs MXNet 1.9.1, which is not installed here. (mxfp16 p
 def import_mxnet():
     """``import mxnet``, with a missing wheel, or a library that libmxnet.so cannot load, named with the fix.
 
+    Refuses first, without loading MXNet, when an environment variable MXNet
+    reads holds a value it cannot use (:func:`mxfp16.machine.environment.check_environment`):
+    MXNet would fail on it later, some values by aborting the process.
+
     Raises
     ------
     ImportError
     """
     if not mxnet_installed():
         raise ImportError(MXNET_MISSING)
+    if "mxnet" not in sys.modules:
+        from .environment import check_environment
+
+        errors = check_environment().errors
+        if errors:
+            raise ImportError("\n".join(errors))
     try:
         return importlib.import_module("mxnet")
     except OSError as err:  # libmxnet.so is there but a library it links is not

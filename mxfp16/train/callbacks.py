@@ -8,11 +8,13 @@ import time
 
 from tqdm.auto import tqdm
 
+from ..distributed.heartbeat import beat
 from ..float_formats import format_scale
 from .config import ConfigError
 from .loop import Callback
 
-__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "CALLBACKS_VARIABLE", "callbacks_from_environment"]
+__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "Heartbeat", "CALLBACKS_VARIABLE",
+           "callbacks_from_environment"]
 
 
 class ProgressBar(Callback):
@@ -125,6 +127,19 @@ class AgreedStop(Callback):
 
     def stop_requested(self, progress):
         return self.agreed
+
+
+class Heartbeat(Callback):
+    """Tell ``mxfp16 launch`` this worker makes progress (:mod:`mxfp16.distributed.heartbeat`; else nothing)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def on_step_end(self, progress, result):
+        beat(self.rank, f"epoch {progress.epoch + 1} step {progress.global_step}")
+
+    def on_read(self, progress):
+        beat(self.rank, f"epoch {progress.epoch + 1} step {progress.global_step}")
 
 
 #: ``module:function`` whose ``function(run)`` returns callbacks for every run of this process

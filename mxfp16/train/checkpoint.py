@@ -29,25 +29,29 @@ that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
+import hashlib
 import re
 import shutil
 import warnings
 from pathlib import Path
 
-import mxnet as mx
-
 from .._internals import optimizer_update_counts, saved_parameter_shapes, set_optimizer_update_counts, set_trainer_updater_states, trainer_updater_states
+from .._lazy import module
 from ..fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
 from ..ndarray_file import NDArrayFileError, check_shapes, read_header
 from .progress import Progress
 
+mx = module("mxnet")
+
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
            "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
-           "FINGERPRINT_FIELDS", "DEFAULT_KEEP"]
+           "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
 
 RECORD = "latest.json"
 FORMAT_VERSION = 3
 DEFAULT_KEEP = 2
+#: Which checkpoint of a run a reader asks for (``mxfp16 export --checkpoint``): these, or a ``.params`` file.
+CHECKPOINT_CHOICES = ("last", "best")
 #: What must match for a checkpoint to continue a run.
 FINGERPRINT_FIELDS = ("model", "precision", "param_dtype", "image_size", "classes", "batch_size",
                       "num_workers", "parameters")
@@ -115,8 +119,11 @@ def read_record(out):
     return record
 
 
-def params_file(out, epoch=None):
+def params_file(out, epoch=None, verify=True):
     """The network parameters of a checkpoint of run folder ``out``, for reading them outside the trainer.
+
+    While the run still trains, the file may be pruned at any moment: read
+    it with :func:`copy_params`.
 
     Parameters
     ----------
@@ -125,6 +132,8 @@ def params_file(out, epoch=None):
     epoch : int, optional
         The checkpoint written at the end of this epoch (counted from 1);
         ``None`` for the current one.
+    verify : bool
+        Check the file against the sha256 its record lists.
 
     Returns
     -------
@@ -137,7 +146,8 @@ def params_file(out, epoch=None):
     ------
     CheckpointError
         No checkpoint, a record that cannot be read, or the file asked for is
-        not on disk (the message lists the checkpoints that are).
+        not on disk (the message lists the checkpoints that are), or (with
+        ``verify``) does not match its sha256.
     """
     folder = _folder(out)
     record = read_record(out)
@@ -155,10 +165,63 @@ def params_file(out, epoch=None):
         with contextlib.suppress(CheckpointError):
             record = _read_json(folder / f"{Progress(epoch=epoch).tag()}.json")
     digest = record.get("files", {}).get(path.name)
-    if digest is not None and sha256_file(path) != digest:
-        raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or changed "
-                              "since it was written); export another epoch (--checkpoint) or retrain")
+    try:
+        if verify and digest is not None and sha256_file(path) != digest:
+            raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or "
+                                  "changed since it was written); export another epoch (--checkpoint) or retrain")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} was removed while it was read: its run is still training and pruned it; "
+                              "read it with mxfp16.train.checkpoint.copy_params") from None
     return path, record
+
+
+def copy_params(out, into, epoch=None, attempts=5):
+    """Copy a checkpoint's parameters into the folder ``into``, checked against its record; safe while it trains.
+
+    A run that is still training writes new checkpoints and prunes old ones
+    (``--keep-checkpoints``) while a reader works. The file is opened before
+    it is read, and read once, hashed as it is copied: pruning it meanwhile
+    removes only its name. A checkpoint pruned between reading its record
+    and opening the file is looked up again (the run moved on to a newer one).
+
+    Parameters
+    ----------
+    out : str or Path
+        The run folder.
+    into : str or Path
+        An existing folder for the copy.
+    epoch : int, optional
+        As :func:`params_file`.
+    attempts : int
+
+    Returns
+    -------
+    (Path, dict)
+        The copy (named as the checkpoint's file) and its record.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`params_file`; or the file does not match the sha256 its record lists.
+    """
+    for _ in range(attempts):
+        path, record = params_file(out, epoch, verify=False)
+        try:
+            source = open(path, "rb")
+        except FileNotFoundError:
+            continue  # pruned since the record was read
+        digest, copy = hashlib.sha256(), Path(into) / path.name
+        with source, open(copy, "wb") as target:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                digest.update(block)
+                target.write(block)
+        wanted = record.get("files", {}).get(path.name)
+        if wanted is not None and digest.hexdigest() != wanted:
+            raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or "
+                                  "changed since it was written); export another epoch (--checkpoint) or retrain")
+        return copy, record
+    raise CheckpointError(f"the run in {out} replaced its checkpoint {attempts} times while it was being read; "
+                          "export it when it has finished, or with --keep-checkpoints above 1")
 
 
 

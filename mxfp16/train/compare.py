@@ -20,8 +20,9 @@ RANGES = {
     "seconds": (0.0, 1e9), "epochs": (1, 1e6), "epoch": (1, 1e6), "skipped_steps": (0, 1e12),
     "train_loss": (0.0, 1e6), "loss_scale": (0.0, 3.5e38), "final_loss_scale": (0.0, 3.5e38), "lr": (0.0, 1e6),
 }
-#: Fields that may be ``null`` (not measured: a CPU without a memory counter, a run with no timing).
-NULLABLE = {"peak_memory_mb", "images_per_second"}
+#: Fields that may be ``null`` (not measured: a CPU without a memory counter, a run with no timing, an epoch
+#: whose steps were all skipped and so has no training loss; :func:`mxfp16.train.epochs.missing_marked`).
+NULLABLE = {"peak_memory_mb", "images_per_second", "train_loss", "train_top1"}
 
 
 class RunDirError(ValueError):
@@ -109,7 +110,7 @@ def load_run(path):
             raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
                               "changed or damaged. Re-run or leave this run out")
     for m in metrics:
-        lacking = [f for f in METRIC_FIELDS if m.get(f) is None]
+        lacking = [f for f in METRIC_FIELDS if f not in m or (m[f] is None and f not in NULLABLE)]
         if lacking:
             raise RunDirError(f"{shown(metrics_path)}: epoch record {m.get('epoch', '?')} lacks {', '.join(lacking)}")
         for field in METRIC_FIELDS:

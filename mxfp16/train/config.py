@@ -23,8 +23,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from ..data.layout import caltech101_paths
-from ..data.pipelines import AUGMENT_CHOICES, PIPELINES
+from ..data.augment import AUGMENT_CHOICES
+from ..data.layout import PIPELINES, caltech101_paths
 from ..machine.environment import THREADS_DEFAULT, THREADS_HELP
 from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, max_batch
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES

@@ -4,11 +4,13 @@
 they read and write through the run's parts, progress and outputs.
 """
 import itertools
+import math
 import time
 
 from .._internals import trainer_params
 from ..devices import format_ctx
 from ..distributed import average_aux_states, grad_bytes_per_step
+from ..distributed.heartbeat import beating
 from ..fileio import shown
 from ..float_formats import format_scale
 from ..machine.environment import mxnet_threads
@@ -17,7 +19,8 @@ from . import checkpoint as ckpt
 from .loop import evaluate
 from .outputs import params_digest
 
-__all__ = ["describe", "epoch_line", "finish_epoch", "save_checkpoint", "stopped_message", "summarise"]
+__all__ = ["describe", "epoch_line", "finish_epoch", "missing_marked", "save_checkpoint", "stopped_message",
+           "summarise"]
 
 
 def finish_epoch(run):
@@ -25,7 +28,7 @@ def finish_epoch(run):
     config, progress, parts = run.config, run.progress, run.parts
     average_aux_states(parts.trainer, run.cluster.kvstore, run.cluster.num_workers)
     tic = time.perf_counter()
-    test = itertools.islice(run.loaders.test_batches(), config.max_batches)
+    test = beating(itertools.islice(run.loaders.test_batches(), config.max_batches), run.cluster.rank)
     val_top1, val_top5 = evaluate(parts, test, len(run.loaders.classes))
     sums = progress.sums
     record = {
@@ -41,16 +44,29 @@ def finish_epoch(run):
         "lr": float(parts.trainer.learning_rate),
         "seconds": sums.train_seconds + time.perf_counter() - tic,
     }
+    record = missing_marked(record)
     progress.epoch_finished(record, peak_memory_mb(parts.ctx))
     save_checkpoint(run)
     run.outputs.write_metrics(progress.metrics)  # after the checkpoint, which holds the same records
     run.say(epoch_line(record, config.epochs))
 
 
+def missing_marked(record):
+    """``record`` with every metric that is not a finite number (``0/0``: an epoch whose steps were all
+    skipped has no training loss) set to ``None``, JSON's ``null``: the record and the checkpoint that holds it
+    are written whole, where a NaN would fail the write (JSON has no NaN) and lose the epoch."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+def _number(value, spec):
+    return "n/a" if value is None else format(value, spec)
+
+
 def epoch_line(record, epochs):
     """The line the trainer prints after an epoch, from its metrics record (the loss scale exact: 16777216)."""
-    return (f"epoch {record['epoch']}/{epochs}: train_loss {record['train_loss']:.4f} "
-            f"train_top1 {record['train_top1']:.3f} val_top1 {record['val_top1']:.3f} val_top5 {record['val_top5']:.3f}"
+    return (f"epoch {record['epoch']}/{epochs}: train_loss {_number(record['train_loss'], '.4f')} "
+            f"train_top1 {_number(record['train_top1'], '.3f')} val_top1 {_number(record['val_top1'], '.3f')} "
+            f"val_top5 {_number(record['val_top5'], '.3f')}"
             f" | {record['images_per_second']:.1f} img/s, loss scale {format_scale(record['loss_scale'])}, skipped "
             f"{record['skipped_steps']}, lr {record['lr']:.4g}, {record['seconds']:.1f} s")
 
@@ -110,7 +126,7 @@ def summarise(run):
         "model": config.model,
         "epochs": len(records),
         "final_val_top1": records[-1]["val_top1"] if records else None,
-        "best_val_top1": max(r["val_top1"] for r in records) if records else None,
+        "best_val_top1": max((r["val_top1"] for r in records if r["val_top1"] is not None), default=None),
         "images_per_second": sum(steady) / len(steady) if steady else None,
         "peak_memory_mb": max(progress.peak_memory_mb, peak_memory_mb(parts.ctx)),
         "skipped_steps": parts.scaler.skipped_steps,
@@ -131,9 +147,9 @@ def summarise(run):
         "skipped_steps": parts.scaler.skipped_steps, "skipped_step_numbers": list(parts.scaler.skipped_at),
         "steps": progress.global_step,
     })
-    if summary["final_val_top1"] is not None:
-        run.say(f"done: {summary['epochs']} epochs, val_top1 {summary['final_val_top1']:.3f} "
-                f"(best {summary['best_val_top1']:.3f}), {summary['images_per_second']:.1f} img/s, "
+    if records:
+        run.say(f"done: {summary['epochs']} epochs, val_top1 {_number(summary['final_val_top1'], '.3f')} "
+                f"(best {_number(summary['best_val_top1'], '.3f')}), {summary['images_per_second']:.1f} img/s, "
                 f"peak memory {summary['peak_memory_mb']:.0f} MB, {summary['skipped_steps']} skipped steps; "
                 f"summary in {config.out}/summary.json")
     return summary

@@ -1,10 +1,15 @@
 """A training run from start to finish: :func:`train` = :func:`prepare`, then :func:`fit`.
 
 :func:`prepare` is the set-up story, and checks everything before it changes
-anything on disk: configuration, devices and precision, the run folder, the
-kvstore, the data, the parts (network, trainer, loss scaler, loss: the
-builder the benchmark uses too); only then does ``--overwrite`` remove an
+anything on disk: configuration, the run folder (never an input, however its
+links resolve) and its lock, devices and precision, the kvstore, the data
+(its test split must hold images), the parts (network, trainer, loss scaler,
+loss: the builder the benchmark uses too), and in a distributed job that
+every worker runs the same settings; only then does ``--overwrite`` remove an
 old run, ``--resume`` load the checkpoint and ``config.json`` get written.
+The run holds its folder's lock (:class:`mxfp16.locking.FolderLock`) from
+before it reads the folder until :func:`fit` ends, so a second command on the
+same folder is refused at once, naming this one.
 :func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
 then BatchNorm statistics averaged across workers, evaluation, a metrics
 record and a checkpoint. :class:`Run` only holds what the two share.
@@ -17,15 +22,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..distributed import StopVote, open_kvstore, sync_parameters
+from ..distributed.agree import agree_settings, settings_fingerprint
 from ..machine.environment import check_threads, plan_threads
-from ..fileio import JSONFileError
+from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
+from ..locking import FolderBusyError, FolderLock
 from ..float_formats import format_scale
 from ..optim import check_compression, lr_schedule
 from ..training_parts import PartsSpec, build_parts
 from ..devices import format_ctx, resolve_devices
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import AgreedStop, ProgressBar, StopOnSignal, callbacks_from_environment
+from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment
 from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .config import ConfigError, TrainConfig
 from .loop import TrainingDivergedError, train_epoch
@@ -84,6 +91,8 @@ class Run:
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
+    lock : mxfp16.locking.FolderLock or None
+        The run folder's lock, held by the process that writes it (rank 0); :func:`fit` releases it.
     """
 
     config: TrainConfig
@@ -96,6 +105,7 @@ class Run:
     source: str = ""
     profile_fields: set = field(default_factory=set)
     log: object = print
+    lock: object = None
 
     def say(self, message):
         if self.cluster.rank == 0:
@@ -174,18 +184,37 @@ def prepare(config, log=None, given=None, command=None):
     from tqdm.auto import tqdm
 
     log = log or tqdm.write
-    config, changes, saved, profile_fields = _check_settings(config, given, log)
-    run, facts = _build(config, saved, profile_fields, log)
-    _start(run, changes)
-    _record(run, changes, facts, command)
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    _check_out(config.out)
+    _check_out_is_not_data(config)  # before the lock, which makes the folder; again once --resume filled it in
+    # Outside a parameter-server job this process is the run's only writer: it locks the folder before
+    # reading it. In one, rank 0 is, and a process learns its rank when the kvstore opens (_build).
+    locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
+    try:
+        config, changes, saved, profile_fields = _check_settings(config, given, log)
+        run, facts = _build(config, saved, profile_fields, log, locks)
+        _start(run, changes)
+        _record(run, changes, facts, command)
+    except BaseException:
+        for lock in locks:
+            lock.forget_created_folder()  # a refused run leaves no empty folder behind
+        raise
     return run
+
+
+def _lock_run(config):
+    """Take the run folder's lock for this process, or raise :class:`ConfigError` naming the holder."""
+    doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
+             if config.overwrite else "training")
+    try:
+        return FolderLock(config.out, doing).acquire()
+    except FolderBusyError as err:
+        raise ConfigError(f"--out {err}") from None
 
 
 def _check_settings(config, given, log):
     """The configuration to run with: resolved, and for ``--resume`` merged with the run's own."""
-    if isinstance(config, dict):
-        config = TrainConfig.from_dict(config)
-    _check_out(config.out)
     config.check_resume_pair()
     changes, saved = {}, _saved_config(config.out, config.resume)
     if config.resume:
@@ -200,12 +229,43 @@ def _check_settings(config, given, log):
         else:
             config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
-    return config.resolve(), changes, saved, profile_fields
+    config = config.resolve()
+    _check_out_is_not_data(config)
+    return config, changes, saved, profile_fields
 
 
-def _build(config, saved, profile_fields, log):
+def _data_inputs(config):
+    """``(what, path)`` of the files and folders the run reads its data from (for the writing rule)."""
+    from ..data.pipelines import classes_file, record_files
+    from ..data.synth import demo_path
+
+    if config.data_dir is None:
+        return [("the demo set", demo_path(config.data_root))]
+    if config.pipeline == "recordio":
+        files = [*record_files(config.data_dir, "train"), *record_files(config.data_dir, "test"),
+                 classes_file(config.data_dir)]
+        return [("the data set's file", path) for path in files]
+    return [("the data set", config.data_dir)]
+
+
+def _check_out_is_not_data(config):
+    """The writing rule (:func:`mxfp16.fileio.check_output_folder`): ``--out`` never is, holds or sits in the data.
+
+    Links are resolved on both sides, however many steps they take: a run
+    folder that is a link into the training split would put ``checkpoints/``
+    there, where it becomes one more class folder.
+    """
+    try:
+        check_output_folder(config.out, _data_inputs(config))
+    except OutputFolderError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _build(config, saved, profile_fields, log, locks):
     """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
 
+    ``locks`` holds the run folder's lock when this process took it already;
+    in a distributed job rank 0 takes it here, once it knows its rank.
     Returns the :class:`Run` and what ``config.json`` records about this
     process (its threads, the data's fingerprint).
     """
@@ -223,6 +283,8 @@ def _build(config, saved, profile_fields, log):
     kvstore, rank, num_workers = open_kvstore(config.kvstore)
     cluster = Cluster(kvstore, rank, num_workers)
     outputs.join(rank, cluster.distributed)
+    if not locks and rank == 0:  # the job's writer; the other ranks write only their own summary
+        locks.append(_lock_run(config))
 
     threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
     # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
@@ -235,6 +297,10 @@ def _build(config, saved, profile_fields, log):
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
                            augment=config.augment)
+    if loaders.num_test == 0:  # every epoch ends in an evaluation, and its accuracy would be 0/0
+        raise ConfigError(f"the test split of {source} holds no images, so no epoch could be evaluated; give it "
+                          "test images (`mxfp16 data split` puts a share of each class there), or point --data-dir "
+                          "at a data set that has them")
     fingerprint = loaders.fingerprint()
     if config.resume and saved and saved.get("data_fingerprint") is not None:
         _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
@@ -252,7 +318,9 @@ def _build(config, saved, profile_fields, log):
     parts = build_parts(spec, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
-              cluster=cluster, source=source, profile_fields=profile_fields, log=log)
+              cluster=cluster, source=source, profile_fields=profile_fields, log=log, lock=(locks or [None])[0])
+    if cluster.num_workers > 1:  # before the first step: a worker with other settings would hang the others
+        agree_settings(kvstore, rank, num_workers, settings_fingerprint(run, fingerprint))
     return run, {"resolved_threads": threads, "data_fingerprint": fingerprint}
 
 
@@ -325,19 +393,11 @@ def _check_same_data(saved, now, source, accept, log):
 
 
 def _check_out(out):
-    """Refuse an ``--out`` that is a file or cannot be written, before anything is built (and create nothing)."""
-    import os
-    from pathlib import Path
-
-    path = Path(out).absolute()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder; choose a folder for the run's outputs")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"--out {out}: {existing} is a file, so the folder cannot be made; choose another --out")
-    if not os.access(existing, os.W_OK | os.X_OK):  # also false on a read-only file system
-        raise ConfigError(f"--out {out} cannot be written: {existing} is not writable (read-only file system or "
-                          "permissions); choose a folder you can write to")
+    """Refuse an ``--out`` that cannot be made or written, before anything is built (and create nothing)."""
+    try:
+        check_output_path(out)
+    except OutputFolderError as err:
+        raise ConfigError(str(err)) from None
 
 
 def restore(run, changes=None):
@@ -378,6 +438,14 @@ def fit(run, callbacks=()):
         Called after the trainer's own (progress bar, Ctrl-C), then those
         :func:`callbacks_from_environment` names.
     """
+    try:
+        return _fit(run, callbacks)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _fit(run, callbacks):
     config, progress = run.config, run.progress
     with StopOnSignal(say=run.say) as stop:  # before the first line of the log: a signal from now on is handled
         describe(run)
@@ -387,7 +455,7 @@ def fit(run, callbacks=()):
             stop_hook = stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
                              enabled=config.progress and run.cluster.rank == 0), stop_hook]
-        hooks += list(callbacks) + callbacks_from_environment(run)
+        hooks += list(callbacks) + callbacks_from_environment(run) + [Heartbeat(run.cluster.rank)]
         while progress.epoch < config.epochs:
             start = progress.batch
             batches = itertools.islice(run.loaders.train_batches(progress.epoch, start),

@@ -72,7 +72,7 @@ if prec.amp:
     P._amp_target = "bfloat16"
 
 if args.augment != "imagenet":
-    from mxfp16.data import pipelines
+    from mxfp16.data import augment, pipelines
     orig = pipelines._FolderImages.__getitem__
     def getitem(self, idx):
         if self._epoch is None:
@@ -86,7 +86,7 @@ if args.augment != "imagenet":
         # light: random resized crop of 50-100% of the area, no flip
         img, label = self._base[idx]
         with pipelines._python_random_seeded(f"{self._seed}/{self._epoch}/{idx}"):
-            img = mx.image.random_size_crop(img, (self._size, self._size), (0.5, 1.0), pipelines.CROP_RATIO)[0]
+            img = mx.image.random_size_crop(img, (self._size, self._size), (0.5, 1.0), augment.CROP_RATIO)[0]
         return img, label
     pipelines._FolderImages.__getitem__ = getitem
 
