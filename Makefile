@@ -1,5 +1,5 @@
 # The two set-up commands (see README):
-#   make demo   create .venv, install mxfp16[cpu,notebooks], run the main job
+#   make demo   create .venv, install mxfp16[cpu,notebooks,onnx], run the main job
 #   make test   the same venv plus the dev tools, then the whole test suite,
 #               then the newest-Python leg (test-newest) in a venv of its own
 # Both take the interpreter from PYTHON (default python3): `make demo
@@ -46,7 +46,7 @@ $(VENV)/.python-$(PY_TAG):
 
 # Stamp files: re-install only when the packaging files change.
 $(VENV)/.demo-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks]'
+	$(PIP) -e '.[cpu,notebooks,onnx]'
 	@$(INSTALL_MXNET)
 	$(CHECK_STACK)
 	touch $@
@@ -57,14 +57,14 @@ $(VENV)/.demo-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
 INSTALL_D2L = $(BIN)/python -m pip install --disable-pip-version-check -q --only-binary=:all: --no-deps d2l==1.0.3
 
 $(VENV)/.test-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks,dev]'
+	$(PIP) -e '.[cpu,notebooks,dev,onnx]'
 	@$(INSTALL_MXNET)
 	$(INSTALL_D2L)
 	$(CHECK_STACK)
 	touch $@
 
 $(VENV)/.newest-installed: $(DEPS) $(VENV)/.python-$(PY_TAG)
-	$(PIP) -e '.[cpu,notebooks,test]'
+	$(PIP) -e '.[cpu,notebooks,test,onnx]'
 	@$(INSTALL_MXNET)
 	$(INSTALL_D2L)
 	$(CHECK_STACK)
@@ -83,6 +83,7 @@ test: $(VENV)/.test-installed
 
 # The newest Python with numpy 2, in its own venv, on a representative subset:
 # the numpy compatibility, the precision core, a short amp-bfloat16 run,
+# ONNX export and predict (with onnxruntime, and in a venv without MXNet),
 # export and predict, one notebook in SMOKE mode, PyTorch 2 beside MXNet.
 # Skipped, with a line that says so, where that Python is absent or is the
 # one the full suite just ran on.
@@ -90,6 +91,7 @@ NEWEST        ?= 3.13
 NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
 NEWEST_VENV   ?= .venv-newest
 NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_packaging.py tests/test_precision.py tests/test_casting.py \
+	tests/test_inference_onnx.py tests/test_inference_preprocess.py \
 	tests/test_scaler.py tests/test_step.py tests/test_step_seams.py tests/test_step_models.py tests/test_optim.py \
 	tests/test_train_learning.py \
 	tests/test_train_loop.py tests/test_inference_export.py tests/test_inference_predict.py \

@@ -14,7 +14,7 @@ import importlib
 __all__ = ["exports", "module"]
 
 
-def exports(package, table):
+def exports(package, table, mxnet_free=()):
     """``(__getattr__, __dir__)`` for ``package`` that import ``table[name]`` on first use.
 
     Parameters
@@ -23,15 +23,19 @@ def exports(package, table):
         The package's ``__name__``.
     table : dict
         ``{public name: module name relative to the package}``.
+    mxnet_free : collection of str
+        Modules of ``table`` that import no MXNet: their names load without it
+        (an environment with onnxruntime and no MXNet uses them).
     """
     namespace = importlib.import_module(package).__dict__
 
     def __getattr__(name):
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        from .machine.stack import import_mxnet
+        if table[name] not in mxnet_free:
+            from .machine.stack import import_mxnet
 
-        import_mxnet()  # a CUDA library that cannot load is named here, with its package
+            import_mxnet()  # a missing wheel, or a CUDA library that cannot load, is named here with the fix
         value = getattr(importlib.import_module(f".{table[name]}", package), name)
         namespace[name] = value  # later look-ups skip this function
         return value

@@ -39,6 +39,10 @@ def command_modules():
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
+#: Commands that may run where MXNet is not installed: predict of an ONNX export needs onnxruntime alone.
+WITHOUT_MXNET = ("predict",)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="mxfp16",
@@ -91,6 +95,8 @@ def _prepare(args):
         for error in check.errors:
             print(f"mxfp16: error: {error}", file=sys.stderr)
         return 2
+    if args.command in WITHOUT_MXNET:
+        return None  # the command loads MXNet itself when the export needs it
     try:
         import_mxnet()
     except ImportError as err:

@@ -141,14 +141,14 @@ class SelfAttention(gluon.HybridBlock):
     def _split(self, F, x):
         # (N, T, U) -> (N, T, h, U/h) -> (N, h, T, U/h) -> (N*h, T, U/h)
         x = F.transpose(F.reshape(x, shape=(0, 0, self._heads, -1)), axes=(0, 2, 1, 3))
-        return F.reshape(x, shape=(-3, 0, 0))
+        return F.reshape(x, shape=(-1, 0, 0), reverse=True)
 
     def hybrid_forward(self, F, x):
         q, k, v = (self._split(F, layer(x)) for layer in (self.query, self.key, self.value))
         scores = F.batch_dot(q, k, transpose_b=True) * self._scale
         context = F.batch_dot(self.drop(F.softmax(scores, axis=-1)), v)
         # (N*h, T, U/h) -> (N, h, T, U/h) -> (N, T, h, U/h) -> (N, T, U)
-        context = F.transpose(F.reshape(context, shape=(-4, -1, self._heads, 0, 0)), axes=(0, 2, 1, 3))
+        context = F.transpose(F.reshape(context, shape=(-1, self._heads, 0, 0), reverse=True), axes=(0, 2, 1, 3))
         return self.proj(F.reshape(context, shape=(0, 0, -1)))
 
 

@@ -63,16 +63,15 @@ def test_predictions_match_the_agreement_checks_top1_on_the_test_set(data, expor
 
 
 def test_the_model_sees_each_image_as_the_test_loader_prepared_it(data, export):
-    import mxnet as mx
-
     from mxfp16.data import make_loaders
-    from mxfp16.data.pipelines import normalise
+    from mxfp16.data.pipelines import MEAN_RGB, STD_RGB
+    from mxfp16.inference import preprocess
 
     predictor = Predictor(export[0], ctx="cpu")
     first_batch, _ = next(iter(make_loaders(data, image_size=16, batch_size=4).test_batches()))
     first_files = sorted((data / "test").glob("*/*.jpg"))[:4]  # the loader's order: class, then name
-    views = normalise(mx.nd.stack(*[predictor.view(mx.image.imread(str(p))) for p in first_files]))
-    assert np.array_equal(views.asnumpy(), first_batch.asnumpy())
+    views = [predictor.view(preprocess.decode(str(p))) for p in first_files]
+    assert np.array_equal(preprocess.to_batch(views, MEAN_RGB, STD_RGB), first_batch.asnumpy())
 
 
 def test_bad_files_are_reported_and_skipped_and_csv_keeps_them(export, mixed_folder, tmp_path, capsys):

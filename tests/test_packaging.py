@@ -13,16 +13,27 @@ from mxfp16.machine import hardware
 from mxfp16.precision import resolve_precision
 
 
-def test_missing_mxnet_is_explained():
+def test_missing_mxnet_is_explained_where_it_is_needed():
     proc = run_python("""
         import sys
         sys.modules["mxnet"] = None    # as if no MXNet wheel were installed
-        import mxfp16
+        import mxfp16                  # works: predict of an ONNX export needs no MXNet
+        print("imported")
+        mxfp16.make_trainer            # needs MXNet
     """, check=False)
-    assert proc.returncode != 0
-    assert "mxfp16[cpu]" in proc.stderr and "mxnet-cu112" in proc.stderr
+    assert proc.returncode != 0 and proc.stdout.strip() == "imported"
+    assert "needs MXNet 1.9.1, which is not installed" in proc.stderr
+    assert "mxfp16[cpu]" in proc.stderr and "mxnet-cu112" in proc.stderr and "mxfp16[onnx]" in proc.stderr
     # Python 3.13's route (the extras leave MXNet out there) is named too.
     assert "pip install --no-deps mxnet==1.9.1" in proc.stderr
+    command = run_python("""
+        import sys
+        sys.modules["mxnet"] = None
+        from mxfp16.cli import main
+        sys.exit(main(["train", "--epochs", "1"]))
+    """, check=False)
+    assert command.returncode == 2 and "Traceback" not in command.stderr
+    assert "needs MXNet 1.9.1, which is not installed" in command.stderr
 
 
 def _cli(*args):

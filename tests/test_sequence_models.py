@@ -116,6 +116,23 @@ def test_sequence_model_learns_digits_in_float32_and_mixed_precision(digits, mod
     for summary in results.values():
         assert summary["final_val_top1"] > 0.5  # chance is 0.1
     assert abs(results["float32"]["final_val_top1"] - results[CPU_MIXED]["final_val_top1"]) < 0.1
+    _exports_to_onnx_and_predicts_what_it_checked(tmp_path / "float32", digits)
+
+
+def _exports_to_onnx_and_predicts_what_it_checked(run, digits):
+    """The trained float32 run as ONNX (float32 and float16): both pass the check; predict agrees with it."""
+    pytest.importorskip("onnxruntime")
+    from mxfp16.inference.export import export_run
+    from mxfp16.inference.predict import Predictor, image_files
+
+    info = export_run(run, run.parent / "onnx", ctx="cpu", log=lambda *_: None, model_format="onnx",
+                      onnx_dtypes=("float32", "float16"))
+    for dtype, checked in info["agreement"]["by_dtype"].items():  # export_run refuses a file that misses
+        assert checked["max_score_difference"] <= checked["score_tolerance"] and checked["nonfinite_images"] == 0
+        files, _ = image_files([digits / "test"])
+        results, skipped = Predictor(run.parent / "onnx", ctx="cpu", dtype=dtype).predict_files(files, top_k=1)
+        right = sum(r.top[0][0] == r.path.split("/")[-2] for r in results)
+        assert skipped == [] and right / len(results) == pytest.approx(checked["top1_export"])
 
 
 @pytest.mark.parametrize("model", SEQUENCE_MODELS)

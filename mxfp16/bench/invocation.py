@@ -113,7 +113,7 @@ def data_classes(data, pipeline):
 
 def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, precisions="float32,auto",
                     amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=102,
-                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, log=print):
+                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, onnxruntime=False, log=print):
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
 
     log : callable
@@ -127,7 +127,8 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     ------
     BenchSetupError
         Anything that would make a run fail: names, sizes, the data set, the
-        model, or ``peer`` outside its conditions.
+        model, ``peer`` outside its conditions, or ``onnxruntime`` outside
+        inference mode.
     """
     from ..machine import hardware
     from ..machine.environment import thread_report
@@ -142,6 +143,8 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     if peer and (mode != "train" or data != "synthetic" or not on_cpu):
         raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                               "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
+    if onnxruntime and mode != "inference":
+        raise BenchSetupError("--onnxruntime times the exported network's forward pass: use it with --mode inference")
     network = None
     if peer:
         from .peer import peer_models, peer_network  # imports neither torch nor MXNet
@@ -164,7 +167,8 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
         raise BenchSetupError(str(err)) from None
     verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
     specs = plan(base, precision_names, sizes, lists,
-                 auto={size: verdict.precision for size, verdict in verdicts.items()} or None)
+                 auto={size: verdict.precision for size, verdict in verdicts.items()} or None,
+                 onnxruntime=onnxruntime)
     machine, threads = hardware.machine_summary(), thread_report()
     if peer:
         if machine["gpus"] and ctx.strip().lower() == "auto":

@@ -33,12 +33,23 @@ def _group(record):
     return tuple(record.get(k) for k in ("model", "image_size", "batch_size", "mode", "data", "ctx"))
 
 
+#: The framework of rows that run the exported network elsewhere (``bench --mode inference --onnxruntime``).
+ONNXRUNTIME = "onnxruntime"
+
+
 def _is_mxfp16(record):
     return record.get("framework", "mxfp16") == "mxfp16"
 
 
+def _is_peer(record):
+    """A PyTorch row: another framework training the same shape (onnxruntime rows run mxfp16's own export)."""
+    return not _is_mxfp16(record) and record.get("framework") != ONNXRUNTIME
+
+
 def label(record):
-    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (channels_last)``."""
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``bfloat16 (NCHW)``, ``onnxruntime float32``."""
+    if record.get("framework") == ONNXRUNTIME:
+        return f"{ONNXRUNTIME} {record['precision']}"
     if not _is_mxfp16(record):
         return f"{record['precision']} ({record.get('layout')})"
     lists = record.get("amp_lists")
@@ -157,7 +168,8 @@ def add_speedups(records):
     Only the records passed in are used, so a speedup always compares runs of
     one invocation; with rounds (see :func:`merge_rounds`) it is the median
     of each round's ratio. A group without a successful float32 run gets ``None``.
-    Peer rows (PyTorch) are measured against the same mxfp16 float32 row.
+    Peer rows (PyTorch) and onnxruntime rows are measured against the same
+    mxfp16 float32 row.
 
     Parameters
     ----------
@@ -219,7 +231,7 @@ def peer_comparison(records):
             return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"],
                                              "row": row}
 
-        mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if not _is_mxfp16(r)]
+        mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
         if not peer:
             continue
         entry = {"mxfp16_mixed": best([r for r in mine if r["precision"] != BASELINE]),

@@ -14,7 +14,11 @@ record. The measurement itself (:func:`measure`) times what the user runs:
     (:func:`mxfp16.inference.convert.deployable`) and loaded as
     ``mxfp16 predict`` loads it, float32 images in. Every call is timed on
     its own (its output waited for), which gives the latency distribution
-    (median, p90, p99) beside the throughput.
+    (median, p90, p99) beside the throughput. With ``runtime='onnxruntime'``
+    the same float32 network is converted as ``mxfp16 export --format onnx``
+    converts it (:mod:`mxfp16.inference.formats.onnx`, float16 from it with
+    ``precision='float16'``) and run by onnxruntime, with mxfp16's thread
+    count, numpy batches in.
 """
 import argparse
 import json
@@ -31,6 +35,8 @@ from ..fileio import parse_json
 from ..machine.environment import mxnet_threads
 
 MODES = ("train", "inference")
+#: What runs an inference measurement: MXNet (the export's own format) or onnxruntime (the ONNX export).
+RUNTIMES = ("mxnet", "onnxruntime")
 #: Exit status of a child whose precision cannot run on these devices.
 EXIT_SKIPPED = 3
 
@@ -77,6 +83,9 @@ class BenchSpec:
         What the user asked for when ``precision`` was resolved before the
         run (``'auto'``, decided by timing the model); recorded as the
         record's ``requested_precision``.
+    runtime : str
+        ``'mxnet'``, or ``'onnxruntime'`` (inference only; ``precision`` is
+        then the ONNX file's dtype, ``'float32'`` or ``'float16'``).
     """
 
     model: str = "resnet50_v2"
@@ -95,10 +104,13 @@ class BenchSpec:
     amp_lists: str = "mxfp16"
     seed: int = 0
     requested: str = None
+    runtime: str = "mxnet"
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.runtime not in RUNTIMES or (self.runtime != "mxnet" and self.mode != "inference"):
+            raise ValueError(f"runtime {self.runtime!r}: {', '.join(RUNTIMES)}, and onnxruntime in inference mode only")
         for name in ("image_size", "batch_size", "iters", "repeats", "classes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
@@ -188,10 +200,14 @@ def measure(spec):
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
         contexts = contexts[:1]  # one device answers one request
-    precision = resolve_precision(spec.precision, contexts)
+    # onnxruntime runs the float32 network's ONNX file (float16 is converted from it, inside the file).
+    precision = resolve_precision("float32" if spec.runtime == "onnxruntime" else spec.precision, contexts)
     check_threads()  # warns when MXNet runs fewer threads than planned
     batches = _Batches(spec)
-    if spec.mode == "inference":
+    provider = None
+    if spec.runtime == "onnxruntime":
+        step, provider = _onnxruntime_step(spec, contexts, batches)
+    elif spec.mode == "inference":
         step = _inference_step(spec, precision, contexts, batches)
     else:
         parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
@@ -212,7 +228,9 @@ def measure(spec):
         if spec.mode == "inference":
             for _ in range(spec.iters):
                 tic = time.perf_counter()
-                step().wait_to_read()  # a caller waits for its answer: that wait is the latency
+                out = step()
+                if hasattr(out, "wait_to_read"):  # a caller waits for its answer: that wait is the latency
+                    out.wait_to_read()  # (onnxruntime returns its answer, numpy, already computed)
                 latencies.append(time.perf_counter() - tic)
         else:
             # Outputs are read once per repeat, as the trainer reads its losses in batches.
@@ -224,6 +242,8 @@ def measure(spec):
     record = _record(spec, precision, wall, cpu, peak_memory_mb(contexts), format_ctx(contexts))
     if latencies:
         record.update(latency_fields(latencies))
+    if provider:
+        record.update(framework="onnxruntime", precision=spec.precision, execution_provider=provider)
     return record
 
 
@@ -247,6 +267,36 @@ def _inference_step(spec, precision, contexts, batches):
     def step():
         return block(batches.next()[0].as_in_context(device))
     return step
+
+
+def _onnxruntime_step(spec, contexts, batches):
+    """One onnxruntime call on the network as ``mxfp16 export --format onnx`` writes it; returns ``(step, provider)``.
+
+    The network is built as the trainer builds it (random weights), converted
+    from its float32 graph (:func:`mxfp16.inference.formats.onnx.to_onnx`,
+    and :func:`~mxfp16.inference.formats.onnx.to_float16` for float16) and
+    run in an ``InferenceSession`` with mxfp16's thread count. A synthetic
+    batch is read to numpy once; real batches are read on every call, as a
+    server would receive them.
+    """
+    from ..devices import format_ctx
+    from ..inference.convert import deployable
+    from ..inference.formats import onnx as onnx_format
+    from ..precision import resolve_precision
+    from ..training_parts import PartsSpec, build_network
+
+    net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
+                                  seed=spec.seed), contexts, "float32")
+    model = deployable(net, resolve_precision("float32", contexts))
+    converted = onnx_format.to_onnx(model.symbol, model.params, (3, spec.image_size, spec.image_size))
+    if spec.precision == "float16":
+        converted = onnx_format.to_float16(converted)
+    session = onnx_format.Model(converted.SerializeToString(), spec.precision, ctx=format_ctx(contexts))
+    fixed = batches.next()[0].asnumpy() if spec.data == "synthetic" else None
+
+    def step():
+        return session(fixed if fixed is not None else batches.next()[0].asnumpy())
+    return step, session.provider
 
 
 def latency_fields(latencies):
@@ -299,6 +349,7 @@ def not_run(spec, status, reason, precision_name=None):
         "requested_precision": spec.requested or spec.precision,
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
+        **({"framework": "onnxruntime"} if spec.runtime == "onnxruntime" else {}),
         "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,
     }
 

@@ -6,7 +6,7 @@ from . import peer
 from .runner import BenchSpec, not_run, run_in_subprocess
 
 
-def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None):
+def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxruntime=False):
     """The specs of one invocation, float32 first in each batch size so the baseline is measured early.
 
     Parameters
@@ -23,6 +23,10 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None):
         ``{batch size: precision name}``: what ``auto`` is at each batch size
         when it was decided by timing the model (:func:`mxfp16.bench.auto.measured_auto`);
         else the rule of :func:`mxfp16.resolve_precision` decides.
+    onnxruntime : bool
+        Inference: after mxfp16's rows of each batch size, onnxruntime float32
+        and float16 (:data:`ONNXRUNTIME_DTYPES`), as ``mxfp16 export --format
+        onnx`` writes them.
 
     Returns
     -------
@@ -48,7 +52,46 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None):
             concrete = dict(precision=key, requested=name) if name == "auto" and auto else dict(precision=name)
             for lists in (amp_lists if amp else amp_lists[:1]):
                 specs.append(replace(base, batch_size=int(batch_size), amp_lists=lists, **concrete))
+        if onnxruntime:
+            specs += [replace(base, precision=dtype, batch_size=int(batch_size), runtime="onnxruntime")
+                      for dtype in ONNXRUNTIME_DTYPES]
     return specs
+
+
+#: The ONNX files an inference benchmark times in onnxruntime.
+ONNXRUNTIME_DTYPES = ("float32", "float16")
+#: Why float16 ONNX is not timed on a CPU.
+ONNXRUNTIME_CPU_FLOAT16 = (
+    "onnxruntime float16 runs on GPU execution providers (CUDA, TensorRT). Its CPU provider has float16 kernels for "
+    "few operators and puts casts around the others, so a float16 model there is usually slower than float32, and "
+    "it runs no bfloat16 at all: a CPU serves model.onnx (float32)")
+
+
+def onnxruntime_cannot_run(spec):
+    """Why an onnxruntime spec cannot run here, or ``None``."""
+    import importlib.util
+
+    missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed: pip install -c constraints.txt 'mxfp16[onnx]'"
+    if spec.precision != "float16":
+        return None
+    import onnxruntime
+
+    on_gpu = spec.ctx.strip().lower().startswith("gpu") or (
+        spec.ctx.strip().lower() == "auto" and _gpu_count() > 0)
+    if not on_gpu:
+        return ONNXRUNTIME_CPU_FLOAT16
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return (f"this onnxruntime ({onnxruntime.__version__}) has no CUDA execution provider for float16; "
+                "pip install onnxruntime-gpu")
+    return None
+
+
+def _gpu_count():
+    from ..machine import hardware
+
+    return hardware.gpu_count()
 
 
 def run_suite(specs, timeout=None, on_result=None, rounds=1):
@@ -95,6 +138,8 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1):
 def _cannot_run(spec):
     """Why ``spec``'s precision cannot run on its devices, or ``None`` (no process needed to find out)."""
     from ..precision import PrecisionError, resolve_precision
+    if spec.runtime == "onnxruntime":
+        return onnxruntime_cannot_run(spec)
     try:
         resolve_precision(spec.precision, spec.ctx)
     except PrecisionError as err:

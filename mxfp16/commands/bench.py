@@ -7,7 +7,9 @@ invocation. --rounds N runs the whole set N times in turn and pairs the runs
 of each round (for machines whose speed drifts). --mode inference times the
 network as `mxfp16 export` converts it and `mxfp16 predict` runs it, each
 call on its own: batch-1 latency (median, p90, p99) and batch-32 throughput
-by default. Writes bench.json, bench.csv and PNG plots to --out.
+by default; --onnxruntime adds the network as `mxfp16 export --format onnx`
+writes it, run by onnxruntime (float32, and float16 where its execution
+provider runs it). Writes bench.json, bench.csv and PNG plots to --out.
 """
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 from ..bench.invocation import BATCH_SIZES, ITERS
@@ -54,6 +56,10 @@ def register(subparsers):
                            "and autocast bfloat16, NCHW and channels_last), for lstm-classifier and "
                            "transformer-encoder the same layers in torch.nn (float32 and autocast bfloat16); CPU, "
                            "train mode and synthetic data only; needs the peer extra (default: no peer)")
+    what.add_argument("--onnxruntime", action="store_true",
+                      help="with --mode inference: also time the network as `mxfp16 export --format onnx` writes it, "
+                           "in onnxruntime with the same threads, batches and timing: float32, and float16 on a GPU "
+                           "execution provider (on a CPU its row says why not); needs the onnx extra (default: off)")
     add_ctx_argument(what)
     timing = parser.add_argument_group("timing")
     timing.add_argument("--iters", type=integer(1, MAX_STEPS), default=None,
@@ -87,7 +93,8 @@ def run(args):
         plan = plan_invocation(model=args.model, image_size=args.image_size, batch_sizes=args.batch_sizes,
                                precisions=args.precisions, amp_lists=args.amp_lists, mode=args.mode, data=args.data,
                                pipeline=args.pipeline, workers=args.workers, classes=args.classes, ctx=args.ctx,
-                               iters=args.iters, warmup=args.warmup, repeats=args.repeats, peer=args.peer)
+                               iters=args.iters, warmup=args.warmup, repeats=args.repeats, peer=args.peer,
+                               onnxruntime=args.onnxruntime)
     except BenchSetupError as err:
         raise CommandError(str(err)) from None
     machine, threads, load = plan.machine, plan.threads, plan.load_start
@@ -114,7 +121,7 @@ def run(args):
     records = run_suite(plan.specs, timeout=args.timeout, on_result=progress, rounds=args.rounds)
     config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
                                             "data", "pipeline", "workers", "classes", "ctx", "iters", "warmup",
-                                            "repeats", "rounds", "peer")}
+                                            "repeats", "rounds", "peer", "onnxruntime")}
     config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
     document, paths = record_invocation(args.out, plan, records, config, plots=not args.no_plots)
     records = document["results"]  # one row per measurement, its rounds merged

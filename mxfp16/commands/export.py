@@ -7,6 +7,13 @@ and DIR/export.json. Plain MXNet loads the model with
 gluon.SymbolBlock.imports. Before anything is written, the exported files
 are run against the float32 model on the run's test set; an export whose
 top-1 falls more than --margin points below float32 is refused.
+
+--format onnx writes DIR/model.onnx instead (opset 13, from the float32
+graph; with --onnx-dtype float16 also DIR/model-float16.onnx, float32 in and
+out), checked in onnxruntime against the float32 network: the same top-1
+margin, and every score within the file's dtype tolerance. A layer whose
+operator has no ONNX converter is refused, by name, before anything is
+written. mxfp16 predict runs an ONNX export with onnxruntime alone.
 """
 from . import CommandError, add_ctx_argument, add_threads_argument
 from ..limits import integer, number, MAX_BATCH
@@ -16,6 +23,8 @@ ORDER = 50
 
 def register(subparsers):
     from ..inference.agreement import DEFAULT_MARGIN
+    from ..inference.formats import DEFAULT, names
+    from ..inference.formats.onnx import DTYPES as ONNX_DTYPES
     from ..train.checkpoint import CHECKPOINT_CHOICES
 
     parser = subparsers.add_parser("export", help="export a trained run for inference, checked against float32",
@@ -25,9 +34,16 @@ def register(subparsers):
     what.add_argument("--checkpoint", default="last", metavar="last|best|FILE",
                       help=f"{' or '.join(CHECKPOINT_CHOICES)} checkpoint of the run (best: the epoch with the "
                            "highest val_top1, if its checkpoint is still kept), or a .params file (default: last)")
-    what.add_argument("--precision", default="auto",
+    what.add_argument("--precision", default=None,
                       help="float32, float16, amp-bfloat16, amp-float16 or auto: float16 on a GPU, amp-bfloat16 on "
-                           "a CPU with bfloat16, else float32 (default: auto)")
+                           "a CPU with bfloat16, else float32 (default: auto; float32 with --format onnx, the only "
+                           "precision it takes)")
+    what.add_argument("--format", dest="model_format", default=DEFAULT, choices=names(),
+                      help="mxnet: model-symbol.json and model-0000.params, in --precision; onnx: model.onnx (opset "
+                           f"13, float32) for onnxruntime and other ONNX runtimes (default: {DEFAULT})")
+    what.add_argument("--onnx-dtype", default="float32", metavar="float32|float16",
+                      help="with --format onnx: float16 also writes model-float16.onnx (float16 inside, float32 in "
+                           "and out; for GPU execution providers), checked like model.onnx (default: float32)")
     what.add_argument("--amp-lists", default="mxfp16", choices=("mxfp16", "mxnet"),
                       help="operator lists of an AMP conversion: mxfp16's (stem convolution in float32) or "
                            "MXNet's (default: mxfp16)")
@@ -45,7 +61,7 @@ def register(subparsers):
     output.add_argument("--overwrite", action="store_true",
                         help="replace --out when it exists, once the new export has passed its check "
                              "(default: off; an existing --out is refused)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, onnx_dtypes=ONNX_DTYPES)
 
 
 def run(args):
@@ -56,9 +72,14 @@ def run(args):
 
     from ..inference.export import export_run
 
+    if args.onnx_dtype not in args.onnx_dtypes:
+        raise CommandError(f"--onnx-dtype {args.onnx_dtype}: choose from {', '.join(args.onnx_dtypes)}")
+    if args.onnx_dtype != "float32" and args.model_format != "onnx":
+        raise CommandError(f"--onnx-dtype {args.onnx_dtype} is for --format onnx; for an MXNet export use --precision")
     try:
         export_run(args.run, args.out, precision=args.precision, checkpoint=args.checkpoint, margin=args.margin,
                    overwrite=args.overwrite, amp_lists=args.amp_lists, ctx=args.ctx, data=args.data,
-                   batch_size=args.batch_size)
+                   batch_size=args.batch_size, model_format=args.model_format,
+                   onnx_dtypes=("float32", args.onnx_dtype))
     except (ExportError, AgreementError, PrecisionError, DeviceError) as err:
         raise CommandError(str(err)) from None

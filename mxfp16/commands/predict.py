@@ -5,7 +5,9 @@ sha256s in export.json), prepares each image as the run's test images were
 (short side resized, central crop, ImageNet normalisation) and prints the
 top-k classes with their probabilities. Folders are walked recursively, in
 batches, with a progress bar. Corrupt, truncated and non-image files are
-reported and skipped. --output writes CSV or JSON.
+reported and skipped. --output writes CSV or JSON. An ONNX export (mxfp16
+export --format onnx) runs on onnxruntime alone: MXNet is not imported, so
+a deployment needs only pip install 'mxfp16[onnx]'.
 """
 import sys
 from pathlib import Path
@@ -27,6 +29,9 @@ def register(subparsers):
     parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
                         help="also write the predictions and the skipped files, as CSV or JSON by the file's "
                              "extension (default: print only)")
+    parser.add_argument("--onnx-dtype", default=None, metavar="float32|float16",
+                        help="which model of an ONNX export runs: float16 where it was exported (--onnx-dtype float16 "
+                             "of mxfp16 export; for GPU execution providers) (default: float32)")
     add_ctx_argument(parser, one=True)
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar (default: a bar on a terminal)")
@@ -49,8 +54,8 @@ def run(args):
     from ..devices import DeviceError
 
     try:
-        predictor = Predictor(args.model, ctx=args.ctx)
-    except (ExportError, DeviceError) as err:
+        predictor = Predictor(args.model, ctx=args.ctx, dtype=args.onnx_dtype)
+    except (ExportError, DeviceError, ImportError) as err:  # ImportError: an MXNet export where MXNet is missing
         raise CommandError(str(err)) from None
     files, skipped = image_files(args.inputs)
     with tqdm(total=len(files), unit="image", desc="predict", leave=False, dynamic_ncols=True, file=sys.stderr,
@@ -62,7 +67,7 @@ def run(args):
         print(shown(r.path) + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
     for path, reason in skipped:
         print(f"mxfp16 predict: skipped {shown(path)}: {reason}", file=sys.stderr)
-    print(f"{len(results)} image(s) predicted with {predictor.info['precision']} ({args.model}), "
+    print(f"{len(results)} image(s) predicted with {predictor.description} ({args.model}), "
           f"{len(skipped)} skipped", file=sys.stderr)
     if args.output:
         if suffix == ".json":

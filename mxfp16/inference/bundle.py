@@ -1,15 +1,17 @@
-"""An export folder on disk: the graph, the parameters, ``export.json`` and the checksums of all three.
+"""An export folder on disk: the model files of its format, ``export.json`` and the checksums of all of them.
 
 ::
 
-    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)
+    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)            } the MXNet format
     DIR/model-0000.params   the parameters (arg:/aux: names, as HybridBlock.export writes them)
-    DIR/export.json         what a user of the model needs to know: classes, image size,
+    DIR/model.onnx          float32, opset 13 (and model-float16.onnx)             } the ONNX format
+    DIR/export.json         what a user of the model needs to know: format, classes, image size,
                             preprocessing, precision, source run, agreement check, sha256 and size of
                             each model file
     DIR/SHA256SUMS          the sha256 of every file above (``sha256sum -c SHA256SUMS`` checks them)
 
-The two model files are what ``HybridBlock.export(DIR/model)`` would write,
+Each format's writer and reader live in :mod:`mxfp16.inference.formats`.
+The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
 written into a staging folder beside ``DIR`` and moved into place only when
 it is complete and checked (:func:`staging`, :func:`publish`), so a refused
@@ -45,8 +47,8 @@ from ..ndarray_file import NDArrayFileError, read_header
 from ..symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",
-           "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info", "read_model",
-           "staging", "publish", "export_file"]
+           "LOAD_WITH", "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info",
+           "read_model", "read_verified", "file_entry", "staging", "publish", "export_file"]
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -56,10 +58,14 @@ CHECKSUM_FILE = "SHA256SUMS"
 FILES = {
     SYMBOL_FILE: "the graph (MXNet JSON)",
     PARAMS_FILE: "the parameters (MXNet's NDArray format)",
+    "model.onnx": "the float32 graph and weights (ONNX, opset 13)",
+    "model-float16.onnx": "the float16 graph and weights, float32 in and out (ONNX, opset 13)",
     INFO_FILE: "what the model needs to be used: classes, image size, preprocessing, precision, source",
 }
-#: The files every export holds.
-REQUIRED = (SYMBOL_FILE, PARAMS_FILE, INFO_FILE)
+#: The file every export holds; the model files it lists in its ``files`` table are required too.
+REQUIRED = (INFO_FILE,)
+#: How plain MXNet loads the MXNet format's two files.
+LOAD_WITH = "mxnet.gluon.SymbolBlock.imports('model-symbol.json', ['data'], 'model-0000.params')"
 FORMAT = "mxfp16-export"
 VERSION = 2
 #: The largest ``export.json`` or ``SHA256SUMS`` read.
@@ -91,8 +97,12 @@ def write_model(folder, deployable):
         deployable.symbol.save(tmp, remove_amp_cast=False)
     with atomic_path(folder / PARAMS_FILE) as tmp:
         mx.nd.save(tmp, deployable.params)
-    return {name: {"sha256": sha256_file(folder / name), "bytes": (folder / name).stat().st_size}
-            for name in (SYMBOL_FILE, PARAMS_FILE)}
+    return {name: file_entry(folder / name) for name in (SYMBOL_FILE, PARAMS_FILE)}
+
+
+def file_entry(path):
+    """The ``files`` entry of ``export.json`` for one written model file: ``{"sha256", "bytes"}``."""
+    return {"sha256": sha256_file(path), "bytes": Path(path).stat().st_size}
 
 
 def write_info(folder, info):
@@ -153,7 +163,8 @@ def _read_text(path, what):
 
 
 def verify(folder):
-    """Check every file ``SHA256SUMS`` lists against its sha256; every file of :data:`REQUIRED` must be listed.
+    """Check every file ``SHA256SUMS`` lists against its sha256; ``export.json`` must be listed (and :func:`read_info`
+    then requires every model file it names).
 
     Returns
     -------
@@ -242,7 +253,7 @@ def read_info(folder):
         (:func:`check_info`).
     """
     folder = Path(folder)
-    verify(folder)
+    sums = verify(folder)
     path = folder / INFO_FILE
     try:
         info = parse_json(_read_text(path, "an export.json"), shown(path), "export the run again", fields={
@@ -254,7 +265,38 @@ def read_info(folder):
         raise ExportError(f"{shown(path)} is format {str(info.get('format'))[:40]!r} version "
                           f"{str(info.get('version'))[:10]}; this mxfp16 reads {FORMAT!r} version {VERSION}. Export "
                           "the run again with this mxfp16")
+    unlisted = [str(name)[:80] for name in info["files"] if name not in sums]
+    if unlisted:  # a model file export.json promises but SHA256SUMS does not cover (or that is gone)
+        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(unlisted)}; {_AGAIN}")
     return check_info(info, shown(path))
+
+
+def read_verified(folder, info, name):
+    """The bytes of model file ``name``, checked against its sha256 in ``export.json`` as they are handed over.
+
+    ``info`` comes from :func:`read_info` (so ``export.json`` itself was
+    checked against ``SHA256SUMS``); the bytes returned are the bytes
+    hashed here, so what runs is what was checked, however the file changes
+    after this call.
+
+    Raises
+    ------
+    ExportError
+        The file is not listed, missing, not a regular file of the folder, or its sha256 differs.
+    """
+    import hashlib
+
+    folder = Path(folder)
+    entry = info.get("files", {}).get(name)
+    wanted = entry.get("sha256") if isinstance(entry, dict) else None
+    if wanted is None:
+        raise ExportError(f"{shown(folder / INFO_FILE)} lists no {name}; the export is incomplete. Export the run "
+                          "again")
+    data = export_file(folder, name).read_bytes()
+    if hashlib.sha256(data).hexdigest() != wanted:
+        raise ExportError(f"{shown(folder / name)} has changed since it was exported (its sha256 differs from the "
+                          f"one in {INFO_FILE}); {_AGAIN}")
+    return data
 
 
 def read_model(folder, info=None):

@@ -21,6 +21,13 @@ The story of :func:`export_run`, each step refusing bad input before the next:
 6. a top-1 drop beyond the margin refuses the export; otherwise
    ``export.json`` and ``SHA256SUMS`` are written and the folder moved into place.
 
+``model_format="onnx"`` writes the float32 graph as ONNX instead
+(:mod:`mxfp16.inference.formats.onnx`; a float16 copy with
+``onnx_dtypes=("float32", "float16")``), and checks every file in
+onnxruntime against the float32 network: the top-1 margin as above, and
+the scores within the file's dtype tolerance
+(:func:`mxfp16.inference.agreement.check_scores`).
+
 Export holds the run folder's lock shared while it reads
 (:class:`mxfp16.locking.FolderLock`), so no ``train --overwrite`` or
 ``--resume`` starts on it meanwhile. A run that is still training holds it
@@ -32,6 +39,7 @@ from the copy: a checkpoint the run prunes meanwhile cannot vanish under it.
 import datetime
 import math
 import shutil
+import time
 from pathlib import Path
 
 import mxnet as mx
@@ -50,8 +58,8 @@ from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import CHECKPOINT_CHOICES
 from ..train.outputs import RunOutputs, structural_names
-from . import bundle
-from .agreement import DEFAULT_MARGIN, check_margin, compare
+from . import bundle, formats
+from .agreement import DEFAULT_MARGIN, check_margin, check_scores, compare
 from .bundle import ExportError
 from .convert import deployable, load_block, traced
 
@@ -202,9 +210,39 @@ def _emulated_candidate(reference, source, params, ctx):
     return load_block(traced(reference)[0], weights, ctx)
 
 
-def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MARGIN, overwrite=False,
-               amp_lists="mxfp16", ctx="auto", data=None, batch_size=32, log=print):
-    """Export a run's checkpoint for inference in ``precision`` after the agreement check.
+def _onnx_check(staged, files, section, reference, loaders, device, margin, log):
+    """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
+
+    Returns
+    -------
+    dict
+        ``{dtype: compare() result}``, each with its file, where it ran, the
+        margin and the score tolerance applied.
+    """
+    from .formats import onnx as onnx_format
+
+    results = {}
+    for dtype, name in section["files"].items():
+        candidate = onnx_format.load(staged, {"files": files, "onnx": section}, ctx=format_ctx([device]), dtype=dtype)
+        log(f"export: agreement check of {name} in onnxruntime ({candidate.provider}) on {loaders.num_test} test "
+            "images ...")
+        result = compare(reference, candidate, loaders.test_batches(), device)
+        log("export: {}: top-1 float32 {:.2f}%, onnx {:.2f}%; {} of {} top-1 predictions changed; largest score "
+            "difference {:.3g} (largest float32 score {:.3g})".format(
+                name, 100 * result["top1_float32"], 100 * result["top1_export"], result["changed_images"],
+                result["images"], result["max_score_difference"], result["max_abs_score_float32"]))
+        allowed = check_scores(result, dtype, name)
+        check_margin(result, margin, f"{dtype} ONNX")
+        result.update(file=name, margin_points=margin, score_tolerance=allowed, emulated=False,
+                      computed=f"onnxruntime {section['onnxruntime_version']}, {candidate.provider}")
+        results[dtype] = result
+    return results
+
+
+def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGIN, overwrite=False,
+               amp_lists="mxfp16", ctx="auto", data=None, batch_size=32, log=print, model_format="mxnet",
+               onnx_dtypes=("float32",)):
+    """Export a run's checkpoint for inference in ``precision`` (or as ONNX) after the agreement check.
 
     Parameters
     ----------
@@ -212,9 +250,11 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
         A run folder of ``mxfp16 train``.
     out : str or Path
         The export folder to create.
-    precision : str
+    precision : str, optional
         ``float32``, ``float16``, ``amp-bfloat16``, ``amp-float16`` or ``auto``
         (float16 on a GPU, amp-bfloat16 on a CPU with bfloat16, else float32).
+        Default: ``auto``, and ``float32`` for ONNX, which is always written
+        from the float32 graph (any other precision is refused).
     checkpoint : str
         ``'last'``, ``'best'`` (the epoch with the best val_top1, if its
         checkpoint is still on disk) or the path of a ``.params`` file.
@@ -232,6 +272,11 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
         Images per batch in the check.
     log : callable
         Receives progress lines.
+    model_format : str
+        ``'mxnet'`` (symbol and parameters) or ``'onnx'`` (:mod:`mxfp16.inference.formats`).
+    onnx_dtypes : sequence of str
+        The ONNX files to write: ``'float32'`` (``model.onnx``, always) and
+        ``'float16'`` (``model-float16.onnx``, float32 inputs and outputs).
 
     Returns
     -------
@@ -241,26 +286,41 @@ def export_run(run, out, precision="auto", checkpoint="last", margin=DEFAULT_MAR
     Raises
     ------
     ExportError
-        Bad run, checkpoint, output folder or data; nothing is written.
+        Bad run, checkpoint, output folder or data, or (ONNX) an operator
+        without a converter, named with its layer; nothing is written.
     mxfp16.inference.agreement.AgreementError
-        The export loses more than ``margin`` points of top-1; nothing is written.
+        The export loses more than ``margin`` points of top-1, or (ONNX) its
+        scores differ from float32's beyond the file's dtype tolerance, or
+        overflow float16; nothing is written.
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """
     if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
         raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
+    started = time.perf_counter()
+    writer = formats.get(model_format)
+    if model_format == "onnx":
+        writer.check_exporter()  # before minutes of work, not after
+        if precision not in (None, "float32"):
+            raise ExportError(f"--precision {precision} with --format onnx: an ONNX export is written from the float32 "
+                              "graph (MXNet's ONNX exporter has no converter for AMP's casts, and onnxruntime runs "
+                              "no bfloat16 on a CPU). Leave --precision out, and add --onnx-dtype float16 for a "
+                              "float16 file (for GPUs)")
+    precision = precision or ("float32" if model_format == "onnx" else "auto")
     try:  # an --out that cannot be made is refused before anything is read
         check_output_path(out)
     except OutputFolderError as err:
         raise ExportError(str(err)) from None
     lock = _reading_lock(run, log)
     try:
-        return _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log)
+        return _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log,
+                       writer, onnx_dtypes, started)
     finally:
         lock.release()
 
 
-def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log):
+def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log, writer,
+            onnx_dtypes, started):
     """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
@@ -304,7 +364,22 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
         net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
                                                                               wanted.param_dtype, params_path)
         model = deployable(net, wanted, amp_lists)
-        files = bundle.write_model(staged, model)
+        if writer.NAME == "onnx":
+            size = int(config["image_size"])
+            files, section = writer.write(staged, model, dtypes=onnx_dtypes, input_shape=(3, size, size))
+            written = time.perf_counter()
+            results = _onnx_check(staged, files, section, reference, loaders, device, margin, log)
+            agreement = dict(results["float32"], by_dtype=results)
+            info = _info(config, run, params_path, params_copy, source, wanted, model, files, agreement, dataset,
+                         writer.NAME, section, {"convert_and_write": written - started,
+                                                "agreement_check": time.perf_counter() - written})
+            shutil.rmtree(copies)
+            bundle.write_info(staged, info)
+            bundle.seal(staged)
+            bundle.publish(staged, out)
+            log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
+            return info
+        files, section = writer.write(staged, model)
         # The check reads back the files just written: what it measures is what a user will load.
         symbol, params = bundle.read_model(staged, {"image_size": config["image_size"], "classes": classes})
         if emulated:
@@ -323,7 +398,8 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
                 result["changed_images"], result["images"], 100 * result["changed_share"],
                 result["max_probability_difference"]))
         check_margin(result, margin, wanted.name)
-        info = _info(config, run, params_path, params_copy, source, wanted, model, files, result, dataset)
+        info = _info(config, run, params_path, params_copy, source, wanted, model, files, result, dataset,
+                     writer.NAME, section, {"export": time.perf_counter() - started})
         shutil.rmtree(copies)
         bundle.write_info(staged, info)
         bundle.seal(staged)
@@ -332,7 +408,8 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
     return info
 
 
-def _info(config, run, params_path, params_copy, source, precision, model, files, agreement, dataset):
+def _info(config, run, params_path, params_copy, source, precision, model, files, agreement, dataset, model_format,
+          section, seconds):
     """The content of ``export.json`` (``params_copy``: the bytes read of ``params_path``)."""
     from ..fileio import sha256_file
 
@@ -359,5 +436,8 @@ def _info(config, run, params_path, params_copy, source, precision, model, files
         "mxnet_version": mx.__version__,
         "mxfp16_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "load_with": "mxnet.gluon.SymbolBlock.imports('model-symbol.json', ['data'], 'model-0000.params')",
+        "model_format": model_format,
+        model_format: section,
+        "seconds": seconds,
+        "load_with": section["load_with"],
     }

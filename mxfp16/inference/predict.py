@@ -1,11 +1,14 @@
-"""``mxfp16 predict``: the top classes of image files, from an export folder.
+"""``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
 Images go through the evaluation view of training (short side resized,
 central square, ImageNet normalisation; the numbers come from
-``export.json``), in batches. Every file is checked before it is decoded
-(:func:`mxfp16.data.scan_image`: corrupt, truncated and non-image files, and
-anything that is not a regular file) and a decoder failure is caught too:
-such a file is reported with its reason and skipped, never fatal.
+``export.json``), computed by :mod:`mxfp16.inference.preprocess` to the bit
+as the test loader computes it, in numpy, so an ONNX export predicts with
+onnxruntime alone and never loads MXNet. Every file is checked before it is
+decoded (:func:`mxfp16.data.scan_image`: corrupt, truncated and non-image
+files, and anything that is not a regular file) and a decoder failure is
+caught too: such a file is reported with its reason and skipped, never fatal.
+The model is the format's reader (:mod:`mxfp16.inference.formats`).
 """
 import csv
 import errno
@@ -15,15 +18,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import mxnet as mx
 import numpy as np
 
-from ..data import scan_image
-from ..data.pipelines import center_view, normalise, read_image
-from ..devices import format_ctx, resolve_devices
+from ..data.validate import scan_image
+from . import formats, preprocess
 from .agreement import softmax
-from .bundle import ExportError, read_info, read_model
-from .convert import load_block
+from .bundle import read_info
 
 __all__ = ["Predictor", "Prediction", "image_files", "to_csv", "to_document"]
 
@@ -75,43 +75,51 @@ class Predictor:
     Parameters
     ----------
     folder : str or Path
-        Written by ``mxfp16 export``.
+        Written by ``mxfp16 export``, in any format.
     ctx : str
         ``'auto'``, ``'cpu'`` or ``'gpu:N'`` (one device).
+    dtype : str, optional
+        Which model of an ONNX export runs: ``'float32'`` (the default) or
+        ``'float16'`` when it was exported.
+
+    Attributes
+    ----------
+    model : callable
+        The format's loaded model (``model.device``, ``model.dtype``).
 
     Raises
     ------
     ExportError
-        Not an export, changed files, or a float16 export on a CPU (MXNet has no
-        float16 convolution there).
+        Not an export, changed files, a dtype the export lacks, or a float16
+        MXNet export on a CPU (MXNet has no float16 convolution there).
     """
 
-    def __init__(self, folder, ctx="auto"):
+    def __init__(self, folder, ctx="auto", dtype=None):
         self.folder = Path(folder)
         self.info = read_info(folder)
-        self.ctx = resolve_devices(ctx)[0]
-        if self.info["compute_dtype"] == "float16" and self.ctx.device_type == "cpu":
-            raise ExportError(f"{folder} is a {self.info['precision']} export and MXNet has no float16 convolution "
-                              "on a CPU; predict on a GPU (--ctx gpu:0), or export the run as amp-bfloat16 or "
-                              "float32 for CPUs")
-        symbol, params = read_model(folder, self.info)
-        self.block = load_block(symbol, params, self.ctx)
+        self.format = formats.of(self.info).NAME
+        self.model = formats.of(self.info).load(folder, self.info, ctx=ctx, dtype=dtype)
         self.classes = list(self.info["classes"])
         pre = self.info["preprocess"]
         self._size, self._short = int(pre["center_crop"]), int(pre["resize_short"])
         self._mean, self._std = tuple(pre["mean_rgb"]), tuple(pre["std_rgb"])
 
     def __repr__(self):
-        return f"Predictor({str(self.folder)!r}, {self.info['precision']}, {format_ctx([self.ctx])})"
+        return (f"Predictor({str(self.folder)!r}, {self.format} {self.info['precision']}, {self.model.dtype} on "
+                f"{self.model.device})")
+
+    @property
+    def description(self):
+        """What runs, for a summary line: ``'amp-bfloat16 (mxnet)'``, ``'float16 (onnx)'``."""
+        return f"{self.model.dtype if self.format == 'onnx' else self.info['precision']} ({self.format})"
 
     def view(self, image):
-        """The uint8 HWC crop the model sees of a decoded RGB image (``mx.image.imread``)."""
-        return center_view(image, self._size, self._short)
+        """The uint8 HWC crop the model sees of a decoded RGB image (:func:`mxfp16.inference.preprocess.decode`)."""
+        return preprocess.center_view(image, self._size, self._short)
 
     def probabilities(self, views):
         """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``."""
-        batch = normalise(mx.nd.stack(*views), self._mean, self._std).as_in_context(self.ctx)
-        return softmax(self.block(batch).asnumpy())
+        return softmax(self.model(preprocess.to_batch(views, self._mean, self._std)))
 
     def predict_files(self, files, top_k=5, batch_size=32, progress=None):
         """Top-``top_k`` classes of every image among ``files``.
@@ -148,9 +156,9 @@ class Predictor:
             reason = scan_image(path)
             if reason is None:
                 try:
-                    views.append(self.view(read_image(path)))
+                    views.append(self.view(preprocess.decode(path)))
                     paths.append(path)
-                except (mx.base.MXNetError, OSError) as err:  # passed the scan, but reading or decoding failed
+                except (preprocess.DecodeError, OSError) as err:  # passed the scan, but reading or decoding failed
                     lines = [line for line in str(err).splitlines() if line.strip()]
                     reason = f"cannot decode: {lines[-1].strip()[:200] if lines else type(err).__name__}"
             if reason is not None:
@@ -168,6 +176,8 @@ def to_document(predictor, results, skipped):
     return {
         "model": str(predictor.folder.resolve()),
         "precision": predictor.info["precision"],
+        "model_format": predictor.format,
+        "dtype": predictor.model.dtype,
         "predictions": [{"path": r.path, "top": [{"class": c, "index": i, "probability": p} for c, i, p in r.top]}
                         for r in results],
         "skipped": [{"path": path, "reason": reason} for path, reason in skipped],

@@ -226,24 +226,26 @@ def prepare_stack():
     """Everything that must hold before MXNet loads; imports nothing of MXNet.
 
     Supplies the numpy names and ``distutils`` MXNet 1.9.1 needs (recorded
-    in :data:`SUPPLIED` and :data:`DISTUTILS`), checks that an MXNet wheel is
-    installed, then preloads the CUDA wheels' libraries (a no-op with the CPU
-    wheel).
+    in :data:`SUPPLIED` and :data:`DISTUTILS`), then preloads the CUDA wheels'
+    libraries (a no-op with the CPU wheel). Without an MXNet wheel it stops
+    after the numpy names: ``mxfp16 predict`` on an ONNX export needs only
+    onnxruntime, and :func:`import_mxnet` names the install for anything else.
 
     Raises
     ------
     ImportError
-        numpy missing or newer than any mxfp16 knows, no distutils, or no
-        MXNet wheel; the message names the fix.
+        numpy missing or newer than any mxfp16 knows, or no distutils where
+        MXNet needs it; the message names the fix.
     """
     try:
         numpy = importlib.import_module("numpy")
     except ImportError as err:
         raise ImportError("mxfp16 needs numpy.\n" + INSTALL_HINT) from err
     SUPPLIED.update(supply_numpy_names(numpy))
+    if not mxnet_installed():
+        # An ONNX export predicts with onnxruntime alone; everything that needs MXNet says so in import_mxnet.
+        return
     DISTUTILS["source"] = ensure_distutils()
-    if importlib.util.find_spec("mxnet") is None:
-        raise ImportError("mxfp16 needs MXNet 1.9.1, which is not installed.\n" + INSTALL_HINT)
     libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
 
 
@@ -261,8 +263,21 @@ def stack_report():
     }
 
 
+def mxnet_installed():
+    """Whether an MXNet wheel is importable (``False`` also when ``sys.modules['mxnet']`` is ``None``)."""
+    try:
+        return importlib.util.find_spec("mxnet") is not None
+    except ValueError:  # sys.modules["mxnet"] is None: blocked, as if not installed
+        return False
+
+
+#: What :func:`import_mxnet` says where no MXNet wheel is installed.
+MXNET_MISSING = ("this needs MXNet 1.9.1, which is not installed here. (mxfp16 predict on an ONNX export "
+                 "runs on onnxruntime alone: pip install 'mxfp16[onnx]'.)\n" + INSTALL_HINT)
+
+
 def import_mxnet():
-    """``import mxnet``, with a library that libmxnet.so cannot load named with its package and fix.
+    """``import mxnet``, with a missing wheel, or a library that libmxnet.so cannot load, named with the fix.
 
     Refuses first, without loading MXNet, when an environment variable MXNet
     reads holds a value it cannot use (:func:`mxfp16.machine.environment.check_environment`):
@@ -272,6 +287,8 @@ def import_mxnet():
     ------
     ImportError
     """
+    if not mxnet_installed():
+        raise ImportError(MXNET_MISSING)
     if "mxnet" not in sys.modules:
         from .environment import check_environment
 

@@ -1,0 +1,437 @@
+"""The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
+
+Writing (needs MXNet, onnx and onnxruntime):
+
+1. the float32 graph (:func:`mxfp16.inference.convert.deployable` in
+   float32) is checked operator by operator against the converters of
+   MXNet 1.9.1's exporter (``mxnet.onnx``, "mx2onnx") before anything is
+   converted: an operator without one is refused with its layer's name.
+   AMP's ``amp_cast`` nodes and numpy-mode (``mx.np``) operators have none,
+   so the float32 graph is what is exported and float16 is made from it;
+2. the exporter builds the graph for opset 13 (:data:`OPSET`), declared as
+   such: it would otherwise declare the installed onnx's newest opset, where
+   reductions no longer take an ``axes`` attribute. Its own check of the
+   bare graph judges by that newest opset too, so it is skipped and the
+   whole model is checked for opset 13 afterwards (``onnx.checker``);
+3. the weights become initializers only (the exporter also lists them as
+   graph inputs, which stops onnxruntime from folding constants), stored as
+   raw bytes; the output is renamed ``logits``;
+4. float16 (:func:`to_float16`): onnxruntime's own converter
+   (``onnxruntime.transformers.float16.convert_float_to_float16``) with
+   float32 inputs and outputs (``keep_io_types``), so a caller feeds and
+   reads the same arrays as for ``model.onnx``.
+
+Reading needs only onnxruntime and numpy: :func:`load` hashes the file's
+bytes, compares them with ``export.json`` and hands those same bytes to an
+``onnxruntime.InferenceSession``. ``onnx.mapping``, which the exporter uses
+57 times, is gone from onnx 1.19, so the ``onnx`` extra pins onnx below it
+(``constraints.txt``); :func:`check_exporter` says so when another onnx is
+installed.
+"""
+import contextlib
+import time
+
+import numpy as np
+
+from .. import bundle
+from ..bundle import ExportError
+
+__all__ = ["NAME", "SUMMARY", "OPSET", "IR_VERSION", "FILES", "DTYPES", "INPUT_NAME", "OUTPUT_NAME",
+           "check_exporter", "unsupported_operators", "from_block", "to_onnx", "to_float16", "write", "load",
+           "Model", "execution_providers"]
+
+NAME = "onnx"
+SUMMARY = "ONNX opset 13 for onnxruntime (model.onnx in float32; model-float16.onnx with --onnx-dtype float16)"
+#: The opset the graph is built for and declares: the exporter's converters are written for opsets 12 and 13.
+OPSET = 13
+#: The IR version opset 13 came with; onnxruntime releases back to 1.19 (Python 3.8) read it.
+IR_VERSION = 7
+#: The file of each dtype.
+FILES = {"float32": "model.onnx", "float16": "model-float16.onnx"}
+DTYPES = tuple(FILES)
+INPUT_NAME = "data"
+OUTPUT_NAME = "logits"
+#: Protocol buffers cannot hold a message over 2 GiB; such a model would need onnx's external-data files.
+_MAX_BYTES = 2 ** 31 - 1
+#: Operators of MXNet's AMP, and why they cannot go to ONNX.
+_AMP_OPERATORS = ("amp_cast", "amp_multicast")
+
+
+def check_exporter():
+    """Refuse an onnx without ``onnx.mapping`` (1.19 and later), which MXNet 1.9.1's exporter needs.
+
+    Raises
+    ------
+    ExportError
+        onnx or onnxruntime is missing, or onnx is too new; the message names the install that works.
+    """
+    import importlib.util
+
+    missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExportError(f"--format onnx needs {' and '.join(missing)}: pip install -c constraints.txt "
+                          "'mxfp16[onnx]'")
+    import onnx
+
+    if importlib.util.find_spec("onnx.mapping") is None:
+        raise ExportError(f"onnx {onnx.__version__} has no onnx.mapping, which MXNet 1.9.1's ONNX exporter uses "
+                          "(onnx 1.19 removed it): pip install -c constraints.txt 'mxfp16[onnx]' installs the onnx "
+                          "tested here")
+
+
+def _layer(node_name):
+    """The Gluon layer a graph node belongs to: its name without the ``_fwd`` Gluon appends."""
+    return node_name[:-len("_fwd")] if node_name.endswith("_fwd") else node_name
+
+
+def unsupported_operators(symbol):
+    """Every operator of ``symbol`` the exporter cannot convert, with its layer and the reason.
+
+    Returns
+    -------
+    list of (str, str, str)
+        ``(operator, layer, reason)`` in graph order; empty when all convert.
+    """
+    import json
+
+    from mxnet.onnx import get_operator_support
+
+    supported = set(get_operator_support(OPSET))
+    found = []
+    for node in json.loads(symbol.tojson())["nodes"]:
+        op = node["op"]
+        if op == "null" or op in supported:
+            continue
+        if op in _AMP_OPERATORS:
+            reason = ("it is an AMP cast, and ONNX has no converter for those: export the float32 network (mxfp16 "
+                      "export --format onnx does) and ask for float16 with --onnx-dtype float16")
+        elif op.startswith(("_np", "_npi", "_npx")):
+            reason = ("it is a numpy-mode (mx.np) operator, and MXNet 1.9.1's exporter converts only mx.nd/mx.sym "
+                      "operators: build the network without npx.set_np()")
+        else:
+            reason = ("MXNet 1.9.1's exporter has no converter for it (mxnet.onnx.get_operator_support() lists "
+                      "those it has): build that layer from operators it covers, or export --format mxnet")
+        found.append((op, _layer(node["name"]), reason))
+    return found
+
+
+@contextlib.contextmanager
+def _exporter_hooks(current):
+    """While the exporter converts: remember the node it works on, and skip its check of the bare graph.
+
+    The exporter checks the graph it built against the installed onnx's
+    newest opset, where ``ReduceMean`` takes no ``axes`` attribute; the model
+    is checked for :data:`OPSET` once it declares it (:func:`to_onnx`).
+    """
+    import onnx.checker
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+
+    convert_layer, check_graph = MXNetGraph.convert_layer, onnx.checker.check_graph
+
+    def recording(node, **kwargs):
+        current[:] = [node]
+        return convert_layer(node, **kwargs)
+
+    MXNetGraph.convert_layer = staticmethod(recording)
+    onnx.checker.check_graph = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        MXNetGraph.convert_layer, onnx.checker.check_graph = staticmethod(convert_layer), check_graph
+
+
+def from_block(net, input_shape):
+    """A Gluon network of your own as a checked float32 ONNX model (opset 13): what ``mxfp16 export`` writes.
+
+    ::
+
+        model = from_block(net, (3, 32, 32))          # onnx.ModelProto; to_float16(model) for GPUs
+        onnx.save(model, "net.onnx")
+
+    Parameters
+    ----------
+    net : gluon.HybridBlock
+        Initialised, with float32 parameters, taking one float32 NCHW batch.
+    input_shape : tuple of int
+        One input without the batch axis.
+
+    Raises
+    ------
+    ExportError
+        A float16 or AMP-converted network, or an operator without a converter (named with its layer).
+    """
+    from ...precision import resolve_precision
+    from ..convert import deployable
+
+    try:
+        model = deployable(net, resolve_precision("float32", "cpu"))
+    except ValueError as err:
+        raise ExportError(f"{err}; an ONNX export starts from the float32 network (float16 comes after: "
+                          "to_float16)") from None
+    return to_onnx(model.symbol, model.params, input_shape)
+
+
+def to_onnx(symbol, params, input_shape):
+    """A float32 MXNet graph as an ONNX model for opset 13, checked.
+
+    Parameters
+    ----------
+    symbol : mx.sym.Symbol
+        One input, ``data``; float32 throughout (no ``amp_cast``).
+    params : dict
+        ``{'arg:<name>' or 'aux:<name>' or '<name>': NDArray}``.
+    input_shape : tuple of int
+        One input's shape without the batch axis, ``(3, H, W)``; the batch
+        axis of the ONNX input is left free.
+
+    Returns
+    -------
+    onnx.ModelProto
+
+    Raises
+    ------
+    ExportError
+        An operator without a converter, or a converter that fails; the
+        message names the operator and its layer. Nothing is written here.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+
+    check_exporter()
+    refused = unsupported_operators(symbol)
+    if refused:
+        op, layer, reason = refused[0]
+        others = sorted({o for o, _, _ in refused[1:]} - {op})
+        more = f" ({len(refused) - 1} more node(s){': ' + ', '.join(others) if others else ''})" if refused[1:] else ""
+        raise ExportError(f"cannot export to ONNX: operator {op} of layer {layer}{more}: {reason}. Nothing was "
+                          "written")
+    weights = {name.split(":", 1)[-1]: value for name, value in params.items()}
+    shape = (1,) + tuple(int(n) for n in input_shape)
+    current = []
+    try:
+        with _exporter_hooks(current):
+            graph = MXNetGraph().create_onnx_graph_proto(
+                symbol, weights, [shape], [onnx.TensorProto.FLOAT], opset_version=OPSET, dynamic=True,
+                dynamic_input_shapes=[(None,) + shape[1:]])
+    except (AttributeError, NotImplementedError, ValueError, KeyError, IndexError, AssertionError, TypeError) as err:
+        where = (f"operator {current[0]['op']} of layer {_layer(current[0]['name'])}" if current
+                 else "the graph")
+        reason = " ".join(str(err).split())[:300]
+        raise ExportError(f"cannot export to ONNX: MXNet 1.9.1's exporter failed on {where}: {reason}. Build that "
+                          "layer from operators it covers, or export --format mxnet. Nothing was written") from None
+    initializers = [numpy_helper.from_array(numpy_helper.to_array(t), t.name) for t in graph.initializer]
+    names = {t.name for t in initializers}
+    inputs = [i for i in graph.input if i.name not in names]
+    if [i.name for i in inputs] != [INPUT_NAME] or len(graph.output) != 1:
+        raise ExportError(f"cannot export to ONNX: the graph has inputs {[i.name for i in inputs]} and "
+                          f"{len(graph.output)} outputs; mxfp16 exports one input, {INPUT_NAME!r}, and one output")
+    _rename(graph, graph.output[0].name, OUTPUT_NAME)
+    del graph.input[:], graph.initializer[:]
+    graph.input.extend(inputs)
+    graph.initializer.extend(initializers)
+    graph.name = "mxfp16"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
+                              producer_name="mxfp16")
+    _check(model)
+    return model
+
+
+def _rename(graph, old, new):
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+    for value in graph.output:
+        if value.name == old:
+            value.name = new
+
+
+def _check(model):
+    import onnx
+
+    if model.ByteSize() > _MAX_BYTES:
+        raise ExportError(f"the ONNX model would be {model.ByteSize() / 2 ** 30:.1f} GiB, over the 2 GiB a single "
+                          "ONNX file can hold; export --format mxnet")
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        raise ExportError(f"the ONNX model fails onnx's checker for opset {OPSET}: {str(err).splitlines()[0]}; "
+                          "export --format mxnet") from None
+
+
+def to_float16(model):
+    """``model`` with float16 weights and arithmetic, float32 inputs and outputs (onnxruntime's converter).
+
+    Weights beyond float16's range are clipped to it by the converter; the
+    agreement check catches what that, or a float16 overflow of the
+    activations, does to the scores.
+    """
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    converted = convert_float_to_float16(model, keep_io_types=True)
+    _sort_nodes(converted.graph)  # the converter appends the input casts last; ONNX wants producers first
+    _check(converted)
+    return converted
+
+
+def _sort_nodes(graph):
+    """Order ``graph``'s nodes so each comes after the nodes whose outputs it reads (stable otherwise)."""
+    ready = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        rest = []
+        for node in pending:
+            (ordered if all(name in ready for name in node.input) else rest).append(node)
+            if ordered and ordered[-1] is node:
+                ready.update(node.output)
+        if len(rest) == len(pending):
+            raise ExportError("the float16 ONNX graph has a cycle or reads a value nothing produces; export float32 "
+                              "only (drop --onnx-dtype float16)")
+        pending = rest
+    nodes = [type(node)() for node in ordered]
+    for copy, node in zip(nodes, ordered):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def write(folder, model, dtypes=("float32",), input_shape=None):
+    """Write ``model.onnx`` and the other ``dtypes``' files; returns ``(files, section)``.
+
+    Parameters
+    ----------
+    folder : Path
+        The staging folder.
+    model : Deployable
+        In float32 (:func:`mxfp16.inference.convert.deployable`).
+    dtypes : sequence of str
+        From :data:`DTYPES`; float32 is always written.
+    input_shape : tuple of int
+        ``(3, H, W)``.
+    """
+    import onnx
+    import onnxruntime
+
+    from ...fileio import atomic_path
+
+    if model.precision.name != "float32":
+        raise ExportError(f"an ONNX export is made from the float32 graph, not {model.precision.name}: MXNet's "
+                          "exporter has no converter for AMP's casts. Use --precision float32 (or leave it out) "
+                          "and --onnx-dtype float16 for a float16 file")
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise ExportError(f"--onnx-dtype {', '.join(unknown)}: choose from {', '.join(DTYPES)} (onnxruntime runs no "
+                          "bfloat16 on a CPU)")
+    wanted = ["float32"] + [d for d in DTYPES if d in dtypes and d != "float32"]
+    start = time.perf_counter()
+    models = {"float32": to_onnx(model.symbol, model.params, input_shape)}
+    seconds = {"float32": time.perf_counter() - start}
+    if "float16" in wanted:
+        start = time.perf_counter()
+        models["float16"] = to_float16(models["float32"])
+        seconds["float16"] = time.perf_counter() - start
+    files = {}
+    for dtype in wanted:
+        path = folder / FILES[dtype]
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as handle:
+                handle.write(models[dtype].SerializeToString())
+        files[FILES[dtype]] = dict(bundle.file_entry(path), dtype=dtype)
+    section = {
+        "opset": OPSET, "ir_version": IR_VERSION, "files": {d: FILES[d] for d in wanted},
+        "input": {"name": INPUT_NAME, "dtype": "float32"}, "output": {"name": OUTPUT_NAME, "dtype": "float32"},
+        "exporter": "mxnet.onnx (mx2onnx) of MXNet 1.9.1, from the float32 graph",
+        "float16_converter": ("onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)"
+                              if "float16" in wanted else None),
+        "conversion_seconds": seconds, "onnx_version": onnx.__version__,
+        "onnxruntime_version": onnxruntime.__version__,
+        "load_with": "onnxruntime.InferenceSession('model.onnx').run(None, {'data': images})[0]",
+    }
+    return files, section
+
+
+def execution_providers(ctx="auto"):
+    """onnxruntime's execution providers for ``--ctx``: CUDA for ``gpu:N`` (and ``auto`` where it has it), else CPU.
+
+    Raises
+    ------
+    mxfp16.devices.DeviceError
+        An unreadable ``ctx``, or a GPU asked of an onnxruntime without CUDA.
+    """
+    import onnxruntime
+
+    from ...devices import DeviceError
+
+    text = str(ctx).strip().lower()
+    cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    if text == "cpu" or (text == "auto" and not cuda):
+        return ["CPUExecutionProvider"]
+    device = 0 if text in ("auto", "gpu") else None
+    if text.startswith("gpu:") and text[4:].isdigit():
+        device = int(text[4:])
+    if device is None:
+        raise DeviceError(f"cannot read device {ctx!r}; an ONNX export runs on one device: auto, cpu or gpu:N")
+    if not cuda:
+        raise DeviceError(f"--ctx {ctx}: this onnxruntime ({onnxruntime.__version__}) has no CUDA execution "
+                          "provider; pip install onnxruntime-gpu on a GPU machine, or use --ctx cpu")
+    return [("CUDAExecutionProvider", {"device_id": device}), "CPUExecutionProvider"]
+
+
+class Model:
+    """An ONNX export loaded in onnxruntime: ``model(batch)`` maps a float32 NCHW numpy batch to float32 logits.
+
+    Attributes
+    ----------
+    device : str
+        ``'cpu'`` or ``'gpu:N'``.
+    dtype : str
+        ``'float32'`` or ``'float16'``: which file runs.
+    provider : str
+        The execution provider onnxruntime chose.
+    """
+
+    #: ``mxfp16.inference.agreement.compare`` feeds it numpy batches.
+    numpy_input = True
+
+    def __init__(self, data, dtype, ctx="auto", threads=None):
+        import onnxruntime
+
+        from ...machine.environment import plan_threads
+
+        providers = execution_providers(ctx)
+        options = onnxruntime.SessionOptions()
+        # The thread count mxfp16 plans for MXNet (--threads, OMP_NUM_THREADS or every core) applies here too.
+        options.intra_op_num_threads = int(threads or plan_threads().threads)
+        options.log_severity_level = 3  # errors only: its warnings concern graph rewrites, not results
+        self._session = onnxruntime.InferenceSession(data, sess_options=options, providers=providers)
+        self.provider = self._session.get_providers()[0]
+        self.device = "cpu" if self.provider == "CPUExecutionProvider" else f"gpu:{providers[0][1]['device_id']}"
+        self.dtype = dtype
+
+    def __call__(self, batch):
+        return self._session.run(None, {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+
+
+def load(folder, info, ctx="auto", dtype=None, threads=None):
+    """The ``dtype`` model of an ONNX export (default float32), checked against ``info`` and loaded.
+
+    Imports onnxruntime and numpy only: no MXNet, no onnx.
+
+    Raises
+    ------
+    ExportError
+        No such dtype in this export, a changed or missing file, or onnxruntime missing.
+    mxfp16.devices.DeviceError
+        See :func:`execution_providers`.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise ExportError(f"{folder} is an ONNX export; running it needs onnxruntime: pip install -c "
+                          "constraints.txt 'mxfp16[onnx]'")
+    dtype = dtype or "float32"
+    files = (info.get(NAME) or {}).get("files") or {}
+    if dtype not in files:
+        raise ExportError(f"{folder} has no {dtype} ONNX model (it has {', '.join(files) or 'none'}); export it "
+                          f"with --onnx-dtype {dtype}")
+    return Model(bundle.read_verified(folder, info, files[dtype]), dtype, ctx, threads)
