@@ -134,17 +134,23 @@ def test_the_trainer_times_its_own_model_for_auto(monkeypatch):
 
     monkeypatch.setattr(auto, "measured_auto", fake)
     rule = resolve_precision("float32", "cpu")
-    chosen = run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, _Cluster(), print)
+    chosen, record = run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, _Cluster(), print)
     assert (chosen.name, chosen.requested, chosen.reason) == ("float32", "auto", "measured 0.80x")
+    # config.json's auto: what decided it, so a reader can check the choice against the times
+    assert (record["precision"], record["reason"], record["measured"]) == ("float32", "measured 0.80x", True)
     (spec,) = asked
     assert (spec.model, spec.image_size, spec.batch_size, spec.classes) == ("resnet18_v1", 48, 32, 10)
     # A resumed run keeps the precision it started with, whatever a new measurement would say.
     resumed = type("Resumed", (_Config,), {"resume": True})()
-    again = run._auto_precision(resumed, rule, [mx.cpu()], {"resolved_precision": "float32"}, 10, _Cluster(), print)
+    saved = {"resolved_precision": "float32", "auto": dict(record)}
+    again, kept = run._auto_precision(resumed, rule, [mx.cpu()], saved, 10, _Cluster(), print)
     assert again.name == "float32" and "the run's own" in again.reason and len(asked) == 1
+    assert kept == record   # the verdict the run started with travels with it
     # Distributed workers keep the rule: each timing under the others' load could choose differently.
     cluster = type("Dist", (), {"distributed": True})()
-    assert run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, cluster, print) is rule and len(asked) == 1
+    kept_rule, record = run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, cluster, print)
+    assert kept_rule is rule and record["measured"] is False and len(asked) == 1
     # A precision asked for by name is never timed.
     named = type("Named", (_Config,), {"precision": "float32"})()
-    assert run._auto_precision(named, rule, [mx.cpu()], None, 10, _Cluster(), print) is rule and len(asked) == 1
+    assert run._auto_precision(named, rule, [mx.cpu()], None, 10, _Cluster(), print) == (rule, None)
+    assert len(asked) == 1
