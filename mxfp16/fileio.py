@@ -324,7 +324,8 @@ def read_jsonl(path, fix="", expect=dict, max_bytes=MAX_JSON_BYTES, max_depth=MA
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            raise JSONFileError(f"{shown(path)} line {number} is not UTF-8 text" + (f"; {fix}" if fix else "")) from None
+            raise JSONFileError(f"{shown(path)} line {number} is not UTF-8 text"
+                                + (f"; {fix}" if fix else "")) from None
         records.append(parse_json(text, f"{shown(path)} line {number}", fix, expect, None, max_depth))
     return records
 

@@ -365,5 +365,6 @@ def format_support_table(rows):
     for r in rows:
         mp = "yes" if r.multi_precision else "no"
         lines.append(f"{r.name:<14}{mp:<17}{r.kernel:<9}{str(r.master_keeps_small_update).lower():<19}"
-                     f"{ {None: 'fails', True: 'true', False: 'false'}[r.float16_alone_keeps_small_update]}" + (f"  ({r.error[:70]})" if r.error else ""))
+                     f"{ {None: 'fails', True: 'true', False: 'false'}[r.float16_alone_keeps_small_update]}"
+                     + (f"  ({r.error[:70]})" if r.error else ""))
     return "\n".join(lines)

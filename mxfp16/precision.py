@@ -92,10 +92,13 @@ class Precision:
 
 
 _TABLE = {
-    "float32": dict(compute_dtype="float32", param_dtype="float32", amp=False, loss_scaling=False, master_weights=False),
+    "float32": dict(compute_dtype="float32", param_dtype="float32", amp=False, loss_scaling=False,
+                    master_weights=False),
     "float16": dict(compute_dtype="float16", param_dtype="float16", amp=False, loss_scaling=True, master_weights=True),
-    "amp-float16": dict(compute_dtype="float16", param_dtype="float32", amp=True, loss_scaling=True, master_weights=False),
-    "amp-bfloat16": dict(compute_dtype="bfloat16", param_dtype="float32", amp=True, loss_scaling=False, master_weights=False),
+    "amp-float16": dict(compute_dtype="float16", param_dtype="float32", amp=True, loss_scaling=True,
+                        master_weights=False),
+    "amp-bfloat16": dict(compute_dtype="bfloat16", param_dtype="float32", amp=True, loss_scaling=False,
+                         master_weights=False),
 }
 
 _CPU_FLOAT16_MESSAGE = (

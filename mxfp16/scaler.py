@@ -625,7 +625,8 @@ class LossScaler:
         if bad or not isinstance(state["last_step_skipped"], bool):
             raise ValueError(f"loss-scaler state has malformed field(s) {', '.join(bad) or 'last_step_skipped'}")
         for name in self._CONFIG:
-            setattr(self, name, state[name] if isinstance(state[name], bool) else type(getattr(self, name))(state[name]))
+            setattr(self, name,
+                    state[name] if isinstance(state[name], bool) else type(getattr(self, name))(state[name]))
         self._scale = float(scale)
         self._clean_steps, self._overflows_left, self._overflows_at_min, self.steps, skipped = (
             state[name] for name in self._COUNTERS)

@@ -95,7 +95,8 @@ def _compare(run, control, names, tolerance):
         losses, ref_losses = report[layer.name]["losses"], ref_report[layer.name]["losses"]
         loss_err = max(abs(a - b) for a, b in zip(losses, ref_losses)) / max(abs(ref_losses[0]), 1e-6)
         if err > tolerance or loss_err > tolerance:
-            problems.append(f"{layer.name}: gradient error {err:.4f}, loss error {loss_err:.4f} (tolerance {tolerance})")
+            problems.append(f"{layer.name}: gradient error {err:.4f}, loss error {loss_err:.4f} "
+                            f"(tolerance {tolerance})")
     return problems
 
 

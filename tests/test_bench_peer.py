@@ -70,8 +70,10 @@ def _row(framework, precision, ips, layout=None, ms=None):
 
 def test_comparison_picks_the_fastest_rows_and_keeps_mxfp16_float32_as_the_baseline():
     records = [_row("mxfp16", "float32", 6.0), _row("mxfp16", "amp-bfloat16", 13.8),
-               _row("pytorch", "pytorch-float32", 4.0, "NCHW"), _row("pytorch", "pytorch-float32", 5.0, "channels_last"),
-               _row("pytorch", "pytorch-bfloat16", 9.0, "NCHW"), _row("pytorch", "pytorch-bfloat16", 12.0, "channels_last")]
+               _row("pytorch", "pytorch-float32", 4.0, "NCHW"),
+               _row("pytorch", "pytorch-float32", 5.0, "channels_last"),
+               _row("pytorch", "pytorch-bfloat16", 9.0, "NCHW"),
+               _row("pytorch", "pytorch-bfloat16", 12.0, "channels_last")]
     doc = report.bench_document({}, records)
     (entry,) = doc["peer"].values()
     assert entry["peer_mixed"] == {"label": "pytorch-bfloat16 (channels_last)", "images_per_second": 12.0}

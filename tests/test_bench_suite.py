@@ -58,7 +58,8 @@ def test_results_have_every_field_and_the_cpu_float16_skip(bench_out):
         assert row["status"] == "ok"
         for field in report.RESULT_FIELDS:
             assert row[field] is not None, field
-        assert (row["model"], row["image_size"], row["batch_size"], row["mode"]) == ("cifar_resnet20_v1", 32, 4, "train")
+        assert ((row["model"], row["image_size"], row["batch_size"], row["mode"])
+                == ("cifar_resnet20_v1", 32, 4, "train"))
         # ms/step and img/s are two views of one measurement; the spread comes from the repeats.
         assert row["images_per_second"] == pytest.approx(4 * 1000.0 / row["ms_per_step"])
         repeats = row["ms_per_step_repeats"]

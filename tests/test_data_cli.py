@@ -30,7 +30,8 @@ def test_user_errors_exit_2_with_the_fix(tmp_path, capsys):
                  "--train-per-class", "30"]) == 2
     err = capsys.readouterr().err
     assert "mxfp16 data: error:" in err and str(tmp_path / "missing") in err and "does not exist" in err
-    assert main(["data", "pack", "--src", str(tmp_path), "--out", str(tmp_path.parent / f"{tmp_path.name}-p" / "p")]) == 2
+    assert main(["data", "pack", "--src", str(tmp_path),
+                 "--out", str(tmp_path.parent / f"{tmp_path.name}-p" / "p")]) == 2
     assert "training split folder" in capsys.readouterr().err
     # The writing rule: a pack or a split inside its own source is refused before anything is read or written.
     (tmp_path / "src" / "cat").mkdir(parents=True)

@@ -138,7 +138,8 @@ def test_a_member_whose_header_under_reports_its_size_is_refused_while_writing(t
     # fetches it afresh.
     root = tmp_path / "root"
     with pytest.raises(DataError, match=r"is damaged \(member 'a/liar\.jpg' fails its CRC check\)\. It was moved to "
-                                        r".*caltech-101\.zip\.damaged and nothing was extracted\. Run the same command"):
+                                        r".*caltech-101\.zip\.damaged and nothing was extracted\. "
+                                        r"Run the same command"):
         fetch_caltech101(root, url=str(archive), progress=False)
     assert _files(root) == ["downloads/caltech-101.zip.damaged"]
 

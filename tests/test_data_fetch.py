@@ -233,7 +233,7 @@ def test_a_leftover_garbage_part_is_set_aside_and_the_download_restarted(server,
     why = "sha256-mismatch" if sha256 else "damaged"
     aside = downloads / f"caltech-101.zip.{why}"
     assert aside.read_bytes()[:80] == b"garbage!" * 10  # kept for inspection, never reused
-    assert f"resumed from a partial file of 80 bytes" in _warnings(caplog) and str(aside) in _warnings(caplog)
+    assert "resumed from a partial file of 80 bytes" in _warnings(caplog) and str(aside) in _warnings(caplog)
 
 
 def test_a_damaged_download_is_never_reused(tmp_path, caplog):

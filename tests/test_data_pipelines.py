@@ -190,7 +190,8 @@ def test_light_crops_keep_most_of_the_image(tiny):
         full = _collect(make_loaders(tiny, image_size=SIZE, batch_size=32, augment="none").train_batches(0))
         # Flips make the comparison symmetric: take the closer of the image and its mirror.
         a, b = crops[0][0], full[0][0]
-        return float(np.mean(np.minimum(np.abs(a - b).mean(axis=(1, 2, 3)), np.abs(a - b[..., ::-1]).mean(axis=(1, 2, 3)))))
+        return float(np.mean(np.minimum(np.abs(a - b).mean(axis=(1, 2, 3)),
+                                        np.abs(a - b[..., ::-1]).mean(axis=(1, 2, 3)))))
 
     assert error("light") < error("imagenet")
 

@@ -1,4 +1,5 @@
-"""``mxfp16 demo`` (what ``make demo`` runs): its first line says what auto is here, and no run is compared with itself."""
+"""``mxfp16 demo`` (what ``make demo`` runs): its first line says what auto is here, and no run is compared with
+itself."""
 import pytest
 
 from mxfp16.cli import main

@@ -67,7 +67,8 @@ def test_sha256sums_covers_export_json_and_every_model_file(export):
     lines = (export / bundle.CHECKSUM_FILE).read_text().splitlines()
     listed = {line.split()[1]: line.split()[0] for line in lines}
     # An MXNet export's files; bundle.FILES also names the ONNX format's, which this export does not hold.
-    assert set(listed) == {bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE} and set(listed) <= set(bundle.FILES)
+    assert (set(listed) == {bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE}
+            and set(listed) <= set(bundle.FILES))
     for name, digest in listed.items():  # independent of the library: hashlib over the bytes
         assert digest == hashlib.sha256((export / name).read_bytes()).hexdigest()
 

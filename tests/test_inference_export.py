@@ -98,7 +98,8 @@ logits = net(mx.nd.array(np.load(images))).asnumpy()
 assert logits.dtype == np.float32, logits.dtype
 # The point of the test: none of mxfp16's own code runs the export (at most its numpy compat step).
 assert ("mxfp16" in sys.modules) == (compat == "compat")
-assert not any(m.startswith(("mxfp16.models", "mxfp16.inference", "mxfp16.train", "mxfp16.casting")) for m in sys.modules)
+assert not any(m.startswith(("mxfp16.models", "mxfp16.inference", "mxfp16.train", "mxfp16.casting"))
+               for m in sys.modules)
 print(json.dumps({"top1": float((logits.argmax(axis=1) == np.load(labels)).mean())}))
 """
 
@@ -322,7 +323,8 @@ def test_an_export_beyond_the_margin_is_refused_naming_the_numbers_and_leaves_no
                 "changed_images": 3, "changed_share": 0.03, "max_probability_difference": 0.2}
 
     monkeypatch.setattr(export_module, "compare", one_point_worse)
-    with pytest.raises(AgreementError, match=r"79\.00% against 80\.00% .* 1\.00 points lower, beyond the margin of 0\.5"):
+    with pytest.raises(AgreementError,
+                       match=r"79\.00% against 80\.00% .* 1\.00 points lower, beyond the margin of 0\.5"):
         export_run(run, tmp_path / "x", precision="amp-bfloat16", ctx="cpu", log=_quiet)
     assert list(tmp_path.iterdir()) == []
     info = export_run(run, tmp_path / "x", precision="amp-bfloat16", ctx="cpu", margin=1.5, log=_quiet)

@@ -52,7 +52,8 @@ def test_info_reports_the_float16_environment_without_setting_it(capsys, monkeyp
 @pytest.fixture
 def cuda_machine(monkeypatch):
     """This machine as if it held mxnet-cu112 with cuDNN missing and two GPUs: an A100-class and an H100-class."""
-    statuses = [libraries.LibraryStatus(lib, None if lib.soname == "libcudnn.so.8" else f"/site/nvidia/x/lib/{lib.soname}")
+    statuses = [libraries.LibraryStatus(lib,
+                                        None if lib.soname == "libcudnn.so.8" else f"/site/nvidia/x/lib/{lib.soname}")
                 for lib in libraries.LIBRARIES]
     rows = [dict(s.as_dict(), loaded_from=s.path) for s in statuses]
     monkeypatch.setattr(libraries, "report", lambda: {

@@ -67,7 +67,8 @@ def test_local_plan_gives_each_role_its_dmlc_environment():
     port = slots[0].env["DMLC_PS_ROOT_PORT"]
     assert 1 <= int(port) <= 65535
     for s in slots:
-        assert {k: v for k, v in s.env.items() if k.startswith("DMLC_")} == {"DMLC_ROLE": s.role, "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": port,
+        assert {k: v for k, v in s.env.items() if k.startswith("DMLC_")} == {"DMLC_ROLE": s.role,
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": port,
                          "DMLC_NUM_WORKER": "3", "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": "127.0.0.1"}
         assert s.argv == (("python", "train.py") if s.role == "worker" else (sys.executable, "-c", SERVER_CODE))
     assert local_plan(["x"], 1, 1, port=7000)[0].env["DMLC_PS_ROOT_PORT"] == "7000"

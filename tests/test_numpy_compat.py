@@ -23,8 +23,8 @@ from mxfp16.machine._mxnet_numpy_names import NAMES
 
 #: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
 #: numpy 2 brought ``np.bool`` back as its own ``numpy.bool_``, which numpy's internals use: never hidden there.
-REMOVED = ["bool"] * ("bool" not in vars(np)) + ["int", "PZERO", "NZERO", "PINF", "NINF", "Inf", "NaN", "NAN", "alltrue", "sometrue",
-           "product", "round_", "msort", "compat", "mirr", "npv", "pmt", "ppmt", "pv", "rate"]
+REMOVED = ["bool"] * ("bool" not in vars(np)) + ["int", "PZERO", "NZERO", "PINF", "NINF", "Inf", "NaN", "NAN",
+           "alltrue", "sometrue", "product", "round_", "msort", "compat", "mirr", "npv", "pmt", "ppmt", "pv", "rate"]
 
 #: Code that makes this process's numpy lack ``names`` the way numpy 2 does (its __getattr__ then raises).
 NEWER_NUMPY = """
@@ -60,7 +60,8 @@ def _resolve(module, dotted):
 def test_the_name_list_is_what_the_installed_mxnet_uses():
     scanned = _scanner().scan()
     assert sorted(scanned) == sorted(NAMES), (
-        "MXNet's numpy names changed; regenerate: python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py")
+        "MXNet's numpy names changed; regenerate: "
+        "python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py")
     # The scan reads all three ways MXNet reaches numpy, not only attribute access.
     assert "PZERO" in scanned and "compat.basestring" in scanned  # np.PZERO, _np.compat.basestring
     assert "mirr" in scanned and "linalg.norm" in scanned  # fallback.py; a dispatch-protocol list entry

@@ -38,7 +38,8 @@ def test_hysteresis_tolerates_overflows_before_backing_off():
     scaler.update(True)
     assert scaler.scale == 128.0            # the third backs off
     scaler.update(False)                    # a clean step resets the tolerance
-    scaler.update(True); scaler.update(True)
+    scaler.update(True)
+    scaler.update(True)
     assert scaler.scale == 128.0
 
 

@@ -95,7 +95,8 @@ def test_a_crafted_pickle_runs_nothing(run_copy, data, tmp_path):
     proc = ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, *SHORT))
     assert not marker.exists(), "the pickle was loaded"
     # ... is refused as arrays, and the run falls back to the previous intact checkpoint.
-    assert "epoch-0003: cannot be restored" in proc.stdout and "resuming from the previous one, epoch-0002" in proc.stdout
+    assert ("epoch-0003: cannot be restored" in proc.stdout
+            and "resuming from the previous one, epoch-0002" in proc.stdout)
     assert [r["epoch"] for r in metrics(run_copy)] == [1, 2, 3, 4]
 
 
@@ -144,7 +145,8 @@ def test_a_first_checkpoint_killed_before_its_record_is_recoverable(data, tmp_pa
     (folder / "epoch-0001.params").write_bytes(b"half")  # what a kill during the first checkpoint leaves
     (folder / ".epoch-0001.optimizer.x1y2.tmp").write_bytes(b"tmp")
     (out / ".metrics.jsonl.abcd.tmp").write_bytes(b"tmp")
-    refused(run_train("--data-dir", data, "--out", out, "--resume", "--epochs", 1, *SHORT), "no run", "without --resume")
+    refused(run_train("--data-dir", data, "--out", out, "--resume", "--epochs", 1, *SHORT),
+            "no run", "without --resume")
     proc = ok(run_train("--data-dir", data, "--out", out, "--epochs", 1, *SHORT))  # a plain run starts
     assert "removed" in proc.stdout
     assert not list(out.rglob("*.tmp")) and [r["epoch"] for r in metrics(out)] == [1]

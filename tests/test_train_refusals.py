@@ -152,7 +152,8 @@ def test_resume_and_overwrite_exclude_each_other():
 def test_mismatch_lists_every_difference():
     saved = {"model": "a", "precision": "float32", "image_size": 32, "parameters": "x"}
     lines = describe_mismatch(saved, dict(saved, model="b", parameters="y"))
-    assert lines == ["model: checkpoint 'a', this run 'b'", "parameters: the network's parameter names or shapes differ"]
+    assert lines == ["model: checkpoint 'a', this run 'b'",
+                     "parameters: the network's parameter names or shapes differ"]
 
 
 def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):

@@ -159,7 +159,8 @@ def test_more_threads_than_cores_runs_on_every_core(data, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"using {available_cores()}" in proc.stderr  # the warning says what happens ...
     assert "pass --threads on the command line" not in proc.stderr  # ... and nothing contradicts it
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["resolved_threads"]["threads"] == available_cores()
+    assert (json.loads((tmp_path / "run" / "config.json").read_text())["resolved_threads"]["threads"]
+            == available_cores())
 
 
 @pytest.mark.parametrize("text,words", [("[" * 100000 + "]" * 100000, "nested too deeply"),

@@ -146,7 +146,8 @@ def _rounded_power_of_two(value):
 def test_saved_outputs_print_powers_of_two_exactly(path):
     """``%g`` prints 2**24 as 1.67772e+07: not the number, and not visibly a power of two."""
     wrong = [f"cell {i}: {m.group(0)}" for i, text in _outputs(path)
-             for m in re.finditer(r"(?<![\w.])\d\.\d{4,5}e[+-]\d\d\b", text) if _rounded_power_of_two(float(m.group(0)))]
+             for m in re.finditer(r"(?<![\w.])\d\.\d{4,5}e[+-]\d\d\b", text)
+             if _rounded_power_of_two(float(m.group(0)))]
     assert not wrong, f"{os.path.basename(path)} prints a power of two rounded: {wrong}"
 
 
@@ -171,7 +172,8 @@ def test_saved_tables_keep_their_header(path):
     for index, text in _outputs(path):
         lines = [line for line in text.splitlines() if line.strip()]
         for n, line in enumerate(lines):
-            first_row = _is_row(line) and n + 1 < len(lines) and _is_row(lines[n + 1]) and not (n and _is_row(lines[n - 1]))
+            first_row = (_is_row(line) and n + 1 < len(lines) and _is_row(lines[n + 1])
+                         and not (n and _is_row(lines[n - 1])))
             if re.fullmatch(r"-{20,}", line.strip()) or first_row:
                 above = lines[max(0, n - 2):n]
                 if not any(_is_header(l) for l in above):

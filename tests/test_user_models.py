@@ -13,8 +13,6 @@ import os
 import numpy as np
 import pytest
 
-import mxfp16
-
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "docs", "results", "user-models", "run.py")
 

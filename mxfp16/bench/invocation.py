@@ -74,7 +74,8 @@ def _amp_lists(text):
 
     lists = [name.strip() for name in text.split(",") if name.strip()]
     if not lists or any(name not in LIST_SETS for name in lists):
-        raise BenchSetupError(f"--amp-lists {text!r}: choose from {', '.join(LIST_SETS)}, e.g. --amp-lists mxfp16,mxnet")
+        raise BenchSetupError(f"--amp-lists {text!r}: choose from {', '.join(LIST_SETS)}, "
+                              "e.g. --amp-lists mxfp16,mxnet")
     return lists
 
 

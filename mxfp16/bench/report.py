@@ -21,8 +21,8 @@ from ..fileio import atomic_write, write_json
 RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",
                  "ms_per_step_spread", "peak_memory_mb")
 #: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
-EXTRA_FIELDS = ("framework", "layout", "requested_precision", "amp_lists", "data", "pipeline", "ctx", "threads", "status",
-                "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio", "load_average")
+EXTRA_FIELDS = ("framework", "layout", "requested_precision", "amp_lists", "data", "pipeline", "ctx", "threads",
+                "status", "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio", "load_average")
 #: Inference records also have these (per-call times over every timed call).
 LATENCY_FIELDS = ("latency_ms_median", "latency_ms_p90", "latency_ms_p99", "latency_samples")
 BASELINE = "float32"
@@ -159,7 +159,8 @@ def _prefixed(spread, prefix):
 
 
 def speedup_key(record):
-    return f"{label(record)} vs float32, {record['model']} {record['image_size']}px bs{record['batch_size']} {record['mode']}"
+    return (f"{label(record)} vs float32, {record['model']} {record['image_size']}px bs{record['batch_size']} "
+            f"{record['mode']}")
 
 
 def add_speedups(records):

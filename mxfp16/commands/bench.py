@@ -26,7 +26,8 @@ def register(subparsers):
     what = parser.add_argument_group("what to run")
     what.add_argument("--model", default="resnet50_v2",
                       help="gluoncv model-zoo name (default: resnet50_v2)")
-    what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224, help="square input size in pixels (default: 224)")
+    what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224,
+                      help="square input size in pixels (default: 224)")
     what.add_argument("--batch-sizes", default=None,
                       help=f"comma-separated batch sizes (default: {BATCH_SIZES['train']} for train, "
                            f"{BATCH_SIZES['inference']} for inference)")
@@ -66,7 +67,8 @@ def register(subparsers):
                         help=f"steps per timed repeat (default: {ITERS['train']} for train, {ITERS['inference']} "
                              "for inference, where every call is a latency sample)")
     timing.add_argument("--warmup", type=integer(0, MAX_STEPS), default=3, help="untimed steps first (default: 3)")
-    timing.add_argument("--repeats", type=integer(1, 1000), default=3, help="timed repeats; median and spread over these (default: 3)")
+    timing.add_argument("--repeats", type=integer(1, 1000), default=3,
+                        help="timed repeats; median and spread over these (default: 3)")
     timing.add_argument("--rounds", type=integer(1, 1000), default=1,
                         help="run every measurement this many times, in turn (float32, mixed, ..., float32, mixed, "
                              "...), and report the median over rounds; a speedup is then the median of each round's "

@@ -1,4 +1,5 @@
-"""``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, write the digits, pack RecordIO, time the pipelines."""
+"""``mxfp16 data``: fetch Caltech-101, split it, generate the demo set, write the digits, pack RecordIO, time the
+pipelines."""
 import argparse
 import logging
 import sys
@@ -67,7 +68,9 @@ def _add_split(sub, caltech):
                        help=f"new folder for train/<class>/ and test/<class>/, e.g. {caltech.split} (required)")
     group = split.add_argument_group("protocol")
     how = group.add_mutually_exclusive_group(required=True)
-    how.add_argument("--train-per-class", type=integer(1, MAX_COUNT), help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is required")
+    how.add_argument("--train-per-class", type=integer(1, MAX_COUNT),
+                     help="training images per class, the rest test (Caltech-101: 30); this or --test-fraction is "
+                          "required")
     how.add_argument("--test-fraction", type=number(0, 1), help="share of each class for test, e.g. 0.2 (no default)")
     group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0, help="shuffling seed (default: 0)")
     group.add_argument("--exclude", nargs="*", default=[], metavar="CLASS",
@@ -92,8 +95,10 @@ def _add_synth(sub, caltech):
     group.add_argument("--test-per-class", type=integer(0, 1_000_000), default=DEMO["test_per_class"],
                        help=f"test images per class (default: {DEMO['test_per_class']})")
     group.add_argument("--size", type=integer(8, MAX_IMAGE_SIDE), default=DEMO["size"],
-                       help=f"typical image side; each side is drawn from [0.8, 1.25] times it (default: {DEMO['size']})")
-    group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"], help=f"generator seed (default: {DEMO['seed']})")
+                       help="typical image side; each side is drawn from [0.8, 1.25] times it "
+                            f"(default: {DEMO['size']})")
+    group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"],
+                       help=f"generator seed (default: {DEMO['seed']})")
     synth.set_defaults(func=run_synth)
 
 
@@ -120,7 +125,8 @@ def _add_pack(sub, caltech):
                        help="output prefix; writes PREFIX_train.rec/.idx/.lst, PREFIX_test.* and PREFIX_classes.json, "
                             f"e.g. {caltech.pack}")
     group = pack.add_argument_group("encoding")
-    group.add_argument("--resize", type=integer(0, MAX_IMAGE_SIDE), default=0, help="resize the short side to this first (default: 0, keep)")
+    group.add_argument("--resize", type=integer(0, MAX_IMAGE_SIDE), default=0,
+                       help="resize the short side to this first (default: 0, keep)")
     group.add_argument("--quality", type=integer(1, 100), default=95, help="JPEG quality 1-100 (default: 95)")
     group.add_argument("--workers", type=integer(1, 256), default=2, help="encoding processes (default: 2)")
     pack.set_defaults(func=run_pack)
@@ -136,12 +142,14 @@ def _add_bench(sub, caltech):
     group.add_argument("--pack-resize", type=integer(0, MAX_IMAGE_SIDE), default=0,
                        help="short side of the temporary pack made from a folder (default: 0, keep sizes)")
     group = bench.add_argument_group("pipeline")
-    group.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224, help="crop side in pixels (default: 224)")
+    group.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224,
+                       help="crop side in pixels (default: 224)")
     group.add_argument("--workers", type=integer(0, 256), default=2,
                        help="worker processes / decoding threads; 0 (1 thread for RecordIO) is always timed too "
                             "(default: 2)")
     group.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch (default: 32)")
-    group.add_argument("--images", type=integer(1, MAX_COUNT), default=600, help="images timed per pipeline (default: 600)")
+    group.add_argument("--images", type=integer(1, MAX_COUNT), default=600,
+                       help="images timed per pipeline (default: 600)")
     add_threads_argument(group)
     group = bench.add_argument_group("output")
     group.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON (default: no file)")
@@ -172,9 +180,8 @@ def _guard(call):
 
 def run_fetch(args):
     from ..data.fetch import ExtractLimits, fetch_caltech101
-    from ..data.layout import caltech101_commands, caltech101_paths
+    from ..data.layout import caltech101_commands
 
-    caltech = caltech101_paths()
     check_out(args.root, [], "--root")
 
     def fetch(data):

@@ -34,11 +34,15 @@ def register(subparsers):
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", default=None,
                       help="folder with train/<class>/ images (default: the demo set, data/demo, made on first use)")
-    data.add_argument("--image-size", type=integer(8, MAX_IMAGE_SIDE), default=32, help="square input size in pixels (default: 32)")
-    data.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch; parameter gradients are sums over the batch, so use "
+    data.add_argument("--image-size", type=integer(8, MAX_IMAGE_SIDE), default=32,
+                      help="square input size in pixels (default: 32)")
+    data.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32,
+                      help="images per batch; parameter gradients are sums over the batch, so use "
                            "the batch size you train with (default: 32)")
-    data.add_argument("--batches", type=integer(1, MAX_STEPS), default=4, help="training batches to measure (default: 4)")
-    data.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0, help="seeds initialisation and batch order (default: 0)")
+    data.add_argument("--batches", type=integer(1, MAX_STEPS), default=4,
+                      help="training batches to measure (default: 4)")
+    data.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0,
+                      help="seeds initialisation and batch order (default: 0)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cifar_resnet20_v1",
                        help="gluoncv model-zoo name, or elementwise-mlp (runs in float16 on a CPU, so the forward "

@@ -53,7 +53,8 @@ def register(subparsers):
                             f"float32's (default: {DEFAULT_MARGIN:g})")
     check.add_argument("--data", default=None,
                        help="data set whose test split the check runs on (default: the run's own, from config.json)")
-    check.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per batch in the check (default: 32)")
+    check.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32,
+                       help="images per batch in the check (default: 32)")
     add_ctx_argument(check, one=True, where="the agreement check")
     add_threads_argument(check)
     output = parser.add_argument_group("output")

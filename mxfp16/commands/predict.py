@@ -24,8 +24,10 @@ def register(subparsers):
                                    description=__doc__)
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER", help="image files and folders of images")
     parser.add_argument("--model", required=True, help="export folder of `mxfp16 export` (required)")
-    parser.add_argument("--top-k", type=integer(1, MAX_COUNT), default=5, help="classes per image, most likely first (default: 5)")
-    parser.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32, help="images per forward pass (default: 32)")
+    parser.add_argument("--top-k", type=integer(1, MAX_COUNT), default=5,
+                        help="classes per image, most likely first (default: 5)")
+    parser.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=32,
+                        help="images per forward pass (default: 32)")
     parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
                         help="also write the predictions and the skipped files, as CSV or JSON by the file's "
                              "extension (default: print only)")

@@ -22,7 +22,8 @@ def _int_list(text):
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers, e.g. 10,20") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers, "
+                                         "e.g. 10,20") from None
 
 
 def add_config_arguments(parser):
@@ -95,8 +96,8 @@ def run_command(args):
     try:
         run = prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None))
         fit(run)
-    except (ConfigError, PrecisionError, DeviceError, AMPStateError, DataError, ModelError, OptimizerError, KVStoreError,
-            CheckpointError, TrainingDivergedError, SettingsMismatchError) as err:
+    except (ConfigError, PrecisionError, DeviceError, AMPStateError, DataError, ModelError, OptimizerError,
+            KVStoreError, CheckpointError, TrainingDivergedError, SettingsMismatchError) as err:
         raise CommandError(str(err)) from None
     except TrainingInterrupted as err:
         print(str(err), file=sys.stderr)

@@ -40,7 +40,8 @@ def format_summary(diagnosis):
                      f"{stats.zeros:,} exact zeros" + (f", {stats.nonfinite:,} inf/NaN" if stats.nonfinite else ""))
     everything = diagnosis.totals["all"]
     over = everything.fractions_at(asked)["overflow"]
-    lines.append(f"overflow at S={format_scale(asked)} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; largest |g| = {rec.max_abs:.4g} "
+    lines.append(f"overflow at S={format_scale(asked)} (|g| * S > {FLOAT16.max:g}): {_pct(over)}; "
+                 f"largest |g| = {rec.max_abs:.4g} "
                  f"({diagnosis.largest.kind} {diagnosis.largest.name})")
     if rec.limited_by == "largest gradient":
         why = f"largest |g| {rec.max_abs:.4g} x {format_scale(rec.scale)} x margin {rec.margin:g} <= {FLOAT16.max:g}"
@@ -77,7 +78,8 @@ def format_table(diagnosis, limit=None):
                      f"{_pct(at_asked['underflow']):>9} {_pct(at_rec['underflow']):>9} "
                      f"{_pct(at_asked['subnormal']):>9} {_pct(at_asked['overflow']):>9} {smallest:>9} "
                      f"{s.max_abs:>9.2e}")
-    lines.append(f"(underflow at S=1, at the asked S={format_scale(asked)} and at the recommended S={format_scale(rec)}; percentages of the "
+    lines.append(f"(underflow at S=1, at the asked S={format_scale(asked)} "
+                 f"and at the recommended S={format_scale(rec)}; percentages of the "
                  "non-zero finite values, except zeros, which is of all values; values summed over "
                  f"{max(s.batches for s in diagnosis.stats)} batch(es))")
     return "\n".join(lines)
@@ -133,7 +135,8 @@ def plot_histogram(diagnosis, path):
     ax.set_xlabel("log2 |gradient|")
     ax.set_ylabel("% of non-zero values")
     ax.set_title(f"Gradient magnitudes against float16's range; recommended loss scale {format_scale(rec.scale)}\n"
-                 f"underflow {_pct(rec.underflow_at_1)} at S=1, {_pct(rec.underflow_at_scale)} at S={format_scale(rec.scale)}",
+                 f"underflow {_pct(rec.underflow_at_1)} at S=1, {_pct(rec.underflow_at_scale)} "
+                 f"at S={format_scale(rec.scale)}",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save_png(fig, path, dpi=110)
@@ -146,7 +149,8 @@ def diagnosis_document(diagnosis, config=None):
         "config": dict(config or {}),
         "float16": FLOAT16.as_dict(),
         "definitions": {
-            "underflow": "0 < |g| * S < float16 smallest subnormal (at most 2^-25: flushes to zero; above: rounds to 2^-24)",
+            "underflow": "0 < |g| * S < float16 smallest subnormal (at most 2^-25: flushes to zero; above: "
+                         "rounds to 2^-24)",
             "subnormal": "smallest subnormal <= |g| * S < smallest normal",
             "overflow": "|g| * S > float16 max",
             "fractions": "of the non-zero finite values",

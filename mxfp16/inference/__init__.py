@@ -25,8 +25,8 @@ runs an ONNX export where MXNet is not installed. See ``docs/inference.md``.
 from .._lazy import exports
 
 _EXPORTS = {
-    "export_run": "export", "ExportError": "bundle", "AgreementError": "agreement", "Predictor": "predict", "image_files": "predict",
-    "deployable": "convert", "load_block": "convert", "compare": "agreement",
+    "export_run": "export", "ExportError": "bundle", "AgreementError": "agreement", "Predictor": "predict",
+    "image_files": "predict", "deployable": "convert", "load_block": "convert", "compare": "agreement",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = exports(__name__, _EXPORTS, mxnet_free=("bundle", "agreement", "predict"))

@@ -141,7 +141,8 @@ def deployable(net, precision, amp_lists="mxfp16"):
     # BatchNorm keeps float32 parameters in a float16 network, so float32 may appear in any of them.
     if not dtypes <= {precision.param_dtype, "float32"} or precision.param_dtype not in dtypes:
         raise ValueError(f"a {precision.name} export needs a network with {precision.param_dtype} parameters; "
-                         f"this one has {', '.join(sorted(dtypes))} (build it with mxfp16.training_parts.build_network)")
+                         f"this one has {', '.join(sorted(dtypes))} (build it with "
+                         "mxfp16.training_parts.build_network)")
     if precision.amp and amp_lists not in LIST_SETS:
         raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
     if precision.name == "float32":

@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass
 
 from .cpuinfo import cpuinfo_fields
 
-__all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "status", "SWITCH", "ISA_VARIABLE", "AMX_ISA", "STATES"]
+__all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "status", "SWITCH", "ISA_VARIABLE", "AMX_ISA",
+           "STATES"]
 
 #: Linux's ``arch_prctl`` on x86-64 and the codes of ``arch/x86/include/uapi/asm/prctl.h``.
 SYS_ARCH_PRCTL = 158

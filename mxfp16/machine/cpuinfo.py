@@ -1,4 +1,5 @@
-"""The first processor's fields of ``/proc/cpuinfo``: what :mod:`~mxfp16.machine.hardware` and :mod:`~mxfp16.machine.amx` read.
+"""The first processor's fields of ``/proc/cpuinfo``: what :mod:`~mxfp16.machine.hardware` and
+:mod:`~mxfp16.machine.amx` read.
 
 Nothing here imports MXNet or any other part of mxfp16.
 """

@@ -225,7 +225,8 @@ class TrainConfig:
                  f"{name} {value!r}: choose one of {', '.join(choices)}")
         for name in ("image_size", "epochs", "batch_size", "log_every", "keep_checkpoints"):
             value = getattr(self, name)
-            need(value is None or (isinstance(value, int) and value >= 1), f"{name}={value!r}: must be a whole number >= 1")
+            need(value is None or (isinstance(value, int) and value >= 1),
+                 f"{name}={value!r}: must be a whole number >= 1")
         need(self.image_size is None or 8 <= self.image_size <= MAX_IMAGE_SIDE,
              f"image_size={self.image_size}: must be between 8 and {MAX_IMAGE_SIDE} pixels")
         for name, high in (("epochs", MAX_COUNT), ("log_every", MAX_COUNT), ("keep_checkpoints", 1000),
@@ -252,7 +253,8 @@ class TrainConfig:
         need(self.warmup_epochs is None or self.warmup_epochs >= 0, f"warmup_epochs={self.warmup_epochs}: must be >= 0")
         if self.epochs is not None and self.warmup_epochs is not None:
             need(self.warmup_epochs < self.epochs,
-                 f"warmup_epochs={self.warmup_epochs} leaves no epoch after warm-up of {self.epochs}; lower it or raise --epochs")
+                 f"warmup_epochs={self.warmup_epochs} leaves no epoch after warm-up of {self.epochs}; "
+                 "lower it or raise --epochs")
         if self.step_epochs is not None:
             need(all(isinstance(e, int) and e >= 1 for e in self.step_epochs),
                  f"step_epochs={list(self.step_epochs)}: epochs count from 1, e.g. --step-epochs 10,20")
@@ -322,7 +324,8 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
         values = dict(values)
         if values.get("step_epochs") is not None:
             values["step_epochs"] = tuple(values["step_epochs"])

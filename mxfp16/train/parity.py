@@ -141,7 +141,8 @@ def check_groups(a_runs, b_runs, allow_differences=False):
             differences.append(f"{side} {key}: {values}")
             within.add(key)
     differences += [f"between --a and --b: {key}: {values}"
-                    for key, values in settings_differences(everything, PRECISION_SETTINGS).items() if key not in within]
+                    for key, values in settings_differences(everything, PRECISION_SETTINGS).items()
+                    if key not in within]
     if differences and not allow_differences:
         raise RunDirError("the runs differ in more than the seed (and, between the sides, the precision), so they "
                           "are not seeds of one experiment:\n  " + "\n  ".join(differences[:12])
@@ -275,8 +276,8 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RE
     a_runs, b_runs = load_runs(expand_paths(a_paths)), load_runs(expand_paths(b_paths))
     differences = check_groups(a_runs, b_runs, allow_differences)
     a, b = side_summary(a_runs), side_summary(b_runs)
-    report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence, "differences": differences,
-              "gap": b["mean"] - a["mean"],
+    report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence,
+              "differences": differences, "gap": b["mean"] - a["mean"],
               "welch": welch_interval(a["final_val_top1"], b["final_val_top1"], confidence),
               "paired": None, "speedup": None}
     by_seed = [{r.config.get("seed"): 100.0 * r.summary["final_val_top1"] for r in runs} for runs in (a_runs, b_runs)]

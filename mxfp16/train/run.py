@@ -292,7 +292,8 @@ def _build(config, saved, profile_fields, log, locks):
     if wanted is not None and threads["threads"] not in (None, wanted):
         raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
                           "this process and fixes the count when it loads; pass --threads on the command line, or "
-                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before importing mxnet")
+                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
+                          "importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
@@ -389,7 +390,8 @@ def _record(run, changes, facts, command):
 
 
 def _saved_config(out, resume):
-    """The ``config.json`` of the run in ``out``: ``None`` when there is none, ``{}`` when damaged (refused on resume)."""
+    """The ``config.json`` of the run in ``out``: ``None`` when there is none, ``{}`` when damaged (refused on
+    resume)."""
     try:
         return RunOutputs(out).read_config()
     except JSONFileError as err:

@@ -122,7 +122,7 @@ _IMPORT_PROBE = textwrap.dedent("""
         "maps": maps,
         "preloaded": [s.library.soname for s in libraries.preload() if s.loaded],
         "features": sorted(n for n, f in mx.runtime.Features().items() if f.enabled),
-        "gpus": hardware.gpu_count(),      # 0 when the driver answers "no device" 
+        "gpus": hardware.gpu_count(),      # 0 when the driver answers "no device"
         "mxnet": mx.__version__,
     }))
 """)
@@ -187,7 +187,8 @@ def check_import(check, statuses, folders, env):
     result = json.loads(probe.stdout.strip().splitlines()[-1])
     unmapped = [soname for soname, where in result["maps"].items() if not where]
     outside = [s.library.soname for s in statuses
-               if result["maps"].get(s.library.soname) and not result["maps"][s.library.soname].startswith(tuple(folders))]
+               if result["maps"].get(s.library.soname)
+               and not result["maps"][s.library.soname].startswith(tuple(folders))]
     check.record(name, not unmapped and not outside and "CUDA" in result["features"],
                  f"MXNet {result['mxnet']}, features: {', '.join(result['features'])}\n"
                  f"preloaded: {', '.join(result['preloaded'])}\n"

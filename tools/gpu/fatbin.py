@@ -246,7 +246,8 @@ def find_cuobjdump():
         return found
     candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")]
     for entry in sys.path:
-        candidates += [os.path.join(entry, "nvidia", sub, "bin", "cuobjdump") for sub in ("cu13", "cu12", "cuda_cuobjdump")]
+        candidates += [os.path.join(entry, "nvidia", sub, "bin", "cuobjdump")
+                       for sub in ("cu13", "cu12", "cuda_cuobjdump")]
     return next((c for c in candidates if os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 

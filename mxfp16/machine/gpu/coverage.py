@@ -155,7 +155,8 @@ def gpu_support(gpus):
             row = {"capability": None, "status": "unknown", "detail": "compute capability unknown (no nvidia-smi)"}
         elif not table_applies():
             row = {"capability": cap, "status": "unknown",
-                   "detail": "no kernel table for this MXNet build: python tools/gpu/fatbin.py <its libmxnet.so> (in a source checkout of mxfp16)"}
+                   "detail": "no kernel table for this MXNet build: python tools/gpu/fatbin.py <its libmxnet.so> "
+                             "(in a source checkout of mxfp16)"}
         else:
             row = wheel_coverage(cap).as_dict()
         rows.append({"index": gpu["index"], **row})
