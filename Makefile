@@ -1,6 +1,6 @@
 # The two set-up commands (see README):
 #   make demo   create .venv, install mxfp16[cpu,notebooks,onnx], run the main job
-#   make test   the same venv plus the dev tools, then the whole test suite,
+#   make test   the same venv plus the dev tools, then lint (ruff), the whole test suite,
 #               then the newest-Python leg (test-newest) in a venv of its own
 # Both take the interpreter from PYTHON (default python3): `make demo
 # PYTHON=python3.13` works with any Python from 3.8 to 3.13 (a pyenv version
@@ -78,6 +78,7 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 demo --out $(DEMO_RUNS)
 
 test: $(VENV)/.test-installed
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 	@$(MAKE) --no-print-directory test-newest
 
