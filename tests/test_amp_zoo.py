@@ -149,8 +149,11 @@ UNTRAINABLE = {"nasnet": "could not construct a sub-memory"}
 
 @requires_bfloat16
 def test_one_model_per_family_trains_in_bfloat16_like_float32(zoo, tmp_path_factory):
-    names = representatives(zoo)
     families = {name: family for family, members in amp_zoo.families().items() for name in members}
+    # The models known to fail go last: after oneDNN fails to build a primitive, the next model trained in
+    # the same process can fail too (a float32 ResidualAttentionNet after NASNet: "could not construct a
+    # sub-memory"), which would blame a model that trains on its own.
+    names = sorted(representatives(zoo), key=lambda name: families[name] in UNTRAINABLE)
     assert len(names) >= 20
     runs = [_train(p, names, tmp_path_factory) for p in ("float32", "amp-bfloat16")]
     (ref, ref_arrays), (low, low_arrays) = [_load(*run) for run in runs]
