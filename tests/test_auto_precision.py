@@ -23,10 +23,14 @@ def timed(monkeypatch, tmp_path):
         ms = {"float32": 100.0, "amp-bfloat16": 50.0}
         status = {}
         runs = []
+        iters = []
 
     def run(spec, timeout=None):
         Timed.runs.append(spec.precision)
-        return _record(spec.precision, Timed.ms[spec.precision], Timed.status.get(spec.precision, "ok"))
+        Timed.iters.append(spec.iters)
+        ms = Timed.ms[spec.precision]
+        ms = ms.pop(0) if isinstance(ms, list) else ms   # a list: one time per round
+        return _record(spec.precision, ms, Timed.status.get(spec.precision, "ok"))
 
     monkeypatch.setattr(auto, "run_in_subprocess", run)
     monkeypatch.setattr(hardware, "bfloat16_support", lambda: NATIVE)
@@ -51,6 +55,30 @@ def test_the_faster_precision_is_chosen_beyond_the_margin(timed, f32, bf16, chos
     assert f"{f32 / bf16:.2f}x" in verdict.reason and "cifar_resnet20_v1" in verdict.reason
 
 
+def test_a_first_round_near_one_is_confirmed_by_longer_rounds_and_their_median_decides(timed):
+    # 1.11x in the first short round, 0.95x and 1.02x in the two longer ones: float32 (median 1.02x).
+    timed.ms = {"float32": [100.0, 95.0, 102.0], "amp-bfloat16": [90.0, 100.0, 100.0]}
+    lines = []
+    verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
+    assert timed.runs == ["float32", "amp-bfloat16"] * 3
+    assert verdict.round_ratios == pytest.approx((100 / 90, 0.95, 1.02)) and verdict.ratio == pytest.approx(1.02)
+    assert verdict.precision == "float32" and "median of 3 rounds" in verdict.reason
+    assert (verdict.float32_ms, verdict.candidate_ms) == (100.0, 100.0)   # each precision's median time
+    # The confirming rounds time at least MIN_REPEAT_MS per repeat: 500 ms of 90 ms steps is 6 steps.
+    assert timed.iters[:2] == [auto.PROBE_ITERS] * 2 and timed.iters[2:] == [6] * 4
+    assert any("too close to call" in line for line in lines)
+    # A clear first round decides alone, either way.
+    for f32, bf16, chosen in ((100.0, 70.0, "amp-bfloat16"), (100.0, 130.0, "float32")):
+        timed.runs.clear()
+        timed.ms = {"float32": f32, "amp-bfloat16": bf16}
+        clear = auto.measured_auto(auto.probe_spec("cifar_resnet20_v1", 32, int(f32 + bf16), 10),
+                                   log=lambda line: None, cache=timed.cache)
+        assert clear.precision == chosen and len(timed.runs) == 2
+    # The cached verdict keeps its rounds.
+    again = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
+    assert again.cached and again.round_ratios == pytest.approx(verdict.round_ratios)
+
+
 def test_the_verdict_is_cached_per_shape(timed):
     first = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
     again = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
@@ -59,7 +87,7 @@ def test_the_verdict_is_cached_per_shape(timed):
                                cache=timed.cache)
     assert not other.cached and len(timed.runs) == 4  # another batch size is another verdict
     doc = json.loads(open(timed.cache).read())
-    assert doc["version"] == 1 and len(doc["verdicts"]) == 2
+    assert doc["version"] == auto._CACHE_VERSION and len(doc["verdicts"]) == 2
 
 
 def test_a_damaged_cache_is_measured_again_and_rewritten(timed):
@@ -68,7 +96,7 @@ def test_a_damaged_cache_is_measured_again_and_rewritten(timed):
     with open(timed.cache, "w") as handle:
         handle.write("{not json")
     verdict = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    assert verdict.measured and json.loads(open(timed.cache).read())["version"] == 1
+    assert verdict.measured and json.loads(open(timed.cache).read())["version"] == auto._CACHE_VERSION
 
 
 def test_a_failed_probe_falls_back_to_float32_and_is_not_cached(timed):

@@ -78,6 +78,18 @@ def test_import_never_raises_and_help_and_version_answer_without_mxnet_whatever_
     assert proc.returncode == 2 and "invalid choice: 'no-such-command'" in proc.stderr
 
 
+def test_a_nested_openmp_count_is_understood_by_import_help_and_mxnet():
+    # OMP_NUM_THREADS=2,2 is valid OpenMP (threads per nesting level): imported, answered and run, not refused.
+    code = ("import mxfp16, mxnet as mx, os\n"
+            "print(os.environ['OMP_NUM_THREADS'], mx.nd.ones((2, 3)).sum().asscalar())")
+    proc, _ = _child(["-c", code], OMP_NUM_THREADS="2,2")
+    assert proc.returncode == 0, proc.stderr
+    count, total = proc.stdout.split()[-2:]
+    assert count in ("1,1", "2,2") and float(total) == 6.0   # lowered per level to this process's cores at most
+    proc, _ = _child(["-m", "mxfp16", "--help"], OMP_NUM_THREADS="2,2")
+    assert proc.returncode == 0 and "usage: mxfp16" in proc.stdout, proc.stderr
+
+
 def test_parsers_are_built_without_mxnet():
     proc, _ = _child(["-c", "import sys, mxfp16.cli as c; c.build_parser(); print(sorted(m for m in "
                             "('mxnet', 'cv2', 'gluoncv') if m in sys.modules))"])

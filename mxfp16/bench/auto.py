@@ -11,6 +11,11 @@ few training steps of the actual model, shape and batch in float32 and in
 amp-bfloat16, each in its own process (AMP is process-global) through the
 benchmark's runner (:func:`mxfp16.bench.runner.measure`, the trainer's own
 step), and keeps amp-bfloat16 only when it is faster by :data:`MARGIN`.
+A first ratio near 1 (between ``1/CLEAR`` and :data:`CLEAR`) is inside what
+a short probe can tell apart on a shared or virtual machine, so it is
+confirmed by :data:`CONFIRM_ROUNDS` more rounds, float32 and amp-bfloat16 in
+turn, each repeat at least :data:`MIN_REPEAT_MS` long, and the median of the
+rounds' own ratios decides.
 
 The verdict is cached per machine and software (the CPU's identity, the AMX
 state, ``DNNL_MAX_CPU_ISA``, MXNet's and mxfp16's versions, the thread
@@ -25,7 +30,9 @@ Where measuring cannot help, the rule decides without a measurement: GPUs
 (float16), CPUs that cannot run bfloat16, and CPUs that only emulate it.
 """
 import json
+import math
 import os
+import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -39,9 +46,14 @@ __all__ = ["AutoVerdict", "measured_auto", "probe_spec", "cache_file", "MARGIN"]
 MARGIN = 1.05
 #: The probe: steps not timed (graph build, oneDNN primitives), then repeats of a few timed steps each.
 PROBE_WARMUP, PROBE_ITERS, PROBE_REPEATS = 2, 3, 3
+#: A first ratio beyond this (or below its inverse) decides at once; one nearer 1 is confirmed.
+CLEAR = 1.25
+#: Rounds after the first when it did not decide, and how long each timed repeat of theirs lasts at least
+#: (a 30 ms step timed 3 times moved by 15% between processes on a 2-core VM; 500 ms of steps do not).
+CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 500.0, 50
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: verdicts confirmed over rounds (version 1's came from one short round)
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,9 @@ class AutoVerdict:
     cached : bool
         Whether the verdict came from the cache.
     float32_ms, candidate_ms : float or None
-        Median milliseconds per step of each.
+        Median milliseconds per step of each (over the rounds).
+    round_ratios : list of float
+        Each round's own ratio, float32's time over amp-bfloat16's.
     """
 
     precision: str
@@ -68,10 +82,13 @@ class AutoVerdict:
     cached: bool = False
     float32_ms: object = None
     candidate_ms: object = None
+    round_ratios: tuple = ()
 
     @property
     def ratio(self):
-        """float32's time over amp-bfloat16's: above 1 means bfloat16 is faster."""
+        """float32's time over amp-bfloat16's (the median of the rounds' ratios): above 1, bfloat16 is faster."""
+        if self.round_ratios:
+            return statistics.median(self.round_ratios)
         if not self.float32_ms or not self.candidate_ms:
             return None
         return self.float32_ms / self.candidate_ms
@@ -129,7 +146,7 @@ def _from_cache(entry):
         return None
     if verdict.precision not in ("float32", CANDIDATE):
         return None
-    return replace(verdict, cached=True)
+    return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ()))
 
 
 def _busy():
@@ -144,21 +161,56 @@ def _busy():
     return f"1-minute load average {load:.1f} on {cores} core(s)" if load >= cores else None
 
 
-def _decide(spec, float32, candidate):
+def _failure(spec, rounds):
+    """The verdict when a probe did not run (float32, the safe side), else ``None``."""
+    failed = [r for pair in rounds for r in pair if r.get("status") != "ok"]
+    if not failed:
+        return None
     where = f"{spec.model} at {spec.image_size} px, batch {spec.batch_size}"
-    failed = [r for r in (float32, candidate) if r.get("status") != "ok"]
-    if failed:
-        why = (failed[0].get("reason") or "no reason given").strip().splitlines()[-1]
-        return AutoVerdict("float32", f"measuring {failed[0].get('precision')} for {where} failed ({why}); float32 "
-                                      "is the safe side")
-    f32, bf16 = float32["ms_per_step"], candidate["ms_per_step"]
-    ratio = f32 / bf16
+    why = (failed[0].get("reason") or "no reason given").strip().splitlines()[-1]
+    return AutoVerdict("float32", f"measuring {failed[0].get('precision')} for {where} failed ({why}); float32 "
+                                  "is the safe side")
+
+
+def _decide(spec, rounds):
+    """The verdict from ``[(float32 record, candidate record), ...]``, one pair per round."""
+    failure = _failure(spec, rounds)
+    if failure is not None:
+        return failure
+    where = f"{spec.model} at {spec.image_size} px, batch {spec.batch_size}"
+    ratios = [f["ms_per_step"] / c["ms_per_step"] for f, c in rounds]
+    f32 = statistics.median(f["ms_per_step"] for f, _ in rounds)
+    bf16 = statistics.median(c["ms_per_step"] for _, c in rounds)
+    ratio = statistics.median(ratios)
+    over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
+    measured = (f"measured {CANDIDATE} at {ratio:.2f}x float32's speed for {where} on this CPU "
+                f"({bf16:.0f} against {f32:.0f} ms/step{over}")
     if ratio >= MARGIN:
-        return AutoVerdict(CANDIDATE, f"measured {CANDIDATE} at {ratio:.2f}x float32's speed for {where} on this "
-                                      f"CPU ({bf16:.0f} against {f32:.0f} ms/step)", True, False, f32, bf16)
-    return AutoVerdict("float32", f"measured {CANDIDATE} at {ratio:.2f}x float32's speed for {where} on this CPU "
-                                  f"({bf16:.0f} against {f32:.0f} ms/step; it must be {MARGIN:.2f}x to be chosen)",
-                       True, False, f32, bf16)
+        return AutoVerdict(CANDIDATE, measured + ")", True, False, f32, bf16, tuple(ratios))
+    return AutoVerdict("float32", measured + f"; it must be {MARGIN:.2f}x to be chosen)", True, False, f32, bf16,
+                       tuple(ratios))
+
+
+def _probe_rounds(spec, timeout, log):
+    """One round of float32 then amp-bfloat16; more, with longer repeats, when the first does not decide."""
+    def one_round(probe):
+        return (run_in_subprocess(replace(probe, precision="float32"), timeout=timeout),
+                run_in_subprocess(replace(probe, precision=CANDIDATE), timeout=timeout))
+
+    rounds = [one_round(spec)]
+    if _failure(spec, rounds) is not None:
+        return rounds
+    f32, bf16 = (r["ms_per_step"] for r in rounds[0])
+    if not 1 / CLEAR < f32 / bf16 < CLEAR:
+        return rounds
+    iters = min(MAX_CONFIRM_ITERS, max(spec.iters, math.ceil(MIN_REPEAT_MS / min(f32, bf16))))
+    log(f"auto: {f32 / bf16:.2f}x is too close to call from one short round; {CONFIRM_ROUNDS} more of "
+        f"{iters} steps per repeat")
+    for _ in range(CONFIRM_ROUNDS):
+        rounds.append(one_round(replace(spec, iters=iters)))
+        if _failure(spec, rounds) is not None:
+            break
+    return rounds
 
 
 def measured_auto(spec, log=print, timeout=None, cache=None):
@@ -199,16 +251,14 @@ def measured_auto(spec, log=print, timeout=None, cache=None):
     log(f"auto: timing {spec.model} ({spec.image_size} px, batch {spec.batch_size}) in float32 and {CANDIDATE}, "
         f"a few steps each in its own process; the verdict is kept in {cache}")
     tic = time.perf_counter()
-    float32 = run_in_subprocess(replace(spec, precision="float32"), timeout=timeout)
-    candidate = run_in_subprocess(replace(spec, precision=CANDIDATE), timeout=timeout)
-    verdict = _decide(spec, float32, candidate)
+    verdict = _decide(spec, _probe_rounds(spec, timeout, log))
     log(f"auto: measured in {time.perf_counter() - tic:.0f} s")
     if busy:
         log(f"auto: the CPU was busy when the probe started ({busy}); this verdict is used once and not kept")
         return replace(verdict, reason=f"{verdict.reason}; measured under load ({busy})")
     if verdict.measured:
         verdicts = _read_cache(cache)  # another process may have added its own since
-        verdicts[key] = {k: v for k, v in asdict(verdict).items() if k != "cached"}
+        verdicts[key] = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
         try:
             os.makedirs(os.path.dirname(cache), exist_ok=True)
             write_json(cache, {"version": _CACHE_VERSION, "verdicts": verdicts})
