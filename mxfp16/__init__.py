@@ -29,10 +29,10 @@ MXNet reads only when it loads: import mxfp16 before mxnet. The names below impo
 (and MXNet) on first use.
 """
 from . import _lazy
+from ._version import __version__
 from .machine import amx as _amx
 from .machine import environment as _environment
 from .machine.stack import prepare_stack as _prepare_stack
-from ._version import __version__
 
 _amx.enable_amx()  # first: the tile request fails once a small signal stack exists; MXNet reads the ISA at load
 _prepare_stack()

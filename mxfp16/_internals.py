@@ -192,7 +192,7 @@ def operator_aliases():
     import ctypes
 
     import mxnet as mx
-    from mxnet.base import OpHandle, _LIB, c_str, check_call
+    from mxnet.base import _LIB, OpHandle, c_str, check_call
 
     by_handle = {}
     for name in mx.operator.get_all_registered_operators():

@@ -285,8 +285,9 @@ def _small_update(name, multi_precision):
 
 
 def _probe(name):
-    from mxnet import profiler
     import warnings
+
+    from mxnet import profiler
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the float16-without-master warning is the point here

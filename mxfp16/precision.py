@@ -28,10 +28,9 @@ bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
 """
 from dataclasses import asdict, dataclass
 
-
-from .machine import hardware
 from ._internals import amp_initialized
 from .devices import as_context_list as _as_context_list
+from .machine import hardware
 
 PRECISIONS = ("float32", "float16", "amp-float16", "amp-bfloat16", "auto")
 

@@ -117,12 +117,13 @@ def batches(steps, seed):
 
 def train_run(spec):
     """Train one run in this process and return its record (see :func:`run_in_subprocess`)."""
+    import mxfp16
+
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    import mxfp16
-    from .models import small_convnet
     from .devices import as_context_list
+    from .models import small_convnet
 
     contexts = as_context_list(spec.ctx)
     precision = mxfp16.resolve_precision(spec.precision, contexts)

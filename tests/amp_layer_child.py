@@ -12,10 +12,10 @@ import json
 import sys
 import traceback
 
-import numpy as np
-
 import mxfp16
 from mxfp16.amp_table import LAYERS, _Cast, _numpy_scope
+
+import numpy as np
 
 STEPS = 3
 

@@ -12,9 +12,9 @@ them with the float32 run.
 import json
 import sys
 
-import numpy as np
-
 import mxfp16
+
+import numpy as np
 
 STEPS = 3
 
@@ -81,9 +81,9 @@ def build(hybrid):
 
 def graph_dtypes(net):
     """``{dtype: count}`` of the hybridized graph's operators (AMP's casts left out)."""
-    import mxnet as mx
-
     from mxfp16.amp_wrappers import dtype_name
+
+    import mxnet as mx
 
     out = net(mx.sym.var("data").as_np_ndarray()).as_nd_ndarray()
     internals = out.get_internals()
@@ -100,10 +100,10 @@ def graph_dtypes(net):
 
 
 def train(hybrid):
+    from mxfp16.amp_wrappers import cast, dtype_name
+
     import mxnet as mx
     from mxnet import autograd, gluon
-
-    from mxfp16.amp_wrappers import cast, dtype_name
 
     mx.random.seed(0)
     rng = np.random.RandomState(0)
@@ -137,9 +137,9 @@ def train(hybrid):
 
 
 def main(precision_name, out):
-    from mxnet import npx
-
     from mxfp16 import amp_numpy
+
+    from mxnet import npx
 
     precision = mxfp16.resolve_precision(precision_name, "cpu")
     mxfp16.activate(precision)

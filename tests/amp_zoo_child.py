@@ -14,9 +14,9 @@ import sys
 import time
 import traceback
 
-import numpy as np
-
 import mxfp16
+
+import numpy as np
 
 STEPS = 3
 BATCH = 2
@@ -43,11 +43,11 @@ def smallest_size(net, name):
 
 
 def train(name):
-    import mxnet as mx
-    from mxnet import autograd, gluon
-
     from mxfp16._gluoncv import import_gluoncv
     from mxfp16.amp_wrappers import cast
+
+    import mxnet as mx
+    from mxnet import autograd, gluon
 
     zoo = import_gluoncv().model_zoo
     mx.random.seed(0)

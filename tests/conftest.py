@@ -12,10 +12,10 @@ import sys
 import tempfile
 import textwrap
 
-import pytest
-
 import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16.machine.stack)
 from mxfp16.machine import hardware
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # auto's verdicts (mxfp16.bench.auto) go to a folder of this session's: tests neither read a user's cached

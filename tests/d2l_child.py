@@ -14,9 +14,9 @@ the runs.
 import json
 import sys
 
-import numpy as np
-
 import mxfp16
+
+import numpy as np
 
 STEPS = 3
 
@@ -25,11 +25,11 @@ class DtypeCounter:
     """Counts, per dtype, the numpy-mode operator calls whose first output has it."""
 
     def __init__(self):
-        import mxnet as mx
-
-        from mxfp16.amp_numpy import numpy_operators
         from mxfp16._internals import numpy_operator_functions
+        from mxfp16.amp_numpy import numpy_operators
         from mxfp16.amp_wrappers import dtype_name
+
+        import mxnet as mx
 
         self.counts = {}
         functions = {id(getattr(m, a)): getattr(m, a) for name in numpy_operators()
@@ -55,10 +55,10 @@ class DtypeCounter:
 
 def build(name):
     """The model, its inputs and a float32 loss of its outputs."""
+    from mxfp16.amp_wrappers import cast
+
     from d2l import mxnet as d2l
     from mxnet import gluon, np
-
-    from mxfp16.amp_wrappers import cast
 
     source = __import__("numpy").random.RandomState(0)  # d2l's np is MXNet's
     ce = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -91,10 +91,10 @@ def build(name):
 
 
 def train(name):
+    from mxfp16.amp_wrappers import cast
+
     import mxnet as mx
     from mxnet import autograd, gluon
-
-    from mxfp16.amp_wrappers import cast
 
     mx.random.seed(0)
     net, inputs, loss_of = build(name)

@@ -31,10 +31,11 @@ import subprocess
 import sys
 
 import mxfp16  # before mxnet: the numpy names MXNet 1.9.1 needs on numpy 1.24+
-import mxnet as mx
-import numpy as np
 from mxfp16.distributed import sync_parameters
 from mxfp16.models import elementwise_mlp
+
+import mxnet as mx
+import numpy as np
 
 IN_UNITS, HIDDEN, CLASSES = 8, 16, 4
 

@@ -5,10 +5,10 @@
 convolution, a pooling and a dense layer at 16 px, through the same
 library calls, without a training run or the agreement check.
 """
+from mxfp16.inference import bundle
+
 import numpy as np
 from PIL import Image
-
-from mxfp16.inference import bundle
 
 CLASSES = ["circle", "square", "triangle"]
 SIZE = 16

@@ -9,8 +9,8 @@ trainer's callback variable, which :func:`environment` sets up::
 """
 import os
 
-from mxfp16.train.loop import Callback
 from mxfp16.train.callbacks import CALLBACKS_VARIABLE
+from mxfp16.train.loop import Callback
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 OVERFLOW_STEP, OVERFLOW_RANK, INTERRUPT_STEP = ("MXFP16_TEST_OVERFLOW_STEP", "MXFP16_TEST_OVERFLOW_RANK",

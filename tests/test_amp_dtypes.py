@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import numpy as np
-
 from conftest import requires_bfloat16
 
 CHILD = r'''

@@ -11,11 +11,12 @@ import json
 import os
 import subprocess
 import sys
+
+from mxfp16 import amp_table
+
 import numpy as np
 import pytest
-
 from conftest import requires_bfloat16
-from mxfp16 import amp_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(REPO, "tests", "amp_layer_child.py")

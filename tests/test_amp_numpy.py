@@ -14,7 +14,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, requires_bfloat16, run_python
 
 CHILD = os.path.join(REPO, "tests", "amp_numpy_child.py")
@@ -189,9 +188,9 @@ def test_the_only_numpy_function_that_bypasses_the_operator_functions_is_wrapped
     # generated function mxfp16 wraps; FFI_FUNCTIONS must name every such function that takes tensors.
     import re
 
-    import mxnet
-
     from mxfp16.amp_numpy import FFI_FUNCTIONS
+
+    import mxnet
 
     with open(os.path.join(os.path.dirname(mxnet.__file__), "ndarray", "numpy", "_op.py"), encoding="utf-8") as f:
         source = f.read()
@@ -205,9 +204,9 @@ def test_what_numpy_mode_cannot_do_in_bfloat16_in_mxnet_1_9_1():
     # assignment of float32 values into a bfloat16 array call) looks the dtype up by its numpy type, and
     # numpy has no bfloat16 (MXNet's is a structured dtype, numpy.void). The legacy mx.nd.empty can.
     # docs/amp-table.md ("numpy mode") says so; when this starts to pass, say it no longer.
-    import mxnet as mx
-
     from mxfp16.amp_wrappers import BFLOAT16, dtype_name
+
+    import mxnet as mx
 
     assert dtype_name(mx.nd.empty((1,), dtype=BFLOAT16).dtype) == "bfloat16"
     with pytest.raises(KeyError):

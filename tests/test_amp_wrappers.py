@@ -5,12 +5,11 @@ CPU (no bfloat16 arithmetic), and the wrappers treat both 16-bit dtypes alike.
 """
 import json
 
-import numpy as np
-import pytest
+from mxfp16 import amp_wrappers as w
 
 import mxnet as mx
-
-from mxfp16 import amp_wrappers as w
+import numpy as np
+import pytest
 
 
 def _seen(calls):

@@ -11,11 +11,11 @@ import os
 import subprocess
 import sys
 
+from mxfp16 import amp_zoo
+
 import numpy as np
 import pytest
-
 from conftest import REPO, requires_bfloat16, run_python
-from mxfp16 import amp_zoo
 
 CHILD = os.path.join(REPO, "tests", "amp_zoo_child.py")
 

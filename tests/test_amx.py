@@ -9,10 +9,9 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from mxfp16.machine import amx, hardware
 
+import pytest
 from conftest import REPO
 
 AMX_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "amx_tile"}

@@ -9,10 +9,10 @@ working on machines without AMX.
 import importlib.util
 import os
 
-import pytest
-
-from conftest import REPO, requires_bfloat16
 from mxfp16.machine import amx
+
+import pytest
+from conftest import REPO, requires_bfloat16
 
 _spec = importlib.util.spec_from_file_location("amx_check", os.path.join(REPO, "tools", "amx_check.py"))
 amx_check = importlib.util.module_from_spec(_spec)

@@ -1,11 +1,10 @@
 """``auto`` decided by timing the model (mxfp16.bench.auto): the verdict, its cache, and the trainer's use of it."""
 import json
 
-import pytest
-
 from mxfp16.bench import auto
 from mxfp16.machine import hardware
 
+import pytest
 from conftest import requires_bfloat16
 
 NATIVE = hardware.BFloat16Support("native", "avx512_bf16")
@@ -149,10 +148,10 @@ class _Cluster:
 
 
 def test_the_trainer_times_its_own_model_for_auto(monkeypatch):
-    import mxnet as mx
-
     from mxfp16.precision import resolve_precision
     from mxfp16.train import run
+
+    import mxnet as mx
 
     asked = []
 

@@ -5,12 +5,11 @@ reference is a float64 numpy convolution.
 """
 import json
 
+from mxfp16.amp_lists import LIST_SETS, operator_lists
+
 import numpy as np
 import pytest
-
 from conftest import requires_bfloat16
-
-from mxfp16.amp_lists import LIST_SETS, operator_lists
 
 CHILD = """
 import mxfp16

@@ -1,13 +1,13 @@
 """`mxfp16 bench --data`: real batches from a folder or a RecordIO pack, as the trainer reads them."""
 import json
 
-import numpy as np
-import pytest
-
 from mxfp16.bench.runner import BenchSpec, _Batches
 from mxfp16.cli import main
 from mxfp16.data import synth_dataset
 from mxfp16.data.pack import pack_recordio
+
+import numpy as np
+import pytest
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """`mxfp16 bench --mode inference`: latency percentiles and throughput of the exported network, own processes."""
 import json
 
-import pytest
-
-from conftest import CPU_MIXED
 from mxfp16.bench import report
 from mxfp16.bench.runner import latency_fields
 from mxfp16.cli import main
+
+import pytest
+from conftest import CPU_MIXED
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = ["--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10", "--iters", "4", "--warmup", "1",

@@ -9,11 +9,11 @@ end to end; without torch those tests skip.
 """
 import json
 
-import pytest
-
 from mxfp16.bench import peer, report
 from mxfp16.cli import main
 from mxfp16.models import SEQUENCE_MODELS, build_model
+
+import pytest
 
 SMALL = ["--model", "resnet50_v2", "--image-size", "32", "--batch-sizes", "2", "--precisions", "float32",
          "--iters", "1", "--warmup", "0", "--repeats", "1", "--no-plots", "--peer", "pytorch"]

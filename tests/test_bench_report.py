@@ -4,10 +4,10 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from mxfp16.bench import report
 from mxfp16.bench.runner import BenchSpec, not_run
+
+import pytest
 
 
 def _record(precision, batch_size, ms, peak, lists=None, status="ok", image_size=64, cpu=None):

@@ -6,14 +6,14 @@ Every measurement runs in its own process, so these tests launch processes
 import json
 import os
 
-import pytest
-
-from conftest import BFLOAT16, requires_bfloat16
 from mxfp16.bench import report
 from mxfp16.bench.runner import BenchSpec
 from mxfp16.bench.suite import plan, run_suite
 from mxfp16.cli import main
 from mxfp16.machine import hardware
+
+import pytest
+from conftest import BFLOAT16, requires_bfloat16
 
 pytestmark = pytest.mark.slow
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,7 +1,7 @@
 """The tensor-core report: Conv/Dense sizes and batch sizes that are not multiples of 8."""
-from mxnet import gluon
-
 from mxfp16.bench.tensor_cores import format_report, tensor_core_report
+
+from mxnet import gluon
 
 
 def _net():

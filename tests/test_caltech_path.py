@@ -20,11 +20,11 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-import pytest
-from PIL import Image
-
 from mxfp16.data import DataError, make_loaders
 from mxfp16.data.layout import CALTECH101_TRAIN_PER_CLASS, caltech101_commands, caltech101_paths
+
+import pytest
+from PIL import Image
 from train_support import QUICK, REPO, ok, refused
 
 #: Images per class: more than the 30 the protocol trains on, so every class keeps some for test.

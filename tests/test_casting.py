@@ -1,12 +1,12 @@
 """Casting networks and batches."""
+from mxfp16 import cast_batch, cast_net, dtype_report, import_gluoncv, to_float32
+from mxfp16._internals import block_children
+from mxfp16.models import elementwise_mlp
+
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import gluon
-
-from mxfp16 import cast_batch, cast_net, dtype_report, import_gluoncv, to_float32
-from mxfp16._internals import block_children
-from mxfp16.models import elementwise_mlp
 
 get_model = import_gluoncv().model_zoo.get_model
 

@@ -2,12 +2,12 @@
 import json
 import os
 
-import numpy as np
-import pytest
-
-from mxfp16.train.compare import RunDirError, comparison_table, load_runs
 from mxfp16.cli import main
 from mxfp16.fileio import append_jsonl, write_json
+from mxfp16.train.compare import RunDirError, comparison_table, load_runs
+
+import numpy as np
+import pytest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -139,9 +139,9 @@ def test_one_run_per_side_reports_no_interval(tmp_path):
 
 def test_seeds_needed_solves_the_t_interval_for_n():
     """Checked against scipy's t quantiles directly: n is the first count whose half-width is within reach."""
-    from scipy import stats
-
     from mxfp16.train.parity import seeds_needed
+
+    from scipy import stats
 
     def paired_half(n, sd):
         return stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 
-import pytest
+from mxfp16.console import GuardedStdout
 
+import pytest
 from conftest import REPO
 from export_support import images, tiny_export
-from mxfp16.console import GuardedStdout
 from train_support import QUICK, tiny_dataset
 
 ENV = dict(os.environ, PYTHONPATH=REPO)

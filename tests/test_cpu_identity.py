@@ -1,7 +1,7 @@
 """Which CPU a benchmark ran on: ``cpu_identity`` from fake /proc/cpuinfo text (no processes, no MXNet runs)."""
-import pytest
-
 from mxfp16.machine import cpuinfo, hardware
+
+import pytest
 
 
 def _cpuinfo(tmp_path, vendor, family, model, stepping, name, flags, processors=2):

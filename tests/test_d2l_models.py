@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, requires_bfloat16
 
 CHILD = os.path.join(REPO, "tests", "d2l_child.py")

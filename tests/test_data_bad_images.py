@@ -10,13 +10,13 @@ import struct
 import threading
 import zlib
 
-import numpy as np
-import pytest
-from PIL import Image
-
 from mxfp16.data import DataError, make_loaders, scan_image, synth_dataset
 from mxfp16.data.pack import pack_recordio
 from mxfp16.data.split import split_folder
+
+import numpy as np
+import pytest
+from PIL import Image
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +243,9 @@ def _encoded(fmt):
 
 
 def test_the_scan_admits_exactly_the_formats_mxnets_decoder_reads():
-    import mxnet as mx
-
     from mxfp16.data.validate import DECODABLE_FORMATS
+
+    import mxnet as mx
 
     decoded = set()
     for fmt in ("JPEG", "PNG", "BMP", "TIFF", "GIF", "WEBP", "PPM", "JPEG2000", "TGA", "ICO"):

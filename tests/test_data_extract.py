@@ -5,13 +5,12 @@ import struct
 import tarfile
 import zipfile
 
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.data import DataError
 from mxfp16.data.extract import ArchiveDamaged, ExtractLimits, parse_size, safe_extract
 from mxfp16.data.fetch import fetch_caltech101
 
+import pytest
 from test_data_fetch import CLASSES, _caltech_zip, _images, _jpeg
 
 MiB = 1 << 20

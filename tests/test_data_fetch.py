@@ -8,11 +8,11 @@ import tarfile
 import threading
 import zipfile
 
-import pytest
-from PIL import Image
-
 from mxfp16.data import DataError
 from mxfp16.data.fetch import fetch_caltech101, safe_extract
+
+import pytest
+from PIL import Image
 
 CLASSES = {"BACKGROUND_Google": 2, "accordion": 3, "airplanes": 2}
 

@@ -1,13 +1,13 @@
 """RecordIO: pack a folder split, read it back directly and through the recordio pipeline."""
 import json
 
+from mxfp16.data import DataError, make_loaders, synth_dataset
+from mxfp16.data.pack import pack_recordio
+
 import cv2
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16.data import DataError, make_loaders, synth_dataset
-from mxfp16.data.pack import pack_recordio
 
 SIZE = 32
 

@@ -1,12 +1,12 @@
 """The folder pipeline: batch format, evaluation transform, determinism, resume, sharding."""
 import collections
 
+from mxfp16.data import make_loaders, synth_dataset
+from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, resize_for
+
 import cv2
 import numpy as np
 import pytest
-
-from mxfp16.data import make_loaders, synth_dataset
-from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, resize_for
 
 SIZE = 32
 
@@ -201,8 +201,8 @@ def test_auto_augmentation_follows_the_manifest_then_the_image_size(mirrored, tm
     import json
     import shutil
 
-    from mxfp16.data.pack import pack_recordio
     from mxfp16.data.augment import DataError, resolve_augment
+    from mxfp16.data.pack import pack_recordio
 
     assert resolve_augment("auto", 32) == "light" and resolve_augment("auto", 64) == "imagenet"
     assert resolve_augment("auto", 32, {"min_crop_area": 0.4}) == "imagenet"

@@ -2,11 +2,11 @@
 import json
 import os
 
-import pytest
-from PIL import Image
-
 from mxfp16.data import DataError
 from mxfp16.data.split import split_folder
+
+import pytest
+from PIL import Image
 
 
 def _source(root, counts):

@@ -2,12 +2,11 @@
 import json
 import os
 
+from mxfp16.data import SHAPES, DataError, demo_dataset, synth, synth_dataset
+
 import numpy as np
 import pytest
 from PIL import Image
-
-from mxfp16.data import DataError, SHAPES, demo_dataset, synth_dataset
-from mxfp16.data import synth
 
 TINY = dict(classes=3, per_class=4, test_per_class=2, size=40, seed=7)
 

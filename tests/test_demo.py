@@ -1,9 +1,9 @@
 """``mxfp16 demo`` (what ``make demo`` runs): its first line says what auto is here, and no run is compared with
 itself."""
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.commands import demo
+
+import pytest
 
 
 @pytest.fixture

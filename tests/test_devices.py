@@ -1,11 +1,11 @@
 """Devices: --ctx parsed, formatted and checked once, with their own error type."""
 
-import mxnet as mx
-import pytest
-
 from mxfp16.devices import DeviceError, check_devices, format_ctx, parse_ctx, resolve_devices
 from mxfp16.machine.hardware import gpu_count
 from mxfp16.precision import PrecisionError
+
+import mxnet as mx
+import pytest
 
 
 def test_parse_ctx():

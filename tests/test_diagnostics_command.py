@@ -2,10 +2,10 @@
 import json
 import math
 
-import pytest
-
-from conftest import REPO
 from mxfp16.cli import main
+
+import pytest
+from conftest import REPO
 
 
 @pytest.fixture

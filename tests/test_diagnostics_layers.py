@@ -1,14 +1,14 @@
 """Per-layer access: activation-gradient probes and the float16 forward check (elementwise nets, CPU)."""
-import mxnet as mx
-import numpy as np
-import pytest
-from mxnet import autograd, gluon
-
 from mxfp16.casting import cast_net
 from mxfp16.diagnostics import float16_forward_runs_here, forward_check, gradient_ranges
 from mxfp16.diagnostics.collect import _activation_probes
 from mxfp16.diagnostics.layers import leaf_blocks
 from mxfp16.models import ElementwiseDense, elementwise_mlp
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
 
 
 def _mlp(seed=0, prefix="diag_"):

@@ -1,12 +1,12 @@
 """The loss-scale recommendation on synthetic gradients with a known maximum."""
 import math
 
+from mxfp16.diagnostics import RangeCollector, recommend_loss_scale
+from mxfp16.float_formats import FLOAT16
+
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16.diagnostics import RangeCollector, recommend_loss_scale
-from mxfp16.float_formats import FLOAT16
 
 
 def _stats(values):

@@ -1,12 +1,12 @@
 """Text, JSON and PNG reports of a diagnosis built from synthetic gradients."""
 import json
 
-import mxnet as mx
-import numpy as np
-
 from mxfp16.diagnostics import Diagnosis, RangeCollector, recommend_loss_scale, total
 from mxfp16.diagnostics.report import diagnosis_document, format_summary, format_table, plot_histogram
 from mxfp16.float_formats import FLOAT16
+
+import mxnet as mx
+import numpy as np
 
 
 def _diagnosis(loss_scale=1024.0):

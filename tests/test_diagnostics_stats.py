@@ -1,11 +1,19 @@
 """Gradient-range statistics against numpy float64 on known arrays."""
+from mxfp16.diagnostics.stats import (
+    LOG2_MAX,
+    LOG2_MIN,
+    MAX_LOG2_SCALE,
+    MIN_LOG2_SCALE,
+    RangeCollector,
+    histogram_edges,
+    log2_of_scale,
+    total,
+)
+from mxfp16.float_formats import FLOAT16
+
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16.diagnostics.stats import (LOG2_MAX, LOG2_MIN, MAX_LOG2_SCALE, MIN_LOG2_SCALE, RangeCollector,
-                                      histogram_edges, log2_of_scale, total)
-from mxfp16.float_formats import FLOAT16
 
 SCALES = [2.0 ** s for s in (MIN_LOG2_SCALE, 0, 3, 10, 16, 24, MAX_LOG2_SCALE)]
 

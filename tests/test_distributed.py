@@ -13,7 +13,6 @@ import re
 import sys
 
 import pytest
-
 from dist_support import alive, finish, launch_jobs, start_launch, started_pids
 
 pytestmark = pytest.mark.slow

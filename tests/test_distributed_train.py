@@ -10,15 +10,14 @@ import re
 import sys
 from pathlib import Path
 
+from mxfp16 import cli
+
 import numpy as np
 import pytest
-
 from conftest import BFLOAT16, requires_bfloat16
 from dist_support import launch_jobs
 from fault_injection import command_prefix
 from train_support import tiny_dataset
-
-from mxfp16 import cli
 
 pytestmark = pytest.mark.slow
 
@@ -88,9 +87,9 @@ def test_only_rank_0_writes_the_shared_outputs(runs, name):
 
 
 def test_float16_gradients_are_half_the_bytes_of_float32_for_the_same_network(runs, data_dir):
-    import mxnet as mx
-
     from mxfp16.models import build_model
+
+    import mxnet as mx
 
     bytes16 = {s["grad_bytes_pushed_per_step"] for s in rank_summaries(runs["float16"])}
     bytes32 = {s["grad_bytes_pushed_per_step"] for s in rank_summaries(runs["float32"])}

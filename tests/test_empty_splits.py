@@ -8,12 +8,12 @@ range float values are not JSON compliant: nan``, leaving ``.params`` and
 """
 import json
 
-import pytest
-
-import fault_injection
 from mxfp16.cli import main
 from mxfp16.data import synth_dataset
 from mxfp16.train.epochs import epoch_line, missing_marked
+
+import fault_injection
+import pytest
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 

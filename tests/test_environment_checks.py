@@ -11,13 +11,13 @@ import resource
 import subprocess
 import sys
 
-import pytest
-
-from conftest import REPO
 from mxfp16.cli import main
 from mxfp16.machine import environment
 from mxfp16.machine._mxnet_variables import VARIABLES
 from mxfp16.machine.environment import available_cores, check_environment, plan_threads
+
+import pytest
+from conftest import REPO
 
 CORES = available_cores()
 #: Each value that once raised at import (or aborted a command), and a word of the one-line message for it.

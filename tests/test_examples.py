@@ -10,9 +10,9 @@ import glob
 import os
 import re
 
-import pytest
-
 import mxfp16
+
+import pytest
 from conftest import REPO
 
 EXAMPLES = sorted(glob.glob(os.path.join(REPO, "examples", "real_clients", "*.py")))

@@ -10,13 +10,13 @@ import json
 import os
 import shutil
 
-import pytest
-
-from export_support import CLASSES, images, tiny_export, tiny_network
 from mxfp16.cli import main
 from mxfp16.inference import bundle
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.predict import Predictor
+
+import pytest
+from export_support import CLASSES, images, tiny_export, tiny_network
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_a_graph_of_200000_nodes_is_refused(copy, photos, capsys):
 
 
 def test_a_graph_just_within_the_bounds_is_checked_whole(tmp_path):
-    from mxfp16.symbol_file import GraphFileError, MAX_DEPTH, check_graph
+    from mxfp16.symbol_file import MAX_DEPTH, GraphFileError, check_graph
 
     path = tmp_path / "deep.json"
     chain = ",".join(f'{{"op": "relu", "name": "r{i}", "inputs": [[{i}, 0, 0]]}}' for i in range(MAX_DEPTH + 1))

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 _spec = importlib.util.spec_from_file_location("figures", Path(REPO) / "docs" / "hooks" / "figures.py")

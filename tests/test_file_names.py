@@ -11,11 +11,11 @@ import json
 import os
 import shutil
 
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.data import make_loaders
 from mxfp16.data.pack import escape_name, pack_recordio, unescape_name
+
+import pytest
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow

@@ -2,9 +2,9 @@
 import json
 import os
 
-import pytest
-
 from mxfp16.fileio import append_jsonl, atomic_path, atomic_write, default_mode, read_jsonl, sha256_file, write_json
+
+import pytest
 
 
 def test_failed_write_keeps_the_old_file(tmp_path):

@@ -1,9 +1,9 @@
 """The float16 / bfloat16 / float32 facts, against numpy's finfo and MXNet's bfloat16 cast."""
+from mxfp16.float_formats import BF16, BFLOAT16, FLOAT16, FLOAT32
+
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16.float_formats import BF16, BFLOAT16, FLOAT16, FLOAT32
 
 
 @pytest.mark.parametrize("fmt, dtype", [(FLOAT16, np.float16), (FLOAT32, np.float32)])

@@ -6,17 +6,17 @@ differ from these only in device and dtype, and are tested everywhere else.
 """
 import json
 
+from mxfp16 import cast_batch, train_step
+from mxfp16.devices import resolve_devices
+from mxfp16.machine.hardware import gpu_count
+from mxfp16.precision import Precision, resolve_precision
+from mxfp16.train.outputs import structural_names
+from mxfp16.training_parts import PartsSpec, build_parts
+
 import mxnet as mx
 import numpy as np
 import pytest
-
 from conftest import requires_gpu
-from mxfp16 import cast_batch, train_step
-from mxfp16.machine.hardware import gpu_count
-from mxfp16.devices import resolve_devices
-from mxfp16.training_parts import PartsSpec, build_parts
-from mxfp16.precision import Precision, resolve_precision
-from mxfp16.train.outputs import structural_names
 from train_support import QUICK, ok, run_train, summary, tiny_dataset
 
 pytestmark = [pytest.mark.gpu, requires_gpu]

@@ -4,7 +4,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import run_python
 from gpu_tools import check, driver_standin
 

@@ -1,11 +1,11 @@
 """Which GPUs a build's kernels cover: the CUDA compatibility rules, the shipped table and the docs page."""
 import os
 
-import pytest
-
-from conftest import REPO
 from mxfp16.machine.gpu import coverage, wheel_kernels
 from mxfp16.machine.gpu.coverage import NATIVE, PTX_JIT, UNSUPPORTED, classify
+
+import pytest
+from conftest import REPO
 
 
 @pytest.mark.parametrize("capability, sass, ptx, status, detail", [

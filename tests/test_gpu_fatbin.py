@@ -6,11 +6,12 @@ import struct
 import subprocess
 import sys
 
-import pytest
+from mxfp16.machine.gpu.elf import section_ranges
 
+import pytest
 from conftest import REPO
 from gpu_tools import fatbin
-from mxfp16.machine.gpu.elf import section_ranges
+
 FatbinError, parse_fatbin, read_library = fatbin.FatbinError, fatbin.parse_fatbin, fatbin.read_library
 
 PTX, SASS = 1, 2

@@ -13,11 +13,11 @@ import re
 import shutil
 import subprocess
 
-import pytest
-
-from conftest import REPO, run_python
 from mxfp16.machine.gpu import libraries
 from mxfp16.machine.gpu.elf import dynamic_info
+
+import pytest
+from conftest import REPO, run_python
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc to build the fake libraries")
 

@@ -1,14 +1,14 @@
 """Conversion for inference: which layers run in which dtype, what the graph takes and gives, and the lists."""
+from mxfp16.amp_lists import float32_layers
+from mxfp16.inference.agreement import AgreementError, check_margin, compare
+from mxfp16.inference.convert import _placeable, deployable, load_block, traced
+from mxfp16.precision import resolve_precision
+from mxfp16.training_parts import PartsSpec, build_network
+
 import mxnet as mx
 import numpy as np
 import pytest
-
 from conftest import requires_bfloat16
-from mxfp16.amp_lists import float32_layers
-from mxfp16.inference.agreement import check_margin, compare, AgreementError
-from mxfp16.inference.convert import _placeable, deployable, load_block, traced
-from mxfp16.training_parts import PartsSpec, build_network
-from mxfp16.precision import resolve_precision
 
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet's numpy side names bfloat16
 

@@ -6,15 +6,15 @@ process (conversion needs no ``amp.init``, so nothing leaks into later tests).
 import json
 import shutil
 
-import numpy as np
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.fileio import sha256_file
 from mxfp16.inference import bundle
 from mxfp16.inference.agreement import AgreementError
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
+
+import numpy as np
+import pytest
 from conftest import CPU_MIXED, requires_bfloat16
 from train_support import QUICK, ok, run_train, tiny_dataset
 

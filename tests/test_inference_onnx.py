@@ -11,10 +11,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-import pytest
-
-from conftest import REPO
 from mxfp16.cli import main
 from mxfp16.fileio import sha256_file
 from mxfp16.inference import bundle
@@ -23,6 +19,10 @@ from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
 from mxfp16.inference.formats import onnx as onnx_format
 from mxfp16.inference.predict import Predictor, image_files
+
+import numpy as np
+import pytest
+from conftest import REPO
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow
@@ -151,12 +151,12 @@ def test_an_amp_precision_with_onnx_is_refused_with_the_reason(run, tmp_path, ca
 
 
 def test_operators_without_a_converter_are_refused_naming_the_layer():
-    import mxnet as mx
-    from mxnet import gluon
-
     from mxfp16.inference.convert import deployable
     from mxfp16.models import build_model
     from mxfp16.precision import resolve_precision
+
+    import mxnet as mx
+    from mxnet import gluon
 
     class Unexportable(gluon.HybridBlock):
         def __init__(self, **kwargs):
@@ -187,9 +187,9 @@ def test_operators_without_a_converter_are_refused_naming_the_layer():
 # trained ResNet-50 v2 is docs/inference.md's recorded run.
 @pytest.mark.parametrize("model,size", [("resnet18_v2", 32), ("transformer-encoder", 8), ("lstm-classifier", 8)])
 def test_reference_and_zoo_networks_convert_and_agree_in_onnxruntime(model, size):
-    import mxnet as mx
-
     from mxfp16.models import build_model
+
+    import mxnet as mx
 
     net = build_model(model, 5, in_shape=(3, size, size))
     x = np.random.RandomState(0).standard_normal((3, 3, size, size)).astype(np.float32)
@@ -250,9 +250,9 @@ def test_predict_runs_an_onnx_export_in_a_venv_without_mxnet(data, onnx_export, 
 
 
 def test_the_check_counts_non_finite_scores_and_blames_float16_only_for_float16():
-    import mxnet as mx
-
     from mxfp16.inference.agreement import check_scores, compare
+
+    import mxnet as mx
 
     class Scores:
         numpy_input = True

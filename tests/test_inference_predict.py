@@ -4,14 +4,14 @@ import io
 import json
 import shutil
 
-import numpy as np
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.inference import bundle
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
 from mxfp16.inference.predict import Predictor, image_files
+
+import numpy as np
+import pytest
 from conftest import CPU_MIXED
 from train_support import QUICK, ok, run_train, tiny_dataset
 

@@ -1,9 +1,9 @@
 """The numpy view of an image equals MXNet's, bit for bit: the resize on random images, the whole view on files."""
-import numpy as np
-import pytest
-
 from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, center_view, normalise, read_image
 from mxfp16.inference import preprocess
+
+import numpy as np
+import pytest
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -22,9 +22,9 @@ def test_the_cubic_resize_is_mxnets_on_random_images_up_and_down(seed):
 
 
 def test_files_give_the_test_loaders_arrays(tmp_path):
-    import mxnet as mx
-
     from mxfp16.data import synth_dataset
+
+    import mxnet as mx
 
     data = synth_dataset(tmp_path / "set", classes=3, per_class=2, test_per_class=6, size=80, seed=1)
     files = sorted((data / "test").glob("*/*.jpg"))

@@ -6,11 +6,11 @@ import argparse
 import json
 import os
 
-import pytest
-
-from mxfp16.machine import hardware
 from mxfp16.commands import info
+from mxfp16.machine import hardware
 from mxfp16.machine.gpu import coverage, libraries, wheel_kernels
+
+import pytest
 
 
 def _run(capsys, as_json=False):

@@ -15,12 +15,11 @@ import textwrap
 import threading
 import time
 
-import pytest
-
 from mxfp16 import cli
 from mxfp16.distributed import LaunchError, LaunchPlanError, format_plan, host_plan, launch, local_plan, read_hostfile
 from mxfp16.distributed.plan import DEFAULT_HOSTFILE_PORT, SERVER_CODE
 
+import pytest
 from conftest import REPO
 from dist_support import alive
 

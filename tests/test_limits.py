@@ -3,11 +3,11 @@ import json
 import math
 import os
 
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, read_jsonl, write_json
 from mxfp16.limits import LimitError, check, max_batch, memory_bytes
+
+import pytest
 
 
 # ---- the output-folder rule ---------------------------------------------------------------------------------------

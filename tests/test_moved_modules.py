@@ -3,9 +3,9 @@ import importlib.util
 import os
 import re
 
-import pytest
-
 import mxfp16
+
+import pytest
 from conftest import REPO
 
 #: Old path -> where it lives now (docs/api.md lists the same moves).

@@ -20,7 +20,6 @@ import time
 
 import nbformat
 import pytest
-
 from conftest import REPO, requires_bfloat16
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "[0-9][0-9]_*.ipynb")))

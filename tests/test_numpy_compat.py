@@ -13,13 +13,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-from packaging.requirements import Requirement
-
-from conftest import REPO, run_python
 from mxfp16.machine import stack
 from mxfp16.machine._mxnet_numpy_names import NAMES
+
+import numpy as np
+import pytest
+from conftest import REPO, run_python
+from packaging.requirements import Requirement
 
 #: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
 #: numpy 2 brought ``np.bool`` back as its own ``numpy.bool_``, which numpy's internals use: never hidden there.

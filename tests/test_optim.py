@@ -1,12 +1,12 @@
 """Optimizers: master weights, the live support table, the Trainer factory."""
+from mxfp16 import make_loss_scaler, make_trainer, optimizer_support, resolve_precision
+from mxfp16._internals import trainer_update_on_kvstore_setting
+from mxfp16.models import elementwise_mlp
+from mxfp16.optim import OptimizerError, format_support_table, registered_optimizers
+
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16 import make_loss_scaler, make_trainer, optimizer_support, resolve_precision
-from mxfp16.models import elementwise_mlp
-from mxfp16._internals import trainer_update_on_kvstore_setting
-from mxfp16.optim import OptimizerError, format_support_table, registered_optimizers
 
 
 def _sgd_step(multi_precision):

@@ -20,12 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
-from conftest import REPO
-from export_support import images, tiny_export
 from mxfp16.cli import main
 from mxfp16.fileio import NAME_MAX, describe_os_error, temporary_file, temporary_folder, write_json
+
+import pytest
+from conftest import REPO
+from export_support import images, tiny_export
 from train_support import QUICK, tiny_dataset
 
 LONG = "n" * 300  # longer than any file system's name limit

@@ -6,10 +6,10 @@ training split, where ``checkpoints/`` then counted as a class folder.
 """
 import os
 
-import pytest
-
 from mxfp16.cli import main
 from mxfp16.fileio import OutputFolderError, check_output_folder
+
+import pytest
 from train_support import QUICK, tiny_dataset
 
 

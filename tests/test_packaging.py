@@ -4,13 +4,13 @@ import os
 import subprocess
 import sys
 
-import mxnet as mx
-import numpy as np
-
-from conftest import REPO, run_python
 from mxfp16 import __version__
 from mxfp16.machine import hardware
 from mxfp16.precision import resolve_precision
+
+import mxnet as mx
+import numpy as np
+from conftest import REPO, run_python
 
 
 def test_missing_mxnet_is_explained_where_it_is_needed():

@@ -1,9 +1,9 @@
 """Resolving a precision name, and the AMP process-state guard."""
-import mxnet as mx
-import pytest
-
 from mxfp16.machine import hardware
 from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
+
+import mxnet as mx
+import pytest
 
 
 @pytest.mark.parametrize("name, compute, params, amp, scaling, master", [

@@ -18,9 +18,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
-from conftest import REPO
 from mxfp16.cli import main
 from mxfp16.data.pack import pack_recordio
 from mxfp16.data.records import damaged_records
@@ -28,6 +25,9 @@ from mxfp16.data.validate import DataError
 from mxfp16.inference.export import export_run
 from mxfp16.locking import LOCK_FILE, FolderBusyError, FolderLock
 from mxfp16.train import checkpoint as ckpt
+
+import pytest
+from conftest import REPO
 from train_support import QUICK, tiny_dataset
 
 pytestmark = pytest.mark.slow

@@ -1,9 +1,9 @@
 """The loss scaler as a state machine."""
 import json
 
-import pytest
-
 from mxfp16 import LossScaleDivergedError, LossScaler, make_loss_scaler, resolve_precision
+
+import pytest
 
 
 def _expected_scale(outcomes, init, growth, backoff, interval, lo=1.0, hi=2.0 ** 24):

@@ -3,12 +3,12 @@ import json
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-
-from conftest import BFLOAT16, REPO, requires_bfloat16, requires_gpu
 from mxfp16 import selftest
 from mxfp16.machine import hardware
+
+import numpy as np
+import pytest
+from conftest import BFLOAT16, REPO, requires_bfloat16, requires_gpu
 
 
 def _cli(*args, timeout=300):

@@ -1,17 +1,15 @@
 """The sequence reference models and the digits set they train on."""
 import json
 
-import numpy as np
-import pytest
-from PIL import Image
-
-import mxnet as mx
-
 from mxfp16.data import DataError
 from mxfp16.data.digits import digits_dataset
-from mxfp16.models import SEQUENCE_MODELS, LSTMClassifier, SelfAttention, build_model, ModelError
+from mxfp16.models import SEQUENCE_MODELS, LSTMClassifier, ModelError, SelfAttention, build_model
 
+import mxnet as mx
+import numpy as np
+import pytest
 from conftest import CPU_MIXED
+from PIL import Image
 from train_support import ok, run_train
 
 
@@ -137,10 +135,10 @@ def _exports_to_onnx_and_predicts_what_it_checked(run, digits):
 
 @pytest.mark.parametrize("model", SEQUENCE_MODELS)
 def test_diagnose_reads_a_hybridized_sequence_model_on_digits(digits, model):
-    from mxnet import gluon
-
     from mxfp16.diagnostics import diagnose
     from mxfp16.diagnostics.layers import leaf_blocks
+
+    from mxnet import gluon
 
     net = build_model(model, 10, in_shape=(3, 8, 8))
     net.hybridize()

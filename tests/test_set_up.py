@@ -5,14 +5,14 @@ AMP (conftest runs AMP in children), and amp-float16 resolves on any CPU with
 ``allow_cpu_float16``. "activate came after the graph was built" needs AMP,
 so it runs in a child.
 """
+import mxfp16
+from mxfp16.precision import AMPStateError
+
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import gluon
-
-import mxfp16
 from conftest import run_python
-from mxfp16.precision import AMPStateError
+from mxnet import gluon
 
 CPU = [mx.cpu()]
 

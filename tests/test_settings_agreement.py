@@ -15,13 +15,13 @@ import socket
 import sys
 import time
 
-import pytest
-
-from conftest import REPO
 from mxfp16.cli import main
 from mxfp16.distributed import heartbeat, launch, local_plan
 from mxfp16.distributed.agree import differences
 from mxfp16.distributed.plan import LaunchPlanError, check_port_free
+
+import pytest
+from conftest import REPO
 from train_support import tiny_dataset
 
 pytestmark = pytest.mark.slow

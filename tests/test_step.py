@@ -1,15 +1,14 @@
 """The shared training step: scaled float16 against a float32 control, clipping, learning."""
+from mxfp16 import cast_batch, cast_net, make_loss_scaler, make_trainer, resolve_precision, train_step
+from mxfp16.gradients import clip_global_norm_, grads_are_finite
+from mxfp16.models import elementwise_mlp
+from mxfp16.scaler import LossScaler
+
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import gluon
-
-from mxfp16 import cast_batch, cast_net, make_loss_scaler, make_trainer, resolve_precision, train_step
-from mxfp16.models import elementwise_mlp
-from mxfp16.scaler import LossScaler
-from mxfp16.gradients import clip_global_norm_, grads_are_finite
-
 from conftest import requires_bfloat16
+from mxnet import gluon
 
 CPU = [mx.cpu()]
 

@@ -6,13 +6,13 @@ tokens, segments and valid lengths; a GluonTS training network returns its own l
 trained on next-sentence prediction alone leaves its masked-LM head unused) and is checked against a plain Gluon
 step on a copy of it.
 """
+import mxfp16
+from mxfp16 import UnusedParameterError, cast_batch, make_loss_scaler, make_trainer, resolve_precision, train_step
+
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, gluon
-
-import mxfp16
-from mxfp16 import UnusedParameterError, cast_batch, make_loss_scaler, make_trainer, resolve_precision, train_step
 
 CPU = [mx.cpu()]
 FP32 = resolve_precision("float32", CPU)

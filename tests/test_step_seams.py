@@ -7,14 +7,14 @@ process-global) against the float32 step taken here.
 """
 import json
 
+import mxfp16
+from mxfp16 import LossScaler, StepOrderError, make_trainer, resolve_precision
+
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd, gluon
-
-import mxfp16
 from conftest import requires_bfloat16, run_python
-from mxfp16 import LossScaler, StepOrderError, make_trainer, resolve_precision
+from mxnet import autograd, gluon
 
 CPU = [mx.cpu()]
 FP32 = resolve_precision("float32", CPU)

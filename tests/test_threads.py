@@ -12,11 +12,11 @@ import platform
 import subprocess
 import sys
 
-import pytest
-
-from conftest import REPO
 from mxfp16.machine import stack
 from mxfp16.machine.environment import ThreadsError, available_cores, plan_threads
+
+import pytest
+from conftest import REPO
 from train_support import QUICK, tiny_dataset
 
 CORES = available_cores()

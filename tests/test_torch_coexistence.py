@@ -8,7 +8,6 @@ proves the stand-in triggers the real failure, so the others test the fix.
 import json
 
 import pytest
-
 from conftest import run_python
 from train_support import QUICK, ok, run_train, summary, tiny_dataset
 

@@ -16,7 +16,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO
 from train_support import QUICK, metrics, ok, position, refused, run_train, summary, tiny_dataset
 

@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-
 from train_support import REPO, metrics, ok, run_train, summary
 
 pytestmark = pytest.mark.slow

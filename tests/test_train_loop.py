@@ -7,17 +7,17 @@ and the checkpoint are tested as library code.
 """
 import itertools
 
+from mxfp16.devices import resolve_devices
+from mxfp16.optim import lr_schedule
+from mxfp16.precision import resolve_precision
+from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
+from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
+from mxfp16.training_parts import PartsSpec, build_parts
+
 import mxnet as mx
 import numpy as np
 import pytest
-
-from mxfp16.optim import lr_schedule
-from mxfp16.devices import resolve_devices
-from mxfp16.training_parts import PartsSpec, build_parts
-from mxfp16.precision import resolve_precision
-from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from fault_injection import InjectOverflow, InterruptAtStep
-from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
 
 CLASSES, SIZE, BATCH, STEPS, EPOCHS = 3, 4, 8, 5, 2
 FINGERPRINT = {"model": "elementwise-mlp"}

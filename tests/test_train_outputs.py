@@ -1,13 +1,13 @@
 """Smoke runs of ``python -m mxfp16.train`` in float32 and amp-bfloat16: every output file and field."""
 import json
 
+from mxfp16.devices import format_ctx, parse_ctx
+from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
+
 import mxnet as mx
 import numpy as np
 import pytest
-
 from conftest import BFLOAT16, requires_bfloat16
-from mxfp16.devices import format_ctx, parse_ctx
-from mxfp16.train import METRIC_FIELDS, SUMMARY_FIELDS, TrainConfig
 from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow

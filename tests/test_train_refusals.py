@@ -2,10 +2,10 @@
 import json
 import shutil
 
-import pytest
-
 from mxfp16.train import ConfigError, TrainConfig
 from mxfp16.train.checkpoint import describe_mismatch
+
+import pytest
 from fault_injection import environment
 from train_support import QUICK, metrics, ok, refused, run_train, tiny_dataset
 
@@ -167,8 +167,8 @@ def test_a_gpu_that_is_not_there_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_the_callback_variable_loads_module_function_or_says_what_is_wrong():
-    from mxfp16.train.config import ConfigError
     from mxfp16.train.callbacks import CALLBACKS_VARIABLE, callbacks_from_environment
+    from mxfp16.train.config import ConfigError
 
     assert callbacks_from_environment(None, {}) == []
     made = callbacks_from_environment("the run", {CALLBACKS_VARIABLE: "fault_injection:callbacks"})

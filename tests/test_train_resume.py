@@ -9,7 +9,6 @@ import json
 import mxnet as mx
 import numpy as np
 import pytest
-
 from fault_injection import environment
 from train_support import QUICK, metrics, ok, position, run_train, summary, tiny_dataset
 

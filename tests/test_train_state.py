@@ -9,10 +9,10 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
-from mxfp16.machine.environment import available_cores
 from mxfp16.fileio import sha256_file
+from mxfp16.machine.environment import available_cores
+
+import pytest
 from train_support import QUICK, REPO, metrics, ok, refused, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow

@@ -11,11 +11,11 @@ import json
 import os
 import re
 
+from mxfp16.machine.gpu.coverage import GENERATIONS, UNSUPPORTED, generation_table
+
 import numpy as np
 import pytest
-
 from conftest import REPO
-from mxfp16.machine.gpu.coverage import GENERATIONS, UNSUPPORTED, generation_table
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "[0-9][0-9]_*.ipynb")))
 PAGES = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))

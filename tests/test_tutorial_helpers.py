@@ -1,10 +1,10 @@
 """The helpers the notebooks share: the spirals data and the command runner."""
-import numpy as np
-import pytest
-
 from mxfp16 import __version__
 from mxfp16.data.spirals import spirals
 from mxfp16.tutorial import mxfp16_command
+
+import numpy as np
+import pytest
 
 
 def test_spirals_are_balanced_shuffled_and_lie_on_their_arms():
@@ -49,8 +49,9 @@ def test_recorded_results_are_read_from_the_checkout():
     import json
     import os
 
-    from conftest import REPO
     from mxfp16.tutorial import recorded_result, recorded_results_folder
+
+    from conftest import REPO
     assert os.path.samefile(recorded_results_folder(), os.path.join(REPO, "docs", "results"))
     with open(os.path.join(REPO, "docs", "results", "bench-r50-224-peer", "bench.json")) as handle:
         assert recorded_result("bench-r50-224-peer/bench.json") == json.load(handle)
@@ -62,8 +63,9 @@ def test_the_recorded_headline_ratios_are_the_rounds_of_each_bench_json():
     import os
     import statistics
 
-    from conftest import REPO
     from mxfp16.tutorial import HEADLINE_RECORDS, recorded_headline_ratios
+
+    from conftest import REPO
     recorded = recorded_headline_ratios()
     assert [r.folder for r in recorded] == [folder for folder, _ in HEADLINE_RECORDS]
     for ratio in recorded:

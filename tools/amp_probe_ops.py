@@ -202,6 +202,7 @@ def mxnet_float32():
 def join_candidates():
     """Operators with two or more data inputs whose dtype can follow them (not cast by MXNet's lists)."""
     from mxfp16.amp_numpy import numpy_operators
+
     from mxnet.contrib.amp.lists import symbol_bf16 as B
     from mxnet.contrib.amp.lists import symbol_fp16 as H
 
@@ -252,10 +253,10 @@ def scan_clients(sources):
 
 def _function(name, kind="nd"):
     """The ``mx.nd`` (``kind='nd'``) or ``mx.sym`` function of operator ``name``, as AMP finds it, or None."""
+    from mxfp16._internals import numpy_operator_functions
+
     from mxnet import base, ndarray, symbol
     from mxnet.contrib.amp.amp import _get_fun_to_wrap
-
-    from mxfp16._internals import numpy_operator_functions
 
     if name.startswith(NUMPY_PREFIXES):
         prefix = "mxnet.ndarray." if kind == "nd" else "mxnet.symbol."
@@ -284,8 +285,9 @@ def _numpy_scope(name):
 
 
 def _as_float32_numpy(x):
-    import numpy as np
     from mxfp16.amp_wrappers import cast
+
+    import numpy as np
 
     if np.dtype(x.dtype) != np.float32:
         x = cast(x, "float32")
@@ -297,11 +299,11 @@ def _run(name, arrays, kwargs, dtypes):
 
     Returns (output as float32 numpy, input gradients as float32 numpy or None).
     """
+    from mxfp16.amp_wrappers import BFLOAT16, cast
+
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, nd
-
-    from mxfp16.amp_wrappers import BFLOAT16, cast
 
     fn = _function(name)
     numpy_mode = name.startswith(NUMPY_PREFIXES)
@@ -401,11 +403,11 @@ def join_probe(name):
     float32, for both targets; for bfloat16 also the kernel, run the same
     way and compared with float32.
     """
+    from mxfp16.amp_wrappers import cast
+
     import mxnet as mx
     import numpy as np
     from mxnet.contrib.amp.amp import bfloat16
-
-    from mxfp16.amp_wrappers import cast
 
     errors = (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
     sym_fn = _function(name, "sym")

@@ -65,6 +65,7 @@ def _child(kind, args, amx_on, trace):
 def _dense(sizes):
     """Forward and backward of one Dense per size, bfloat16 through AMP, from fixed inputs."""
     import mxfp16
+
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
@@ -92,10 +93,11 @@ def _dense(sizes):
 def _train(model, image_size, steps, batch_size=8):
     """``steps`` training steps from seed 0: the loss and global gradient norm of each (mxfp16's own step)."""
     import mxfp16
-    import mxnet as mx
-    import numpy as np
     from mxfp16.casting import cast_batch
     from mxfp16.training_parts import PartsSpec, build_parts
+
+    import mxnet as mx
+    import numpy as np
 
     ctx = [mx.cpu()]
     precision = mxfp16.resolve_precision("amp-bfloat16", ctx)

@@ -19,11 +19,11 @@ d2l installs without its dependency pins: ``pip install --no-deps d2l==1.0.3``.
 import argparse
 
 import mxfp16  # before mxnet
+
 import mxnet as mx
 import numpy as onp
-from mxnet import gluon, np, npx
-
 from d2l import mxnet as d2l
+from mxnet import gluon, np, npx
 
 VOCAB, LENGTH = 3000, 16
 

@@ -17,11 +17,11 @@ GluonNLP 0.10 installs from its source archive without its dependency pins:
 import argparse
 
 import mxfp16  # before mxnet
+
+import gluonnlp as nlp
 import mxnet as mx
 import numpy as np
 from mxnet import gluon
-
-import gluonnlp as nlp
 
 VOCAB, LENGTH, MARKER = 4000, 12, 3001
 

@@ -17,9 +17,9 @@ gluonts==0.14.4 toolz 'pydantic<2'``.
 import argparse
 
 import mxfp16  # before mxnet
+
 import mxnet as mx
 import numpy as np
-
 from gluonts.mx.distribution import StudentTOutput
 from gluonts.mx.model.simple_feedforward._network import SimpleFeedForwardTrainingNetwork
 

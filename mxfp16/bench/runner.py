@@ -190,12 +190,12 @@ def measure(spec):
     import mxnet as mx
 
     from ..casting import cast_batch
-    from ..machine.hardware import peak_memory_mb
-    from ..training_parts import PartsSpec, build_parts
-    from ..machine.environment import check_threads
     from ..devices import format_ctx, resolve_devices
+    from ..machine.environment import check_threads
+    from ..machine.hardware import peak_memory_mb
     from ..precision import resolve_precision
     from ..step import train_step
+    from ..training_parts import PartsSpec, build_parts
 
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":

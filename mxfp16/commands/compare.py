@@ -15,8 +15,8 @@ seed's curve).
 """
 import os
 
-from . import CommandError, check_out
 from ..limits import number
+from . import CommandError, check_out
 
 ORDER = 45
 

@@ -5,10 +5,10 @@ import logging
 import sys
 
 from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_MEMBERS, DEFAULT_MAX_RATIO, ENTRY_OVERHEAD, parse_size
-from . import CommandError, add_threads_argument, check_out
-from ..fileio import read_json
-from ..limits import integer, number, MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS
 from ..data.synth import DEMO_SETTINGS as DEMO
+from ..fileio import read_json
+from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, integer, number
+from . import CommandError, add_threads_argument, check_out
 
 ORDER = 10
 

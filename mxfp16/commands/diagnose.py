@@ -12,8 +12,8 @@ import itertools
 import json
 import os
 
+from ..limits import MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
-from ..limits import integer, number, MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS
 
 ORDER = 30
 
@@ -98,8 +98,8 @@ def _setup(args):
     import mxnet as mx
 
     from ..data import DataError, demo_dataset, make_loaders
-    from ..models import ModelError, build_model
     from ..devices import DeviceError, parse_ctx, resolve_devices
+    from ..models import ModelError, build_model
 
     try:
         ctx = parse_ctx(args.ctx)

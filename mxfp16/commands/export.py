@@ -15,8 +15,8 @@ margin, and every score within the file's dtype tolerance. A layer whose
 operator has no ONNX converter is refused, by name, before anything is
 written. mxfp16 predict runs an ONNX export with onnxruntime alone.
 """
+from ..limits import MAX_BATCH, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument
-from ..limits import integer, number, MAX_BATCH
 
 ORDER = 50
 
@@ -66,12 +66,11 @@ def register(subparsers):
 
 
 def run(args):
+    from ..devices import DeviceError
     from ..inference.agreement import AgreementError
     from ..inference.bundle import ExportError
-    from ..devices import DeviceError
-    from ..precision import PrecisionError
-
     from ..inference.export import export_run
+    from ..precision import PrecisionError
 
     if args.onnx_dtype not in args.onnx_dtypes:
         raise CommandError(f"--onnx-dtype {args.onnx_dtype}: choose from {', '.join(args.onnx_dtypes)}")

@@ -30,10 +30,10 @@ def register(subparsers):
 
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
-    from ..machine import hardware
-    from ..machine.stack import stack_report
-    from ..machine.environment import check_threads, float16_environment
     from ..float_formats import FORMATS
+    from ..machine import hardware
+    from ..machine.environment import check_threads, float16_environment
+    from ..machine.stack import stack_report
     from ..precision import resolve_precision, runnable_here
 
     machine = hardware.machine_summary()

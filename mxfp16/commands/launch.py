@@ -10,12 +10,19 @@ passes or the launcher is stopped. With
 import argparse
 import dataclasses
 
-from . import CommandError
-from ..limits import integer, number, MAX_SECONDS
 from ..distributed.heartbeat import DEFAULT_STALL
 from ..distributed.launcher import DEFAULT_GRACE, LaunchError, launch
-from ..distributed.plan import (DEFAULT_HOSTFILE_PORT, LaunchPlanError, format_plan, host_plan, local_plan,
-                                read_hostfile, ssh_argv)
+from ..distributed.plan import (
+    DEFAULT_HOSTFILE_PORT,
+    LaunchPlanError,
+    format_plan,
+    host_plan,
+    local_plan,
+    read_hostfile,
+    ssh_argv,
+)
+from ..limits import MAX_SECONDS, integer, number
+from . import CommandError
 
 ORDER = 60
 

@@ -12,8 +12,8 @@ a deployment needs only pip install 'mxfp16[onnx]'.
 import sys
 from pathlib import Path
 
+from ..limits import MAX_BATCH, MAX_COUNT, integer
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
-from ..limits import integer, MAX_BATCH, MAX_COUNT
 
 ORDER = 55
 FORMATS = (".csv", ".json")

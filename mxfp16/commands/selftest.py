@@ -8,8 +8,8 @@ prints a pass/fail table. Exits with status 1 when any precision fails.
 """
 import json
 
+from ..limits import MAX_STEPS, integer
 from . import CommandError, add_threads_argument
-from ..limits import integer, MAX_STEPS
 
 ORDER = 5
 

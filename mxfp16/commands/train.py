@@ -82,15 +82,14 @@ def register(subparsers):
 
 def run_command(args):
     from ..data import DataError
+    from ..devices import DeviceError
     from ..distributed import KVStoreError
     from ..distributed.agree import SettingsMismatchError
+    from ..limits import allocation_message, is_allocation_failure
     from ..models import ModelError
     from ..optim import OptimizerError
-    from ..devices import DeviceError
     from ..precision import AMPStateError, PrecisionError
     from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
-
-    from ..limits import allocation_message, is_allocation_failure
 
     run = None
     try:

@@ -15,6 +15,7 @@ names the first layer whose float16 output holds inf or NaN. See
 The names load on first use, so importing this package does not load MXNet.
 """
 from .._lazy import exports
+
 # Imported here, not on first use: the function is named as its module, and any import of the module
 # would otherwise leave the package's attribute pointing at the module rather than the function.
 from .forward_check import ForwardCheck, float16_forward_runs_here, forward_check

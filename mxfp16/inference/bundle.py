@@ -40,8 +40,16 @@ import shutil
 import stat
 from pathlib import Path
 
-from ..fileio import (JSONFileError, atomic_path, atomic_write, parse_json, sha256_file, shown, temporary_folder,
-                      write_json)
+from ..fileio import (
+    JSONFileError,
+    atomic_path,
+    atomic_write,
+    parse_json,
+    sha256_file,
+    shown,
+    temporary_folder,
+    write_json,
+)
 from ..limits import MAX_IMAGE_SIDE
 from ..ndarray_file import NDArrayFileError, read_header
 from ..symbol_file import GraphFileError, check_graph

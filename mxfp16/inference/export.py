@@ -48,16 +48,16 @@ from .._internals import saved_parameter_shapes
 from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
+from ..devices import format_ctx, resolve_devices
 from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path, shown
 from ..limits import MAX_IMAGE_SIDE
 from ..locking import FolderBusyError, FolderLock
 from ..ndarray_file import NDArrayFileError, check_shapes
-from ..training_parts import PartsSpec, build_network
-from ..devices import format_ctx, resolve_devices
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import CHECKPOINT_CHOICES
 from ..train.outputs import RunOutputs, structural_names
+from ..training_parts import PartsSpec, build_network
 from . import bundle, formats
 from .agreement import DEFAULT_MARGIN, check_margin, check_scores, compare
 from .bundle import ExportError

@@ -35,8 +35,13 @@ import shutil
 import warnings
 from pathlib import Path
 
-from .._internals import (optimizer_update_counts, saved_parameter_shapes, set_optimizer_update_counts,
-                          set_trainer_updater_states, trainer_updater_states)
+from .._internals import (
+    optimizer_update_counts,
+    saved_parameter_shapes,
+    set_optimizer_update_counts,
+    set_trainer_updater_states,
+    trainer_updater_states,
+)
 from .._lazy import module
 from ..fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
 from ..ndarray_file import NDArrayFileError, check_shapes, read_header

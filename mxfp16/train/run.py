@@ -21,20 +21,20 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from ..devices import format_ctx, resolve_devices
 from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..distributed.agree import agree_settings, settings_fingerprint
-from ..machine.environment import check_threads, plan_threads
 from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
-from ..locking import FolderBusyError, FolderLock
 from ..float_formats import format_scale
+from ..locking import FolderBusyError, FolderLock
+from ..machine.environment import check_threads, plan_threads
 from ..optim import check_compression, lr_schedule
-from ..training_parts import PartsSpec, build_parts
-from ..devices import format_ctx, resolve_devices
 from ..precision import resolve_precision
+from ..training_parts import PartsSpec, build_parts
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment
-from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .config import ConfigError, TrainConfig
+from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .loop import TrainingDivergedError, train_epoch
 from .outputs import RunOutputs, structural_names
 from .progress import Progress

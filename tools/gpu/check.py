@@ -37,15 +37,15 @@ import sys
 import tempfile
 import textwrap
 
+from mxfp16.machine.gpu import libraries, wheel_kernels
+from mxfp16.machine.gpu.elf import dynamic_info
+
 # Run as a script (`python tools/gpu/check.py`, what make gpu-check does): this
 # folder is on sys.path, so its sibling tools import by name. `import mxfp16`
 # does not import MXNet (mxfp16/__init__.py), so the check runs, and builds
 # the driver stand-in, on a machine where loading MXNet would fail.
 import driver_standin
 from fatbin import read_library
-
-from mxfp16.machine.gpu import libraries, wheel_kernels
-from mxfp16.machine.gpu.elf import dynamic_info
 
 
 class Check:

@@ -195,8 +195,8 @@ def to_onnx(symbol, params, input_shape):
         message names the operator and its layer. Nothing is written here.
     """
     import onnx
-    from onnx import helper, numpy_helper
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    from onnx import helper, numpy_helper
 
     check_exporter()
     refused = unsupported_operators(symbol)
