@@ -19,7 +19,7 @@ def _record(precision, ms, status="ok"):
 def timed(monkeypatch, tmp_path):
     """A stand-in runner: ``timed.ms`` holds each precision's ms/step; ``timed.runs`` counts the probes."""
     class Timed:
-        ms = {"float32": 100.0, "amp-bfloat16": 50.0}
+        ms = {"float32": 1000.0, "amp-bfloat16": 500.0}   # long steps: a first round that can decide
         status = {}
         runs = []
         iters = []
@@ -42,9 +42,9 @@ SPEC = auto.probe_spec("cifar_resnet20_v1", 32, 8, 10)
 
 
 @pytest.mark.parametrize("f32, bf16, chosen", [
-    (100.0, 50.0, "amp-bfloat16"),   # 2x
-    (100.0, 96.0, "float32"),        # 1.04x: inside the margin
-    (100.0, 200.0, "float32"),       # slower
+    (1000.0, 500.0, "amp-bfloat16"),   # 2x
+    (1000.0, 960.0, "float32"),        # 1.04x: inside the margin
+    (1000.0, 2000.0, "float32"),       # slower
 ])
 def test_the_faster_precision_is_chosen_beyond_the_margin(timed, f32, bf16, chosen):
     timed.ms = {"float32": f32, "amp-bfloat16": bf16}
@@ -54,28 +54,38 @@ def test_the_faster_precision_is_chosen_beyond_the_margin(timed, f32, bf16, chos
     assert f"{f32 / bf16:.2f}x" in verdict.reason and "cifar_resnet20_v1" in verdict.reason
 
 
-def test_a_first_round_near_one_is_confirmed_by_longer_rounds_and_their_median_decides(timed):
-    # 1.11x in the first short round, 0.95x and 1.02x in the two longer ones: float32 (median 1.02x).
-    timed.ms = {"float32": [100.0, 95.0, 102.0], "amp-bfloat16": [90.0, 100.0, 100.0]}
+def test_a_first_round_near_one_is_confirmed_by_more_rounds_and_their_median_decides(timed):
+    # 1.11x in the first round, 0.95x and 1.02x in the two after it: float32 (median 1.02x).
+    timed.ms = {"float32": [1000.0, 950.0, 1020.0], "amp-bfloat16": [900.0, 1000.0, 1000.0]}
     lines = []
     verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
     assert timed.runs == ["float32", "amp-bfloat16"] * 3
-    assert verdict.round_ratios == pytest.approx((100 / 90, 0.95, 1.02)) and verdict.ratio == pytest.approx(1.02)
+    assert verdict.round_ratios == pytest.approx((1000 / 900, 0.95, 1.02)) and verdict.ratio == pytest.approx(1.02)
     assert verdict.precision == "float32" and "median of 3 rounds" in verdict.reason
-    assert (verdict.float32_ms, verdict.candidate_ms) == (100.0, 100.0)   # each precision's median time
-    # The confirming rounds time at least MIN_REPEAT_MS per repeat: 500 ms of 90 ms steps is 6 steps.
-    assert timed.iters[:2] == [auto.PROBE_ITERS] * 2 and timed.iters[2:] == [6] * 4
-    assert any("too close to call" in line for line in lines)
-    # A clear first round decides alone, either way.
-    for f32, bf16, chosen in ((100.0, 70.0, "amp-bfloat16"), (100.0, 130.0, "float32")):
+    assert (verdict.float32_ms, verdict.candidate_ms) == (1000.0, 1000.0)   # each precision's median time
+    assert any("close call" in line for line in lines)
+    # A clear first round of long repeats decides alone, either way.
+    for f32, bf16, chosen in ((1000.0, 700.0, "amp-bfloat16"), (1000.0, 1300.0, "float32")):
         timed.runs.clear()
         timed.ms = {"float32": f32, "amp-bfloat16": bf16}
         clear = auto.measured_auto(auto.probe_spec("cifar_resnet20_v1", 32, int(f32 + bf16), 10),
                                    log=lambda line: None, cache=timed.cache)
-        assert clear.precision == chosen and len(timed.runs) == 2
+        assert clear.precision == chosen and len(timed.runs) == 2 and len(clear.round_ratios) == 1
     # The cached verdict keeps its rounds.
     again = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
     assert again.cached and again.round_ratios == pytest.approx(verdict.round_ratios)
+
+
+def test_short_steps_are_timed_again_in_long_repeats_and_the_short_round_is_left_out(timed):
+    # A 20 ms step read 2x in one short round, then 0.97x, 1.0x and 0.98x over repeats of 1 s: float32.
+    timed.ms = {"float32": [20.0, 9.7, 10.0, 9.8], "amp-bfloat16": [10.0, 10.0, 10.0, 10.0]}
+    lines = []
+    verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
+    assert timed.runs == ["float32", "amp-bfloat16"] * 4
+    assert verdict.round_ratios == pytest.approx((0.97, 1.0, 0.98)) and verdict.precision == "float32"
+    # The long rounds time MIN_REPEAT_MS per repeat at least: 1000 ms of 10 ms steps is 100 steps.
+    assert timed.iters[:2] == [auto.PROBE_ITERS] * 2 and timed.iters[2:] == [100] * 6
+    assert any("too short" in line for line in lines)
 
 
 def test_the_verdict_is_cached_per_shape(timed):

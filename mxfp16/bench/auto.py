@@ -11,11 +11,11 @@ few training steps of the actual model, shape and batch in float32 and in
 amp-bfloat16, each in its own process (AMP is process-global) through the
 benchmark's runner (:func:`mxfp16.bench.runner.measure`, the trainer's own
 step), and keeps amp-bfloat16 only when it is faster by :data:`MARGIN`.
-A first ratio near 1 (between ``1/CLEAR`` and :data:`CLEAR`) is inside what
-a short probe can tell apart on a shared or virtual machine, so it is
-confirmed by :data:`CONFIRM_ROUNDS` more rounds, float32 and amp-bfloat16 in
-turn, each repeat at least :data:`MIN_REPEAT_MS` long, and the median of the
-rounds' own ratios decides.
+A first ratio near 1 (between ``1/CLEAR`` and :data:`CLEAR`), or one taken
+from steps too short to time reliably on a shared or virtual machine, is
+confirmed by more rounds, float32 and amp-bfloat16 in turn, each repeat at
+least :data:`MIN_REPEAT_MS` long, and the median of the rounds' own ratios
+decides (:func:`_probe_rounds`).
 
 The verdict is cached per machine and software (the CPU's identity, the AMX
 state, ``DNNL_MAX_CPU_ISA``, MXNet's and mxfp16's versions, the thread
@@ -48,9 +48,9 @@ MARGIN = 1.05
 PROBE_WARMUP, PROBE_ITERS, PROBE_REPEATS = 2, 3, 3
 #: A first ratio beyond this (or below its inverse) decides at once; one nearer 1 is confirmed.
 CLEAR = 1.25
-#: Rounds after the first when it did not decide, and how long each timed repeat of theirs lasts at least
-#: (a 30 ms step timed 3 times moved by 15% between processes on a 2-core VM; 500 ms of steps do not).
-CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 500.0, 50
+#: Rounds after the first when it did not decide, and how long each timed repeat lasts at least to be trusted
+#: (on a 2-core VM a 20 ms step moved between 17 and 30 ms from one process to the next; 1 s of steps less).
+CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
 _CACHE_VERSION = 2  # 2: verdicts confirmed over rounds (version 1's came from one short round)
@@ -192,21 +192,32 @@ def _decide(spec, rounds):
 
 
 def _probe_rounds(spec, timeout, log):
-    """One round of float32 then amp-bfloat16; more, with longer repeats, when the first does not decide."""
+    """Rounds of float32 then amp-bfloat16, each in its own processes: ``[(float32, candidate), ...]``.
+
+    The first round is short. It decides alone when its repeats were long
+    (at least :data:`MIN_REPEAT_MS` of steps) and its ratio clear (beyond
+    :data:`CLEAR` either way). A close call gets :data:`CONFIRM_ROUNDS` more
+    rounds. A first round of short steps is only a measure of the step: on
+    a shared or virtual machine a burst from a neighbour moves a 20 ms step
+    by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
+    instead, and the short round is left out.
+    """
     def one_round(probe):
         return (run_in_subprocess(replace(probe, precision="float32"), timeout=timeout),
                 run_in_subprocess(replace(probe, precision=CANDIDATE), timeout=timeout))
 
-    rounds = [one_round(spec)]
-    if _failure(spec, rounds) is not None:
-        return rounds
-    f32, bf16 = (r["ms_per_step"] for r in rounds[0])
-    if not 1 / CLEAR < f32 / bf16 < CLEAR:
-        return rounds
+    first = one_round(spec)
+    if _failure(spec, [first]) is not None:
+        return [first]
+    f32, bf16 = (r["ms_per_step"] for r in first)
+    long_enough = spec.iters * min(f32, bf16) >= MIN_REPEAT_MS
+    if long_enough and not 1 / CLEAR < f32 / bf16 < CLEAR:
+        return [first]
     iters = min(MAX_CONFIRM_ITERS, max(spec.iters, math.ceil(MIN_REPEAT_MS / min(f32, bf16))))
-    log(f"auto: {f32 / bf16:.2f}x is too close to call from one short round; {CONFIRM_ROUNDS} more of "
-        f"{iters} steps per repeat")
-    for _ in range(CONFIRM_ROUNDS):
+    rounds, more = ([first], CONFIRM_ROUNDS) if long_enough else ([], CONFIRM_ROUNDS + 1)
+    log(f"auto: {'a close call' if long_enough else 'steps too short to time once'} "
+        f"({f32 / bf16:.2f}x); {more} more round(s) of {iters} steps per repeat")
+    for _ in range(more):
         rounds.append(one_round(replace(spec, iters=iters)))
         if _failure(spec, rounds) is not None:
             break
