@@ -49,7 +49,7 @@ PROBE_WARMUP, PROBE_ITERS, PROBE_REPEATS = 2, 3, 3
 #: A first ratio beyond this (or below its inverse) decides at once; one nearer 1 is confirmed.
 CLEAR = 1.25
 #: Rounds after the first when it did not decide, and how long each timed repeat lasts at least to be trusted
-#: (on a 2-core VM a 20 ms step moved between 17 and 30 ms from one process to the next; 1 s of steps less).
+#: (on a 2-core VM the LSTM's short step changed by half from one process to the next; 1 s of steps less).
 CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
@@ -198,8 +198,8 @@ def _probe_rounds(spec, timeout, log):
     (at least :data:`MIN_REPEAT_MS` of steps) and its ratio clear (beyond
     :data:`CLEAR` either way). A close call gets :data:`CONFIRM_ROUNDS` more
     rounds. A first round of short steps is only a measure of the step: on
-    a shared or virtual machine a burst from a neighbour moves a 20 ms step
-    by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
+    a shared or virtual machine a burst from a neighbour can move a short
+    step by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
     instead, and the short round is left out.
     """
     def one_round(probe):
