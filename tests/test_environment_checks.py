@@ -85,7 +85,8 @@ def test_a_nested_openmp_count_is_understood_by_import_help_and_mxnet():
     proc, _ = _child(["-c", code], OMP_NUM_THREADS="2,2")
     assert proc.returncode == 0, proc.stderr
     count, total = proc.stdout.split()[-2:]
-    assert count in ("1,1", "2,2") and float(total) == 6.0   # lowered per level to this process's cores at most
+    # Read as the outer level's count (mxfp16 hands MXNet that many threads), never refused.
+    assert 1 <= int(count.split(",")[0]) <= max(2, os.cpu_count() or 1) and float(total) == 6.0
     proc, _ = _child(["-m", "mxfp16", "--help"], OMP_NUM_THREADS="2,2")
     assert proc.returncode == 0 and "usage: mxfp16" in proc.stdout, proc.stderr
 
