@@ -22,7 +22,7 @@ from mxfp16.inference.predict import Predictor, image_files
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, requires_bfloat16
 from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow
@@ -151,10 +151,6 @@ def test_an_amp_precision_with_onnx_is_refused_with_the_reason(run, tmp_path, ca
 
 
 def test_operators_without_a_converter_are_refused_naming_the_layer():
-    from mxfp16.inference.convert import deployable
-    from mxfp16.models import build_model
-    from mxfp16.precision import resolve_precision
-
     import mxnet as mx
     from mxnet import gluon
 
@@ -172,15 +168,23 @@ def test_operators_without_a_converter_are_refused_naming_the_layer():
     net(mx.nd.zeros((1, 3, 4, 4)))
     with pytest.raises(ExportError, match="operator erfinv of layer mine_inverse: .*no converter for it"):
         onnx_format.from_block(net, (3, 4, 4))
-    # An AMP-converted graph: its casts have no converter, and the message says what to do instead.
-    cnn = build_model("cifar_resnet20_v1", 3, in_shape=(3, 16, 16))
-    amp = deployable(cnn, resolve_precision("amp-bfloat16", "cpu", ))
-    with pytest.raises(ExportError, match="operator amp_cast of layer .*an AMP cast.*--onnx-dtype float16"):
-        onnx_format.to_onnx(amp.symbol, amp.params, (3, 16, 16))
     # numpy-mode operators have none either.
     np_graph = mx.sym.np.absolute(mx.sym.var("data").as_np_ndarray()).as_nd_ndarray()
     assert onnx_format.unsupported_operators(np_graph)[0][0] == "_npi_absolute"
     assert "numpy-mode" in onnx_format.unsupported_operators(np_graph)[0][2]
+
+
+@requires_bfloat16
+def test_an_amp_converted_graph_is_refused_saying_what_to_export_instead():
+    from mxfp16.inference.convert import deployable
+    from mxfp16.models import build_model
+    from mxfp16.precision import resolve_precision
+
+    # Its casts have no converter, and the message says what to do instead.
+    cnn = build_model("cifar_resnet20_v1", 3, in_shape=(3, 16, 16))
+    amp = deployable(cnn, resolve_precision("amp-bfloat16", "cpu"))
+    with pytest.raises(ExportError, match="operator amp_cast of layer .*an AMP cast.*--onnx-dtype float16"):
+        onnx_format.to_onnx(amp.symbol, amp.params, (3, 16, 16))
 
 
 # resnet18_v2 has every operator of resnet50_v2 (whose conversion alone takes half a minute here); the export of a
