@@ -373,12 +373,7 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
             info = _info(config, run, params_path, params_copy, source, wanted, model, files, agreement, dataset,
                          writer.NAME, section, {"convert_and_write": written - started,
                                                 "agreement_check": time.perf_counter() - written})
-            shutil.rmtree(copies)
-            bundle.write_info(staged, info)
-            bundle.seal(staged)
-            bundle.publish(staged, out)
-            log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
-            return info
+            return _publish(copies, staged, out, info, log)
         files, section = writer.write(staged, model)
         # The check reads back the files just written: what it measures is what a user will load.
         symbol, params = bundle.read_model(staged, {"image_size": config["image_size"], "classes": classes})
@@ -400,10 +395,15 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
         check_margin(result, margin, wanted.name)
         info = _info(config, run, params_path, params_copy, source, wanted, model, files, result, dataset,
                      writer.NAME, section, {"export": time.perf_counter() - started})
-        shutil.rmtree(copies)
-        bundle.write_info(staged, info)
-        bundle.seal(staged)
-        bundle.publish(staged, out)
+        return _publish(copies, staged, out, info, log)
+
+
+def _publish(copies, staged, out, info, log):
+    """Drop the checkpoint copies, write export.json, seal the folder (SHA256SUMS) and move it into place."""
+    shutil.rmtree(copies)
+    bundle.write_info(staged, info)
+    bundle.seal(staged)
+    bundle.publish(staged, out)
     log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
     return info
 
