@@ -47,7 +47,7 @@ _EXPORTS = {
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
     "StepOrderError": "scaler", "UnusedParameterError": "scaler", "Gradients": "gradients",
     "StepResult": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
-    "import_gluoncv": "_gluoncv", "stack_report": "machine.stack",
+    "import_gluoncv": "models.gluoncv", "stack_report": "machine.stack",
 }
 
 __all__ = ["__version__", *_EXPORTS]

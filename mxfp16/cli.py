@@ -17,7 +17,7 @@ stops here with one line and the fix), MXNet loaded, the command run. Any
 ``OSError`` it meets (no permission, a name too long, a full disk, a file
 where a folder belongs) and a failed allocation end it with one line, never
 a traceback, and standard output may close under it
-(:mod:`mxfp16.console`).
+(:mod:`mxfp16.plumbing.console`).
 """
 import argparse
 import importlib
@@ -29,7 +29,7 @@ import sys
 from . import commands as _commands
 from ._version import __version__
 from .commands import CommandError
-from .console import guarded_stdout
+from .plumbing.console import guarded_stdout
 
 
 def command_modules():
@@ -123,12 +123,12 @@ def _run(args):
         print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # no permission, a name too long, a full disk, a file where a folder belongs ...
-        from .fileio import describe_os_error
+        from .plumbing.fileio import describe_os_error
 
         print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 -- only a failed allocation is turned into a message here
-        from .limits import allocation_message, is_allocation_failure
+        from .plumbing.limits import allocation_message, is_allocation_failure
 
         if not is_allocation_failure(err):
             raise

@@ -1,6 +1,6 @@
 """The training loss: softmax cross-entropy on float32 outputs, with optional label smoothing.
 
-:func:`mxfp16.training_parts.build_parts` makes it; call it with float32
+:func:`mxfp16.train.parts.build_parts` makes it; call it with float32
 outputs (:func:`mxfp16.to_float32`) and float32 labels, whatever the precision.
 """
 from mxnet import gluon

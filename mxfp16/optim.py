@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._gluoncv import import_gluoncv
 from ._lazy import module
+from .models.gluoncv import import_gluoncv
 
 mx = module("mxnet")
 gluon = module("mxnet.gluon")

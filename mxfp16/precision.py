@@ -17,7 +17,7 @@ amp-bfloat16  bfloat16      float32      yes    no            no (already)
 ``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows a
 rule backed by recorded measurements per class of CPU (:func:`auto_rule`),
 and the trainer and the benchmark go further: they time the actual model in
-both precisions and keep the faster (:mod:`mxfp16.bench.auto`), so ``auto`` is
+both precisions and keep the faster (:mod:`mxfp16.auto`), so ``auto`` is
 never slower than float32 on the machine it runs on. Either way the resolved
 :class:`Precision` says why (:attr:`Precision.reason`).
 
@@ -143,7 +143,7 @@ def auto_rule(on_gpu, support=None):
     * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
       slower than float32 (an Intel Xeon VM, 0.81x); with AMX on nothing has
       been measured here. The trainer and the benchmark measure the model
-      instead (:mod:`mxfp16.bench.auto`).
+      instead (:mod:`mxfp16.auto`).
 
     Parameters
     ----------
@@ -192,7 +192,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Precision
         With :attr:`Precision.reason` saying why; ``auto`` follows
         :func:`auto_rule` (the trainer and the benchmark measure the model
-        instead, :mod:`mxfp16.bench.auto`).
+        instead, :mod:`mxfp16.auto`).
 
     Raises
     ------
@@ -230,7 +230,7 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
     """Prepare the process for ``precision``; call before building the network.
 
     For AMP precisions this calls ``mx.contrib.amp.init`` (once per process)
-    with mxfp16's measured operator lists (:func:`mxfp16.amp_lists.init_amp`);
+    with mxfp16's measured operator lists (:func:`mxfp16.amp.lists.init_amp`);
     lists given here replace them (with the same repairs, no stem rule). For the others it
     checks that AMP has not already patched MXNet, because then a "float32"
     run would not be float32.
@@ -267,9 +267,9 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
                        ("fp32_ops", fp32_ops)):
         if value is not None:
             kwargs[key] = value
-    # mxfp16's measured operator lists (see mxfp16/amp_lists.py and docs/benchmarks.md),
+    # mxfp16's measured operator lists (see mxfp16/amp/lists.py and docs/benchmarks.md),
     # or the lists given; either way with the repairs that let any Gluon model run.
-    from .amp_lists import init_amp
+    from .amp.lists import init_amp
     init_amp(target, lists=kwargs or None)
     _amp_target = target
 
@@ -317,7 +317,7 @@ def check_activated(precision, net=None):
 
     from ._internals import built_graphs
 
-    # numpy-mode graphs too: mxfp16 wraps their operators as AMP wraps mx.nd's (mxfp16.amp_numpy).
+    # numpy-mode graphs too: mxfp16 wraps their operators as AMP wraps mx.nd's (mxfp16.amp.numpy_mode).
     for block, symbol in built_graphs(net):
         ops = {node["op"] for node in json.loads(symbol.tojson(remove_amp_cast=False))["nodes"]}
         if ops & _ALWAYS_CAST and not ops & {"amp_cast", "amp_multicast"}:

@@ -15,7 +15,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from .amp_lists import warn_if_numpy_mode
+from .amp.lists import warn_if_numpy_mode
 from .casting import to_float32
 from .precision import check_activated
 from .scaler import LossScaler, check_loss

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .fileio import read_json
+from .plumbing.fileio import read_json
 
 __all__ = ["CommandResult", "RecordedRatio", "mxfp16_command", "recorded_headline_ratios", "recorded_result",
            "recorded_results_folder"]

@@ -1,4 +1,4 @@
-"""Train every layer of :data:`mxfp16.amp_table.LAYERS` a few steps in one precision; save what it learned.
+"""Train every layer of :data:`mxfp16.amp.table.LAYERS` a few steps in one precision; save what it learned.
 
 Run as ``python tests/amp_layer_child.py PRECISION OUT.npz`` (one process per
 precision: AMP is process-global). Each layer sits behind a cast of its
@@ -13,7 +13,7 @@ import sys
 import traceback
 
 import mxfp16
-from mxfp16.amp_table import LAYERS, _Cast, _numpy_scope
+from mxfp16.amp.table import LAYERS, _Cast, _numpy_scope
 
 import numpy as np
 

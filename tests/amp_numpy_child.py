@@ -81,7 +81,7 @@ def build(hybrid):
 
 def graph_dtypes(net):
     """``{dtype: count}`` of the hybridized graph's operators (AMP's casts left out)."""
-    from mxfp16.amp_wrappers import dtype_name
+    from mxfp16.amp.wrappers import dtype_name
 
     import mxnet as mx
 
@@ -100,7 +100,7 @@ def graph_dtypes(net):
 
 
 def train(hybrid):
-    from mxfp16.amp_wrappers import cast, dtype_name
+    from mxfp16.amp.wrappers import cast, dtype_name
 
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -137,7 +137,7 @@ def train(hybrid):
 
 
 def main(precision_name, out):
-    from mxfp16 import amp_numpy
+    from mxfp16.amp import numpy_mode as amp_numpy
 
     from mxnet import npx
 

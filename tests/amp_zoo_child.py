@@ -43,8 +43,8 @@ def smallest_size(net, name):
 
 
 def train(name):
-    from mxfp16._gluoncv import import_gluoncv
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
+    from mxfp16.models.gluoncv import import_gluoncv
 
     import mxnet as mx
     from mxnet import autograd, gluon

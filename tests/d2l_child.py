@@ -26,8 +26,8 @@ class DtypeCounter:
 
     def __init__(self):
         from mxfp16._internals import numpy_operator_functions
-        from mxfp16.amp_numpy import numpy_operators
-        from mxfp16.amp_wrappers import dtype_name
+        from mxfp16.amp.numpy_mode import numpy_operators
+        from mxfp16.amp.wrappers import dtype_name
 
         import mxnet as mx
 
@@ -55,7 +55,7 @@ class DtypeCounter:
 
 def build(name):
     """The model, its inputs and a float32 loss of its outputs."""
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
 
     from d2l import mxnet as d2l
     from mxnet import gluon, np
@@ -91,7 +91,7 @@ def build(name):
 
 
 def train(name):
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
 
     import mxnet as mx
     from mxnet import autograd, gluon

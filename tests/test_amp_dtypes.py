@@ -20,7 +20,7 @@ import mxfp16
 import numpy as np, mxnet as mx
 from mxnet import autograd
 from mxfp16.models import build_model
-from mxfp16.training_parts import classification_loss
+from mxfp16.train.parts import classification_loss
 
 precision = mxfp16.resolve_precision(sys.argv[1], "cpu")
 mxfp16.activate(precision)

@@ -1,7 +1,7 @@
 """Every Gluon layer under mxfp16's AMP: it trains, it matches float32, and the table says what it runs in.
 
 One child process per precision trains every entry of
-``mxfp16.amp_table.LAYERS`` three SGD steps (``tests/amp_layer_child.py``);
+``mxfp16.amp.table.LAYERS`` three SGD steps (``tests/amp_layer_child.py``);
 the float32 run is the control. bfloat16 keeps 8 bits of mantissa, so the
 16-bit gradients are compared with a tolerance of a few times its rounding
 step (2^-8 = 0.4%), relative to the layer's largest gradient.
@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from mxfp16 import amp_table
+from mxfp16.amp import table as amp_table
 
 import numpy as np
 import pytest
@@ -113,7 +113,7 @@ def test_every_gluon_layer_class_has_a_row_or_is_a_container():
             if inspect.isclass(cls) and issubclass(cls, gluon.Block):
                 if f"{prefix}.{name}" not in rows and name not in amp_table.CONTAINERS[prefix]:
                     missing.append(f"{prefix}.{name}")
-    assert not missing, f"Gluon layers with no row in mxfp16.amp_table.LAYERS: {missing}"
+    assert not missing, f"Gluon layers with no row in mxfp16.amp.table.LAYERS: {missing}"
 
 
 @requires_bfloat16
@@ -196,14 +196,14 @@ def test_an_operator_without_a_bfloat16_kernel_runs_in_float32_and_warns_once():
 
 
 def test_fallbacks_come_from_the_probe_and_exclude_what_bfloat16_runs():
-    from mxfp16 import _amp_op_probe as probe
-    from mxfp16.amp_lists import float32_fallbacks, operator_lists
+    from mxfp16.amp import _op_probe as probe
+    from mxfp16.amp.lists import float32_fallbacks, operator_lists
 
     fallbacks = set(float32_fallbacks())
     assert {"dot", "batch_dot"} <= fallbacks
     assert not fallbacks & set(probe.BFLOAT16)
     fp32 = set(operator_lists("bfloat16")["fp32_ops"])
-    # The lists name legacy operators; mxfp16.amp_numpy applies the numpy-mode fallbacks (_np_dot ...).
+    # The lists name legacy operators; mxfp16.amp.numpy_mode applies the numpy-mode fallbacks (_np_dot ...).
     legacy = {name for name in fallbacks if not name.startswith(("_np_", "_npx_", "_npi_"))}
     assert legacy <= fp32 and legacy != fallbacks
     assert not fp32 & set(operator_lists("bfloat16")["target_precision_ops"])
@@ -223,7 +223,7 @@ def test_probe_verdicts_hold_on_the_installed_wheel():
         import amp_probe_ops
     finally:
         sys.path.pop(0)
-    from mxfp16 import _amp_op_probe as probe
+    from mxfp16.amp import _op_probe as probe
 
     results = amp_probe_ops.scan(PROBE_SAMPLE)
     for name in PROBE_SAMPLE:
@@ -300,7 +300,7 @@ import mxfp16
 import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.contrib.amp.amp import bfloat16
-from mxfp16.amp_table import LAYERS
+from mxfp16.amp.table import LAYERS
 
 mxfp16.activate(mxfp16.resolve_precision("amp-bfloat16", "cpu"))
 failed = []

@@ -82,8 +82,8 @@ def test_the_comparison_can_fail(control):
 
 
 def test_numpy_functions_take_their_legacy_operators_rule():
-    from mxfp16.amp_lists import join_operators, operator_lists
-    from mxfp16.amp_numpy import numpy_operators, numpy_rules
+    from mxfp16.amp.lists import join_operators, operator_lists
+    from mxfp16.amp.numpy_mode import numpy_operators, numpy_rules
 
     operators = numpy_operators()
     assert operators["_npx_fully_connected"] == ["FullyConnected", "_sparse_FullyConnected"]
@@ -108,7 +108,7 @@ def test_numpy_mode_layers_and_joins_type_as_16_bit_on_any_cpu():
         warnings.simplefilter("ignore")
         import mxfp16, mxnet as mx
         from mxnet import gluon, npx
-        from mxfp16.amp_table import Layer, layer_dtypes, StemJoin
+        from mxfp16.amp.table import Layer, layer_dtypes, StemJoin
         mxfp16.activate(mxfp16.resolve_precision("amp-float16", "cpu", allow_cpu_float16=True))
         rows = layer_dtypes(Layer("x", lambda: StemJoin(), (2, 3, 8, 8), numpy_mode=True))
         print(rows)
@@ -123,7 +123,7 @@ def test_numpy_mode_layers_and_joins_type_as_16_bit_on_any_cpu():
 
 
 def test_float32_fallbacks_name_numpy_operators_but_the_lists_do_not():
-    from mxfp16.amp_lists import float32_fallbacks, operator_lists
+    from mxfp16.amp.lists import float32_fallbacks, operator_lists
 
     fallbacks = set(float32_fallbacks())
     assert "_np_dot" in fallbacks and "batch_dot" in fallbacks
@@ -188,7 +188,7 @@ def test_the_only_numpy_function_that_bypasses_the_operator_functions_is_wrapped
     # generated function mxfp16 wraps; FFI_FUNCTIONS must name every such function that takes tensors.
     import re
 
-    from mxfp16.amp_numpy import FFI_FUNCTIONS
+    from mxfp16.amp.numpy_mode import FFI_FUNCTIONS
 
     import mxnet
 
@@ -204,7 +204,7 @@ def test_what_numpy_mode_cannot_do_in_bfloat16_in_mxnet_1_9_1():
     # assignment of float32 values into a bfloat16 array call) looks the dtype up by its numpy type, and
     # numpy has no bfloat16 (MXNet's is a structured dtype, numpy.void). The legacy mx.nd.empty can.
     # docs/amp-table.md ("numpy mode") says so; when this starts to pass, say it no longer.
-    from mxfp16.amp_wrappers import BFLOAT16, dtype_name
+    from mxfp16.amp.wrappers import BFLOAT16, dtype_name
 
     import mxnet as mx
 

@@ -5,7 +5,7 @@ CPU (no bfloat16 arithmetic), and the wrappers treat both 16-bit dtypes alike.
 """
 import json
 
-from mxfp16 import amp_wrappers as w
+from mxfp16.amp import wrappers as w
 
 import mxnet as mx
 import numpy as np

@@ -1,6 +1,6 @@
 """Every GluonCV classification model builds and type-checks under mxfp16's AMP lists, for both targets.
 
-The models come from ``gluoncv.model_zoo`` itself (:func:`mxfp16.amp_zoo.classification_models`),
+The models come from ``gluoncv.model_zoo`` itself (:func:`mxfp16.amp.zoo.classification_models`),
 so a model GluonCV adds is covered. Building needs no weights and no
 arithmetic: it runs on any CPU. Where bfloat16 runs, one model per family
 also trains three SGD steps against a float32 control
@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from mxfp16 import amp_zoo
+from mxfp16.amp import zoo as amp_zoo
 
 import numpy as np
 import pytest
@@ -53,7 +53,7 @@ def test_the_models_gluoncv_cannot_build_fail_without_amp_too():
         import warnings
         warnings.simplefilter("ignore")
         import mxfp16, mxnet as mx
-        from mxfp16._gluoncv import import_gluoncv
+        from mxfp16.models.gluoncv import import_gluoncv
         zoo = import_gluoncv().model_zoo
         for name in {sorted(amp_zoo.BROKEN_IN_GLUONCV)!r}:
             try:
@@ -69,7 +69,7 @@ def test_the_models_gluoncv_cannot_build_fail_without_amp_too():
 
 
 def test_the_list_is_gluoncvs_own_so_a_new_model_is_covered(monkeypatch):
-    from mxfp16._gluoncv import import_gluoncv
+    from mxfp16.models.gluoncv import import_gluoncv
 
     registry = import_gluoncv().model_zoo.model_zoo._models
 
@@ -104,7 +104,7 @@ def test_gemm_flops_are_counted_from_the_shapes():
         import json, warnings
         warnings.simplefilter("ignore")
         import mxfp16
-        from mxfp16.amp_zoo import model_dtypes
+        from mxfp16.amp.zoo import model_dtypes
         print(json.dumps(model_dtypes("resnet50_v1")))
     """
     row = json.loads(run_python(code).stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
-"""``auto`` decided by timing the model (mxfp16.bench.auto): the verdict, its cache, and the trainer's use of it."""
+"""``auto`` decided by timing the model (mxfp16.auto): the verdict, its cache, and the trainer's use of it."""
 import json
 
-from mxfp16.bench import auto
+from mxfp16 import auto
 from mxfp16.machine import hardware
 
 import pytest

@@ -5,7 +5,7 @@ reference is a float64 numpy convolution.
 """
 import json
 
-from mxfp16.amp_lists import LIST_SETS, operator_lists
+from mxfp16.amp.lists import LIST_SETS, operator_lists
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ CHILD = """
 import mxfp16
 import json, numpy as np, mxnet as mx
 from mxnet import gluon
-from mxfp16.amp_lists import operator_lists
+from mxfp16.amp.lists import operator_lists
 precision = mxfp16.resolve_precision("amp-bfloat16", "cpu")
 mxfp16.activate(precision, **({{}} if {which!r} == "mxfp16" else operator_lists("bfloat16", "mxnet")))
 rng = np.random.RandomState(0)
@@ -94,8 +94,8 @@ def test_operator_lists_are_fresh_copies_and_validated():
 
 
 def test_stem_rule_dispatches_on_the_kernel_however_it_is_written():
-    from mxfp16.amp_lists import FLOAT32_CONVOLUTIONS
-    from mxfp16.amp_wrappers import float32_where
+    from mxfp16.amp.lists import FLOAT32_CONVOLUTIONS
+    from mxfp16.amp.wrappers import float32_where
 
     calls = []
     conv = float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),

@@ -3,7 +3,7 @@ import json
 import os
 
 from mxfp16.cli import main
-from mxfp16.fileio import append_jsonl, write_json
+from mxfp16.plumbing.fileio import append_jsonl, write_json
 from mxfp16.train.compare import RunDirError, comparison_table, load_runs
 
 import numpy as np

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from mxfp16.console import GuardedStdout
+from mxfp16.plumbing.console import GuardedStdout
 
 import pytest
 from conftest import REPO

@@ -50,7 +50,7 @@ def test_the_device_names_live_in_devices_only():
 
 def test_the_builder_takes_only_resolved_settings():
     from mxfp16 import resolve_precision
-    from mxfp16.training_parts import PartsSpec, build_parts
+    from mxfp16.train.parts import PartsSpec, build_parts
 
     cpu = resolve_devices("cpu")
     with pytest.raises(TypeError, match="resolve_precision"):

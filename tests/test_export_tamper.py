@@ -150,7 +150,7 @@ def test_a_graph_of_200000_nodes_is_refused(copy, photos, capsys):
 
 
 def test_a_graph_just_within_the_bounds_is_checked_whole(tmp_path):
-    from mxfp16.symbol_file import MAX_DEPTH, GraphFileError, check_graph
+    from mxfp16.plumbing.symbol_file import MAX_DEPTH, GraphFileError, check_graph
 
     path = tmp_path / "deep.json"
     chain = ",".join(f'{{"op": "relu", "name": "r{i}", "inputs": [[{i}, 0, 0]]}}' for i in range(MAX_DEPTH + 1))

@@ -11,7 +11,7 @@ from mxfp16.devices import resolve_devices
 from mxfp16.machine.hardware import gpu_count
 from mxfp16.precision import Precision, resolve_precision
 from mxfp16.train.outputs import structural_names
-from mxfp16.training_parts import PartsSpec, build_parts
+from mxfp16.train.parts import PartsSpec, build_parts
 
 import mxnet as mx
 import numpy as np

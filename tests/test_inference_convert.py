@@ -1,9 +1,9 @@
 """Conversion for inference: which layers run in which dtype, what the graph takes and gives, and the lists."""
-from mxfp16.amp_lists import float32_layers
+from mxfp16.amp.lists import float32_layers
 from mxfp16.inference.agreement import AgreementError, check_margin, compare
 from mxfp16.inference.convert import _placeable, deployable, load_block, traced
 from mxfp16.precision import resolve_precision
-from mxfp16.training_parts import PartsSpec, build_network
+from mxfp16.train.parts import PartsSpec, build_network
 
 import mxnet as mx
 import numpy as np

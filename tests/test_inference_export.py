@@ -7,11 +7,11 @@ import json
 import shutil
 
 from mxfp16.cli import main
-from mxfp16.fileio import sha256_file
 from mxfp16.inference import bundle
 from mxfp16.inference.agreement import AgreementError
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
+from mxfp16.plumbing.fileio import sha256_file
 
 import numpy as np
 import pytest
@@ -194,7 +194,7 @@ def test_a_checkpoint_file_that_is_not_one_is_refused_with_the_fix(run, tmp_path
 def test_a_params_file_declaring_a_huge_array_is_refused_before_allocation(run, tmp_path, capsys):
     import struct
 
-    from mxfp16.ndarray_file import read_header
+    from mxfp16.plumbing.ndarray_file import read_header
 
     params = sorted((run / "checkpoints").glob("*.params"))[-1]
     data = bytearray(params.read_bytes())

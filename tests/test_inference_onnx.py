@@ -12,13 +12,13 @@ import sys
 import time
 
 from mxfp16.cli import main
-from mxfp16.fileio import sha256_file
 from mxfp16.inference import bundle
 from mxfp16.inference.agreement import AgreementError
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
 from mxfp16.inference.formats import onnx as onnx_format
 from mxfp16.inference.predict import Predictor, image_files
+from mxfp16.plumbing.fileio import sha256_file
 
 import numpy as np
 import pytest

@@ -1,11 +1,18 @@
-"""The writing rule for output folders, and the ranges of numeric flags (mxfp16.limits, mxfp16.fileio)."""
+"""The writing rule for output folders, and the ranges of numeric flags (mxfp16.plumbing: limits, fileio)."""
 import json
 import math
 import os
 
 from mxfp16.cli import main
-from mxfp16.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, read_jsonl, write_json
-from mxfp16.limits import LimitError, check, max_batch, memory_bytes
+from mxfp16.plumbing.fileio import (
+    JSONFileError,
+    OutputFolderError,
+    check_output_folder,
+    read_json,
+    read_jsonl,
+    write_json,
+)
+from mxfp16.plumbing.limits import LimitError, check, max_batch, memory_bytes
 
 import pytest
 

@@ -10,13 +10,32 @@ from conftest import REPO
 
 #: Old path -> where it lives now (docs/api.md lists the same moves).
 MOVED = {
-    "mxfp16.parts": "mxfp16.training_parts",
+    "mxfp16.parts": "mxfp16.train.parts",
     "mxfp16.formats": "mxfp16.float_formats",
     "mxfp16.hardware": "mxfp16.machine.hardware",
     "mxfp16.environment": "mxfp16.machine.environment",
     "mxfp16._compat": "mxfp16.machine.stack",
     "mxfp16.gpu": "mxfp16.machine.gpu",
     "mxfp16.data.bench": "mxfp16.data.timing",
+    "mxfp16.amp_lists": "mxfp16.amp.lists",
+    "mxfp16.amp_numpy": "mxfp16.amp.numpy_mode",
+    "mxfp16.amp_operators": "mxfp16.amp.operators",
+    "mxfp16.amp_table": "mxfp16.amp.table",
+    "mxfp16.amp_wrappers": "mxfp16.amp.wrappers",
+    "mxfp16.amp_zoo": "mxfp16.amp.zoo",
+    "mxfp16._amp_op_probe": "mxfp16.amp._op_probe",
+    "mxfp16.fileio": "mxfp16.plumbing.fileio",
+    "mxfp16.locking": "mxfp16.plumbing.locking",
+    "mxfp16.ndarray_file": "mxfp16.plumbing.ndarray_file",
+    "mxfp16.symbol_file": "mxfp16.plumbing.symbol_file",
+    "mxfp16.console": "mxfp16.plumbing.console",
+    "mxfp16.child": "mxfp16.plumbing.child",
+    "mxfp16.plotting": "mxfp16.plumbing.plotting",
+    "mxfp16.limits": "mxfp16.plumbing.limits",
+    "mxfp16.training_parts": "mxfp16.train.parts",
+    "mxfp16.selftest": "mxfp16.train.selftest",
+    "mxfp16._gluoncv": "mxfp16.models.gluoncv",
+    "mxfp16.bench.auto": "mxfp16.auto",
 }
 
 

@@ -56,7 +56,7 @@ def test_notebook_is_saved_with_a_full_run(path):
 
 
 #: What Jupyter saves for a matplotlib figure it had no image formatter for (a ``Figure`` left as a cell's
-#: value without the inline backend, e.g. one made by ``mxfp16.plotting.new_figure``): its repr (as matplotlib
+#: value without the inline backend, e.g. one made by ``mxfp16.plumbing.plotting.new_figure``): its repr (as matplotlib
 #: writes it now, and as older releases did), which the site shows as text where the picture should be.
 FIGURE_REPR = re.compile(r"<Figure size [\d.]+x[\d.]+ with \d+ Axes>|<matplotlib\.figure\.Figure at 0x[0-9a-f]+>")
 

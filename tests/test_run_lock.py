@@ -23,7 +23,7 @@ from mxfp16.data.pack import pack_recordio
 from mxfp16.data.records import damaged_records
 from mxfp16.data.validate import DataError
 from mxfp16.inference.export import export_run
-from mxfp16.locking import LOCK_FILE, FolderBusyError, FolderLock
+from mxfp16.plumbing.locking import LOCK_FILE, FolderBusyError, FolderLock
 from mxfp16.train import checkpoint as ckpt
 
 import pytest
@@ -101,7 +101,7 @@ def test_two_trainers_started_together_one_runs_the_other_is_refused(race):
 
 def test_the_lock_ends_with_its_process_even_after_kill_9(tmp_path):
     folder = tmp_path / "run"
-    code = ("import sys, time\nfrom mxfp16.locking import FolderLock\n"
+    code = ("import sys, time\nfrom mxfp16.plumbing.locking import FolderLock\n"
             f"lock = FolderLock({str(folder)!r}, 'training').acquire()\nprint('locked', flush=True)\ntime.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
                               stdout=subprocess.PIPE, text=True)

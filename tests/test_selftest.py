@@ -3,8 +3,8 @@ import json
 import subprocess
 import sys
 
-from mxfp16 import selftest
 from mxfp16.machine import hardware
+from mxfp16.train import selftest
 
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
 """mxfp16 beside PyTorch: torch 2, torch 1 and no torch, each in a fresh process.
 
 gluoncv 0.10.5 raises RuntimeError at import when it finds torch>=2
-(mxfp16/_gluoncv.py). A stand-in ``torch`` package with a chosen
+(mxfp16/models/gluoncv.py). A stand-in ``torch`` package with a chosen
 ``__version__`` on PYTHONPATH reproduces what gluoncv sees; the first test
 proves the stand-in triggers the real failure, so the others test the fix.
 """

@@ -12,7 +12,7 @@ from mxfp16.optim import lr_schedule
 from mxfp16.precision import resolve_precision
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
-from mxfp16.training_parts import PartsSpec, build_parts
+from mxfp16.train.parts import PartsSpec, build_parts
 
 import mxnet as mx
 import numpy as np

@@ -9,8 +9,8 @@ import shutil
 import subprocess
 import sys
 
-from mxfp16.fileio import sha256_file
 from mxfp16.machine.environment import available_cores
+from mxfp16.plumbing.fileio import sha256_file
 
 import pytest
 from train_support import QUICK, REPO, metrics, ok, refused, run_train, tiny_dataset

@@ -51,7 +51,7 @@ def test_each_model_trains_one_epoch(precision):
             assert set(r["graph_dtypes"]) == {"float32"}, r["graph_dtypes"]
         else:
             assert r["precision"] == "amp-bfloat16"
-            # the numpy-mode CNN too: mxfp16.amp_numpy gives the mx.np / mx.npx functions AMP's lists
+            # the numpy-mode CNN too: mxfp16.amp.numpy_mode gives the mx.np / mx.npx functions AMP's lists
             assert r["graph_dtypes"].get("bfloat16", 0) >= 1, (r["model"], r["graph_dtypes"])
 
 

@@ -17,11 +17,11 @@ It runs four groups of operators:
 
 1. MXNet's operators whose dtype follows their inputs under AMP's bfloat16
    lists (unlisted ones, and ``WIDEST_TYPE_CASTS``): their verdicts decide
-   what :mod:`mxfp16.amp_lists` runs in float32 (``BFLOAT16``, ``FLOAT32``,
+   what :mod:`mxfp16.amp.lists` runs in float32 (``BFLOAT16``, ``FLOAT32``,
    ``UNPROBED``);
 2. the numpy-mode operators that are not another name of a legacy one
    (``_np_dot``, ``_npi_add``): the same three verdicts, which
-   :mod:`mxfp16.amp_numpy` applies;
+   :mod:`mxfp16.amp.numpy_mode` applies;
 3. MXNet's own float32 list: a verdict each (``MXNET_FLOAT32``), for the
    table only; they stay float32, MXNet's choice for range and precision;
 4. the contrib operators GluonCV and GluonNLP call (``CLIENT_OPERATORS``,
@@ -33,16 +33,16 @@ inputs and lets its dtype follow them is given one input in the 16-bit
 dtype and the rest in float32. Where MXNet's type inference then fails
 (``Concat``), or, for bfloat16, the kernel fails or disagrees with float32
 (numpy's ``add`` promotes float32 + float16 but has no kernel for float32 +
-bfloat16), the operator is a join and :func:`mxfp16.amp_lists.join_operators`
+bfloat16), the operator is a join and :func:`mxfp16.amp.lists.join_operators`
 casts its inputs to the widest dtype first.
 
-``mxfp16/_amp_op_probe.py`` holds the output. ``tests/test_amp_probe.py``
+``mxfp16/amp/_op_probe.py`` holds the output. ``tests/test_amp_probe.py``
 re-probes a sample against the installed wheel. Regenerate after an MXNet
 upgrade, on a CPU with avx512_bf16::
 
     python tools/amp_probe_ops.py --client gluoncv=$(python -c 'import gluoncv, os; \\
         print(os.path.dirname(gluoncv.__file__))') --client gluonnlp=PATH/gluon-nlp-0.10.0/src \\
-        > mxfp16/_amp_op_probe.py
+        > mxfp16/amp/_op_probe.py
 
 Each batch of operators runs in a child process, so an operator that crashes
 the process is found and recorded as ``float32`` without stopping the scan.
@@ -183,7 +183,7 @@ def candidates():
 
 def numpy_candidates():
     """Numpy-mode operators that are no other name of a legacy operator, taking tensors."""
-    from mxfp16.amp_numpy import numpy_operators
+    from mxfp16.amp.numpy_mode import numpy_operators
 
     return [name for name, legacy in numpy_operators().items()
             if not legacy and not _skipped(name) and _tensor_args(name) and _function(name) is not None]
@@ -201,14 +201,14 @@ def mxnet_float32():
 
 def join_candidates():
     """Operators with two or more data inputs whose dtype can follow them (not cast by MXNet's lists)."""
-    from mxfp16.amp_numpy import numpy_operators
+    from mxfp16.amp.numpy_mode import numpy_operators
 
     from mxnet.contrib.amp.lists import symbol_bf16 as B
     from mxnet.contrib.amp.lists import symbol_fp16 as H
 
     cast = set(B.BF16_FUNCS) | set(B.FP32_FUNCS) | set(B.WIDEST_TYPE_CASTS) | set(B.LOSS_OUTPUT_FUNCTIONS)
     cast &= set(H.FP16_FUNCS) | set(H.FP32_FUNCS) | set(H.WIDEST_TYPE_CASTS) | set(H.LOSS_OUTPUT_FUNCTIONS)
-    # A numpy-mode operator that is another name of a legacy one takes that one's rule (mxfp16.amp_numpy).
+    # A numpy-mode operator that is another name of a legacy one takes that one's rule (mxfp16.amp.numpy_mode).
     twins = {name for name, legacy in numpy_operators().items() if legacy}
     names = []
     for name in sorted(_op_names()):
@@ -285,7 +285,7 @@ def _numpy_scope(name):
 
 
 def _as_float32_numpy(x):
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
 
     import numpy as np
 
@@ -299,7 +299,7 @@ def _run(name, arrays, kwargs, dtypes):
 
     Returns (output as float32 numpy, input gradients as float32 numpy or None).
     """
-    from mxfp16.amp_wrappers import BFLOAT16, cast
+    from mxfp16.amp.wrappers import BFLOAT16, cast
 
     import mxnet as mx
     import numpy as np
@@ -403,7 +403,7 @@ def join_probe(name):
     float32, for both targets; for bfloat16 also the kernel, run the same
     way and compared with float32.
     """
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
 
     import mxnet as mx
     import numpy as np
@@ -508,11 +508,11 @@ def _dict(lines, name, doc, entries):
 
 
 def render(results, mxnet_float32_results, joins, clients):
-    """The text of ``mxfp16/_amp_op_probe.py``."""
+    """The text of ``mxfp16/amp/_op_probe.py``."""
     lines = [
         '"""Which MXNet operators run in bfloat16 on CPU, and which join mixed dtypes: generated, do not edit.',
         "",
-        "Written by ``python tools/amp_probe_ops.py > mxfp16/_amp_op_probe.py`` (its docstring says how),",
+        "Written by ``python tools/amp_probe_ops.py > mxfp16/amp/_op_probe.py`` (its docstring says how),",
         "which runs each operator in float32 and with bfloat16 inputs (forward and backward) and",
         "compares. Each entry maps an operator to the reason for its verdict.",
         '"""',

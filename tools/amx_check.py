@@ -94,7 +94,7 @@ def _train(model, image_size, steps, batch_size=8):
     """``steps`` training steps from seed 0: the loss and global gradient norm of each (mxfp16's own step)."""
     import mxfp16
     from mxfp16.casting import cast_batch
-    from mxfp16.training_parts import PartsSpec, build_parts
+    from mxfp16.train.parts import PartsSpec, build_parts
 
     import mxnet as mx
     import numpy as np

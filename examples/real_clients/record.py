@@ -41,8 +41,8 @@ def main():
                         help="folder for the records (default: docs/results/real-clients)")
     args = parser.parse_args()
     sys.path.insert(0, REPO)
-    from mxfp16.fileio import atomic_write
     from mxfp16.machine.hardware import bfloat16_support
+    from mxfp16.plumbing.fileio import atomic_write
 
     precisions = ["float32"] + (["amp-bfloat16"] if bfloat16_support().runs else [])
     os.makedirs(args.out, exist_ok=True)

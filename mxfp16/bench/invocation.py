@@ -10,8 +10,8 @@ the PyTorch peer's conditions) and returns the runs to make;
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..fileio import JSONFileError, read_json
-from ..limits import MAX_BATCH
+from ..plumbing.fileio import JSONFileError, read_json
+from ..plumbing.limits import MAX_BATCH
 
 __all__ = ["BenchSetupError", "Invocation", "plan_invocation", "record_invocation", "BATCH_SIZES", "ITERS"]
 
@@ -70,7 +70,7 @@ def _precisions(text):
 
 
 def _amp_lists(text):
-    from ..amp_lists import LIST_SETS
+    from ..amp.lists import LIST_SETS
 
     lists = [name.strip() for name in text.split(",") if name.strip()]
     if not lists or any(name not in LIST_SETS for name in lists):
@@ -186,12 +186,12 @@ def _auto_verdicts(base, precisions, sizes, classes, log):
     """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model: training on a CPU.
 
     What the trainer would train in for this model, shape and batch
-    (:func:`mxfp16.bench.auto.measured_auto`, cached), so ``auto``'s row is
+    (:func:`mxfp16.auto.measured_auto`, cached), so ``auto``'s row is
     the precision a training run gets here. Elsewhere (GPUs, inference) the
     rule of :func:`mxfp16.resolve_precision` decides and this is empty.
     """
+    from ..auto import measured_auto, probe_spec
     from ..devices import resolve_devices
-    from .auto import measured_auto, probe_spec
 
     if "auto" not in precisions or base.mode != "train" or \
             any(c.device_type != "cpu" for c in resolve_devices(base.ctx)):

@@ -164,8 +164,8 @@ def torch_missing():
 
 
 def run_in_subprocess(spec, timeout=None):
-    """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.child.run_json_child`)."""
-    from ..child import run_json_child
+    """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.run_json_child`)."""
+    from ..plumbing.child import run_json_child
 
     missing = torch_missing()
     if missing:
@@ -216,7 +216,7 @@ def resnet50_v1_5(classes):
 
 
 def _rows(x):
-    """``(N, C, H, W)`` images as ``(N, H, C*W)`` sequences, as :func:`mxfp16.models._rows` reads them."""
+    """``(N, C, H, W)`` images as ``(N, H, C*W)`` sequences, as :func:`mxfp16.models.sequence._rows` reads them."""
     return x.permute(0, 2, 1, 3).flatten(2)
 
 
@@ -396,7 +396,7 @@ def main(argv=None):
         record = measure(spec)
     except Exception:  # the parent reports it and carries on with the other rows
         record = not_run(spec, "failed", traceback.format_exc(limit=6).strip())
-    from ..fileio import write_json
+    from ..plumbing.fileio import write_json
 
     write_json(args.result, record)
     return 0 if record["status"] == "ok" else 1

@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from ..plotting import color_cycle, new_figure, save_png
+from ..plumbing.plotting import color_cycle, new_figure, save_png
 from .report import label
 
 

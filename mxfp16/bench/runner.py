@@ -6,7 +6,7 @@ executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
 record. The measurement itself (:func:`measure`) times what the user runs:
 
 ``train``
-    the run built with the trainer's builder (:func:`mxfp16.training_parts.build_parts`)
+    the run built with the trainer's builder (:func:`mxfp16.train.parts.build_parts`)
     and :func:`mxfp16.train_step`, the step the trainer uses, so the speed
     measured here is the speed a training run gets;
 ``inference``
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ..child import run_json_child
-from ..fileio import parse_json
 from ..machine.environment import mxnet_threads
+from ..plumbing.child import run_json_child
+from ..plumbing.fileio import parse_json
 
 MODES = ("train", "inference")
 #: What runs an inference measurement: MXNet (the export's own format) or onnxruntime (the ONNX export).
@@ -77,7 +77,7 @@ class BenchSpec:
         Output classes of the model (synthetic data only; a folder sets its own).
     amp_lists : str
         Which AMP operator lists an AMP precision uses: ``'mxfp16'`` (the
-        tuned lists in :mod:`mxfp16.amp_lists`) or ``'mxnet'`` (MXNet's own).
+        tuned lists in :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
     seed : int
     requested : str, optional
         What the user asked for when ``precision`` was resolved before the
@@ -166,7 +166,7 @@ class _Batches:
 def measure(spec):
     """Build what ``spec.mode`` runs and time it, in this process.
 
-    Training: :func:`mxfp16.training_parts.build_parts` makes what the trainer makes,
+    Training: :func:`mxfp16.train.parts.build_parts` makes what the trainer makes,
     in the same order (precision, environment, AMP before the network,
     network cast and hybridized with static memory, loss scaler, trainer,
     loss), with SGD at a constant rate; every step casts its batch and calls
@@ -195,7 +195,7 @@ def measure(spec):
     from ..machine.hardware import peak_memory_mb
     from ..precision import resolve_precision
     from ..step import train_step
-    from ..training_parts import PartsSpec, build_parts
+    from ..train.parts import PartsSpec, build_parts
 
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
@@ -256,7 +256,7 @@ def _inference_step(spec, precision, contexts, batches):
     ``SymbolBlock`` on the first device; batches go in as float32.
     """
     from ..inference.convert import deployable, load_block
-    from ..training_parts import PartsSpec, build_network
+    from ..train.parts import PartsSpec, build_network
 
     device = contexts[0]
     net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
@@ -283,7 +283,7 @@ def _onnxruntime_step(spec, contexts, batches):
     from ..inference.convert import deployable
     from ..inference.formats import onnx as onnx_format
     from ..precision import resolve_precision
-    from ..training_parts import PartsSpec, build_network
+    from ..train.parts import PartsSpec, build_network
 
     net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
                                   seed=spec.seed), contexts, "float32")
@@ -373,7 +373,7 @@ def run_in_subprocess(spec, timeout=None, python=None):
 def main(argv=None):
     """Child entry point: measure one spec and write its record to ``--result``."""
     from ..devices import DeviceError
-    from ..fileio import write_json
+    from ..plumbing.fileio import write_json
     from ..precision import PrecisionError
 
     parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.runner")

@@ -38,14 +38,14 @@ def add_ctx_argument(group, one=False, where=None):
 
 
 def check_out(out, inputs, flag="--out", kind="folder"):
-    """The writing rule for a command's output (``mxfp16.fileio``), as a CommandError, before any work.
+    """The writing rule for a command's output (``mxfp16.plumbing.fileio``), as a CommandError, before any work.
 
-    ``out`` must be creatable (:func:`~mxfp16.fileio.check_output_path`: no
+    ``out`` must be creatable (:func:`~mxfp16.plumbing.fileio.check_output_path`: no
     name too long, no file where a folder belongs, a folder this user may
     write to), and must not be, contain or sit inside any of ``inputs``
     (``(what, path)`` pairs; ``None`` paths are ignored), links resolved.
     """
-    from ..fileio import OutputFolderError, check_output_folder, check_output_path
+    from ..plumbing.fileio import OutputFolderError, check_output_folder, check_output_path
 
     try:
         check_output_path(out, flag, kind)

@@ -12,7 +12,7 @@ writes it, run by onnxruntime (float32, and float16 where its execution
 provider runs it). Writes bench.json, bench.csv and PNG plots to --out.
 """
 from ..bench.invocation import BATCH_SIZES, ITERS
-from ..limits import MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS, integer, number
+from ..plumbing.limits import MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 
 ORDER = 40

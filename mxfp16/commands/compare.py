@@ -15,7 +15,7 @@ seed's curve).
 """
 import os
 
-from ..limits import number
+from ..plumbing.limits import number
 from . import CommandError, check_out
 
 ORDER = 45

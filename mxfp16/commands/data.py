@@ -6,8 +6,8 @@ import sys
 
 from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_MEMBERS, DEFAULT_MAX_RATIO, ENTRY_OVERHEAD, parse_size
 from ..data.synth import DEMO_SETTINGS as DEMO
-from ..fileio import read_json
-from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, integer, number
+from ..plumbing.fileio import read_json
+from ..plumbing.limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, integer, number
 from . import CommandError, add_threads_argument, check_out
 
 ORDER = 10
@@ -233,7 +233,7 @@ def run_pack(args):
 
 def run_bench(args):
     from ..data.timing import bench_pipelines
-    from ..fileio import write_json
+    from ..plumbing.fileio import write_json
 
     if args.json:
         check_out(args.json, [], "--json", kind="file")

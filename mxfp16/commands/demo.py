@@ -3,7 +3,7 @@
 Its first line says what ``auto`` resolves to on this machine and why: on a
 GPU float16; on a CPU with native bfloat16 the faster of float32 and
 amp-bfloat16 for the demo model, timed once and cached
-(:mod:`mxfp16.bench.auto`); on a CPU that cannot run bfloat16 (no AVX-512),
+(:mod:`mxfp16.auto`); on a CPU that cannot run bfloat16 (no AVX-512),
 float32, naming what the CPU lacks. Then it trains float32 and, when ``auto``
 is something else, that precision, each in its own process (AMP is
 process-global), and compares the two. Where ``auto`` is float32 there is
@@ -33,7 +33,7 @@ def register(subparsers):
 
 def resolve_auto(log=print):
     """``(precision name, reason)`` of ``auto`` for the demo profile's model, shape and batch on this machine."""
-    from ..bench.auto import measured_auto, probe_spec
+    from ..auto import measured_auto, probe_spec
     from ..data.synth import DEMO_SETTINGS
     from ..devices import resolve_devices
     from ..precision import auto_rule

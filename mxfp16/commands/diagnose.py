@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 
-from ..limits import MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS, integer, number
+from ..plumbing.limits import MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 
 ORDER = 30
@@ -117,7 +117,7 @@ def _setup(args):
         raise CommandError(str(err)) from None
     if args.params:
         from .._internals import saved_parameter_shapes
-        from ..ndarray_file import NDArrayFileError, check_shapes
+        from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 
         try:  # names, shapes and sizes before MXNet allocates what the file declares
             check_shapes(args.params, saved_parameter_shapes(net), f"{args.model} with {len(loaders.classes)} classes")
@@ -153,7 +153,7 @@ def run(args):
     from mxnet import gluon
 
     from .. import diagnostics as dg
-    from ..fileio import atomic_write, write_json
+    from ..plumbing.fileio import atomic_write, write_json
 
     _validate(args)
     check_out(args.out, [("the data set --data-dir", args.data_dir), ("the parameters --params", args.params)])

@@ -15,7 +15,7 @@ margin, and every score within the file's dtype tolerance. A layer whose
 operator has no ONNX converter is refused, by name, before anything is
 written. mxfp16 predict runs an ONNX export with onnxruntime alone.
 """
-from ..limits import MAX_BATCH, integer, number
+from ..plumbing.limits import MAX_BATCH, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument
 
 ORDER = 50

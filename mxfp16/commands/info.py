@@ -186,11 +186,11 @@ def report_broken_install(error, as_json=False):
 
 def run(args):
     if getattr(args, "amp_table", None) == "models":
-        from ..amp_zoo import generate, render
+        from ..amp.zoo import generate, render
         sys.stdout.write(render(generate()))
         return 0
     if getattr(args, "amp_table", None):
-        from ..amp_table import generate
+        from ..amp.table import generate
         sys.stdout.write(generate(args.amp_table))
         return 0
     report = collect()

@@ -21,7 +21,7 @@ from ..distributed.plan import (
     read_hostfile,
     ssh_argv,
 )
-from ..limits import MAX_SECONDS, integer, number
+from ..plumbing.limits import MAX_SECONDS, integer, number
 from . import CommandError
 
 ORDER = 60

@@ -12,7 +12,7 @@ a deployment needs only pip install 'mxfp16[onnx]'.
 import sys
 from pathlib import Path
 
-from ..limits import MAX_BATCH, MAX_COUNT, integer
+from ..plumbing.limits import MAX_BATCH, MAX_COUNT, integer
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 
 ORDER = 55
@@ -44,9 +44,9 @@ def register(subparsers):
 def run(args):
     from tqdm.auto import tqdm
 
-    from ..fileio import atomic_write, shown, write_json
     from ..inference.bundle import ExportError
     from ..inference.predict import Predictor, image_files, to_csv, to_document
+    from ..plumbing.fileio import atomic_write, shown, write_json
 
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:

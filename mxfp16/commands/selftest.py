@@ -8,7 +8,7 @@ prints a pass/fail table. Exits with status 1 when any precision fails.
 """
 import json
 
-from ..limits import MAX_STEPS, integer
+from ..plumbing.limits import MAX_STEPS, integer
 from . import CommandError, add_threads_argument
 
 ORDER = 5
@@ -29,7 +29,7 @@ def register(subparsers):
 
 
 def run(args):
-    from .. import selftest
+    from ..train import selftest
 
     steps = selftest.STEPS if args.steps is None else args.steps
     if steps < 2 * selftest.WINDOW:

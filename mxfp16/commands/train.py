@@ -85,9 +85,9 @@ def run_command(args):
     from ..devices import DeviceError
     from ..distributed import KVStoreError
     from ..distributed.agree import SettingsMismatchError
-    from ..limits import allocation_message, is_allocation_failure
     from ..models import ModelError
     from ..optim import OptimizerError
+    from ..plumbing.limits import allocation_message, is_allocation_failure
     from ..precision import AMPStateError, PrecisionError
     from ..train import CheckpointError, ConfigError, TrainingDivergedError, TrainingInterrupted, fit, prepare
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fileio import JSONFileError, read_json, temporary_folder, write_json
+from ..plumbing.fileio import JSONFileError, read_json, temporary_folder, write_json
 from .validate import DataError
 
 __all__ = ["digits_dataset", "stratified_split", "DIGITS_SETTINGS"]

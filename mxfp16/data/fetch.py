@@ -34,8 +34,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..fileio import sha256_file as sha256_of
-from ..fileio import write_json
+from ..plumbing.fileio import sha256_file as sha256_of
+from ..plumbing.fileio import write_json
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
 from .validate import DataError

@@ -16,7 +16,7 @@ enough for any prefix the file system allows), checked record by record
 against its index (:func:`mxfp16.data.records.damaged_records`) and only
 then renamed; ``PREFIX_classes.json`` comes last, and the loader refuses a
 pack without it, so an interrupted pack never looks complete. A pack holds
-a lock on its prefix for its whole run (:class:`mxfp16.locking.FolderLock`
+a lock on its prefix for its whole run (:class:`mxfp16.plumbing.locking.FolderLock`
 on ``.PREFIX.lock`` beside the files): a second pack into the same prefix
 is refused at once, naming the first, so the files that land there are
 always one pack's, whole.
@@ -32,8 +32,8 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
-from ..locking import FolderBusyError, FolderLock
+from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
+from ..plumbing.locking import FolderBusyError, FolderLock
 from .layout import split_problem
 from .pipelines import classes_file, record_files
 from .records import damaged_records

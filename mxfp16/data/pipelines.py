@@ -64,7 +64,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from ..fileio import JSONFileError, read_json, shown
+from ..plumbing.fileio import JSONFileError, read_json, shown
 from .augment import AUGMENT_CHOICES, DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import PIPELINES, pack_problem, split_problem
 from .records import damaged_records, read_index

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
+from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
 from .validate import DataError, scan_classes
 
 __all__ = ["split_folder", "plan_split"]

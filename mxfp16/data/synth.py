@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..fileio import JSONFileError, read_json, temporary_folder, write_json
+from ..plumbing.fileio import JSONFileError, read_json, temporary_folder, write_json
 from .validate import DataError
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..fileio import read_json
+from ..plumbing.fileio import read_json
 from .pack import pack_recordio
 from .pipelines import classes_file, make_loaders
 

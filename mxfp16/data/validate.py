@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from ..fileio import shown
+from ..plumbing.fileio import shown
 
 __all__ = ["DataError", "IMAGE_EXTENSIONS", "DECODABLE_FORMATS", "FolderScan", "scan_image", "scan_classes"]
 

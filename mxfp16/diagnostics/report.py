@@ -103,7 +103,7 @@ def plot_histogram(diagnosis, path):
     scale, vertical lines at float16's smallest subnormal, smallest normal and
     largest value, and the region float16 loses shaded.
     """
-    from ..plotting import new_figure, save_png
+    from ..plumbing.plotting import new_figure, save_png
 
     totals, rec = diagnosis.totals, diagnosis.recommendation
     lines = {f"{name} {text}": math.log2(value) for name, value, text in (

@@ -25,7 +25,7 @@ Reading an export trusts nothing in it (:func:`read_info`,
 in the folder (a link may only lead to another file of the folder), its
 sha256 must be the one ``SHA256SUMS`` lists, ``export.json`` must hold
 numbers in range (:func:`check_info`), the graph is checked before MXNet
-parses it (:func:`mxfp16.symbol_file.check_graph`), the parameters'
+parses it (:func:`mxfp16.plumbing.symbol_file.check_graph`), the parameters'
 names and shapes must be the graph's, and the graph's output must have one
 value per class. No message prints a file's content.
 
@@ -40,7 +40,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from ..fileio import (
+from ..plumbing.fileio import (
     JSONFileError,
     atomic_path,
     atomic_write,
@@ -50,9 +50,9 @@ from ..fileio import (
     temporary_folder,
     write_json,
 )
-from ..limits import MAX_IMAGE_SIDE
-from ..ndarray_file import NDArrayFileError, read_header
-from ..symbol_file import GraphFileError, check_graph
+from ..plumbing.limits import MAX_IMAGE_SIDE
+from ..plumbing.ndarray_file import NDArrayFileError, read_header
+from ..plumbing.symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",
            "LOAD_WITH", "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info",
@@ -311,7 +311,7 @@ def read_model(folder, info=None):
     """The graph and parameters of an export folder, checked against each other before MXNet loads them.
 
     :func:`read_info` checks the checksums; this checks what they cannot:
-    the graph's structure and size (:func:`mxfp16.symbol_file.check_graph`),
+    the graph's structure and size (:func:`mxfp16.plumbing.symbol_file.check_graph`),
     the parameters' names and shapes against the graph's, and, given
     ``info``, one output per class of ``info["classes"]``.
 

@@ -17,7 +17,7 @@ How each precision gets there:
 ``amp-bfloat16`` / ``amp-float16``
     MXNet's AMP graph pass (``amp.convert_model``, the symbol-level form of
     ``amp.convert_hybrid_block``) on the float32 graph with mxfp16's operator
-    lists (:mod:`mxfp16.amp_lists`, stem convolution in float32) or MXNet's.
+    lists (:mod:`mxfp16.amp.lists`, stem convolution in float32) or MXNet's.
     It inserts ``amp_cast`` nodes, so a process that loads the result needs
     no ``amp.init()``; the weights of the low-precision layers are stored
     converted (``cast_optional_params``), so no forward pass re-casts them.
@@ -65,7 +65,7 @@ def traced(net, data=None):
     Parameters
     ----------
     net : gluon.HybridBlock
-        Every parameter initialised (:func:`mxfp16.training_parts.build_network` does that).
+        Every parameter initialised (:func:`mxfp16.train.parts.build_network` does that).
     data : mx.sym.Symbol, optional
         What to feed the network (default: the variable ``data``).
 
@@ -120,7 +120,7 @@ def deployable(net, precision, amp_lists="mxfp16"):
     net : gluon.HybridBlock
         The trained network with ``precision.param_dtype`` parameters:
         float32 for ``float32`` and ``amp-*``, float16 (BatchNorm float32)
-        for ``float16``, as :func:`mxfp16.training_parts.build_network` builds it.
+        for ``float16``, as :func:`mxfp16.train.parts.build_network` builds it.
         It is only traced, never changed.
     precision : Precision
     amp_lists : str
@@ -135,14 +135,14 @@ def deployable(net, precision, amp_lists="mxfp16"):
     ValueError
         The network's parameter dtype does not match ``precision``, or unknown AMP lists.
     """
-    from ..amp_lists import LIST_SETS, float32_layers, operator_lists
+    from ..amp.lists import LIST_SETS, float32_layers, operator_lists
 
     dtypes = {np.dtype(p.dtype).name for p in net.collect_params().values()}
     # BatchNorm keeps float32 parameters in a float16 network, so float32 may appear in any of them.
     if not dtypes <= {precision.param_dtype, "float32"} or precision.param_dtype not in dtypes:
         raise ValueError(f"a {precision.name} export needs a network with {precision.param_dtype} parameters; "
                          f"this one has {', '.join(sorted(dtypes))} (build it with "
-                         "mxfp16.training_parts.build_network)")
+                         "mxfp16.train.parts.build_network)")
     if precision.amp and amp_lists not in LIST_SETS:
         raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
     if precision.name == "float32":

@@ -9,7 +9,7 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    float16 arithmetic), and the output folder (refused when it exists,
    unless ``overwrite``);
 3. the network rebuilt as the trainer built it
-   (:func:`mxfp16.training_parts.build_network`) in float32, the checkpoint loaded
+   (:func:`mxfp16.train.parts.build_network`) in float32, the checkpoint loaded
    into it (and a float16 copy for a float16 export);
 4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
    a staging folder;
@@ -29,7 +29,7 @@ the scores within the file's dtype tolerance
 (:func:`mxfp16.inference.agreement.check_scores`).
 
 Export holds the run folder's lock shared while it reads
-(:class:`mxfp16.locking.FolderLock`), so no ``train --overwrite`` or
+(:class:`mxfp16.plumbing.locking.FolderLock`), so no ``train --overwrite`` or
 ``--resume`` starts on it meanwhile. A run that is still training holds it
 itself; export then goes on with what the run has written so far. Either
 way it reads the checkpoint once, into a copy checked against the sha256
@@ -49,15 +49,15 @@ from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..devices import format_ctx, resolve_devices
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path, shown
-from ..limits import MAX_IMAGE_SIDE
-from ..locking import FolderBusyError, FolderLock
-from ..ndarray_file import NDArrayFileError, check_shapes
+from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path, shown
+from ..plumbing.limits import MAX_IMAGE_SIDE
+from ..plumbing.locking import FolderBusyError, FolderLock
+from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import CHECKPOINT_CHOICES
 from ..train.outputs import RunOutputs, structural_names
-from ..training_parts import PartsSpec, build_network
+from ..train.parts import PartsSpec, build_network
 from . import bundle, formats
 from .agreement import DEFAULT_MARGIN, check_margin, check_scores, compare
 from .bundle import ExportError
@@ -411,7 +411,7 @@ def _publish(copies, staged, out, info, log):
 def _info(config, run, params_path, params_copy, source, precision, model, files, agreement, dataset, model_format,
           section, seconds):
     """The content of ``export.json`` (``params_copy``: the bytes read of ``params_path``)."""
-    from ..fileio import sha256_file
+    from ..plumbing.fileio import sha256_file
 
     size = int(config["image_size"])
     return {

@@ -43,8 +43,8 @@ from .._internals import (
     trainer_updater_states,
 )
 from .._lazy import module
-from ..fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
-from ..ndarray_file import NDArrayFileError, check_shapes, read_header
+from ..plumbing.fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
+from ..plumbing.ndarray_file import NDArrayFileError, check_shapes, read_header
 from .progress import Progress
 
 mx = module("mxnet")
@@ -265,7 +265,7 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
     ----------
     out : str or Path
         The run folder.
-    parts : mxfp16.training_parts.Parts
+    parts : mxfp16.train.parts.Parts
         The network, trainer (``update_on_kvstore=False``) and loss scaler to save.
     progress : Progress
         Saved whole; its :meth:`~Progress.tag` names the files.
@@ -409,7 +409,7 @@ def load_checkpoint(out, parts, fingerprint):
     Parameters
     ----------
     out : str or Path
-    parts : mxfp16.training_parts.Parts
+    parts : mxfp16.train.parts.Parts
         Built the same way as for the run that wrote the checkpoint.
     fingerprint : dict
         This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`

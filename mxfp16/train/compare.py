@@ -10,7 +10,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..fileio import JSONFileError, atomic_write, read_json, read_jsonl, shown, write_json
+from ..plumbing.fileio import JSONFileError, atomic_write, read_json, read_jsonl, shown, write_json
 from .outputs import METRIC_FIELDS, SUMMARY_FIELDS
 
 #: The range of each number a comparison reads, ``(low, high)`` inclusive; ``None`` is allowed where noted.
@@ -203,7 +203,7 @@ def to_markdown(rows):
 
 def plot_runs(runs, path):
     """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
-    from ..plotting import new_figure, save_png
+    from ..plumbing.plotting import new_figure, save_png
 
     fig, (ax_loss, ax_acc, ax_time) = new_figure(1, 3, figsize=(13, 3.8))
     for r in runs:

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from ..data.augment import AUGMENT_CHOICES
 from ..data.layout import PIPELINES, caltech101_paths
 from ..devices import CTX_HELP
-from ..limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, max_batch
 from ..machine.environment import THREADS_DEFAULT, THREADS_HELP
 from ..optim import GRADIENT_COMPRESSION, LR_SCHEDULES
+from ..plumbing.limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, max_batch
 from ..precision import PRECISIONS, PrecisionError, check_precision_name
 from ..scaler import parse_loss_scale
 

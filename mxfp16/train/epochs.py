@@ -11,10 +11,10 @@ from .._internals import trainer_params
 from ..devices import format_ctx
 from ..distributed import average_aux_states, grad_bytes_per_step
 from ..distributed.heartbeat import beating
-from ..fileio import shown
 from ..float_formats import format_scale
 from ..machine.environment import mxnet_threads
 from ..machine.hardware import peak_memory_mb
+from ..plumbing.fileio import shown
 from . import checkpoint as ckpt
 from .loop import evaluate
 from .outputs import params_digest

@@ -104,7 +104,7 @@ def train_epoch(parts, batches, progress, callbacks=(), log_every=10, workers=1,
 
     Parameters
     ----------
-    parts : mxfp16.training_parts.Parts
+    parts : mxfp16.train.parts.Parts
     batches : iterable of (NDArray, NDArray)
         float32 data and labels for the rest of the epoch (the caller starts
         it at ``progress.batch`` and stops it at the epoch's length).

@@ -2,7 +2,7 @@
 
 Under a distributed kvstore only rank 0 writes the shared files; every
 worker writes ``summary.rank<R>.json``. All writes are atomic
-(:mod:`mxfp16.fileio`).
+(:mod:`mxfp16.plumbing.fileio`).
 """
 import hashlib
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
-from ..fileio import atomic_write, read_json, read_jsonl, write_json
+from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
 __all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
@@ -131,7 +131,7 @@ class RunOutputs:
         removed = []
         for folder in (self.out, self.checkpoints):
             if folder.is_dir():
-                removed += [p for p in folder.glob(".*.tmp") if p.is_file()]  # mxfp16.fileio's temporary names
+                removed += [p for p in folder.glob(".*.tmp") if p.is_file()]  # mxfp16.plumbing.fileio's temporary names
         if self.checkpoints.is_dir():
             recorded = {p.stem for p in self.checkpoints.glob("epoch-*.json")}
             removed += [p for p in self.checkpoints.iterdir()
@@ -150,7 +150,7 @@ class RunOutputs:
 
         Raises
         ------
-        mxfp16.fileio.JSONFileError
+        mxfp16.plumbing.fileio.JSONFileError
             A file that is not a JSON object (damaged, edited, or not mxfp16's).
         """
         return read_json(self.out / "config.json", "it is not a config.json written by mxfp16 train; restore it, or "

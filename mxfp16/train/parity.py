@@ -36,7 +36,7 @@ import os
 
 import numpy as np
 
-from ..fileio import atomic_write, shown, write_json
+from ..plumbing.fileio import atomic_write, shown, write_json
 from .compare import RunDirError, load_runs
 
 __all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "seeds_needed", "parity",
@@ -333,7 +333,7 @@ def format_parity(report):
 
 def plot_parity(report, a_runs, b_runs, path):
     """Every run's validation curve, one colour per side, and each side's mean curve."""
-    from ..plotting import color_cycle, new_figure, save_png
+    from ..plumbing.plotting import color_cycle, new_figure, save_png
 
     fig, ax = new_figure(figsize=(7, 4.2))
     colours = color_cycle()

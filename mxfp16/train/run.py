@@ -7,7 +7,7 @@ links resolve) and its lock, devices and precision, the kvstore, the data
 loss: the builder the benchmark uses too), and in a distributed job that
 every worker runs the same settings; only then does ``--overwrite`` remove an
 old run, ``--resume`` load the checkpoint and ``config.json`` get written.
-The run holds its folder's lock (:class:`mxfp16.locking.FolderLock`) from
+The run holds its folder's lock (:class:`mxfp16.plumbing.locking.FolderLock`) from
 before it reads the folder until :func:`fit` ends, so a second command on the
 same folder is refused at once, naming this one.
 :func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
@@ -24,19 +24,19 @@ import numpy as np
 from ..devices import format_ctx, resolve_devices
 from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..distributed.agree import agree_settings, settings_fingerprint
-from ..fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
 from ..float_formats import format_scale
-from ..locking import FolderBusyError, FolderLock
 from ..machine.environment import check_threads, plan_threads
 from ..optim import check_compression, lr_schedule
+from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
+from ..plumbing.locking import FolderBusyError, FolderLock
 from ..precision import resolve_precision
-from ..training_parts import PartsSpec, build_parts
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment
 from .config import ConfigError, TrainConfig
 from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .loop import TrainingDivergedError, train_epoch
 from .outputs import RunOutputs, structural_names
+from .parts import PartsSpec, build_parts
 from .progress import Progress
 
 __all__ = ["train", "prepare", "fit", "Run", "Cluster", "TrainingInterrupted", "TrainingDivergedError"]
@@ -77,7 +77,7 @@ class Run:
     ----------
     config : TrainConfig
         Resolved.
-    parts : mxfp16.training_parts.Parts
+    parts : mxfp16.train.parts.Parts
     loaders : mxfp16.data.Loaders
         Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``,
         ``classes``, ``num_train``, ``num_test`` and ``skipped``.
@@ -91,7 +91,7 @@ class Run:
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
-    lock : mxfp16.locking.FolderLock or None
+    lock : mxfp16.plumbing.locking.FolderLock or None
         The run folder's lock, held by the process that writes it (rank 0); :func:`fit` releases it.
     """
 
@@ -249,7 +249,7 @@ def _data_inputs(config):
 
 
 def _check_out_is_not_data(config):
-    """The writing rule (:func:`mxfp16.fileio.check_output_folder`): ``--out`` never is, holds or sits in the data.
+    """The writing rule (:func:`~mxfp16.plumbing.fileio.check_output_folder`): ``--out`` is, holds or sits in no data.
 
     Links are resolved on both sides, however many steps they take: a run
     folder that is a link into the training split would put ``checkpoints/``
@@ -334,7 +334,7 @@ def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
 
     :func:`mxfp16.resolve_precision` answered with the rule per CPU class.
     On a CPU with native bfloat16 the model itself is timed in both
-    precisions (:func:`mxfp16.bench.auto.measured_auto`, cached), so ``auto``
+    precisions (:func:`mxfp16.auto.measured_auto`, cached), so ``auto``
     is never slower than float32 here. Distributed workers keep the rule:
     each would time on its own machine under the others' load and could
     choose differently.
@@ -355,7 +355,7 @@ def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
                 saved.get("auto") or {"precision": own, "reason": "the run's own", "measured": False})
     if cluster.distributed or any(c.device_type != "cpu" for c in ctx):
         return precision, {"precision": precision.name, "reason": precision.reason, "measured": False}
-    from ..bench.auto import measured_auto, probe_spec
+    from ..auto import measured_auto, probe_spec
 
     verdict = measured_auto(probe_spec(config.model, config.image_size, config.batch_size, classes,
                                        seed=config.seed or 0), log=log)

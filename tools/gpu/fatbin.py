@@ -64,8 +64,8 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mxfp16.fileio import sha256_file
 from mxfp16.machine.gpu.elf import section_ranges
+from mxfp16.plumbing.fileio import sha256_file
 
 __all__ = ["FatbinError", "FatbinEntry", "Kernels", "parse_fatbin", "read_library", "arch_name"]
 

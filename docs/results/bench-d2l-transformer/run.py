@@ -45,7 +45,7 @@ def child(args):
     from d2l import mxnet as d2l
     from mxnet import autograd, gluon, np, npx
 
-    from mxfp16.amp_wrappers import cast
+    from mxfp16.amp.wrappers import cast
     from mxfp16.machine.hardware import peak_memory_mb
 
     npx.set_np()
@@ -93,7 +93,7 @@ def child(args):
 
 
 def main(args):
-    from mxfp16.fileio import write_json
+    from mxfp16.plumbing.fileio import write_json
     from mxfp16.machine.hardware import machine_summary
 
     rounds = []

@@ -38,8 +38,8 @@ from mxnet import ndarray, symbol
 from mxnet.contrib import amp
 import mxfp16
 from mxfp16 import precision as P
-from mxfp16.amp_lists import operator_lists, FLOAT32_CONVOLUTIONS
-from mxfp16.amp_wrappers import float32_where
+from mxfp16.amp.lists import operator_lists, FLOAT32_CONVOLUTIONS
+from mxfp16.amp.wrappers import float32_where
 
 prec = P.resolve_precision(args.precision)
 desc = {"lists": args.lists, "fp32_ops+": args.fp32_ops, "bf16-": args.bf16_remove, "bf16+": args.bf16_add,

@@ -16,7 +16,7 @@ a = p.parse_args()
 import numpy as np, mxnet as mx
 from mxnet import autograd, gluon
 from mxfp16 import precision as P
-from mxfp16.amp_lists import operator_lists
+from mxfp16.amp.lists import operator_lists
 from mxfp16.models import build_model
 from mxfp16.data import make_loaders
 prec = P.resolve_precision(a.precision)

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from mxfp16.fileio import atomic_write, write_json
+from mxfp16.plumbing.fileio import atomic_write, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOAL = 0.3  # points: the bound on a three-seed mean gap

@@ -4,7 +4,7 @@ from mxfp16.machine.environment import set_threads; set_threads()
 import mxnet as mx
 from mxfp16.bench.runner import BenchSpec, _Batches
 from mxfp16.casting import cast_batch
-from mxfp16.training_parts import PartsSpec, build_parts
+from mxfp16.train.parts import PartsSpec, build_parts
 from mxfp16.devices import as_context_list
 from mxfp16.precision import resolve_precision
 from mxfp16.step import train_step

@@ -312,7 +312,7 @@ def write(folder, model, dtypes=("float32",), input_shape=None):
     import onnx
     import onnxruntime
 
-    from ...fileio import atomic_path
+    from ...plumbing.fileio import atomic_path
 
     if model.precision.name != "float32":
         raise ExportError(f"an ONNX export is made from the float32 graph, not {model.precision.name}: MXNet's "

@@ -21,7 +21,7 @@ and :func:`init_amp` repairs each:
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
   reach (``dot``, ``batch_dot`` in attention). ``tools/amp_probe_ops.py``
-  runs every such operator in both dtypes (``mxfp16/_amp_op_probe.py`` holds
+  runs every such operator in both dtypes (``mxfp16/amp/_op_probe.py`` holds
   its verdicts); the ones that fail or disagree, and the unlisted ones no
   generic input could run, go to the float32 list (:func:`float32_fallbacks`),
   and each warns once, naming itself, the first time it is used.
@@ -38,21 +38,21 @@ and :func:`init_amp` repairs each:
   ``Concat``). :func:`join_operators` casts their inputs to the widest
   dtype first, as AMP does for its own ``WIDEST_TYPE_CASTS``.
 * ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
-  (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp_numpy` gives the
+  (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp.numpy_mode` gives the
   ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
 
 Which dtype each Gluon layer then runs in is generated from executed graphs
-(:mod:`mxfp16.amp_table`, ``mxfp16 info --amp-table``).
+(:mod:`mxfp16.amp.table`, ``mxfp16 info --amp-table``).
 """
 import warnings
 
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
-from . import amp_wrappers as w
+from . import wrappers as w
 
 #: Names accepted by :func:`operator_lists`.
 LIST_SETS = ("mxfp16", "mxnet")
-#: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp_numpy` wraps them.
+#: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp.numpy_mode` wraps them.
 _NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
 #: mxfp16's bfloat16 operator lists (:func:`operator_lists`) are MXNet's, plus
@@ -66,12 +66,12 @@ _NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
-    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/_amp_op_probe.py``):
+    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/_op_probe.py``):
     every operator whose bfloat16 run failed, crashed or disagreed with
     float32, and every operator MXNet's lists leave unlisted that the probe
     could not run (float32 is the safe side: slower, never a crash).
 
-    Numpy-mode operators are among them (``_np_dot``); :mod:`mxfp16.amp_numpy`
+    Numpy-mode operators are among them (``_np_dot``); :mod:`mxfp16.amp.numpy_mode`
     applies those, :func:`operator_lists` names only the legacy ones.
 
     Returns
@@ -79,7 +79,7 @@ def float32_fallbacks():
     list of str
         Sorted operator names.
     """
-    from . import _amp_op_probe as probe
+    from . import _op_probe as probe
 
     listed = set(symbol_bf16.WIDEST_TYPE_CASTS) | set(symbol_bf16.BF16_FP32_FUNCS)
     unlisted_unprobed = {name for name in probe.UNPROBED if name not in listed}
@@ -181,7 +181,7 @@ def join_operators(target_dtype):
     are joins is not written by hand: ``tools/amp_probe_ops.py`` gives every
     operator whose dtype follows its inputs one input of the other dtype and
     records those whose type inference or bfloat16 run then fails
-    (``mxfp16/_amp_op_probe.py``, ``JOINS``). Each gets AMP's own rule for
+    (``mxfp16/amp/_op_probe.py``, ``JOINS``). Each gets AMP's own rule for
     ``WIDEST_TYPE_CASTS``: float32 when any input is float32, so nothing is
     rounded that would not be anyway. Operators that run in float32 anyway
     (a fallback, MXNet's float32 list) are left out.
@@ -191,7 +191,7 @@ def join_operators(target_dtype):
     list of str
         Sorted operator names (legacy and numpy-mode).
     """
-    from . import _amp_op_probe as probe
+    from . import _op_probe as probe
 
     lists = symbol_bf16 if target_dtype == "bfloat16" else symbol_fp16
     cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
@@ -223,7 +223,7 @@ def warn_if_numpy_mode(output):
     """Warn once when a numpy-mode network under AMP ran no operator in the 16-bit dtype.
 
     :func:`init_amp` gives the ``mx.np`` / ``mx.npx`` functions AMP's casts
-    (:mod:`mxfp16.amp_numpy`), so a numpy-mode network built from Gluon
+    (:mod:`mxfp16.amp.numpy_mode`), so a numpy-mode network built from Gluon
     layers runs its Dense and convolution layers in 16-bit. One that still
     runs entirely in float32 (it calls only operators with no 16-bit kernel,
     or functions bound before AMP was activated) is told so here.
@@ -235,8 +235,8 @@ def warn_if_numpy_mode(output):
         return
     import mxnet as mx
 
-    from . import amp_numpy
-    from ._internals import amp_initialized
+    from .._internals import amp_initialized
+    from . import numpy_mode as amp_numpy
 
     outputs = output if isinstance(output, (list, tuple)) else [output]
     numpy_mode = any(isinstance(o, mx.np.ndarray) for o in outputs)
@@ -278,11 +278,11 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     AMP wraps the conditional list and the target operators that keep
     float32 parameters (BatchNorm, when listed); mxfp16 wraps the rest
     itself: the float32 list (casting first, see the module docstring), the
-    other target operators (:func:`mxfp16.amp_wrappers.target_rebuild`:
+    other target operators (:func:`mxfp16.amp.wrappers.target_rebuild`:
     AMP's rule, without its quadratic cost on deep graphs), the joins
     (:func:`join_operators`), and every numpy-mode function
-    (:mod:`mxfp16.amp_numpy`). Then, for mxfp16's bfloat16 lists, the stem
-    rule (:func:`mxfp16.amp_wrappers.float32_where`).
+    (:mod:`mxfp16.amp.numpy_mode`). Then, for mxfp16's bfloat16 lists, the stem
+    rule (:func:`mxfp16.amp.wrappers.float32_where`).
 
     Parameters
     ----------
@@ -297,7 +297,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
 
-    from . import amp_numpy
+    from . import numpy_mode as amp_numpy
 
     if lists is None:
         lists = operator_lists(target_dtype, which)

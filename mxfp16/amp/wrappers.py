@@ -2,8 +2,8 @@
 
 ``amp.init`` replaces each listed ``mx.nd`` / ``mx.sym`` function with one
 that casts its inputs first: to the target dtype, to float32, or to the
-widest dtype among them. :mod:`mxfp16.amp_lists` and
-:mod:`mxfp16.amp_numpy` use these instead where AMP's own fail or are slow,
+widest dtype among them. :mod:`mxfp16.amp.lists` and
+:mod:`mxfp16.amp.numpy_mode` use these instead where AMP's own fail or are slow,
 and to reach the functions AMP does not wrap (numpy mode's). Each wrapper
 works on legacy arrays and symbols and on their numpy-mode twins
 (``mx.np.ndarray``, numpy-mode symbols), which the cast keeps numpy-mode:
@@ -12,7 +12,7 @@ numpy-mode input goes through ``as_nd_ndarray`` and back (the same array,
 viewed as the other class, with its autograd history).
 
 Nothing here decides which operator gets which wrapper: that is the lists'
-job (:mod:`mxfp16.amp_lists`).
+job (:mod:`mxfp16.amp.lists`).
 """
 import numpy as np
 

@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from .child import run_json_child
-from .fileio import parse_json
+from ..plumbing.child import run_json_child
+from ..plumbing.fileio import parse_json
 
 #: What every run trains.
 STEPS, BATCH_SIZE, IMAGE_SIZE, CLASSES = 20, 32, 16, 4
@@ -122,8 +122,8 @@ def train_run(spec):
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    from .devices import as_context_list
-    from .models import small_convnet
+    from ..devices import as_context_list
+    from ..models import small_convnet
 
     contexts = as_context_list(spec.ctx)
     precision = mxfp16.resolve_precision(spec.precision, contexts)
@@ -199,7 +199,7 @@ def run_in_subprocess(spec, timeout=None, env=None):
         The child's record, with ``status`` ``'ok'`` or ``'failed'`` (then
         ``reason`` holds the end of its error output).
     """
-    record, problem = run_json_child("mxfp16.selftest", ["--spec", spec.to_json()], timeout=timeout, env=env,
+    record, problem = run_json_child("mxfp16.train.selftest", ["--spec", spec.to_json()], timeout=timeout, env=env,
                                      tail_lines=8)
     if record is None:
         record = {"status": "failed", "reason": problem, "precision": spec.precision, "ctx": spec.ctx}
@@ -337,7 +337,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloa
         Table rows (see :func:`verdict`): controls, checked precisions, and
         precisions not run here (``verdict`` ``'not run'``).
     """
-    from .machine import hardware
+    from ..machine import hardware
 
     n_gpus = hardware.gpu_count() if n_gpus is None else n_gpus
     bfloat16 = hardware.bfloat16_support() if bfloat16 is None else bfloat16
@@ -422,9 +422,9 @@ def tolerances_text(steps=STEPS):
 
 def main(argv=None):
     """Child entry point: train one :class:`RunSpec` and write its record to ``--result``."""
-    from .fileio import write_json
+    from ..plumbing.fileio import write_json
 
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.selftest")
+    parser = argparse.ArgumentParser(prog="python -m mxfp16.train.selftest")
     parser.add_argument("--spec", required=True, help="the RunSpec as JSON")
     parser.add_argument("--result", required=True, help="where to write the JSON record")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Which MXNet operators run in bfloat16 on CPU, and which join mixed dtypes: generated, do not edit.
 
-Written by ``python tools/amp_probe_ops.py > mxfp16/_amp_op_probe.py`` (its docstring says how),
+Written by ``python tools/amp_probe_ops.py > mxfp16/amp/_op_probe.py`` (its docstring says how),
 which runs each operator in float32 and with bfloat16 inputs (forward and backward) and
 compares. Each entry maps an operator to the reason for its verdict.
 """

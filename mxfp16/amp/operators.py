@@ -1,18 +1,18 @@
 """Which dtype each operator runs in under mxfp16's bfloat16 lists, and why: the operator views of the AMP table.
 
-The layer table (:mod:`mxfp16.amp_table`) shows what Gluon layers become;
+The layer table (:mod:`mxfp16.amp.table`) shows what Gluon layers become;
 this shows the rules behind it, operator by operator, from three sources
 and nothing written by hand: MXNet's own lists
 (``mxnet/contrib/amp/lists/symbol_bf16.py``), mxfp16's repairs
-(:mod:`mxfp16.amp_lists`) and the verdicts of ``tools/amp_probe_ops.py``
-(``mxfp16/_amp_op_probe.py``), which ran every operator in float32 and in
+(:mod:`mxfp16.amp.lists`) and the verdicts of ``tools/amp_probe_ops.py``
+(``mxfp16/amp/_op_probe.py``), which ran every operator in float32 and in
 bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
 :func:`render` after the layer table.
 """
 from mxnet.contrib.amp.lists import symbol_bf16
 
-from . import _amp_op_probe as probe
-from .amp_lists import float32_fallbacks, join_operators, operator_lists
+from . import _op_probe as probe
+from .lists import float32_fallbacks, join_operators, operator_lists
 
 __all__ = ["rule", "client_operators", "render"]
 
@@ -31,7 +31,7 @@ def _verdict(name):
 
 def rule(name):
     """``(what mxfp16 runs it in, why)`` for a legacy or numpy-mode operator under mxfp16's bfloat16 lists."""
-    from .amp_numpy import NUMPY_PREFIXES, numpy_operators
+    from .numpy_mode import NUMPY_PREFIXES, numpy_operators
 
     lists = operator_lists("bfloat16")
     names = [name]

@@ -17,7 +17,7 @@ from mxnet import gluon
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
-from .amp_wrappers import cast
+from .wrappers import cast
 
 __all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes", "table", "render"]
 
@@ -371,18 +371,18 @@ def render(rows, target="bfloat16"):
 def generate(target="bfloat16"):
     """:func:`render` of :func:`table`, in a child process (AMP is process-global).
 
-    For bfloat16 the operator views follow (:func:`mxfp16.amp_operators.render`).
+    For bfloat16 the operator views follow (:func:`mxfp16.amp.operators.render`).
     """
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "mxfp16.amp_table", target],
+    proc = subprocess.run([sys.executable, "-m", "mxfp16.amp.table", target],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"generating the AMP table failed:\n{proc.stderr[-2000:]}")
     if target != "bfloat16":
         return proc.stdout
-    from .amp_operators import render as render_operators
+    from .operators import render as render_operators
 
     return proc.stdout + "\n" + render_operators()
 
@@ -392,7 +392,7 @@ if __name__ == "__main__":
     import warnings
 
     import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
-    from mxfp16.amp_lists import init_amp
+    from mxfp16.amp.lists import init_amp
 
     target = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
     warnings.simplefilter("ignore")

@@ -36,8 +36,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
-from ..fileio import JSONFileError, read_json, write_json
-from .runner import BenchSpec, run_in_subprocess
+from .bench.runner import BenchSpec, run_in_subprocess
+from .plumbing.fileio import JSONFileError, read_json, write_json
 
 __all__ = ["AutoVerdict", "measured_auto", "probe_spec", "cache_file", "MARGIN"]
 
@@ -113,9 +113,9 @@ def _machine_key():
     """What a verdict depends on besides the model: the CPU, how oneDNN may use it, the software, the threads."""
     import mxnet as mx
 
-    from .._version import __version__
-    from ..machine import amx, hardware
-    from ..machine.environment import mxnet_threads
+    from ._version import __version__
+    from .machine import amx, hardware
+    from .machine.environment import mxnet_threads
 
     cpu = hardware.cpu_identity()
     return {"cpu": [cpu.get(k) for k in ("vendor", "model_name", "family", "model", "stepping")]
@@ -151,7 +151,7 @@ def _from_cache(entry):
 
 def _busy():
     """A description of the load when the machine is busy (one-minute load average >= its cores), else ``None``."""
-    from ..machine.environment import available_cores
+    from .machine.environment import available_cores
 
     try:
         load = os.getloadavg()[0]
@@ -244,8 +244,8 @@ def measured_auto(spec, log=print, timeout=None, cache=None):
         The rule's answer (unmeasured) where the CPU cannot run bfloat16
         natively: then there is nothing to measure.
     """
-    from ..machine import hardware
-    from ..precision import auto_rule
+    from .machine import hardware
+    from .precision import auto_rule
 
     support = hardware.bfloat16_support()
     if not support.native:

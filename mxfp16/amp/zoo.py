@@ -17,8 +17,8 @@ import json
 
 import numpy as np
 
-from .amp_table import operator_dtypes
-from .amp_wrappers import is_low_precision
+from .table import operator_dtypes
+from .wrappers import is_low_precision
 
 __all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
            "model_dtypes", "table", "render", "generate"]
@@ -55,7 +55,7 @@ def classification_models():
     -------
     list of str
     """
-    from ._gluoncv import import_gluoncv
+    from ..models.gluoncv import import_gluoncv
 
     zoo = import_gluoncv().model_zoo.model_zoo
     names = []
@@ -72,7 +72,7 @@ def families():
     GluonCV's own grouping: ``resnet`` builds ResNet v1 and v2 and SE-ResNet,
     ``mobilenet`` MobileNet v1 and v2, ``resnext`` ResNeXt and SE-ResNeXt.
     """
-    from ._gluoncv import import_gluoncv
+    from ..models.gluoncv import import_gluoncv
 
     zoo = import_gluoncv().model_zoo.model_zoo
     grouped = {}
@@ -117,7 +117,7 @@ def model_dtypes(name):
     """
     import mxnet as mx
 
-    from ._gluoncv import import_gluoncv
+    from ..models.gluoncv import import_gluoncv
 
     zoo = import_gluoncv().model_zoo
     try:
@@ -213,7 +213,7 @@ def generate(targets=("bfloat16", "float16"), names=None):
     import sys
 
     args = list(names or [])
-    procs = {t: subprocess.Popen([sys.executable, "-m", "mxfp16.amp_zoo", t, *args], stdout=subprocess.PIPE,
+    procs = {t: subprocess.Popen([sys.executable, "-m", "mxfp16.amp.zoo", t, *args], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for t in targets}
     rows = {}
     for target, proc in procs.items():
@@ -229,7 +229,7 @@ if __name__ == "__main__":
     import warnings
 
     import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
-    from mxfp16.amp_lists import init_amp
+    from mxfp16.amp.lists import init_amp
 
     warnings.simplefilter("ignore")
     target = sys.argv[1]

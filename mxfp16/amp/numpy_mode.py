@@ -13,7 +13,7 @@ Most heavy ones are the same registered operators under another name
 each the rule its legacy name has on the lists ``init_amp`` used. The
 numpy-only operators (``_np_dot``, ``_npi_add``, ``_npi_concatenate`` ...)
 are on no list; ``tools/amp_probe_ops.py`` runs them as it runs MXNet's
-unlisted operators, and its verdicts (``mxfp16/_amp_op_probe.py``) decide:
+unlisted operators, and its verdicts (``mxfp16/amp/_op_probe.py``) decide:
 bfloat16 where a bfloat16 kernel agrees with float32, float32 where there is
 none, the widest input dtype where the inputs must share one (a join).
 :func:`wrap_numpy_functions` then replaces every binding of each function
@@ -31,8 +31,8 @@ slice assignment of float32 values into a bfloat16 array fail.
 """
 import sys
 
-from . import amp_wrappers as w
-from ._internals import numpy_operator_functions, operator_aliases
+from .._internals import numpy_operator_functions, operator_aliases
+from . import wrappers as w
 
 __all__ = ["NUMPY_PREFIXES", "FFI_FUNCTIONS", "numpy_operators", "numpy_rules", "wrap_numpy_functions",
            "ran_in_target_dtype"]
@@ -72,9 +72,9 @@ def numpy_rules(lists, target_dtype, widest, joins, fallbacks):
     widest : set of str
         MXNet's ``WIDEST_TYPE_CASTS`` for the target.
     joins : set of str
-        mxfp16's joins (:func:`mxfp16.amp_lists.join_operators`), legacy and numpy-only.
+        mxfp16's joins (:func:`mxfp16.amp.lists.join_operators`), legacy and numpy-only.
     fallbacks : set of str
-        Operators with no working 16-bit path (:func:`mxfp16.amp_lists.float32_fallbacks`
+        Operators with no working 16-bit path (:func:`mxfp16.amp.lists.float32_fallbacks`
         for bfloat16), legacy and numpy-only.
 
     Returns
@@ -150,7 +150,7 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
         ``warn(name)``, called at the first use of a float32 fallback.
     stem : (str, tuple), optional
         ``(parameter, values)``: ``_npx_convolution`` calls with those values
-        run in float32 (mxfp16's stem rule, :data:`mxfp16.amp_lists.FLOAT32_CONVOLUTIONS`).
+        run in float32 (mxfp16's stem rule, :data:`mxfp16.amp.lists.FLOAT32_CONVOLUTIONS`).
 
     Returns
     -------

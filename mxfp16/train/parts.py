@@ -24,13 +24,13 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .casting import cast_net
-from .losses import classification_loss
-from .machine.environment import set_float16_environment
-from .models import build_model
-from .optim import make_trainer, optimizer_params
-from .precision import Precision, activate
-from .scaler import make_loss_scaler
+from ..casting import cast_net
+from ..losses import classification_loss
+from ..machine.environment import set_float16_environment
+from ..models import build_model
+from ..optim import make_trainer, optimizer_params
+from ..precision import Precision, activate
+from ..scaler import make_loss_scaler
 
 __all__ = ["PartsSpec", "Parts", "build_parts", "build_network", "classification_loss", "amp_list_kwargs"]
 
@@ -62,7 +62,7 @@ class PartsSpec:
     pretrained : bool
         Start from local gluoncv ImageNet weights (nothing is downloaded).
     amp_lists : str
-        ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp_lists`) or ``'mxnet'`` (MXNet's own).
+        ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
     seed : int or None
         Seeds MXNet, numpy and Python's ``random`` before the network is built.
     """
@@ -111,7 +111,7 @@ class Parts:
 
 def amp_list_kwargs(amp_lists, precision):
     """The operator lists for :func:`mxfp16.activate`: ``{}`` (mxfp16's, its default) or MXNet's own."""
-    from .amp_lists import LIST_SETS, operator_lists
+    from ..amp.lists import LIST_SETS, operator_lists
 
     if amp_lists not in LIST_SETS:
         raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
