@@ -40,7 +40,8 @@ _environment.prepare_environment()  # MXNet's variables checked, thread counts s
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "PRECISIONS": "precision", "Precision": "precision", "PrecisionError": "precision",
+    "PRECISIONS": "precision", "Precision": "precision", "PrecisionError": "precision", "AMPStateError": "precision",
+    "DeviceError": "devices", "OptimizerError": "optim", "ModelError": "models.zoo",
     "resolve_precision": "precision", "activate": "precision",
     "cast_net": "casting", "cast_batch": "casting", "dtype_report": "casting", "to_float32": "casting",
     "make_trainer": "optim", "optimizer_support": "optim",

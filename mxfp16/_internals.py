@@ -123,6 +123,23 @@ def hybridization_paused(blocks):
             block._clear_cached_op()
 
 
+def rebuild_graphs(block):
+    """Drop the graphs the hybridized blocks in ``block`` built, so the next forward pass traces them again.
+
+    Gluon keeps a hybridized block's graph from its first call; a graph traced
+    before AMP was switched on stays float32 however AMP is set up afterwards.
+    The blocks stay hybridized, with their flags.
+    """
+    def clear(b):
+        for child in block_children(b):
+            clear(child)
+        if hasattr(b, "_clear_cached_op"):
+            b._clear_cached_op()
+
+    clear(block)
+    renew_parameter_symbols(block)
+
+
 def block_op_kwargs(block):
     """The operator arguments a Gluon layer was built with (e.g. ``num_group``)."""
     return dict(getattr(block, "_kwargs", {}))

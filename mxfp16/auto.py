@@ -1,45 +1,64 @@
-"""``auto`` on a CPU, decided by timing the model: never slower than float32 on the machine it runs on.
+"""``auto``: one decision procedure for the library and the commands alike.
 
-Whether amp-bfloat16 beats float32 depends on the CPU and on the model. On the
-same AMD Zen CPU ResNet-50 at 224 px gains and a small network at 32 px or the
-Transformer encoder loses (the casts around each operator outweigh the faster
-arithmetic); on an Intel Xeon with AMX left off, ResNet-50 itself loses
-(docs/benchmarks.md). A rule per CPU class (:func:`mxfp16.precision.auto_rule`)
-cannot know the model; the trainer and the benchmark can. So for ``auto`` on a
-CPU that runs bfloat16 natively they call :func:`measured_auto`, which times a
-few training steps of the actual model, shape and batch in float32 and in
-amp-bfloat16, each in its own process (AMP is process-global) through the
-benchmark's runner (:func:`mxfp16.bench.runner.measure`, the trainer's own
-step), and keeps amp-bfloat16 only when it is faster by :data:`MARGIN`.
-A first ratio near 1 (between ``1/CLEAR`` and :data:`CLEAR`), or one taken
-from steps too short to time reliably on a shared or virtual machine, is
-confirmed by more rounds, float32 and amp-bfloat16 in turn, each repeat at
-least :data:`MIN_REPEAT_MS` long, and the median of the rounds' own ratios
-decides (:func:`_probe_rounds`).
+Whether amp-bfloat16 beats float32 depends on the CPU and on the model. On
+the same AMD Zen 4 CPU ResNet-50 at 224 px gains 1.8x while MobileNet v2 and
+a Transformer encoder lose (the casts around each operator outweigh the
+faster arithmetic: docs/benchmarks.md). A rule per CPU class
+(:func:`mxfp16.precision.auto_rule`) cannot know the model; a probe of the
+model can. So ``auto`` is decided here, in one way:
+
+* where timing cannot change the answer, the rule decides and the reason
+  says so (``ruled: ...``): GPUs (float16), CPUs that cannot run bfloat16 (no
+  AVX-512) and CPUs that only emulate it;
+* on a CPU with native bfloat16 (``avx512_bf16``, AMX), the network itself is
+  timed when it is at hand (``timed on this CPU: ...``): a few training steps
+  in float32 and in amp-bfloat16, each in a forked copy of this process
+  (:class:`NetworkProbe`), so AMP, which patches MXNet for the whole process,
+  and the steps' updates never touch the caller's network. amp-bfloat16 is
+  kept only when it is faster by :data:`MARGIN`. A first ratio near 1
+  (between ``1/CLEAR`` and :data:`CLEAR`), or one taken from steps too short
+  to time reliably on a shared or virtual machine, is confirmed by more
+  rounds, each repeat at least :data:`MIN_REPEAT_MS` long, and the median of
+  the rounds' ratios decides;
+* without a network at hand (:func:`mxfp16.resolve_precision` alone), the
+  rule decides and the reason says the network was not timed.
+
+:class:`mxfp16.MixedPrecision` times the network it prepares, with the
+example batch given to ``prepare`` or the first batch of ``train_step``;
+``mxfp16 train``, ``bench`` and ``demo`` go through it. The same network
+and batch shape on the same machine therefore get the same verdict whichever
+path asks.
 
 The verdict is cached per machine and software (the CPU's identity, the AMX
 state, ``DNNL_MAX_CPU_ISA``, MXNet's and mxfp16's versions, the thread
-count), and per model, image size, batch size and classes, in
+count) and per network (its layers and parameter shapes) and batch, in
 ``$XDG_CACHE_HOME/mxfp16/auto-precision.json`` (``~/.cache`` by default;
 ``MXFP16_CACHE_DIR`` names another folder). Delete the file to measure again.
 A verdict measured while other programs kept the CPU busy (a one-minute load
 average of at least one per core before the probe) is used once and not
 kept: wall-clock times taken under load say little about the next run.
 
-Where measuring cannot help, the rule decides without a measurement: GPUs
-(float16), CPUs that cannot run bfloat16, and CPUs that only emulate it.
+Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
+fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
+``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions are
+timed that way, so a ratio is compared with a ratio; the casts amp-bfloat16
+adds are MXNet kernels, so the probe errs towards float32, never towards a
+slowdown.
 """
+import hashlib
 import json
 import math
 import os
+import select
+import signal
 import statistics
 import time
+import traceback
 from dataclasses import asdict, dataclass, replace
 
-from .bench.runner import BenchSpec, run_in_subprocess
 from .plumbing.fileio import JSONFileError, read_json, write_json
 
-__all__ = ["AutoVerdict", "measured_auto", "probe_spec", "cache_file", "MARGIN"]
+__all__ = ["AutoVerdict", "NetworkProbe", "decide_auto", "timing_applies", "cache_file", "MARGIN", "CLEAR"]
 
 #: amp-bfloat16 must be at least this much faster than float32 to be chosen: a tie, or a gain inside the
 #: run-to-run spread of a short probe, keeps float32 (the same speed with no bfloat16 rounding to explain).
@@ -53,26 +72,28 @@ CLEAR = 1.25
 CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-_CACHE_VERSION = 2  # 2: verdicts confirmed over rounds (version 1's came from one short round)
+#: Seconds a probe child may take before it is stopped (and float32, the safe side, is kept).
+PROBE_TIMEOUT = 600.0
+_CACHE_VERSION = 3  # 3: keyed by the network's structure and batch (2: by a model name)
 
 
 @dataclass(frozen=True)
 class AutoVerdict:
-    """What ``auto`` resolved to for one model and shape here, and why.
+    """What ``auto`` resolved to for one network and batch here, and why.
 
     Attributes
     ----------
     precision : str
-        ``'amp-bfloat16'`` or ``'float32'``.
+        ``'float16'`` (GPUs), ``'amp-bfloat16'`` or ``'float32'``.
     reason : str
-        One sentence for the log: the ratio measured, or the rule that decided.
+        One sentence, starting ``timed on this CPU:`` or ``ruled:``.
     measured : bool
-        Whether the model was timed (now or in the cached verdict).
+        Whether the network was timed (now or in the cached verdict).
     cached : bool
         Whether the verdict came from the cache.
     float32_ms, candidate_ms : float or None
         Median milliseconds per step of each (over the rounds).
-    round_ratios : list of float
+    round_ratios : tuple of float
         Each round's own ratio, float32's time over amp-bfloat16's.
     """
 
@@ -93,6 +114,10 @@ class AutoVerdict:
             return None
         return self.float32_ms / self.candidate_ms
 
+    def record(self):
+        """The verdict as plain values, for ``config.json`` and ``bench.json`` (``auto``)."""
+        return dict(asdict(self), round_ratios=list(self.round_ratios), ratio=self.ratio)
+
 
 def cache_file(environ=None):
     """Where verdicts are kept: ``$MXFP16_CACHE_DIR`` or ``$XDG_CACHE_HOME/mxfp16`` (``~/.cache/mxfp16``)."""
@@ -102,15 +127,180 @@ def cache_file(environ=None):
     return os.path.join(folder, "auto-precision.json")
 
 
-def probe_spec(model, image_size, batch_size, classes, amp_lists="mxfp16", seed=0):
-    """The :class:`BenchSpec` of the float32 probe (the candidate differs only in its precision)."""
-    return BenchSpec(model=model, image_size=int(image_size), batch_size=int(batch_size), precision="float32",
-                     mode="train", iters=PROBE_ITERS, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, ctx="cpu",
-                     classes=int(classes), amp_lists=amp_lists, seed=seed)
+def timing_applies(ctx, support=None):
+    """Whether timing can change ``auto``'s answer on ``ctx``: CPUs only, with native bfloat16.
+
+    Parameters
+    ----------
+    ctx : list of mx.Context
+    support : mxfp16.machine.hardware.BFloat16Support, optional
+    """
+    from .machine import hardware
+
+    if any(c.device_type != "cpu" for c in ctx) or not hasattr(os, "fork"):
+        return False
+    return (support or hardware.bfloat16_support()).native
 
 
+def rule_verdict(on_gpu, why_not_timed=None):
+    """The rule's answer as a verdict (:func:`mxfp16.precision.auto_rule`), its reason marked ``ruled:``."""
+    from .precision import auto_rule
+
+    name, reason = auto_rule(on_gpu)
+    return AutoVerdict(name, f"ruled: {reason}" + (f" (not timed: {why_not_timed})" if why_not_timed else ""))
+
+
+# --------------------------------------------------------------------------
+# The probe: a network's training step timed in forked copies of this process.
+# --------------------------------------------------------------------------
+def _probe_loss(outputs, *labels):
+    """Stands in for a loss the caller did not give: the cost of a step is the network's, not its loss's."""
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    total = None
+    for out in outputs:
+        term = out.reshape((out.shape[0], -1)).sum(axis=1)
+        total = term if total is None else total + term
+    return total
+
+
+def network_signature(net):
+    """A digest of a network's structure: each block's class and each parameter's shape and dtype, in order.
+
+    Names are left out: Gluon numbers its prefixes per process (``dense0_``,
+    ``dense3_``), and the same network must get the same verdict.
+    """
+    import numpy as np
+
+    from ._internals import block_children
+
+    def walk(block):
+        yield type(block).__module__ + "." + type(block).__qualname__
+        for child in block_children(block):
+            yield from walk(child)
+
+    params = [(list(p.shape or ()), np.dtype(p.dtype).name) for p in net.collect_params().values()]
+    text = json.dumps({"blocks": list(walk(net)), "params": params})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _batch_signature(value):
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return [_batch_signature(v) for v in value]
+    import numpy as np
+
+    return [list(value.shape), np.dtype(value.dtype).name]
+
+
+class NetworkProbe:
+    """Times a network's training step in a precision, in a forked copy of this process.
+
+    The child switches AMP on if the precision uses it, rebuilds the
+    network's graphs, and times :func:`mxfp16.train_step` on the example batch
+    with the caller's trainer and loss; it sends back milliseconds per step and
+    exits. Nothing the child does reaches this process: not AMP, not the
+    updates to the parameters or the trainer's state.
+
+    Parameters
+    ----------
+    net : gluon.Block
+        Initialised (its parameters have shapes), not under AMP.
+    data, label : list
+        One batch, one entry per device, as :func:`mxfp16.cast_batch` returns
+        it for float32 (``label`` may be ``None`` for a network that returns
+        its own loss). float32 and amp-bfloat16 batches are both float32.
+    ctx : list of mx.Context
+    loss_fn : callable, optional
+        As :func:`mxfp16.train_step` takes it; by default the sum of the outputs.
+    trainer : gluon.Trainer, optional
+        By default plain SGD at a learning rate of 0.
+    amp_lists : str
+        Which operator lists an AMP precision uses (``'mxfp16'`` or ``'mxnet'``).
+    """
+
+    def __init__(self, net, data, label, ctx, loss_fn=None, trainer=None, amp_lists="mxfp16"):
+        self.net, self.data, self.label, self.ctx = net, data, label, list(ctx)
+        self.loss_fn = loss_fn if loss_fn is not None or label is None else _probe_loss
+        self.trainer, self.amp_lists = trainer, amp_lists
+
+    @property
+    def key(self):
+        """What the verdict depends on besides the machine: the network, the batch, the operator lists."""
+        return {"network": network_signature(self.net), "data": _batch_signature(self.data),
+                "label": _batch_signature(self.label), "devices": len(self.ctx), "amp_lists": self.amp_lists}
+
+    @property
+    def where(self):
+        return f"{type(self.net).__name__} at batch {_batch_signature(self.data)}"
+
+    def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT):
+        """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
+        import mxnet as mx
+
+        mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: time, send one JSON line, leave without running the parent's exit handlers
+            os.close(read_end)
+            try:
+                record = {"status": "ok", "ms_per_step": self._time_here(precision, iters, warmup, repeats)}
+            except BaseException:  # noqa: B036 -- a child must report anything and exit, whatever happened
+                record = {"status": "failed", "reason": traceback.format_exc(limit=4).strip()}
+            os.write(write_end, (json.dumps(record) + "\n").encode())
+            os._exit(0)
+        os.close(write_end)
+        return _read_child(pid, read_end, precision, timeout)
+
+    def _time_here(self, name, iters, warmup, repeats):
+        from ._internals import rebuild_graphs
+        from .optim import make_trainer
+        from .precision import activate, resolve_precision
+        from .scaler import make_loss_scaler
+        from .step import train_step
+        from .timing import time_steps
+
+        precision = resolve_precision(name, self.ctx)
+        activate(precision, self.amp_lists)
+        rebuild_graphs(self.net)  # a graph built before AMP stays float32: trace it again under AMP
+        scaler = make_loss_scaler(precision)
+        trainer = self.trainer or make_trainer(self.net.collect_params(), "sgd", {"learning_rate": 0.0}, precision)
+        times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
+                           iters, repeats, warmup)
+        return times.ms_per_step
+
+
+def _read_child(pid, read_end, precision, timeout):
+    """The record a probe child sent, waiting at most ``timeout`` seconds; the child is reaped either way."""
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                return {"status": "failed", "precision": precision, "reason": f"timed out after {timeout:g} s"}
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode(errors="replace").strip()
+    try:
+        record = json.loads(text)
+    except ValueError:
+        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        return {"status": "failed", "precision": precision, "reason": f"the probe process ended ({code}) with no "
+                                                                      "record"}
+    return dict(record, precision=precision)
+
+
+# --------------------------------------------------------------------------
+# The decision: rounds, margin, cache.
+# --------------------------------------------------------------------------
 def _machine_key():
-    """What a verdict depends on besides the model: the CPU, how oneDNN may use it, the software, the threads."""
+    """What a verdict depends on besides the network: the CPU, how oneDNN may use it, the software, the threads."""
     import mxnet as mx
 
     from ._version import __version__
@@ -124,9 +314,8 @@ def _machine_key():
             "mxnet": mx.__version__, "mxfp16": __version__, "threads": mxnet_threads()}
 
 
-def _key(spec):
-    shape = {k: getattr(spec, k) for k in ("model", "image_size", "batch_size", "classes", "amp_lists")}
-    return json.dumps({"machine": _machine_key(), "shape": shape}, sort_keys=True)
+def _cache_key(probe):
+    return json.dumps({"machine": _machine_key(), "probe": probe.key}, sort_keys=True)
 
 
 def _read_cache(path):
@@ -141,7 +330,7 @@ def _read_cache(path):
 
 def _from_cache(entry):
     try:
-        verdict = AutoVerdict(**entry)
+        verdict = AutoVerdict(**{k: v for k, v in entry.items() if k != "ratio"})
     except TypeError:
         return None
     if verdict.precision not in ("float32", CANDIDATE):
@@ -161,29 +350,27 @@ def _busy():
     return f"1-minute load average {load:.1f} on {cores} core(s)" if load >= cores else None
 
 
-def _failure(spec, rounds):
+def _failure(where, rounds):
     """The verdict when a probe did not run (float32, the safe side), else ``None``."""
     failed = [r for pair in rounds for r in pair if r.get("status") != "ok"]
     if not failed:
         return None
-    where = f"{spec.model} at {spec.image_size} px, batch {spec.batch_size}"
     why = (failed[0].get("reason") or "no reason given").strip().splitlines()[-1]
-    return AutoVerdict("float32", f"measuring {failed[0].get('precision')} for {where} failed ({why}); float32 "
-                                  "is the safe side")
+    return AutoVerdict("float32", f"timed on this CPU: measuring {failed[0].get('precision')} for {where} failed "
+                                  f"({why}); float32 is the safe side")
 
 
-def _decide(spec, rounds):
+def _decide(where, rounds):
     """The verdict from ``[(float32 record, candidate record), ...]``, one pair per round."""
-    failure = _failure(spec, rounds)
+    failure = _failure(where, rounds)
     if failure is not None:
         return failure
-    where = f"{spec.model} at {spec.image_size} px, batch {spec.batch_size}"
     ratios = [f["ms_per_step"] / c["ms_per_step"] for f, c in rounds]
     f32 = statistics.median(f["ms_per_step"] for f, _ in rounds)
     bf16 = statistics.median(c["ms_per_step"] for _, c in rounds)
     ratio = statistics.median(ratios)
     over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
-    measured = (f"measured {CANDIDATE} at {ratio:.2f}x float32's speed for {where} on this CPU "
+    measured = (f"timed on this CPU: {CANDIDATE} at {ratio:.2f}x float32's speed for {where} "
                 f"({bf16:.0f} against {f32:.0f} ms/step{over}")
     if ratio >= MARGIN:
         return AutoVerdict(CANDIDATE, measured + ")", True, False, f32, bf16, tuple(ratios))
@@ -191,8 +378,8 @@ def _decide(spec, rounds):
                        tuple(ratios))
 
 
-def _probe_rounds(spec, timeout, log):
-    """Rounds of float32 then amp-bfloat16, each in its own processes: ``[(float32, candidate), ...]``.
+def _probe_rounds(probe, log):
+    """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``.
 
     The first round is short. It decides alone when its repeats were long
     (at least :data:`MIN_REPEAT_MS` of steps) and its ratio clear (beyond
@@ -202,77 +389,77 @@ def _probe_rounds(spec, timeout, log):
     step by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
     instead, and the short round is left out.
     """
-    def one_round(probe):
-        return (run_in_subprocess(replace(probe, precision="float32"), timeout=timeout),
-                run_in_subprocess(replace(probe, precision=CANDIDATE), timeout=timeout))
+    def one_round(iters):
+        return probe.time("float32", iters), probe.time(CANDIDATE, iters)
 
-    first = one_round(spec)
-    if _failure(spec, [first]) is not None:
+    first = one_round(PROBE_ITERS)
+    if _failure(probe.where, [first]) is not None:
         return [first]
     f32, bf16 = (r["ms_per_step"] for r in first)
-    long_enough = spec.iters * min(f32, bf16) >= MIN_REPEAT_MS
+    long_enough = PROBE_ITERS * min(f32, bf16) >= MIN_REPEAT_MS
     if long_enough and not 1 / CLEAR < f32 / bf16 < CLEAR:
         return [first]
-    iters = min(MAX_CONFIRM_ITERS, max(spec.iters, math.ceil(MIN_REPEAT_MS / min(f32, bf16))))
+    iters = min(MAX_CONFIRM_ITERS, max(PROBE_ITERS, math.ceil(MIN_REPEAT_MS / min(f32, bf16))))
     rounds, more = ([first], CONFIRM_ROUNDS) if long_enough else ([], CONFIRM_ROUNDS + 1)
     log(f"auto: {'a close call' if long_enough else 'steps too short to time once'} "
         f"({f32 / bf16:.2f}x); {more} more round(s) of {iters} steps per repeat")
     for _ in range(more):
-        rounds.append(one_round(replace(spec, iters=iters)))
-        if _failure(spec, rounds) is not None:
+        rounds.append(one_round(iters))
+        if _failure(probe.where, rounds) is not None:
             break
     return rounds
 
 
-def measured_auto(spec, log=print, timeout=None, cache=None):
-    """Resolve ``auto`` for ``spec``'s model on this CPU: the cached verdict, else time both precisions.
+def _keep(cache, key, verdict, log):
+    verdicts = _read_cache(cache)  # another process may have added its own since
+    verdicts[key] = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        write_json(cache, {"version": _CACHE_VERSION, "verdicts": verdicts})
+    except OSError as err:  # an unwritable cache costs a measurement next time, nothing more
+        log(f"auto: could not keep the verdict in {cache} ({err.strerror or err}); it is measured again next time")
+
+
+def decide_auto(ctx, probe=None, log=print, cache=None):
+    """What ``auto`` is on ``ctx``: ruled where timing cannot change it, else ``probe``'s network timed (cached).
 
     Parameters
     ----------
-    spec : BenchSpec
-        From :func:`probe_spec` (its ``precision`` is ignored).
+    ctx : list of mx.Context
+        Resolved devices (:func:`mxfp16.devices.resolve_devices`).
+    probe : NetworkProbe, optional
+        The network to time; without one the rule decides, and says the
+        network was not timed.
     log : callable
-        Told, in one line each, that a measurement starts.
-    timeout : float, optional
-        Seconds allowed for each probe process.
+        Told, in one line each, that a measurement starts and ends.
     cache : str, optional
         The cache file (default :func:`cache_file`).
 
     Returns
     -------
     AutoVerdict
-        The rule's answer (unmeasured) where the CPU cannot run bfloat16
-        natively: then there is nothing to measure.
     """
-    from .machine import hardware
-    from .precision import auto_rule
-
-    support = hardware.bfloat16_support()
-    if not support.native:
-        name, reason = auto_rule(False, support)
-        return AutoVerdict(name, reason)
+    on_gpu = all(c.device_type == "gpu" for c in ctx)
+    if not timing_applies(ctx):
+        return rule_verdict(on_gpu)
+    if probe is None:
+        return rule_verdict(on_gpu, "no network and batch to time; mxfp16.MixedPrecision times the one it prepares")
     cache = cache or cache_file()
-    key = _key(spec)
+    key = _cache_key(probe)
     verdicts = _read_cache(cache)
     if key in verdicts:
         verdict = _from_cache(verdicts[key])
         if verdict is not None:
             return verdict
     busy = _busy()
-    log(f"auto: timing {spec.model} ({spec.image_size} px, batch {spec.batch_size}) in float32 and {CANDIDATE}, "
-        f"a few steps each in its own process; the verdict is kept in {cache}")
+    log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
+        f"the verdict is kept in {cache}")
     tic = time.perf_counter()
-    verdict = _decide(spec, _probe_rounds(spec, timeout, log))
-    log(f"auto: measured in {time.perf_counter() - tic:.0f} s")
+    verdict = _decide(probe.where, _probe_rounds(probe, log))
+    log(f"auto: {verdict.precision} ({time.perf_counter() - tic:.0f} s): {verdict.reason}")
     if busy:
         log(f"auto: the CPU was busy when the probe started ({busy}); this verdict is used once and not kept")
         return replace(verdict, reason=f"{verdict.reason}; measured under load ({busy})")
     if verdict.measured:
-        verdicts = _read_cache(cache)  # another process may have added its own since
-        verdicts[key] = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            write_json(cache, {"version": _CACHE_VERSION, "verdicts": verdicts})
-        except OSError as err:  # an unwritable cache costs a measurement next time, nothing more
-            log(f"auto: could not keep the verdict in {cache} ({err.strerror or err}); it is measured again next time")
+        _keep(cache, key, verdict, log)
     return verdict

@@ -1,10 +1,10 @@
 """One setting object for a training script: the whole set-up in two statements.
 
-:class:`MixedPrecision` resolves the precision for the devices and switches
-AMP on at once, so the set-up cannot be left half done (AMP after the
-network, or not at all); :meth:`MixedPrecision.prepare` casts a network and
-builds its trainer beside the run's loss scaler. The loop body is then two
-calls::
+:class:`MixedPrecision` resolves the precision for the devices, sets the
+environment float16 wants and switches AMP on, so the set-up cannot be left
+half done (AMP after the network, or not at all);
+:meth:`MixedPrecision.prepare` casts a network and builds its trainer beside
+the run's loss scaler. The loop body is then two calls::
 
     mp = mxfp16.MixedPrecision("auto")                       # before the network
     net = build_my_net(); net.initialize(ctx=mp.ctx)
@@ -13,18 +13,36 @@ calls::
         data, label = mp.cast_batch(x, y)
         result = mp.train_step(net, loss_fn, trainer, data, label)
 
+It is the one set-up path: ``mxfp16 train``, ``bench``, ``export``,
+``selftest`` and ``demo`` build through it (:func:`mxfp16.train.parts.build_parts`),
+so a README user's run and the reference trainer get the same parts and the
+same environment for each precision.
+
+``auto`` on a CPU with native bfloat16 is decided by timing the network
+(:mod:`mxfp16.auto`): with the batch given to :meth:`~MixedPrecision.prepare`
+as ``example``, or else with the first batch :meth:`~MixedPrecision.train_step`
+sees. Until then the object holds the rule's answer and AMP is off: on a CPU
+float32 and amp-bfloat16 differ only in AMP (float32 parameters, no loss
+scaling, the same trainer), so nothing built before the verdict changes.
+
 Each method passes the object's precision, devices and scaler to the
 library function of the same name (:func:`mxfp16.cast_net`,
 :func:`mxfp16.make_trainer`, :func:`mxfp16.cast_batch`,
-:func:`mxfp16.train_step`), which remain the pieces for a set-up this
-object does not cover.
+:func:`mxfp16.train_step`, :func:`mxfp16.eval_step`), which remain the pieces
+for a set-up this object does not cover.
 """
+import weakref
+from dataclasses import replace
+
+from . import auto as _auto
+from ._internals import rebuild_graphs
 from .casting import cast_batch, cast_net
 from .devices import resolve_devices
+from .machine.environment import set_float16_environment
 from .optim import make_trainer
 from .precision import Precision, activate, resolve_precision
 from .scaler import make_loss_scaler
-from .step import train_step
+from .step import eval_step, train_step
 
 __all__ = ["MixedPrecision"]
 
@@ -32,9 +50,9 @@ __all__ = ["MixedPrecision"]
 class MixedPrecision:
     """The run's precision, devices and loss scaler, with AMP active when the precision uses it.
 
-    Create it first, before the network exists: AMP patches MXNet's
-    operators for the whole process, and a graph built before it stays
-    float32.
+    Create it first, before the network's first forward pass: AMP patches
+    MXNet's operators for the whole process, and a graph traced before it
+    stays float32.
 
     Parameters
     ----------
@@ -49,39 +67,81 @@ class MixedPrecision:
         :func:`mxfp16.make_loss_scaler`).
     allow_cpu_float16 : bool
         As for :func:`mxfp16.resolve_precision`.
+    amp_lists : str, default 'mxfp16'
+        Which operator lists an AMP precision uses: mxfp16's measured ones or
+        ``'mxnet'`` (MXNet's own).
+    time_auto : bool, default True
+        Decide ``auto`` by timing the network where that can change the
+        answer (a CPU with native bfloat16). ``False`` keeps the rule: the
+        distributed trainer does, since each worker would time under the
+        others' load and could choose differently.
+    log : callable, default print
+        Told, in a line each, when ``auto`` times the network and what it chose.
     **scaler_options
         Passed to :class:`~mxfp16.LossScaler` (``growth_interval`` ...).
 
     Attributes
     ----------
     precision : Precision
+        Its ``reason`` says why: ``'asked for'``, ``ruled: ...`` or ``timed on
+        this CPU: ...``. While :attr:`pending`, the rule's answer.
     ctx : list of mx.Context
     scaler : LossScaler
-        Shared by every trainer :meth:`prepare` builds; its ``state_dict()``
-        belongs in the checkpoint.
+        Shared by every trainer :meth:`prepare` builds; :meth:`state_dict`
+        carries its state into the checkpoint.
+    verdict : mxfp16.auto.AutoVerdict or None
+        For ``auto``: what decided it (the rule, or the times when the
+        network was timed); ``None`` for a precision asked for by name.
+    environment : dict
+        What :func:`mxfp16.machine.environment.set_float16_environment` set.
 
     Raises
     ------
-    mxfp16.PrecisionError, mxfp16.devices.DeviceError
+    mxfp16.PrecisionError, mxfp16.DeviceError
         A precision or devices that cannot run here, naming the fix.
     """
 
-    def __init__(self, precision="auto", ctx="auto", loss_scale=None, allow_cpu_float16=False, **scaler_options):
+    STATE_VERSION = 1
+
+    def __init__(self, precision="auto", ctx="auto", loss_scale=None, allow_cpu_float16=False, amp_lists="mxfp16",
+                 time_auto=True, log=print, **scaler_options):
         self.ctx = resolve_devices(ctx)
         self.precision = precision if isinstance(precision, Precision) else resolve_precision(
             precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
-        activate(self.precision)
+        self.amp_lists, self._log = amp_lists, log
+        self.environment = set_float16_environment()
+        is_auto = self.precision.requested == "auto"
+        # A Precision passed in is settled (a resumed run's own); a name "auto" may still be timed.
+        self._pending = is_auto and not isinstance(precision, Precision) and time_auto and \
+            _auto.timing_applies(self.ctx)
+        self.verdict = _auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None
+        self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
+        if not self._pending:
+            activate(self.precision, amp_lists)
         self.scaler = make_loss_scaler(self.precision, loss_scale, **scaler_options)
 
-    def prepare(self, net, optimizer="sgd", optimizer_params=None, **trainer_options):
+    @property
+    def pending(self):
+        """Whether ``auto`` still waits for a network and a batch to time."""
+        return self._pending
+
+    def prepare(self, net, optimizer="sgd", optimizer_params=None, example=None, loss_fn=None, **trainer_options):
         """Cast ``net`` for the precision (BatchNorm stays float32) and return its trainer.
 
         Parameters
         ----------
         net : gluon.Block
-            Built after this object was created.
+            Initialised; built after this object was created, or at least
+            not yet run under another precision.
         optimizer : str or mx.optimizer.Optimizer
         optimizer_params : dict, optional
+        example : tuple, optional
+            ``(data, label)``, one batch as :meth:`cast_batch` takes it: for
+            ``auto``, time ``net`` now rather than at the first
+            :meth:`train_step`.
+        loss_fn : callable, optional
+            The loss the timed steps use with ``example`` (by default the sum
+            of the outputs: the network's cost dominates a step).
         **trainer_options
             ``kvstore``, ``update_on_kvstore``, ``compression_params`` (see
             :func:`mxfp16.make_trainer`).
@@ -92,8 +152,14 @@ class MixedPrecision:
             ``multi_precision`` for float16 parameters, ``update_on_kvstore``
             off when the scaler is on.
         """
-        cast_net(net, self.precision)
-        return make_trainer(net.collect_params(), optimizer, optimizer_params, self.precision, self.scaler,
+        self._nets.add(net)
+        if self.pending and example is not None:
+            data, label = example if isinstance(example, tuple) and len(example) == 2 else (example, None)
+            self._decide(net, *self.cast_batch(data, label), loss_fn, None)
+        # While auto is pending its candidates share everything but AMP: float32 parameters, this trainer.
+        settled = self._float32() if self.pending else self.precision
+        cast_net(net, settled)
+        return make_trainer(net.collect_params(), optimizer, optimizer_params, settled, self.scaler,
                             **trainer_options)
 
     def cast_batch(self, data, label=None):
@@ -101,8 +167,76 @@ class MixedPrecision:
         return cast_batch(data, label, self.precision.data_dtype, self.ctx)
 
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
-        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``clip_grad_norm`` ...)."""
+        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``clip_grad_norm`` ...).
+
+        For a pending ``auto``, the first call times ``net`` on this batch
+        first (:mod:`mxfp16.auto`), then trains in the faster precision.
+        """
+        if self.pending:
+            self._decide(net, data, label, loss_fn, trainer)
         return train_step(net, loss_fn, trainer, data, label, self.scaler, **options)
 
+    def eval_step(self, net, data):
+        """:func:`mxfp16.eval_step`: float32 outputs in inference mode, one per device."""
+        return eval_step(net, data)
+
+    def state_dict(self):
+        """The precision and the loss scaler's state, as plain values for a checkpoint.
+
+        Returns
+        -------
+        dict
+            ``version``, ``precision`` (the resolved name), ``requested``,
+            ``reason``, ``auto`` (the verdict's record, or ``None``) and ``scaler``.
+        """
+        return {"version": self.STATE_VERSION, "precision": self.precision.name,
+                "requested": self.precision.requested, "reason": self.precision.reason,
+                "auto": self.verdict.record() if self.verdict is not None else None,
+                "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state):
+        """Continue a run from :meth:`state_dict`: its loss scale, and for ``auto`` its precision.
+
+        A pending ``auto`` takes the run's own precision instead of timing
+        again (a resumed run keeps what it started with).
+
+        Raises
+        ------
+        ValueError
+            A state of another version, or of a run in another precision
+            (the message names both and the fix).
+        """
+        if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION:
+            found = state.get("version") if isinstance(state, dict) else state
+            raise ValueError(f"MixedPrecision state version {found!r} is not {self.STATE_VERSION}: it was not "
+                             "written by this mxfp16's state_dict()")
+        name = state.get("precision")
+        if self.pending and state.get("requested") == "auto":
+            verdict = _auto.AutoVerdict(name, f"the run's own ({state.get('reason')})")
+            self._settle(verdict)
+        elif name != self.precision.name:
+            raise ValueError(f"the state is of a run in {name}, but this MixedPrecision is {self.precision.name}: "
+                             f"create MixedPrecision({name!r}) to continue that run")
+        self.scaler.load_state_dict(state["scaler"])
+
+    def _float32(self):
+        return resolve_precision("float32", self.ctx)
+
+    def _decide(self, net, data, label, loss_fn, trainer):
+        probe = _auto.NetworkProbe(net, data, label, self.ctx, loss_fn, trainer, self.amp_lists)
+        self._settle(_auto.decide_auto(self.ctx, probe, log=self._log))
+
+    def _settle(self, verdict):
+        """Adopt ``auto``'s verdict: the precision, AMP switched on for it, the prepared networks' graphs rebuilt."""
+        self.precision = replace(resolve_precision(verdict.precision, self.ctx), requested="auto",
+                                 reason=verdict.reason)
+        self.verdict, self._pending = verdict, False
+        activate(self.precision, self.amp_lists)
+        self.scaler.precision = self.precision
+        if self.precision.amp:
+            for net in list(self._nets):
+                rebuild_graphs(net)  # traced before AMP (a float32 evaluation, say): trace again under it
+
     def __repr__(self):
-        return f"MixedPrecision({self.precision}, ctx={self.ctx}, scaler={self.scaler!r})"
+        state = ", pending" if self.pending else ""
+        return f"MixedPrecision({self.precision}{state}, ctx={self.ctx}, scaler={self.scaler!r})"

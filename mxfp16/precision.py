@@ -15,11 +15,13 @@ amp-bfloat16  bfloat16      float32      yes    no            no (already)
 ============  ============  ===========  =====  ============  ==============
 
 ``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows a
-rule backed by recorded measurements per class of CPU (:func:`auto_rule`),
-and the trainer and the benchmark go further: they time the actual model in
-both precisions and keep the faster (:mod:`mxfp16.auto`), so ``auto`` is
-never slower than float32 on the machine it runs on. Either way the resolved
-:class:`Precision` says why (:attr:`Precision.reason`).
+rule backed by recorded measurements per class of CPU (:func:`auto_rule`);
+given a network, :mod:`mxfp16.auto` goes further on a CPU with native
+bfloat16: it times the network in both precisions and keeps the faster, so
+``auto`` is never slower than float32 on the machine it runs on.
+:class:`mxfp16.MixedPrecision` (and with it the trainer, the benchmark and
+the demo) does that. Either way the resolved :class:`Precision` says why
+(:attr:`Precision.reason`: ``ruled: ...`` or ``timed on this CPU: ...``).
 
 bfloat16 on a CPU needs AVX-512: the oneDNN 2.4.4 in MXNet 1.9.1 has no
 bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
@@ -142,8 +144,8 @@ def auto_rule(on_gpu, support=None):
       float32 on ResNet-50;
     * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
       slower than float32 (an Intel Xeon VM, 0.81x); with AMX on nothing has
-      been measured here. The trainer and the benchmark measure the model
-      instead (:mod:`mxfp16.auto`).
+      been measured here. Given a network, :mod:`mxfp16.auto` times it
+      instead.
 
     Parameters
     ----------
@@ -160,12 +162,12 @@ def auto_rule(on_gpu, support=None):
         return "float32", f"bfloat16 is emulated here ({support.reason}), which is slower than float32"
     if support.kind == "native" and support.amx is None:
         return "amp-bfloat16", f"avx512_bf16 without AMX: amp-bfloat16 was recorded faster than float32 on such CPUs " \
-                               f"(AMD Zen 4/5, ResNet-50; {RECORDED}); mxfp16 train and bench measure your model"
+                               f"(AMD Zen 4/5, ResNet-50; {RECORDED}); MixedPrecision times your network"
     if support.kind == "native":
         return "float32", "an AMX CPU without AMX in use: its avx512_bf16 kernels were recorded slower than float32 " \
                           f"({RECORDED}); mxfp16 info says why AMX is not in use"
     return "float32", "AMX in use: bfloat16 with AMX has not been measured against float32 on this class of CPU, " \
-                      "so the rule keeps float32; mxfp16 train and bench --precision auto measure your model"
+                      "so the rule keeps float32; MixedPrecision times your network"
 
 
 def _bfloat16_refusal(name, support):
@@ -191,8 +193,9 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     -------
     Precision
         With :attr:`Precision.reason` saying why; ``auto`` follows
-        :func:`auto_rule` (the trainer and the benchmark measure the model
-        instead, :mod:`mxfp16.auto`).
+        :func:`auto_rule` (``ruled: ...``): there is no network here to time
+        (:class:`mxfp16.MixedPrecision` times the one it prepares, through
+        :mod:`mxfp16.auto`).
 
     Raises
     ------
@@ -206,6 +209,8 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     contexts = _as_context_list(ctx)
     on_gpu = all(c.device_type == "gpu" for c in contexts)
     resolved, reason = (requested, "asked for") if requested != "auto" else auto_rule(on_gpu)
+    if requested == "auto":  # resolve_precision has no network to time (mxfp16.auto does, given one)
+        reason = f"ruled: {reason}"
     if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
         raise PrecisionError(_CPU_FLOAT16_MESSAGE.format(name=resolved))
     if resolved == "amp-bfloat16" and not on_gpu:
@@ -226,14 +231,23 @@ class AMPStateError(RuntimeError):
     """AMP was already initialised in this process for something else."""
 
 
-def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
-    """Prepare the process for ``precision``; call before building the network.
+def activate(precision, amp_lists="mxfp16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
+    """Prepare the process for ``precision``; call before the network's first forward pass.
 
     For AMP precisions this calls ``mx.contrib.amp.init`` (once per process)
-    with mxfp16's measured operator lists (:func:`mxfp16.amp.lists.init_amp`);
-    lists given here replace them (with the same repairs, no stem rule). For the others it
-    checks that AMP has not already patched MXNet, because then a "float32"
-    run would not be float32.
+    with mxfp16's measured operator lists (:func:`mxfp16.amp.lists.init_amp`),
+    or MXNet's own with ``amp_lists='mxnet'``; lists given here replace them
+    (with the same repairs, no stem rule). For the others it checks that AMP
+    has not already patched MXNet, because then a "float32" run would not be
+    float32.
+
+    Parameters
+    ----------
+    precision : Precision
+    amp_lists : str
+        ``'mxfp16'`` (the tuned lists) or ``'mxnet'`` (MXNet's own), for an AMP precision.
+    target_precision_ops, conditional_fp32_ops, fp32_ops : list of str, optional
+        Explicit lists, as ``amp.init`` takes them.
 
     Raises
     ------
@@ -241,9 +255,15 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
         When the process already ran AMP for another target, or AMP is active
         and a non-AMP precision is asked for. Run each precision in its own
         process (the benchmark and ``mxfp16 compare`` do).
+    ValueError
+        An unknown ``amp_lists``.
     """
     global _amp_target
 
+    from .amp.lists import LIST_SETS, init_amp
+
+    if amp_lists not in LIST_SETS:
+        raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
     initialised = amp_initialized()
     if not precision.amp:
         if initialised:
@@ -261,16 +281,12 @@ def activate(precision, target_precision_ops=None, conditional_fp32_ops=None, fp
                 f"cannot switch to {target}. Run each precision in its own process."
             )
         return
-    kwargs = {}
-    for key, value in (("target_precision_ops", target_precision_ops),
-                       ("conditional_fp32_ops", conditional_fp32_ops),
-                       ("fp32_ops", fp32_ops)):
-        if value is not None:
-            kwargs[key] = value
-    # mxfp16's measured operator lists (see mxfp16/amp/lists.py and docs/benchmarks.md),
+    given = {key: value for key, value in (("target_precision_ops", target_precision_ops),
+                                           ("conditional_fp32_ops", conditional_fp32_ops),
+                                           ("fp32_ops", fp32_ops)) if value is not None}
+    # mxfp16's measured operator lists (see mxfp16/amp/lists.py and docs/benchmarks.md), MXNet's own,
     # or the lists given; either way with the repairs that let any Gluon model run.
-    from .amp.lists import init_amp
-    init_amp(target, lists=kwargs or None)
+    init_amp(target, which=amp_lists, lists=given or None)
     _amp_target = target
 
 

@@ -1,44 +1,53 @@
-"""``auto`` decided by timing the model (mxfp16.auto): the verdict, its cache, and the trainer's use of it."""
+"""``auto`` (mxfp16.auto): one decision procedure, its rounds and cache, the forked probe, and one verdict for
+the library and the trainer."""
 import json
+import os
 
+import mxfp16
 from mxfp16 import auto
 from mxfp16.machine import hardware
 
+import mxnet as mx
+import numpy as np
 import pytest
-from conftest import requires_bfloat16
+from conftest import run_python
 
+CPU = [mx.cpu()]
 NATIVE = hardware.BFloat16Support("native", "avx512_bf16")
 
 
-def _record(precision, ms, status="ok"):
-    return {"precision": precision, "status": status, "ms_per_step": ms if status == "ok" else None,
-            "reason": None if status == "ok" else "Traceback ...\nMXNetError: something broke"}
+class FakeProbe:
+    """A probe whose times are given: ``ms[precision]`` (a list: one time per round); ``runs`` records calls."""
+
+    def __init__(self, ms, status=None, key="net-a"):
+        self.ms, self.status, self.runs, self.iters, self._key = dict(ms), dict(status or {}), [], [], key
+
+    @property
+    def key(self):
+        return {"network": self._key}
+
+    where = "the stand-in network"
+
+    def time(self, precision, iters):
+        self.runs.append(precision)
+        self.iters.append(iters)
+        ms = self.ms[precision]
+        ms = ms.pop(0) if isinstance(ms, list) else ms
+        if self.status.get(precision, "ok") != "ok":
+            return {"status": "failed", "precision": precision, "reason": "Traceback ...\nMXNetError: something broke"}
+        return {"status": "ok", "precision": precision, "ms_per_step": ms}
 
 
 @pytest.fixture
-def timed(monkeypatch, tmp_path):
-    """A stand-in runner: ``timed.ms`` holds each precision's ms/step; ``timed.runs`` counts the probes."""
-    class Timed:
-        ms = {"float32": 1000.0, "amp-bfloat16": 500.0}   # long steps: a first round that can decide
-        status = {}
-        runs = []
-        iters = []
-
-    def run(spec, timeout=None):
-        Timed.runs.append(spec.precision)
-        Timed.iters.append(spec.iters)
-        ms = Timed.ms[spec.precision]
-        ms = ms.pop(0) if isinstance(ms, list) else ms   # a list: one time per round
-        return _record(spec.precision, ms, Timed.status.get(spec.precision, "ok"))
-
-    monkeypatch.setattr(auto, "run_in_subprocess", run)
-    monkeypatch.setattr(hardware, "bfloat16_support", lambda: NATIVE)
+def native(monkeypatch, tmp_path):
+    """A CPU where timing applies (native bfloat16), an idle machine, and a cache of this test's own."""
+    monkeypatch.setattr(hardware, "bfloat16_support", lambda *a, **k: NATIVE)
     monkeypatch.setattr(auto, "_busy", lambda: None)
-    Timed.cache = str(tmp_path / "cache" / "auto-precision.json")
-    return Timed
+    return str(tmp_path / "cache" / "auto-precision.json")
 
 
-SPEC = auto.probe_spec("cifar_resnet20_v1", 32, 8, 10)
+def decide(probe, cache, log=None):
+    return auto.decide_auto(CPU, probe, log=log or (lambda line: None), cache=cache)
 
 
 @pytest.mark.parametrize("f32, bf16, chosen", [
@@ -46,90 +55,94 @@ SPEC = auto.probe_spec("cifar_resnet20_v1", 32, 8, 10)
     (1000.0, 960.0, "float32"),        # 1.04x: inside the margin
     (1000.0, 2000.0, "float32"),       # slower
 ])
-def test_the_faster_precision_is_chosen_beyond_the_margin(timed, f32, bf16, chosen):
-    timed.ms = {"float32": f32, "amp-bfloat16": bf16}
-    verdict = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
+def test_the_faster_precision_is_chosen_beyond_the_margin(native, f32, bf16, chosen):
+    verdict = decide(FakeProbe({"float32": f32, "amp-bfloat16": bf16}), native)
     assert verdict.precision == chosen and verdict.measured and not verdict.cached
     assert verdict.ratio == pytest.approx(f32 / bf16)
-    assert f"{f32 / bf16:.2f}x" in verdict.reason and "cifar_resnet20_v1" in verdict.reason
+    assert verdict.reason.startswith("timed on this CPU:") and f"{f32 / bf16:.2f}x" in verdict.reason
 
 
-def test_a_first_round_near_one_is_confirmed_by_more_rounds_and_their_median_decides(timed):
+def test_a_first_round_near_one_is_confirmed_by_more_rounds_and_their_median_decides(native):
     # 1.11x in the first round, 0.95x and 1.02x in the two after it: float32 (median 1.02x).
-    timed.ms = {"float32": [1000.0, 950.0, 1020.0], "amp-bfloat16": [900.0, 1000.0, 1000.0]}
+    probe = FakeProbe({"float32": [1000.0, 950.0, 1020.0], "amp-bfloat16": [900.0, 1000.0, 1000.0]})
     lines = []
-    verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
-    assert timed.runs == ["float32", "amp-bfloat16"] * 3
+    verdict = decide(probe, native, lines.append)
+    assert probe.runs == ["float32", "amp-bfloat16"] * 3
     assert verdict.round_ratios == pytest.approx((1000 / 900, 0.95, 1.02)) and verdict.ratio == pytest.approx(1.02)
     assert verdict.precision == "float32" and "median of 3 rounds" in verdict.reason
     assert (verdict.float32_ms, verdict.candidate_ms) == (1000.0, 1000.0)   # each precision's median time
     assert any("close call" in line for line in lines)
     # A clear first round of long repeats decides alone, either way.
     for f32, bf16, chosen in ((1000.0, 700.0, "amp-bfloat16"), (1000.0, 1300.0, "float32")):
-        timed.runs.clear()
-        timed.ms = {"float32": f32, "amp-bfloat16": bf16}
-        clear = auto.measured_auto(auto.probe_spec("cifar_resnet20_v1", 32, int(f32 + bf16), 10),
-                                   log=lambda line: None, cache=timed.cache)
-        assert clear.precision == chosen and len(timed.runs) == 2 and len(clear.round_ratios) == 1
+        clear_probe = FakeProbe({"float32": f32, "amp-bfloat16": bf16}, key=f"net-{f32}-{bf16}")
+        clear = decide(clear_probe, native)
+        assert clear.precision == chosen and len(clear_probe.runs) == 2 and len(clear.round_ratios) == 1
     # The cached verdict keeps its rounds.
-    again = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
+    again = decide(FakeProbe({}), native)
     assert again.cached and again.round_ratios == pytest.approx(verdict.round_ratios)
 
 
-def test_short_steps_are_timed_again_in_long_repeats_and_the_short_round_is_left_out(timed):
+def test_short_steps_are_timed_again_in_long_repeats_and_the_short_round_is_left_out(native):
     # A 20 ms step read 2x in one short round, then 0.97x, 1.0x and 0.98x over repeats of 1 s: float32.
-    timed.ms = {"float32": [20.0, 9.7, 10.0, 9.8], "amp-bfloat16": [10.0, 10.0, 10.0, 10.0]}
+    probe = FakeProbe({"float32": [20.0, 9.7, 10.0, 9.8], "amp-bfloat16": [10.0, 10.0, 10.0, 10.0]})
     lines = []
-    verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
-    assert timed.runs == ["float32", "amp-bfloat16"] * 4
+    verdict = decide(probe, native, lines.append)
+    assert probe.runs == ["float32", "amp-bfloat16"] * 4
     assert verdict.round_ratios == pytest.approx((0.97, 1.0, 0.98)) and verdict.precision == "float32"
     # The long rounds time MIN_REPEAT_MS per repeat at least: 1000 ms of 10 ms steps is 100 steps.
-    assert timed.iters[:2] == [auto.PROBE_ITERS] * 2 and timed.iters[2:] == [100] * 6
+    assert probe.iters[:2] == [auto.PROBE_ITERS] * 2 and probe.iters[2:] == [100] * 6
     assert any("too short" in line for line in lines)
 
 
-def test_the_verdict_is_cached_per_shape(timed):
-    first = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    again = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    assert again.cached and again.precision == first.precision and timed.runs == ["float32", "amp-bfloat16"]
-    other = auto.measured_auto(auto.probe_spec("cifar_resnet20_v1", 32, 16, 10), log=lambda line: None,
-                               cache=timed.cache)
-    assert not other.cached and len(timed.runs) == 4  # another batch size is another verdict
-    doc = json.loads(open(timed.cache).read())
+def test_the_verdict_is_cached_per_network(native):
+    first_probe = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0})
+    first = decide(first_probe, native)
+    again = decide(FakeProbe({}), native)
+    assert again.cached and again.precision == first.precision
+    other = FakeProbe({"float32": 1000.0, "amp-bfloat16": 2000.0}, key="net-b")
+    assert not decide(other, native).cached and other.runs  # another network is another verdict
+    doc = json.loads(open(native).read())
     assert doc["version"] == auto._CACHE_VERSION and len(doc["verdicts"]) == 2
 
 
-def test_a_damaged_cache_is_measured_again_and_rewritten(timed):
-    import os
-    os.makedirs(os.path.dirname(timed.cache))
-    with open(timed.cache, "w") as handle:
+def test_a_damaged_cache_is_measured_again_and_rewritten(native):
+    os.makedirs(os.path.dirname(native))
+    with open(native, "w") as handle:
         handle.write("{not json")
-    verdict = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    assert verdict.measured and json.loads(open(timed.cache).read())["version"] == auto._CACHE_VERSION
+    verdict = decide(FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0}), native)
+    assert verdict.measured and json.loads(open(native).read())["version"] == auto._CACHE_VERSION
 
 
-def test_a_failed_probe_falls_back_to_float32_and_is_not_cached(timed):
-    timed.status = {"amp-bfloat16": "failed"}
-    verdict = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
+def test_a_failed_probe_falls_back_to_float32_and_is_not_cached(native):
+    probe = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0}, status={"amp-bfloat16": "failed"})
+    verdict = decide(probe, native)
     assert verdict.precision == "float32" and not verdict.measured and "something broke" in verdict.reason
-    auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    assert len(timed.runs) == 4  # measured again: a failure is not a verdict
+    decide(probe, native)
+    assert len(probe.runs) == 4  # measured again: a failure is not a verdict
 
 
-def test_a_verdict_measured_under_load_is_used_once(timed, monkeypatch):
+def test_a_verdict_measured_under_load_is_used_once(native, monkeypatch):
     monkeypatch.setattr(auto, "_busy", lambda: "1-minute load average 3.0 on 2 core(s)")
-    lines = []
-    verdict = auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
+    probe, lines = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0}), []
+    verdict = decide(probe, native, lines.append)
     assert "under load" in verdict.reason and any("not kept" in line for line in lines)
-    auto.measured_auto(SPEC, log=lines.append, cache=timed.cache)
-    assert len(timed.runs) == 4
+    decide(probe, native)
+    assert len(probe.runs) == 4
 
 
 @pytest.mark.parametrize("kind", ["none", "emulated", "unknown"])
-def test_nothing_is_timed_where_bfloat16_is_not_native(timed, monkeypatch, kind):
-    monkeypatch.setattr(hardware, "bfloat16_support", lambda: hardware.BFloat16Support(kind, "because"))
-    verdict = auto.measured_auto(SPEC, log=lambda line: None, cache=timed.cache)
-    assert verdict.precision == "float32" and not verdict.measured and timed.runs == []
+def test_nothing_is_timed_where_bfloat16_is_not_native(native, monkeypatch, kind):
+    monkeypatch.setattr(hardware, "bfloat16_support", lambda *a, **k: hardware.BFloat16Support(kind, "because"))
+    probe = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0})
+    verdict = decide(probe, native)
+    assert verdict.precision == "float32" and not verdict.measured and probe.runs == []
+    assert verdict.reason.startswith("ruled:")
+
+
+def test_without_a_network_the_rule_decides_and_says_it_was_not_timed(native):
+    verdict = auto.decide_auto(CPU, None, cache=native)
+    assert not verdict.measured and verdict.reason.startswith("ruled:") and "not timed" in verdict.reason
+    assert mxfp16.resolve_precision("auto", CPU).reason.startswith("ruled:")
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path):
@@ -137,57 +150,184 @@ def test_the_cache_folder_follows_the_environment(tmp_path):
     assert auto.cache_file({"XDG_CACHE_HOME": str(tmp_path)}) == str(tmp_path / "mxfp16" / "auto-precision.json")
 
 
-@requires_bfloat16
-def test_a_real_probe_times_both_precisions_in_their_own_processes(tmp_path):
-    """No stand-in: two child processes, each timing the trainer's own step."""
-    if not hardware.bfloat16_support().native:
-        pytest.skip("bfloat16 is not native here: auto follows the rule without timing")
-    verdict = auto.measured_auto(auto.probe_spec("cifar_resnet20_v1", 32, 8, 10), log=lambda line: None,
-                                 cache=str(tmp_path / "auto.json"))
-    assert verdict.float32_ms > 0 and verdict.candidate_ms > 0
-    assert verdict.precision == ("amp-bfloat16" if verdict.ratio >= auto.MARGIN else "float32")
+# --------------------------------------------------------------------------
+# The probe itself: the network timed in a forked copy of this process.
+# --------------------------------------------------------------------------
+def _mlp(classes=3, size=4):
+    from mxfp16.models import build_model
+
+    net = build_model("elementwise-mlp", classes, in_shape=(3, size, size), ctx=CPU)
+    net.hybridize(static_alloc=True, static_shape=True)
+    return net
 
 
-class _Config:
-    precision, resume, out, model, image_size, batch_size, seed, allow_cpu_float16 = \
-        "auto", False, "runs/x", "resnet18_v1", 48, 32, 1, False
+def _batch(n=8, classes=3, size=4):
+    rng = np.random.RandomState(0)
+    return (mx.nd.array(rng.standard_normal((n, 3, size, size)).astype(np.float32)),
+            mx.nd.array(rng.randint(0, classes, n).astype(np.float32)))
 
 
-class _Cluster:
-    distributed = False
+def test_the_probe_times_a_forked_copy_and_leaves_this_process_as_it_was():
+    """The child trains at a large rate and may switch AMP on; the parent's parameters and AMP are untouched."""
+    from mxfp16._internals import amp_initialized
+
+    net = _mlp()
+    before = {name: p.data().asnumpy().copy() for name, p in net.collect_params().items()}
+    data, label = mxfp16.cast_batch(*_batch(), "float32", CPU)
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 10.0})
+    probe = auto.NetworkProbe(net, data, label, CPU, mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
+    record = probe.time("float32", iters=2, warmup=1, repeats=1)
+    assert record["status"] == "ok" and record["ms_per_step"] > 0
+    candidate = probe.time("amp-bfloat16", iters=2, warmup=1, repeats=1)
+    # Where bfloat16 runs the child times it; where it cannot, the failure comes back as a record, not raised.
+    assert candidate["status"] == ("ok" if hardware.bfloat16_support().runs else "failed"), candidate
+    assert not amp_initialized()
+    for name, p in net.collect_params().items():
+        assert np.array_equal(p.data().asnumpy(), before[name]), name
 
 
-def test_the_trainer_times_its_own_model_for_auto(monkeypatch):
-    from mxfp16.precision import resolve_precision
-    from mxfp16.train import run
+def test_a_probe_that_hangs_is_stopped_and_reported(monkeypatch):
+    import time as time_module
 
-    import mxnet as mx
+    net = _mlp()
+    data, label = mxfp16.cast_batch(*_batch(), "float32", CPU)
+    probe = auto.NetworkProbe(net, data, label, CPU)
+    monkeypatch.setattr(probe, "_time_here", lambda *args: time_module.sleep(60))
+    record = probe.time("float32", iters=1, timeout=1.0)
+    assert record["status"] == "failed" and "timed out after 1 s" in record["reason"]
 
+
+def test_the_network_signature_ignores_names_and_sees_shapes():
+    a, b = _mlp(), _mlp()  # two instances: other prefixes (elementwisemlp0_, elementwisemlp1_), same network
+    assert auto.network_signature(a) == auto.network_signature(b)
+    assert auto.network_signature(_mlp(classes=4)) != auto.network_signature(a)
+
+
+# --------------------------------------------------------------------------
+# One auto: MixedPrecision, the trainer, the benchmark and the demo reach one verdict.
+# --------------------------------------------------------------------------
+def _timed(monkeypatch, ms):
+    """NetworkProbe.time returns these times (no fork), and records which network it was asked about."""
     asked = []
 
-    def fake(spec, log):
-        asked.append(spec)
-        return auto.AutoVerdict("float32", "measured 0.80x", True)
+    def fake_time(self, precision, iters, **_):
+        asked.append(self.key["network"])
+        return {"status": "ok", "precision": precision, "ms_per_step": ms[precision]}
+    monkeypatch.setattr(auto.NetworkProbe, "time", fake_time)
+    return asked
 
-    monkeypatch.setattr(auto, "measured_auto", fake)
-    rule = resolve_precision("float32", "cpu")
-    chosen, record = run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, _Cluster(), print)
-    assert (chosen.name, chosen.requested, chosen.reason) == ("float32", "auto", "measured 0.80x")
-    # config.json's auto: what decided it, so a reader can check the choice against the times
-    assert (record["precision"], record["reason"], record["measured"]) == ("float32", "measured 0.80x", True)
-    (spec,) = asked
-    assert (spec.model, spec.image_size, spec.batch_size, spec.classes) == ("resnet18_v1", 48, 32, 10)
-    # A resumed run keeps the precision it started with, whatever a new measurement would say.
-    resumed = type("Resumed", (_Config,), {"resume": True})()
-    saved = {"resolved_precision": "float32", "auto": dict(record)}
-    again, kept = run._auto_precision(resumed, rule, [mx.cpu()], saved, 10, _Cluster(), print)
-    assert again.name == "float32" and "the run's own" in again.reason and len(asked) == 1
-    assert kept == record   # the verdict the run started with travels with it
-    # Distributed workers keep the rule: each timing under the others' load could choose differently.
-    cluster = type("Dist", (), {"distributed": True})()
-    kept_rule, record = run._auto_precision(_Config(), rule, [mx.cpu()], None, 10, cluster, print)
-    assert kept_rule is rule and record["measured"] is False and len(asked) == 1
-    # A precision asked for by name is never timed.
-    named = type("Named", (_Config,), {"precision": "float32"})()
-    assert run._auto_precision(named, rule, [mx.cpu()], None, 10, _Cluster(), print) == (rule, None)
-    assert len(asked) == 1
+
+def test_the_library_and_the_trainer_reach_one_verdict_for_one_model(native, monkeypatch, tmp_path):
+    """float32 wins here (this process must stay free of AMP): MixedPrecision, then the trainer, same verdict."""
+    from mxfp16.train import TrainConfig, prepare
+
+    from train_support import tiny_dataset
+
+    monkeypatch.setenv("MXFP16_CACHE_DIR", os.path.dirname(native))
+    asked = _timed(monkeypatch, {"float32": 500.0, "amp-bfloat16": 800.0})
+    data_dir = tiny_dataset(tmp_path)
+    classes, size, batch = 3, 16, 8
+    # The library, as the README writes it, with the trainer's model and batch shape.
+    mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)
+    assert mp.pending and not mp.precision.reason.startswith("timed")
+    from mxfp16.models import build_model
+
+    net = build_model("elementwise-mlp", classes, in_shape=(3, size, size), ctx=mp.ctx)
+    net.hybridize(static_alloc=True, static_shape=True)
+    mp.prepare(net, "sgd", {"learning_rate": 0.1}, example=_batch(batch, classes, size))
+    assert not mp.pending and mp.precision.name == "float32" and mp.precision.requested == "auto"
+    assert mp.precision.reason.startswith("timed on this CPU:") and mp.verdict.measured and len(asked) == 2
+    # The trainer: the same verdict, from the cache the library filled (nothing timed again).
+    run = prepare(TrainConfig(model="elementwise-mlp", precision="auto", data_dir=str(data_dir),
+                              image_size=size, batch_size=batch, epochs=1, out=str(tmp_path / "run"),
+                              progress=False), log=lambda line: None)
+    try:
+        assert run.parts.precision.name == mp.precision.name and run.parts.mixed.verdict.cached
+        assert run.parts.precision.reason == mp.precision.reason and len(asked) == 2
+        config = json.loads((tmp_path / "run" / "config.json").read_text())
+        assert config["auto"]["precision"] == "float32" and config["auto"]["measured"] is True
+    finally:
+        run.lock.release()
+
+
+def test_amp_bfloat16_chosen_by_timing_switches_amp_on_and_rebuilds_the_graph(tmp_path):
+    """In a child (AMP is process-global): the verdict reaches MixedPrecision, AMP goes on, the graph is redone."""
+    code = f"""
+        import json, os
+        os.environ["MXFP16_CACHE_DIR"] = {str(tmp_path)!r}
+        import mxfp16
+        from mxfp16 import auto
+        from mxfp16.machine import hardware
+        import mxnet as mx
+        from mxfp16._internals import amp_initialized, built_graphs
+        hardware.bfloat16_support = lambda *a, **k: hardware.BFloat16Support("native", "stand-in")
+        auto._busy = lambda: None
+        auto.NetworkProbe.time = lambda self, p, iters, **_: {{"status": "ok", "precision": p,
+                                                              "ms_per_step": {{"float32": 900.0}}.get(p, 300.0)}}
+        mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(3))
+        net.initialize(ctx=mp.ctx)
+        net.hybridize()
+        x, y = mx.nd.ones((8, 12)), mx.nd.zeros((8,))
+        net(x)  # a float32 graph, traced before the verdict
+        assert built_graphs(net) and not amp_initialized()
+        trainer = mp.prepare(net, "sgd", {{"learning_rate": 0.1}})
+        assert mp.pending  # no example: the first train_step decides
+        data, label = mp.cast_batch(x, y)
+        mp.state_dict()  # a pending auto has a state too
+        try:
+            mp.train_step(net, mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer, data, label)
+        except mx.base.MXNetError:
+            pass  # bfloat16 may not run on this CPU: the verdict, not the arithmetic, is under test
+        graphs = [json.loads(sym.tojson(remove_amp_cast=False)) for _, sym in built_graphs(net)]
+        ops = {{node["op"] for graph in graphs for node in graph["nodes"]}}
+        print(json.dumps({{"precision": mp.precision.name, "reason": mp.precision.reason, "amp": amp_initialized(),
+                          "cast": bool(ops & {{"amp_cast", "amp_multicast"}}), "state": mp.state_dict()["precision"]}}))
+    """
+    result = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    assert result["precision"] == result["state"] == "amp-bfloat16" and result["amp"]
+    assert result["cast"]  # the float32 graph traced before the verdict was traced again, under AMP
+    assert result["reason"].startswith("timed on this CPU: amp-bfloat16 at 3.00x")
+
+
+def test_the_benchmark_and_the_demo_ask_the_trainers_question(native, monkeypatch):
+    """auto_verdict (bench, demo) times the network build_parts builds, on the batch it builds: one cache entry."""
+    from mxfp16.train.parts import PartsSpec, auto_verdict, build_parts
+
+    monkeypatch.setenv("MXFP16_CACHE_DIR", os.path.dirname(native))
+    asked = _timed(monkeypatch, {"float32": 500.0, "amp-bfloat16": 900.0})
+    spec = PartsSpec(model="elementwise-mlp", classes=3, image_size=8, batch_size=4)
+    verdict = auto_verdict(spec, CPU, log=lambda line: None)
+    parts = build_parts(spec, mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None))
+    assert parts.mixed.verdict.cached and parts.precision.name == verdict.precision == "float32"
+    assert len(asked) == 2 and len(set(asked)) == 1
+
+
+def test_the_trainer_resumes_in_its_own_precision_and_workers_keep_the_rule(native, monkeypatch):
+    from mxfp16 import mixed as mixed_module
+    from mxfp16.train import run
+
+    asked = _timed(monkeypatch, {"float32": 500.0, "amp-bfloat16": 900.0})
+    activated = []  # the rule on the stand-in CPU is amp-bfloat16: AMP stays out of this process
+    monkeypatch.setattr(mixed_module, "activate", lambda precision, lists: activated.append(precision.name))
+
+    class Config:
+        precision, resume, out, allow_cpu_float16, loss_scale, kvstore = "auto", True, "runs/x", False, None, "device"
+
+    mixed = run._mixed_precision(Config(), CPU, {"resolved_precision": "float32"}, print)
+    assert not mixed.pending and "the run's own" in mixed.precision.reason
+    Config.resume, Config.kvstore = False, "dist_sync"
+    mixed = run._mixed_precision(Config(), CPU, None, print)
+    assert not mixed.pending and mixed.precision.reason.startswith("ruled:") and asked == []
+    assert activated == ["float32", mixed.precision.name]
+
+
+def test_this_machine_times_where_timing_applies():
+    """Whatever this CPU is: MixedPrecision('auto') waits for a network exactly where timing can change the answer."""
+    mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)
+    applies = auto.timing_applies(mp.ctx)
+    assert applies == hardware.bfloat16_support().native
+    assert mp.pending == applies
+    if not applies:
+        assert mp.precision.reason.startswith("ruled:") and mp.precision.name == "float32"

@@ -42,12 +42,13 @@ def test_a_failed_run_stops_the_demo(monkeypatch, tmp_path):
 def test_auto_for_the_demo_is_the_trainers_verdict_for_the_demo_model(monkeypatch):
     from mxfp16 import auto
     from mxfp16.data.synth import DEMO_SETTINGS
+    from mxfp16.train import parts
     from mxfp16.train.config import PROFILES
 
     asked = []
-    monkeypatch.setattr(auto, "measured_auto", lambda spec, log: asked.append(spec) or auto.AutoVerdict(
-        "amp-bfloat16", "measured 1.30x", True))
-    assert demo.resolve_auto(log=lambda line: None) == ("amp-bfloat16", "measured 1.30x")
+    monkeypatch.setattr(parts, "auto_verdict", lambda spec, ctx, log: asked.append(spec) or auto.AutoVerdict(
+        "amp-bfloat16", "timed on this CPU: 1.30x", True))
+    assert demo.resolve_auto(log=lambda line: None) == ("amp-bfloat16", "timed on this CPU: 1.30x")
     (spec,) = asked  # the shape the demo's own auto run trains: the same cached verdict
     profile = PROFILES["demo"]
     assert (spec.model, spec.image_size, spec.batch_size, spec.classes) == (

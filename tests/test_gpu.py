@@ -6,7 +6,7 @@ differ from these only in device and dtype, and are tested everywhere else.
 """
 import json
 
-from mxfp16 import cast_batch, train_step
+from mxfp16 import MixedPrecision, cast_batch, train_step
 from mxfp16.devices import resolve_devices
 from mxfp16.machine.hardware import gpu_count
 from mxfp16.precision import Precision, resolve_precision
@@ -35,8 +35,9 @@ def _batch(seed=0):
 def _parts(precision, ctx="gpu:0"):
     ctx = resolve_devices(ctx)
     precision = precision if isinstance(precision, Precision) else resolve_precision(precision, ctx)
-    return build_parts(PartsSpec(model="cifar_resnet20_v1", classes=CLASSES, image_size=SIZE, precision=precision,
-                                 ctx=ctx, optimizer="sgd", lr=0.05, momentum=0.9, wd=0.0, seed=0))
+    return build_parts(PartsSpec(model="cifar_resnet20_v1", classes=CLASSES, image_size=SIZE, batch_size=BATCH,
+                                 optimizer="sgd", lr=0.05, momentum=0.9, wd=0.0, seed=0),
+                       MixedPrecision(precision, ctx))
 
 
 def _same_start(source, target, tmp_path):

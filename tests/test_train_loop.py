@@ -7,9 +7,8 @@ and the checkpoint are tested as library code.
 """
 import itertools
 
-from mxfp16.devices import resolve_devices
+from mxfp16 import MixedPrecision
 from mxfp16.optim import lr_schedule
-from mxfp16.precision import resolve_precision
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
 from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
 from mxfp16.train.parts import PartsSpec, build_parts
@@ -43,11 +42,10 @@ def batches(epoch, start):
 
 
 def make_parts(loss_scale="dynamic"):
-    ctx = resolve_devices("cpu")
-    spec = PartsSpec(model="elementwise-mlp", classes=CLASSES, image_size=SIZE,
-                     precision=resolve_precision("float32", ctx), ctx=ctx,
-                     optimizer="sgd", lr=0.2, loss_scale=loss_scale, seed=0)
-    return build_parts(spec, lr_scheduler=lr_schedule(0.2, EPOCHS, 0, STEPS))
+    spec = PartsSpec(model="elementwise-mlp", classes=CLASSES, image_size=SIZE, batch_size=BATCH,
+                     optimizer="sgd", lr=0.2, seed=0)
+    mixed = MixedPrecision("float32", "cpu", loss_scale=loss_scale)
+    return build_parts(spec, mixed, lr_scheduler=lr_schedule(0.2, EPOCHS, 0, STEPS))
 
 
 def train_until_done_or_stopped(parts, progress, callbacks, out=None):

@@ -41,7 +41,8 @@ def test_interruption_writes_a_mid_epoch_checkpoint(runs):
     assert "--resume" in runs["first"].stderr
     record = runs["record"]
     assert position(record) == {"epoch": 1, "batch": INTERRUPT_STEP - STEPS_PER_EPOCH, "global_step": INTERRUPT_STEP}
-    assert record["scaler"]["scale"] == 2.0 ** 15 and record["scaler"]["skipped_steps"] == 1
+    scaler = record["mixed_precision"]["scaler"]
+    assert scaler["scale"] == 2.0 ** 15 and scaler["skipped_steps"] == 1
     assert [r["epoch"] for r in runs["interrupted_metrics"]] == [1]
 
 

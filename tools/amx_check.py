@@ -93,24 +93,23 @@ def _dense(sizes):
 def _train(model, image_size, steps, batch_size=8):
     """``steps`` training steps from seed 0: the loss and global gradient norm of each (mxfp16's own step)."""
     import mxfp16
-    from mxfp16.casting import cast_batch
     from mxfp16.train.parts import PartsSpec, build_parts
 
     import mxnet as mx
     import numpy as np
 
     ctx = [mx.cpu()]
-    precision = mxfp16.resolve_precision("amp-bfloat16", ctx)
-    parts = build_parts(PartsSpec(model=model, classes=10, image_size=image_size, precision=precision, ctx=ctx,
-                                  lr=0.01, seed=0))
+    mixed = mxfp16.MixedPrecision("amp-bfloat16", ctx)
+    parts = build_parts(PartsSpec(model=model, classes=10, image_size=image_size, batch_size=batch_size, lr=0.01,
+                                  seed=0), mixed)
     rng = np.random.RandomState(0)
     losses, norms = [], []
     for _ in range(steps):
         x = mx.nd.array(rng.standard_normal((batch_size, 3, image_size, image_size)).astype(np.float32))
         y = mx.nd.array(rng.randint(0, 10, batch_size).astype(np.float32))
-        data, label = cast_batch(x, y, precision.data_dtype, ctx)
-        result = mxfp16.train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler,
-                                   clip_grad_norm=1e9)  # clipping at 1e9 never clips; it reports the norm
+        data, label = mixed.cast_batch(x, y)
+        result = mixed.train_step(parts.net, parts.loss, parts.trainer, data, label,
+                                  clip_grad_norm=1e9)  # clipping at 1e9 never clips; it reports the norm
         losses.append(result.loss.item())
         norms.append(result.grad_norm.item())
     return {"losses": losses, "grad_norms": norms}

@@ -8,7 +8,7 @@ the PyTorch peer's conditions) and returns the runs to make;
 :func:`mxfp16.bench.suite.run_suite`, and prints.
 """
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from ..plumbing.fileio import JSONFileError, read_json
 from ..plumbing.limits import MAX_BATCH
@@ -179,27 +179,28 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
         specs += plan_peer(base, sizes, threads["planned"])
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
                       machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
-                      auto={str(size): dict(asdict(v), ratio=v.ratio) for size, v in verdicts.items()})
+                      auto={str(size): v.record() for size, v in verdicts.items()})
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):
     """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model: training on a CPU.
 
     What the trainer would train in for this model, shape and batch
-    (:func:`mxfp16.auto.measured_auto`, cached), so ``auto``'s row is
+    (:func:`mxfp16.train.parts.auto_verdict`, cached), so ``auto``'s row is
     the precision a training run gets here. Elsewhere (GPUs, inference) the
     rule of :func:`mxfp16.resolve_precision` decides and this is empty.
     """
-    from ..auto import measured_auto, probe_spec
     from ..devices import resolve_devices
+    from ..train.parts import PartsSpec, auto_verdict
 
-    if "auto" not in precisions or base.mode != "train" or \
-            any(c.device_type != "cpu" for c in resolve_devices(base.ctx)):
+    ctx = resolve_devices(base.ctx)
+    if "auto" not in precisions or base.mode != "train" or any(c.device_type != "cpu" for c in ctx):
         return {}
     verdicts = {}
     for size in sizes:
-        verdicts[size] = verdict = measured_auto(
-            probe_spec(base.model, base.image_size, size, classes, base.amp_lists, base.seed), log=log)
+        spec = PartsSpec(model=base.model, classes=classes, image_size=base.image_size, batch_size=size,
+                         seed=base.seed)
+        verdicts[size] = verdict = auto_verdict(spec, ctx, base.amp_lists, log=log)
         log(f"auto at batch {size}: {verdict.precision}: {verdict.reason}")
     return verdicts
 

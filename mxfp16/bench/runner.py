@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 from dataclasses import asdict, dataclass, fields
 
@@ -166,12 +165,12 @@ class _Batches:
 def measure(spec):
     """Build what ``spec.mode`` runs and time it, in this process.
 
-    Training: :func:`mxfp16.train.parts.build_parts` makes what the trainer makes,
-    in the same order (precision, environment, AMP before the network,
-    network cast and hybridized with static memory, loss scaler, trainer,
-    loss), with SGD at a constant rate; every step casts its batch and calls
-    :func:`mxfp16.train_step`. ``mx.nd.waitall()`` brackets every timed repeat.
-    Inference: see :func:`_inference_step`.
+    Training: :func:`mxfp16.train.parts.build_parts` makes what the trainer
+    makes, through the same :class:`~mxfp16.MixedPrecision` set-up (precision,
+    environment, AMP, network cast and hybridized with static memory, loss
+    scaler, trainer, loss), with SGD at a constant rate; every step casts its
+    batch and calls :func:`mxfp16.train_step`, timed by
+    :func:`mxfp16.timing.time_steps`. Inference: see :func:`_inference_step`.
 
     Parameters
     ----------
@@ -187,64 +186,56 @@ def measure(spec):
     mxfp16.PrecisionError
         When the precision cannot run on ``spec.ctx`` (float16 on a CPU).
     """
-    import mxnet as mx
 
-    from ..casting import cast_batch
     from ..devices import format_ctx, resolve_devices
     from ..machine.environment import check_threads
     from ..machine.hardware import peak_memory_mb
-    from ..precision import resolve_precision
-    from ..step import train_step
-    from ..train.parts import PartsSpec, build_parts
+    from ..timing import time_steps
 
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
         contexts = contexts[:1]  # one device answers one request
-    # onnxruntime runs the float32 network's ONNX file (float16 is converted from it, inside the file).
-    precision = resolve_precision("float32" if spec.runtime == "onnxruntime" else spec.precision, contexts)
     check_threads()  # warns when MXNet runs fewer threads than planned
     batches = _Batches(spec)
     provider = None
     if spec.runtime == "onnxruntime":
         step, provider = _onnxruntime_step(spec, contexts, batches)
+        precision = _resolved("float32", contexts)  # the float32 network's ONNX file (float16 is made from it)
     elif spec.mode == "inference":
+        precision = _resolved(spec.precision, contexts)
         step = _inference_step(spec, precision, contexts, batches)
     else:
-        parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
-                                      precision=precision, ctx=contexts, optimizer="sgd", lr=0.01, momentum=0.9,
-                                      wd=1e-4, amp_lists=spec.amp_lists, seed=spec.seed))
+        step, precision = _train_step(spec, contexts, batches)
 
-        def step():
-            data, label = cast_batch(*batches.next(), precision.data_dtype, contexts)
-            return train_step(parts.net, parts.loss, parts.trainer, data, label, parts.scaler).loss.as_nd_ndarray()
-
-    for _ in range(spec.warmup):
-        step()
-    mx.nd.waitall()
-    wall, cpu, latencies = [], [], []
-    for _ in range(spec.repeats):
-        mx.nd.waitall()
-        start, start_cpu = time.perf_counter(), time.process_time()
-        if spec.mode == "inference":
-            for _ in range(spec.iters):
-                tic = time.perf_counter()
-                out = step()
-                if hasattr(out, "wait_to_read"):  # a caller waits for its answer: that wait is the latency
-                    out.wait_to_read()  # (onnxruntime returns its answer, numpy, already computed)
-                latencies.append(time.perf_counter() - tic)
-        else:
-            # Outputs are read once per repeat, as the trainer reads its losses in batches.
-            outputs = [step() for _ in range(spec.iters)]
-            mx.nd.concat(*[o.reshape((-1,))[:1] for o in outputs], dim=0).asnumpy()
-        mx.nd.waitall()
-        wall.append((time.perf_counter() - start) / spec.iters)
-        cpu.append((time.process_time() - start_cpu) / spec.iters)
-    record = _record(spec, precision, wall, cpu, peak_memory_mb(contexts), format_ctx(contexts))
-    if latencies:
-        record.update(latency_fields(latencies))
+    times = time_steps(step, spec.iters, spec.repeats, spec.warmup, per_call=spec.mode == "inference")
+    record = _record(spec, precision, times, peak_memory_mb(contexts), format_ctx(contexts))
+    if times.latencies:
+        record.update(latency_fields(times.latencies))
     if provider:
         record.update(framework="onnxruntime", precision=spec.precision, execution_provider=provider)
     return record
+
+
+def _resolved(name, contexts):
+    from ..precision import resolve_precision
+
+    return resolve_precision(name, contexts)
+
+
+def _train_step(spec, contexts, batches):
+    """One training step of the run :func:`mxfp16.train.parts.build_parts` builds; returns ``(step, precision)``."""
+    from ..mixed import MixedPrecision
+    from ..train.parts import PartsSpec, build_parts
+
+    mixed = MixedPrecision(spec.precision, contexts, amp_lists=spec.amp_lists)
+    parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
+                                  batch_size=spec.batch_size, optimizer="sgd", lr=0.01, momentum=0.9, wd=1e-4,
+                                  seed=spec.seed), mixed)
+
+    def step():
+        data, label = mixed.cast_batch(*batches.next())
+        return mixed.train_step(parts.net, parts.loss, parts.trainer, data, label).loss.as_nd_ndarray()
+    return step, mixed.precision
 
 
 def _inference_step(spec, precision, contexts, batches):
@@ -309,8 +300,8 @@ def latency_fields(latencies):
             "latency_ms_p99": float(np.percentile(ms, 99)), "latency_samples": int(ms.size)}
 
 
-def _record(spec, precision, wall, cpu, peak_mb, ctx):
-    median = float(np.median(wall))
+def _record(spec, precision, times, peak_mb, ctx):
+    median = times.ms_per_step / 1000.0
     return {
         "framework": "mxfp16",
         "precision": precision.name,
@@ -326,13 +317,12 @@ def _record(spec, precision, wall, cpu, peak_mb, ctx):
         "status": "ok",
         "reason": None,
         "images_per_second": spec.batch_size / median,
-        "ms_per_step": 1000.0 * median,
-        # Half the min-max range over repeats: the +/- a reader can expect.
-        "ms_per_step_spread": 500.0 * (max(wall) - min(wall)),
-        "ms_per_step_repeats": [1000.0 * t for t in wall],
+        "ms_per_step": times.ms_per_step,
+        "ms_per_step_spread": times.ms_per_step_spread,
+        "ms_per_step_repeats": [1000.0 * t for t in times.wall],
         # Process CPU time per step: less sensitive than wall time to other
         # programs on a shared machine (it still counts their cache pressure).
-        "cpu_ms_per_step": 1000.0 * float(np.median(cpu)),
+        "cpu_ms_per_step": 1000.0 * float(np.median(times.cpu)),
         "peak_memory_mb": peak_mb,
         "iters": spec.iters,
         "warmup": spec.warmup,

@@ -33,17 +33,15 @@ def register(subparsers):
 
 def resolve_auto(log=print):
     """``(precision name, reason)`` of ``auto`` for the demo profile's model, shape and batch on this machine."""
-    from ..auto import measured_auto, probe_spec
     from ..data.synth import DEMO_SETTINGS
     from ..devices import resolve_devices
-    from ..precision import auto_rule
     from ..train.config import PROFILES
+    from ..train.parts import PartsSpec, auto_verdict
 
-    if any(c.device_type == "gpu" for c in resolve_devices("auto")):
-        return auto_rule(True)
     demo = PROFILES["demo"]
-    verdict = measured_auto(probe_spec(demo["model"], demo["image_size"], demo["batch_size"],
-                                       DEMO_SETTINGS["classes"]), log=log)
+    spec = PartsSpec(model=demo["model"], classes=DEMO_SETTINGS["classes"], image_size=demo["image_size"],
+                     batch_size=demo["batch_size"], seed=0)
+    verdict = auto_verdict(spec, resolve_devices("auto"), log=log)
     return verdict.precision, verdict.reason
 
 

@@ -10,7 +10,8 @@ A checkpoint is three files in ``<out>/checkpoints/``, named by its tag
                       MXNet's NDArray format
     <tag>.json        the record: the state's structure and the optimizer's
                       update counts (the learning-rate schedule's position),
-                      the loss scaler's state, the run's progress with every
+                      the precision and the loss scaler's state
+                      (:meth:`mxfp16.MixedPrecision.state_dict`), the run's progress with every
                       epoch's metrics, the run's fingerprint, and the sha256
                       of the two array files
 
@@ -54,7 +55,7 @@ __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "loa
            "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
 
 RECORD = "latest.json"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: the precision set-up's state (MixedPrecision.state_dict), not the scaler's alone
 DEFAULT_KEEP = 2
 #: Which checkpoint of a run a reader asks for (``mxfp16 export --checkpoint``): these, or a ``.params`` file.
 CHECKPOINT_CHOICES = ("last", "best")
@@ -301,7 +302,8 @@ def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=
             "version": FORMAT_VERSION, "tag": tag,
             "files": {name: sha256_file(folder / name) for name in (f"{tag}.params", f"{tag}.optimizer")},
             "optimizer": {"states": structure, "update_counts": optimizer_update_counts(parts.trainer)},
-            "fingerprint": fingerprint, "scaler": parts.scaler.state_dict(), "progress": progress.state_dict(),
+            "fingerprint": fingerprint, "mixed_precision": parts.mixed.state_dict(),
+            "progress": progress.state_dict(),
             "config_digest": config_digest,
         }
         write_json(folder / f"{tag}.json", record)
@@ -479,7 +481,7 @@ def _restore(folder, record, parts, fingerprint):
         optimizer = record["optimizer"]
         arrays = mx.nd.load(str(folder / f"{record['tag']}.optimizer")) if optimizer["states"] else {}
         states = {int(i): _unflatten(node, arrays) for i, node in optimizer["states"].items()}
-        parts.scaler.load_state_dict(record["scaler"])
+        parts.mixed.load_state_dict(record["mixed_precision"])
         parts.net.load_parameters(str(folder / f"{record['tag']}.params"), ctx=parts.ctx)
     except (KeyError, TypeError, ValueError, mx.base.MXNetError) as err:
         detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__

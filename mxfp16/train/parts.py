@@ -1,21 +1,26 @@
-"""One builder for the parts of a training run, shared by the trainer, the benchmark and export.
+"""The parts of a training run, built through :class:`mxfp16.MixedPrecision`: the README's path.
 
 A run needs the same few objects whatever drives it: the devices, the
 resolved precision, the network (built, cast, hybridized), the loss scaler,
-the ``gluon.Trainer`` and the loss. :func:`build_parts` makes them in one
-order, so what ``mxfp16 bench`` times is what ``mxfp16 train`` runs:
+the ``gluon.Trainer`` and the loss. :func:`build_parts` makes them with the
+set-up a user writes from the README, so ``mxfp16 train``, ``bench`` and
+``selftest`` get the parts and the environment a script gets, and what
+``mxfp16 bench`` times is what ``mxfp16 train`` runs:
 
-1. the spec's devices and precision arrive resolved and checked
-   (:func:`mxfp16.devices.resolve_devices`, :func:`mxfp16.resolve_precision`:
-   a GPU MXNet cannot see, or float16 on a CPU, is refused there, once);
-2. the environment float16 wants (:mod:`mxfp16.machine.environment`);
-3. AMP, for ``amp-*`` precisions, before the network exists (it patches
-   MXNet's operators for the whole process);
-4. seeds, then the network: built, initialised, cast with BatchNorm kept in
-   float32, hybridized with static memory (:func:`build_network`, which
-   ``mxfp16 export`` calls alone);
-5. the loss scaler, the trainer (``multi_precision`` for float16 weights)
-   and the loss (softmax cross-entropy on float32 outputs).
+1. the caller's :class:`~mxfp16.MixedPrecision`: devices and precision
+   resolved once, the float16 environment set, AMP on (or, for ``auto`` on a
+   CPU with native bfloat16, pending until the network is timed);
+2. seeds, then the network: built, initialised (every parameter
+   materialised for the image size), hybridized with static memory;
+3. :meth:`MixedPrecision.prepare`: ``auto`` timed on a synthetic batch of the
+   run's shape where it is pending, the network cast with BatchNorm kept in
+   float32, the trainer (``multi_precision`` for float16 weights) beside the
+   run's loss scaler;
+4. the loss (softmax cross-entropy on float32 outputs).
+
+:func:`build_network` builds step 2 alone, cast to a dtype, for the
+inference paths (``mxfp16 export`` rebuilding a finished run, the
+benchmark's inference mode): they need no trainer, no loss scaler and no AMP.
 """
 import random
 from dataclasses import dataclass
@@ -26,43 +31,34 @@ from mxnet import gluon
 
 from ..casting import cast_net
 from ..losses import classification_loss
-from ..machine.environment import set_float16_environment
+from ..mixed import MixedPrecision
 from ..models import build_model
-from ..optim import make_trainer, optimizer_params
-from ..precision import Precision, activate
-from ..scaler import make_loss_scaler
+from ..optim import optimizer_params
 
-__all__ = ["PartsSpec", "Parts", "build_parts", "build_network", "classification_loss", "amp_list_kwargs"]
+__all__ = ["PartsSpec", "Parts", "build_parts", "build_network", "auto_verdict"]
 
 
 @dataclass(frozen=True)
 class PartsSpec:
-    """What to build. Everything :func:`build_parts` needs except how the run is driven.
+    """What to build, besides the precision and devices (a :class:`~mxfp16.MixedPrecision` holds those).
 
     Attributes
     ----------
     model : str
-        A gluoncv model-zoo name or ``'elementwise-mlp'`` (see :func:`mxfp16.models.build_model`).
+        A gluoncv model-zoo name, a sequence model or ``'elementwise-mlp'``
+        (see :func:`mxfp16.models.build_model`).
     classes : int
     image_size : int
         Side of the square input images (the network is materialised for it).
-    precision : Precision
-        Resolved by :func:`mxfp16.resolve_precision` (never a name: the
-        precision is resolved once, against these devices). Needed by
-        :func:`build_parts`; :func:`build_network` takes its dtype instead.
-    ctx : list of mx.Context
-        Checked by :func:`mxfp16.devices.resolve_devices`; needed by :func:`build_parts`.
+    batch_size : int
+        Samples per step over all devices: the shape ``auto`` is timed at.
     optimizer : str
         A registered MXNet optimizer name.
     lr, momentum, wd : float
         ``momentum`` only reaches optimizers that take one.
-    loss_scale : str, float or None
-        See :func:`mxfp16.scaler.parse_loss_scale`; ``None`` is the precision's default.
     label_smoothing : float
     pretrained : bool
         Start from local gluoncv ImageNet weights (nothing is downloaded).
-    amp_lists : str
-        ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
     seed : int or None
         Seeds MXNet, numpy and Python's ``random`` before the network is built.
     """
@@ -70,16 +66,13 @@ class PartsSpec:
     model: str
     classes: int
     image_size: int
-    precision: Precision = None
-    ctx: list = None
+    batch_size: int = 16
     optimizer: str = "sgd"
     lr: float = 0.01
     momentum: float = 0.9
     wd: float = 1e-4
-    loss_scale: object = None
     label_smoothing: float = 0.0
     pretrained: bool = False
-    amp_lists: str = "mxfp16"
     seed: object = None
 
 
@@ -89,42 +82,50 @@ class Parts:
 
     Attributes
     ----------
-    ctx : list of mx.Context
-    precision : Precision
+    mixed : MixedPrecision
+        The set-up they were built through (its ``state_dict()`` travels in the checkpoint).
     net : gluon.HybridBlock
-    scaler : LossScaler
     trainer : gluon.Trainer
     loss : gluon.loss.Loss
         Receives float32 outputs and float32 labels.
-    environment : dict
-        What :func:`mxfp16.machine.environment.set_float16_environment` reported.
     """
 
-    ctx: list
-    precision: Precision
+    mixed: MixedPrecision
     net: gluon.HybridBlock
-    scaler: object
     trainer: gluon.Trainer
     loss: object
-    environment: dict
+
+    @property
+    def ctx(self):
+        return self.mixed.ctx
+
+    @property
+    def precision(self):
+        return self.mixed.precision
+
+    @property
+    def scaler(self):
+        return self.mixed.scaler
+
+    @property
+    def environment(self):
+        """What :func:`mxfp16.machine.environment.set_float16_environment` reported."""
+        return self.mixed.environment
 
 
-def amp_list_kwargs(amp_lists, precision):
-    """The operator lists for :func:`mxfp16.activate`: ``{}`` (mxfp16's, its default) or MXNet's own."""
-    from ..amp.lists import LIST_SETS, operator_lists
-
-    if amp_lists not in LIST_SETS:
-        raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
-    if not precision.amp or amp_lists == "mxfp16":
-        return {}
-    return operator_lists(precision.compute_dtype, amp_lists)
+def _seeded_model(spec, ctx):
+    if spec.seed is not None:
+        mx.random.seed(spec.seed)
+        np.random.seed(spec.seed)
+        random.seed(spec.seed)
+    return build_model(spec.model, spec.classes, spec.pretrained, ctx, in_shape=(3, spec.image_size, spec.image_size))
 
 
 def build_network(spec, ctx, param_dtype):
-    """Step 4 of :func:`build_parts` alone: seeds, then the network built, initialised, cast, hybridized.
+    """Step 2 of :func:`build_parts` alone, cast to ``param_dtype``: an inference network.
 
     ``mxfp16 export`` rebuilds a finished run's network with it (in float32,
-    without AMP, which :func:`build_parts` would switch on for the whole
+    without AMP, which a training set-up would switch on for the whole
     process) before loading the checkpoint into it.
 
     Parameters
@@ -140,22 +141,28 @@ def build_network(spec, ctx, param_dtype):
     gluon.HybridBlock
         Hybridized with static memory and shapes, every parameter materialised.
     """
-    if spec.seed is not None:
-        mx.random.seed(spec.seed)
-        np.random.seed(spec.seed)
-        random.seed(spec.seed)
-    net = build_model(spec.model, spec.classes, spec.pretrained, ctx, in_shape=(3, spec.image_size, spec.image_size))
+    net = _seeded_model(spec, ctx)
     cast_net(net, param_dtype)
     net.hybridize(static_alloc=True, static_shape=True)
     return net
 
 
-def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=None, compression_params=None):
-    """Build a run's parts in the order the module docstring gives.
+def _example_batch(spec):
+    """A synthetic batch of the run's shape: what ``auto`` times (the speed of a step does not depend on values)."""
+    rng = np.random.RandomState(0)
+    data = rng.standard_normal((spec.batch_size, 3, spec.image_size, spec.image_size)).astype(np.float32)
+    label = rng.randint(0, spec.classes, spec.batch_size).astype(np.float32)
+    return mx.nd.array(data), mx.nd.array(label)
+
+
+def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvstore=None, compression_params=None):
+    """Build a run's parts through ``mixed``, in the order the module docstring gives.
 
     Parameters
     ----------
     spec : PartsSpec
+    mixed : MixedPrecision
+        Created by the caller, once: it resolved the precision and devices.
     lr_scheduler : mx.lr_scheduler.LRScheduler, optional
         E.g. :func:`mxfp16.optim.lr_schedule`; a constant rate without one.
     kvstore : str or mx.kv.KVStore
@@ -174,22 +181,47 @@ def build_parts(spec, lr_scheduler=None, kvstore="device", update_on_kvstore=Non
     mxfp16.models.ModelError, mxfp16.optim.OptimizerError, ValueError
         A bad model, optimizer or loss scale, each before the next part is built.
     TypeError
-        A precision or device list that was not resolved first.
+        ``mixed`` is not a :class:`~mxfp16.MixedPrecision`.
     """
-    precision, ctx = spec.precision, spec.ctx
-    if not isinstance(precision, Precision):
-        raise TypeError(f"PartsSpec.precision must be a resolved Precision, not {precision!r}: pass "
-                        "mxfp16.resolve_precision(name, ctx)")
-    if isinstance(ctx, str) or not ctx or not all(isinstance(c, mx.Context) for c in ctx):
-        raise TypeError(f"PartsSpec.ctx must be a checked list of contexts, not {ctx!r}: pass "
-                        "mxfp16.devices.resolve_devices(ctx)")
-    scaler = make_loss_scaler(precision, spec.loss_scale)  # checks the setting before anything is built
+    if not isinstance(mixed, MixedPrecision):
+        raise TypeError(f"build_parts() takes the run's MixedPrecision, not {mixed!r}: create it once with "
+                        "mxfp16.MixedPrecision(precision, ctx, loss_scale=...) and pass it here")
     opt_params = optimizer_params(spec.optimizer, spec.lr, spec.wd, spec.momentum, lr_scheduler)
     loss = classification_loss(spec.classes, spec.label_smoothing)
-    environment = set_float16_environment()
-    activate(precision, **amp_list_kwargs(spec.amp_lists, precision))  # AMP patches MXNet: before the network
-    net = build_network(spec, ctx, precision.param_dtype)
-    trainer = make_trainer(net.collect_params(), spec.optimizer, opt_params, precision, scaler, kvstore=kvstore,
-                           update_on_kvstore=update_on_kvstore, compression_params=compression_params)
-    return Parts(ctx=ctx, precision=precision, net=net, scaler=scaler, trainer=trainer, loss=loss,
-                 environment=environment)
+    net = _seeded_model(spec, mixed.ctx)
+    net.hybridize(static_alloc=True, static_shape=True)  # before auto's probe: it times the graph training runs
+    example = _example_batch(spec) if mixed.pending else None
+    trainer = mixed.prepare(net, spec.optimizer, opt_params, example=example, loss_fn=loss, kvstore=kvstore,
+                            update_on_kvstore=update_on_kvstore, compression_params=compression_params)
+    return Parts(mixed=mixed, net=net, trainer=trainer, loss=loss)
+
+
+def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
+    """What ``auto`` trains a run of ``spec`` in on ``ctx``, decided as :func:`build_parts` decides it.
+
+    The benchmark and the demo ask before they start their runs: the same
+    network and synthetic batch go to the same probe (:mod:`mxfp16.auto`), so
+    the verdict, cached, is the one the run then gets. This process stays
+    free of AMP: the network is timed in forked copies of it.
+
+    Parameters
+    ----------
+    spec : PartsSpec
+    ctx : list of mx.Context
+    amp_lists : str
+    log : callable
+
+    Returns
+    -------
+    mxfp16.auto.AutoVerdict
+    """
+    from ..auto import NetworkProbe, decide_auto, timing_applies
+    from ..casting import cast_batch
+
+    if not timing_applies(ctx):
+        return decide_auto(ctx, log=log)
+    net = _seeded_model(spec, ctx)
+    net.hybridize(static_alloc=True, static_shape=True)
+    data, label = cast_batch(*_example_batch(spec), "float32", ctx)
+    loss = classification_loss(spec.classes, spec.label_smoothing)
+    return decide_auto(ctx, NetworkProbe(net, data, label, ctx, loss, None, amp_lists), log=log)

@@ -17,7 +17,7 @@ record and a checkpoint. :class:`Run` only holds what the two share.
 import hashlib
 import itertools
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..distributed.agree import agree_settings, settings_fingerprint
 from ..float_formats import format_scale
 from ..machine.environment import check_threads, plan_threads
+from ..mixed import MixedPrecision
 from ..optim import check_compression, lr_schedule
 from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
 from ..plumbing.locking import FolderBusyError, FolderLock
@@ -272,8 +273,8 @@ def _build(config, saved, profile_fields, log, locks):
     from ..data import demo_dataset, make_loaders
 
     ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
-    precision = resolve_precision(config.precision, ctx, allow_cpu_float16=config.allow_cpu_float16)
-    compression = check_compression(config.gradient_compression, config.kvstore, precision)
+    mixed = _mixed_precision(config, ctx, saved, log)  # the one resolution of the precision
+    compression = check_compression(config.gradient_compression, config.kvstore, mixed.precision)
     outputs = RunOutputs(config.out)
     if outputs.has_run() and not (config.resume or config.overwrite):
         lost = (" (its config.json is missing: --resume with the flags the run was started with continues it from "
@@ -305,62 +306,47 @@ def _build(config, saved, profile_fields, log, locks):
     fingerprint = loaders.fingerprint()
     if config.resume and saved and saved.get("data_fingerprint") is not None:
         _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
-    precision, auto = _auto_precision(config, precision, ctx, saved, len(loaders.classes), cluster, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
     spec = PartsSpec(model=config.model, classes=len(loaders.classes), image_size=config.image_size,
-                     precision=precision, ctx=ctx, optimizer=config.optimizer, lr=config.lr,
-                     momentum=config.momentum, wd=config.wd, loss_scale=config.loss_scale,
-                     label_smoothing=config.label_smoothing, pretrained=config.pretrained, seed=config.seed)
+                     batch_size=config.batch_size, optimizer=config.optimizer, lr=config.lr,
+                     momentum=config.momentum, wd=config.wd, label_smoothing=config.label_smoothing,
+                     pretrained=config.pretrained, seed=config.seed)
     schedule = lr_schedule(config.lr, config.epochs, config.warmup_epochs, steps, config.lr_schedule,
                            config.step_epochs)
     # Updates run here, never on a kvstore: the skip decision, the LR schedule and the optimizer
     # state (master weights) stay with the worker, and the checkpoint can read them as arrays.
-    parts = build_parts(spec, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
+    parts = build_parts(spec, mixed, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
               cluster=cluster, source=source, profile_fields=profile_fields, log=log, lock=(locks or [None])[0])
     if cluster.num_workers > 1:  # before the first step: a worker with other settings would hang the others
         agree_settings(kvstore, rank, num_workers, settings_fingerprint(run, fingerprint))
     facts = {"resolved_threads": threads, "data_fingerprint": fingerprint}
-    if auto is not None:
-        facts["auto"] = auto
+    if config.precision == "auto":  # what decided it: the rule, the times, or the run's own on resume
+        resumed = mixed.precision.reason.startswith("the run's own") and (saved or {}).get("auto")
+        facts["auto"] = resumed or mixed.verdict.record()
     return run, facts
 
 
-def _auto_precision(config, precision, ctx, saved, classes, cluster, log):
-    """What ``--precision auto`` trains in: the run's own on resume, else the model timed here on a CPU.
+def _mixed_precision(config, ctx, saved, log):
+    """The run's one :class:`~mxfp16.MixedPrecision`: the precision resolved once, the README's set-up.
 
-    :func:`mxfp16.resolve_precision` answered with the rule per CPU class.
-    On a CPU with native bfloat16 the model itself is timed in both
-    precisions (:func:`mxfp16.auto.measured_auto`, cached), so ``auto``
-    is never slower than float32 here. Distributed workers keep the rule:
-    each would time on its own machine under the others' load and could
-    choose differently.
-
-    Returns
-    -------
-    (Precision, dict or None)
-        The precision, and for ``auto`` what decided it (config.json's
-        ``auto``: the precision, the reason, and when the model was timed,
-        both times and their ratio).
+    ``--precision auto`` resumes in the run's own precision (``config.json``),
+    whatever a new measurement would say. Otherwise, on a CPU with native
+    bfloat16, the network is timed in both precisions when the parts are
+    built (:mod:`mxfp16.auto`, cached), so ``auto`` is never slower than
+    float32 here. Workers of a parameter-server job keep the rule: each would
+    time on its own machine under the others' load and could choose
+    differently.
     """
-    if config.precision != "auto":
-        return precision, None
-    if config.resume and saved and saved.get("resolved_precision"):
-        own = saved["resolved_precision"]
-        return (replace(resolve_precision(own, ctx, allow_cpu_float16=config.allow_cpu_float16), requested="auto",
-                        reason=f"the run's own ({config.out}/config.json)"),
-                saved.get("auto") or {"precision": own, "reason": "the run's own", "measured": False})
-    if cluster.distributed or any(c.device_type != "cpu" for c in ctx):
-        return precision, {"precision": precision.name, "reason": precision.reason, "measured": False}
-    from ..auto import measured_auto, probe_spec
-
-    verdict = measured_auto(probe_spec(config.model, config.image_size, config.batch_size, classes,
-                                       seed=config.seed or 0), log=log)
-    return (replace(resolve_precision(verdict.precision, ctx), requested="auto", reason=verdict.reason),
-            dict(asdict(verdict), ratio=verdict.ratio))
+    precision = config.precision
+    if precision == "auto" and config.resume and saved and saved.get("resolved_precision"):
+        own = resolve_precision(saved["resolved_precision"], ctx, allow_cpu_float16=config.allow_cpu_float16)
+        precision = replace(own, requested="auto", reason=f"the run's own ({config.out}/config.json)")
+    return MixedPrecision(precision, ctx, loss_scale=config.loss_scale, allow_cpu_float16=config.allow_cpu_float16,
+                          time_auto=not str(config.kvstore).startswith("dist"), log=log)
 
 
 def _start(run, changes):

@@ -126,8 +126,8 @@ def train_run(spec):
     from ..models import small_convnet
 
     contexts = as_context_list(spec.ctx)
-    precision = mxfp16.resolve_precision(spec.precision, contexts)
-    mxfp16.activate(precision)  # AMP, before the network exists
+    mixed = mxfp16.MixedPrecision(spec.precision, contexts)  # the README's set-up: AMP before the network
+    precision, scaler = mixed.precision, mixed.scaler
     mx.random.seed(spec.seed)
     net = small_convnet(CLASSES)
     net.initialize(mx.init.Xavier(), ctx=contexts)
@@ -136,25 +136,21 @@ def train_run(spec):
         net.save_parameters(spec.save_init)
     if spec.init_params:
         net.load_parameters(spec.init_params, ctx=contexts)
-    mxfp16.cast_net(net, precision.param_dtype)
     net.hybridize(static_alloc=True, static_shape=True)
-    scaler = mxfp16.make_loss_scaler(precision)
-    trainer = mxfp16.make_trainer(net.collect_params(), "sgd",
-                                  {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, precision, scaler)
+    trainer = mixed.prepare(net, "sgd", {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     images, labels = batches(spec.steps, spec.seed)
 
     losses, skipped, start = [], [], None
     for step in range(spec.steps):
-        data, label = mxfp16.cast_batch(mx.nd.array(images[step]), mx.nd.array(labels[step]),
-                                        precision.data_dtype, contexts)
+        data, label = mixed.cast_batch(mx.nd.array(images[step]), mx.nd.array(labels[step]))
         if step in spec.skip_steps:
             with autograd.record():  # the forward pass of a skipped step still updates BatchNorm's statistics
                 loss = loss_fn(mxfp16.to_float32(net(data[0])), label[0]).mean()
             losses.append(loss.as_np_ndarray())
             skipped.append(step)
         else:
-            result = mxfp16.train_step(net, loss_fn, trainer, data, label, scaler)
+            result = mixed.train_step(net, loss_fn, trainer, data, label)
             losses.append(result.loss)
             if result.skipped:
                 skipped.append(step)
