@@ -53,3 +53,44 @@ def test_each_recorded_run_exited_cleanly_and_learned(path):
         held_out = re.search(r"held-out (accuracy|next-sentence accuracy) ([\d.]+)", text)
         if held_out:
             assert float(held_out.group(2)) >= 0.9, record
+
+
+MINIMAL = os.path.join(REPO, "examples", "train_minimal.py")
+
+
+def test_the_minimal_script_is_a_page_of_public_api():
+    tree = _tree(MINIMAL)
+    used = {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "mxfp16"}
+    assert {"MixedPrecision", "PrecisionError"} <= used <= set(mxfp16.__all__)
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    with open(MINIMAL, encoding="utf-8") as handle:
+        assert len(handle.read().splitlines()) <= 110
+
+
+def test_the_minimal_script_learns_checkpoints_and_resumes(tmp_path):
+    """Three epochs learn the digits; a fourth resumes from the checkpoint, its precision and loss scale."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+
+    def run(*args):
+        proc = subprocess.run([sys.executable, MINIMAL, "--out", str(out), "--ctx", "cpu", *args],
+                              capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    first = run("--epochs", "3")
+    accuracy = [float(m) for m in re.findall(r"test accuracy ([0-9.]+)", first)]
+    assert len(accuracy) == 3 and accuracy[-1] > 0.6  # 10 classes: chance is 0.1
+    with open(out / "checkpoint.json") as handle:
+        record = __import__("json").load(handle)
+    assert record["epoch"] == 3 and record["mixed_precision"]["scaler"]["version"] == 1
+    second = run("--epochs", "4", "--resume")
+    assert "resuming" in second and re.findall(r"^epoch (\d+)", second, re.M) == ["4"]
+    assert f"precision {record['mixed_precision']['precision']}" in second
+    refused = subprocess.run([sys.executable, MINIMAL, "--precision", "float17", "--out", str(out)],
+                             capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert refused.returncode == 2 and "unknown precision 'float17'" in refused.stderr
+    assert "Traceback" not in refused.stderr

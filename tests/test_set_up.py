@@ -5,13 +5,15 @@ AMP (conftest runs AMP in children), and amp-float16 resolves on any CPU with
 ``allow_cpu_float16``. "activate came after the graph was built" needs AMP,
 so it runs in a child.
 """
+import json
+
 import mxfp16
 from mxfp16.precision import AMPStateError
 
 import mxnet as mx
 import numpy as np
 import pytest
-from conftest import run_python
+from conftest import requires_bfloat16, run_python
 from mxnet import gluon
 
 CPU = [mx.cpu()]
@@ -156,3 +158,66 @@ def test_activate_after_the_graph_was_built_and_grad_req_add_under_amp_are_refus
     added = next(line for line in lines if line.startswith("add refused:"))
     assert "amp_cast ignores it" in added and "scaler.accumulate(trainer)" in added
 
+
+
+# --------------------------------------------------------------------------
+# One set-up path: the README's MixedPrecision and `mxfp16 train` build the same parts and environment.
+# --------------------------------------------------------------------------
+SAME_PARTS = """
+import json, os, sys
+import mxfp16
+from mxfp16.models import build_model
+from mxfp16.train import TrainConfig, prepare
+from mxfp16._internals import amp_initialized
+
+precision, data_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
+allow = precision in ("float16", "amp-float16")
+
+
+def describe(mp, net, trainer, environment):
+    dtypes = list(mxfp16.dtype_report(net).values())
+    return {"precision": mp.precision.name, "param_dtypes": dtypes, "amp": amp_initialized(),
+            "optimizer": type(trainer.optimizer).__name__, "multi_precision": bool(trainer.optimizer.multi_precision),
+            "update_on_kvstore": trainer._update_on_kvstore, "scaler": {k: mp.scaler.state_dict()[k]
+            for k in ("enabled", "dynamic", "init_scale", "growth_interval")},
+            "environment": {name: value for name, (value, _, _) in environment.items()},
+            "process_environment": {name: os.environ.get(name) for name in environment}}
+
+
+# 1. the README's path, with the trainer's model, and its optimizer settings
+mp = mxfp16.MixedPrecision(precision, "cpu", allow_cpu_float16=allow, log=lambda line: None)
+net = build_model("elementwise-mlp", 3, in_shape=(3, 16, 16), ctx=mp.ctx)
+net.hybridize(static_alloc=True, static_shape=True)
+trainer = mp.prepare(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-4}, update_on_kvstore=False)
+readme = describe(mp, net, trainer, mp.environment)
+for name in mp.environment:  # unset again: the trainer's path must set them itself
+    os.environ.pop(name, None)
+# 2. mxfp16 train's set-up, in the same process (AMP, where on, is already on for the same target)
+run = prepare(TrainConfig(model="elementwise-mlp", precision=precision, allow_cpu_float16=allow, data_dir=data_dir,
+                          image_size=16, batch_size=8, epochs=1, lr=0.05, out=out, progress=False),
+              log=lambda line: None)
+trained = describe(run.parts.mixed, run.parts.net, run.parts.trainer, run.parts.environment)
+run.lock.release()
+print(json.dumps({"readme": readme, "train": trained}))
+"""
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "amp-float16",
+                                       pytest.param("amp-bfloat16", marks=requires_bfloat16)])
+def test_the_readme_set_up_and_mxfp16_train_build_the_same_parts_and_environment(precision, tmp_path):
+    """Each precision in its own process (AMP is process-global); float16 on a CPU through the elementwise MLP."""
+    from train_support import tiny_dataset
+
+    data_dir = tiny_dataset(tmp_path)
+    # The float16 variables start unset: each path must set them itself.
+    code = "import os\nfor name in ('MXNET_SAFE_ACCUMULATION', 'MXNET_CUDNN_AUTOTUNE_DEFAULT'):\n" \
+           "    os.environ.pop(name, None)\n" + SAME_PARTS
+    proc = run_python(f"import sys; sys.argv = ['x', {precision!r}, {str(data_dir)!r}, {str(tmp_path / 'run')!r}]\n"
+                      + code, timeout=300)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["readme"] == result["train"]
+    readme = result["readme"]
+    assert readme["precision"] == precision and readme["environment"]["MXNET_SAFE_ACCUMULATION"] == "1"
+    assert readme["process_environment"] == readme["environment"]
+    assert readme["amp"] == precision.startswith("amp-")
+    assert readme["multi_precision"] == (precision == "float16")

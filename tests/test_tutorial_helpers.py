@@ -63,7 +63,7 @@ def test_the_recorded_headline_ratios_are_the_rounds_of_each_bench_json():
     import os
     import statistics
 
-    from mxfp16.tutorial import HEADLINE_RECORDS, recorded_headline_ratios
+    from mxfp16.tutorial.records import HEADLINE_RECORDS, recorded_headline_ratios
 
     from conftest import REPO
     recorded = recorded_headline_ratios()
