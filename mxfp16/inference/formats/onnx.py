@@ -12,7 +12,9 @@ Writing (needs MXNet, onnx and onnxruntime):
    such: it would otherwise declare the installed onnx's newest opset, where
    reductions no longer take an ``axes`` attribute. Its own check of the
    bare graph judges by that newest opset too, so it is skipped and the
-   whole model is checked for opset 13 afterwards (``onnx.checker``);
+   whole model is checked for opset 13 afterwards (``onnx.checker``). The
+   exporter's private graph builder, and both changes to it, are
+   ``mxfp16._internals.mx2onnx_graph``'s;
 3. the weights become initializers only (the exporter also lists them as
    graph inputs, which stops onnxruntime from folding constants), stored as
    raw bytes; the output is renamed ``logits``;
@@ -28,7 +30,6 @@ bytes, compares them with ``export.json`` and hands those same bytes to an
 (``constraints.txt``); :func:`check_exporter` says so when another onnx is
 installed.
 """
-import contextlib
 import time
 
 import numpy as np
@@ -115,31 +116,6 @@ def unsupported_operators(symbol):
     return found
 
 
-@contextlib.contextmanager
-def _exporter_hooks(current):
-    """While the exporter converts: remember the node it works on, and skip its check of the bare graph.
-
-    The exporter checks the graph it built against the installed onnx's
-    newest opset, where ``ReduceMean`` takes no ``axes`` attribute; the model
-    is checked for :data:`OPSET` once it declares it (:func:`to_onnx`).
-    """
-    import onnx.checker
-    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-
-    convert_layer, check_graph = MXNetGraph.convert_layer, onnx.checker.check_graph
-
-    def recording(node, **kwargs):
-        current[:] = [node]
-        return convert_layer(node, **kwargs)
-
-    MXNetGraph.convert_layer = staticmethod(recording)
-    onnx.checker.check_graph = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        MXNetGraph.convert_layer, onnx.checker.check_graph = staticmethod(convert_layer), check_graph
-
-
 def from_block(net, input_shape):
     """A Gluon network of your own as a checked float32 ONNX model (opset 13): what ``mxfp16 export`` writes.
 
@@ -194,9 +170,9 @@ def to_onnx(symbol, params, input_shape):
         An operator without a converter, or a converter that fails; the
         message names the operator and its layer. Nothing is written here.
     """
-    import onnx
-    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
     from onnx import helper, numpy_helper
+
+    from ..._internals import mx2onnx_graph
 
     check_exporter()
     refused = unsupported_operators(symbol)
@@ -207,15 +183,11 @@ def to_onnx(symbol, params, input_shape):
         raise ExportError(f"cannot export to ONNX: operator {op} of layer {layer}{more}: {reason}. Nothing was "
                           "written")
     weights = {name.split(":", 1)[-1]: value for name, value in params.items()}
-    shape = (1,) + tuple(int(n) for n in input_shape)
-    current = []
+    converted = []  # the nodes the exporter reached: the last one is where it failed
     try:
-        with _exporter_hooks(current):
-            graph = MXNetGraph().create_onnx_graph_proto(
-                symbol, weights, [shape], [onnx.TensorProto.FLOAT], opset_version=OPSET, dynamic=True,
-                dynamic_input_shapes=[(None,) + shape[1:]])
+        graph = mx2onnx_graph(symbol, weights, input_shape, OPSET, converted.append)
     except (AttributeError, NotImplementedError, ValueError, KeyError, IndexError, AssertionError, TypeError) as err:
-        where = (f"operator {current[0]['op']} of layer {_layer(current[0]['name'])}" if current
+        where = (f"operator {converted[-1]['op']} of layer {_layer(converted[-1]['name'])}" if converted
                  else "the graph")
         reason = " ".join(str(err).split())[:300]
         raise ExportError(f"cannot export to ONNX: MXNet 1.9.1's exporter failed on {where}: {reason}. Build that "
