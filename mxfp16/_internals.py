@@ -1,18 +1,28 @@
-"""Every use of a private MXNet attribute, in one place.
+"""Private MXNet, ONNX and GluonCV names: the module where mxfp16 reaches them, each behind a named helper.
 
 Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
 it updates on the kvstore, to ask whether a parameter's gradient is fresh
 from this step's backward pass, to list a Block's direct children or the
 graphs its hybridized blocks built, to ask whether ``hybridize()`` took
 effect or to read a layer's operator arguments, to renew a parameter's
-cached symbol, nor to ask AMP whether it is active. If MXNet ever changes
-these, this is the only file to fix.
+cached symbol, nor to ask AMP whether it is active. MXNet's ONNX exporter
+has no public way to build a graph without writing a file, nor to say which
+node it failed on (:func:`mx2onnx_graph`), and GluonCV none to list the
+models its zoo registers (:func:`gluoncv_model_modules`). If one of these
+libraries ever changes such a name, the helper here is what to fix; code
+that needs another private name adds a helper here instead of reaching in.
+
+Importing this module imports none of the three libraries: each helper
+imports what it needs when it runs.
 """
 import contextlib
 
 from ._lazy import module
 
 _amp = module("mxnet.contrib.amp")
+
+
+# MXNet and Gluon.
 
 
 def amp_initialized():
@@ -259,3 +269,74 @@ def numpy_operator_functions(name):
                 homes.append((module, attribute))
         return homes
     return []
+
+
+# GluonCV: its model zoo's registry.
+
+
+def gluoncv_model_modules():
+    """``{model name: the module that builds it}`` for every model GluonCV's model zoo registers, in its order.
+
+    ``gluoncv.model_zoo.get_model`` builds a model by name, but only the
+    zoo's private ``_models`` table lists the names (``get_model_list`` is
+    a hand-kept subset) and which module builds each.
+    """
+    from .models.gluoncv import import_gluoncv
+
+    registry = import_gluoncv().model_zoo.model_zoo._models
+    return {name: getattr(constructor, "__module__", "") for name, constructor in registry.items()}
+
+
+# ONNX: MXNet 1.9.1's exporter (mx2onnx), and the onnx checker it calls.
+
+
+def mx2onnx_graph(symbol, weights, input_shape, opset, on_node):
+    """The ONNX graph MXNet 1.9.1's exporter (mx2onnx) builds for a float32 ``symbol``, batch axis left free.
+
+    ``mx.onnx.export_model``, the public way, writes a file and builds the
+    graph for the installed onnx's newest opset; its private ``MXNetGraph``
+    returns the ``GraphProto`` itself, built for ``opset``, so the caller
+    can set the initializers and the opset the model declares. Two of its
+    habits are changed while it converts, and restored after:
+
+    - every node is handed to ``on_node`` before its converter runs, so a
+      converter's failure can be blamed on its layer;
+    - its check of the bare graph (``onnx.checker.check_graph``) is skipped:
+      it judges by the newest opset, where ``ReduceMean`` takes no ``axes``
+      attribute. The caller checks the finished model for ``opset``.
+
+    Parameters
+    ----------
+    symbol : mx.sym.Symbol
+        One float32 input.
+    weights : dict
+        ``{parameter name: NDArray}``, without ``arg:``/``aux:`` prefixes.
+    input_shape : tuple of int
+        One input without its batch axis.
+    opset : int
+        The ONNX opset the converters build for.
+    on_node : callable
+        Receives each graph node (a dict with ``op`` and ``name``) before it is converted.
+
+    Returns
+    -------
+    onnx.GraphProto
+    """
+    import onnx.checker
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+
+    convert_layer, check_graph = MXNetGraph.convert_layer, onnx.checker.check_graph
+
+    def announced(node, **kwargs):
+        on_node(node)
+        return convert_layer(node, **kwargs)
+
+    shape = (1,) + tuple(int(n) for n in input_shape)  # the 1 only seeds the converters: the axis is dynamic
+    MXNetGraph.convert_layer = staticmethod(announced)
+    onnx.checker.check_graph = lambda *args, **kwargs: None
+    try:
+        return MXNetGraph().create_onnx_graph_proto(symbol, weights, [shape], [onnx.TensorProto.FLOAT],
+                                                    opset_version=opset, dynamic=True,
+                                                    dynamic_input_shapes=[(None,) + shape[1:]])
+    finally:
+        MXNetGraph.convert_layer, onnx.checker.check_graph = staticmethod(convert_layer), check_graph

@@ -17,6 +17,7 @@ import json
 
 import numpy as np
 
+from .._internals import gluoncv_model_modules
 from .table import operator_dtypes
 from .wrappers import is_low_precision
 
@@ -55,15 +56,7 @@ def classification_models():
     -------
     list of str
     """
-    from ..models.gluoncv import import_gluoncv
-
-    zoo = import_gluoncv().model_zoo.model_zoo
-    names = []
-    for name, constructor in zoo._models.items():
-        module = getattr(constructor, "__module__", "").replace("gluoncv.model_zoo.", "", 1)
-        if not any(module == task or module.startswith(task + ".") for task in TASK_MODULES):
-            names.append(name)
-    return names
+    return list(_classifier_modules())
 
 
 def families():
@@ -72,13 +65,20 @@ def families():
     GluonCV's own grouping: ``resnet`` builds ResNet v1 and v2 and SE-ResNet,
     ``mobilenet`` MobileNet v1 and v2, ``resnext`` ResNeXt and SE-ResNeXt.
     """
-    from ..models.gluoncv import import_gluoncv
-
-    zoo = import_gluoncv().model_zoo.model_zoo
     grouped = {}
-    for name in classification_models():
-        grouped.setdefault(zoo._models[name].__module__.replace("gluoncv.model_zoo.", "", 1), []).append(name)
+    for name, module in _classifier_modules().items():
+        grouped.setdefault(module, []).append(name)
     return grouped
+
+
+def _classifier_modules():
+    """``{model: its module below gluoncv.model_zoo}`` for the registered models outside :data:`TASK_MODULES`."""
+    classifiers = {}
+    for name, module in gluoncv_model_modules().items():
+        module = module.replace("gluoncv.model_zoo.", "", 1)
+        if not any(module == task or module.startswith(task + ".") for task in TASK_MODULES):
+            classifiers[name] = module
+    return classifiers
 
 
 def _output_shapes(internals, shape):

@@ -24,7 +24,6 @@ ORDER = 50
 def register(subparsers):
     from ..inference.agreement import DEFAULT_MARGIN
     from ..inference.formats import DEFAULT, names
-    from ..inference.formats.onnx import DTYPES as ONNX_DTYPES
     from ..train.checkpoint import CHECKPOINT_CHOICES
 
     parser = subparsers.add_parser("export", help="export a trained run for inference, checked against float32",
@@ -62,7 +61,7 @@ def register(subparsers):
     output.add_argument("--overwrite", action="store_true",
                         help="replace --out when it exists, once the new export has passed its check "
                              "(default: off; an existing --out is refused)")
-    parser.set_defaults(func=run, onnx_dtypes=ONNX_DTYPES)
+    parser.set_defaults(func=run)
 
 
 def run(args):
@@ -72,11 +71,7 @@ def run(args):
     from ..inference.export import export_run
     from ..precision import PrecisionError
 
-    if args.onnx_dtype not in args.onnx_dtypes:
-        raise CommandError(f"--onnx-dtype {args.onnx_dtype}: choose from {', '.join(args.onnx_dtypes)}")
-    if args.onnx_dtype != "float32" and args.model_format != "onnx":
-        raise CommandError(f"--onnx-dtype {args.onnx_dtype} is for --format onnx; for an MXNet export use --precision")
-    try:
+    try:  # the format refuses a --precision or --onnx-dtype it cannot write, before any work
         export_run(args.run, args.out, precision=args.precision, checkpoint=args.checkpoint, margin=args.margin,
                    overwrite=args.overwrite, amp_lists=args.amp_lists, ctx=args.ctx, data=args.data,
                    batch_size=args.batch_size, model_format=args.model_format,

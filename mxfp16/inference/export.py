@@ -12,12 +12,13 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    (:func:`mxfp16.train.parts.build_network`) in float32, the checkpoint loaded
    into it (and a float16 copy for a float16 export);
 4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
-   a staging folder;
-5. the agreement check: the staged files, loaded back the way a user loads
-   them, against the float32 network on the run's test set. Where this
-   machine cannot run the export's precision (float16 on a CPU) the check
-   runs the float32 graph with the export's float16-rounded weights, and
-   ``export.json`` says so;
+   a staging folder by the model format's ``write``
+   (:mod:`mxfp16.inference.formats`);
+5. the format's agreement check: the staged files, loaded back the way a
+   user loads them, against the float32 network on the run's test set.
+   Where this machine cannot run the export's precision (float16 on a CPU)
+   the MXNet format's check runs the float32 graph with the export's
+   float16-rounded weights, and ``export.json`` says so;
 6. a top-1 drop beyond the margin refuses the export; otherwise
    ``export.json`` and ``SHA256SUMS`` are written and the folder moved into place.
 
@@ -26,7 +27,9 @@ The story of :func:`export_run`, each step refusing bad input before the next:
 ``onnx_dtypes=("float32", "float16")``), and checks every file in
 onnxruntime against the float32 network: the top-1 margin as above, and
 the scores within the file's dtype tolerance
-(:func:`mxfp16.inference.agreement.check_scores`).
+(:func:`mxfp16.inference.agreement.check_scores`). This module names no
+format: each one's refusals, default precision, writer and check are its
+module's (:mod:`mxfp16.inference.formats` lists what a format defines).
 
 Export holds the run folder's lock shared while it reads
 (:class:`mxfp16.plumbing.locking.FolderLock`), so no ``train --overwrite`` or
@@ -40,7 +43,9 @@ import datetime
 import math
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Tuple, Union
 
 import mxnet as mx
 
@@ -56,15 +61,58 @@ from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import CHECKPOINT_CHOICES
-from ..train.outputs import RunOutputs, structural_names
+from ..train.outputs import RunOutputs
 from ..train.parts import PartsSpec, build_network
 from . import bundle, formats
-from .agreement import DEFAULT_MARGIN, check_margin, check_scores, compare
+from .agreement import DEFAULT_MARGIN
 from .bundle import ExportError
-from .convert import deployable, load_block, traced
+from .convert import INPUT_NAME, deployable
 
-__all__ = ["export_run"]
+__all__ = ["export_run", "ExportRequest"]
 
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What :func:`export_run` was asked for, checked where it can be without reading anything.
+
+    The fields are :func:`export_run`'s parameters, but for ``dtypes``
+    (its ``onnx_dtypes``: the model files wanted, by dtype, in whatever
+    format; the format says which it holds).
+
+    Raises
+    ------
+    ExportError
+        A ``margin`` that is not a number of points between 0 and 100.
+    """
+
+    run: Union[str, Path]
+    out: Union[str, Path]
+    precision: Optional[str]
+    checkpoint: str
+    margin: float
+    overwrite: bool
+    amp_lists: str
+    ctx: str
+    data: Optional[str]
+    batch_size: int
+    model_format: str
+    dtypes: Tuple[str, ...]
+
+    def __post_init__(self):
+        margin = self.margin
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
+            raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What the format wrote and how its check went: its part of ``export.json``."""
+
+    model_format: str
+    files: dict
+    section: dict
+    agreement: dict
+    seconds: dict
 
 
 def _run_config(run):
@@ -197,50 +245,8 @@ def _load_network(config, params_path, ctx, param_dtype, shown_as=None):
     return net
 
 
-def _emulated_candidate(reference, source, params, ctx):
-    """The float32 graph with the export's weights rounded as stored (float16), computed in float32.
-
-    A float16 network is built second, so its parameter names carry another
-    prefix (``resnetv21_`` beside ``resnetv20_``); the structural names,
-    the same in both, pair them.
-    """
-    ref = structural_names(reference)
-    rename = {p.name: ref[key].name for key, p in structural_names(source).items()}
-    weights = {f"{key[:4]}{rename[key[4:]]}": value.astype("float32") for key, value in params.items()}
-    return load_block(traced(reference)[0], weights, ctx)
-
-
-def _onnx_check(staged, files, section, reference, loaders, device, margin, log):
-    """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
-
-    Returns
-    -------
-    dict
-        ``{dtype: compare() result}``, each with its file, where it ran, the
-        margin and the score tolerance applied.
-    """
-    from .formats import onnx as onnx_format
-
-    results = {}
-    for dtype, name in section["files"].items():
-        candidate = onnx_format.load(staged, {"files": files, "onnx": section}, ctx=format_ctx([device]), dtype=dtype)
-        log(f"export: agreement check of {name} in onnxruntime ({candidate.provider}) on {loaders.num_test} test "
-            "images ...")
-        result = compare(reference, candidate, loaders.test_batches(), device)
-        log("export: {}: top-1 float32 {:.2f}%, onnx {:.2f}%; {} of {} top-1 predictions changed; largest score "
-            "difference {:.3g} (largest float32 score {:.3g})".format(
-                name, 100 * result["top1_float32"], 100 * result["top1_export"], result["changed_images"],
-                result["images"], result["max_score_difference"], result["max_abs_score_float32"]))
-        allowed = check_scores(result, dtype, name)
-        check_margin(result, margin, f"{dtype} ONNX")
-        result.update(file=name, margin_points=margin, score_tolerance=allowed, emulated=False,
-                      computed=f"onnxruntime {section['onnxruntime_version']}, {candidate.provider}")
-        results[dtype] = result
-    return results
-
-
 def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGIN, overwrite=False,
-               amp_lists="mxfp16", ctx="auto", data=None, batch_size=32, log=print, model_format="mxnet",
+               amp_lists="mxfp16", ctx="auto", data=None, batch_size=32, log=print, model_format=formats.DEFAULT,
                onnx_dtypes=("float32",)):
     """Export a run's checkpoint for inference in ``precision`` (or as ONNX) after the agreement check.
 
@@ -277,6 +283,8 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     onnx_dtypes : sequence of str
         The ONNX files to write: ``'float32'`` (``model.onnx``, always) and
         ``'float16'`` (``model-float16.onnx``, float32 inputs and outputs).
+        An MXNet export holds one model, in ``precision``: any dtype but
+        float32 is refused there.
 
     Returns
     -------
@@ -286,7 +294,8 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     Raises
     ------
     ExportError
-        Bad run, checkpoint, output folder or data, or (ONNX) an operator
+        Bad run, checkpoint, output folder or data, a precision or
+        ``onnx_dtypes`` the format does not take, or (ONNX) an operator
         without a converter, named with its layer; nothing is written.
     mxfp16.inference.agreement.AgreementError
         The export loses more than ``margin`` points of top-1, or (ONNX) its
@@ -295,50 +304,73 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
-        raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
+    request = ExportRequest(run=run, out=out, precision=precision, checkpoint=checkpoint, margin=margin,
+                            overwrite=overwrite, amp_lists=amp_lists, ctx=ctx, data=data, batch_size=batch_size,
+                            model_format=model_format, dtypes=tuple(onnx_dtypes))
     started = time.perf_counter()
-    writer = formats.get(model_format)
-    if model_format == "onnx":
-        writer.check_exporter()  # before minutes of work, not after
-        if precision not in (None, "float32"):
-            raise ExportError(f"--precision {precision} with --format onnx: an ONNX export is written from the float32 "
-                              "graph (MXNet's ONNX exporter has no converter for AMP's casts, and onnxruntime runs "
-                              "no bfloat16 on a CPU). Leave --precision out, and add --onnx-dtype float16 for a "
-                              "float16 file (for GPUs)")
-    precision = precision or ("float32" if model_format == "onnx" else "auto")
+    writer = formats.get(request.model_format)
+    writer.check_request(request.precision, request.dtypes)  # before minutes of work, not after
     try:  # an --out that cannot be made is refused before anything is read
-        check_output_path(out)
+        check_output_path(request.out)
     except OutputFolderError as err:
         raise ExportError(str(err)) from None
-    lock = _reading_lock(run, log)
+    lock = _reading_lock(request.run, log)
     try:
-        return _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log,
-                       writer, onnx_dtypes, started)
+        return _export(request, writer, log, started)
     finally:
         lock.release()
 
 
-def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, data, batch_size, log, writer,
-            onnx_dtypes, started):
+def _export(request, writer, log, started):
     """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
+    run, out, checkpoint = request.run, request.out, request.checkpoint
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
-    dataset = data or config["source"]
+    dataset = request.data or config["source"]
     try:  # the writing rule: nothing written, and nothing --overwrite removes, may be an input
         check_output_folder(out, [("the run folder", run), ("the checkpoint", params_path),
                                   ("the data set", dataset)])
     except OutputFolderError as err:
         raise ExportError(str(err)) from None
     unfinished = _finished(run, config) if checkpoint != "best" and source.get("tag") else None
-    contexts = resolve_devices(ctx)[:1]
-    device = contexts[0]
-    wanted = resolve_precision(precision, contexts, allow_cpu_float16=True)
-    if wanted.compute_dtype == "bfloat16" and device.device_type != "cpu":
+    contexts = resolve_devices(request.ctx)[:1]
+    wanted = resolve_precision(request.precision or writer.DEFAULT_PRECISION, contexts, allow_cpu_float16=True)
+    if wanted.compute_dtype == "bfloat16" and contexts[0].device_type != "cpu":
         raise PrecisionError("amp-bfloat16 runs on CPUs (oneDNN); export it with --ctx cpu")
-    emulated = wanted.compute_dtype == "float16" and device.device_type == "cpu"
-    if Path(out).exists() and not overwrite:  # refuse before minutes of work, not after
+    if Path(out).exists() and not request.overwrite:  # refuse before minutes of work, not after
         raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
+    loaders = _test_loaders(dataset, config, request.batch_size)
+
+    with bundle.staging(out, request.overwrite) as staged:
+        copies = staged / ".checkpoint"
+        copies.mkdir()
+        params_copy = _copy_checkpoint(run, checkpoint, source, params_path, copies)
+        if checkpoint in CHECKPOINT_CHOICES:
+            params_path = params_path.with_name(params_copy.name)
+        log(f"export: {run} ({config['model']}, {len(config['classes'])} classes, {config['image_size']} px), "
+            f"checkpoint {source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
+        if unfinished:
+            log(f"export: {unfinished}")
+        reference = _load_network(config, params_copy, contexts, "float32", params_path)
+        net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
+                                                                              wanted.param_dtype, params_path)
+        model = deployable(net, wanted, request.amp_lists)
+        size = int(config["image_size"])
+        files, section = writer.write(staged, model, formats.WriteOptions(input_shape=(3, size, size),
+                                                                          dtypes=request.dtypes))
+        written = time.perf_counter()
+        agreement = writer.check(staged, files, section, formats.CheckInputs(
+            reference=reference, net=net, precision=wanted, image_size=size, classes=list(config["classes"]),
+            loaders=loaders, data=dataset, device=contexts[0], margin=request.margin, log=log))
+        record = _Written(model_format=writer.NAME, files=files, section=section,
+                          agreement={"data": str(dataset), **agreement},
+                          seconds=writer.seconds(written - started, time.perf_counter() - written))
+        info = _info(config, _source(run, source, params_path, params_copy, config), model, record)
+        return _publish(copies, staged, out, info, log)
+
+
+def _test_loaders(dataset, config, batch_size):
+    """The loaders of the test split the agreement check runs on; refused unless its classes are the run's."""
     classes = list(config["classes"])
     try:
         loaders = make_loaders(dataset, image_size=config["image_size"], batch_size=batch_size,
@@ -349,53 +381,7 @@ def _export(run, out, precision, checkpoint, margin, overwrite, amp_lists, ctx, 
     if list(loaders.classes) != classes:
         raise ExportError(f"the test set at {dataset} has classes {loaders.classes[:5]}... but the run was trained "
                           f"on {classes[:5]}...; pass --data with the run's own data set")
-
-    with bundle.staging(out, overwrite) as staged:
-        copies = staged / ".checkpoint"
-        copies.mkdir()
-        params_copy = _copy_checkpoint(run, checkpoint, source, params_path, copies)
-        if checkpoint in CHECKPOINT_CHOICES:
-            params_path = params_path.with_name(params_copy.name)
-        log(f"export: {run} ({config['model']}, {len(classes)} classes, {config['image_size']} px), checkpoint "
-            f"{source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
-        if unfinished:
-            log(f"export: {unfinished}")
-        reference = _load_network(config, params_copy, contexts, "float32", params_path)
-        net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
-                                                                              wanted.param_dtype, params_path)
-        model = deployable(net, wanted, amp_lists)
-        if writer.NAME == "onnx":
-            size = int(config["image_size"])
-            files, section = writer.write(staged, model, dtypes=onnx_dtypes, input_shape=(3, size, size))
-            written = time.perf_counter()
-            results = _onnx_check(staged, files, section, reference, loaders, device, margin, log)
-            agreement = dict(results["float32"], by_dtype=results)
-            info = _info(config, run, params_path, params_copy, source, wanted, model, files, agreement, dataset,
-                         writer.NAME, section, {"convert_and_write": written - started,
-                                                "agreement_check": time.perf_counter() - written})
-            return _publish(copies, staged, out, info, log)
-        files, section = writer.write(staged, model)
-        # The check reads back the files just written: what it measures is what a user will load.
-        symbol, params = bundle.read_model(staged, {"image_size": config["image_size"], "classes": classes})
-        if emulated:
-            candidate = _emulated_candidate(reference, net, params, device)
-            how = ("emulated: this CPU has no float16 convolution, so the float32 graph ran with the export's "
-                   "float16-rounded weights; activations were not rounded. Run the check on a GPU for the real one")
-            log(f"export: {how}")
-        else:
-            candidate, how = load_block(symbol, params, device), f"{wanted.name} on {format_ctx(contexts)}"
-        log(f"export: agreement check on {loaders.num_test} test images of {dataset} ...")
-        result = compare(reference, candidate, loaders.test_batches(), device)
-        result.update(margin_points=margin, computed=how, emulated=emulated)
-        log("export: top-1 float32 {:.2f}%, export {:.2f}% ({:+.2f} points); {} of {} top-1 predictions changed "
-            "({:.2f}%); largest probability difference {:.4f}".format(
-                100 * result["top1_float32"], 100 * result["top1_export"], 0.0 - result["top1_drop_points"] + 0.0,
-                result["changed_images"], result["images"], 100 * result["changed_share"],
-                result["max_probability_difference"]))
-        check_margin(result, margin, wanted.name)
-        info = _info(config, run, params_path, params_copy, source, wanted, model, files, result, dataset,
-                     writer.NAME, section, {"export": time.perf_counter() - started})
-        return _publish(copies, staged, out, info, log)
+    return loaders
 
 
 def _publish(copies, staged, out, info, log):
@@ -408,36 +394,40 @@ def _publish(copies, staged, out, info, log):
     return info
 
 
-def _info(config, run, params_path, params_copy, source, precision, model, files, agreement, dataset, model_format,
-          section, seconds):
-    """The content of ``export.json`` (``params_copy``: the bytes read of ``params_path``)."""
+def _source(run, source, params_path, params_copy, config):
+    """``export.json``'s ``source``: the run, its checkpoint (``params_copy``: the bytes read of ``params_path``)."""
     from ..plumbing.fileio import sha256_file
 
+    return {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
+            "params_sha256": sha256_file(params_copy),
+            "trained_precision": config.get("resolved_precision", config.get("precision"))}
+
+
+def _info(config, source, model, written):
+    """The content of ``export.json``: the run's model and checkpoint (``source``), the conversion, the format's."""
     size = int(config["image_size"])
     return {
         "format": bundle.FORMAT,
         "version": bundle.VERSION,
         "model": config["model"],
-        "precision": precision.name,
-        "compute_dtype": precision.compute_dtype,
+        "precision": model.precision.name,
+        "compute_dtype": model.precision.compute_dtype,
         "classes": list(config["classes"]),
         "image_size": size,
-        "input": {"name": "data", "dtype": "float32", "layout": "NCHW", "shape": [None, 3, size, size]},
+        "input": {"name": INPUT_NAME, "dtype": "float32", "layout": "NCHW", "shape": [None, 3, size, size]},
         "output": {"dtype": "float32", "meaning": "logits, one per class in `classes` order; softmax gives "
                                                   "probabilities"},
         "preprocess": {"decode": "RGB", "resize_short": resize_for(size), "center_crop": size,
                        "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
         "conversion": model.notes,
-        "source": {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
-                   "params_sha256": sha256_file(params_copy),
-                   "trained_precision": config.get("resolved_precision", config.get("precision"))},
-        "agreement": {"data": str(dataset), **agreement},
-        "files": files,
+        "source": source,
+        "agreement": written.agreement,
+        "files": written.files,
         "mxnet_version": mx.__version__,
         "mxfp16_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model_format": model_format,
-        model_format: section,
-        "seconds": seconds,
-        "load_with": section["load_with"],
+        "model_format": written.model_format,
+        written.model_format: written.section,
+        "seconds": written.seconds,
+        "load_with": written.section["load_with"],
     }

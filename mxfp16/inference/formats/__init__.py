@@ -1,4 +1,4 @@
-"""The model formats an export folder can hold: one module each, with a writer and a reader.
+"""The model formats an export folder can hold: one module each, with a writer, its check and a reader.
 
 A format module defines:
 
@@ -7,27 +7,46 @@ A format module defines:
     (the module's own name).
 ``SUMMARY``
     One line for ``--help``.
-``write(folder, model, **options)``
+``DEFAULT_PRECISION``
+    The precision an export is made in when none is asked for.
+``check_request(precision, dtypes)``
+    Refuses, before any work, what the format cannot write: ``precision``
+    (``None``: ``DEFAULT_PRECISION``), model files in ``dtypes`` it does
+    not hold, an exporter that is not installed. Raises
+    :class:`~mxfp16.inference.bundle.ExportError`.
+``write(folder, model, options)``
     Writes the model files of a :class:`~mxfp16.inference.convert.Deployable`
     (float32 graph and parameters, or one converted to a precision) into a
-    staging folder and returns ``(files, section)``: the ``files`` table of
-    ``export.json`` (``{name: {"sha256", "bytes", ...}}``, the entries the
-    bundle's checksum covers) and what ``export.json`` records under the
-    format's name. It needs MXNet.
+    staging folder, as :class:`WriteOptions` asks, and returns
+    ``(files, section)``: the ``files`` table of ``export.json``
+    (``{name: {"sha256", "bytes", ...}}``, the entries the bundle's checksum
+    covers) and what ``export.json`` records under the format's name, with
+    ``load_with`` (how a user loads it). It needs MXNet.
+``check(folder, files, section, inputs)``
+    The agreement check of what ``write`` staged: the files loaded back
+    the way a user loads them, against the float32 network on the run's
+    test split (:class:`CheckInputs`). Returns ``export.json``'s
+    ``agreement`` record; raises
+    :class:`~mxfp16.inference.agreement.AgreementError` on a miss.
+``seconds(writing, checking)``
+    ``export.json``'s ``seconds`` from the time spent writing and checking.
 ``load(folder, info, ctx="auto", dtype=None)``
     The reader: the export's model ready to run, a callable from a float32
     NCHW numpy batch to float32 logits, with ``device`` (where it runs) and
     ``dtype`` (what it computes in). It checks its files against ``info``
     first and imports only what that format needs to run.
 
-A later format is one new module here; :func:`get` finds it by name.
+A later format is one new module here; :func:`get` finds it by name, and
+:mod:`mxfp16.inference.export` calls it through these names only.
 """
 import importlib
 import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, List, Tuple
 
 from ..bundle import ExportError
 
-__all__ = ["names", "get", "of", "DEFAULT"]
+__all__ = ["names", "get", "of", "DEFAULT", "WriteOptions", "CheckInputs"]
 
 #: The format of an export whose ``export.json`` names none (written before formats existed).
 DEFAULT = "mxnet"
@@ -58,3 +77,60 @@ def of(info):
         raise ExportError(f"export.json names model format {name!r}, which this mxfp16 cannot read (it reads "
                           f"{', '.join(names())}); export the run again with this mxfp16")
     return get(name)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What every format's ``write`` is handed; each uses what applies to it.
+
+    Attributes
+    ----------
+    input_shape : tuple of int
+        One input without the batch axis, ``(3, H, W)``.
+    dtypes : tuple of str
+        The model files asked for, by dtype (``check_request`` has accepted them).
+    """
+
+    input_shape: Tuple[int, int, int]
+    dtypes: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """What a format's agreement check compares its staged files with: the float32 network on the test split.
+
+    Attributes
+    ----------
+    reference : gluon.HybridBlock
+        The run's network in float32, with the checkpoint's weights.
+    net : gluon.HybridBlock
+        The network the export was converted from, in its parameter dtype
+        (``reference`` itself for float32 parameters).
+    precision : mxfp16.Precision
+        The precision the export was converted to.
+    image_size : int
+        The side of the square images the network reads.
+    classes : list of str
+        In logit order.
+    loaders : mxfp16.data.Loaders
+        Whose ``test_batches()`` the check runs on.
+    data : str
+        The data set those come from, for the log.
+    device : mx.Context
+        Where the check runs.
+    margin : float
+        Percentage points of top-1 the export may lose against float32.
+    log : callable
+        Receives progress lines.
+    """
+
+    reference: Any
+    net: Any
+    precision: Any
+    image_size: int
+    classes: List[str]
+    loaders: Any
+    data: str
+    device: Any
+    margin: float
+    log: Callable[[str], None]

@@ -12,7 +12,9 @@ Writing (needs MXNet, onnx and onnxruntime):
    such: it would otherwise declare the installed onnx's newest opset, where
    reductions no longer take an ``axes`` attribute. Its own check of the
    bare graph judges by that newest opset too, so it is skipped and the
-   whole model is checked for opset 13 afterwards (``onnx.checker``);
+   whole model is checked for opset 13 afterwards (``onnx.checker``). The
+   exporter's private graph builder, and both changes to it, are
+   ``mxfp16._internals.mx2onnx_graph``'s;
 3. the weights become initializers only (the exporter also lists them as
    graph inputs, which stops onnxruntime from folding constants), stored as
    raw bytes; the output is renamed ``logits``;
@@ -21,6 +23,11 @@ Writing (needs MXNet, onnx and onnxruntime):
    float32 inputs and outputs (``keep_io_types``), so a caller feeds and
    reads the same arrays as for ``model.onnx``.
 
+The agreement check (:func:`check`) runs every file written in onnxruntime
+beside the float32 MXNet network: the top-1 margin of an MXNet export, and
+every score within the file's dtype tolerance
+(:func:`mxfp16.inference.agreement.check_scores`).
+
 Reading needs only onnxruntime and numpy: :func:`load` hashes the file's
 bytes, compares them with ``export.json`` and hands those same bytes to an
 ``onnxruntime.InferenceSession``. ``onnx.mapping``, which the exporter uses
@@ -28,20 +35,22 @@ bytes, compares them with ``export.json`` and hands those same bytes to an
 (``constraints.txt``); :func:`check_exporter` says so when another onnx is
 installed.
 """
-import contextlib
 import time
 
 import numpy as np
 
 from .. import bundle
+from ..agreement import check_margin, check_scores, compare
 from ..bundle import ExportError
 
-__all__ = ["NAME", "SUMMARY", "OPSET", "IR_VERSION", "FILES", "DTYPES", "INPUT_NAME", "OUTPUT_NAME",
-           "check_exporter", "unsupported_operators", "from_block", "to_onnx", "to_float16", "write", "load",
-           "Model", "execution_providers"]
+__all__ = ["NAME", "SUMMARY", "DEFAULT_PRECISION", "OPSET", "IR_VERSION", "FILES", "DTYPES", "INPUT_NAME",
+           "OUTPUT_NAME", "check_request", "check_exporter", "unsupported_operators", "from_block", "to_onnx",
+           "to_float16", "write", "check", "seconds", "load", "Model", "execution_providers"]
 
 NAME = "onnx"
 SUMMARY = "ONNX opset 13 for onnxruntime (model.onnx in float32; model-float16.onnx with --onnx-dtype float16)"
+#: The only precision an ONNX export is made in: the float32 graph (float16 is a file made from it).
+DEFAULT_PRECISION = "float32"
 #: The opset the graph is built for and declares: the exporter's converters are written for opsets 12 and 13.
 OPSET = 13
 #: The IR version opset 13 came with; onnxruntime releases back to 1.19 (Python 3.8) read it.
@@ -55,6 +64,34 @@ OUTPUT_NAME = "logits"
 _MAX_BYTES = 2 ** 31 - 1
 #: Operators of MXNet's AMP, and why they cannot go to ONNX.
 _AMP_OPERATORS = ("amp_cast", "amp_multicast")
+
+
+def check_request(precision, dtypes):
+    """Refuse what an ONNX export cannot be, before minutes of work: a missing exporter, a precision, a dtype.
+
+    Parameters
+    ----------
+    precision : str or None
+        Only ``float32`` (or ``None``, the same): MXNet's exporter has no
+        converter for AMP's casts, and onnxruntime runs no bfloat16 on a CPU.
+    dtypes : sequence of str
+        The model files wanted, from :data:`DTYPES`.
+
+    Raises
+    ------
+    ExportError
+        The message names what to ask for instead.
+    """
+    check_exporter()
+    if precision not in (None, DEFAULT_PRECISION):
+        raise ExportError(f"--precision {precision} with --format onnx: an ONNX export is written from the float32 "
+                          "graph (MXNet's ONNX exporter has no converter for AMP's casts, and onnxruntime runs "
+                          "no bfloat16 on a CPU). Leave --precision out, and add --onnx-dtype float16 for a "
+                          "float16 file (for GPUs)")
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise ExportError(f"--onnx-dtype {', '.join(unknown)}: choose from {', '.join(DTYPES)} (onnxruntime runs no "
+                          "bfloat16 on a CPU)")
 
 
 def check_exporter():
@@ -115,31 +152,6 @@ def unsupported_operators(symbol):
     return found
 
 
-@contextlib.contextmanager
-def _exporter_hooks(current):
-    """While the exporter converts: remember the node it works on, and skip its check of the bare graph.
-
-    The exporter checks the graph it built against the installed onnx's
-    newest opset, where ``ReduceMean`` takes no ``axes`` attribute; the model
-    is checked for :data:`OPSET` once it declares it (:func:`to_onnx`).
-    """
-    import onnx.checker
-    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-
-    convert_layer, check_graph = MXNetGraph.convert_layer, onnx.checker.check_graph
-
-    def recording(node, **kwargs):
-        current[:] = [node]
-        return convert_layer(node, **kwargs)
-
-    MXNetGraph.convert_layer = staticmethod(recording)
-    onnx.checker.check_graph = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        MXNetGraph.convert_layer, onnx.checker.check_graph = staticmethod(convert_layer), check_graph
-
-
 def from_block(net, input_shape):
     """A Gluon network of your own as a checked float32 ONNX model (opset 13): what ``mxfp16 export`` writes.
 
@@ -194,9 +206,9 @@ def to_onnx(symbol, params, input_shape):
         An operator without a converter, or a converter that fails; the
         message names the operator and its layer. Nothing is written here.
     """
-    import onnx
-    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
     from onnx import helper, numpy_helper
+
+    from ..._internals import mx2onnx_graph
 
     check_exporter()
     refused = unsupported_operators(symbol)
@@ -207,15 +219,11 @@ def to_onnx(symbol, params, input_shape):
         raise ExportError(f"cannot export to ONNX: operator {op} of layer {layer}{more}: {reason}. Nothing was "
                           "written")
     weights = {name.split(":", 1)[-1]: value for name, value in params.items()}
-    shape = (1,) + tuple(int(n) for n in input_shape)
-    current = []
+    converted = []  # the nodes the exporter reached: the last one is where it failed
     try:
-        with _exporter_hooks(current):
-            graph = MXNetGraph().create_onnx_graph_proto(
-                symbol, weights, [shape], [onnx.TensorProto.FLOAT], opset_version=OPSET, dynamic=True,
-                dynamic_input_shapes=[(None,) + shape[1:]])
+        graph = mx2onnx_graph(symbol, weights, input_shape, OPSET, converted.append)
     except (AttributeError, NotImplementedError, ValueError, KeyError, IndexError, AssertionError, TypeError) as err:
-        where = (f"operator {current[0]['op']} of layer {_layer(current[0]['name'])}" if current
+        where = (f"operator {converted[-1]['op']} of layer {_layer(converted[-1]['name'])}" if converted
                  else "the graph")
         reason = " ".join(str(err).split())[:300]
         raise ExportError(f"cannot export to ONNX: MXNet 1.9.1's exporter failed on {where}: {reason}. Build that "
@@ -295,8 +303,8 @@ def _sort_nodes(graph):
     graph.node.extend(nodes)
 
 
-def write(folder, model, dtypes=("float32",), input_shape=None):
-    """Write ``model.onnx`` and the other ``dtypes``' files; returns ``(files, section)``.
+def write(folder, model, options):
+    """Write ``model.onnx`` and the other dtypes' files; returns ``(files, section)``.
 
     Parameters
     ----------
@@ -304,27 +312,19 @@ def write(folder, model, dtypes=("float32",), input_shape=None):
         The staging folder.
     model : Deployable
         In float32 (:func:`mxfp16.inference.convert.deployable`).
-    dtypes : sequence of str
-        From :data:`DTYPES`; float32 is always written.
-    input_shape : tuple of int
-        ``(3, H, W)``.
+    options : mxfp16.inference.formats.WriteOptions
+        ``dtypes`` from :data:`DTYPES` (float32 is always written) and
+        ``input_shape``, ``(3, H, W)``.
     """
     import onnx
     import onnxruntime
 
     from ...plumbing.fileio import atomic_path
 
-    if model.precision.name != "float32":
-        raise ExportError(f"an ONNX export is made from the float32 graph, not {model.precision.name}: MXNet's "
-                          "exporter has no converter for AMP's casts. Use --precision float32 (or leave it out) "
-                          "and --onnx-dtype float16 for a float16 file")
-    unknown = [d for d in dtypes if d not in DTYPES]
-    if unknown:
-        raise ExportError(f"--onnx-dtype {', '.join(unknown)}: choose from {', '.join(DTYPES)} (onnxruntime runs no "
-                          "bfloat16 on a CPU)")
-    wanted = ["float32"] + [d for d in DTYPES if d in dtypes and d != "float32"]
+    check_request(model.precision.name, options.dtypes)  # a direct call gets the refusals export_run gives
+    wanted = ["float32"] + [d for d in DTYPES if d in options.dtypes and d != "float32"]
     start = time.perf_counter()
-    models = {"float32": to_onnx(model.symbol, model.params, input_shape)}
+    models = {"float32": to_onnx(model.symbol, model.params, options.input_shape)}
     seconds = {"float32": time.perf_counter() - start}
     if "float16" in wanted:
         start = time.perf_counter()
@@ -348,6 +348,57 @@ def write(folder, model, dtypes=("float32",), input_shape=None):
         "load_with": "onnxruntime.InferenceSession('model.onnx').run(None, {'data': images})[0]",
     }
     return files, section
+
+
+def check(folder, files, section, inputs):
+    """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
+
+    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, on
+    the check's device, and must keep the top-1 margin and its dtype's
+    score tolerance (:func:`mxfp16.inference.agreement.check_scores`).
+
+    Parameters
+    ----------
+    folder : Path
+        The staging folder :func:`write` wrote to.
+    files, section : dict
+        What :func:`write` returned.
+    inputs : mxfp16.inference.formats.CheckInputs
+
+    Returns
+    -------
+    dict
+        The float32 file's :func:`~mxfp16.inference.agreement.compare`
+        result, and every file's under ``by_dtype``, each with its file,
+        where it ran, the margin and the score tolerance applied.
+
+    Raises
+    ------
+    mxfp16.inference.agreement.AgreementError
+    """
+    from ...devices import format_ctx
+
+    results = {}
+    for dtype, name in section["files"].items():
+        candidate = load(folder, {"files": files, NAME: section}, ctx=format_ctx([inputs.device]), dtype=dtype)
+        inputs.log(f"export: agreement check of {name} in onnxruntime ({candidate.provider}) on "
+                   f"{inputs.loaders.num_test} test images ...")
+        result = compare(inputs.reference, candidate, inputs.loaders.test_batches(), inputs.device)
+        inputs.log("export: {}: top-1 float32 {:.2f}%, onnx {:.2f}%; {} of {} top-1 predictions changed; largest "
+                   "score difference {:.3g} (largest float32 score {:.3g})".format(
+                       name, 100 * result["top1_float32"], 100 * result["top1_export"], result["changed_images"],
+                       result["images"], result["max_score_difference"], result["max_abs_score_float32"]))
+        allowed = check_scores(result, dtype, name)
+        check_margin(result, inputs.margin, f"{dtype} ONNX")
+        result.update(file=name, margin_points=inputs.margin, score_tolerance=allowed, emulated=False,
+                      computed=f"onnxruntime {section['onnxruntime_version']}, {candidate.provider}")
+        results[dtype] = result
+    return dict(results["float32"], by_dtype=results)
+
+
+def seconds(writing, checking):
+    """``export.json``'s ``seconds``: the conversion (with the writing) and the check, apart."""
+    return {"convert_and_write": writing, "agreement_check": checking}
 
 
 def execution_providers(ctx="auto"):
