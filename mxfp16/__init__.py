@@ -10,11 +10,14 @@ loop body two calls::
         data, label = mp.cast_batch(x, y)                # float data cast, integers and labels kept
         result = mp.train_step(net, loss_fn, trainer, data, label)
 
-The pieces behind them are public too: :func:`resolve_precision`,
-:func:`activate`, :func:`cast_net`, :func:`make_loss_scaler`,
-:func:`make_trainer`, :func:`cast_batch`, :func:`train_step` and
-:func:`eval_step`; and for a step of your own the loss scaler's seams
-(``scale_loss``, ``unscale``, ``step``, ``update``).
+``MixedPrecision`` is the one set-up path (the trainer, the benchmark and the
+self-test build through it); ``auto`` is timed on the network it prepares
+where that can change the answer (:mod:`mxfp16.auto`). The pieces behind it
+are public too: :func:`resolve_precision`, :func:`activate`,
+:func:`cast_net`, :func:`make_loss_scaler`, :func:`make_trainer`,
+:func:`cast_batch`, :func:`train_step` and :func:`eval_step`; and for a step
+of your own the loss scaler's seams (``scale_loss``, ``unscale``, ``step``,
+``update``). The errors a script catches are here as well.
 
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
