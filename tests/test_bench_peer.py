@@ -31,7 +31,8 @@ def test_without_torch_the_peer_rows_are_skipped_and_mxfp16_rows_run(tmp_path, m
     mine = [r for r in doc["results"] if r["framework"] == "mxfp16"]
     peers = [r for r in doc["results"] if r["framework"] == "pytorch"]
     assert [r["status"] for r in mine] == ["ok"]
-    assert [(r["precision"], r["layout"]) for r in peers] == [(f"pytorch-{d}", l) for d, l in peer.VARIANTS]
+    assert [(r["precision"], r["layout"], r["compiled"]) for r in peers] == \
+        [(f"pytorch-{d}", l, c) for d, l, c in peer.variants("resnet50_v2")]  # eager, then compiled
     assert all(r["status"] == "skipped" and "PyTorch is not installed" in r["reason"] and "mxfp16[peer]" in r["reason"]
                for r in peers)
     assert doc["config"]["peer"] == "pytorch" and "peer" not in doc  # nothing to compare with
@@ -103,7 +104,7 @@ def test_with_rounds_the_peer_ratio_pairs_each_round():
 
 
 # ---- the sequence models' PyTorch networks --------------------------------------------------------
-def test_every_sequence_model_has_a_peer_of_its_own_with_nchw_rows_only():
+def test_every_sequence_model_has_a_peer_of_its_own_with_nchw_rows_only_eager_and_compiled():
     assert {peer.LSTM_CLASSIFIER, peer.TRANSFORMER_ENCODER} == set(SEQUENCE_MODELS)  # peer.py spells them out
     networks = {peer.peer_network(m) for m in SEQUENCE_MODELS + ("resnet50_v2",)}
     assert len(networks) == 3 and peer.peer_network("resnet50_v1b") == peer.NETWORK
@@ -111,8 +112,9 @@ def test_every_sequence_model_has_a_peer_of_its_own_with_nchw_rows_only():
     for model in SEQUENCE_MODELS:
         base = type("Base", (), dict(model=model, image_size=8, classes=4, iters=1, warmup=0, repeats=1, seed=0))
         specs = peer.plan_peer(base, [2, 4], threads=1)
-        assert [(s.batch_size, s.dtype, s.layout) for s in specs] == \
-            [(b, d, "NCHW") for b in (2, 4) for d in ("float32", "bfloat16")]
+        assert [(s.batch_size, s.dtype, s.layout, s.compiled) for s in specs] == \
+            [(b, d, "NCHW", c) for b in (2, 4) for c in (False, True) for d in ("float32", "bfloat16")]
+        assert not any(s.compiled for s in peer.plan_peer(base, [2], threads=1, compiled=False))
         assert peer.not_run(specs[0], "skipped", "")["network"] == peer.peer_network(model)
 
 
@@ -145,7 +147,7 @@ def test_the_pytorch_network_maps_images_to_class_scores(model):
 def test_a_sequence_model_is_timed_beside_its_pytorch_peer(tmp_path, capsys):
     pytest.importorskip("torch")
     assert main(["bench", "--model", "lstm-classifier", "--image-size", "8", "--batch-sizes", "8", "--classes", "10",
-                 "--iters", "2", "--warmup", "1", "--repeats", "1", "--peer", "pytorch", "--out", str(tmp_path),
+                 "--iters", "2", "--warmup", "1", "--repeats", "1", "--peer", "pytorch-eager", "--out", str(tmp_path),
                  "--no-plots"]) == 0
     doc = _rows(tmp_path)
     peers = [r for r in doc["results"] if r["framework"] == "pytorch"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..plumbing.fileio import JSONFileError, read_json
 from ..plumbing.limits import MAX_BATCH
+from .families import FAMILIES, FamilyError, family, resolve_options
 
 __all__ = ["BenchSetupError", "Invocation", "plan_invocation", "record_invocation", "BATCH_SIZES", "ITERS"]
 
@@ -37,6 +38,7 @@ class Invocation:
     threads: dict
     load_start: tuple
     peer_network: str = None
+    input_size: str = ""
     config: dict = field(default_factory=dict)
     auto: dict = field(default_factory=dict)
 
@@ -112,11 +114,20 @@ def data_classes(data, pipeline):
     return len([d for d in os.listdir(train) if os.path.isdir(os.path.join(train, d))])
 
 
-def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, precisions="float32,auto",
-                    amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=102,
-                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, onnxruntime=False, log=print):
+def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, precisions="float32,auto",
+                    amp_lists="mxfp16", mode="train", data="synthetic", pipeline="folder", workers=0, classes=None,
+                    ctx="auto", iters=None, warmup=3, repeats=3, peer=None, onnxruntime=False, model_options=None,
+                    log=print):
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
 
+    image_size, classes : int or None
+        An image model's (``None``: 224 px and 102 classes); a family has
+        its own sizes and refuses both.
+    peer : str or None
+        ``'pytorch'`` (eager and compiled rows) or ``'pytorch-eager'``.
+    model_options : sequence of str or dict, optional
+        A family's sizes to change (``["hidden=16"]``, see
+        :func:`mxfp16.bench.families.resolve_options`).
     log : callable
         Told what ``auto`` resolved to, and why (one line per batch size).
 
@@ -134,13 +145,27 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     from ..machine import hardware
     from ..machine.environment import thread_report
     from ..models import ModelError
+    from .peer import PEERS
+    from .report import input_size
     from .runner import BenchSpec
     from .suite import plan
-    from .tensor_cores import model_tensor_core_report
+    from .tensor_cores import family_tensor_core_report, model_tensor_core_report
 
     precision_names, lists = _precisions(precisions), _amp_lists(amp_lists)
+    fam = family(model)
+    if fam is not None:
+        options = _family_request(fam, image_size, classes, mode, data, precision_names, ctx, model_options)
+        image_size = fam.image_size  # classes stays None: a family's sizes are its options
+        batch_sizes = batch_sizes or str(fam.batch_size)
+    elif model_options:
+        raise BenchSetupError(f"--model-option sets a family's sizes ({', '.join(FAMILIES)}); {model!r} takes "
+                              "--image-size and --classes")
+    else:
+        options, image_size, classes = None, 224 if image_size is None else image_size, classes or 102
     sizes = int_list(batch_sizes or BATCH_SIZES[mode], "--batch-sizes")
     on_cpu = ctx.strip().lower() in ("auto", "cpu")
+    if peer and peer not in PEERS:
+        raise BenchSetupError(f"--peer {peer!r}: choose from {', '.join(PEERS)}")
     if peer and (mode != "train" or data != "synthetic" or not on_cpu):
         raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                               "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
@@ -157,14 +182,16 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
     iters = ITERS[mode] if iters is None else iters
     try:
         base = BenchSpec(model=model, image_size=image_size, mode=mode, iters=iters, warmup=warmup,
-                         repeats=repeats, data=data, pipeline=pipeline, workers=workers, ctx=ctx, classes=classes)
+                         repeats=repeats, data=data, pipeline=pipeline, workers=workers, ctx=ctx, classes=classes,
+                         options=options)
     except ValueError as err:
         raise BenchSetupError(f"{err}; see mxfp16 bench --help") from None
     n_classes = classes if data == "synthetic" else data_classes(data, pipeline)
     try:
-        # Building the model here also checks its name before any run starts.
-        tensor_cores = model_tensor_core_report(model, n_classes, image_size, sizes)
-    except ModelError as err:
+        # Building the model here also checks its name (and a family's sizes) before any run starts.
+        tensor_cores = (family_tensor_core_report(model, options, sizes) if fam else
+                        model_tensor_core_report(model, n_classes, image_size, sizes))
+    except (ModelError, ValueError) as err:
         raise BenchSetupError(str(err)) from None
     verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
     specs = plan(base, precision_names, sizes, lists,
@@ -176,10 +203,33 @@ def plan_invocation(model="resnet50_v2", image_size=224, batch_sizes=None, preci
             raise BenchSetupError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
         from .peer import plan_peer
 
-        specs += plan_peer(base, sizes, threads["planned"])
+        specs += plan_peer(base, sizes, threads["planned"], compiled=peer == "pytorch")
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
                       machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
+                      input_size=input_size({"image_size": image_size, "seq_len": (options or {}).get("seq_len")}),
                       auto={str(size): v.record() for size, v in verdicts.items()})
+
+
+def _family_request(fam, image_size, classes, mode, data, precisions, ctx, model_options):
+    """A family's resolved sizes, after refusing what does not apply to it."""
+    if image_size not in (None, fam.image_size) or classes is not None:
+        what = "--classes" if classes is not None else "--image-size"
+        raise BenchSetupError(f"{fam.name} has its own sizes, so {what} does not apply; change them with "
+                              f"--model-option KEY=VALUE ({', '.join(f'{k}={v}' for k, v in fam.options.items())})")
+    if mode != "train" or data != "synthetic":
+        raise BenchSetupError(f"{fam.name} is timed as a training step on synthetic batches: use --mode train and "
+                              "--data synthetic")
+    if "auto" in precisions:
+        from ..auto import timing_applies
+        from ..devices import resolve_devices
+
+        if timing_applies(resolve_devices(ctx)):
+            raise BenchSetupError(f"auto is decided by timing an image classifier's step, which {fam.name} is "
+                                  "not; name the precisions instead, e.g. --precisions float32,amp-bfloat16")
+    try:
+        return resolve_options(fam.name, model_options)
+    except FamilyError as err:
+        raise BenchSetupError(str(err)) from None
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):
@@ -194,7 +244,8 @@ def _auto_verdicts(base, precisions, sizes, classes, log):
     from ..train.parts import PartsSpec, auto_verdict
 
     ctx = resolve_devices(base.ctx)
-    if "auto" not in precisions or base.mode != "train" or any(c.device_type != "cpu" for c in ctx):
+    if "auto" not in precisions or base.mode != "train" or any(c.device_type != "cpu" for c in ctx) \
+            or family(base.model) is not None:  # refused above where timing would decide
         return {}
     verdicts = {}
     for size in sizes:

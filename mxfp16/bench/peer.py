@@ -2,7 +2,11 @@
 
 ``mxfp16 bench --peer pytorch`` adds rows beside mxfp16's: the PyTorch
 network of the same shape as the mxfp16 model, trained in float32 and with
-``torch.autocast`` bfloat16. What is the same as the mxfp16 rows: image size,
+``torch.autocast`` bfloat16, each eagerly and through ``torch.compile``
+(inductor, PyTorch's fastest CPU mode; its first steps compile, untimed,
+and the record keeps ``compile_seconds``). ``--peer pytorch-eager`` leaves
+the compiled rows out (they cost minutes of compiling per row). What is
+the same as the mxfp16 rows: image size,
 batch size, class count, synthetic data, SGD with momentum 0.9 and weight
 decay 1e-4, the thread count (``torch.set_num_threads`` with the count
 mxfp16 gives MXNet), warm-up steps, repeats of ``iters`` steps with the
@@ -19,7 +23,7 @@ says what ran. The models that have a peer (:func:`peer_network`):
   at 224 px), and the report says which ran. torchvision's ``resnet50`` is
   used when it imports; otherwise (torchvision has no CPU wheel matching
   every torch release) :func:`resnet50_v1_5` builds the same network.
-- ``lstm-classifier`` and ``transformer-encoder``: two rows, float32 and
+- ``lstm-classifier`` and ``transformer-encoder``: float32 and
   bfloat16 in NCHW. :func:`lstm_classifier` and
   :func:`transformer_encoder_classifier` have exactly the layers of
   :class:`mxfp16.models.LSTMClassifier` and
@@ -29,6 +33,16 @@ says what ran. The models that have a peer (:func:`peer_network`):
   arithmetic, not the shape: under autocast PyTorch runs ``nn.LSTM`` in
   bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MXNet's ``RNN`` operator
   in float32 on a CPU (see ``docs/amp-table.md``).
+- ``mobilenetv2_1.0`` and the families of :mod:`mxfp16.bench.families`
+  (``word-lm-lstm``, ``word-lm-gru``, ``bert-encoder``, ``dcgan``): their
+  twins in :mod:`mxfp16.bench.peer_families`, with the family's sizes
+  (``--model-option`` included), optimizer and clipping. The convolution
+  networks (MobileNet v2, the GAN) run in NCHW and ``channels_last`` as
+  ResNet-50 does; the token models have no layout to choose.
+
+Rows of the four layouts and two modes (:func:`variants`): the eager rows
+in NCHW and ``channels_last`` where the layout applies, and the compiled
+rows in the faster layout (``channels_last`` for convolutions).
 
 The child imports torch only, never MXNet.
 """
@@ -44,12 +58,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .families import FAMILIES, family, record_fields, throughput_fields
+
 __all__ = ["PeerSpec", "PEERS", "NETWORKS", "peer_network", "peer_models", "variants", "plan_peer",
            "run_in_subprocess", "build_network", "resnet50_v1_5", "lstm_classifier",
            "transformer_encoder_classifier", "NETWORK"]
 
-#: Peers ``--peer`` accepts.
-PEERS = ("pytorch",)
+#: Peers ``--peer`` accepts: every row, or the eager rows only (no compiling).
+PEERS = ("pytorch", "pytorch-eager")
+#: GluonCV's MobileNet v2, the one zoo model besides ResNet-50 with a PyTorch twin.
+MOBILENET_V2 = "mobilenetv2_1.0"
 #: mxfp16's sequence models by ``--model`` name, as :data:`mxfp16.models.SEQUENCE_MODELS` spells them
 #: (written out here because ``mxfp16.models`` imports MXNet, which the child never loads).
 LSTM_CLASSIFIER = "lstm-classifier"
@@ -64,8 +82,13 @@ NETWORKS = {
     TRANSFORMER_ENCODER: "Transformer encoder classifier (nn.Linear 64 + learned positions, "
                          "2 x nn.TransformerEncoderLayer post-LN, 4 heads, GELU FFN 128, mean over rows, "
                          "nn.Linear; the layers of mxfp16's transformer-encoder)",
+    MOBILENET_V2: "MobileNet v2 1.0 in torch.nn, GluonCV's layout (3x3 stem 32, 17 inverted residual blocks with "
+                  "ReLU6, 1x1 to 1280, global pooling, 1x1 convolution head without bias)",
+    **{name: f"{fam.title}; its twin in torch.nn" for name, fam in FAMILIES.items()},
 }
-#: (dtype, layout) of the rows, float32 NCHW first.
+#: The models whose networks are convolutions over images: channels_last applies.
+CONVOLUTIONAL = ("resnet50", MOBILENET_V2, "dcgan")
+#: (dtype, layout) of the eager rows, float32 NCHW first.
 VARIANTS = (("float32", "NCHW"), ("float32", "channels_last"), ("bfloat16", "NCHW"), ("bfloat16", "channels_last"))
 #: The rows of a sequence model. Its input is a sequence of image rows, fed to nn.Linear/nn.LSTM as
 #: (N, H, 3*W): channels_last (a layout for 4-d convolution tensors) would change nothing these layers
@@ -78,7 +101,7 @@ INSTALL = ("pip install -c constraints.txt 'mxfp16[peer]' --extra-index-url http
 
 def _key(model):
     """The :data:`NETWORKS` key for an mxfp16 model name, or ``None`` when the model has no peer."""
-    if model in (LSTM_CLASSIFIER, TRANSFORMER_ENCODER):
+    if model in (LSTM_CLASSIFIER, TRANSFORMER_ENCODER, MOBILENET_V2) or family(model) is not None:
         return model
     # Every gluoncv ResNet-50 (v1, v1b, v1c, v1d, v2 ...) has ResNet-50's convolutions.
     return "resnet50" if model.lower().startswith("resnet50") else None
@@ -103,12 +126,27 @@ def peer_network(model):
 
 def peer_models():
     """The mxfp16 models that have a PyTorch peer, as a refusal message names them."""
-    return f"a ResNet-50 (resnet50_v2, resnet50_v1, resnet50_v1b ...), {LSTM_CLASSIFIER} or {TRANSFORMER_ENCODER}"
+    return (f"a ResNet-50 (resnet50_v2, resnet50_v1, resnet50_v1b ...), {LSTM_CLASSIFIER}, {TRANSFORMER_ENCODER}, "
+            f"{MOBILENET_V2} or a family ({', '.join(FAMILIES)})")
 
 
-def variants(model):
-    """The (dtype, layout) rows timed for ``model``: :data:`VARIANTS` for ResNet-50, else :data:`SEQUENCE_VARIANTS`."""
-    return VARIANTS if _key(model) == "resnet50" else SEQUENCE_VARIANTS
+def variants(model, compiled=True):
+    """The rows timed for ``model``: ``(dtype, layout, compiled)``, eager ones first.
+
+    Eager: :data:`VARIANTS` for a convolution network, :data:`SEQUENCE_VARIANTS`
+    for an image read as rows, float32 and bfloat16 with no layout for token
+    ids. Compiled (with ``compiled``): float32 and bfloat16, each in the
+    faster layout (``channels_last`` for convolutions).
+    """
+    key = _key(model)
+    if key in CONVOLUTIONAL:
+        eager, best = VARIANTS, "channels_last"
+    elif family(model) is not None:
+        eager, best = (("float32", None), ("bfloat16", None)), None
+    else:
+        eager, best = SEQUENCE_VARIANTS, "NCHW"
+    rows = [(dtype, layout, False) for dtype, layout in eager]
+    return rows + ([(dtype, best, True) for dtype in ("float32", "bfloat16")] if compiled else [])
 
 
 @dataclass(frozen=True)
@@ -126,6 +164,8 @@ class PeerSpec:
     layout: str = "NCHW"
     threads: int = 1
     seed: int = 0
+    compiled: bool = False
+    options: dict = None
 
     @property
     def precision(self):
@@ -135,19 +175,21 @@ class PeerSpec:
         return json.dumps(asdict(self))
 
 
-def plan_peer(base, batch_sizes, threads):
+def plan_peer(base, batch_sizes, threads, compiled=True):
     """The PyTorch specs for ``base``'s model shape at every batch size (rows as :func:`variants` says)."""
     return [PeerSpec(model=base.model, image_size=base.image_size, batch_size=int(b), classes=base.classes,
                      iters=base.iters, warmup=base.warmup, repeats=base.repeats, dtype=dtype, layout=layout,
-                     threads=threads, seed=base.seed)
-            for b in batch_sizes for dtype, layout in variants(base.model)]
+                     threads=threads, seed=base.seed, compiled=is_compiled,
+                     options=getattr(base, "options", None))
+            for b in batch_sizes for dtype, layout, is_compiled in variants(base.model, compiled)]
 
 
 def _base_record(spec):
-    return {"framework": "pytorch", "network": peer_network(spec.model), "precision": spec.precision,
-            "requested_precision": spec.precision, "layout": spec.layout, "amp_lists": None,
-            "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model, "mode": "train",
-            "data": "synthetic", "ctx": "cpu", "threads": spec.threads}
+    return {**record_fields(spec.model, spec.options),
+            "framework": "pytorch", "network": peer_network(spec.model), "precision": spec.precision,
+            "requested_precision": spec.precision, "layout": spec.layout, "compiled": spec.compiled,
+            "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
+            "mode": "train", "data": "synthetic", "ctx": "cpu", "threads": spec.threads}
 
 
 def not_run(spec, status, reason):
@@ -323,12 +365,17 @@ def build_network(model, classes, image_size):
     Raises
     ------
     ValueError
-        ``model`` has no PyTorch peer.
+        ``model`` has no PyTorch peer, or is a family (its networks come from
+        :func:`mxfp16.bench.peer_families.build_networks`).
     """
     key = _key(model)
     in_shape = (3, image_size, image_size)
     if key == "resnet50":
         return resnet50_v1_5(classes)
+    if key == MOBILENET_V2:
+        from .peer_families import mobilenet_v2
+
+        return mobilenet_v2(classes)
     if key == LSTM_CLASSIFIER:
         return lstm_classifier(classes, in_shape)
     if key == TRANSFORMER_ENCODER:
@@ -336,14 +383,12 @@ def build_network(model, classes, image_size):
     raise ValueError(f"{model!r} has no PyTorch peer; the peer times {peer_models()}")
 
 
-def measure(spec):
-    """Time the PyTorch training step for ``spec`` in this process."""
+def _classifier_step(spec):
+    """An image classifier's step: SGD with momentum on a fixed synthetic batch, forward under autocast."""
     import torch
     import torch.nn.functional as F
 
-    torch.set_num_threads(spec.threads)
-    torch.manual_seed(spec.seed)
-    if spec.layout != "NCHW" and _key(spec.model) != "resnet50":
+    if spec.layout != "NCHW" and _key(spec.model) not in CONVOLUTIONAL:
         raise ValueError(f"{spec.model!r} reads image rows as a sequence: only the NCHW layout applies, "
                          f"not {spec.layout!r}")
     net = build_network(spec.model, spec.classes, spec.image_size)
@@ -356,18 +401,45 @@ def measure(spec):
         x = x.contiguous(memory_format=torch.channels_last)
     net.train()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    run = torch.compile(net) if spec.compiled else net
     bfloat16 = spec.dtype == "bfloat16"
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-            loss = F.cross_entropy(net(x), y)
+            loss = F.cross_entropy(run(x), y)
         loss.backward()
         optimizer.step()
         return loss.detach()
+    return step
 
-    for _ in range(spec.warmup):
+
+def measure(spec):
+    """Time the PyTorch training step for ``spec`` in this process.
+
+    A compiled row runs at least one untimed step whatever ``spec.warmup``
+    says: the first call compiles, and ``compile_seconds`` records how long
+    that first step took. Eager and compiled CPU steps return when their
+    work is done, so each repeat's clock stops on a finished step.
+    """
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    if family(spec.model) is not None:
+        from .peer_families import family_step
+
+        step = family_step(spec.model, spec.options, spec.batch_size, spec.dtype == "bfloat16", spec.compiled,
+                           channels_last=spec.layout == "channels_last", seed=spec.seed)
+    else:
+        step = _classifier_step(spec)
+    warmup = max(spec.warmup, 1) if spec.compiled else spec.warmup
+    compile_seconds = None
+    for i in range(warmup):
+        start = time.perf_counter()
         step()
+        if i == 0 and spec.compiled:
+            compile_seconds = time.perf_counter() - start
     wall, cpu = [], []
     for _ in range(spec.repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -377,11 +449,12 @@ def measure(spec):
         cpu.append((time.process_time() - start_cpu) / spec.iters)
     median = float(np.median(wall))
     return dict(_base_record(spec), status="ok", reason=None, torch_version=torch.__version__,
-                threads=torch.get_num_threads(), images_per_second=spec.batch_size / median,
+                threads=torch.get_num_threads(),
+                **throughput_fields(spec.model, spec.batch_size, spec.options, median),
                 ms_per_step=1000.0 * median, ms_per_step_spread=500.0 * (max(wall) - min(wall)),
                 ms_per_step_repeats=[1000.0 * t for t in wall], cpu_ms_per_step=1000.0 * float(np.median(cpu)),
                 peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10,
-                iters=spec.iters, warmup=spec.warmup, repeats=spec.repeats,
+                iters=spec.iters, warmup=warmup, repeats=spec.repeats, compile_seconds=compile_seconds,
                 load_average=list(os.getloadavg()))
 
 

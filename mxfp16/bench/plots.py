@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from ..plumbing.plotting import color_cycle, new_figure, save_png
-from .report import label
+from .report import UNITS, input_size, label, throughput_field
 
 
 def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None, whisker=None):
@@ -39,7 +39,7 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
         ax.set_xticks([])
         ax.set_yticks([])
         return save_png(fig, path)
-    ax.set_title(f"{title}: {ok[0]['model']}, {ok[0]['image_size']} px, {ok[0]['mode']}")
+    ax.set_title(f"{title}: {ok[0]['model']}, {input_size(ok[0])}, {ok[0]['mode']}")
     return save_png(fig, path, legend=ax)
 
 
@@ -56,12 +56,13 @@ def write_plots(out_dir, records):
     cycle = color_cycle()
     colors = {name: cycle[i % len(cycle)] for i, name in enumerate(dict.fromkeys(label(r) for r in records))}
     timed = [r for r in records if r.get("status") == "ok" and r.get("latency_ms_median") is not None]
+    field = throughput_field(records[0]) if records else "images_per_second"  # one model per invocation
     # Latency is a question about single requests: the smallest batch (1 by default), on its own scale.
     smallest = [r for r in timed if r["batch_size"] == min(t["batch_size"] for t in timed)]
     latency = [_grouped_bars(smallest, "latency_ms_median", "ms per call (median, whisker to p99)", "Latency",
                              os.path.join(out_dir, "latency.png"), colors, whisker="latency_ms_p99")] if timed else []
     return latency + [
-        _grouped_bars(records, "images_per_second", "images / second", "Throughput",
+        _grouped_bars(records, field, UNITS[field].replace("/s", " / second"), "Throughput",
                       os.path.join(out_dir, "throughput.png"), colors),
         _grouped_bars(records, "peak_memory_mb", "peak memory (MB)", "Peak memory",
                       os.path.join(out_dir, "memory.png"), colors),

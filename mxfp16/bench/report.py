@@ -21,11 +21,26 @@ from ..plumbing.fileio import atomic_write, write_json
 RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",
                  "ms_per_step_spread", "peak_memory_mb")
 #: Further fields written to ``bench.csv`` after :data:`RESULT_FIELDS`.
-EXTRA_FIELDS = ("framework", "layout", "requested_precision", "amp_lists", "data", "pipeline", "ctx", "threads",
-                "status", "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio", "load_average")
+EXTRA_FIELDS = ("framework", "layout", "compiled", "requested_precision", "amp_lists", "data", "pipeline", "ctx",
+                "threads", "status", "reason", "cpu_ms_per_step", "speedup", "cpu_speedup", "memory_ratio",
+                "load_average", "seq_len", "tokens_per_second")
 #: Inference records also have these (per-call times over every timed call).
 LATENCY_FIELDS = ("latency_ms_median", "latency_ms_p90", "latency_ms_p99", "latency_samples")
 BASELINE = "float32"
+#: What a row's throughput counts: images, or tokens for the token families (``unit == "tokens"``).
+THROUGHPUT_FIELDS = ("images_per_second", "tokens_per_second")
+UNITS = {"images_per_second": "img/s", "tokens_per_second": "tokens/s"}
+
+
+def throughput_field(record):
+    """``tokens_per_second`` for a row of a token family, else ``images_per_second``."""
+    return "tokens_per_second" if record.get("unit") == "tokens" else "images_per_second"
+
+
+def input_size(record):
+    """What one sample is: ``224px``, or ``35tok`` (tokens per sequence) for a token family."""
+    return f"{record['seq_len']}tok" if record.get("image_size") is None and record.get("seq_len") else \
+        f"{record.get('image_size')}px"
 
 
 def _group(record):
@@ -47,23 +62,25 @@ def _is_peer(record):
 
 
 def label(record):
-    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``bfloat16 (NCHW)``, ``onnxruntime float32``."""
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (NCHW)``,
+    ``pytorch-float32 (channels_last, compiled)``, ``onnxruntime float32``."""
     if record.get("framework") == ONNXRUNTIME:
         return f"{ONNXRUNTIME} {record['precision']}"
     if not _is_mxfp16(record):
-        return f"{record['precision']} ({record.get('layout')})"
+        how = [part for part in (record.get("layout"), "compiled" if record.get("compiled") else None) if part]
+        return f"{record['precision']} ({', '.join(how)})" if how else record["precision"]
     lists = record.get("amp_lists")
     return f"{record['precision']} ({lists} lists)" if lists else record["precision"]
 
 
 def _identity(record):
-    """What one measurement is, whatever its round: framework, precision, lists, layout and group."""
+    """What one measurement is, whatever its round: framework, precision, lists, layout, compilation and group."""
     return (record.get("framework", "mxfp16"), record.get("precision"), record.get("requested_precision"),
-            record.get("amp_lists"), record.get("layout")) + _group(record)
+            record.get("amp_lists"), record.get("layout"), bool(record.get("compiled"))) + _group(record)
 
 
 def _round_entry(record):
-    return {k: record.get(k) for k in ("round", "status", "images_per_second", "ms_per_step", "cpu_ms_per_step",
+    return {k: record.get(k) for k in ("round", "status", throughput_field(record), "ms_per_step", "cpu_ms_per_step",
                                        "peak_memory_mb", "load_average")}
 
 
@@ -72,7 +89,8 @@ def merge_rounds(records):
 
     The merged record is the first successful round's with ``ms_per_step``,
     ``cpu_ms_per_step`` and the latency fields replaced by their medians over
-    the successful rounds, ``images_per_second`` from that median,
+    the successful rounds, the throughput (``images_per_second`` or
+    ``tokens_per_second``) from that median,
     ``ms_per_step_spread`` half the range of the rounds' medians, the largest
     ``peak_memory_mb``, and ``rounds``: each round's own figures. A
     measurement that failed in every round keeps its first record.
@@ -101,7 +119,8 @@ def merge_rounds(records):
         if ok:
             ms = [r["ms_per_step"] for r in ok]
             m["ms_per_step"] = statistics.median(ms)
-            m["images_per_second"] = m["batch_size"] / (m["ms_per_step"] / 1000.0)
+            field = throughput_field(m)
+            m[field] = ok[0][field] * ok[0]["ms_per_step"] / m["ms_per_step"]  # the same work per step
             m["ms_per_step_spread"] = (max(ms) - min(ms)) / 2
             m["peak_memory_mb"] = max(r["peak_memory_mb"] for r in ok)
             for key in ("cpu_ms_per_step",) + LATENCY_FIELDS[:3]:
@@ -159,7 +178,7 @@ def _prefixed(spread, prefix):
 
 
 def speedup_key(record):
-    return (f"{label(record)} vs float32, {record['model']} {record['image_size']}px bs{record['batch_size']} "
+    return (f"{label(record)} vs float32, {record['model']} {input_size(record)} bs{record['batch_size']} "
             f"{record['mode']}")
 
 
@@ -217,7 +236,8 @@ def peer_comparison(records):
     dict
         ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
         "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label",
-        "images_per_second"}`` of the fastest such row, and a ratio is mxfp16's img/s over the peer's
+        "images_per_second"}`` (``tokens_per_second`` for a token family) of the fastest such row, compiled
+        or not, and a ratio is mxfp16's throughput over the peer's
         (with rounds, the median of each round's ratio, and ``mixed_round_ratios``, ``mixed_round_min``,
         ``mixed_round_max`` and the same for ``float32_`` from :func:`round_spread`). Empty without peer rows.
     """
@@ -227,10 +247,11 @@ def peer_comparison(records):
             groups.setdefault(_group(r), []).append(r)
     out = {}
     for rows in groups.values():
+        field = throughput_field(rows[0])
+
         def best(rows):
-            row = max(rows, key=lambda r: r["images_per_second"], default=None)
-            return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"],
-                                             "row": row}
+            row = max(rows, key=lambda r: r[field], default=None)
+            return None if row is None else {"label": label(row), field: row[field], "row": row}
 
         mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
         if not peer:
@@ -241,14 +262,14 @@ def peer_comparison(records):
                  "peer_float32": best([r for r in peer if r["precision"].endswith(BASELINE)])}
         for kind in ("mixed", "float32"):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
-            entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], "images_per_second") if a and b else None
+            entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], field) if a and b else None
             if a and b:
-                entry.update(_prefixed(round_spread(a["row"], b["row"], "images_per_second"), f"{kind}_"))
+                entry.update(_prefixed(round_spread(a["row"], b["row"], field), f"{kind}_"))
         for side in entry.values():
             if isinstance(side, dict):
                 del side["row"]  # the row is in the results already
         first = rows[0]
-        out[f"{first['model']} {first['image_size']}px bs{first['batch_size']} {first['mode']}"] = entry
+        out[f"{first['model']} {input_size(first)} bs{first['batch_size']} {first['mode']}"] = entry
     return out
 
 
@@ -271,8 +292,9 @@ def format_peer_comparison(comparison):
         for kind in ("mixed", "float32"):
             a, b, ratio = e[f"mxfp16_{kind}"], e[f"peer_{kind}"], e[f"{kind}_ratio"]
             if a and b:
-                lines.append(f"{key}: {a['label']} {a['images_per_second']:.2f} img/s against {b['label']} "
-                             f"{b['images_per_second']:.2f} img/s: "
+                field = next(f for f in THROUGHPUT_FIELDS if f in a)
+                lines.append(f"{key}: {a['label']} {a[field]:.2f} {UNITS[field]} against {b['label']} "
+                             f"{b[field]:.2f} {UNITS[field]}: "
                              + format_ratio(ratio, e.get(f"{kind}_round_min"), e.get(f"{kind}_round_max")))
     return "\n".join(lines)
 
@@ -346,16 +368,18 @@ def format_table(records):
     p90 and p99 in ms.
     """
     latency = any(r.get("latency_ms_median") is not None for r in records)
-    head = f"{'model':<18}{'px':>5}{'mode':>10}  {'precision':<30}{'batch':>6}{'img/s':>9}{'ms/step':>10}" \
+    fields = {throughput_field(r) for r in records}
+    field = fields.pop() if len(fields) == 1 else "images_per_second"  # one model per invocation: one unit
+    head = f"{'model':<18}{'input':>7}{'mode':>10}  {'precision':<42}{'batch':>6}{UNITS[field]:>10}{'ms/step':>10}" \
            f"{'+/-':>8}{'cpu ms':>9}{'peak MB':>9}{'speedup':>9}{'cpu x':>7}{'memory':>8}" \
            + (f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}" if latency else "")
     lines = [head, "-" * len(head)]
     for r in records:
-        row = f"{r['model']:<18}{r['image_size']:>5}{r['mode']:>10}  {label(r):<30}{r['batch_size']:>6}"
+        row = f"{r['model']:<18}{input_size(r):>7}{r['mode']:>10}  {label(r):<42}{r['batch_size']:>6}"
         if r.get("status") != "ok":
             lines.append(f"{row}  {r.get('status', 'failed').upper()}: {short_reason(r)}")
             continue
-        lines.append(row + f"{_num(r['images_per_second'], '.2f'):>9}{_num(r['ms_per_step'], '.1f'):>10}"
+        lines.append(row + f"{_num(r.get(field), '.2f'):>10}{_num(r['ms_per_step'], '.1f'):>10}"
                      f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r.get('cpu_ms_per_step'), '.0f'):>9}"
                      f"{_num(r['peak_memory_mb'], '.0f'):>9}"
                      f"{_num(r.get('speedup'), '.2f') + ('x' if r.get('speedup') else ''):>9}"

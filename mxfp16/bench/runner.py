@@ -32,6 +32,7 @@ import numpy as np
 from ..machine.environment import mxnet_threads
 from ..plumbing.child import run_json_child
 from ..plumbing.fileio import parse_json
+from .families import family, record_fields, throughput_fields
 
 MODES = ("train", "inference")
 #: What runs an inference measurement: MXNet (the export's own format) or onnxruntime (the ONNX export).
@@ -47,9 +48,12 @@ class BenchSpec:
     Attributes
     ----------
     model : str
-        A gluoncv model-zoo name (``resnet50_v2``, ``cifar_resnet20_v1`` ...).
-    image_size : int
-        Height and width of the square input images.
+        A gluoncv model-zoo name (``resnet50_v2``, ``cifar_resnet20_v1`` ...),
+        or a family of :mod:`mxfp16.bench.families` (``word-lm-lstm``,
+        ``bert-encoder``, ``dcgan`` ...: training only, synthetic data).
+    image_size : int or None
+        Height and width of the square input images; ``None`` for a family
+        whose input is token ids.
     batch_size : int
     precision : str
         A name from :data:`mxfp16.PRECISIONS` (``auto`` is resolved in the child).
@@ -85,6 +89,8 @@ class BenchSpec:
     runtime : str
         ``'mxnet'``, or ``'onnxruntime'`` (inference only; ``precision`` is
         then the ONNX file's dtype, ``'float32'`` or ``'float16'``).
+    options : dict, optional
+        A family's sizes, resolved (:func:`mxfp16.bench.families.resolve_options`).
     """
 
     model: str = "resnet50_v2"
@@ -104,14 +110,17 @@ class BenchSpec:
     seed: int = 0
     requested: str = None
     runtime: str = "mxnet"
+    options: dict = None
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.runtime not in RUNTIMES or (self.runtime != "mxnet" and self.mode != "inference"):
             raise ValueError(f"runtime {self.runtime!r}: {', '.join(RUNTIMES)}, and onnxruntime in inference mode only")
+        if self.image_size is None and family(self.model) is None:
+            raise ValueError(f"image_size is needed for {self.model!r}, which reads images")
         for name in ("image_size", "batch_size", "iters", "repeats", "classes"):
-            if int(getattr(self, name)) < 1:
+            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
         if int(self.warmup) < 0:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup!r}")
@@ -129,11 +138,21 @@ class BenchSpec:
 
 
 class _Batches:
-    """An endless source of (data, label) float32 batches of one shape."""
+    """An endless source of (data, label) batches of one shape.
+
+    Images with float32 class labels, or for a family its own batch
+    (:func:`mxfp16.bench.family_steps.synthetic_batch`: token ids, or real
+    images with the GAN's labels).
+    """
 
     def __init__(self, spec):
         import mxnet as mx
         self.classes = spec.classes
+        if spec.data == "synthetic" and family(spec.model) is not None:
+            from .family_steps import synthetic_batch
+
+            self._fixed = synthetic_batch(spec.model, spec.options, spec.batch_size, spec.seed)
+            return
         if spec.data == "synthetic":
             rng = np.random.RandomState(spec.seed)
             shape = (spec.batch_size, 3, spec.image_size, spec.image_size)
@@ -223,11 +242,19 @@ def _resolved(name, contexts):
 
 
 def _train_step(spec, contexts, batches):
-    """One training step of the run :func:`mxfp16.train.parts.build_parts` builds; returns ``(step, precision)``."""
+    """One training step of the run :func:`mxfp16.train.parts.build_parts` builds; returns ``(step, precision)``.
+
+    A family's step is its own (:func:`mxfp16.bench.family_steps.family_step`),
+    built through the same :class:`~mxfp16.MixedPrecision`.
+    """
     from ..mixed import MixedPrecision
     from ..train.parts import PartsSpec, build_parts
 
     mixed = MixedPrecision(spec.precision, contexts, amp_lists=spec.amp_lists)
+    if family(spec.model) is not None:
+        from .family_steps import family_step
+
+        return family_step(spec, mixed, batches), mixed.precision
     parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
                                   batch_size=spec.batch_size, optimizer="sgd", lr=0.01, momentum=0.9, wd=1e-4,
                                   seed=spec.seed), mixed)
@@ -316,7 +343,8 @@ def _record(spec, precision, times, peak_mb, ctx):
         "ctx": ctx,
         "status": "ok",
         "reason": None,
-        "images_per_second": spec.batch_size / median,
+        **record_fields(spec.model, spec.options),
+        **throughput_fields(spec.model, spec.batch_size, spec.options, median),
         "ms_per_step": times.ms_per_step,
         "ms_per_step_spread": times.ms_per_step_spread,
         "ms_per_step_repeats": [1000.0 * t for t in times.wall],
@@ -340,6 +368,7 @@ def not_run(spec, status, reason, precision_name=None):
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
         **({"framework": "onnxruntime"} if spec.runtime == "onnxruntime" else {}),
+        **record_fields(spec.model, spec.options),
         "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,
     }
 

@@ -92,3 +92,13 @@ def model_tensor_core_report(model, classes, image_size, batch_sizes):
 
     net = build_model(model, classes, in_shape=(3, image_size, image_size))
     return tensor_core_report(net, list(batch_sizes))
+
+
+def family_tensor_core_report(name, options, batch_sizes):
+    """:func:`tensor_core_report` over a benchmark family's networks (both of the GAN's), built in float32."""
+    from .family_steps import build_networks
+
+    networks = gluon.nn.Sequential()
+    for net in build_networks(name, options).values():
+        networks.add(net)
+    return tensor_core_report(networks, list(batch_sizes))

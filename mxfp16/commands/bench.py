@@ -11,7 +11,9 @@ by default; --onnxruntime adds the network as `mxfp16 export --format onnx`
 writes it, run by onnxruntime (float32, and float16 where its execution
 provider runs it). Writes bench.json, bench.csv and PNG plots to --out.
 """
+from ..bench.families import FAMILIES
 from ..bench.invocation import BATCH_SIZES, ITERS
+from ..bench.peer import PEERS
 from ..plumbing.limits import MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS, integer, number
 from . import CommandError, add_ctx_argument, add_threads_argument, check_out
 
@@ -25,9 +27,15 @@ def register(subparsers):
                                    description=__doc__)
     what = parser.add_argument_group("what to run")
     what.add_argument("--model", default="resnet50_v2",
-                      help="gluoncv model-zoo name (default: resnet50_v2)")
-    what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224,
-                      help="square input size in pixels (default: 224)")
+                      help="gluoncv model-zoo name, or a family with its own sizes and step: "
+                           f"{', '.join(FAMILIES)} (see --model-option) (default: resnet50_v2)")
+    what.add_argument("--model-option", action="append", default=None, metavar="KEY=VALUE",
+                      help="a family's size, repeatable, e.g. --model-option layers=12 for bert-encoder; "
+                           "word-lm-*: vocab, embed, hidden, layers, seq_len, dropout, tied; bert-encoder: vocab, "
+                           "units, heads, ffn, layers, seq_len, max_length, classes, dropout; dcgan: nz, ngf, ndf "
+                           "(default: the sizes docs/benchmarks.md names)")
+    what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=None,
+                      help="square input size in pixels of an image model (default: 224; a family has its own)")
     what.add_argument("--batch-sizes", default=None,
                       help=f"comma-separated batch sizes (default: {BATCH_SIZES['train']} for train, "
                            f"{BATCH_SIZES['inference']} for inference)")
@@ -49,14 +57,15 @@ def register(subparsers):
     what.add_argument("--workers", type=integer(0, 256), default=0,
                       help="data-loading processes (folder) or decoding threads (recordio), as `mxfp16 train "
                            "--workers` (default: 0, decode in the training process)")
-    what.add_argument("--classes", type=integer(1, MAX_COUNT), default=102,
-                      help="model output classes with synthetic data (default: 102, Caltech-101)")
-    what.add_argument("--peer", choices=("pytorch",), default=None,
+    what.add_argument("--classes", type=integer(1, MAX_COUNT), default=None,
+                      help="image model output classes with synthetic data (default: 102, Caltech-101)")
+    what.add_argument("--peer", choices=PEERS, default=None,
                       help="also time the same network shape in PyTorch, each row in its own process with the "
-                           "same threads, batch, warm-up and repeats: for a ResNet-50 model ResNet-50 v1.5 (float32 "
-                           "and autocast bfloat16, NCHW and channels_last), for lstm-classifier and "
-                           "transformer-encoder the same layers in torch.nn (float32 and autocast bfloat16); CPU, "
-                           "train mode and synthetic data only; needs the peer extra (default: no peer)")
+                           "same threads, batch, warm-up and repeats: for a ResNet-50 model ResNet-50 v1.5, for "
+                           "mobilenetv2_1.0, lstm-classifier, transformer-encoder and the families the same layers "
+                           "in torch.nn; float32 and autocast bfloat16, NCHW and channels_last for convolutions, "
+                           "eager and (pytorch, not pytorch-eager) torch.compile; CPU, train mode and synthetic data "
+                           "only; needs the peer extra (default: no peer)")
     what.add_argument("--onnxruntime", action="store_true",
                       help="with --mode inference: also time the network as `mxfp16 export --format onnx` writes it, "
                            "in onnxruntime with the same threads, batches and timing: float32, and float16 on a GPU "
@@ -96,7 +105,7 @@ def run(args):
                                precisions=args.precisions, amp_lists=args.amp_lists, mode=args.mode, data=args.data,
                                pipeline=args.pipeline, workers=args.workers, classes=args.classes, ctx=args.ctx,
                                iters=args.iters, warmup=args.warmup, repeats=args.repeats, peer=args.peer,
-                               onnxruntime=args.onnxruntime)
+                               onnxruntime=args.onnxruntime, model_options=args.model_option)
     except BenchSetupError as err:
         raise CommandError(str(err)) from None
     machine, threads, load = plan.machine, plan.threads, plan.load_start
@@ -105,7 +114,7 @@ def run(args):
     print(f"threads: {threads['planned']} for MXNet in every run (from {threads['source']}; "
           f"{threads['available_cores']} cores available)")
     rounds = f" x {args.rounds} rounds in turn" if args.rounds > 1 else ""
-    print(f"{len(plan.specs)} runs{rounds}, each in its own process: {args.model} {args.image_size}px {args.mode}, "
+    print(f"{len(plan.specs)} runs{rounds}, each in its own process: {args.model} {plan.input_size} {args.mode}, "
           f"{args.warmup} warm-up + {args.repeats} x {plan.iters} timed steps")
 
     def progress(record):
@@ -114,16 +123,17 @@ def run(args):
         if record.get("status") == "ok":
             latency = (f"; latency median {record['latency_ms_median']:.1f}, p90 {record['latency_ms_p90']:.1f}, "
                        f"p99 {record['latency_ms_p99']:.1f} ms" if record.get("latency_ms_median") else "")
-            print(what + f"{record['images_per_second']:.2f} img/s, {record['ms_per_step']:.1f} "
+            field = report.throughput_field(record)
+            print(what + f"{record[field]:.2f} {report.UNITS[field]}, {record['ms_per_step']:.1f} "
                          f"+/- {record['ms_per_step_spread']:.1f} ms/step{latency}", flush=True)
         else:
             reason = (record.get("reason") or "").strip().splitlines()
             print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
 
     records = run_suite(plan.specs, timeout=args.timeout, on_result=progress, rounds=args.rounds)
-    config = {k: getattr(args, k) for k in ("model", "image_size", "batch_sizes", "precisions", "amp_lists", "mode",
-                                            "data", "pipeline", "workers", "classes", "ctx", "iters", "warmup",
-                                            "repeats", "rounds", "peer", "onnxruntime")}
+    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
+                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
+                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
     config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
     document, paths = record_invocation(args.out, plan, records, config, plots=not args.no_plots)
     records = document["results"]  # one row per measurement, its rounds merged

@@ -1,0 +1,191 @@
+"""The benchmark's own model registry: the families whose input is not a classifier's image.
+
+``mxfp16 bench --model NAME`` takes a model-zoo name (an image classifier,
+built by :func:`mxfp16.models.build_model`) or one of the families below,
+whose input is token ids or noise and whose training step is not one
+classifier's: each names its layers' sizes (``--model-option KEY=VALUE``
+changes one), the batch its example trains with, what its throughput
+counts, and the optimizer its example uses. Both sides of a comparison read
+them from here: the MXNet step (:mod:`mxfp16.bench.family_steps`) and the
+PyTorch peer (:mod:`mxfp16.bench.peer_families`). Importing this module
+imports neither framework.
+
+- ``word-lm-lstm``, ``word-lm-gru``: MXNet's ``example/gluon/word_language_model``
+  at the size of its 650-unit run (2 layers, 650 units, embedding 650, tied
+  weights, dropout 0.5, 35-step truncated backprop, SGD with the gradient's
+  global norm clipped to 0.25), batch 32. The vocabulary is Penn Treebank's
+  10,000 words, the corpus the example was written for and the 650-unit
+  configuration comes from (Zaremba et al., 2014); the 1.9.1 example reads
+  WikiText-2 (33,278 words), whose decoder would be three quarters of the
+  step's arithmetic and bury the recurrent layers this family is about. With
+  10,000 words the decoder and the two recurrent layers are about equal.
+- ``bert-encoder``: BERT-base's widths (768 units, 12 heads, feed-forward
+  3072, 30,522 words, dropout 0.1) with 2 blocks, sequences of 128 tokens,
+  batch 8, BERT's pooler and a two-class head, Adam.
+- ``dcgan``: MXNet's ``example/gluon/dc_gan`` (nz 100, ngf and ndf 64,
+  64 px, Adam 2e-4 with beta1 0.5), batch 64, timed as one GAN iteration:
+  the discriminator's update on a real and a generated batch, then the
+  generator's. That is the unit a GAN user waits for; either network alone
+  leaves out the other's half of the work, and the generator's update runs
+  backward through the discriminator anyway.
+"""
+from dataclasses import dataclass
+
+__all__ = ["Family", "FAMILIES", "family", "resolve_options", "record_fields", "throughput_fields", "FamilyError",
+           "TOKENS", "IMAGES"]
+
+#: What a family's throughput counts.
+TOKENS, IMAGES = "tokens", "images"
+
+
+class FamilyError(ValueError):
+    """A model option a family does not have, or a value it cannot take; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One benchmark family.
+
+    Attributes
+    ----------
+    name : str
+        The ``--model`` name.
+    title : str
+        What is trained, as the report says it.
+    unit : str
+        :data:`TOKENS` (throughput in tokens: batch x ``seq_len`` per step) or
+        :data:`IMAGES` (the batch's images per step).
+    batch_size : int
+        The batch its example trains with (``--batch-sizes`` by default).
+    options : dict
+        Every size the layers take, with its documented value.
+    optimizer : str
+        An MXNet optimizer name (PyTorch's peer uses the same algorithm).
+    optimizer_params : dict
+        MXNet's names (``learning_rate``, ``momentum``, ``wd``, ``beta1``).
+    clip_grad_norm : float or None
+        The global gradient norm the step clips to.
+    image_size : int or None
+        The side of its images, fixed by the layers; ``None`` for token input.
+    """
+
+    name: str
+    title: str
+    unit: str
+    batch_size: int
+    options: dict
+    optimizer: str
+    optimizer_params: dict
+    clip_grad_norm: float = None
+    image_size: int = None
+
+
+def _language_model(mode):
+    return Family(
+        name=f"word-lm-{mode}",
+        title=f"word language model (MXNet's example/gluon/word_language_model): embedding, 2-layer {mode.upper()} "
+              "650, tied decoder, dropout 0.5, 35-step segments, 10,000 words",
+        unit=TOKENS, batch_size=32,
+        options={"vocab": 10000, "embed": 650, "hidden": 650, "layers": 2, "seq_len": 35, "dropout": 0.5, "tied": 1},
+        optimizer="sgd", optimizer_params={"learning_rate": 20.0, "momentum": 0.0, "wd": 0.0}, clip_grad_norm=0.25)
+
+
+FAMILIES = {f.name: f for f in (
+    _language_model("lstm"),
+    _language_model("gru"),
+    Family(name="bert-encoder",
+           title="BERT-base-sized encoder: word and position embeddings, 2 post-LayerNorm blocks (768 units, 12 "
+                 "heads, GELU feed-forward 3072), pooler, 2 classes; 128 tokens",
+           unit=TOKENS, batch_size=8,
+           options={"vocab": 30522, "units": 768, "heads": 12, "ffn": 3072, "layers": 2, "seq_len": 128,
+                    "max_length": 512, "classes": 2, "dropout": 0.1},
+           optimizer="adam", optimizer_params={"learning_rate": 1e-4, "wd": 0.0}),
+    Family(name="dcgan",
+           title="DCGAN (MXNet's example/gluon/dc_gan), 64 px: one iteration, the discriminator's update on a real "
+                 "and a generated batch, then the generator's",
+           unit=IMAGES, batch_size=64, image_size=64,
+           options={"nz": 100, "ngf": 64, "ndf": 64},
+           optimizer="adam", optimizer_params={"learning_rate": 2e-4, "beta1": 0.5, "wd": 0.0}),
+)}
+
+
+def family(name):
+    """The :class:`Family` called ``name``, or ``None`` for a model-zoo name."""
+    return FAMILIES.get(name)
+
+
+def resolve_options(name, given=None):
+    """A family's sizes: its documented ones with ``given`` put over them.
+
+    Parameters
+    ----------
+    name : str
+        A family name.
+    given : dict or sequence of str, optional
+        ``{"hidden": 16}``, or ``["hidden=16", ...]`` as ``--model-option`` gives them.
+
+    Returns
+    -------
+    dict
+        Every option, each of its default's type.
+
+    Raises
+    ------
+    FamilyError
+        ``name`` is no family, an option it does not have, a value that is
+        not a positive number of the option's kind, or a dropout outside [0, 1).
+    """
+    fam = FAMILIES.get(name)
+    if fam is None:
+        raise FamilyError(f"--model-option applies to {', '.join(FAMILIES)}, not {name!r}")
+    options = dict(fam.options)
+    for key, text in _pairs(given):
+        if key not in options:
+            raise FamilyError(f"{name} has no option {key!r}; its options are "
+                              f"{', '.join(f'{k}={v}' for k, v in fam.options.items())}")
+        kind = type(fam.options[key])
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise FamilyError(f"--model-option {key}={text}: {key} takes {'an integer' if kind is int else 'a number'}"
+                              f", e.g. {key}={fam.options[key]}") from None
+        if key == "dropout" and not 0 <= value < 1:
+            raise FamilyError(f"--model-option dropout={text}: a probability in [0, 1), e.g. dropout=0.1")
+        if key not in ("dropout", "tied") and value < 1 or key == "tied" and value not in (0, 1):
+            raise FamilyError(f"--model-option {key}={text}: "
+                              + ("0 or 1" if key == "tied" else "at least 1") + f", e.g. {key}={fam.options[key]}")
+        options[key] = value
+    return options
+
+
+def _pairs(given):
+    if not given:
+        return []
+    if isinstance(given, dict):
+        return list(given.items())
+    pairs = []
+    for item in given:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise FamilyError(f"--model-option {item!r} is not KEY=VALUE; e.g. --model-option hidden=16")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def record_fields(model, options):
+    """What a result record of ``model`` says about its family: ``{}`` for an image model, else ``unit``,
+    ``options``, ``network`` (the family's title) and, for token input, ``seq_len``."""
+    fam = FAMILIES.get(model)
+    if fam is None:
+        return {}
+    fields = {"unit": fam.unit, "options": dict(options), "network": fam.title}
+    return dict(fields, seq_len=options["seq_len"]) if fam.unit == TOKENS else fields
+
+
+def throughput_fields(model, batch_size, options, seconds_per_step):
+    """A result record's throughput: ``images_per_second``, or for a token family ``tokens_per_second``
+    (batch x ``seq_len`` per step) with ``images_per_second`` ``None``."""
+    fam = FAMILIES.get(model)
+    if fam is None or fam.unit == IMAGES:
+        return {"images_per_second": batch_size / seconds_per_step}
+    return {"images_per_second": None, "tokens_per_second": batch_size * options["seq_len"] / seconds_per_step}

@@ -1,0 +1,159 @@
+"""The MXNet side of each benchmark family: its networks, its synthetic batch and its timed step.
+
+The step is what a user of the family's example runs, built from the
+library's own pieces: the networks are hybridized with static memory and
+prepared by the run's :class:`~mxfp16.MixedPrecision` (cast, trainer beside
+its loss scaler), each batch goes through :meth:`~mxfp16.MixedPrecision.cast_batch`
+and every update is :meth:`~mxfp16.MixedPrecision.train_step`, the
+trainer's step. The sizes, optimizer and clipping come from
+:mod:`mxfp16.bench.families`, which the PyTorch peer reads too.
+
+- language models: token ids ``(batch, seq_len)`` in, the next token at
+  every position as the label, softmax cross-entropy over the vocabulary,
+  the global gradient norm clipped;
+- the encoder: token ids in, one class per sequence;
+- the GAN: a real batch in; each iteration draws its noise on the device
+  (as the example does), updates the discriminator on the real and the
+  generated batch, then the generator through the discriminator on the same
+  generated batch. Two ``train_step`` calls, one per trainer, sharing the
+  run's loss scaler (as one ``GradScaler`` serves several optimizers).
+
+Token ids are int32: :func:`mxfp16.cast_batch` leaves integer arrays alone,
+where float16 would round ids above 2048.
+"""
+import random
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon, init
+
+from ..models.encoder import BertEncoderClassifier
+from ..models.gan import DiscriminatorPass, dcgan_discriminator, dcgan_generator
+from ..models.language import WordLanguageModel
+from .families import FAMILIES, TOKENS
+
+__all__ = ["build_networks", "synthetic_batch", "family_step"]
+
+
+def build_networks(name, options, ctx=None):
+    """A family's networks, initialised in float32 and materialised, not hybridized.
+
+    Parameters
+    ----------
+    name : str
+        A family name (:data:`mxfp16.bench.families.FAMILIES`).
+    options : dict
+        Its sizes (:func:`mxfp16.bench.families.resolve_options`).
+    ctx : mx.Context or list of mx.Context, optional
+
+    Returns
+    -------
+    dict
+        ``{"net": block}``, or ``{"generator": ..., "discriminator": ...}`` for the GAN.
+
+    Raises
+    ------
+    ValueError
+        Sizes the layers cannot take (tied weights of two widths, units not
+        a multiple of heads, sequences longer than the position table).
+    """
+    o = options
+    first = (ctx[0] if isinstance(ctx, (list, tuple)) else ctx) or mx.current_context()
+    if name.startswith("word-lm-"):
+        net = WordLanguageModel(name.rsplit("-", 1)[1], o["vocab"], o["embed"], o["hidden"], o["layers"],
+                                o["dropout"], bool(o["tied"]), prefix="wordlm_")
+        net.initialize(init.Xavier(), ctx=ctx)  # the example's; the embedding keeps its own Uniform(0.1)
+        return {"net": net}
+    if name == "bert-encoder":
+        if o["seq_len"] > o["max_length"]:
+            raise ValueError(f"seq_len={o['seq_len']} is longer than the position table (max_length="
+                             f"{o['max_length']}); raise max_length or shorten seq_len")
+        if o["units"] % o["heads"]:
+            raise ValueError(f"units={o['units']} is not a multiple of heads={o['heads']}")
+        net = BertEncoderClassifier(o["classes"], o["vocab"], o["units"], o["heads"], o["ffn"], o["layers"],
+                                    o["max_length"], o["dropout"], prefix="bertencoder_")
+        net.initialize(init.Normal(0.02), ctx=ctx)
+        net(mx.nd.zeros((1, o["seq_len"]), ctx=first, dtype="int32"))  # deferred shapes, in inference mode
+        return {"net": net}
+    if name == "dcgan":
+        generator, discriminator = dcgan_generator(o["nz"], o["ngf"]), dcgan_discriminator(o["ndf"])
+        for net, shape in ((generator, (1, o["nz"], 1, 1)), (discriminator, (1, 3, 64, 64))):
+            net.initialize(init.Normal(0.02), ctx=ctx)  # the example's
+            net(mx.nd.zeros(shape, ctx=first))
+        return {"generator": generator, "discriminator": discriminator}
+    raise ValueError(f"{name!r} is not a benchmark family: {', '.join(FAMILIES)}")
+
+
+def synthetic_batch(name, options, batch_size, seed=0):
+    """One fixed batch ``(data, label)`` of the family's shape (a step's speed does not depend on the values).
+
+    Returns
+    -------
+    tuple
+        Language models: int32 ids ``(batch, seq_len)`` and the next id at
+        each position; the encoder: ids and one int32 class per sequence;
+        the GAN: real images ``(batch, 3, 64, 64)`` in [-1, 1] and the
+        labels ``(ones, zeros)`` of the real and the generated batch.
+    """
+    rng = np.random.RandomState(seed)
+    if FAMILIES[name].unit == TOKENS:
+        stream = rng.randint(0, options["vocab"], (batch_size, options["seq_len"] + 1))
+        if name == "bert-encoder":
+            label = rng.randint(0, options["classes"], batch_size)
+            return mx.nd.array(stream[:, :-1], dtype="int32"), mx.nd.array(label, dtype="int32")
+        return mx.nd.array(stream[:, :-1], dtype="int32"), mx.nd.array(stream[:, 1:], dtype="int32")
+    real = rng.uniform(-1, 1, (batch_size, 3, 64, 64)).astype(np.float32)
+    return mx.nd.array(real), (mx.nd.ones((batch_size,)), mx.nd.zeros((batch_size,)))
+
+
+def family_step(spec, mixed, batches, nets=None):
+    """The family's training step for ``spec``, built through ``mixed``; returns ``step()`` -> a loss array.
+
+    Parameters
+    ----------
+    spec : mxfp16.bench.runner.BenchSpec
+        ``model`` a family name, ``options`` its resolved sizes.
+    mixed : MixedPrecision
+        Created before the networks (AMP, when on, must see them built).
+    batches : object
+        ``next()`` gives :func:`synthetic_batch`'s batch.
+    nets : dict, optional
+        The networks :func:`build_networks` returns, on ``mixed.ctx``; by
+        default built here, after seeding MXNet, numpy and ``random`` with
+        ``spec.seed``.
+    """
+    fam = FAMILIES[spec.model]
+    if nets is None:
+        mx.random.seed(spec.seed)
+        np.random.seed(spec.seed)
+        random.seed(spec.seed)
+        nets = build_networks(spec.model, spec.options, mixed.ctx)
+    for net in nets.values():
+        net.hybridize(static_alloc=True, static_shape=True)
+    params = dict(fam.optimizer_params)
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    if "net" in nets:
+        net = nets["net"]
+        trainer = mixed.prepare(net, fam.optimizer, params)
+
+        def step():
+            data, label = mixed.cast_batch(*batches.next())
+            return mixed.train_step(net, loss, trainer, data, label, clip_grad_norm=fam.clip_grad_norm).loss
+        return step
+
+    generator, discriminator = nets["generator"], nets["discriminator"]
+    trainer_g = mixed.prepare(generator, fam.optimizer, params)
+    trainer_d = mixed.prepare(discriminator, fam.optimizer, dict(params))
+    d_pass = DiscriminatorPass(generator, discriminator)
+    nz = spec.options["nz"]
+
+    def d_loss(outputs, real_label, fake_label):
+        return loss(outputs[0], real_label), loss(outputs[1], fake_label)
+
+    def step():
+        real, labels = batches.next()
+        noise = mx.nd.random.normal(0, 1, shape=(real.shape[0], nz, 1, 1), ctx=real.ctx)
+        data, label = mixed.cast_batch((real, noise), labels)
+        fakes = [outputs[2] for outputs in mixed.train_step(d_pass, d_loss, trainer_d, data, label).outputs]
+        return mixed.train_step(discriminator, loss, trainer_g, fakes, [y[0] for y in label]).loss
+    return step
