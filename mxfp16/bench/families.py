@@ -149,11 +149,10 @@ def resolve_options(name, given=None):
         except (TypeError, ValueError):
             raise FamilyError(f"--model-option {key}={text}: {key} takes {'an integer' if kind is int else 'a number'}"
                               f", e.g. {key}={fam.options[key]}") from None
-        if key == "dropout" and not 0 <= value < 1:
-            raise FamilyError(f"--model-option dropout={text}: a probability in [0, 1), e.g. dropout=0.1")
-        if key not in ("dropout", "tied") and value < 1 or key == "tied" and value not in (0, 1):
-            raise FamilyError(f"--model-option {key}={text}: "
-                              + ("0 or 1" if key == "tied" else "at least 1") + f", e.g. {key}={fam.options[key]}")
+        allowed = {"dropout": ("a probability in [0, 1)", 0 <= value < 1), "tied": ("0 or 1", value in (0, 1))}
+        words, ok = allowed.get(key, ("at least 1", value >= 1))
+        if not ok:
+            raise FamilyError(f"--model-option {key}={text}: {words}, e.g. {key}={fam.options[key]}")
         options[key] = value
     return options
 

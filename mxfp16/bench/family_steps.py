@@ -130,11 +130,10 @@ def family_step(spec, mixed, batches, nets=None):
         nets = build_networks(spec.model, spec.options, mixed.ctx)
     for net in nets.values():
         net.hybridize(static_alloc=True, static_shape=True)
-    params = dict(fam.optimizer_params)
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if "net" in nets:
         net = nets["net"]
-        trainer = mixed.prepare(net, fam.optimizer, params)
+        trainer = mixed.prepare(net, fam.optimizer, dict(fam.optimizer_params))
 
         def step():
             data, label = mixed.cast_batch(*batches.next())
@@ -142,8 +141,8 @@ def family_step(spec, mixed, batches, nets=None):
         return step
 
     generator, discriminator = nets["generator"], nets["discriminator"]
-    trainer_g = mixed.prepare(generator, fam.optimizer, params)
-    trainer_d = mixed.prepare(discriminator, fam.optimizer, dict(params))
+    trainer_g = mixed.prepare(generator, fam.optimizer, dict(fam.optimizer_params))
+    trainer_d = mixed.prepare(discriminator, fam.optimizer, dict(fam.optimizer_params))
     d_pass = DiscriminatorPass(generator, discriminator)
     nz = spec.options["nz"]
 

@@ -31,9 +31,8 @@ def register(subparsers):
                            f"{', '.join(FAMILIES)} (see --model-option) (default: resnet50_v2)")
     what.add_argument("--model-option", action="append", default=None, metavar="KEY=VALUE",
                       help="a family's size, repeatable, e.g. --model-option layers=12 for bert-encoder; "
-                           "word-lm-*: vocab, embed, hidden, layers, seq_len, dropout, tied; bert-encoder: vocab, "
-                           "units, heads, ffn, layers, seq_len, max_length, classes, dropout; dcgan: nz, ngf, ndf "
-                           "(default: the sizes docs/benchmarks.md names)")
+                           + "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in fam.options.items())}"
+                                       for name, fam in FAMILIES.items()) + " (default: those sizes)")
     what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=None,
                       help="square input size in pixels of an image model (default: 224; a family has its own)")
     what.add_argument("--batch-sizes", default=None,
