@@ -93,6 +93,15 @@ def test_an_isa_cap_between_avx512_and_bfloat16_means_emulated():
     assert support.kind == "emulated" and support.runs and not support.native
 
 
+def test_a_bfloat16_dense_runs_exactly_where_the_flags_say_it_does():
+    """The live probe (what decides for a CPU whose flags cannot be read) agrees with the flags where they can."""
+    support = hardware.bfloat16_support()
+    if support.kind == "unknown":
+        pytest.skip(f"no flags to compare with: {support.reason}")
+    runs, what = hardware.probe_bfloat16_arithmetic()
+    assert runs == support.runs, (support.describe(), what)
+
+
 def test_auto_on_gpu_is_float16():
     # Resolving does not touch the device, so a GPU context can be described anywhere.
     assert resolve_precision("auto", [mx.gpu(0), mx.gpu(1)]).name == "float16"

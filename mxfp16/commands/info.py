@@ -1,5 +1,8 @@
 """``mxfp16 info``: what this machine and this MXNet build can do.
 
+It also measures what MXNet's float32 -> bfloat16 cast does with bfloat16's
+subnormals on this CPU (flushed or kept: it depends on the CPU's instructions).
+
 For a CUDA build of MXNet it also lists each CUDA library (found where, or
 the command that installs it), the GPU architectures the build has kernels
 for, and a warning for any GPU they do not cover natively.
@@ -30,7 +33,7 @@ def register(subparsers):
 
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
-    from ..float_formats import FORMATS
+    from ..float_formats import FORMATS, measure_bfloat16_cast
     from ..machine import hardware
     from ..machine.environment import check_threads, float16_environment
     from ..machine.stack import stack_report
@@ -39,12 +42,15 @@ def collect():
     machine = hardware.machine_summary()
     ctx = "gpu" if machine["gpus"] else "cpu"
     auto = resolve_precision("auto", ctx)
+    # In this process, which has MXNet loaded already; last, so a failure (reported in the dict) touches nothing.
+    cast = measure_bfloat16_cast(in_process=True)
     return {
         "machine": machine,
         "stack": stack_report(),
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
         "auto": {"ctx": ctx, "resolves_to": auto.name, "reason": auto.reason},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
+        "bfloat16_cast": cast.as_dict(),
         "cuda": cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
         "environment": float16_environment(),
@@ -114,6 +120,7 @@ def _text(report):
         f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
         f"  bfloat16 in MXNet: {BFLOAT16_KINDS[m['bfloat16']['kind']]}: {m['bfloat16']['reason']}",
+        _cast_text(report["bfloat16_cast"]),
         f"  AMX: {m['amx']['state']}{_errno(m['amx']['errno'])}: {m['amx']['detail']} "
         f"(DNNL_MAX_CPU_ISA={m['amx']['isa'] or 'unset'}; {SWITCH}=0 turns AMX off)",
         f"GPUs: {len(m['gpus'])}",
@@ -138,6 +145,18 @@ def _text(report):
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _cast_text(cast):
+    """The measured float32 -> bfloat16 cast in one line: what it does with subnormals, and what decides it."""
+    head = "  float32 -> bfloat16 cast (amp_cast, what AMP inserts), measured:"
+    if cast["subnormals"] == "unmeasured":
+        return f"{head} could not be measured: {cast['error']}"
+    what = {"flushed": "flushes bfloat16's subnormals to zero", "kept": "keeps bfloat16's subnormals",
+            "mixed": "flushes some of bfloat16's subnormals and keeps others"}[cast["subnormals"]]
+    if cast["expected"] not in (None, cast["subnormals"]):
+        return f"{head} {what}, which this CPU's flags do not explain ({cast['decided_by']})"
+    return f"{head} {what}: {cast['decided_by']}"
 
 
 def _errno(number):

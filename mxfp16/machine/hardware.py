@@ -276,6 +276,60 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
+_DENSE_PROBE = """
+import mxfp16, mxnet as mx
+from mxfp16.float_formats import BFLOAT16
+x, w = (mx.nd.amp_cast(mx.nd.ones(shape), dtype=BFLOAT16) for shape in ((2, 4), (3, 4)))
+out = mx.nd.FullyConnected(x, w, num_hidden=3, no_bias=True)
+print(float(mx.nd.amp_cast(out, dtype="float32").sum().asscalar()))
+"""
+
+
+def python_child(code, timeout=300):
+    """Run ``code`` in a fresh Python process (this interpreter, this checkout's mxfp16 first on the path).
+
+    For what MXNet does on this CPU, measured where an MXNet failure (which is
+    asynchronous and can leave a process unusable) cannot reach the caller.
+
+    Returns
+    -------
+    (str or None, str or None)
+        The child's last line of output and ``None``; or ``None`` and why
+        there is none (its last line of error output, or what stopped it).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+               PYTHONWARNINGS="ignore")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"the child process failed: {err}"
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return lines[-1], None
+    last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:]
+    return None, last[0] if last else f"exit status {proc.returncode}"
+
+
+def probe_bfloat16_arithmetic(timeout=300):
+    """Run one small bfloat16 Dense (``FullyConnected``) in a child process: does bfloat16 arithmetic run here?
+
+    :func:`bfloat16_support` reads the CPU's flags; where there are none to
+    read (``'unknown'``: macOS, Windows) only running MXNet tells. The child
+    keeps an MXNet failure, which is asynchronous and can leave a process
+    unusable, out of the caller's process.
+
+    Returns
+    -------
+    (bool, str)
+        Whether it ran and gave the right sum, and what happened (the child's last error line where it failed).
+    """
+    out, error = python_child(_DENSE_PROBE, timeout)
+    if out == "24.0":
+        return True, "a bfloat16 Dense ran in a child process"
+    return False, f"a bfloat16 Dense failed in a child process: {error or f'it returned {out}, not 24.0'}"
+
+
 def has_cpu_bfloat16():
     """Whether the CPU runs bfloat16 natively (avx512_bf16 or AMX): :func:`bfloat16_support`'s ``native``."""
     return bfloat16_support().native
