@@ -127,7 +127,7 @@ def _run(args):
 
         print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 2
-    except Exception as err:  # noqa: BLE001 -- only a failed allocation is turned into a message here
+    except Exception as err:  # only a failed allocation is turned into a message here
         from .plumbing.limits import allocation_message, is_allocation_failure
 
         if not is_allocation_failure(err):

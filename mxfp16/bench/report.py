@@ -209,6 +209,12 @@ def add_speedups(records):
     return table
 
 
+def _fastest(rows):
+    """The fastest of ``rows`` as ``{"label", "images_per_second", "row"}``, or ``None`` when there is none."""
+    row = max(rows, key=lambda r: r["images_per_second"], default=None)
+    return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"], "row": row}
+
+
 def peer_comparison(records):
     """mxfp16 against the peer, per group: the best mixed-precision rows and the float32 rows.
 
@@ -227,18 +233,13 @@ def peer_comparison(records):
             groups.setdefault(_group(r), []).append(r)
     out = {}
     for rows in groups.values():
-        def best(rows):
-            row = max(rows, key=lambda r: r["images_per_second"], default=None)
-            return None if row is None else {"label": label(row), "images_per_second": row["images_per_second"],
-                                             "row": row}
-
         mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
         if not peer:
             continue
-        entry = {"mxfp16_mixed": best([r for r in mine if r["precision"] != BASELINE]),
-                 "peer_mixed": best([r for r in peer if not r["precision"].endswith(BASELINE)]),
-                 "mxfp16_float32": best([r for r in mine if r["precision"] == BASELINE]),
-                 "peer_float32": best([r for r in peer if r["precision"].endswith(BASELINE)])}
+        entry = {"mxfp16_mixed": _fastest([r for r in mine if r["precision"] != BASELINE]),
+                 "peer_mixed": _fastest([r for r in peer if not r["precision"].endswith(BASELINE)]),
+                 "mxfp16_float32": _fastest([r for r in mine if r["precision"] == BASELINE]),
+                 "peer_float32": _fastest([r for r in peer if r["precision"].endswith(BASELINE)])}
         for kind in ("mixed", "float32"):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
             entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], "images_per_second") if a and b else None

@@ -101,7 +101,7 @@ def run_command(args):
     except TrainingInterrupted as err:
         print(str(err), file=sys.stderr)
         raise
-    except Exception as err:  # noqa: BLE001 -- a failed allocation, told with the run's own sizes
+    except Exception as err:  # a failed allocation, told with the run's own sizes
         if not is_allocation_failure(err):
             raise
         config = run.config if run is not None else _resolved_or_none(args)

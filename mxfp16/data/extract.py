@@ -355,7 +355,7 @@ def _extract_tar(archive, writer, limits):
             source = tf.extractfile(member)
             start = raw.tell()
             with source:
-                writer.member(member.name, source, member.size, lambda: raw.tell() - start)
+                writer.member(member.name, source, member.size, lambda start=start: raw.tell() - start)
 
 
 def _check_zip(archive, infos, limits, already):
@@ -386,7 +386,7 @@ def _extract_zip(archive, writer, limits):
                 continue
             with zf.open(info) as source:
                 start = raw.tell()  # zipfile reads the member through our file object
-                writer.member(info.filename, source, info.file_size, lambda: raw.tell() - start)
+                writer.member(info.filename, source, info.file_size, lambda start=start: raw.tell() - start)
 
 
 def safe_extract(archive, target, limits=None, already=0):

@@ -32,7 +32,15 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
+from ..plumbing.fileio import (
+    JSONFileError,
+    OutputFolderError,
+    check_output_folder,
+    read_json,
+    shown,
+    temporary_file,
+    write_json,
+)
 from ..plumbing.locking import FolderBusyError, FolderLock
 from .layout import split_problem
 from .pipelines import classes_file, record_files

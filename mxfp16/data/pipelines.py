@@ -65,7 +65,7 @@ import numpy as np
 from mxnet import gluon
 
 from ..plumbing.fileio import JSONFileError, read_json, shown
-from .augment import AUGMENT_CHOICES, DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
+from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import PIPELINES, pack_problem, split_problem
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
@@ -165,7 +165,7 @@ class _FolderImages(gluon.data.Dataset):
         path, label = self._base.items[idx]
         try:
             img = read_image(path)
-        except Exception as err:  # noqa: BLE001 -- any decoder failure becomes a DataError with the path
+        except Exception as err:  # any decoder failure becomes a DataError with the path
             # MXNetError messages start with a C++ traceback; the last line says what failed.
             reason = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1].strip()[:200]
             raise DataError(f"cannot decode {shown(path)} ({type(err).__name__}: {reason}). "
@@ -393,7 +393,8 @@ class RecordLoaders(Loaders):
             meta = read_json(meta_path, "re-run `mxfp16 data pack`", fields={"classes": list, "counts": dict})
             counts = {split: meta["counts"][split] for split in ("train", "test")}
         except (JSONFileError, KeyError) as err:
-            raise DataError(f"{err if isinstance(err, JSONFileError) else f'{shown(meta_path)} lacks counts'}.") from None
+            why = err if isinstance(err, JSONFileError) else f"{shown(meta_path)} lacks counts"
+            raise DataError(f"{why}.") from None
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts.values()) or not all(
                 isinstance(c, str) for c in meta["classes"]):
             raise DataError(f"{shown(meta_path)} holds counts or classes of the wrong type; re-run `mxfp16 data pack`.")

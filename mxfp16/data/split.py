@@ -22,7 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
+from ..plumbing.fileio import (
+    JSONFileError,
+    OutputFolderError,
+    check_output_folder,
+    read_json,
+    temporary_folder,
+    write_json,
+)
 from .validate import DataError, scan_classes
 
 __all__ = ["split_folder", "plan_split"]
@@ -158,7 +165,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
                         counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
                         totals={"train": sum(len(tr) for tr, _ in plans.values()),
                                 "test": sum(len(te) for _, te in plans.values())},
-                        files="hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies",
+                        files=("hard links" if methods == {"link"} else "copies" if methods == {"copy"}
+                               else "links and copies"),
                         skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
         write_json(tmp / MANIFEST, manifest)
         os.rename(tmp, out)

@@ -63,8 +63,9 @@ def time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, imag
     # CPU time of this process (all its threads): images per CPU-second hardly depends on the load
     # other processes put on the machine. Worker processes' time is not counted, hence None for them.
     in_process = pipeline == "recordio" or workers == 0
-    return {"pipeline": pipeline, "workers": workers,
-            "threads" if pipeline == "recordio" else "processes": max(1, workers) if pipeline == "recordio" else workers,
+    # ImageRecordIter decodes on preprocess_threads (at least one); the folder loader's DataLoader on processes.
+    parallel = ("threads", max(1, workers)) if pipeline == "recordio" else ("processes", workers)
+    return {"pipeline": pipeline, "workers": workers, parallel[0]: parallel[1],
             "images": counted, "seconds": elapsed, "images_per_second": counted / elapsed,
             "cpu_seconds": cpu if in_process else None,
             "images_per_cpu_second": counted / cpu if in_process and cpu > 0 else None,

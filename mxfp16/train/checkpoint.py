@@ -29,6 +29,7 @@ that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
+import functools
 import hashlib
 import re
 import shutil
@@ -218,7 +219,7 @@ def copy_params(out, into, epoch=None, attempts=5):
             continue  # pruned since the record was read
         digest, copy = hashlib.sha256(), Path(into) / path.name
         with source, open(copy, "wb") as target:
-            for block in iter(lambda: source.read(1 << 20), b""):
+            for block in iter(functools.partial(source.read, 1 << 20), b""):
                 digest.update(block)
                 target.write(block)
         wanted = record.get("files", {}).get(path.name)

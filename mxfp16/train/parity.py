@@ -339,7 +339,7 @@ def plot_parity(report, a_runs, b_runs, path):
     colours = color_cycle()
     for colour, side, runs in ((colours[0], report["a"], a_runs), (colours[1], report["b"], b_runs)):
         curves = [[100.0 * m["val_top1"] for m in r.metrics] for r in runs]
-        for run, curve in zip(runs, curves):
+        for curve in curves:
             ax.plot(range(1, len(curve) + 1), curve, color=colour, alpha=0.35, linewidth=1)
         length = min(len(c) for c in curves)
         mean = np.mean([c[:length] for c in curves], axis=0)
