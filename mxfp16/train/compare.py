@@ -92,6 +92,15 @@ def load_run(path):
     summary_path = os.path.join(path, "summary.json")
     summary = _read_json(summary_path, unfinished)
     metrics_path = os.path.join(path, "metrics.jsonl")
+    metrics = _read_metrics(metrics_path, unfinished)
+    _check_summary(summary, summary_path)
+    _check_metrics(metrics, metrics_path)
+    name = os.path.basename(os.path.normpath(path))
+    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
+
+
+def _read_metrics(metrics_path, unfinished):
+    """The epoch records of ``metrics.jsonl``, refused where there is none."""
     if not os.path.exists(metrics_path):
         raise RunDirError(f"{shown(metrics_path)} is missing: {unfinished}")
     try:
@@ -100,15 +109,11 @@ def load_run(path):
         raise RunDirError(str(err)) from None
     if not metrics:
         raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
-    missing = [f for f in SUMMARY_FIELDS if f not in summary]
-    if missing:
-        raise RunDirError(f"{shown(path)}/summary.json lacks {', '.join(missing)}; was it written by mxfp16 train?")
-    for name in ("final_val_top1", "best_val_top1", "images_per_second", "peak_memory_mb", "epochs"):
-        check_number(summary[name], name, shown(summary_path))
-    for field in ("precision", "model"):
-        if not isinstance(summary[field], str):
-            raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
-                              "changed or damaged. Re-run or leave this run out")
+    return metrics
+
+
+def _check_metrics(metrics, metrics_path):
+    """Refuse an epoch record that lacks a field, or whose numbers are out of range."""
     for m in metrics:
         lacking = [f for f in METRIC_FIELDS if f not in m or (m[f] is None and f not in NULLABLE)]
         if lacking:
@@ -116,8 +121,19 @@ def load_run(path):
         for field in METRIC_FIELDS:
             if field in RANGES:
                 check_number(m[field], field, f"{shown(metrics_path)} epoch {m['epoch']}")
-    name = os.path.basename(os.path.normpath(path))
-    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
+
+
+def _check_summary(summary, summary_path):
+    """Refuse a ``summary.json`` that lacks a field, or whose numbers and names are not numbers and names."""
+    missing = [f for f in SUMMARY_FIELDS if f not in summary]
+    if missing:
+        raise RunDirError(f"{shown(summary_path)} lacks {', '.join(missing)}; was it written by mxfp16 train?")
+    for name in ("final_val_top1", "best_val_top1", "images_per_second", "peak_memory_mb", "epochs"):
+        check_number(summary[name], name, shown(summary_path))
+    for field in ("precision", "model"):
+        if not isinstance(summary[field], str):
+            raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
+                              "changed or damaged. Re-run or leave this run out")
 
 
 def load_runs(paths):
