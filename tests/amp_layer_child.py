@@ -14,6 +14,7 @@ import traceback
 
 import mxfp16
 from mxfp16.amp.table import LAYERS, _Cast, _numpy_scope
+from mxfp16.float_formats import BFLOAT16
 
 import numpy as np
 
@@ -23,11 +24,10 @@ STEPS = 3
 def main(precision_name, out):
     import mxnet as mx
     from mxnet import autograd, gluon, nd
-    from mxnet.contrib.amp.amp import bfloat16
 
     precision = mxfp16.resolve_precision(precision_name, "cpu", allow_cpu_float16=True)
     mxfp16.activate(precision)
-    cast = {"amp-bfloat16": bfloat16, "float16": None}.get(precision.name)
+    cast = {"amp-bfloat16": BFLOAT16, "float16": None}.get(precision.name)
     arrays, report = {}, {}
     for index, layer in enumerate(LAYERS):
         try:

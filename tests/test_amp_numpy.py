@@ -204,7 +204,8 @@ def test_what_numpy_mode_cannot_do_in_bfloat16_in_mxnet_1_9_1():
     # assignment of float32 values into a bfloat16 array call) looks the dtype up by its numpy type, and
     # numpy has no bfloat16 (MXNet's is a structured dtype, numpy.void). The legacy mx.nd.empty can.
     # docs/amp-table.md ("numpy mode") says so; when this starts to pass, say it no longer.
-    from mxfp16.amp.wrappers import BFLOAT16, dtype_name
+    from mxfp16.amp.wrappers import dtype_name
+    from mxfp16.float_formats import BFLOAT16
 
     import mxnet as mx
 

@@ -299,7 +299,8 @@ def _run(name, arrays, kwargs, dtypes):
 
     Returns (output as float32 numpy, input gradients as float32 numpy or None).
     """
-    from mxfp16.amp.wrappers import BFLOAT16, cast
+    from mxfp16.amp.wrappers import cast
+    from mxfp16.float_formats import BFLOAT16
 
     import mxnet as mx
     import numpy as np

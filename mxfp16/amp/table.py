@@ -17,7 +17,8 @@ from mxnet import gluon
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
-from .wrappers import cast
+from ..float_formats import BFLOAT16
+from .wrappers import cast, dtype_name
 
 __all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes", "table", "render"]
 
@@ -255,13 +256,6 @@ def _numpy_scope(on):
     return stack
 
 
-def _dtype_name(dtype):
-    import numpy as np
-
-    dtype = np.dtype(dtype)
-    return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
-
-
 def layer_dtypes(layer, input_dtype="float32"):
     """The dtype of each operator ``layer`` builds, with AMP active in this process.
 
@@ -278,9 +272,8 @@ def layer_dtypes(layer, input_dtype="float32"):
         ``(operator, dtype)`` in graph order, without AMP's own casts.
     """
     import mxnet as mx
-    from mxnet.contrib.amp.amp import bfloat16
 
-    cast = {"float32": None, "bfloat16": bfloat16, "float16": "float16"}[input_dtype]
+    cast = {"float32": None, "bfloat16": BFLOAT16, "float16": "float16"}[input_dtype]
     with _numpy_scope(layer.numpy_mode):
         if layer.numpy_mode:
             mx.npx.set_np()
@@ -307,7 +300,7 @@ def layer_dtypes(layer, input_dtype="float32"):
         finally:
             if layer.numpy_mode:
                 mx.npx.reset_np()
-    return [(op, _dtype_name(dtype) if dtype is not None else "unknown")
+    return [(op, dtype_name(dtype) if dtype is not None else "unknown")
             for op, dtype in operator_dtypes(out, internals, types)]
 
 

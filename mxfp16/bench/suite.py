@@ -78,20 +78,14 @@ def onnxruntime_cannot_run(spec):
         return None
     import onnxruntime
 
-    on_gpu = spec.ctx.strip().lower().startswith("gpu") or (
-        spec.ctx.strip().lower() == "auto" and _gpu_count() > 0)
-    if not on_gpu:
+    from ..devices import parse_devices
+
+    if all(kind == "cpu" for kind, _ in parse_devices(spec.ctx)):
         return ONNXRUNTIME_CPU_FLOAT16
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return (f"this onnxruntime ({onnxruntime.__version__}) has no CUDA execution provider for float16; "
                 "pip install onnxruntime-gpu")
     return None
-
-
-def _gpu_count():
-    from ..machine import hardware
-
-    return hardware.gpu_count()
 
 
 def run_suite(specs, timeout=None, on_result=None, rounds=1):

@@ -34,13 +34,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..plumbing.fileio import sha256_file as sha256_of
-from ..plumbing.fileio import write_json
+from ..plumbing.fileio import sha256_file, write_json
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
 from .validate import DataError
 
-__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of", "ExtractLimits"]
+__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "ExtractLimits"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -162,7 +161,7 @@ def _verify(path, sha256, limits):
     With ``sha256`` the checksum decides; without, the file must at least be a
     readable zip or tar archive (read to the end within ``limits``).
     """
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     if sha256 is not None:
         if digest != sha256.lower():
             return digest, ("sha256-mismatch", f"does not match --sha256 (expected {sha256.lower()}, got {digest})")

@@ -109,25 +109,28 @@ def resize_for(image_size):
     return int(round(image_size / 0.875))
 
 
-def center_view(img, image_size, short_side=None):
+def center_view(image, crop, short_side=None):
     """The evaluation view of one decoded image: the short side resized, then the central square.
+
+    :func:`mxfp16.inference.preprocess.center_view` is its numpy port (prediction runs without MXNet), with the
+    same parameters and the same pixels.
 
     Parameters
     ----------
-    img : NDArray
+    image : NDArray
         uint8 HWC, RGB (``mx.image.imread``).
-    image_size : int
-        Side of the square crop.
+    crop : int
+        Side of the square crop (the training ``image_size``).
     short_side : int, optional
-        What the short side is resized to first (default :func:`resize_for` of ``image_size``).
+        What the short side is resized to first (default :func:`resize_for` of ``crop``).
 
     Returns
     -------
     NDArray
-        uint8 ``(image_size, image_size, 3)``.
+        uint8 ``(crop, crop, 3)``.
     """
-    short_side = resize_for(image_size) if short_side is None else short_side
-    return mx.image.center_crop(mx.image.resize_short(img, short_side), (image_size, image_size))[0]
+    short_side = resize_for(crop) if short_side is None else short_side
+    return mx.image.center_crop(mx.image.resize_short(image, short_side), (crop, crop))[0]
 
 
 def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):

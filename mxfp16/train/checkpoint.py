@@ -50,7 +50,7 @@ from .progress import Progress
 
 mx = module("mxnet")
 
-__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
+__all__ = ["CheckpointError", "CheckpointMismatchError", "write_checkpoint", "load_checkpoint", "read_record",
            "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
            "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
 
@@ -259,7 +259,7 @@ def _unflatten(node, arrays):
     return tuple(values) if kind == "tuple" else values
 
 
-def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
+def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
     """Write a checkpoint of ``progress``'s position and make it current; keep the newest ``keep``.
 
     Parameters
