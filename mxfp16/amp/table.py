@@ -365,31 +365,38 @@ def generate(target="bfloat16"):
     """:func:`render` of :func:`table`, in a child process (AMP is process-global).
 
     For bfloat16 the operator views follow (:func:`mxfp16.amp.operators.render`).
-    """
-    import subprocess
-    import sys
 
-    proc = subprocess.run([sys.executable, "-m", "mxfp16.amp.table", target],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"generating the AMP table failed:\n{proc.stderr[-2000:]}")
+    Raises
+    ------
+    RuntimeError
+        The child failed; the message ends with its error output.
+    """
+    from ..plumbing.child import run_json_child
+
+    record, problem = run_json_child("mxfp16.amp.table", [target])
+    if record is None:
+        raise RuntimeError(f"generating the AMP table failed: {problem}")
     if target != "bfloat16":
-        return proc.stdout
+        return record["markdown"]
     from .operators import render as render_operators
 
-    return proc.stdout + "\n" + render_operators()
+    return record["markdown"] + "\n" + render_operators()
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
     import warnings
 
     import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
     from mxfp16.amp.lists import init_amp
+    from mxfp16.plumbing.fileio import write_json
 
-    target = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
+    parser = argparse.ArgumentParser(description="The AMP layer table under one target (generate's child).")
+    parser.add_argument("target", nargs="?", default="bfloat16", choices=("bfloat16", "float16"))
+    parser.add_argument("--result", required=True, help="the JSON file {'markdown': text} is written to")
+    args = parser.parse_args()
     warnings.simplefilter("ignore")
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
-    init_amp(target)
-    sys.stdout.write(render(table(target), target))
+    init_amp(args.target)
+    write_json(args.result, {"markdown": render(table(args.target), args.target)})
