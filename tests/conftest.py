@@ -1,11 +1,16 @@
 """Shared test helpers: fresh-process runs (AMP is process-global), and the markers for what a machine lacks.
 
+A child process that imports this checkout's mxfp16 gets :func:`child_env`; one
+that reports a result prints it as JSON on its last line, read by
+:func:`last_line_json`.
+
 ``requires_gpu`` skips where MXNet sees no CUDA GPU. ``requires_bfloat16``
 skips where MXNet 1.9.1 cannot run bfloat16 at all (a CPU without AVX-512, or
 ``DNNL_MAX_CPU_ISA`` capped below it): the tests behind it need bfloat16
 arithmetic, and whatever else they check runs in float32 in a test of its own.
 ``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite as such a CPU would.
 """
+import json
 import os
 import subprocess
 import sys
@@ -53,18 +58,29 @@ CPU_MIXED = "amp-bfloat16" if BFLOAT16.runs else "float32"
 requires_bfloat16 = pytest.mark.skipif(not BFLOAT16.runs, reason=f"needs bfloat16 arithmetic: {BFLOAT16.reason}")
 
 
+def child_env(env=None):
+    """This process's environment plus ``env``, for a child that imports this checkout's mxfp16.
+
+    PYTHONPATH is the repository first, then ``env``'s PYTHONPATH, then this process's.
+    """
+    extra = dict(env or {})
+    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
+
+
+def last_line_json(output):
+    """The JSON value a child printed last (its ``print(json.dumps(...))``), after whatever it logged before."""
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def run_python(code, timeout=300, env=None, check=True):
     """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
-    with the child's stderr. ``env`` adds variables; its PYTHONPATH goes after
-    the repository's.
+    with the child's stderr. ``env`` adds variables (:func:`child_env`).
     """
-    extra = dict(env or {})
-    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO)
+                          timeout=timeout, env=child_env(env), cwd=REPO)
     if check and proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -16,7 +16,7 @@ from mxfp16.amp import table as amp_table
 
 import numpy as np
 import pytest
-from conftest import requires_bfloat16
+from conftest import child_env, requires_bfloat16
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(REPO, "tests", "amp_layer_child.py")
@@ -40,7 +40,7 @@ RANDOM = {"nn.Dropout", "rnn.DropoutCell"}
 
 def _train(precision, tmp_path_factory):
     out = tmp_path_factory.mktemp("layers") / f"{precision}.npz"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     proc = subprocess.run([sys.executable, CHILD, precision, str(out)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
