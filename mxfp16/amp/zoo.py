@@ -21,7 +21,7 @@ from .table import operator_dtypes
 from .wrappers import is_low_precision
 
 __all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
-           "model_dtypes", "table", "render", "generate"]
+           "model_dtypes", "render", "generate"]
 
 #: ``gluoncv.model_zoo`` modules (and packages) whose models are not image
 #: classifiers: detection, segmentation, pose, action recognition, depth,
@@ -157,7 +157,7 @@ def model_dtypes(name):
     return row
 
 
-def table(names=None):
+def _table(names=None):
     """:func:`model_dtypes` of every classification model (or of ``names``), AMP active in this process."""
     return [model_dtypes(name) for name in (names or classification_models())]
 
@@ -208,7 +208,7 @@ def render(rows_by_target):
 
 
 def generate(targets=("bfloat16", "float16"), names=None):
-    """``{target: rows}``: :func:`table` under each target, each in its own process, run side by side.
+    """``{target: rows}``: :func:`_table` under each target, each in its own process, run side by side.
 
     Raises
     ------
@@ -247,4 +247,4 @@ if __name__ == "__main__":
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
     init_amp(args.target)
-    write_json(args.result, {"rows": table(args.names or None)})
+    write_json(args.result, {"rows": _table(args.names or None)})

@@ -67,7 +67,7 @@ ONNXRUNTIME_CPU_FLOAT16 = (
     "it runs no bfloat16 at all: a CPU serves model.onnx (float32)")
 
 
-def onnxruntime_cannot_run(spec):
+def _onnxruntime_cannot_run(spec):
     """Why an onnxruntime spec cannot run here, or ``None``."""
     import importlib.util
 
@@ -133,7 +133,7 @@ def _cannot_run(spec):
     """Why ``spec``'s precision cannot run on its devices, or ``None`` (no process needed to find out)."""
     from ..precision import PrecisionError, resolve_precision
     if spec.runtime == "onnxruntime":
-        return onnxruntime_cannot_run(spec)
+        return _onnxruntime_cannot_run(spec)
     try:
         resolve_precision(spec.precision, spec.ctx)
     except PrecisionError as err:

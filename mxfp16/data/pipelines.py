@@ -269,7 +269,7 @@ def _epoch_order(num_items, seed, epoch):
     return np.random.RandomState(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]).permutation(num_items)
 
 
-class FolderLoaders(Loaders):
+class _FolderLoaders(Loaders):
     """The ``folder`` pipeline (see the module docstring)."""
 
     pipeline = "folder"
@@ -382,7 +382,7 @@ def _check_record_files(prefix, split, count):
                         f"file was truncated or changed after packing; {fix}.")
 
 
-class RecordLoaders(Loaders):
+class _RecordLoaders(Loaders):
     """The ``recordio`` pipeline (see the module docstring)."""
 
     pipeline = "recordio"
@@ -524,7 +524,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
     if pipeline == "folder":
-        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
+        return _FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     if pipeline == "recordio":
-        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
+        return _RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")

@@ -32,12 +32,12 @@ from ..plumbing.fileio import (
 )
 from .validate import DataError, scan_classes
 
-__all__ = ["split_folder", "plan_split"]
+__all__ = ["split_folder"]
 
 MANIFEST = "manifest.json"
 
 
-def plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
+def _plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
     """Which of one class's ``files`` train and which test: ``(train, test)`` lists of names.
 
     Parameters
@@ -120,7 +120,7 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     by_class = _files_by_class(scan, src, exclude)
     settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
                 "test_fraction": test_fraction, "exclude": sorted(exclude)}
-    plans = {name: plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    plans = {name: _plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
     if not allow_empty_test and not any(test for _, test in plans.values()):
         raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
                         f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "

@@ -272,7 +272,7 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
-def mxnet_features():
+def _mxnet_features():
     """Names of the features this MXNet build was compiled with."""
     import mxnet as mx
 
@@ -308,7 +308,7 @@ def _nvidia_smi():
     return rows
 
 
-def gpus():
+def _gpus():
     """One dict per GPU MXNet can see: name, memory, compute capability, tensor cores.
 
     Tensor cores (float16 matrix units) exist from compute capability 7.0
@@ -367,8 +367,8 @@ def machine_summary():
         "cpu_bfloat16": cpu_bfloat16_support(),
         "bfloat16": {"kind": support.kind, "runs": support.runs, "reason": support.reason},
         "amx": status().as_dict(),
-        "gpus": gpus(),
+        "gpus": _gpus(),
         "mxnet_version": mx.__version__,
-        "mxnet_features": mxnet_features(),
+        "mxnet_features": _mxnet_features(),
         "python": platform.python_version(),
     }

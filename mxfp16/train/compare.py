@@ -76,7 +76,7 @@ def _read_json(path, what):
         raise RunDirError(str(err)) from None
 
 
-def load_run(path):
+def _load_run(path):
     """Read one run directory.
 
     Raises
@@ -150,7 +150,7 @@ def load_runs(paths):
         if real in seen:
             raise RunDirError(f"{shown(path)} is given twice (also as {shown(seen[real])}); pass each run folder once")
         seen[real] = path
-    runs = [load_run(p) for p in paths]
+    runs = [_load_run(p) for p in paths]
     names = [r.name for r in runs]
     for r in runs:
         if names.count(r.name) > 1:
@@ -205,7 +205,7 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def to_markdown(rows):
+def _to_markdown(rows):
     cols = [("run", "run", "{}"), ("precision", "precision", "{}"), ("epochs", "epochs", "{}"),
             ("final_val_top1", "final val top-1", "{:.4f}"), ("best_val_top1", "best val top-1", "{:.4f}"),
             ("val_top1_delta", "top-1 vs float32", "{:+.4f}"), ("images_per_second", "img/s", "{:.2f}"),
@@ -217,7 +217,7 @@ def to_markdown(rows):
     return "\n".join(lines) + "\n"
 
 
-def plot_runs(runs, path):
+def _plot_runs(runs, path):
     """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
     from ..plumbing.plotting import new_figure, save_png
 
@@ -253,6 +253,6 @@ def compare(paths, out_dir):
     png_path = os.path.join(out_dir, "compare.png")
     write_json(json_path, {"runs": rows, "metrics": {r.name: r.metrics for r in runs}})
     with atomic_write(md_path) as handle:
-        handle.write(to_markdown(rows))
-    plot_runs(runs, png_path)
+        handle.write(_to_markdown(rows))
+    _plot_runs(runs, png_path)
     return rows, [json_path, md_path, png_path]
