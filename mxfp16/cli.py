@@ -32,7 +32,7 @@ from .commands import CommandError
 from .plumbing.console import guarded_stdout
 
 
-def command_modules():
+def _command_modules():
     """The subcommand modules, in ``--help`` order."""
     modules = [importlib.import_module(f"mxfp16.commands.{info.name}")
                for info in pkgutil.iter_modules(_commands.__path__) if not info.name.startswith("_")]
@@ -50,7 +50,7 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in command_modules():
+    for module in _command_modules():
         module.register(subparsers)
     return parser
 
@@ -127,7 +127,7 @@ def _run(args):
 
         print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 2
-    except Exception as err:  # noqa: BLE001 -- only a failed allocation is turned into a message here
+    except Exception as err:  # only a failed allocation is turned into a message here
         from .plumbing.limits import allocation_message, is_allocation_failure
 
         if not is_allocation_failure(err):

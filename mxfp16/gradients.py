@@ -46,7 +46,7 @@ def grads_are_finite(grads):
     return flags[0] if len(flags) == 1 else mx.nd.min(mx.nd.concat(*flags, dim=0), keepdims=True)
 
 
-def global_norm(grads, divisor=1.0):
+def _global_norm(grads, divisor=1.0):
     """The global L2 norm of ``grads / divisor``, shape (1,), float32, on the first gradient's device.
 
     ``gluon.utils.clip_global_norm`` cannot serve float16 gradients: it sums
@@ -84,7 +84,7 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
         float32. No host synchronisation: an overflowing step gives an
         infinite or NaN norm (and gradients), which the skip discards.
     """
-    norm = global_norm(grads, scale)
+    norm = _global_norm(grads, scale)
     ctx = norm.ctx
     factor = mx.nd.minimum(max_norm / (norm + 1e-6), mx.nd.ones((1,), ctx=ctx))
     for g in [_legacy(g) for g in list(grads) + list(replicas)]:
@@ -121,7 +121,7 @@ class Gradients:
 
     def norm(self):
         """The global L2 norm of the unscaled gradients: ``mx.np`` float32 of shape (1,), not read (``.item()``)."""
-        return global_norm(self.arrays, self.divisor).as_np_ndarray()
+        return _global_norm(self.arrays, self.divisor).as_np_ndarray()
 
     def clip_(self, max_norm):
         """Clip in place so the unscaled global norm is at most ``max_norm``; return the norm before clipping.

@@ -14,6 +14,7 @@ import traceback
 
 import mxfp16
 from mxfp16.amp.table import LAYERS, _Cast, _numpy_scope
+from mxfp16.float_formats import BFLOAT16
 
 import numpy as np
 
@@ -23,11 +24,10 @@ STEPS = 3
 def main(precision_name, out):
     import mxnet as mx
     from mxnet import autograd, gluon, nd
-    from mxnet.contrib.amp.amp import bfloat16
 
     precision = mxfp16.resolve_precision(precision_name, "cpu", allow_cpu_float16=True)
     mxfp16.activate(precision)
-    cast = {"amp-bfloat16": bfloat16, "float16": None}.get(precision.name)
+    cast = {"amp-bfloat16": BFLOAT16, "float16": None}.get(precision.name)
     arrays, report = {}, {}
     for index, layer in enumerate(LAYERS):
         try:
@@ -51,7 +51,7 @@ def main(precision_name, out):
 
 def _train(layer, precision, cast):
     import mxnet as mx
-    from mxnet import autograd, gluon, nd
+    from mxnet import autograd, gluon
 
     mx.random.seed(0)
     rng = np.random.RandomState(0)
@@ -59,21 +59,7 @@ def _train(layer, precision, cast):
     block.initialize(mx.init.Xavier(magnitude=1.0))
     if precision.name == "float16":
         mxfp16.cast_net(block, "float16")
-    if layer.tokens:
-        x = nd.array(rng.randint(0, 10, size=layer.shape))
-    else:
-        # Values bfloat16 holds exactly, so every precision starts from the same
-        # input (rounding it would move max-pooling's argmax, for one).
-        x = nd.array(_bfloat16_exact(rng.uniform(-1, 1, size=layer.shape)))
-    if precision.name == "float16" and not layer.tokens:
-        x = x.astype("float16")
-    states = []
-    if layer.states:
-        states = [nd.array(rng.uniform(-0.5, 0.5, size=(1, layer.shape[0], 8))).astype(x.dtype) for _ in range(2)]
-    if layer.numpy_mode:
-        x = x.as_np_ndarray()
-    if not layer.tokens:
-        x.attach_grad()
+    x, states = _inputs(layer, precision, rng)
     if layer.hybridize:
         block.hybridize()
     params = [p for p in block.collect_params().values() if p.grad_req != "null"]
@@ -97,6 +83,28 @@ def _train(layer, precision, cast):
             trainer.step(1)
         losses.append(float(loss.asscalar()))
     return losses, grads
+
+
+def _inputs(layer, precision, rng):
+    """The layer's input (its gradient attached, unless it is token ids) and begin states, drawn from ``rng``."""
+    from mxnet import nd
+
+    if layer.tokens:
+        x = nd.array(rng.randint(0, 10, size=layer.shape))
+    else:
+        # Values bfloat16 holds exactly, so every precision starts from the same
+        # input (rounding it would move max-pooling's argmax, for one).
+        x = nd.array(_bfloat16_exact(rng.uniform(-1, 1, size=layer.shape)))
+    if precision.name == "float16" and not layer.tokens:
+        x = x.astype("float16")
+    states = []
+    if layer.states:
+        states = [nd.array(rng.uniform(-0.5, 0.5, size=(1, layer.shape[0], 8))).astype(x.dtype) for _ in range(2)]
+    if layer.numpy_mode:
+        x = x.as_np_ndarray()
+    if not layer.tokens:
+        x.attach_grad()
+    return x, states
 
 
 def _bfloat16_exact(values):

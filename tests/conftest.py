@@ -1,5 +1,9 @@
 """Shared test helpers: fresh-process runs (AMP is process-global), and the markers for what a machine lacks.
 
+A child process that imports this checkout's mxfp16 gets :func:`child_env`; one
+that reports a result prints it as JSON on its last line, read by
+:func:`last_line_json`.
+
 Every marker is decided by a property detected on the machine that runs the
 suite, never by the CPU a test was written on:
 
@@ -20,6 +24,7 @@ CPU (flushed or kept): the ``bfloat16_cast`` fixture measures it
 ``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite's bfloat16 arithmetic as an
 AVX2-only CPU would; the cast keeps the CPU's own behaviour under it.
 """
+import json
 import os
 import subprocess
 import sys
@@ -83,18 +88,29 @@ def bfloat16_cast():
     return measure_bfloat16_cast()
 
 
+def child_env(env=None):
+    """This process's environment plus ``env``, for a child that imports this checkout's mxfp16.
+
+    PYTHONPATH is the repository first, then ``env``'s PYTHONPATH, then this process's.
+    """
+    extra = dict(env or {})
+    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
+
+
+def last_line_json(output):
+    """The JSON value a child printed last (its ``print(json.dumps(...))``), after whatever it logged before."""
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def run_python(code, timeout=300, env=None, check=True):
     """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
-    with the child's stderr. ``env`` adds variables; its PYTHONPATH goes after
-    the repository's.
+    with the child's stderr. ``env`` adds variables (:func:`child_env`).
     """
-    extra = dict(env or {})
-    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO)
+                          timeout=timeout, env=child_env(env), cwd=REPO)
     if check and proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -17,7 +17,7 @@ def test_cast_resnet_keeps_batchnorm_float32():
     assert cast_net(net, "float16") is net
     report = dtype_report(net)
     kinds = {}
-    for block_name, block in _leaf_blocks(net):
+    for _, block in _leaf_blocks(net):
         for pname in block.params:
             kinds.setdefault(type(block).__name__, set()).add(report[pname])
     assert kinds["BatchNorm"] == {"float32"}

@@ -1,4 +1,6 @@
 """Resolving a precision name, and the AMP process-state guard."""
+import dataclasses
+
 from mxfp16.machine import hardware
 from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
 
@@ -23,7 +25,7 @@ def test_table(name, compute, params, amp, scaling, master):
 
 def test_precision_is_immutable():
     p = resolve_precision("float32", mx.cpu())
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.name = "float16"
 
 

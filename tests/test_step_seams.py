@@ -5,7 +5,6 @@ update taken as one large batch (float32, to 1e-6), or the gradient worked
 out in numpy float64. amp-bfloat16 runs in a child process (AMP is
 process-global) against the float32 step taken here.
 """
-import json
 
 import mxfp16
 from mxfp16 import LossScaler, StepOrderError, make_trainer, resolve_precision
@@ -13,7 +12,7 @@ from mxfp16 import LossScaler, StepOrderError, make_trainer, resolve_precision
 import mxnet as mx
 import numpy as np
 import pytest
-from conftest import requires_bfloat16, run_python
+from conftest import last_line_json, requires_bfloat16, run_python
 from mxnet import autograd, gluon
 
 CPU = [mx.cpu()]
@@ -308,7 +307,7 @@ print(json.dumps([p.tolist() for p in _params(net)]))
 def test_accumulation_in_amp_bfloat16_matches_float32_within_the_layer_tolerance():
     """The float32 large-batch step here, the amp-bfloat16 accumulated one in a child; updates within 3%."""
     child = run_python(BFLOAT16_CHILD, timeout=240)
-    low = [np.array(p) for p in json.loads(child.stdout.strip().splitlines()[-1])]
+    low = [np.array(p) for p in last_line_json(child.stdout)]
     start, large = _params(_mlp(0)), _mlp(0)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     trainer = make_trainer(large.collect_params(), "sgd", {"learning_rate": 0.5, "momentum": 0.9}, FP32)

@@ -48,6 +48,7 @@ import warnings
 
 from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
 
+from ..float_formats import BFLOAT16
 from . import wrappers as w
 
 #: Names accepted by :func:`operator_lists`.
@@ -307,7 +308,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
         lists = {key: list(lists[key]) if lists.get(key) is not None else defaults[key] for key in defaults}
         stem_float32 = False
     fallbacks = set(float32_fallbacks()) if target_dtype == "bfloat16" else set()
-    amp_dtype = w.BFLOAT16 if target_dtype == "bfloat16" else target_dtype
+    amp_dtype = BFLOAT16 if target_dtype == "bfloat16" else target_dtype
     fp32_params = amp.list_lp16_use_fp32_params(amp_dtype) or {}
     by_amp = [name for name in lists["target_precision_ops"] if name in fp32_params]
     by_mxfp16 = [name for name in lists["target_precision_ops"] if name not in fp32_params]

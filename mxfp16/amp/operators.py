@@ -14,7 +14,7 @@ from mxnet.contrib.amp.lists import symbol_bf16
 from . import _op_probe as probe
 from .lists import float32_fallbacks, join_operators, operator_lists
 
-__all__ = ["rule", "client_operators", "render"]
+__all__ = ["render"]
 
 _VERDICTS = {"bfloat16": "bfloat16 kernel agrees with float32", "float32": "no working bfloat16 kernel",
              "unprobed": "not run by the probe"}
@@ -29,7 +29,7 @@ def _verdict(name):
     return tuple(probe.MXNET_FLOAT32[name]) if name in probe.MXNET_FLOAT32 else None
 
 
-def rule(name):
+def _rule(name):
     """``(what mxfp16 runs it in, why)`` for a legacy or numpy-mode operator under mxfp16's bfloat16 lists."""
     from .numpy_mode import NUMPY_PREFIXES, numpy_operators
 
@@ -59,7 +59,7 @@ def rule(name):
     return "follows its input", "on no list; the probe ran it in bfloat16"
 
 
-def client_operators():
+def _client_operators():
     """``{operator: clients}``: the contrib operators GluonCV and GluonNLP call, and every fused attention one."""
     import mxnet as mx
 
@@ -79,8 +79,8 @@ def _clients_section():
              "",
              "| Operator | called by | runs in | why | probe verdict | probe's reason |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for name, clients in client_operators().items():
-        runs, why = rule(name)
+    for name, clients in _client_operators().items():
+        runs, why = _rule(name)
         verdict, reason = _verdict(name) or ("not probed", "")
         lines.append(f"| `{name}` | {', '.join(clients)} | {runs} | {_md(why)} | {_VERDICTS.get(verdict, verdict)} "
                      f"| {_md(reason)} |")

@@ -16,11 +16,11 @@ job (:mod:`mxfp16.amp.lists`).
 """
 import numpy as np
 
-__all__ = ["BFLOAT16", "dtype_name", "is_low_precision", "cast", "target_call", "target_rebuild",
+from ..float_formats import BFLOAT16
+
+__all__ = ["dtype_name", "is_low_precision", "cast", "target_call", "target_rebuild",
            "float32_call", "widest_call", "conditional_float32_call", "float32_where", "as_tuple"]
 
-#: MXNet's bfloat16 (a numpy structured dtype: numpy has none).
-BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 _FLOAT16 = np.dtype(np.float16)
 _FLOAT32 = np.dtype(np.float32)
 

@@ -51,13 +51,13 @@ def collect():
         "auto": {"ctx": ctx, "resolves_to": auto.name, "reason": auto.reason},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
         "bfloat16_cast": cast.as_dict(),
-        "cuda": cuda_section(machine["gpus"]),
+        "cuda": _cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
         "environment": float16_environment(),
     }
 
 
-def cuda_section(gpus):
+def _cuda_section(gpus):
     """The CUDA libraries, the build's GPU kernels and each GPU's coverage (``None`` parts for a CPU build)."""
     section = libraries.report()
     cuda = section["build"] == "cuda"

@@ -34,13 +34,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..plumbing.fileio import sha256_file as sha256_of
-from ..plumbing.fileio import write_json
+from ..plumbing.fileio import sha256_file, write_json
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
 from .validate import DataError
 
-__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of", "ExtractLimits"]
+__all__ = ["DATASETS", "safe_extract", "fetch_caltech101", "ExtractLimits"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -162,7 +161,7 @@ def _verify(path, sha256, limits):
     With ``sha256`` the checksum decides; without, the file must at least be a
     readable zip or tar archive (read to the end within ``limits``).
     """
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     if sha256 is not None:
         if digest != sha256.lower():
             return digest, ("sha256-mismatch", f"does not match --sha256 (expected {sha256.lower()}, got {digest})")
@@ -178,7 +177,7 @@ def _check_timeout(timeout):
                         "e.g. 60 (the default).")
 
 
-def download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
+def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
     """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
 
     Parameters
@@ -303,7 +302,7 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     url = url or spec["url"]
     expected = sha256 or spec["sha256"]
     name = _download_name(url, spec["file"])
-    archive, digest = download(url, root / "downloads" / name, expected, progress, timeout, limits)
+    archive, digest = _download(url, root / "downloads" / name, expected, progress, timeout, limits)
     if expected is None:
         LOG.warning("no expected checksum is known for %s, so the download is NOT verified; its sha256 is %s "
                     "(recorded in %s). Pass --sha256 to enforce one.", name, digest, final / "manifest.json")

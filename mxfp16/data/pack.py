@@ -32,14 +32,22 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
+from ..plumbing.fileio import (
+    JSONFileError,
+    OutputFolderError,
+    check_output_folder,
+    read_json,
+    shown,
+    temporary_file,
+    write_json,
+)
 from ..plumbing.locking import FolderBusyError, FolderLock
 from .layout import split_problem
 from .pipelines import classes_file, record_files
 from .records import damaged_records
 from .validate import DataError, scan_classes
 
-__all__ = ["pack_recordio", "encode_image", "escape_name", "unescape_name"]
+__all__ = ["pack_recordio", "escape_name", "unescape_name"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -67,7 +75,7 @@ def unescape_name(text):
     return os.fsdecode(urllib.parse.unquote_to_bytes(text))
 
 
-def encode_image(path, resize=0, quality=95):
+def _encode_image(path, resize=0, quality=95):
     """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
 
     The file is read by Python and decoded from memory, so any bytes in its
@@ -91,7 +99,7 @@ def encode_image(path, resize=0, quality=95):
 
 
 def _encode_job(args):
-    return encode_image(*args)
+    return _encode_image(*args)
 
 
 def _write_split(items, classes, root, prefix, split, resize, quality, workers):

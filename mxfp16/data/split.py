@@ -22,15 +22,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
+from ..plumbing.fileio import (
+    JSONFileError,
+    OutputFolderError,
+    check_output_folder,
+    read_json,
+    temporary_folder,
+    write_json,
+)
 from .validate import DataError, scan_classes
 
-__all__ = ["split_folder", "plan_split"]
+__all__ = ["split_folder"]
 
 MANIFEST = "manifest.json"
 
 
-def plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
+def _plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
     """Which of one class's ``files`` train and which test: ``(train, test)`` lists of names.
 
     Parameters
@@ -102,12 +109,7 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     dict
         The manifest written to ``out/manifest.json``.
     """
-    if (train_per_class is None) == (test_fraction is None):
-        raise DataError("give exactly one of --train-per-class N and --test-fraction F.")
-    if train_per_class is not None and train_per_class < 1:
-        raise DataError(f"--train-per-class {train_per_class}: need at least 1.")
-    if test_fraction is not None and not 0 < test_fraction < 1:
-        raise DataError(f"--test-fraction {test_fraction}: need a number between 0 and 1 (exclusive).")
+    _check_sizes(train_per_class, test_fraction)
     src, out = Path(src), Path(out)
     try:  # the writing rule: inside --src the split would become one more class folder of its own source
         check_output_folder(out, [("the source folder --src", src)])
@@ -115,24 +117,10 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
         raise DataError(str(err)) from None
     scan = scan_classes(src, "source")
     exclude = set(exclude)
-    missing = sorted(exclude - set(scan.classes))
-    if missing:
-        raise DataError(f"--exclude {' '.join(missing)}: no such class folder in {src} "
-                        f"(classes: {', '.join(scan.classes[:8])}{' ...' if len(scan.classes) > 8 else ''}).")
-    classes = [name for name in scan.classes if name not in exclude]
-    if not classes:
-        raise DataError(f"every class of {src} is excluded; nothing to split.")
-    by_class = {name: [] for name in classes}
-    for path, name in scan.items:
-        if name in by_class:
-            by_class[name].append(Path(path).name)
-    empty = [name for name, files in by_class.items() if not files]
-    if empty:
-        raise DataError(f"class folder(s) without usable images: {', '.join(str(src / n) for n in empty[:10])}. "
-                        "Add images, delete the folders or --exclude them.")
+    by_class = _files_by_class(scan, src, exclude)
     settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
                 "test_fraction": test_fraction, "exclude": sorted(exclude)}
-    plans = {name: plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    plans = {name: _plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
     if not allow_empty_test and not any(test for _, test in plans.values()):
         raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
                         f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "
@@ -143,7 +131,56 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
         if {k: existing.get(k) for k in settings} == settings:
             return existing
         raise DataError(f"{out} already exists with other contents or settings. Delete it or choose another --out.")
+    manifest = dict(settings, kind="split", classes=list(by_class),
+                    counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
+                    totals={"train": sum(len(tr) for tr, _ in plans.values()),
+                            "test": sum(len(te) for _, te in plans.values())})
+    skipped = [list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude]
+    return _write_split(src, out, plans, manifest, skipped)
 
+
+def _check_sizes(train_per_class, test_fraction):
+    """Refuse anything but exactly one of ``train_per_class`` (at least 1) and ``test_fraction`` (in (0, 1))."""
+    if (train_per_class is None) == (test_fraction is None):
+        raise DataError("give exactly one of --train-per-class N and --test-fraction F.")
+    if train_per_class is not None and train_per_class < 1:
+        raise DataError(f"--train-per-class {train_per_class}: need at least 1.")
+    if test_fraction is not None and not 0 < test_fraction < 1:
+        raise DataError(f"--test-fraction {test_fraction}: need a number between 0 and 1 (exclusive).")
+
+
+def _files_by_class(scan, src, exclude):
+    """``{class: [file name]}`` of the usable images of every class ``scan`` found that ``exclude`` does not name.
+
+    Raises
+    ------
+    DataError
+        ``exclude`` names a class that is not there, it leaves no class, or a class has no usable image.
+    """
+    missing = sorted(exclude - set(scan.classes))
+    if missing:
+        raise DataError(f"--exclude {' '.join(missing)}: no such class folder in {src} "
+                        f"(classes: {', '.join(scan.classes[:8])}{' ...' if len(scan.classes) > 8 else ''}).")
+    by_class = {name: [] for name in scan.classes if name not in exclude}
+    if not by_class:
+        raise DataError(f"every class of {src} is excluded; nothing to split.")
+    for path, name in scan.items:
+        if name in by_class:
+            by_class[name].append(Path(path).name)
+    empty = [name for name, files in by_class.items() if not files]
+    if empty:
+        raise DataError(f"class folder(s) without usable images: {', '.join(str(src / n) for n in empty[:10])}. "
+                        "Add images, delete the folders or --exclude them.")
+    return by_class
+
+
+def _write_split(src, out, plans, manifest, skipped):
+    """Place every class's files of ``plans`` under ``out`` and write its manifest; return the manifest.
+
+    The files go into a temporary folder beside ``out``, renamed to ``out``
+    only when all of them and the manifest are there: an interrupted split
+    leaves no folder that looks finished.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_folder(out)
     methods = set()
@@ -154,12 +191,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
                 folder.mkdir(parents=True)
                 for file_name in files:
                     methods.add(_link_or_copy(src / name / file_name, folder / file_name))
-        manifest = dict(settings, kind="split", classes=classes,
-                        counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
-                        totals={"train": sum(len(tr) for tr, _ in plans.values()),
-                                "test": sum(len(te) for _, te in plans.values())},
-                        files="hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies",
-                        skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
+        placed = "hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies"
+        manifest = dict(manifest, files=placed, skipped=skipped)
         write_json(tmp / MANIFEST, manifest)
         os.rename(tmp, out)
     finally:

@@ -214,7 +214,8 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
                 for i in range(count):
                     rng = np.random.default_rng([seed, split_index, class_index, i])
                     render(shape, rng, size).save(folder / f"{shape}_{i:05d}.jpg", quality=quality)
-        write_json(tmp / MANIFEST, dict(expected, counts={"train": per_class * classes, "test": test_per_class * classes}))
+        counts = {"train": per_class * classes, "test": test_per_class * classes}
+        write_json(tmp / MANIFEST, dict(expected, counts=counts))
         _install(tmp, out, expected)
     finally:
         if tmp.exists():

@@ -325,12 +325,12 @@ class _Job:
             phases = [(self.procs, first_signal, True)]
         for procs, signum, strays in phases:
             self._poll_all()
-            for slot, proc in procs:
+            for _, proc in procs:
                 _signal_group(proc.pid, signum)
             for pid in self._strays() if strays else ():
                 _kill(pid, signum)
             self._wait_gone(procs, strays)
-        for slot, proc in self.procs:
+        for _, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
                 _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -316,7 +316,8 @@ def read_jsonl(path, fix="", expect=dict, max_bytes=MAX_JSON_BYTES, max_depth=MA
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err})" + (f"; {fix}" if fix else ""))
+        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err})"
+                            + (f"; {fix}" if fix else "")) from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

@@ -30,6 +30,7 @@ that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
+import functools
 import hashlib
 import re
 import shutil
@@ -50,7 +51,7 @@ from .progress import Progress
 
 mx = module("mxnet")
 
-__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
+__all__ = ["CheckpointError", "CheckpointMismatchError", "write_checkpoint", "load_checkpoint", "read_record",
            "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
            "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
 
@@ -219,7 +220,7 @@ def copy_params(out, into, epoch=None, attempts=5):
             continue  # pruned since the record was read
         digest, copy = hashlib.sha256(), Path(into) / path.name
         with source, open(copy, "wb") as target:
-            for block in iter(lambda: source.read(1 << 20), b""):
+            for block in iter(functools.partial(source.read, 1 << 20), b""):
                 digest.update(block)
                 target.write(block)
         wanted = record.get("files", {}).get(path.name)
@@ -259,7 +260,7 @@ def _unflatten(node, arrays):
     return tuple(values) if kind == "tuple" else values
 
 
-def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
+def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
     """Write a checkpoint of ``progress``'s position and make it current; keep the newest ``keep``.
 
     Parameters

@@ -72,9 +72,12 @@ def epoch_line(record, epochs):
 
 
 def save_checkpoint(run):
-    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
+    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters).
+
+    :func:`mxfp16.train.checkpoint.write_checkpoint` writes the files; this decides which worker does, from the run.
+    """
     if run.cluster.rank == 0:
-        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
+        ckpt.write_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
                              keep=run.config.keep_checkpoints)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
-__all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
+__all__ = ["RunOutputs", "params_digest", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
 
 #: Every record of ``metrics.jsonl`` has these (one record per epoch).
 METRIC_FIELDS = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "images_per_second",
@@ -37,7 +37,7 @@ def structural_names(net):
     return dict(sorted((name[len(prefix):] if name.startswith(prefix) else name, p) for name, p in params.items()))
 
 
-def digest_arrays(arrays):
+def _digest_arrays(arrays):
     """sha256 over ``{name: array}`` in sorted-name order: name, shape, then the float32 bytes."""
     h = hashlib.sha256()
     for name in sorted(arrays):
@@ -64,7 +64,7 @@ def params_digest(net):
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/params"
         net.save_parameters(path)
-        return digest_arrays(mx.nd.load(path))
+        return _digest_arrays(mx.nd.load(path))
 
 
 class RunOutputs:
