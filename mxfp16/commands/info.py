@@ -131,7 +131,7 @@ def _text(report):
         lines.append(f"  gpu:{gpu['index']} {gpu['name'] or ''} {mem}, compute capability "
                      f"{gpu['compute_capability'] or 'unknown'}, tensor cores {tc}")
     lines += _cuda_text(report["cuda"])
-    lines.append("Environment for mixed precision (mxfp16 train and bench set it unless you did):")
+    lines.append("Environment for mixed precision (MixedPrecision sets it, and so every command, unless you did):")
     for name, row in report["environment"].items():
         source = "set by you" if row["source"] == "yours" else "mxfp16's default"
         lines.append(f"  {name}={row['value']} ({source}): {row['why']}")
