@@ -53,18 +53,18 @@ CPU_MIXED = "amp-bfloat16" if BFLOAT16.runs else "float32"
 requires_bfloat16 = pytest.mark.skipif(not BFLOAT16.runs, reason=f"needs bfloat16 arithmetic: {BFLOAT16.reason}")
 
 
-def run_python(code, timeout=300, env=None, check=True):
+def run_python(code, timeout=300, env=None, check=True, cwd=REPO):
     """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
     with the child's stderr. ``env`` adds variables; its PYTHONPATH goes after
-    the repository's.
+    the repository's. ``cwd``: where relative paths the code writes land.
     """
     extra = dict(env or {})
     path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO)
+                          timeout=timeout, env=full_env, cwd=cwd)
     if check and proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
