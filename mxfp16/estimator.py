@@ -272,7 +272,10 @@ class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """
 
     def __init__(self, logger, log_every=10, priority=1000):
-        self.logger, self.log_every, self.priority = logger, int(log_every), priority
+        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+            raise ValueError(f"log_every={log_every!r}: give the batches between two logged steps, a whole "
+                             "number >= 1")
+        self.logger, self.log_every, self.priority = logger, log_every, priority
         self.step = 0
 
     def train_begin(self, estimator, *args, **kwargs):

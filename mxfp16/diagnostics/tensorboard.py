@@ -25,9 +25,10 @@ The tags:
 ``epoch/<name>``
     Every epoch: each number of the epoch's record (``epoch/val_top1`` ...).
 ``gradients/all``, ``gradients/<parameter>``, ``gradients/zero_fraction``
-    Every epoch: histograms of the binary exponent of each parameter
-    gradient, as ``mxfp16 diagnose`` bins it (:mod:`mxfp16.diagnostics.stats`),
-    all of them together and one per parameter, and the share of exact zeros.
+    Every epoch: histograms of the binary exponents of the parameter
+    gradients (the binades ``mxfp16 diagnose`` counts,
+    :mod:`mxfp16.diagnostics.stats`), all of them together and one per
+    parameter, and the share of exact zeros.
 ``config``
     The run's configuration, as text.
 
@@ -42,14 +43,18 @@ import time
 
 import numpy as np
 
-from .stats import LOG2_MAX, LOG2_MIN, RangeCollector, total
+from .._lazy import module
 
-__all__ = ["TensorBoardLogger", "TensorBoardUnavailableError", "tensorboard_available", "STEP_TAGS",
+mx = module("mxnet")
+
+__all__ = ["TensorBoardLogger", "TensorBoardUnavailableError", "tensorboard_available", "STEP_TAGS", "EXPONENTS",
            "INSTALL_HINT"]
 
 #: The per-step values :meth:`TensorBoardLogger.log_training` takes, and their tags.
 STEP_TAGS = {"loss": "train/loss", "lr": "train/lr", "loss_scale": "precision/loss_scale",
              "skipped_steps": "precision/skipped_steps", "images_per_second": "speed/images_per_second"}
+#: The binary exponents of float32's non-zero finite magnitudes, subnormals included: one histogram bucket each.
+EXPONENTS = np.arange(-149, 128)
 #: How to get the writer.
 INSTALL_HINT = "pip install 'mxfp16[tensorboard]' (or pip install tensorboardX)"
 
@@ -155,9 +160,12 @@ class TensorBoardLogger:
         that made them) first, so a float16 run's histograms lie where a
         float32 run's do: the gradient of the summed loss, the quantity
         ``mxfp16 diagnose`` measures. In a histogram, ``k .. k+1`` on the x
-        axis counts the magnitudes in ``[2**k, 2**(k+1))``; exact zeros,
+        axis counts the magnitudes in ``[2**k, 2**(k+1))``, the binades
+        ``diagnose`` counts, over float32's whole range (a magnitude within a
+        rounding of ``2**k`` may count in the binade beside it); exact zeros,
         inf and NaN are not in it (``gradients/zero_fraction`` gives the
-        zeros). One host read for all parameters together.
+        zeros). The counts are made on the device, one pass of ``log2`` per
+        element, and read to the host once for all parameters.
 
         Parameters
         ----------
@@ -166,24 +174,23 @@ class TensorBoardLogger:
         loss_scale : float
         """
         prefix = net.prefix
-        tensors = []
+        names, rows, elements = [], [], 0
         for name, param in sorted(net.collect_params().items()):
             if param.grad_req == "null":
                 continue
             grad = param.list_grad()[0]
-            grad = grad if loss_scale == 1.0 else grad.astype("float32") / loss_scale
+            rows.append(_exponent_counts(grad, loss_scale).as_in_context(mx.cpu()))
+            elements += grad.size
             # The network's prefix carries a per-process counter: without it the tags match across runs.
-            tensors.append((name[len(prefix):] if name.startswith(prefix) else name, "parameter", grad))
-        collector = RangeCollector()
-        collector.add_batch(tensors)
-        everything = total(collector.stats)
-        for stats in [everything] + collector.stats:
-            histogram = _exponent_histogram(stats)
+            names.append(name[len(prefix):] if name.startswith(prefix) else name)
+        if not rows:
+            return
+        table = mx.nd.stack(*rows).asnumpy()  # the one host read
+        for name, row in [("all", table.sum(axis=0))] + list(zip(names, table)):
+            histogram = _exponent_histogram(row[:-1])
             if histogram is not None:
-                tag = "gradients/all" if stats is everything else f"gradients/{stats.name}"
-                self._writer.add_histogram_raw(tag, global_step=step, **histogram)
-        if everything.count:
-            self._writer.add_scalar("gradients/zero_fraction", everything.zeros / everything.count, step)
+                self._writer.add_histogram_raw(f"gradients/{name}", global_step=step, **histogram)
+        self._writer.add_scalar("gradients/zero_fraction", float(table[:, -1].sum()) / elements, step)
 
     def log_config(self, config, step=0):
         """The run's configuration (a dict) as the text ``config``, JSON in a code block."""
@@ -219,21 +226,34 @@ def _batch_images(result):
     return sum(first(out).shape[0] for out in result.outputs)
 
 
-def _exponent_histogram(stats):
-    """``add_histogram_raw``'s arguments for a :class:`RangeStats`, in binary exponents; ``None`` when empty.
+def _exponent_counts(grad, loss_scale):
+    """Per binary exponent of float32 (:data:`EXPONENTS`), how many of ``|grad| / loss_scale`` have it; then the
+    exact zeros. A float64 NDArray on ``grad``'s device, nothing read."""
+    if isinstance(grad, mx.np.ndarray):
+        grad = grad.as_nd_ndarray()
+    work = grad.reshape((-1,)).astype("float32")  # a copy: the gradient itself is left as it is
+    if loss_scale != 1.0:
+        work /= loss_scale
+    mx.nd.abs(work, out=work)
+    zeros = (work == 0).sum()
+    # floor(log2|g|) is the binade's exponent; zeros give -inf and inf or NaN stay so: outside every bucket.
+    mx.nd.floor(mx.nd.log2(work, out=work), out=work)
+    counts, _ = mx.nd.histogram(work, bins=len(EXPONENTS), range=(EXPONENTS[0] - 0.5, EXPONENTS[-1] + 0.5))
+    return mx.nd.concat(counts.astype("float64"), zeros.reshape((1,)).astype("float64"), dim=0)
 
-    Bucket ``k .. k+1`` holds the binade ``[2**k, 2**(k+1))``; the magnitudes
-    below ``2**LOG2_MIN`` and from ``2**LOG2_MAX`` on get a bucket each at the
-    ends. Empty buckets at both ends are dropped.
+
+def _exponent_histogram(counts):
+    """``add_histogram_raw``'s arguments for counts per :data:`EXPONENTS`; ``None`` when all are zero.
+
+    Bucket ``k .. k+1`` holds the binade ``[2**k, 2**(k+1))``; empty buckets
+    at both ends are dropped.
     """
-    exponents, counts, below, above = stats.log2_histogram()
-    limits = np.concatenate([[LOG2_MIN], exponents + 1, [LOG2_MAX + 1]]).astype(np.float64)
-    counts = np.concatenate([[below], counts, [above]]).astype(np.float64)
     filled = np.flatnonzero(counts)
     if not len(filled):
         return None
-    limits, counts = limits[filled[0]:filled[-1] + 1], counts[filled[0]:filled[-1] + 1]
-    centres = limits - 0.5
-    return {"min": float(limits[0] - 1), "max": float(limits[-1]), "num": float(counts.sum()),
+    counts = np.asarray(counts[filled[0]:filled[-1] + 1], dtype=np.float64)
+    lower = EXPONENTS[filled[0]:filled[-1] + 1].astype(np.float64)
+    centres = lower + 0.5
+    return {"min": float(lower[0]), "max": float(lower[-1] + 1), "num": float(counts.sum()),
             "sum": float((centres * counts).sum()), "sum_squares": float((centres ** 2 * counts).sum()),
-            "bucket_limits": limits.tolist(), "bucket_counts": counts.tolist()}
+            "bucket_limits": (lower + 1).tolist(), "bucket_counts": counts.tolist()}
