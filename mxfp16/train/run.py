@@ -477,7 +477,7 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C), then those
+        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), then those
         :func:`callbacks_from_environment` names.
     """
     try:
