@@ -103,14 +103,15 @@ def last_line_json(output):
     return json.loads(output.strip().splitlines()[-1])
 
 
-def run_python(code, timeout=300, env=None, check=True):
+def run_python(code, timeout=300, env=None, check=True, cwd=REPO):
     """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
     with the child's stderr. ``env`` adds variables (:func:`child_env`).
+    ``cwd``: where relative paths the code writes land.
     """
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=child_env(env), cwd=REPO)
+                          timeout=timeout, env=child_env(env), cwd=cwd)
     if check and proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -75,7 +75,8 @@ def register(subparsers):
             "slow for that; an ImageNet ResNet at 32 px ends in 1x1 maps, where BatchNorm's statistics fail in "
             "evaluation; cifar_resnet20_v1 at 32 px is too small per operator for bfloat16 to gain; resnet18_v1 at "
             "48 px still gains from bfloat16 and ends in 2x2 maps. "
-            "Outputs in --out: config.json (with the command line), metrics.jsonl, summary.json, checkpoints/."))
+            "Outputs in --out: config.json (with the command line), metrics.jsonl, summary.json, checkpoints/, and "
+            "tensorboard/ where tensorboardX is installed."))
     _add_config_arguments(parser)
     parser.set_defaults(func=run_command)
 

@@ -53,7 +53,7 @@ PROFILES = {
 #: Settings a resumed run may change; they take effect from the step it resumes at.
 RESUME_CHANGEABLE = ("epochs", "lr", "lr_schedule", "warmup_epochs", "step_epochs", "wd", "momentum",
                      "label_smoothing", "clip_grad_norm", "ctx", "threads", "workers", "keep_checkpoints",
-                     "max_batches", "log_every", "progress")
+                     "max_batches", "log_every", "progress", "tensorboard_dir", "tensorboard")
 #: Fields that steer this invocation and are not part of what the run is.
 RESUME_CONTROL = ("resume", "overwrite", "accept_changed_data", "out")
 
@@ -172,10 +172,19 @@ class TrainConfig:
                                               "back to the one before")
     max_batches: int = _option(None, "run", "at most N training and N evaluation batches per epoch, for smoke runs",
                                metavar="N", default_text="all")
-    log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar; each read waits "
-                                        "for the device")
+    log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar and TensorBoard; "
+                                        "each read waits for the device")
     progress: bool = _option(True, "run", "no progress bar", flag="--no-progress",
                              default_text="bar on a terminal")
+    tensorboard_dir: str = _option(None, "run", "folder for the run's TensorBoard event files (loss, learning rate, "
+                                                "loss scale, skipped steps, img/s every --log-every steps; top-1 and "
+                                                "gradient-exponent histograms every epoch; the configuration); "
+                                                "give each run its own and point `tensorboard --logdir` at their "
+                                                "parent", flag="--tensorboard", metavar="DIR",
+                                   default_text="OUT/tensorboard, when tensorboardX is installed")
+    tensorboard: bool = _option(True, "run", "write no TensorBoard events (whatever --tensorboard says)",
+                                flag="--no-tensorboard",
+                                default_text="on when tensorboardX is installed")
 
     @property
     def profile(self):

@@ -106,14 +106,21 @@ class RunOutputs:
         names += sorted(self.out.glob("summary.rank*.json"))
         if self.checkpoints.is_dir():
             names += sorted(p for p in self.checkpoints.iterdir() if is_checkpoint_file(p.name))
+        names += sorted(self.tensorboard.glob("events.out.tfevents.*"))
         return [p for p in names if p.is_file()]
+
+    @property
+    def tensorboard(self):
+        """The TensorBoard events' default folder (``--tensorboard`` may put them elsewhere)."""
+        return self.out / "tensorboard"
 
     def remove_run(self):
         """Delete a previous run's files, and only those: anything else in the folder stays."""
         for path in self.run_files():
             path.unlink()
-        if self.checkpoints.is_dir() and not any(self.checkpoints.iterdir()):
-            self.checkpoints.rmdir()
+        for folder in (self.checkpoints, self.tensorboard):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
 
     def remove_leftovers(self):
         """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..devices import format_ctx, resolve_devices
+from ..diagnostics.tensorboard import INSTALL_HINT, tensorboard_available
 from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..distributed.agree import agree_settings, settings_fingerprint
 from ..float_formats import format_scale
@@ -32,7 +33,7 @@ from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_fol
 from ..plumbing.locking import FolderBusyError, FolderLock
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment
+from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
 from .config import ConfigError, TrainConfig
 from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .loop import TrainingDivergedError, train_epoch
@@ -194,6 +195,7 @@ def prepare(config, log=None, given=None, command=None):
     locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
     try:
         config, changes, saved, profile_fields = _check_settings(config, given, log)
+        _check_tensorboard(config)
         run, facts = _build(config, saved, profile_fields, log, locks)
         _start(run, changes)
         _record(run, changes, facts, command)
@@ -258,6 +260,20 @@ def _check_out_is_not_data(config):
     """
     try:
         check_output_folder(config.out, _data_inputs(config))
+    except OutputFolderError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_tensorboard(config):
+    """``--tensorboard DIR``: refused without tensorboardX, or where the run could not write it (as ``--out``)."""
+    if config.tensorboard_dir is None or not config.tensorboard:
+        return
+    if not tensorboard_available():
+        raise ConfigError(f"--tensorboard {config.tensorboard_dir}: writing TensorBoard events needs tensorboardX; "
+                          f"{INSTALL_HINT}, or drop --tensorboard")
+    try:
+        check_output_path(config.tensorboard_dir, flag="--tensorboard")
+        check_output_folder(config.tensorboard_dir, _data_inputs(config), flag="--tensorboard")
     except OutputFolderError as err:
         raise ConfigError(str(err)) from None
 
@@ -461,7 +477,7 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C), then those
+        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), then those
         :func:`callbacks_from_environment` names.
     """
     try:
@@ -473,7 +489,8 @@ def fit(run, callbacks=()):
 
 def _fit(run, callbacks):
     config, progress = run.config, run.progress
-    with StopOnSignal(say=run.say) as stop:  # before the first line of the log: a signal from now on is handled
+    # The signal handler first: a signal from the first line of the log on is handled.
+    with StopOnSignal(say=run.say) as stop, open_tensorboard(run) as tensorboard:
         describe(run)
         if run.cluster.num_workers > 1:  # workers stop together, or one waits forever for the others
             stop_hook = AgreedStop(stop, StopVote(run.cluster.kvstore))
@@ -481,6 +498,7 @@ def _fit(run, callbacks):
             stop_hook = stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
                              enabled=config.progress and run.cluster.rank == 0), stop_hook]
+        hooks += [tensorboard] if tensorboard else []
         hooks += list(callbacks) + callbacks_from_environment(run) + [Heartbeat(run.cluster.rank)]
         while progress.epoch < config.epochs:
             start = progress.batch
@@ -498,4 +516,6 @@ def _fit(run, callbacks):
                     f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}",
                     StopOnSignal.EXIT_STATUS.get(stop.requested, 130))
             finish_epoch(run)
+            for hook in hooks:
+                hook.on_epoch_record(progress, progress.metrics[-1])
     return summarise(run)
