@@ -164,9 +164,10 @@ def test_more_epochs_on_resume_extend_the_schedule(run_copy, data):
 
 
 def test_a_new_learning_rate_on_resume_takes_effect(run_copy, data):
-    ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, "--lr", 0.5, "--lr-schedule",
-                 "step", "--step-epochs", "10", "--no-progress"))
-    assert metrics(run_copy)[-1]["lr"] == pytest.approx(0.5)  # step schedule, no drop before epoch 10
+    ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 6, "--lr", 0.5, "--lr-schedule",
+                 "step", "--step-epochs", "5", "--no-progress"))
+    lrs = [r["lr"] for r in metrics(run_copy)]
+    assert lrs[3] == pytest.approx(0.5) and lrs[5] == pytest.approx(0.05)  # the new peak, divided after epoch 5
     assert json.loads((run_copy / "config.json").read_text())["lr"] == 0.5
 
 
