@@ -23,7 +23,7 @@ import numpy as np
 from ..data.validate import scan_image
 from . import formats, preprocess
 from .agreement import softmax
-from .bundle import read_info
+from .bundle import ExportError, read_info
 
 __all__ = ["Predictor", "Prediction", "image_files", "to_csv", "to_document"]
 
@@ -118,8 +118,20 @@ class Predictor:
         return preprocess.center_view(image, self._size, self._short)
 
     def probabilities(self, views):
-        """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``."""
-        return softmax(self.model(preprocess.to_batch(views, self._mean, self._std)))
+        """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``.
+
+        Raises
+        ------
+        ExportError
+            The model gave another number of scores than ``export.json`` lists classes (each format's
+            reader checks this when it loads; this is the same rule for any model handed in).
+        """
+        scores = self.model(preprocess.to_batch(views, self._mean, self._std))
+        if np.ndim(scores) != 2 or np.shape(scores) != (len(views), len(self.classes)):
+            raise ExportError(f"{self.folder}: the model gave scores of shape {tuple(np.shape(scores))} for "
+                              f"{len(views)} image(s), and export.json lists {len(self.classes)} classes; the labels "
+                              "would not be the model's. Export the run again")
+        return softmax(scores)
 
     def predict_files(self, files, top_k=5, batch_size=32, progress=None):
         """Top-``top_k`` classes of every image among ``files``.
