@@ -17,8 +17,9 @@ without its second id, kept in that id (``IRHeader.id2``, which
 ImageRecordIter never reads), and says so in ``PREFIX_classes.json``
 (``record_checksum``: :data:`CHECKSUM`). With ``checksums=True``
 :func:`damaged_records` recomputes it for every record, which reads the
-whole pack once (zlib's CRC-32 ran at about 700 MB/s on this machine's
-2-core AMD EPYC, loaded). Without, it reads a few bytes per record from a
+whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about 500 MB/s)
+from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to
+0.06 s for the frame checks alone. Without, it reads a few bytes per record from a
 memory map, so a pack of 10,000 images is checked in well under a second.
 """
 import mmap
