@@ -223,7 +223,8 @@ def _as_ndarray(a, what):
     elif values.dtype.kind not in "iubf":
         raise ValueError(f"cast_batch(): the {what} is {values.dtype} ({type(a).__name__}); pass numbers: an "
                          "NDArray, a numpy array or a list of numbers")
-    return mx.nd.array(values, dtype=values.dtype)
+    make = mx.np.array if mx.util.is_np_array() else mx.nd.array  # what split_and_load would make, dtype kept
+    return make(values, dtype=values.dtype)
 
 
 #: The numpy scalar types MXNet 1.9.1's NDArray holds.

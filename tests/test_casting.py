@@ -176,6 +176,18 @@ def test_mixed_precision_cast_batch_passes_keep_through():
     assert x.dtype == np.float32 and x.asscalar() == 30521
 
 
+def test_numpy_arrays_become_arrays_of_the_mode_in_use_with_their_dtype():
+    from mxnet import npx
+
+    npx.set_np()
+    try:
+        xs, ys = cast_batch(np.array(IDS, dtype=np.int64), [3, 4], "float16", TWO)
+        assert all(isinstance(a, mx.np.ndarray) and a.dtype == np.int64 for a in xs + ys)
+        assert np.concatenate([x.asnumpy() for x in xs]).tolist() == IDS
+    finally:
+        npx.reset_np()
+
+
 # ---- issue 42, case 16: fewer samples than devices ----------------------------------------------
 @pytest.mark.parametrize("samples, devices", [(1, 2), (3, 4)])
 def test_a_batch_smaller_than_the_devices_is_explained(samples, devices):
