@@ -152,6 +152,7 @@ def cast_batch(data, label, dtype, ctx_list, keep=()):
     if not ctx_list:
         raise ValueError("cast_batch() got no devices: pass a list of contexts such as [mx.cpu()]")
     datas = _split(data, "data", ctx_list, dtype, _positions(keep, data))
+    # Floating labels become float32, never the data dtype (class 2049 in float16 is 2048).
     labels = None if label is None else _split(label, "label", ctx_list, "float32", set(), labels=True)
     return datas, labels
 
@@ -177,7 +178,10 @@ def _positions(keep, data):
 
 
 def _split(batch, what, ctx_list, dtype, keep, labels=False):
-    """``batch`` as one entry per device: each input converted, checked, split, then cast (or kept)."""
+    """``batch`` as one entry per device: each input converted, checked, split, then cast to ``dtype`` (or kept).
+
+    ``labels`` only changes what a refusal suggests (labels have no ``keep``).
+    """
     several = _several(batch)
     if several and not batch:
         raise ValueError(f"cast_batch() got an empty {type(batch).__name__} as {what}: pass the batch's array(s)")
@@ -196,7 +200,7 @@ def _split(batch, what, ctx_list, dtype, keep, labels=False):
     targets = []
     for position, a in enumerate(arrays):
         name = f"{what}[{position}]" if several else what
-        target = None if position in keep else _target(a, dtype, labels)
+        target = None if position in keep else _target(a, dtype)
         if target is not None:
             _check_cast(a, target, name, "Pass the labels as integers: integer labels are never cast" if labels
                         else f"Pass ids as integers ({name}.astype('int32'): integer arrays are never cast), name "
@@ -231,14 +235,10 @@ def _as_ndarray(a, what):
 _MXNET_DTYPES = (np.float16, np.float32, np.float64, np.uint8, np.int8, np.int32, np.int64, np.bool_)
 
 
-def _target(x, dtype, labels):
+def _target(x, dtype):
     """The dtype ``x`` is cast to, or ``None`` when it keeps its own (integers, and what is already there)."""
     source = np.dtype(x.dtype)
-    if not np.issubdtype(source, np.floating):
-        return None
-    if labels:
-        return None if source == np.float32 else "float32"
-    return None if source == np.dtype(dtype) else dtype
+    return dtype if np.issubdtype(source, np.floating) and source != np.dtype(dtype) else None
 
 
 def _check_cast(x, target, name, fix):
