@@ -469,7 +469,7 @@ class Model:
         try:
             self._session = onnxruntime.InferenceSession(data, sess_options=options, providers=providers)
         except Exception as err:  # noqa: BLE001 -- onnxruntime's errors share no base class but Exception
-            raise ExportError(f"{self._name} cannot be loaded by onnxruntime ({_first_line(err)}); {AGAIN}") from None
+            raise ExportError(f"{self._name} cannot be loaded by onnxruntime ({_failure(err)}); {AGAIN}") from None
         self.provider = self._session.get_providers()[0]
         self.device = "cpu" if self.provider == "CPUExecutionProvider" else f"gpu:{providers[0][1]['device_id']}"
         self.dtype = dtype
@@ -479,7 +479,7 @@ class Model:
             return self._session.run(None, {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)})[0]
         except Exception as err:  # noqa: BLE001 -- as in __init__
             raise ExportError(f"{self._name} failed in onnxruntime on a batch of shape {tuple(np.shape(batch))} "
-                              f"({_first_line(err)}); {AGAIN}") from None
+                              f"({_failure(err)}); {AGAIN}") from None
 
     def check_outputs(self, classes, image_size):
         """Refuse a model that does not give one score per class of ``classes`` for an image of ``image_size``.
@@ -489,9 +489,8 @@ class Model:
         """
         inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
         if [i.name for i in inputs] != [INPUT_NAME] or len(outputs) != 1:
-            raise ExportError(f"{self._name} takes {[i.name for i in inputs][:4]} and gives {len(outputs)} "
-                              f"output(s); an mxfp16 export takes one input, {INPUT_NAME!r}, and gives one output. "
-                              f"{AGAIN[0].upper()}{AGAIN[1:]}")
+            raise ExportError(f"{self._name} has {len(inputs)} input(s) and {len(outputs)} output(s), not the one "
+                              f"input named {INPUT_NAME!r} and one output of an mxfp16 export; {AGAIN}")
         scores = self(np.zeros((1, 3, image_size, image_size), dtype=np.float32))
         if np.shape(scores) != (1, len(classes)):
             raise ExportError(f"export.json lists {len(classes)} classes but {self._name} gives "
@@ -500,10 +499,15 @@ class Model:
                               f"the model's. {AGAIN[0].upper()}{AGAIN[1:]}")
 
 
-def _first_line(err):
-    """The part of onnxruntime's message that says what failed, shortened."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return (lines[0] if lines else type(err).__name__)[:240]
+def _failure(err):
+    """What kind of failure onnxruntime reports (``invalid graph``, ``invalid protobuf`` ...), not its text.
+
+    Its text quotes the model (node names, what it read): like MXNet's, it is not printed.
+    """
+    import re
+
+    kind = re.search(r"\[ONNXRuntimeError\] : \d+ : ([A-Z_]+)", str(err))
+    return kind.group(1).lower().replace("_", " ") if kind else type(err).__name__
 
 
 def load(folder, info, ctx="auto", dtype=None, threads=None):
