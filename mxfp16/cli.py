@@ -29,7 +29,7 @@ import sys
 from . import commands as _commands
 from ._version import __version__
 from .commands import CommandError
-from .plumbing.console import guarded_stdout
+from .plumbing.console import guarded_stdout, reopen_closed_streams
 
 
 def _command_modules():
@@ -144,6 +144,7 @@ def main(argv=None):
     ``--version`` and a mistyped flag answer at once whatever the
     environment holds; MXNet loads only when a command runs.
     """
+    reopen_closed_streams()  # `mxfp16 info >&-`: a closed stream is /dev/null, before any file is opened
     if argv is None:
         restart = _utf8_command_line()
         if restart:

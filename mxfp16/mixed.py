@@ -162,9 +162,9 @@ class MixedPrecision:
         return make_trainer(net.collect_params(), optimizer, optimizer_params, settled, self.scaler,
                             **trainer_options)
 
-    def cast_batch(self, data, label=None):
-        """:func:`mxfp16.cast_batch` for this precision and these devices."""
-        return cast_batch(data, label, self.precision.data_dtype, self.ctx)
+    def cast_batch(self, data, label=None, keep=()):
+        """:func:`mxfp16.cast_batch` for this precision and these devices (``keep``: inputs passed as they are)."""
+        return cast_batch(data, label, self.precision.data_dtype, self.ctx, keep)
 
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``clip_grad_norm`` ...).

@@ -204,7 +204,7 @@ def test_a_pack_that_does_not_verify_is_not_reported_and_replaces_nothing(data, 
     from mxfp16.data import pack
 
     prefix = tmp_path / "rec" / "tiny"
-    monkeypatch.setattr(pack, "damaged_records", lambda rec, idx: [(3, 100, "its JPEG is cut short")])
+    monkeypatch.setattr(pack, "damaged_records", lambda rec, idx, **_: [(3, 100, "its JPEG is cut short")])
     with pytest.raises(DataError, match="do not check out \\(record 3: its JPEG is cut short\\); nothing was replaced"):
         pack_recordio(data, prefix, workers=1)
     assert sorted(p.name for p in prefix.parent.iterdir()) == [".tiny.lock"]

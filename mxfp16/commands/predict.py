@@ -45,8 +45,8 @@ def run(args):
     from tqdm.auto import tqdm
 
     from ..inference.bundle import ExportError
-    from ..inference.predict import Predictor, image_files, to_csv, to_document
-    from ..plumbing.fileio import atomic_write, shown, write_json
+    from ..inference.predict import Predictor, escape_text, image_files, to_csv, to_document
+    from ..plumbing.fileio import atomic_write, write_json
 
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
@@ -62,21 +62,24 @@ def run(args):
     files, skipped = image_files(args.inputs)
     with tqdm(total=len(files), unit="image", desc="predict", leave=False, dynamic_ncols=True, file=sys.stderr,
               disable=True if not args.progress else None) as bar:
-        results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
-                                                      progress=bar.update)
+        try:
+            results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
+                                                          progress=bar.update)
+        except ExportError as err:  # a model that fails on a batch, or gives another number of scores
+            raise CommandError(str(err)) from None
     skipped += unreadable
-    for r in results:  # shown(): a file name that is not UTF-8 prints with \xNN escapes instead of failing
-        print(shown(r.path) + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
+    # escape_text: one line per name, whatever it holds (a newline, bytes that are not UTF-8), and reversible.
+    for r in results:
+        print(escape_text(r.path) + ": " + ", ".join(f"{escape_text(name)} {prob:.3f}" for name, _, prob in r.top))
     for path, reason in skipped:
-        print(f"mxfp16 predict: skipped {shown(path)}: {reason}", file=sys.stderr)
+        print(f"mxfp16 predict: skipped {escape_text(path)}: {escape_text(reason)}", file=sys.stderr)
     print(f"{len(results)} image(s) predicted with {predictor.description} ({args.model}), "
           f"{len(skipped)} skipped", file=sys.stderr)
     if args.output:
         if suffix == ".json":
             write_json(args.output, to_document(predictor, results, skipped))
         else:
-            # surrogateescape: a file name that is not UTF-8 goes into the CSV as the bytes the OS gave.
-            with atomic_write(args.output, errors="surrogateescape") as handle:
+            with atomic_write(args.output) as handle:  # UTF-8 throughout: every name in it is escaped
                 handle.write(to_csv(results, skipped, min(args.top_k, len(predictor.classes))))
         print(f"wrote {args.output}", file=sys.stderr)
     if not results:

@@ -7,8 +7,9 @@
 format, with the path escaped by :func:`escape_name` so that any file name,
 one holding a tab, a newline or bytes that are not UTF-8, keeps its line),
 then ``PREFIX_classes.json`` (classes, counts per split and per class,
-skipped files, the settings, and the source manifest's ``min_crop_area`` and
-``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
+skipped files, the settings, that every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`), and the source manifest's
+``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
 files are skipped by the same scan the folder pipeline uses. Each file is
 written under a temporary name of its own (unique to the process, short
@@ -44,7 +45,8 @@ from ..plumbing.fileio import (
 from ..plumbing.locking import FolderBusyError, FolderLock
 from .layout import split_problem
 from .pipelines import classes_file, record_files
-from .records import damaged_records
+from .records import CHECKSUM as RECORD_CHECKSUM
+from .records import damaged_records, record_checksum
 from .validate import DataError, scan_classes
 
 __all__ = ["pack_recordio", "escape_name", "unescape_name"]
@@ -120,13 +122,14 @@ def _write_split(items, classes, root, prefix, split, resize, quality, workers):
                     LOG.warning("skipping %s: OpenCV cannot decode it", shown(path))
                     continue
                 label = index[name]
-                header = mx.recordio.IRHeader(0, float(label), written, 0)
+                # id2, which ImageRecordIter never reads, holds the record's checksum (mxfp16.data.records).
+                header = mx.recordio.IRHeader(0, float(label), written, record_checksum(label, written, jpeg))
                 record.write_idx(written, mx.recordio.pack(header, jpeg))
                 lst.write(f"{written}\t{label}\t{escape_name(os.path.relpath(path, root))}\n")
                 per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
-        damaged, indexed = damaged_records(tmp[rec_path], tmp[idx_path]), _indexed(tmp[idx_path])
+        damaged, indexed = damaged_records(tmp[rec_path], tmp[idx_path], checksums=True), _indexed(tmp[idx_path])
         if damaged or indexed != written:
             what = "; ".join(f"record {key}: {why}" for key, _, why in damaged[:3]) or (
                 f"{indexed} records indexed, {written} written")
@@ -219,7 +222,7 @@ def _pack(src, prefix, resize, quality, workers):
         for name, count in written.items():
             per_class[name][column] = count
     meta = {"classes": train.classes, "counts": counts, "per_class": per_class, "source": str(src), "resize": resize,
-            "quality": quality, "skipped": [list(s) for s in skipped]}
+            "quality": quality, "skipped": [list(s) for s in skipped], "record_checksum": RECORD_CHECKSUM}
     meta.update(_manifest_hints(src))
     write_json(marker, meta)
     return meta

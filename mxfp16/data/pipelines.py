@@ -67,6 +67,7 @@ from mxnet import gluon
 from ..plumbing.fileio import JSONFileError, read_json, shown
 from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import PIPELINES, pack_problem, split_problem
+from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
 
@@ -357,11 +358,13 @@ def classes_file(prefix):
     return Path(f"{prefix}_classes.json")
 
 
-def _check_record_files(prefix, split, count):
+def _check_record_files(prefix, split, count, checksums):
     """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
 
     Every record's frame is checked (:func:`mxfp16.data.records.damaged_records`):
-    MXNet's C++ reader aborts the process on a damaged one.
+    MXNet's C++ reader aborts the process on a damaged one. With
+    ``checksums``, every record's checksum too: changed bytes inside an
+    image or a label would otherwise train without a word.
     """
     rec, idx = record_files(prefix, split)
     fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
@@ -370,7 +373,7 @@ def _check_record_files(prefix, split, count):
             raise DataError(f"{shown(path)} not found; {fix}.")
     try:
         entries = read_index(idx)
-        damaged = damaged_records(rec, idx, entries=entries)
+        damaged = damaged_records(rec, idx, entries=entries, checksums=checksums)
     except (ValueError, OSError) as err:
         raise DataError(f"{shown(idx)} cannot be read ({err}); {fix}.") from None
     if len(entries) != count:
@@ -380,6 +383,23 @@ def _check_record_files(prefix, split, count):
         listed = "; ".join(f"record {key} at byte {offset}: {why}" for key, offset, why in damaged[:5])
         raise DataError(f"{shown(rec)} has damaged records ({listed}{' ...' if len(damaged) > 5 else ''}): the "
                         f"file was truncated or changed after packing; {fix}.")
+
+
+def _record_checksums(meta, meta_path):
+    """Whether the pack's records carry checksums (``PREFIX_classes.json``'s ``record_checksum``).
+
+    A pack of an older mxfp16 has none: it is used, with a warning that
+    damage inside its records cannot be seen.
+    """
+    kind = meta.get("record_checksum")
+    if kind == RECORD_CHECKSUM:
+        return True
+    if kind is not None:
+        raise DataError(f"{shown(meta_path)} names record checksums {str(kind)[:40]!r}, which this mxfp16 does not "
+                        "know; re-run `mxfp16 data pack` with this mxfp16.")
+    LOG.warning("%s was packed by an older mxfp16 whose records carry no checksum: bytes changed inside a record "
+                "cannot be detected. Re-run `mxfp16 data pack` to have every record checked", shown(meta_path))
+    return False
 
 
 class _RecordLoaders(Loaders):
@@ -401,8 +421,9 @@ class _RecordLoaders(Loaders):
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts.values()) or not all(
                 isinstance(c, str) for c in meta["classes"]):
             raise DataError(f"{shown(meta_path)} holds counts or classes of the wrong type; re-run `mxfp16 data pack`.")
+        checksums = _record_checksums(meta, meta_path)
         for split in ("train", "test"):
-            _check_record_files(prefix, split, counts[split])
+            _check_record_files(prefix, split, counts[split], checksums)
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta, meta_path)
         self.augment = augmentation(resolve_augment(augment, image_size, meta), self.min_crop_area)

@@ -56,7 +56,7 @@ from ..plumbing.symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",
            "LOAD_WITH", "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info",
-           "read_model", "read_verified", "file_entry", "staging", "publish", "export_file"]
+           "read_model", "read_verified", "file_entry", "staging", "publish", "export_file", "AGAIN"]
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -79,7 +79,8 @@ VERSION = 2
 #: The largest ``export.json`` or ``SHA256SUMS`` read.
 _MAX_RECORD_BYTES = 1 << 20
 _CHECKSUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](\S.*)$")
-_AGAIN = "export the run again rather than trust it"
+#: What every refusal of a changed export asks for.
+AGAIN = "export the run again rather than trust it"
 
 
 class ExportError(RuntimeError):
@@ -149,13 +150,13 @@ def export_file(folder, name):
     target = Path(os.path.realpath(path))
     if Path(os.path.realpath(folder)) not in target.parents:
         raise ExportError(f"{shown(path)} is a link to {shown(target)}, outside the export folder; an export's files "
-                          f"are its own: {_AGAIN}")
+                          f"are its own: {AGAIN}")
     try:
         mode = target.stat().st_mode
     except OSError as err:
-        raise ExportError(f"{shown(path)} cannot be read ({err.strerror}); {_AGAIN}") from None
+        raise ExportError(f"{shown(path)} cannot be read ({err.strerror}); {AGAIN}") from None
     if not stat.S_ISREG(mode):
-        raise ExportError(f"{shown(path)} is not a regular file; {_AGAIN}")
+        raise ExportError(f"{shown(path)} is not a regular file; {AGAIN}")
     return path
 
 
@@ -163,11 +164,11 @@ def _read_text(path, what):
     with open(path, "rb") as handle:
         raw = handle.read(_MAX_RECORD_BYTES + 1)
     if len(raw) > _MAX_RECORD_BYTES:
-        raise ExportError(f"{shown(path)} is larger than {what} ever is; {_AGAIN}")
+        raise ExportError(f"{shown(path)} is larger than {what} ever is; {AGAIN}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ExportError(f"{shown(path)} is not UTF-8 text; {_AGAIN}") from None
+        raise ExportError(f"{shown(path)} is not UTF-8 text; {AGAIN}") from None
 
 
 def verify(folder):
@@ -199,15 +200,15 @@ def verify(folder):
         match = _CHECKSUM_LINE.match(line)
         if not match or match.group(2) not in FILES:
             raise ExportError(f"{shown(folder / CHECKSUM_FILE)} line {number} is not '<sha256>  <file of the export>'; "
-                              f"{_AGAIN}")
+                              f"{AGAIN}")
         sums[match.group(2)] = match.group(1)
     missing = [name for name in REQUIRED if name not in sums]
     if missing:
-        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(missing)}; {_AGAIN}")
+        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(missing)}; {AGAIN}")
     for name, digest in sums.items():
         if sha256_file(export_file(folder, name)) != digest:
             raise ExportError(f"{shown(folder / name)} has changed since it was exported (its sha256 differs from "
-                              f"the one in {CHECKSUM_FILE}); {_AGAIN}")
+                              f"the one in {CHECKSUM_FILE}); {AGAIN}")
     return sums
 
 
@@ -246,7 +247,7 @@ def check_info(info, where=INFO_FILE):
     if info["compute_dtype"] not in ("float32", "float16", "bfloat16"):
         problems.append(f"compute_dtype {info['compute_dtype'][:20]!r} is not float32, float16 or bfloat16")
     if problems:
-        raise ExportError(f"{where}: {'; '.join(problems)}. It was changed after mxfp16 export wrote it; {_AGAIN}")
+        raise ExportError(f"{where}: {'; '.join(problems)}. It was changed after mxfp16 export wrote it; {AGAIN}")
     return info
 
 
@@ -275,7 +276,7 @@ def read_info(folder):
                           "the run again with this mxfp16")
     unlisted = [str(name)[:80] for name in info["files"] if name not in sums]
     if unlisted:  # a model file export.json promises but SHA256SUMS does not cover (or that is gone)
-        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(unlisted)}; {_AGAIN}")
+        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(unlisted)}; {AGAIN}")
     return check_info(info, shown(path))
 
 
@@ -303,7 +304,7 @@ def read_verified(folder, info, name):
     data = export_file(folder, name).read_bytes()
     if hashlib.sha256(data).hexdigest() != wanted:
         raise ExportError(f"{shown(folder / name)} has changed since it was exported (its sha256 differs from the "
-                          f"one in {INFO_FILE}); {_AGAIN}")
+                          f"one in {INFO_FILE}); {AGAIN}")
     return data
 
 
@@ -328,7 +329,7 @@ def read_model(folder, info=None):
     folder = Path(folder)
     symbol_path, params_path = export_file(folder, SYMBOL_FILE), export_file(folder, PARAMS_FILE)
     try:
-        check_graph(symbol_path, _AGAIN)
+        check_graph(symbol_path, AGAIN)
         declared = read_header(params_path)  # before MXNet allocates what it declares
     except (GraphFileError, NDArrayFileError) as err:
         raise ExportError(str(err)) from None
@@ -341,7 +342,7 @@ def read_model(folder, info=None):
             shapes, outputs, aux = symbol.infer_shape(data=(1, 3, size, size))
     except mx.base.MXNetError:  # its message may quote the file: say what failed, not what MXNet read
         raise ExportError(f"{shown(symbol_path)} is not a graph MXNet can run (it could not be loaded, or its shapes "
-                          f"not inferred); {_AGAIN}") from None
+                          f"not inferred); {AGAIN}") from None
     expected = {f"arg:{n}": s for n, s in zip(arguments, shapes or [None] * len(arguments)) if n != "data"}
     expected.update({f"aux:{n}": s for n, s in zip(auxiliary, aux or [None] * len(auxiliary))})
     _check_parameters(params_path, {name or "(unnamed)": tuple(shape) for name, shape, _ in declared}, expected)
@@ -350,11 +351,11 @@ def read_model(folder, info=None):
         if len(outputs) != 1 or tuple(outputs[0]) != (1, classes):
             raise ExportError(f"{shown(folder / INFO_FILE)} lists {classes} classes but the model in {SYMBOL_FILE} "
                               f"gives {outputs[0][-1] if outputs and outputs[0] else '?'} outputs per image; the "
-                              f"labels would not be the model's. {_AGAIN[0].upper()}{_AGAIN[1:]}")
+                              f"labels would not be the model's. {AGAIN[0].upper()}{AGAIN[1:]}")
     try:
         return symbol, mx.nd.load(str(params_path))
     except mx.base.MXNetError:
-        raise ExportError(f"{shown(params_path)} could not be loaded by MXNet; {_AGAIN}") from None
+        raise ExportError(f"{shown(params_path)} could not be loaded by MXNet; {AGAIN}") from None
 
 
 def _check_parameters(path, declared, expected):
@@ -370,7 +371,7 @@ def _check_parameters(path, declared, expected):
         [f"{len(wrong)} of another shape, e.g. {wrong[0][:80]} {declared[wrong[0]]} where {tuple(expected[wrong[0]])} "
          "belongs"] if wrong else [])
     raise ExportError(f"{shown(path)} does not fit the graph in {SYMBOL_FILE} ({'; '.join(parts)}): the parameters "
-                      f"belong to another model; {_AGAIN}")
+                      f"belong to another model; {AGAIN}")
 
 
 # ---- staging and publishing ------------------------------------------------------------------------
