@@ -32,7 +32,7 @@ from .commands import CommandError
 from .plumbing.console import guarded_stdout, reopen_closed_streams
 
 
-def _command_modules():
+def command_modules():
     """The subcommand modules, in ``--help`` order."""
     modules = [importlib.import_module(f"mxfp16.commands.{info.name}")
                for info in pkgutil.iter_modules(_commands.__path__) if not info.name.startswith("_")]
@@ -50,7 +50,7 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"mxfp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in command_modules():
         module.register(subparsers)
     return parser
 
