@@ -63,13 +63,14 @@ REAL, FAKE = mx.nd.ones((BATCH, 1)), mx.nd.zeros((BATCH, 1))
 
 def _gan_iteration(net_g, net_d, trainer_g, trainer_d, scaler, real, noise, poison_g=False):
     """The DCGAN example's iteration through the scaler's seams: the discriminator steps, then the generator."""
+    judge = lambda x: mxfp16.to_float32(net_d(x))  # noqa: E731 -- the loss on float32 logits, whatever the precision
     with autograd.record():
         fake = net_g(noise)
-        loss_d = LOSS(net_d(real), REAL) + LOSS(net_d(fake.detach()), FAKE)
+        loss_d = LOSS(judge(real), REAL) + LOSS(judge(fake.detach()), FAKE)
     scaler.scale_loss(loss_d).backward()
     skipped_d = scaler.step(trainer_d, BATCH)
     with autograd.record():
-        loss_g = LOSS(net_d(fake), REAL) * (float("inf") if poison_g else 1.0)
+        loss_g = LOSS(judge(fake), REAL) * (float("inf") if poison_g else 1.0)
     scaler.scale_loss(loss_g).backward()
     skipped_g = scaler.step(trainer_g, BATCH)
     scaler.update()  # once per iteration, for both trainers
