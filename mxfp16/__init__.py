@@ -53,7 +53,7 @@ _EXPORTS = {
     "make_trainer": "optim", "optimizer_support": "optim",
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
     "StepOrderError": "scaler", "UnusedParameterError": "scaler", "Gradients": "gradients",
-    "StepResult": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
+    "StepResult": "step", "BatchLoss": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
     "import_gluoncv": "models.gluoncv", "stack_report": "machine.stack",
     "TensorBoardLogger": "diagnostics.tensorboard",
 }

@@ -32,8 +32,10 @@ def cast_net(net, precision):
         A resolved :class:`~mxfp16.Precision` (its ``param_dtype``; for an
         AMP precision this also checks that :func:`mxfp16.activate` came
         first, :func:`mxfp16.precision.check_activated`), or a dtype name,
-        ``'float16'`` or ``'float32'``. bfloat16 is not a Gluon parameter
-        dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision instead.
+        ``'float16'`` or ``'float32'``: an AMP precision's ``param_dtype`` is
+        checked as the precision itself would be. bfloat16 is not a Gluon
+        parameter dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision
+        instead.
 
     Returns
     -------
@@ -46,12 +48,12 @@ def cast_net(net, precision):
         An AMP precision whose ``activate`` is missing or came after the
         network's graph was built.
     """
-    from .precision import Precision, check_activated
+    from .precision import Precision, check_activated, precision_of
 
     if isinstance(precision, Precision):
-        check_activated(precision, net)
         precision = precision.param_dtype
-    name = np.dtype(precision).name if not isinstance(precision, str) else precision
+    check_activated(precision_of(precision), net)
+    name = np.dtype(precision).name if not isinstance(precision, str) else str(precision)
     if name == "bfloat16":
         raise TypeError("Gluon 1.9.1 cannot cast parameters to bfloat16; use precision "
                         "'amp-bfloat16', which keeps float32 parameters and lets AMP cast operators")

@@ -167,7 +167,12 @@ class MixedPrecision:
         return cast_batch(data, label, self.precision.data_dtype, self.ctx, keep)
 
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
-        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``clip_grad_norm`` ...).
+        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
+
+        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss` (one loss
+        over every device's outputs at once), or ``None`` for a network that
+        returns its own loss. A step of your own (several trainers, a clip of
+        your own) uses :attr:`scaler`'s seams instead.
 
         For a pending ``auto``, the first call times ``net`` on this batch
         first (:mod:`mxfp16.auto`), then trains in the faster precision.
