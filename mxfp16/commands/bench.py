@@ -9,11 +9,16 @@ network as `mxfp16 export` converts it and `mxfp16 predict` runs it, each
 call on its own: batch-1 latency (median, p90, p99) and batch-32 throughput
 by default; --onnxruntime adds the network as `mxfp16 export --format onnx`
 writes it, run by onnxruntime (float32, and float16 where its execution
-provider runs it). Writes bench.json, bench.csv and PNG plots to --out.
+provider runs it). Writes bench.json, bench.csv and PNG plots to --out: a
+new folder (--overwrite replaces an earlier benchmark's whole, nothing of it
+left behind), locked for the whole benchmark, so a second one into the same
+--out is refused at once.
 """
+import os
+
 from ..bench.invocation import BATCH_SIZES, ITERS
 from ..plumbing.limits import MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS, integer, number
-from . import CommandError, add_ctx_argument, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 40
 
@@ -26,6 +31,7 @@ def register(subparsers):
     output = parser.add_argument_group("output")
     output.add_argument("--out", required=True, help="folder for bench.json, bench.csv and the PNG plots (required)")
     output.add_argument("--no-plots", action="store_true", help="skip the PNG plots (default: plots are drawn)")
+    add_overwrite_argument(output)
     parser.set_defaults(func=run)
 
 
@@ -92,10 +98,20 @@ def _add_timing(timing):
 
 
 def run(args):
+    from ..plumbing.locking import Contents
+
+    contents = Contents("a benchmark", ("bench.json", "bench.csv", "*.png", "round_ratios.json"))
+    with open_output(args.out, f"benchmarking {args.model}", args.overwrite,
+                     [("the data set --data", None if args.data == "synthetic" else args.data)],
+                     contents=contents) as output:
+        return _bench(args, output)
+
+
+def _bench(args, output):
+    """Plan, time and report the runs, then write the results into ``output`` (opened, locked)."""
     from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
     from ..bench.suite import run_suite
 
-    check_out(args.out, [("the data set --data", None if args.data == "synthetic" else args.data)])
     try:
         plan = plan_invocation(model=args.model, image_size=args.image_size, batch_sizes=args.batch_sizes,
                                precisions=args.precisions, amp_lists=args.amp_lists, mode=args.mode, data=args.data,
@@ -111,9 +127,11 @@ def run(args):
                                             "data", "pipeline", "workers", "classes", "ctx", "iters", "warmup",
                                             "repeats", "rounds", "peer", "onnxruntime")}
     config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
-    document, paths = record_invocation(args.out, plan, records, config, plots=not args.no_plots)
+    staged = output.stage()
+    document, paths = record_invocation(staged, plan, records, config, plots=not args.no_plots)
+    output.publish(staged)
     _print_results(args, plan, document)
-    print("wrote " + ", ".join(paths))
+    print("wrote " + ", ".join(str(output.path / os.path.basename(path)) for path in paths))
     if not any(r.get("status") == "ok" for r in document["results"]):
         raise CommandError("no run succeeded; see the reasons above")
 

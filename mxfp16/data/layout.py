@@ -22,8 +22,15 @@ import shlex
 from collections import namedtuple
 from pathlib import Path
 
+from ..plumbing.fileio import JSONFileError, read_json
+from ..plumbing.locking import Contents
+
 __all__ = ["CALTECH101_TRAIN_PER_CLASS", "Caltech101Paths", "caltech101_paths", "caltech101_commands",
-           "split_problem", "pack_problem", "PIPELINES"]
+           "split_problem", "pack_problem", "PIPELINES", "MANIFEST",
+           "read_manifest", "data_set_contents"]
+
+#: What describes a data set folder mxfp16 writes (``data split``, ``synth``, ``digits``): its kind and settings.
+MANIFEST = "manifest.json"
 
 #: The two layouts a data set comes in, named by the pipeline that reads each: a folder split
 #: (``train/<class>/``, ``test/<class>/``) and a RecordIO pack (a prefix of ``mxfp16 data pack``).
@@ -191,3 +198,27 @@ def pack_problem(prefix, flag="--data-dir"):
     return (f"{prefix} is a folder, not a RecordIO pack prefix (PREFIX_train.rec, PREFIX_classes.json, ...). Make "
             "a train/test split of it with `mxfp16 data split`, pack that with `mxfp16 data pack --src SPLIT --out "
             "PREFIX` and pass PREFIX, or read a split with --pipeline folder.")
+
+
+def read_manifest(folder):
+    """The :data:`MANIFEST` of a data set folder, or ``None`` when it has no readable one."""
+    try:
+        return read_json(Path(folder) / MANIFEST)
+    except JSONFileError:
+        return None
+
+
+def data_set_contents(kind, what):
+    """What a data set folder of ``kind`` holds (:data:`MANIFEST`, ``train/``, ``test/``), as
+    :class:`~mxfp16.plumbing.locking.Contents`: one is what ``--overwrite`` may replace when its manifest says
+    ``kind``, never another folder.
+
+    Parameters
+    ----------
+    kind : str
+        The manifest's ``kind`` (``'split'``, ``'synth'``, ``'digits'``).
+    what : str
+        What such a folder is, for messages (``'a synthetic set'``).
+    """
+    return Contents(what, (MANIFEST, "train", "test"),
+                    is_one=lambda folder: (read_manifest(folder) or {}).get("kind") == kind)

@@ -6,8 +6,13 @@ class's split depends only on its own files and the seed -- not on which
 other classes exist or are excluded. The first ``train_per_class`` (or all
 but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
 Files are hard-linked when the file system allows it, copied otherwise. The
-split is built in a temporary folder and renamed into place, with a
-``manifest.json`` of the settings, per-class counts and skipped files.
+split is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+locked before anything decides whether it exists, built in a staging
+folder beside it with a ``manifest.json`` of the settings, per-class counts
+and skipped files, and moved into place in one step. The same split already
+there is reused; another is refused, or replaced whole with ``overwrite``
+(a split only, never another folder); a split that a running ``train``
+reads is not replaced under it.
 
 A split whose test side would be empty (``--test-fraction 0.5`` of classes
 of one image each rounds to none) is refused, naming the fraction and the
@@ -22,19 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import (
-    JSONFileError,
-    OutputFolderError,
-    check_output_folder,
-    read_json,
-    temporary_folder,
-    write_json,
-)
+from ..plumbing.fileio import OutputFolderError, write_json
+from ..plumbing.locking import Output, PathBusyError
+from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError, scan_classes
 
-__all__ = ["split_folder"]
+__all__ = ["split_folder", "CONTENTS"]
 
-MANIFEST = "manifest.json"
+#: What a split folder holds: one made by ``data split`` is what ``overwrite`` may replace.
+CONTENTS = data_set_contents("split", "a split made by `mxfp16 data split`")
 
 
 def _plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
@@ -84,7 +85,8 @@ def _counts_text(by_class):
     return ", ".join(parts) + (" ..." if len(groups) > 6 else "")
 
 
-def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=(), allow_empty_test=False):
+def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=(), allow_empty_test=False,
+                 overwrite=False):
     """Split ``src/<class>/*`` into ``out/train/<class>/`` and ``out/test/<class>/``.
 
     Parameters
@@ -103,6 +105,9 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
         Class folder names to leave out (e.g. ``BACKGROUND_Google``).
     allow_empty_test : bool
         Write a split whose test side holds no image (refused otherwise).
+    overwrite : bool
+        Replace another split at ``out`` (a folder whose manifest says it is
+        a split, holding nothing else).
 
     Returns
     -------
@@ -111,32 +116,18 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     """
     _check_sizes(train_per_class, test_fraction)
     src, out = Path(src), Path(out)
-    try:  # the writing rule: inside --src the split would become one more class folder of its own source
-        check_output_folder(out, [("the source folder --src", src)])
-    except OutputFolderError as err:
-        raise DataError(str(err)) from None
-    scan = scan_classes(src, "source")
-    exclude = set(exclude)
-    by_class = _files_by_class(scan, src, exclude)
     settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
-                "test_fraction": test_fraction, "exclude": sorted(exclude)}
-    plans = {name: _plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
-    if not allow_empty_test and not any(test for _, test in plans.values()):
-        raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
-                        f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "
-                        "evaluates every epoch on the test split; raise --test-fraction, add images, or pass "
-                        "--allow-empty-test to write this split anyway.")
-    existing = _existing(out)
-    if existing is not None:
-        if {k: existing.get(k) for k in settings} == settings:
-            return existing
-        raise DataError(f"{out} already exists with other contents or settings. Delete it or choose another --out.")
-    manifest = dict(settings, kind="split", classes=list(by_class),
-                    counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
-                    totals={"train": sum(len(tr) for tr, _ in plans.values()),
-                            "test": sum(len(te) for _, te in plans.values())})
-    skipped = [list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude]
-    return _write_split(src, out, plans, manifest, skipped)
+                "test_fraction": test_fraction, "exclude": sorted(set(exclude))}
+    # The writing rule: inside --src the split would become one more class folder of its own source.
+    output = Output(out, f"splitting {src}", overwrite=overwrite, inputs=[("the source folder --src", src)],
+                    contents=CONTENTS, reuse=lambda folder: _same(folder, settings),
+                    refusal="it holds other contents or settings. Replace it with --overwrite (a split only), or "
+                            "choose another --out")
+    try:
+        with output:
+            return read_manifest(out) if output.reused else _split(output, src, settings, allow_empty_test)
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
 
 
 def _check_sizes(train_per_class, test_fraction):
@@ -174,41 +165,40 @@ def _files_by_class(scan, src, exclude):
     return by_class
 
 
-def _write_split(src, out, plans, manifest, skipped):
-    """Place every class's files of ``plans`` under ``out`` and write its manifest; return the manifest.
+def _same(folder, settings):
+    """Whether ``folder`` holds the split of ``settings`` (it is then reused)."""
+    manifest = read_manifest(folder)
+    return manifest is not None and {k: manifest.get(k) for k in settings} == settings
 
-    The files go into a temporary folder beside ``out``, renamed to ``out``
-    only when all of them and the manifest are there: an interrupted split
-    leaves no folder that looks finished.
-    """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_folder(out)
+
+def _split(output, src, settings, allow_empty_test):
+    """:func:`split_folder` once ``out`` is locked and free: plan, link or copy into a staging folder, publish."""
+    train_per_class, test_fraction, seed = settings["train_per_class"], settings["test_fraction"], settings["seed"]
+    exclude = set(settings["exclude"])
+    scan = scan_classes(src, "source")
+    by_class = _files_by_class(scan, src, exclude)
+    classes = list(by_class)
+    plans = {name: _plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    if not allow_empty_test and not any(test for _, test in plans.values()):
+        raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
+                        f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "
+                        "evaluates every epoch on the test split; raise --test-fraction, add images, or pass "
+                        "--allow-empty-test to write this split anyway.")
+    tmp = output.stage()
     methods = set()
-    try:
-        for name, (train, test) in plans.items():
-            for split, files in (("train", train), ("test", test)):
-                folder = tmp / split / name
-                folder.mkdir(parents=True)
-                for file_name in files:
-                    methods.add(_link_or_copy(src / name / file_name, folder / file_name))
-        placed = "hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies"
-        manifest = dict(manifest, files=placed, skipped=skipped)
-        write_json(tmp / MANIFEST, manifest)
-        os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    for name, (train, test) in plans.items():
+        for split, files in (("train", train), ("test", test)):
+            folder = tmp / split / name
+            folder.mkdir(parents=True)
+            for file_name in files:
+                methods.add(_link_or_copy(src / name / file_name, folder / file_name))
+    manifest = dict(settings, kind="split", classes=classes,
+                    counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
+                    totals={"train": sum(len(tr) for tr, _ in plans.values()),
+                            "test": sum(len(te) for _, te in plans.values())},
+                    files={frozenset({"link"}): "hard links", frozenset({"copy"}): "copies"}.get(
+                        frozenset(methods), "links and copies"),
+                    skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
+    write_json(tmp / MANIFEST, manifest)
+    output.publish(tmp)
     return manifest
-
-
-def _existing(out):
-    """The manifest of an existing split at ``out``; ``None`` if ``out`` is absent or empty."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if out.exists():
-            out.rmdir()
-        return None
-    try:
-        return read_json(out / MANIFEST)
-    except JSONFileError:
-        raise DataError(f"{out} exists and is not a split made by `mxfp16 data split` (no readable "
-                        f"{MANIFEST}). Delete it or choose another --out.") from None

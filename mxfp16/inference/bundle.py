@@ -14,11 +14,12 @@ Each format's writer and reader live in :mod:`mxfp16.inference.formats`.
 The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
 written into a staging folder beside ``DIR`` and moved into place only when
-it is complete and checked (:func:`staging`, :func:`publish`), so a refused
-export leaves nothing behind. A new ``DIR`` is renamed into place whole;
-over an existing one (``--overwrite``) only the export's files are replaced,
-``SHA256SUMS`` last, and anything else in ``DIR`` stays: the command never
-deletes a file it did not write.
+it is complete and checked (:class:`mxfp16.plumbing.locking.Output`), so a
+refused export leaves nothing behind. ``--overwrite`` replaces ``DIR``
+whole, in one step: no file of the old export stays (a ``model.onnx`` under
+a new MXNet export, say). A ``DIR`` holding anything but the files of
+:data:`FILES` (:data:`CONTENTS`) is refused, ``--overwrite`` or not: the
+command never deletes a file it did not write.
 
 Reading an export trusts nothing in it (:func:`read_info`,
 :func:`read_model`): every file :data:`FILES` names must be a regular file
@@ -30,13 +31,11 @@ names and shapes must be the graph's, and the graph's output must have one
 value per class. No message prints a file's content.
 
 A new model file kind (another format) is one entry in :data:`FILES`; the
-checksums, the link and regular-file checks and :func:`publish` cover it.
+checksums, the link and regular-file checks and :data:`CONTENTS` cover it.
 """
-import contextlib
 import math
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
@@ -44,19 +43,20 @@ from ..plumbing.fileio import (
     JSONFileError,
     atomic_path,
     atomic_write,
+    failed_write,
     parse_json,
     sha256_file,
     shown,
-    temporary_folder,
     write_json,
 )
 from ..plumbing.limits import MAX_IMAGE_SIDE
+from ..plumbing.locking import Contents
 from ..plumbing.ndarray_file import NDArrayFileError, read_header
 from ..plumbing.symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",
            "LOAD_WITH", "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info",
-           "read_model", "read_verified", "file_entry", "staging", "publish", "export_file", "AGAIN"]
+           "read_model", "read_verified", "file_entry", "export_file", "CONTENTS", "AGAIN"]
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -70,6 +70,8 @@ FILES = {
     "model-float16.onnx": "the float16 graph and weights, float32 in and out (ONNX, opset 13)",
     INFO_FILE: "what the model needs to be used: classes, image size, preprocessing, precision, source",
 }
+#: Everything an export folder holds: what ``--overwrite`` replaces, and all it may replace.
+CONTENTS = Contents("an export", (*FILES, CHECKSUM_FILE))
 #: The file every export holds; the model files it lists in its ``files`` table are required too.
 REQUIRED = (INFO_FILE,)
 #: How plain MXNet loads the MXNet format's two files.
@@ -105,7 +107,10 @@ def write_model(folder, deployable):
         # not even load (a bfloat16 weight beside a float32 input).
         deployable.symbol.save(tmp, remove_amp_cast=False)
     with atomic_path(folder / PARAMS_FILE) as tmp:
-        mx.nd.save(tmp, deployable.params)
+        try:
+            mx.nd.save(tmp, deployable.params)
+        except mx.base.MXNetError:  # a full disk, or ulimit -f: MXNet names neither
+            raise failed_write(folder / PARAMS_FILE) from None
     return {name: file_entry(folder / name) for name in (SYMBOL_FILE, PARAMS_FILE)}
 
 
@@ -372,47 +377,3 @@ def _check_parameters(path, declared, expected):
          "belongs"] if wrong else [])
     raise ExportError(f"{shown(path)} does not fit the graph in {SYMBOL_FILE} ({'; '.join(parts)}): the parameters "
                       f"belong to another model; {AGAIN}")
-
-
-# ---- staging and publishing ------------------------------------------------------------------------
-@contextlib.contextmanager
-def staging(out, overwrite=False):
-    """A fresh folder beside ``out`` to write an export into; removed on any error.
-
-    Its name is unique to this call (two exports to one ``out`` never share
-    one) and fits the file system however long ``out``'s own name is.
-
-    Raises
-    ------
-    ExportError
-        ``out`` exists and ``overwrite`` is off, or ``out`` is a file.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file, not a folder; choose another --out")
-    if out.exists() and not overwrite:
-        raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    folder = temporary_folder(out, suffix=".staging")
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def publish(folder, out):
-    """Move a complete, sealed staged export to ``out``.
-
-    A new ``out`` is the staged folder renamed into place. Into an existing
-    one only the export's own files go, each renamed over its old version
-    (atomic per file), ``SHA256SUMS`` last: until it is replaced, the old
-    checksums do not match the new files, so a reader that catches the
-    folder mid-way refuses it rather than trusting a mixture. Nothing else
-    in ``out`` is touched.
-    """
-    out = Path(out)
-    if not out.exists():
-        os.replace(folder, out)
-        return
-    for name in [n for n in FILES if (Path(folder) / n).exists()] + [CHECKSUM_FILE]:
-        os.replace(Path(folder) / name, out / name)

@@ -7,9 +7,11 @@ links resolve) and its lock, devices and precision, the kvstore, the data
 loss: the builder the benchmark uses too), and in a distributed job that
 every worker runs the same settings; only then does ``--overwrite`` remove an
 old run, ``--resume`` load the checkpoint and ``config.json`` get written.
-The run holds its folder's lock (:class:`mxfp16.plumbing.locking.FolderLock`) from
-before it reads the folder until :func:`fit` ends, so a second command on the
-same folder is refused at once, naming this one.
+The run folder is an output like any other (:class:`mxfp16.plumbing.locking.Output`,
+written in place): the run holds its lock from before it reads the folder
+until :func:`fit` ends, so a second command on the same folder is refused at
+once, naming this one. It holds its data set's lock shared as long, so no
+``data pack``, ``data split`` or ``data synth`` replaces the data under it.
 :func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
 then BatchNorm statistics averaged across workers, evaluation, a metrics
 record and a checkpoint. :class:`Run` only holds what the two share.
@@ -30,7 +32,7 @@ from ..machine.environment import check_threads, plan_threads
 from ..mixed import MixedPrecision
 from ..optim import check_compression, lr_schedule
 from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
-from ..plumbing.locking import FolderBusyError, FolderLock
+from ..plumbing.locking import Output, PathBusyError, read_lock
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
@@ -93,8 +95,10 @@ class Run:
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
-    lock : mxfp16.plumbing.locking.FolderLock or None
-        The run folder's lock, held by the process that writes it (rank 0); :func:`fit` releases it.
+    lock : mxfp16.plumbing.locking.Output or None
+        The run folder, locked by the process that writes it (rank 0); :func:`fit` releases it.
+    data_lock : mxfp16.plumbing.locking.PathLock or None
+        The data set's lock, held shared while the run reads it; :func:`fit` releases it.
     """
 
     config: TrainConfig
@@ -108,6 +112,7 @@ class Run:
     profile_fields: set = field(default_factory=set)
     log: object = print
     lock: object = None
+    data_lock: object = None
 
     def say(self, message):
         if self.cluster.rank == 0:
@@ -188,8 +193,7 @@ def prepare(config, log=None, given=None, command=None):
     log = log or tqdm.write
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    _check_out(config.out)
-    _check_out_is_not_data(config)  # before the lock, which makes the folder; again once --resume filled it in
+    _check_out(config)  # before anything is built; again once --resume filled in the data set
     # Outside a parameter-server job this process is the run's only writer: it locks the folder before
     # reading it. In one, rank 0 is, and a process learns its rank when the kvstore opens (_build).
     locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
@@ -201,19 +205,34 @@ def prepare(config, log=None, given=None, command=None):
         _record(run, changes, facts, command)
     except BaseException:
         for lock in locks:
-            lock.forget_created_folder()  # a refused run leaves no empty folder behind
+            lock.abandon()  # a refused run leaves no empty folder behind, and holds its data no more
         raise
     return run
 
 
 def _lock_run(config):
-    """Take the run folder's lock for this process, or raise :class:`ConfigError` naming the holder."""
+    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.locking.Output`, written in
+    place), or :class:`ConfigError` naming the problem or the holder."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
     try:
-        return FolderLock(config.out, doing).acquire()
-    except FolderBusyError as err:
-        raise ConfigError(f"--out {err}") from None
+        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
+    except (OutputFolderError, PathBusyError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def _lock_data(source, flag):
+    """The data set's lock (a folder, or a pack's prefix), shared, for as long as the run reads it.
+
+    Raises
+    ------
+    ConfigError
+        A command is writing the data set now (a ``data pack`` into the prefix, say).
+    """
+    try:
+        return read_lock(source, "training on it", flag=flag)
+    except PathBusyError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_settings(config, given, log):
@@ -282,7 +301,8 @@ def _build(config, saved, profile_fields, log, locks):
     """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
 
     ``locks`` holds the run folder's lock when this process took it already;
-    in a distributed job rank 0 takes it here, once it knows its rank.
+    in a distributed job rank 0 takes it here, once it knows its rank. The
+    data set's lock joins them.
     Returns the :class:`Run` and what ``config.json`` records about this
     process (its threads, the data's fingerprint).
     """
@@ -312,6 +332,8 @@ def _build(config, saved, profile_fields, log, locks):
                           "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
                           "importing mxnet")
     source = config.data_dir or str(demo_dataset(config.data_root))
+    data_lock = _lock_data(source, "--data-dir" if config.data_dir else None)
+    locks.append(data_lock)  # released with the run folder's if anything below refuses the run
     loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
                            pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
                            augment=config.augment)
@@ -336,7 +358,8 @@ def _build(config, saved, profile_fields, log, locks):
     parts = build_parts(spec, mixed, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
-              cluster=cluster, source=source, profile_fields=profile_fields, log=log, lock=(locks or [None])[0])
+              cluster=cluster, source=source, profile_fields=profile_fields, log=log,
+              lock=next((lock for lock in locks if isinstance(lock, Output)), None), data_lock=data_lock)
     if cluster.num_workers > 1:  # before the first step: a worker with other settings would hang the others
         agree_settings(kvstore, rank, num_workers, settings_fingerprint(run, fingerprint))
     facts = {"resolved_threads": threads, "data_fingerprint": fingerprint}
@@ -434,10 +457,10 @@ def _check_same_data(saved, now, source, accept, log):
         "(--accept-changed-data)")
 
 
-def _check_out(out):
-    """Refuse an ``--out`` that cannot be made or written, before anything is built (and create nothing)."""
+def _check_out(config):
+    """Refuse an ``--out`` that cannot be made or written, or overlaps the data, before anything is built."""
     try:
-        check_output_path(out)
+        Output(config.out, "training", inputs=_data_inputs(config), in_place=True).check()
     except OutputFolderError as err:
         raise ConfigError(str(err)) from None
 
@@ -483,8 +506,9 @@ def fit(run, callbacks=()):
     try:
         return _fit(run, callbacks)
     finally:
-        if run.lock is not None:
-            run.lock.release()
+        for lock in (run.lock, run.data_lock):
+            if lock is not None:
+                lock.release()
 
 
 def _fit(run, callbacks):
