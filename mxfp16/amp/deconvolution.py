@@ -16,9 +16,10 @@ transposed convolution written the other way round (``tests/test_amp_routes.py``
 checks it against numpy). It costs ``s * s`` times the multiply-adds of the
 direct form, which one output channel keeps small, and under AMP it runs in
 bfloat16 (``Convolution`` is on the target list; ``Deconvolution`` stays
-float32). A ``Deconvolution`` computed from a weight that is itself computed
-(cast, padded, concatenated) crashes the process in 1.9.1, so padding the
-layer to two output channels is no route.
+float32). A ``Deconvolution`` whose weight is itself computed (tried: a
+weight concatenated with zeros, or tiled, to two output channels) crashes
+the process in 1.9.1 on this CPU, so padding the layer to two output
+channels is no route.
 
 :func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
 around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run
@@ -32,8 +33,8 @@ __all__ = ["single_channel_as_convolution", "routed"]
 def routed(kwargs):
     """Whether a ``Deconvolution`` call with these arguments takes the convolution route.
 
-    One output channel, no groups, no dilation, a 2-D kernel, an explicit
-    ``pad`` no larger than ``kernel - 1``, no ``target_shape``.
+    One output channel, no groups, no dilation, a 2-D kernel, a ``pad`` no
+    larger than ``kernel - 1``, no ``target_shape``, the NCHW layout.
     """
     kernel = as_tuple(kwargs.get("kernel", ""))
     pad = as_tuple(kwargs.get("pad", "")) or (0,) * len(kernel)
