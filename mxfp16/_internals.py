@@ -4,10 +4,11 @@ Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
 it updates on the kvstore, to ask whether a parameter's gradient is fresh
 from this step's backward pass, to list a Block's direct children or the
 graphs its hybridized blocks built, to ask whether ``hybridize()`` took
-effect or to read a layer's operator arguments, to renew a parameter's
-cached symbol, to start a trainer's kvstore while a parameter awaits its
-deferred initialisation, to ask a softmax cross-entropy loss whether its
-labels are class indices, nor to ask AMP whether it is active. MXNet's ONNX exporter
+effect or to read a layer's operator arguments (or a recurrent layer's
+settings), to renew a parameter's cached symbol, to start a trainer's kvstore
+while a parameter awaits its deferred initialisation, to ask a softmax
+cross-entropy loss whether its labels are class indices, nor to ask AMP
+whether it is active. MXNet's ONNX exporter
 has no public way to build a graph without writing a file, nor to say which
 node it failed on (:func:`mx2onnx_graph`), and GluonCV none to list the
 models its zoo registers (:func:`gluoncv_model_modules`). If one of these
@@ -177,6 +178,34 @@ def rebuild_graphs(block):
 def block_op_kwargs(block):
     """The operator arguments a Gluon layer was built with (e.g. ``num_group``)."""
     return dict(getattr(block, "_kwargs", {}))
+
+
+class RNNSettings:
+    """What a ``gluon.rnn`` layer (``LSTM``, ``GRU``, ``RNN``) was built with, read from its private fields.
+
+    Attributes
+    ----------
+    mode : str
+        ``'lstm'``, ``'gru'``, ``'rnn_relu'`` or ``'rnn_tanh'``.
+    hidden_size, num_layers, directions : int
+    layout : str
+        ``'TNC'`` or ``'NTC'``.
+    dropout : float
+        Between layers, in training.
+    dtype : str
+        Its parameters' dtype (``cast()`` changes it).
+    projection_size : int or None
+    state_clip : tuple
+        ``(min, max, nan)`` of the LSTM cell state clipping (``None`` entries: off).
+    use_sequence_length : bool
+    """
+
+    def __init__(self, layer):
+        self.mode, self.hidden_size, self.num_layers = layer._mode, layer._hidden_size, layer._num_layers
+        self.directions, self.layout, self.dropout = layer._dir, layer._layout, layer._dropout
+        self.dtype, self.projection_size = layer._dtype, layer._projection_size
+        self.state_clip = (layer._lstm_state_clip_min, layer._lstm_state_clip_max, layer._lstm_state_clip_nan)
+        self.use_sequence_length = layer._use_sequence_length
 
 
 def renew_parameter_symbols(block):

@@ -1,7 +1,10 @@
 """Train every layer of :data:`mxfp16.amp.table.LAYERS` a few steps in one precision; save what it learned.
 
-Run as ``python tests/amp_layer_child.py PRECISION OUT.npz`` (one process per
-precision: AMP is process-global). Each layer sits behind a cast of its
+Run as ``python tests/amp_layer_child.py PRECISION OUT.npz [LISTS]`` (one
+process per precision: AMP is process-global). With ``LISTS`` ``measured``,
+every convolution and dense layer is kept in float32 as a measurement would
+keep those that do not gain (the far end of what ``--amp-lists measured``
+does), through the same wrappers. Each layer sits behind a cast of its
 input to the precision's 16-bit type (as after a Dense or convolution) and
 is hybridized; the loss is float32. Saved per layer: the first step's
 gradient of each parameter and of the input, and the loss of each of three
@@ -21,12 +24,12 @@ import numpy as np
 STEPS = 3
 
 
-def main(precision_name, out):
+def main(precision_name, out, lists="mxfp16"):
     import mxnet as mx
     from mxnet import autograd, gluon, nd
 
     precision = mxfp16.resolve_precision(precision_name, "cpu", allow_cpu_float16=True)
-    mxfp16.activate(precision)
+    mxfp16.activate(precision, lists)
     cast = {"amp-bfloat16": BFLOAT16, "float16": None}.get(precision.name)
     arrays, report = {}, {}
     for index, layer in enumerate(LAYERS):
@@ -35,7 +38,7 @@ def main(precision_name, out):
                 if layer.numpy_mode:
                     mx.npx.set_np()
                 try:
-                    losses, grads = _train(layer, precision, cast)
+                    losses, grads = _train(layer, precision, cast, lists)
                 finally:
                     if layer.numpy_mode:
                         mx.npx.reset_np()
@@ -49,7 +52,17 @@ def main(precision_name, out):
     del gluon, nd, autograd
 
 
-def _train(layer, precision, cast):
+def _keep_every_layer_float32(block, layer):
+    """What a measurement that found no layer gaining keeps: each convolution and dense layer, in float32."""
+    from mxfp16.amp.lists import keep_float32_measured
+    from mxfp16.per_layer import network_layers
+
+    plain = not (layer.tokens or layer.numpy_mode or layer.states)
+    rows = network_layers(block, [layer.shape]) if plain else []
+    keep_float32_measured([{"op": r.op, "attrs": r.attrs, "weight": r.weight, "shapes": r.shapes} for r in rows])
+
+
+def _train(layer, precision, cast, lists):
     import mxnet as mx
     from mxnet import autograd, gluon
 
@@ -57,6 +70,8 @@ def _train(layer, precision, cast):
     rng = np.random.RandomState(0)
     block = _Cast(layer.build(), cast, layer.states, layer.numpy_mode)
     block.initialize(mx.init.Xavier(magnitude=1.0))
+    if lists == "measured":
+        _keep_every_layer_float32(block, layer)
     if precision.name == "float16":
         mxfp16.cast_net(block, "float16")
     x, states = _inputs(layer, precision, rng)
@@ -122,4 +137,4 @@ def _np32(array):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

@@ -2,7 +2,9 @@
 
 One child process per precision trains every entry of
 ``mxfp16.amp.table.LAYERS`` three SGD steps (``tests/amp_layer_child.py``);
-the float32 run is the control. bfloat16 keeps 8 bits of mantissa, so the
+the float32 run is the control. amp-bfloat16 runs twice: with mxfp16's lists,
+and with the ``measured`` lists keeping every convolution and dense layer in
+float32, as a measurement that found none gaining would. bfloat16 keeps 8 bits of mantissa, so the
 16-bit gradients are compared with a tolerance of a few times its rounding
 step (2^-8 = 0.4%), relative to the layer's largest gradient.
 """
@@ -38,10 +40,10 @@ FLOAT16_ON_CPU = [
 RANDOM = {"nn.Dropout", "rnn.DropoutCell"}
 
 
-def _train(precision, tmp_path_factory):
-    out = tmp_path_factory.mktemp("layers") / f"{precision}.npz"
+def _train(precision, tmp_path_factory, lists="mxfp16"):
+    out = tmp_path_factory.mktemp("layers") / f"{precision}-{lists}.npz"
     env = child_env()
-    proc = subprocess.run([sys.executable, CHILD, precision, str(out)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, CHILD, precision, str(out), lists], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     arrays = np.load(out)
@@ -53,9 +55,10 @@ def control(tmp_path_factory):
     return _train("float32", tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def bfloat16(tmp_path_factory):
-    return _train("amp-bfloat16", tmp_path_factory)
+@pytest.fixture(scope="module", params=["mxfp16", "measured"])
+def bfloat16(request, tmp_path_factory):
+    """amp-bfloat16 with mxfp16's lists, and with every convolution and dense layer kept float32 by measurement."""
+    return _train("amp-bfloat16", tmp_path_factory, request.param)
 
 
 @pytest.fixture(scope="module")

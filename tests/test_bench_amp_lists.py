@@ -93,12 +93,12 @@ def test_operator_lists_are_fresh_copies_and_validated():
 
 
 def test_stem_rule_dispatches_on_the_kernel_however_it_is_written():
-    from mxfp16.amp.lists import FLOAT32_CONVOLUTIONS
+    from mxfp16.amp.lists import stem_convolution
     from mxfp16.amp.wrappers import float32_where
 
     calls = []
     conv = float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),
-                         *FLOAT32_CONVOLUTIONS)
+                         stem_convolution)
     conv(kernel=(7, 7))
     conv(kernel="(7, 7)")
     conv(kernel=(3, 3))

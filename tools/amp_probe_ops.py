@@ -116,6 +116,16 @@ SPECIAL = {
     "Concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
     "concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
     "_npi_concatenate": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"axis": 1}),
+    # Shape operators mxfp16's lists let follow their input (mxfp16.amp.lists.SHAPE_OPERATORS), with the
+    # parameters they need; transpose on a 4-D input, as attention heads transpose.
+    "Reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"shape": (6, 4)}),
+    "reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"shape": (6, 4)}),
+    "SliceChannel": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"num_outputs": 2, "axis": 1}),
+    "split": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"num_outputs": 2, "axis": 1}),
+    "slice": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"begin": (0, 1), "end": (2, 3)}),
+    "slice_axis": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"axis": 1, "begin": 1, "end": 3}),
+    "expand_dims": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"axis": 1}),
+    "transpose": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4, 4))], {"axes": (0, 2, 1, 3)}),
     # numpy-mode shape operators (their parameters have no default).
     "_np_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
     "_npi_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),

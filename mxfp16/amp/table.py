@@ -18,6 +18,7 @@ from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
 from ..float_formats import BFLOAT16
+from . import recurrent
 from .wrappers import cast, dtype_name
 
 __all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes"]
@@ -93,6 +94,29 @@ class _SelfAttention(gluon.HybridBlock):
         return self.norm(x + F.batch_dot(weights, v))
 
 
+class FusedSelfAttention(gluon.HybridBlock):
+    """GluonNLP's self-attention with its fused operators: one Dense for q, k and v, ``interleaved_matmul_selfatt``.
+
+    Input ``(T, N, C)``, as GluonNLP's BERT lays it out. MXNet 1.9.1 runs the
+    fused operators in float32 only on CPU; mxfp16's lists cast their input
+    once and their output stays float32.
+    """
+
+    def __init__(self, units=6, heads=2, **kwargs):
+        super().__init__(**kwargs)
+        self._heads = heads
+        with self.name_scope():
+            self.qkv = gluon.nn.Dense(3 * units, flatten=False)
+            self.proj = gluon.nn.Dense(units, flatten=False)
+            self.norm = gluon.nn.LayerNorm()
+
+    def hybrid_forward(self, F, x):
+        qkv = self.qkv(x)
+        scores = F.contrib.interleaved_matmul_selfatt_qk(qkv, heads=self._heads)
+        context = F.contrib.interleaved_matmul_selfatt_valatt(qkv, F.softmax(scores, axis=-1), heads=self._heads)
+        return self.norm(x + self.proj(context))
+
+
 def _numpy_dense_conv():
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3), gluon.nn.Activation("relu"), gluon.nn.Dense(5))
@@ -142,6 +166,8 @@ LAYERS = [
     Layer("nn.Conv1D", lambda: nn.Conv1D(4, 3), (2, 3, 8)),
     Layer("nn.Conv2D", lambda: nn.Conv2D(4, 3), _IMG),
     Layer("nn.Conv2D(7x7 stem)", lambda: nn.Conv2D(4, 7, padding=3), (2, 3, 8, 8)),
+    Layer("nn.Conv2D(depthwise, groups=channels)", lambda: nn.Conv2D(3, 3, groups=3, in_channels=3), _IMG),
+    Layer("nn.Conv2D(1x1)", lambda: nn.Conv2D(4, 1), _IMG),
     Layer("nn.Conv3D", lambda: nn.Conv3D(4, 3), (2, 3, 4, 4, 4)),
     Layer("nn.Conv1DTranspose", lambda: nn.Conv1DTranspose(4, 3), (2, 3, 8)),
     Layer("nn.Conv2DTranspose", lambda: nn.Conv2DTranspose(4, 3), _IMG),
@@ -185,6 +211,10 @@ LAYERS = [
     Layer("rnn.GRU", lambda: rnn.GRU(8, layout="NTC"), _SEQ),
     Layer("rnn.GRU(2 layers, bidirectional)",
           lambda: rnn.GRU(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
+    Layer("mxfp16.amp.recurrent.LSTM (unfused)", lambda: recurrent.LSTM(8, layout="NTC", steps=5), _SEQ),
+    Layer("mxfp16.amp.recurrent.LSTM (unfused, 2 layers, bidirectional)",
+          lambda: recurrent.LSTM(8, num_layers=2, bidirectional=True, layout="NTC", steps=5), _SEQ),
+    Layer("mxfp16.amp.recurrent.GRU (unfused)", lambda: recurrent.GRU(8, layout="NTC", steps=5), _SEQ),
     Layer("rnn.RNNCell", lambda: _Unrolled(lambda: rnn.RNNCell(8), 5), _SEQ),
     Layer("rnn.LSTMCell", lambda: _Unrolled(lambda: rnn.LSTMCell(8), 5), _SEQ),
     Layer("rnn.GRUCell", lambda: _Unrolled(lambda: rnn.GRUCell(8), 5), _SEQ),
@@ -203,6 +233,7 @@ LAYERS = [
     Layer("contrib.nn.SyncBatchNorm", lambda: cnn.SyncBatchNorm(), _IMG),
     Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: _SelfAttention(6), _SEQ),
     Layer("masked self-attention (softmax with length)", lambda: _SelfAttention(6, masked=True), _SEQ),
+    Layer("self-attention with GluonNLP's fused operators (interleaved_matmul_selfatt)", FusedSelfAttention, _SEQ),
     Layer("join: Concat of a 7x7 stem and a convolution of it", StemJoin, (2, 3, 8, 8)),
     Layer("join: sum of a 7x7 stem and a convolution of it", lambda: StemJoin("add"), (2, 3, 8, 8)),
     Layer("numpy mode: Conv2D, Activation, Dense", _numpy_dense_conv, _IMG, numpy_mode=True),

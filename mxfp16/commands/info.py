@@ -11,6 +11,8 @@ import json
 import sys
 
 from ..machine.gpu import coverage, libraries, wheel_kernels
+from ..plumbing.limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, integer
+from . import CommandError
 
 ORDER = 0
 
@@ -20,14 +22,26 @@ def register(subparsers):
                                                "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
-    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16", "models"),
-                        metavar="VIEW",
+    parser.add_argument("--amp-table", nargs="?", const="bfloat16",
+                        choices=("bfloat16", "float16", "models", "layers"), metavar="VIEW",
                         help="print, as Markdown, the dtype every Gluon layer runs in under mxfp16's AMP "
                              "lists for a target (bfloat16, the default, with each operator's rule and the "
                              "probe's verdict, or float16), read from the graphs AMP builds; or 'models': per "
                              "GluonCV classification model, the share of its operators and of its "
                              "convolution and dense work that runs in 16-bit under each target (builds every "
-                             "model, about a minute) (docs/amp-table.md)")
+                             "model, about a minute); or 'layers': for --model, each convolution and dense "
+                             "layer timed in float32 and bfloat16 on this CPU and what --amp-lists measured "
+                             "runs it in (timed once, cached) (docs/amp-table.md)")
+    layers = parser.add_argument_group("--amp-table layers")
+    layers.add_argument("--model", default="resnet50_v2",
+                        help="the network: a gluoncv model-zoo name or a sequence model, as `mxfp16 train "
+                             "--model` takes it (default: resnet50_v2)")
+    layers.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224,
+                        help="square input size in pixels (default: 224)")
+    layers.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=16,
+                        help="samples per step, the batch the layers are timed at (default: 16)")
+    layers.add_argument("--classes", type=integer(2, MAX_COUNT), default=102,
+                        help="outputs of the classifier (default: 102)")
     parser.set_defaults(func=run)
 
 
@@ -203,7 +217,28 @@ def report_broken_install(error, as_json=False):
     return 2
 
 
+def layer_table(args):
+    """The ``--amp-table layers`` view: ``args.model``'s layers timed here (:func:`mxfp16.per_layer.choose_layers`)."""
+    import mxnet as mx
+
+    from ..models import ModelError, build_model
+    from ..per_layer import choose_layers
+
+    ctx = [mx.cpu()]
+    try:
+        net = build_model(args.model, args.classes, ctx=ctx, in_shape=(3, args.image_size, args.image_size))
+    except ModelError as err:
+        raise CommandError(str(err)) from None
+    batch = mx.nd.zeros((args.batch_size, 3, args.image_size, args.image_size))
+    choice = choose_layers(net, [batch], ctx, log=lambda line: print(line, file=sys.stderr))
+    return (f"Per-layer precision of {args.model} at {args.image_size} px, batch {args.batch_size} "
+            f"(`mxfp16 info --amp-table layers`; what `--amp-lists measured` runs).\n\n" + choice.render())
+
+
 def run(args):
+    if getattr(args, "amp_table", None) == "layers":
+        sys.stdout.write(layer_table(args))
+        return 0
     if getattr(args, "amp_table", None) == "models":
         from ..amp.zoo import generate, render
         sys.stdout.write(render(generate()))

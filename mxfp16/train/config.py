@@ -24,6 +24,7 @@ import math
 import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from ..amp.lists import LIST_SETS
 from ..data.augment import AUGMENT_CHOICES
 from ..data.layout import PIPELINES, caltech101_paths
 from ..devices import CTX_HELP
@@ -128,6 +129,13 @@ class TrainConfig:
                                                   "with AVX-512), or auto: float16 on GPUs; on a CPU with native "
                                                   "bfloat16 the faster of float32 and amp-bfloat16 for this model, "
                                                   "timed once and cached; else float32", choices=PRECISIONS)
+    amp_lists: str = _option("mxfp16", "precision", "AMP operator lists for amp-bfloat16 (and auto's): mxfp16 "
+                                                    "(tuned), mxnet (MXNet's own), measured (mxfp16's, with the "
+                                                    "layers that do not gain on this CPU kept in float32: each "
+                                                    "layer timed once in both precisions, cached, the table "
+                                                    "written to amp-layers.json), or mxfp16 with depthwise or 1x1 "
+                                                    "convolutions in float32 (options to measure)",
+                             choices=tuple(LIST_SETS))
     loss_scale: str = _option(None, "precision", "dynamic, a fixed number such as 1024, or none",
                               default_text="dynamic for float16 and amp-float16, none otherwise")
     clip_grad_norm: float = _option(None, "precision", "clip the global gradient norm to this value",

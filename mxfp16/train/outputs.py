@@ -12,6 +12,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
+from ..per_layer import LAYERS_FILE
 from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
@@ -102,7 +103,7 @@ class RunOutputs:
 
     def run_files(self):
         """Every file a run writes that is in the folder now (what ``--overwrite`` removes)."""
-        names = [self.out / name for name in ("config.json", "metrics.jsonl", "summary.json")]
+        names = [self.out / name for name in ("config.json", "metrics.jsonl", "summary.json", LAYERS_FILE)]
         names += sorted(self.out.glob("summary.rank*.json"))
         if self.checkpoints.is_dir():
             names += sorted(p for p in self.checkpoints.iterdir() if is_checkpoint_file(p.name))
@@ -151,6 +152,12 @@ class RunOutputs:
     def write_config(self, config_dict):
         if self.is_writer:
             write_json(self.out / "config.json", config_dict)
+
+    def write_amp_layers(self, record):
+        """``amp-layers.json``: each layer's dtype and times under ``--amp-lists measured`` (:mod:`mxfp16.per_layer`).
+        """
+        if self.is_writer:
+            write_json(self.out / LAYERS_FILE, record)
 
     def read_config(self):
         """The run's ``config.json``, or ``None`` when there is none.

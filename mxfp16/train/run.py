@@ -385,7 +385,7 @@ def _mixed_precision(config, ctx, saved, log):
         own = resolve_precision(saved["resolved_precision"], ctx, allow_cpu_float16=config.allow_cpu_float16)
         precision = replace(own, requested="auto", reason=f"the run's own ({config.out}/config.json)")
     return MixedPrecision(precision, ctx, loss_scale=config.loss_scale, allow_cpu_float16=config.allow_cpu_float16,
-                          time_auto=not str(config.kvstore).startswith("dist"), log=log)
+                          amp_lists=config.amp_lists, time_auto=not str(config.kvstore).startswith("dist"), log=log)
 
 
 def _start(run, changes):
@@ -403,7 +403,7 @@ def _start(run, changes):
 
 
 def _record(run, changes, facts, command):
-    """``config.json``: the settings, what they resolved to, and each resumption."""
+    """``config.json``: the settings, what they resolved to, and each resumption; ``amp-layers.json`` when measured."""
     config, outputs = run.config, run.outputs
     previous = (outputs.read_config() or {}).get("resumed", []) if config.resume else []
     resumed = previous + ([{"at_step": run.progress.global_step,
@@ -412,6 +412,8 @@ def _record(run, changes, facts, command):
                               resolved_ctx=format_ctx(run.parts.ctx), resolved_augment=run.loaders.augment.name,
                               classes=list(run.loaders.classes), source=run.source, command=command,
                               resumed=resumed, **facts))
+    if run.parts.mixed.layer_choice is not None:
+        outputs.write_amp_layers(run.parts.mixed.layer_choice.record())
 
 
 def _saved_config(out, resume):
