@@ -306,8 +306,6 @@ def _build(config, saved, profile_fields, log, locks):
     Returns the :class:`Run` and what ``config.json`` records about this
     process (its threads, the data's fingerprint).
     """
-    from ..data import demo_dataset, make_loaders
-
     ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
     mixed = _mixed_precision(config, ctx, saved, log)  # the one resolution of the precision
     compression = check_compression(config.gradient_compression, config.kvstore, mixed.precision)
@@ -323,27 +321,9 @@ def _build(config, saved, profile_fields, log, locks):
     if not locks and rank == 0:  # the job's writer; the other ranks write only their own summary
         locks.append(_lock_run(config))
 
-    threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
-    # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
-    wanted = plan_threads(config.threads).threads if config.threads is not None else None
-    if wanted is not None and threads["threads"] not in (None, wanted):
-        raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
-                          "this process and fixes the count when it loads; pass --threads on the command line, or "
-                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
-                          "importing mxnet")
-    source = config.data_dir or str(demo_dataset(config.data_root))
-    data_lock = _lock_data(source, "--data-dir" if config.data_dir else None)
+    threads = _check_thread_count(config)
+    source, data_lock, loaders, fingerprint = _open_data(config, saved, (rank, num_workers), log)
     locks.append(data_lock)  # released with the run folder's if anything below refuses the run
-    loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
-                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
-                           augment=config.augment)
-    if loaders.num_test == 0:  # every epoch ends in an evaluation, and its accuracy would be 0/0
-        raise ConfigError(f"the test split of {source} holds no images, so no epoch could be evaluated; give it "
-                          "test images (`mxfp16 data split` puts a share of each class there), or point --data-dir "
-                          "at a data set that has them")
-    fingerprint = loaders.fingerprint()
-    if config.resume and saved and saved.get("data_fingerprint") is not None:
-        _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -367,6 +347,47 @@ def _build(config, saved, profile_fields, log, locks):
         resumed = mixed.precision.reason.startswith("the run's own") and (saved or {}).get("auto")
         facts["auto"] = resumed or mixed.verdict.record()
     return run, facts
+
+
+def _check_thread_count(config):
+    """MXNet's threads, read back; refused when ``--threads`` asked for a count MXNet can no longer take."""
+    threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
+    # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
+    wanted = plan_threads(config.threads).threads if config.threads is not None else None
+    if wanted is not None and threads["threads"] not in (None, wanted):
+        raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
+                          "this process and fixes the count when it loads; pass --threads on the command line, or "
+                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
+                          "importing mxnet")
+    return threads
+
+
+def _open_data(config, saved, shard, log):
+    """The data set, held shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``.
+
+    Refused when its test split is empty (every epoch ends in an evaluation)
+    or, on ``--resume``, when it changed since the run started (unless
+    ``--accept-changed-data``).
+    """
+    from ..data import demo_dataset, make_loaders
+
+    source = config.data_dir or str(demo_dataset(config.data_root))
+    data_lock = _lock_data(source, "--data-dir" if config.data_dir else None)
+    try:
+        loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size,
+                               workers=config.workers, pipeline=config.pipeline, seed=config.seed, shard=shard,
+                               augment=config.augment)
+        if loaders.num_test == 0:  # every epoch ends in an evaluation, and its accuracy would be 0/0
+            raise ConfigError(f"the test split of {source} holds no images, so no epoch could be evaluated; give "
+                              "it test images (`mxfp16 data split` puts a share of each class there), or point "
+                              "--data-dir at a data set that has them")
+        fingerprint = loaders.fingerprint()
+        if config.resume and saved and saved.get("data_fingerprint") is not None:
+            _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
+    except BaseException:
+        data_lock.abandon()  # as prepare() does with the locks it holds
+        raise
+    return source, data_lock, loaders, fingerprint
 
 
 def _mixed_precision(config, ctx, saved, log):
