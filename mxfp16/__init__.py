@@ -17,7 +17,10 @@ are public too: :func:`resolve_precision`, :func:`activate`,
 :func:`cast_net`, :func:`make_loss_scaler`, :func:`make_trainer`,
 :func:`cast_batch`, :func:`train_step` and :func:`eval_step`; and for a step
 of your own the loss scaler's seams (``scale_loss``, ``unscale``, ``step``,
-``update``). The errors a script catches are here as well.
+``update``). The errors a script catches are here as well, and
+:class:`TensorBoardLogger`, which writes a run's loss, loss scale, skipped
+steps and gradient histograms for TensorBoard (MXNet's own ``Estimator``
+trains in mixed precision with :mod:`mxfp16.estimator`).
 
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
@@ -50,8 +53,9 @@ _EXPORTS = {
     "make_trainer": "optim", "optimizer_support": "optim",
     "LossScaler": "scaler", "LossScaleDivergedError": "scaler", "make_loss_scaler": "scaler",
     "StepOrderError": "scaler", "UnusedParameterError": "scaler", "Gradients": "gradients",
-    "StepResult": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
+    "StepResult": "step", "BatchLoss": "step", "train_step": "step", "eval_step": "step", "MixedPrecision": "mixed",
     "import_gluoncv": "models.gluoncv", "stack_report": "machine.stack",
+    "TensorBoardLogger": "diagnostics.tensorboard",
 }
 
 __all__ = ["__version__", *_EXPORTS]

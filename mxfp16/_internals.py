@@ -4,8 +4,11 @@ Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
 it updates on the kvstore, to ask whether a parameter's gradient is fresh
 from this step's backward pass, to list a Block's direct children or the
 graphs its hybridized blocks built, to ask whether ``hybridize()`` took
-effect or to read a layer's operator arguments, to renew a parameter's
-cached symbol, nor to ask AMP whether it is active. MXNet's ONNX exporter
+effect or to read a layer's operator arguments (or a recurrent layer's
+settings), to renew a parameter's cached symbol, to start a trainer's kvstore
+while a parameter awaits its deferred initialisation, to ask a softmax
+cross-entropy loss whether its labels are class indices, nor to ask AMP
+whether it is active. MXNet's ONNX exporter
 has no public way to build a graph without writing a file, nor to say which
 node it failed on (:func:`mx2onnx_graph`), and GluonCV none to list the
 models its zoo registers (:func:`gluoncv_model_modules`). If one of these
@@ -65,9 +68,32 @@ def set_grads_fresh(params, fresh):
 
 def trainer_updates_on_kvstore(trainer):
     """Whether ``trainer`` applies updates on the kvstore (resolved lazily by Gluon)."""
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
+    _init_kvstore(trainer)
     return bool(trainer._kvstore) and bool(trainer._update_on_kvstore)
+
+
+def _init_kvstore(trainer):
+    """Gluon's lazy kvstore set-up, made now, also while some parameters await their deferred initialisation.
+
+    ``Trainer._init_kvstore`` asks every parameter for its data to size the
+    kvstore, and a parameter no forward pass has reached yet (an unused head)
+    has none: a raw ``DeferredInitializationError``. Those parameters are
+    lent a one-element stand-in for the moment of that question (only the
+    ``local`` kvstore reads it, for the largest size); Gluon's own
+    ``_init_params`` already leaves them out until they are initialised.
+    """
+    if trainer._kv_initialized:
+        return
+    import mxnet as mx
+
+    deferred = [param for param in trainer._params if param_is_deferred(param)]
+    for param in deferred:
+        param.data = lambda ctx=None: mx.nd.zeros((1,))  # an attribute of this object, hiding the method
+    try:
+        trainer._init_kvstore()
+    finally:
+        for param in deferred:
+            del param.data
 
 
 def trainer_update_on_kvstore_setting(trainer):
@@ -83,8 +109,7 @@ def trainer_init_kvstore_params(trainer):
     uses each worker's own initial parameters, and the broadcast's pull can
     race with the first gradient push (see :func:`mxfp16.distributed.sync_parameters`).
     """
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
+    _init_kvstore(trainer)
     if trainer._params_to_init:
         trainer._init_params()
 
@@ -155,6 +180,34 @@ def block_op_kwargs(block):
     return dict(getattr(block, "_kwargs", {}))
 
 
+class RNNSettings:
+    """What a ``gluon.rnn`` layer (``LSTM``, ``GRU``, ``RNN``) was built with, read from its private fields.
+
+    Attributes
+    ----------
+    mode : str
+        ``'lstm'``, ``'gru'``, ``'rnn_relu'`` or ``'rnn_tanh'``.
+    hidden_size, num_layers, directions : int
+    layout : str
+        ``'TNC'`` or ``'NTC'``.
+    dropout : float
+        Between layers, in training.
+    dtype : str
+        Its parameters' dtype (``cast()`` changes it).
+    projection_size : int or None
+    state_clip : tuple
+        ``(min, max, nan)`` of the LSTM cell state clipping (``None`` entries: off).
+    use_sequence_length : bool
+    """
+
+    def __init__(self, layer):
+        self.mode, self.hidden_size, self.num_layers = layer._mode, layer._hidden_size, layer._num_layers
+        self.directions, self.layout, self.dropout = layer._dir, layer._layout, layer._dropout
+        self.dtype, self.projection_size = layer._dtype, layer._projection_size
+        self.state_clip = (layer._lstm_state_clip_min, layer._lstm_state_clip_max, layer._lstm_state_clip_nan)
+        self.use_sequence_length = layer._use_sequence_length
+
+
 def renew_parameter_symbols(block):
     """Drop the symbols ``Parameter.var()`` cached, so the next trace declares each parameter's current dtype.
 
@@ -164,6 +217,19 @@ def renew_parameter_symbols(block):
     """
     for param in block.collect_params().values():
         param._var = None
+
+
+def sparse_label_axis(loss):
+    """The output axis a Gluon ``SoftmaxCrossEntropyLoss`` picks its labels' classes from, or ``None``.
+
+    ``None`` for any other loss, and for one built with ``sparse_label=False``
+    (its labels are distributions, not class indices).
+    """
+    from mxnet import gluon
+
+    if isinstance(loss, gluon.loss.SoftmaxCrossEntropyLoss) and loss._sparse_label:
+        return loss._axis
+    return None
 
 
 def trainer_updater_states(trainer):

@@ -56,9 +56,10 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, replace
 
-from .plumbing.fileio import JSONFileError, read_json, write_json
+from .plumbing.cache import KeyedCache, cache_folder
 
-__all__ = ["AutoVerdict", "NetworkProbe", "decide_auto", "timing_applies", "cache_file", "MARGIN", "CLEAR"]
+__all__ = ["AutoVerdict", "NetworkProbe", "decide_auto", "timing_applies", "cache_file", "machine_key", "machine_busy",
+           "MARGIN", "CLEAR"]
 
 #: amp-bfloat16 must be at least this much faster than float32 to be chosen: a tie, or a gain inside the
 #: run-to-run spread of a short probe, keeps float32 (the same speed with no bfloat16 rounding to explain).
@@ -121,10 +122,7 @@ class AutoVerdict:
 
 def cache_file(environ=None):
     """Where verdicts are kept: ``$MXFP16_CACHE_DIR`` or ``$XDG_CACHE_HOME/mxfp16`` (``~/.cache/mxfp16``)."""
-    environ = os.environ if environ is None else environ
-    folder = environ.get("MXFP16_CACHE_DIR") or os.path.join(
-        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mxfp16")
-    return os.path.join(folder, "auto-precision.json")
+    return os.path.join(cache_folder(environ), "auto-precision.json")
 
 
 def timing_applies(ctx, support=None):
@@ -299,8 +297,9 @@ def _read_child(pid, read_end, precision, timeout):
 # --------------------------------------------------------------------------
 # The decision: rounds, margin, cache.
 # --------------------------------------------------------------------------
-def _machine_key():
-    """What a verdict depends on besides the network: the CPU, how oneDNN may use it, the software, the threads."""
+def machine_key():
+    """What a measurement depends on besides what is measured: the CPU, how oneDNN may use it, the software, the
+    threads."""
     import mxnet as mx
 
     from ._version import __version__
@@ -315,17 +314,11 @@ def _machine_key():
 
 
 def _cache_key(probe):
-    return json.dumps({"machine": _machine_key(), "probe": probe.key}, sort_keys=True)
+    return json.dumps({"machine": machine_key(), "probe": probe.key}, sort_keys=True)
 
 
-def _read_cache(path):
-    try:
-        doc = read_json(path, default={})
-    except JSONFileError:
-        return {}  # damaged: measured again and rewritten whole
-    if not isinstance(doc, dict) or doc.get("version") != _CACHE_VERSION or not isinstance(doc.get("verdicts"), dict):
-        return {}
-    return doc["verdicts"]
+def _verdicts(path):
+    return KeyedCache(path, _CACHE_VERSION, "verdicts")
 
 
 def _from_cache(entry):
@@ -338,7 +331,7 @@ def _from_cache(entry):
     return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ()))
 
 
-def _busy():
+def machine_busy():
     """A description of the load when the machine is busy (one-minute load average >= its cores), else ``None``."""
     from .machine.environment import available_cores
 
@@ -411,13 +404,8 @@ def _probe_rounds(probe, log):
 
 
 def _keep(cache, key, verdict, log):
-    verdicts = _read_cache(cache)  # another process may have added its own since
-    verdicts[key] = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
-    try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        write_json(cache, {"version": _CACHE_VERSION, "verdicts": verdicts})
-    except OSError as err:  # an unwritable cache costs a measurement next time, nothing more
-        log(f"auto: could not keep the verdict in {cache} ({err.strerror or err}); it is measured again next time")
+    record = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
+    _verdicts(cache).keep({key: record}, log=lambda line: log(f"auto: {line}"))
 
 
 def decide_auto(ctx, probe=None, log=print, cache=None):
@@ -446,12 +434,12 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         return rule_verdict(on_gpu, "no network and batch to time; mxfp16.MixedPrecision times the one it prepares")
     cache = cache or cache_file()
     key = _cache_key(probe)
-    verdicts = _read_cache(cache)
+    verdicts = _verdicts(cache).read()
     if key in verdicts:
         verdict = _from_cache(verdicts[key])
         if verdict is not None:
             return verdict
-    busy = _busy()
+    busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
         f"the verdict is kept in {cache}")
     tic = time.perf_counter()

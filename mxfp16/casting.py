@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._lazy import module
+from .float_formats import FORMATS
 
 mx = module("mxnet")
 gluon = module("mxnet.gluon")
@@ -31,8 +32,10 @@ def cast_net(net, precision):
         A resolved :class:`~mxfp16.Precision` (its ``param_dtype``; for an
         AMP precision this also checks that :func:`mxfp16.activate` came
         first, :func:`mxfp16.precision.check_activated`), or a dtype name,
-        ``'float16'`` or ``'float32'``. bfloat16 is not a Gluon parameter
-        dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision instead.
+        ``'float16'`` or ``'float32'``: an AMP precision's ``param_dtype`` is
+        checked as the precision itself would be. bfloat16 is not a Gluon
+        parameter dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision
+        instead.
 
     Returns
     -------
@@ -45,12 +48,12 @@ def cast_net(net, precision):
         An AMP precision whose ``activate`` is missing or came after the
         network's graph was built.
     """
-    from .precision import Precision, check_activated
+    from .precision import Precision, check_activated, precision_of
 
     if isinstance(precision, Precision):
-        check_activated(precision, net)
         precision = precision.param_dtype
-    name = np.dtype(precision).name if not isinstance(precision, str) else precision
+    check_activated(precision_of(precision), net)
+    name = np.dtype(precision).name if not isinstance(precision, str) else str(precision)
     if name == "bfloat16":
         raise TypeError("Gluon 1.9.1 cannot cast parameters to bfloat16; use precision "
                         "'amp-bfloat16', which keeps float32 parameters and lets AMP cast operators")
@@ -79,26 +82,59 @@ def dtype_report(net):
     return OrderedDict((name, np.dtype(param.dtype).name) for name, param in net.collect_params().items())
 
 
-def cast_batch(data, label, dtype, ctx_list):
-    """Split a batch across devices and cast its floating-point data to ``dtype``.
+def cast_batch(data, label, dtype, ctx_list, keep=()):
+    """Split a batch across devices and cast its floating-point data to ``dtype``, changing no value silently.
 
-    Only floating-point data is cast. Integer arrays (token ids, lengths,
-    masks) keep their dtype: float16 represents integers exactly only up to
-    2048, so token 2049 would silently become 2048. Labels are never cast to
-    ``dtype``: integer labels keep their dtype, floating labels become (or
-    stay) float32, for the same reason.
+    What is cast:
+
+    - **Integer arrays are never cast**, whatever holds them (an NDArray, a
+      numpy array, a Python list): token ids, lengths and masks keep their
+      integer dtype. float16 holds integers exactly only up to 2048, so id
+      2049 would become 2048 and 70001 inf. numpy arrays and lists become
+      NDArrays of their own dtype (``mx.nd.array`` alone would make them
+      float32 first).
+    - **Floating-point data is cast**, after a check that the cast keeps what
+      the values mean. Token ids often arrive as float32 (``mx.nd.array``'s
+      default dtype, GluonNLP's ``batchify.Pad``), and float16 rounds them
+      (30521 becomes 30528). An input whose values are all whole numbers is
+      taken for ids or counts: it is refused, naming it, when the cast would
+      change one of them; any input is refused when a finite value lies
+      beyond the dtype's range (it would become inf). The message gives the
+      two fixes: pass ids as integers (``x.astype('int32')``), or name the
+      input in ``keep``.
+    - **Labels** are never cast to ``dtype``: integer labels keep their dtype,
+      floating labels become (or stay) float32, with the same check.
+
+    Why a check and not only ``keep``: a user who does not know that float16
+    rounds integers would not know to pass ``keep`` either, so the default
+    must not be silent; ``keep`` is the way to say "these are ids, pass them
+    as they are" for an input the check would refuse. The check is cheap
+    where it is not needed: it reads a strided sample of at most
+    :data:`SAMPLE` values of each floating input on the host, and an
+    input with a fraction among them (a normalised image) is real-valued
+    data, cast at once (unless the sample already leaves the dtype's range).
+    Only an input whose sample is all whole numbers is checked whole. Reading
+    the sample waits for that input to be computed (normally the data
+    pipeline's output on the CPU, not the devices' work); nothing is checked
+    when nothing is narrowed (float32 data for float32, integers).
 
     Parameters
     ----------
-    data : NDArray, or tuple or list of NDArray
+    data : NDArray, numpy array or list, or tuple or list of them
         The batch, batch axis 0; several arrays for a network with several
-        inputs (``net(*inputs)``), all with the same batch size.
-    label : NDArray, tuple or list of NDArray, or None
+        inputs (``net(*inputs)``), all with the same batch size. A list or
+        tuple of arrays is several inputs; a list of numbers (or of lists of
+        numbers) is one array, as numpy reads it.
+    label : array, tuple or list of arrays, or None
         The labels (several for a loss with several, ``loss_fn(out, *labels)``),
         or ``None`` for a network that computes its own loss from its inputs.
     dtype : str
         The dtype for floating-point data (``Precision.data_dtype``).
     ctx_list : list of mx.Context
+    keep : int or sequence of int
+        Positions in ``data`` (0 for a single array) of inputs passed with
+        their own dtype, unchecked: float32 token ids for an ``Embedding``
+        (which takes ids of any dtype).
 
     Returns
     -------
@@ -109,44 +145,139 @@ def cast_batch(data, label, dtype, ctx_list):
     Raises
     ------
     ValueError
-        An empty batch or tuple, or arrays whose batch sizes differ.
+        An empty batch or tuple, arrays whose batch sizes differ, fewer
+        samples than devices, a ``keep`` position that names no input, or a
+        cast that would change values (the message names the input, a value
+        and what it would become).
     """
     ctx_list = [ctx_list] if isinstance(ctx_list, mx.Context) else list(ctx_list)
     if not ctx_list:
         raise ValueError("cast_batch() got no devices: pass a list of contexts such as [mx.cpu()]")
-    datas = _split(data, "data", ctx_list, lambda x: _cast_floating(x, dtype))
-    labels = None if label is None else _split(label, "label", ctx_list, _keep_label)
+    datas = _split(data, "data", ctx_list, dtype, _positions(keep, data))
+    # Floating labels become float32, never the data dtype (class 2049 in float16 is 2048).
+    labels = None if label is None else _split(label, "label", ctx_list, "float32", set(), labels=True)
     return datas, labels
 
 
-def _split(batch, what, ctx_list, cast):
-    """``batch`` (an array or a tuple of arrays) as one entry per device, each array passed through ``cast``."""
-    several = isinstance(batch, (tuple, list))
-    arrays = list(batch) if several else [batch]
-    if not arrays:
+#: How many values of a floating input :func:`cast_batch` reads on the host to tell real-valued data from ids.
+SAMPLE = 4096
+
+
+def _several(batch):
+    """Whether ``batch`` is several inputs (a tuple or list of arrays), not one array written as nested lists."""
+    return isinstance(batch, (tuple, list)) and (not batch or any(hasattr(item, "dtype") for item in batch))
+
+
+def _positions(keep, data):
+    """``keep`` as a set of input positions, each checked against the inputs ``data`` holds."""
+    positions = {keep} if isinstance(keep, int) else set(keep)
+    count = len(data) if _several(data) else 1
+    wrong = sorted(p for p in positions if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < count)
+    if wrong:
+        raise ValueError(f"cast_batch(keep={keep!r}): {wrong[0]!r} names no input; the batch has {count} input(s), "
+                         f"positions 0..{count - 1}")
+    return positions
+
+
+def _split(batch, what, ctx_list, dtype, keep, labels=False):
+    """``batch`` as one entry per device: each input converted, checked, split, then cast to ``dtype`` (or kept).
+
+    ``labels`` only changes what a refusal suggests (labels have no ``keep``).
+    """
+    several = _several(batch)
+    if several and not batch:
         raise ValueError(f"cast_batch() got an empty {type(batch).__name__} as {what}: pass the batch's array(s)")
+    arrays = [_as_ndarray(a, what) for a in (batch if several else [batch])]
     sizes = {a.shape[0] if a.ndim else 0 for a in arrays}
     if len(sizes) > 1:
         raise ValueError(f"cast_batch(): the {what} arrays have different batch sizes {sorted(sizes)} on axis 0")
     if sizes == {0}:
         raise ValueError(f"cast_batch() got an empty batch ({what} has 0 samples on axis 0)")
+    size = sizes.pop()
+    if size < len(ctx_list):
+        raise ValueError(f"cast_batch(): a batch of {size} sample(s) cannot be split over {len(ctx_list)} devices: "
+                         f"each device needs at least one. Use batches of at least {len(ctx_list)} samples (a "
+                         f"multiple of {len(ctx_list)} splits evenly; DataLoader(..., last_batch='discard') drops a "
+                         "short last batch), or fewer devices")
+    targets = []
+    for position, a in enumerate(arrays):
+        name = f"{what}[{position}]" if several else what
+        target = None if position in keep else _target(a, dtype)
+        if target is not None:
+            _check_cast(a, target, name, "Pass the labels as integers: integer labels are never cast" if labels
+                        else f"Pass ids as integers ({name}.astype('int32'): integer arrays are never cast), name "
+                        f"the input in keep=({position},) to pass it as it is, or scale real values into range")
+        targets.append(target)
     # Cast after the copy: on a GPU the cast is cheap and the host stays free.
-    per_array = [[cast(x) for x in gluon.utils.split_and_load(a, ctx_list, batch_axis=0, even_split=False)]
-                 for a in arrays]
+    per_array = [[x if target is None else x.astype(target, copy=False)
+                  for x in gluon.utils.split_and_load(a, ctx_list, batch_axis=0, even_split=False)]
+                 for a, target in zip(arrays, targets)]
     per_device = list(zip(*per_array))
     return [tuple(parts) if several else parts[0] for parts in per_device]
 
 
-def _cast_floating(x, dtype):
-    if not np.issubdtype(np.dtype(x.dtype), np.floating) or x.dtype == np.dtype(dtype):
-        return x
-    return x.astype(dtype, copy=False)
+def _as_ndarray(a, what):
+    """An NDArray of ``a``'s own dtype (``split_and_load`` would make numpy arrays and lists float32)."""
+    if isinstance(a, mx.nd.NDArray):
+        return a
+    values = np.asarray(a)
+    if values.dtype.kind in "iub" and values.dtype.type not in _MXNET_DTYPES:
+        # MXNet has int8, uint8, int32 and int64; int16, uint16 and uint32 fit int64 exactly.
+        if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"cast_batch(): the {what} holds uint64 values beyond int64, which MXNet cannot hold")
+        values = values.astype(np.int64)
+    elif values.dtype.kind not in "iubf":
+        raise ValueError(f"cast_batch(): the {what} is {values.dtype} ({type(a).__name__}); pass numbers: an "
+                         "NDArray, a numpy array or a list of numbers")
+    make = mx.np.array if mx.util.is_np_array() else mx.nd.array  # what split_and_load would make, dtype kept
+    return make(values, dtype=values.dtype)
 
 
-def _keep_label(y):
-    if not np.issubdtype(np.dtype(y.dtype), np.floating) or y.dtype == np.float32:
-        return y
-    return y.astype("float32", copy=False)
+#: The numpy scalar types MXNet 1.9.1's NDArray holds.
+_MXNET_DTYPES = (np.float16, np.float32, np.float64, np.uint8, np.int8, np.int32, np.int64, np.bool_)
+
+
+def _target(x, dtype):
+    """The dtype ``x`` is cast to, or ``None`` when it keeps its own (integers, and what is already there)."""
+    source = np.dtype(x.dtype)
+    return dtype if np.issubdtype(source, np.floating) and source != np.dtype(dtype) else None
+
+
+def _check_cast(x, target, name, fix):
+    """Refuse a cast of ``x`` to ``target`` that would change whole numbers or overflow (see :func:`cast_batch`).
+
+    ``name`` is the input's name in the message, ``fix`` what to do instead.
+    """
+    fmt, source = FORMATS.get(np.dtype(target).name), FORMATS.get(np.dtype(x.dtype).name)
+    if fmt is None or (source is not None and source.mantissa_bits <= fmt.mantissa_bits and source.max <= fmt.max):
+        return  # a widening cast changes nothing
+    flat = x.reshape((-1,))
+    sample = flat[::max(1, -(-flat.shape[0] // SAMPLE))].asnumpy().astype(np.float64)
+    whole = _whole(sample)
+    if not whole and not np.any(np.abs(sample[np.isfinite(sample)]) > fmt.max):
+        return  # real-valued data within the range: its rounding is what the precision means
+    values = flat.asnumpy().astype(np.float64) if whole else sample
+    values = values[np.isfinite(values)]
+    cast = values.astype(target).astype(np.float64)
+    # Whole numbers are ids or counts: any change is a wrong value. Real values only lose what overflows.
+    changed = values[cast != values] if whole and _whole(values) else values[np.isinf(cast)]
+    if changed.size:
+        shown = np.unique(changed)[:3]
+        examples = ", ".join(f"{_number(v)} -> {_number(float(np.asarray(v).astype(target)))}" for v in shown)
+        exact = 2.0 ** (fmt.mantissa_bits + 1)  # every integer up to here has a representation
+        raise ValueError(f"cast_batch(): the cast to {fmt.name} would change values of {name}: {examples} "
+                         f"({fmt.name} holds every integer only up to {_number(exact)}, and nothing beyond "
+                         f"{_number(fmt.max)}). {fix}")
+
+
+def _whole(values):
+    return bool(values.size) and bool(np.all(np.isfinite(values) & (values == np.round(values))))
+
+
+def _number(value):
+    """``value`` as a person reads it: whole numbers in full up to 2**53 (all exact there), others with ``%g``."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() and abs(value) <= 2.0 ** 53 else f"{value:g}"
 
 
 def to_float32(output):

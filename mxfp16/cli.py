@@ -29,7 +29,7 @@ import sys
 from . import commands as _commands
 from ._version import __version__
 from .commands import CommandError
-from .plumbing.console import guarded_stdout
+from .plumbing.console import guarded_stdout, reopen_closed_streams
 
 
 def command_modules():
@@ -127,7 +127,7 @@ def _run(args):
 
         print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 2
-    except Exception as err:  # noqa: BLE001 -- only a failed allocation is turned into a message here
+    except Exception as err:  # only a failed allocation is turned into a message here
         from .plumbing.limits import allocation_message, is_allocation_failure
 
         if not is_allocation_failure(err):
@@ -144,6 +144,7 @@ def main(argv=None):
     ``--version`` and a mistyped flag answer at once whatever the
     environment holds; MXNet loads only when a command runs.
     """
+    reopen_closed_streams()  # `mxfp16 info >&-`: a closed stream is /dev/null, before any file is opened
     if argv is None:
         restart = _utf8_command_line()
         if restart:

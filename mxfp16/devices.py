@@ -1,6 +1,8 @@
 """The devices a run uses: parse ``--ctx``, format it back, and check it against what MXNet sees.
 
-``'auto'`` is every GPU MXNet can see, else the CPU. A device list is
+``'auto'`` is every GPU MXNet can see, else the CPU. :func:`parse_devices` reads the text without MXNet
+(``import mxfp16.devices`` does not load it), for what runs devices other than MXNet's (onnxruntime);
+:func:`parse_ctx` makes MXNet contexts of the same list. A device list is
 checked once, where a command or :func:`mxfp16.train.run.prepare` first
 reads it (:func:`resolve_devices`); what is built afterwards takes the
 checked list. Errors are :class:`DeviceError`, never a precision error: a
@@ -11,8 +13,8 @@ from .machine import hardware
 
 mx = module("mxnet")
 
-__all__ = ["DeviceError", "as_context_list", "parse_ctx", "format_ctx", "check_devices", "resolve_devices",
-           "CTX_HELP", "ONE_DEVICE_HELP"]
+__all__ = ["DeviceError", "as_context_list", "parse_devices", "parse_ctx", "format_ctx", "check_devices",
+           "resolve_devices", "CTX_HELP", "ONE_DEVICE_HELP"]
 
 #: What ``--ctx`` accepts, for every command's help (:func:`mxfp16.commands.add_ctx_argument`).
 CTX_HELP = "devices: auto (every GPU MXNet sees, else the CPU), cpu, gpu, gpu:0 or a list such as gpu:0,1"
@@ -35,28 +37,49 @@ def as_context_list(ctx=None):
     return list(ctx)
 
 
-def parse_ctx(text):
-    """Parse ``'auto'``, ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` into contexts.
+def parse_devices(text, gpu_count=None):
+    """Read ``'auto'``, ``'cpu'``, ``'gpu'``, ``'gpu:0'`` or ``'gpu:0,1,2'`` as ``[(kind, index)]``, without MXNet.
 
-    ``'auto'`` is every GPU MXNet can see, or the CPU when it sees none (the
-    CPU wheel, or no CUDA device).
+    Parameters
+    ----------
+    text : str
+        What ``--ctx`` was given (case and surrounding spaces do not matter).
+    gpu_count : callable, optional
+        How many GPUs ``'auto'`` takes; called only for ``'auto'`` (default
+        :func:`mxfp16.machine.hardware.gpu_count`, MXNet's count, which loads it).
+
+    Returns
+    -------
+    list of (str, int)
+        ``[('cpu', 0)]`` or ``[('gpu', 0), ('gpu', 1) ...]``: ``'auto'`` is every GPU there is, or the CPU when
+        there is none (the CPU wheel, or no CUDA device).
+
+    Raises
+    ------
+    DeviceError
+        Text that is none of these.
     """
-    text = text.strip().lower()
+    text = str(text).strip().lower()
     if text == "auto":
-        count = hardware.gpu_count()
-        return [mx.gpu(i) for i in range(count)] if count else [mx.cpu()]
+        count = (gpu_count or hardware.gpu_count)()
+        return [("gpu", i) for i in range(count)] if count else [("cpu", 0)]
     if text == "cpu":
-        return [mx.cpu()]
+        return [("cpu", 0)]
     if text == "gpu":
-        return [mx.gpu(0)]
+        return [("gpu", 0)]
     if text.startswith("gpu:"):
         try:
-            devices = [mx.gpu(int(i)) for i in text[4:].split(",") if i.strip()]
+            devices = [("gpu", int(i)) for i in text[4:].split(",") if i.strip()]
         except ValueError:
             devices = []
         if devices:
             return devices
     raise DeviceError(f"cannot read device list {text!r}; use 'auto', 'cpu', 'gpu', 'gpu:0' or 'gpu:0,1'")
+
+
+def parse_ctx(text):
+    """Parse ``--ctx`` text into MXNet contexts: :func:`parse_devices`, with MXNet's GPU count for ``'auto'``."""
+    return [mx.gpu(index) if kind == "gpu" else mx.cpu() for kind, index in parse_devices(text)]
 
 
 def format_ctx(ctx_list):

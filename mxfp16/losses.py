@@ -2,14 +2,22 @@
 
 :func:`mxfp16.train.parts.build_parts` makes it; call it with float32
 outputs (:func:`mxfp16.to_float32`) and float32 labels, whatever the precision.
+:func:`check_class_labels` refuses class labels the output has no class for
+(MXNet's ``pick`` would clip them to the nearest class without a word).
 """
+import mxnet as mx
 from mxnet import gluon
 
-__all__ = ["classification_loss"]
+from ._internals import sparse_label_axis
+
+__all__ = ["classification_loss", "class_label_axis", "check_class_labels"]
 
 
 class _SmoothedCrossEntropy(gluon.loss.Loss):
     """Softmax cross-entropy against label-smoothed one-hot targets (integer labels in)."""
+
+    #: The output axis its labels name a class of (see :func:`class_label_axis`).
+    class_axis = -1
 
     def __init__(self, classes, label_smoothing, **kwargs):
         super().__init__(weight=None, batch_axis=0, **kwargs)
@@ -41,3 +49,57 @@ def classification_loss(classes, label_smoothing=0.0):
     if label_smoothing == 0:
         return gluon.loss.SoftmaxCrossEntropyLoss()
     return _SmoothedCrossEntropy(classes, label_smoothing)
+
+
+def class_label_axis(loss_fn):
+    """The output axis whose classes ``loss_fn``'s labels index, or ``None`` when its labels are not class indices.
+
+    Gluon's ``SoftmaxCrossEntropyLoss`` (``sparse_label=True``, its default)
+    and :func:`classification_loss`'s losses take class indices; any other
+    loss, or a function, is not judged.
+    """
+    if isinstance(loss_fn, _SmoothedCrossEntropy):
+        return loss_fn.class_axis
+    return sparse_label_axis(loss_fn)
+
+
+def check_class_labels(loss_fn, outputs, labels):
+    """Refuse class labels outside ``[0, width)`` of the output axis ``loss_fn`` picks from.
+
+    MXNet's ``pick`` (and ``one_hot``) clip an index past the last class
+    (or give an all-zero target), so a label 7 for a 3-class output trains
+    on a wrong target without an error. Reads the labels' smallest and
+    largest values on the host: one synchronisation, which
+    :func:`mxfp16.train_step` spends on a network's first step with a loss.
+
+    Parameters
+    ----------
+    loss_fn : callable
+        Nothing is checked unless :func:`class_label_axis` knows its axis.
+    outputs : list
+        One float32 output per device (a tuple for a network with several
+        outputs, which is not judged).
+    labels : list
+        The class labels, one array per device.
+
+    Raises
+    ------
+    ValueError
+        Naming the label, the number of classes and the fix.
+    """
+    axis = class_label_axis(loss_fn)
+    if axis is None or not all(isinstance(out, mx.nd.NDArray) for out in outputs):
+        return
+    width = outputs[0].shape[axis]
+    ends = [end for y in labels for end in (y.min(), y.max())]
+    ends = [e.as_nd_ndarray() if isinstance(e, mx.np.ndarray) else e for e in ends]
+    values = mx.nd.concat(*[e.astype("float64").reshape((1,)).as_in_context(ends[0].ctx) for e in ends],
+                          dim=0).asnumpy()
+    low, high = float(values.min()), float(values.max())
+    bad = high if high > width - 1 else low if low < 0 else None
+    if bad is not None:
+        raise ValueError(
+            f"label {bad:g} has no class in the network's output: {type(loss_fn).__name__} reads labels as class "
+            f"numbers 0 to {width - 1} (the {width} values on axis {axis} of the output), and would train on a wrong "
+            f"target without an error (MXNet's pick clips {bad:g} to class {width - 1 if bad > 0 else 0}). Check "
+            "the dataset's labels (classes numbered from 0), or give the network's last layer one output per class")

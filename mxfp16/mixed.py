@@ -25,6 +25,13 @@ sees. Until then the object holds the rule's answer and AMP is off: on a CPU
 float32 and amp-bfloat16 differ only in AMP (float32 parameters, no loss
 scaling, the same trainer), so nothing built before the verdict changes.
 
+With ``amp_lists="measured"`` the layers AMP would run in bfloat16 are
+timed alone in both precisions, at the same moment (the example batch, or
+the first batch), and those that do not gain run in float32
+(:mod:`mxfp16.per_layer`; :attr:`MixedPrecision.layer_choice` holds the
+table). For ``auto`` this comes first, so ``auto`` times the network as it
+would train.
+
 Each method passes the object's precision, devices and scaler to the
 library function of the same name (:func:`mxfp16.cast_net`,
 :func:`mxfp16.make_trainer`, :func:`mxfp16.cast_batch`,
@@ -35,7 +42,9 @@ import weakref
 from dataclasses import replace
 
 from . import auto as _auto
+from . import per_layer as _per_layer
 from ._internals import rebuild_graphs
+from .amp.lists import check_list_set, keep_float32_measured
 from .casting import cast_batch, cast_net
 from .devices import resolve_devices
 from .machine.environment import set_float16_environment
@@ -68,8 +77,11 @@ class MixedPrecision:
     allow_cpu_float16 : bool
         As for :func:`mxfp16.resolve_precision`.
     amp_lists : str, default 'mxfp16'
-        Which operator lists an AMP precision uses: mxfp16's measured ones or
-        ``'mxnet'`` (MXNet's own).
+        Which operator lists an AMP precision uses (:data:`mxfp16.amp.lists.LIST_SETS`):
+        mxfp16's, ``'mxnet'`` (MXNet's own), ``'measured'`` (mxfp16's, with
+        the layers that do not gain on this machine kept in float32, timed
+        once and cached), or mxfp16's with depthwise or 1x1 convolutions in
+        float32 (``'mxfp16+depthwise32'`` ...).
     time_auto : bool, default True
         Decide ``auto`` by timing the network where that can change the
         answer (a CPU with native bfloat16). ``False`` keeps the rule: the
@@ -92,6 +104,9 @@ class MixedPrecision:
     verdict : mxfp16.auto.AutoVerdict or None
         For ``auto``: what decided it (the rule, or the times when the
         network was timed); ``None`` for a precision asked for by name.
+    layer_choice : mxfp16.per_layer.LayerChoice or None
+        With ``amp_lists='measured'``, once a batch was seen: each layer's
+        dtype and times (or why nothing was timed).
     environment : dict
         What :func:`mxfp16.machine.environment.set_float16_environment` set.
 
@@ -99,12 +114,15 @@ class MixedPrecision:
     ------
     mxfp16.PrecisionError, mxfp16.DeviceError
         A precision or devices that cannot run here, naming the fix.
+    ValueError
+        Unknown ``amp_lists`` (the message lists the choices).
     """
 
     STATE_VERSION = 1
 
     def __init__(self, precision="auto", ctx="auto", loss_scale=None, allow_cpu_float16=False, amp_lists="mxfp16",
                  time_auto=True, log=print, **scaler_options):
+        check_list_set(amp_lists)
         self.ctx = resolve_devices(ctx)
         self.precision = precision if isinstance(precision, Precision) else resolve_precision(
             precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
@@ -116,6 +134,10 @@ class MixedPrecision:
             _auto.timing_applies(self.ctx)
         self.verdict = _auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None
         self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
+        self.layer_choice = None
+        # auto's candidate, amp-bfloat16, is measured too: auto then times the network as it would train.
+        self._layers_pending = amp_lists == "measured" and (
+            self._pending or (self.precision.amp and self.precision.compute_dtype == "bfloat16"))
         if not self._pending:
             activate(self.precision, amp_lists)
         self.scaler = make_loss_scaler(self.precision, loss_scale, **scaler_options)
@@ -124,6 +146,11 @@ class MixedPrecision:
     def pending(self):
         """Whether ``auto`` still waits for a network and a batch to time."""
         return self._pending
+
+    @property
+    def layers_pending(self):
+        """Whether ``amp_lists='measured'`` still waits for a network and a batch to time its layers."""
+        return self._layers_pending
 
     def prepare(self, net, optimizer="sgd", optimizer_params=None, example=None, loss_fn=None, **trainer_options):
         """Cast ``net`` for the precision (BatchNorm stays float32) and return its trainer.
@@ -137,8 +164,8 @@ class MixedPrecision:
         optimizer_params : dict, optional
         example : tuple, optional
             ``(data, label)``, one batch as :meth:`cast_batch` takes it: for
-            ``auto``, time ``net`` now rather than at the first
-            :meth:`train_step`.
+            ``auto`` (and ``amp_lists='measured'``), time ``net`` now rather
+            than at the first :meth:`train_step`.
         loss_fn : callable, optional
             The loss the timed steps use with ``example`` (by default the sum
             of the outputs: the network's cost dominates a step).
@@ -153,25 +180,38 @@ class MixedPrecision:
             off when the scaler is on.
         """
         self._nets.add(net)
-        if self.pending and example is not None:
+        if (self.pending or self.layers_pending) and example is not None:
             data, label = example if isinstance(example, tuple) and len(example) == 2 else (example, None)
-            self._decide(net, *self.cast_batch(data, label), loss_fn, None)
+            data, label = self.cast_batch(data, label)
+            if self.layers_pending:
+                self._choose_layers(net, data)
+            if self.pending:
+                self._decide(net, data, label, loss_fn, None)
         # While auto is pending its candidates share everything but AMP: float32 parameters, this trainer.
         settled = self._float32() if self.pending else self.precision
         cast_net(net, settled)
         return make_trainer(net.collect_params(), optimizer, optimizer_params, settled, self.scaler,
                             **trainer_options)
 
-    def cast_batch(self, data, label=None):
-        """:func:`mxfp16.cast_batch` for this precision and these devices."""
-        return cast_batch(data, label, self.precision.data_dtype, self.ctx)
+    def cast_batch(self, data, label=None, keep=()):
+        """:func:`mxfp16.cast_batch` for this precision and these devices (``keep``: inputs passed as they are)."""
+        return cast_batch(data, label, self.precision.data_dtype, self.ctx, keep)
 
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
-        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``clip_grad_norm`` ...).
+        """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
+
+        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss` (one loss
+        over every device's outputs at once), or ``None`` for a network that
+        returns its own loss. A step of your own (several trainers, a clip of
+        your own) uses :attr:`scaler`'s seams instead.
 
         For a pending ``auto``, the first call times ``net`` on this batch
-        first (:mod:`mxfp16.auto`), then trains in the faster precision.
+        first (:mod:`mxfp16.auto`), then trains in the faster precision; with
+        ``amp_lists='measured'`` it times the layers first
+        (:mod:`mxfp16.per_layer`).
         """
+        if self.layers_pending:
+            self._choose_layers(net, data)
         if self.pending:
             self._decide(net, data, label, loss_fn, trainer)
         return train_step(net, loss_fn, trainer, data, label, self.scaler, **options)
@@ -221,6 +261,14 @@ class MixedPrecision:
 
     def _float32(self):
         return resolve_precision("float32", self.ctx)
+
+    def _choose_layers(self, net, data):
+        """Time ``net``'s layers (:mod:`mxfp16.per_layer`), keep those that do not gain in float32, retrace."""
+        self.layer_choice = _per_layer.choose_layers(net, data, self.ctx, log=self._log)
+        self._layers_pending = False
+        keep_float32_measured(self.layer_choice.float32_layers())
+        for traced in {net, *self._nets}:
+            rebuild_graphs(traced)  # traced with every layer in bfloat16: trace again with the choice
 
     def _decide(self, net, data, label, loss_fn, trainer):
         probe = _auto.NetworkProbe(net, data, label, self.ctx, loss_fn, trainer, self.amp_lists)

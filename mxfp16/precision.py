@@ -41,6 +41,24 @@ class PrecisionError(ValueError):
     """A precision name that is unknown or cannot run on the chosen devices."""
 
 
+class AMPDtypeName(str):
+    """The dtype name of an AMP precision's parameters and batches (``'float32'``), which knows its precision.
+
+    Under AMP the parameters stay float32, so ``precision.param_dtype`` is the
+    same string a float32 run has, and ``cast_net(net, precision.param_dtype)``
+    could not tell that the run needs :func:`activate`. This string can:
+    it equals and works as ``'float32'`` everywhere, and :func:`precision_of`
+    reads its precision back.
+    """
+
+    precision = None
+
+
+def precision_of(dtype):
+    """The AMP precision a dtype name was taken from (``precision.param_dtype``), or ``None``."""
+    return dtype.precision if isinstance(dtype, AMPDtypeName) else None
+
+
 @dataclass(frozen=True)
 class Precision:
     """How one run computes, stores parameters and scales its loss.
@@ -75,6 +93,12 @@ class Precision:
     loss_scaling: bool
     master_weights: bool
     reason: str = ""
+
+    def __post_init__(self):
+        if self.amp:  # the dtype name carries its precision (see AMPDtypeName)
+            name = AMPDtypeName(self.param_dtype)
+            name.precision = self
+            object.__setattr__(self, "param_dtype", name)
 
     @property
     def data_dtype(self):
@@ -298,9 +322,11 @@ _ALWAYS_CAST = frozenset({"Convolution", "FullyConnected"})
 def check_activated(precision, net=None):
     """Refuse a set-up that would train an AMP precision in float32 without saying so.
 
-    :func:`mxfp16.cast_net`, :func:`mxfp16.make_trainer` and
-    :func:`mxfp16.train_step` call this, the first of them that sees the
-    precision (and the network) decides. Host-side only.
+    :func:`mxfp16.cast_net` (given the precision or its ``param_dtype``),
+    :func:`mxfp16.make_trainer` and :func:`mxfp16.train_step` call this, the
+    first of them that sees the precision (and the network) decides. A plain
+    ``gluon.Trainer`` and ``train_step`` without a scaler know no precision;
+    ``cast_net`` on the way to them does. Host-side only.
 
     Parameters
     ----------

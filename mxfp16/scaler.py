@@ -8,27 +8,44 @@ after a run of clean steps.
 
 A step has four seams, as in PyTorch's ``GradScaler``, and the scaler is the
 state machine that keeps them in order (each trainer: ready, unscaled,
-stepped; then :meth:`LossScaler.update` ends the step for all of them):
+stepped; then :meth:`LossScaler.update` ends the iteration for all of them):
 
 1. :meth:`LossScaler.scale_loss` -- the loss times S, for ``backward``
    (with :meth:`LossScaler.accumulate` after each micro-batch when several
    make one step);
 2. :meth:`LossScaler.unscale` -- reduce the gradients across devices and
    workers, check them for overflow on the device, and hand them out as
-   :class:`~mxfp16.gradients.Gradients` that read unscaled (for clipping or
-   any other look at them);
+   :class:`~mxfp16.gradients.Gradients` that read unscaled (for clipping,
+   also :meth:`LossScaler.clip_global_norm`, or any other look at them);
 3. :meth:`LossScaler.step` -- apply the update, or skip it on overflow;
-4. :meth:`LossScaler.update` -- adjust the scale, once per step.
+4. :meth:`LossScaler.update` -- adjust the scale, once per iteration.
 
-Out of order they raise :class:`StepOrderError` naming the mistake. A
-disabled scaler keeps the same order (so a float32 run catches what a
+Several trainers share one scaler as optimizers share PyTorch's GradScaler
+(a GAN's discriminator and generator): between two updates, any number of
+``scale_loss`` / ``unscale`` / ``step`` calls, each trainer unscaled and
+stepped at most once. Each trainer's step is skipped when *its* reduced
+gradients overflowed, so a finite trainer never loses its update to
+another's overflow; the iteration counts as one step of the scale, which
+backs off when any trainer overflowed, and the iteration is recorded as
+skipped. The scale stays the same from the first ``scale_loss`` to
+``update``, so every loss of an iteration is scaled alike.
+
+Out of order they raise :class:`StepOrderError` naming the mistake, and so
+does a trainer whose gradients changed between the scaled backward and
+``unscale()`` (clipped while still scaled, :class:`~mxfp16.gradients.GradientWatch`).
+A disabled scaler keeps the same order (so a float32 run catches what a
 float16 run would), with scale 1 and no overflow check.
 """
+import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass
 
+from ._lazy import module
 from .float_formats import format_scale
+from .gradients import GradientWatch
+
+mx = module("mxnet")
 
 __all__ = ["LossScaler", "LossScaleDivergedError", "StepOrderError", "UnusedParameterError", "make_loss_scaler",
            "parse_loss_scale"]
@@ -54,8 +71,10 @@ class _TrainerStep:
     stage: str                 # 'unscaled' or 'stepped'
     batch_size: float
     params: list               # the parameters whose gradients this step applies
+    grads: object = None       # the Gradients unscale() handed out (None: stepped on the kvstore)
     finite: object = None      # device flag, 1.0 when every reduced gradient is finite (None: not checked)
     skip_unused: bool = False
+    sitting_out: list = ()     # parameters never initialised, kept out of the reduction and the update
     overflow: bool = False
 
 
@@ -161,6 +180,7 @@ class LossScaler:
         self.max_overflows_at_min = int(max_overflows_at_min)
         self.history = deque(maxlen=history_size)
         self.precision = precision
+        self._watch = GradientWatch()
         self._reset()
 
     @staticmethod
@@ -193,10 +213,14 @@ class LossScaler:
         self.history.clear()
         self._end_step()
 
-    def _end_step(self):
-        self._open = {}           # id(trainer) -> _TrainerStep, for the step in progress
+    def _end_step(self, ended_by=None):
+        """Forget the iteration's seams; ``ended_by`` says how :meth:`update` recorded its outcome."""
+        self._open = {}           # id(trainer) -> _TrainerStep, for the iteration in progress
         self._accumulated = {}    # id(trainer) -> {id(param): (param, [sum per device])}, see accumulate()
-        self._just_updated = False
+        self._watch.reset()
+        # 'step': the outcome came from step() (train_step's too); 'given': from update(overflow=...); None: a
+        # seam has been called since (a new iteration began), or nothing was recorded yet.
+        self._last_update = ended_by
 
     @property
     def skipped_steps(self):
@@ -220,34 +244,44 @@ class LossScaler:
 
         Recorded for autograd even when called outside ``autograd.record()``,
         so ``scaler.scale_loss(loss).backward()`` works after the forward
-        pass's scope has closed. Call it once per loss and micro-batch: the
-        scale stays the same until :meth:`update`.
+        pass's scope has closed. Call it once per loss and micro-batch, and
+        for each trainer of an iteration (a GAN scales the discriminator's
+        loss, steps it, then scales the generator's): the scale stays the same
+        until :meth:`update`.
+
+        Call ``.backward()`` on what it returns (a list of losses has one too):
+        the scaler then reads the gradients as the backward pass left them and
+        refuses, at :meth:`step`, a trainer whose gradients were changed before
+        :meth:`unscale` -- clipped while still scaled, the mistake a ported
+        ``gluon.utils.clip_global_norm`` line makes. ``autograd.backward(...)``
+        on it works too, unchecked.
 
         Parameters
         ----------
         loss : NDArray, mx.np.ndarray, or a list or tuple of them
             Per-sample losses from the forward pass (one array per device
-            or per loss term); the optimizer later divides by the batch size.
+            or per loss term, or per-device losses computed over all devices
+            at once, as SSD's ``SSDMultiBoxLoss`` returns them); the optimizer
+            later divides by the batch size given to :meth:`unscale`.
 
         Returns
         -------
-        The same structure, scaled (the arrays themselves when the scale is 1).
+        The same structure, scaled (the arrays themselves when the scale is
+        1), with a ``backward()``.
 
         Raises
         ------
         TypeError
             A Python or numpy number instead of an array (it has no graph).
-        StepOrderError
-            The previous step was stepped but its :meth:`update` is missing.
         """
         check_loss(loss)
-        if any(state.stage == "stepped" for state in self._open.values()):
-            raise StepOrderError("scale_loss() after step() and before update(): the previous step is not finished; "
-                                 "call scaler.update() after scaler.step() (train_step does both)")
+        self._last_update = None  # a new iteration's loss: what update(overflow=...) says next is about it
         scale = self.scale
+        if scale == 1.0:  # nothing scaled, nothing to watch; a list still gets its backward()
+            return self._watch.watched(loss, report=False)
         if isinstance(loss, (list, tuple)):
-            return type(loss)(self._scaled(item, scale) for item in loss)
-        return self._scaled(loss, scale)
+            return self._watch.watched(type(loss)(self._scaled(item, scale) for item in loss))
+        return self._watch.watched(self._scaled(loss, scale))
 
     @staticmethod
     def _scaled(loss, scale):
@@ -295,10 +329,13 @@ class LossScaler:
         if id(trainer) in self._open:
             raise StepOrderError("accumulate() after unscale() or step() for this trainer: accumulate each "
                                  "micro-batch first, then unscale()/step() once")
+        self._last_update = None
+        self._watch.learn(trainer)
         fresh = [p for p in trainer_params(trainer) if p.grad_req != "null" and grad_is_fresh(p)]
         if not fresh:
             raise StepOrderError("accumulate() before backward: no parameter of this trainer received a gradient "
                                  "since the last accumulate() or update()")
+        self._watch.check(trainer, keep=True)  # before the sums: the gradients as this micro-batch left them
         sums = self._accumulated.setdefault(id(trainer), {})
         for param in fresh:
             if id(param) in sums:
@@ -307,7 +344,6 @@ class LossScaler:
             else:
                 sums[id(param)] = (param, [grad.copy() for grad in param.list_grad()])
         set_grads_fresh(fresh, False)  # the next backward's gradients count as new
-        self._just_updated = False
         return len(sums)
 
     def _fold_accumulated(self, trainer):
@@ -355,8 +391,8 @@ class LossScaler:
         Raises
         ------
         StepOrderError
-            Called twice for the trainer in one step, after :meth:`step`, or
-            before any backward pass reached the trainer's parameters.
+            Called twice for the trainer in one iteration, after :meth:`step`,
+            or before any backward pass reached the trainer's parameters.
         UnusedParameterError
             Some parameters received no gradient, naming them and
             ``skip_unused_params``.
@@ -369,30 +405,80 @@ class LossScaler:
         state = self._open.get(id(trainer))
         if state is not None:
             raise StepOrderError(
-                "unscale() was already called for this trainer in this step; the gradients it returned are still "
-                "valid. Call it once per step, then step() and update()" if state.stage == "unscaled" else
+                "unscale() was already called for this trainer in this iteration; the gradients it returned are "
+                "still valid (scaler.clip_global_norm(trainer, max_norm) clips them). Call it once per trainer and "
+                "iteration, then step() and update()" if state.stage == "unscaled" else
                 "unscale() after step() for this trainer: the update was already applied or skipped; call "
-                "scaler.update() to end the step")
+                "scaler.update() to end the iteration")
+        self._last_update = None
+        self._watch.learn(trainer)
         self._refuse_kvstore_updates(trainer, "unscale() reads the reduced gradients")
-        self._fold_accumulated(trainer)
-        params = self._params_to_apply(trainer_params(trainer), skip_unused_params)
         batch_size = _check_batch_size(batch_size)
-        trainer.allreduce_grads()
+        self._watch.check(trainer)  # as the backward pass left them: before the sums and the reduction
+        self._fold_accumulated(trainer)
+        params, sitting_out = self._params_to_apply(trainer_params(trainer), skip_unused_params)
+        with _sitting_out(sitting_out):
+            trainer.allreduce_grads()
         arrays = [p.list_grad()[0] for p in params]
         finite = grads_are_finite(arrays) if self.checks_overflow else None
-        self._open[id(trainer)] = _TrainerStep(trainer, "unscaled", batch_size, params, finite, skip_unused_params)
-        self._just_updated = False
-        return Gradients(arrays, [g for p in params for g in p.list_grad()[1:]], batch_size * self.scale,
-                         [p.name for p in params])
+        grads = Gradients(arrays, [g for p in params for g in p.list_grad()[1:]], batch_size * self.scale,
+                          [p.name for p in params])
+        self._open[id(trainer)] = _TrainerStep(trainer, "unscaled", batch_size, params, grads, finite,
+                                               skip_unused_params, sitting_out)
+        return grads
+
+    def clip_global_norm(self, trainer, max_norm):
+        """Clip the trainer's unscaled gradients to a global L2 norm of ``max_norm``, after :meth:`unscale`.
+
+        The scale-aware form of ``gluon.utils.clip_global_norm``: the norm is
+        that of the gradient the optimizer applies (unscaled and averaged
+        over the batch), on every device with one factor, whatever the scale.
+        A threshold written for Gluon's summed gradients (a script that calls
+        ``trainer.step(batch_size)`` and clips before it) becomes
+        ``max_norm / batch_size`` here. Nothing is read on the host.
+
+        Parameters
+        ----------
+        trainer : gluon.Trainer
+        max_norm : float
+            A positive finite number.
+
+        Returns
+        -------
+        mx.np.ndarray
+            The global norm before clipping, float32, shape (1,), not read
+            (inf or NaN on a step that overflowed, which :meth:`step` skips).
+
+        Raises
+        ------
+        StepOrderError
+            Before :meth:`unscale` for this trainer (the gradients are still
+            scaled), or after :meth:`step`.
+        ValueError
+            A ``max_norm`` that is not a positive finite number.
+        """
+        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not 0 < max_norm < math.inf:
+            raise ValueError(f"clip_global_norm() takes max_norm as a positive finite number, got {max_norm!r}")
+        state = self._open.get(id(trainer))
+        if state is None:
+            raise StepOrderError(
+                "clip_global_norm() before unscale() for this trainer: its gradients still carry the loss scale "
+                "and the batch size. Call scaler.unscale(trainer, batch_size) first, then clip, then step()")
+        if state.stage == "stepped" or state.grads is None:
+            raise StepOrderError("clip_global_norm() after step() for this trainer: the update was already applied "
+                                 "or skipped; clip between unscale() and step()")
+        return state.grads.clip_(max_norm)
 
     def step(self, trainer, batch_size=None, skip_unused_params=False):
-        """The third seam: apply the trainer's update, or skip it when a reduced gradient overflowed.
+        """The third seam: apply the trainer's update, or skip it when its reduced gradients overflowed.
 
         With an enabled scaler this is the step's one host synchronisation:
-        reading the overflow flag (one float). The skip is a Python branch,
-        so the flag must reach the host; it was computed after the
-        reduction, so every worker takes the same branch (a kvstore
-        deadlocks otherwise). A disabled scaler reads nothing.
+        reading the overflow flag (one float, with the gradient watch's two
+        readings when it has them). The skip is a Python branch, so the flag
+        must reach the host; it was computed after the reduction, so every
+        worker takes the same branch (a kvstore deadlocks otherwise). A
+        disabled scaler reads nothing. With several trainers each one's
+        step is decided by its own gradients (see the module docstring).
 
         Parameters
         ----------
@@ -411,12 +497,16 @@ class LossScaler:
         Raises
         ------
         StepOrderError
-            Called twice for the trainer in one step, or before backward.
+            Called twice for the trainer in one iteration, before backward, or
+            for gradients changed between the scaled backward pass and
+            :meth:`unscale` (clipped while still scaled; nothing is applied).
         """
         state = self._open.get(id(trainer))
         if state is not None and state.stage == "stepped":
-            raise StepOrderError("step() was already called for this trainer in this step; call scaler.update() "
-                                 "to end the step before the next one")
+            raise StepOrderError(
+                "step() was already called for this trainer in this iteration: each trainer steps once between two "
+                "update()s. Call scaler.update() after the last trainer's step() (with one trainer, after every "
+                "step(); train_step does both)")
         if state is None:
             if batch_size is None:
                 raise TypeError("step() needs batch_size when unscale() was not called for this trainer")
@@ -427,8 +517,12 @@ class LossScaler:
         elif batch_size is not None and _check_batch_size(batch_size) != state.batch_size:
             raise ValueError(f"step() got batch_size {batch_size!r}, but unscale() was given {state.batch_size!r}: "
                              "the gradients were unscaled for that batch")
-        # The one host synchronisation of a step with an enabled scaler (see above).
-        state.overflow = state.finite is not None and bool(state.finite.asscalar() < 1.0)
+        readings = self._watch.take_readings(trainer)
+        values = self._read([state.finite] if state.finite is not None else [], readings)
+        changed = GradientWatch.changed(values[len(values) - len(readings):])
+        if changed is not None:
+            self._refuse_changed_gradients(state, *changed)
+        state.overflow = state.finite is not None and bool(values[0] < 1.0)
         if state.overflow:
             from ._internals import set_grads_fresh
 
@@ -436,51 +530,100 @@ class LossScaler:
             # next step, and a parameter unused then would carry this step's inf into its check.
             set_grads_fresh(state.params, False)
         else:
-            state.trainer.update(state.batch_size * self.scale, ignore_stale_grad=state.skip_unused)
+            with _sitting_out(state.sitting_out):
+                state.trainer.update(state.batch_size * self.scale, ignore_stale_grad=state.skip_unused)
         state.stage = "stepped"
         return state.overflow
 
+    @staticmethod
+    def _read(flags, readings):
+        """The overflow flag and the gradient watch's readings on the host, in one transfer (or none when empty).
+
+        With an enabled scaler this is the step's one host synchronisation
+        (see :meth:`step`); the readings ride along with the flag.
+        """
+        arrays = list(flags) + list(readings)
+        if not arrays:
+            return []
+        ctx = arrays[0].ctx
+        joined = arrays[0] if len(arrays) == 1 else mx.nd.concat(*[a.as_in_context(ctx) for a in arrays], dim=0)
+        return [float(v) for v in joined.asnumpy()]
+
+    def _refuse_changed_gradients(self, state, before, after):
+        from ._internals import set_grads_fresh
+
+        # Nothing is applied; the trainer's iteration ends here, so a retried step() cannot apply them either.
+        set_grads_fresh(state.params, False)
+        del self._open[id(state.trainer)]
+        raise StepOrderError(
+            f"this trainer's gradients changed between the scaled backward pass and unscale(): their global norm "
+            f"went from {before:.6g} to {after:.6g} while they still carried the loss scale times the batch size "
+            f"({format_scale(self.scale)} x {state.batch_size:g}). A clip there (gluon.utils.clip_global_norm(grads, "
+            "max_norm) before unscale) shrinks every update by that factor, and training crawls without an error. "
+            "Clip after unscale(): scaler.unscale(trainer, batch_size), then scaler.clip_global_norm(trainer, "
+            "max_norm), then scaler.step(trainer); max_norm bounds the batch-averaged gradient the optimizer "
+            "applies, so a threshold written for Gluon's summed gradients (a script that calls "
+            "trainer.step(batch_size)) is divided by the batch size")
+
     def update(self, overflow=None):
-        """The last seam: record the step's outcome and adjust the scale, once per step.
+        """The last seam: record the iteration's outcome and adjust the scale, once per iteration.
 
         Parameters
         ----------
         overflow : bool, optional
             Only for a step checked by other means (no :meth:`step` in it):
-            whether a gradient was inf or NaN. By default the outcome
-            :meth:`step` found, for every trainer stepped since the last
-            update (an overflow in any of them counts).
+            whether a gradient was inf or NaN, given once per step. By default
+            the outcome :meth:`step` found, for every trainer stepped since
+            the last update: the iteration counts as skipped, and the scale
+            backs off, when any of them overflowed.
 
         Returns
         -------
         bool
-            ``True`` when the step was (or must be) skipped.
+            ``True`` when the iteration was (or must be) skipped, wholly or
+            for some trainer.
 
         Raises
         ------
         StepOrderError
-            A second update in one step (``train_step`` updates the scale
-            itself), an update before :meth:`step`, or ``overflow`` given
-            while a step is in progress.
+            A second update in one iteration (``train_step`` updates the scale
+            itself), an update before :meth:`step` or with a trainer unscaled
+            but not stepped, ``overflow`` given while a step is in progress, or
+            given for a step whose outcome an update already recorded (an
+            ``update(overflow=False)`` after ``train_step``).
         LossScaleDivergedError
             After ``max_overflows_at_min`` consecutive overflows at the
             minimum (or static) scale.
         """
         if overflow is None:
             stepped = [state for state in self._open.values() if state.stage == "stepped"]
+            pending = [state for state in self._open.values() if state.stage == "unscaled"]
+            if pending or self._accumulated:
+                raise StepOrderError(
+                    "update() while a trainer's gradients were unscaled or accumulated but not stepped: call "
+                    "scaler.step(trainer) for each such trainer first (it skips an update that overflowed), then "
+                    "update() once")
             if not stepped:
-                if self._just_updated:
+                if self._last_update is not None:
                     raise StepOrderError(
-                        "update() was called twice in one step: the scale would grow twice as fast. train_step() "
-                        "already updates the scale; with your own step call update() once, after step()")
+                        "update() was called twice in one iteration: the scale would grow twice as fast. "
+                        "train_step() already updates the scale; with your own step call update() once, after the "
+                        "last trainer's step()")
                 raise StepOrderError("update() before step(): no trainer was stepped since the last update; call "
                                      "scaler.step(trainer, batch_size) first")
-            overflow = any(state.overflow for state in stepped)
-        elif self._open:
+            overflow, ended_by = any(state.overflow for state in stepped), "step"
+        elif self._open or self._accumulated:
             raise StepOrderError("update(overflow=...) while a step is in progress: after step(), call update() "
                                  "without arguments (the step knows whether it overflowed)")
-        self._end_step()
-        self._just_updated = True
+        elif self._last_update == "step":
+            raise StepOrderError(
+                "update(overflow=...) right after an update that ended a step of the seams (train_step() ends its "
+                "own): that step's outcome is already recorded, and a second one would count it twice, so a "
+                "dynamic scale would grow twice as fast. Drop this call: update(overflow=...) is for a step checked "
+                "by other means, once per step")
+        else:
+            ended_by = "given"
+        self._end_step(ended_by)
         return self._record(bool(overflow))
 
     # -- helpers of the seams ----------------------------------------------------------------------------------
@@ -509,16 +652,24 @@ class LossScaler:
         """A disabled scaler with a trainer that updates on the kvstore: Gluon's own step, nothing read."""
         from ._internals import trainer_params
 
+        self._last_update = None
         self._fold_accumulated(trainer)
-        params = self._params_to_apply(trainer_params(trainer), skip_unused_params)
-        trainer.step(batch_size, ignore_stale_grad=skip_unused_params)
-        self._open[id(trainer)] = _TrainerStep(trainer, "stepped", batch_size, params, None, skip_unused_params)
-        self._just_updated = False
+        params, sitting_out = self._params_to_apply(trainer_params(trainer), skip_unused_params)
+        with _sitting_out(sitting_out):
+            trainer.step(batch_size, ignore_stale_grad=skip_unused_params)
+        self._open[id(trainer)] = _TrainerStep(trainer, "stepped", batch_size, params, skip_unused=skip_unused_params)
         return False
 
     @staticmethod
     def _params_to_apply(params, skip_unused_params):
-        """The trainable parameters with a gradient from this step; refuse unused ones unless skipped."""
+        """``(parameters with a gradient from this step, parameters never initialised)``; unused ones refused unless
+        skipped.
+
+        A parameter no forward pass has reached yet (an unused head, deferred
+        initialisation) has no gradient array at all, and Gluon's reduction
+        and update fail on it; with ``skip_unused_params`` it sits out of both
+        (:func:`_sitting_out`) until a forward pass initialises it.
+        """
         from ._internals import amp_initialized, grad_is_fresh, param_is_deferred
 
         trainable = [p for p in params if p.grad_req != "null"]
@@ -538,18 +689,13 @@ class LossScaler:
                 "the scaled loss (scaler.scale_loss(loss).backward(), with the loss computed inside "
                 "autograd.record()), then unscale() or step()")
         names = ", ".join(p.name for p in unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
-        if skip_unused_params and any(param_is_deferred(p) for p in unused):
-            raise UnusedParameterError(
-                f"parameter(s) {names} received no gradient and some were never initialised (no forward pass has "
-                "reached them, so their shape is unknown), which Gluon's update cannot skip. Set grad_req='null' "
-                "on the block that holds them, or run one forward pass through it before training")
         if unused and not skip_unused_params:
             raise UnusedParameterError(
                 f"{len(unused)} parameter(s) received no gradient in this step: {names}. The forward pass did not "
                 "use them (an unused head?). Pass skip_unused_params=True (to train_step, or to the scaler's "
                 "unscale()/step()) to leave them unchanged, or stop training them with grad_req='null' "
                 "(block.collect_params().setattr('grad_req', 'null'))")
-        return [p for p in trainable if grad_is_fresh(p)]
+        return [p for p in trainable if grad_is_fresh(p)], [p for p in unused if param_is_deferred(p)]
 
     def _record(self, overflow):
         """One step's outcome: count it, adjust the scale, return whether it was skipped."""
@@ -648,6 +794,24 @@ class LossScaler:
             return "LossScaler(enabled=False)"
         kind = "dynamic" if self.dynamic else "static"
         return f"LossScaler({kind}, scale={format_scale(self._scale)}, skipped_steps={self.skipped_steps})"
+
+
+@contextlib.contextmanager
+def _sitting_out(params):
+    """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by.
+
+    Setting ``grad_req`` on a parameter without data changes only the flag,
+    and the first forward pass that reaches it later creates its gradient
+    with the flag put back.
+    """
+    saved = [(param, param.grad_req) for param in params]
+    for param, _ in saved:
+        param.grad_req = "null"
+    try:
+        yield
+    finally:
+        for param, grad_req in saved:
+            param.grad_req = grad_req
 
 
 def parse_loss_scale(setting):

@@ -17,14 +17,63 @@ from mxnet import autograd
 
 from .amp.lists import warn_if_numpy_mode
 from .casting import to_float32
+from .losses import check_class_labels, class_label_axis
 from .precision import check_activated
 from .scaler import LossScaler, check_loss
 
-__all__ = ["StepResult", "train_step", "eval_step"]
+__all__ = ["BatchLoss", "StepResult", "train_step", "eval_step"]
 
 # Networks whose graphs were already checked against AMP (check_activated): a graph built later is built
 # under AMP, which cannot be switched off, so one look per network is enough.
 _CHECKED_NETS = weakref.WeakSet()
+# Network -> the losses whose labels were checked against its output width (check_class_labels), on the first
+# step with each: the check reads the labels on the host, so it is made once, not every step.
+_LABELS_CHECKED = weakref.WeakKeyDictionary()
+
+
+class BatchLoss:
+    """A loss computed over the whole batch at once, every device's outputs together, for :func:`train_step`.
+
+    ``train_step`` calls a plain ``loss_fn`` once per device. Some losses need
+    all devices at once: GluonCV's ``SSDMultiBoxLoss`` takes the lists of all
+    devices' predictions and targets and divides by the number of positive
+    anchors in the whole batch (YOLO's and Faster R-CNN's losses normalise
+    across devices the same way); called per device, each device would
+    divide by its own count. Wrap such a loss in ``BatchLoss``::
+
+        def ssd_loss(outputs, labels):   # one entry per device in each
+            cls_preds, box_preds = [o[0] for o in outputs], [o[1] for o in outputs]
+            sum_loss, _, _ = mbox_loss(cls_preds, box_preds, [y[0] for y in labels], [y[1] for y in labels])
+            return sum_loss              # one per-sample loss array per device
+
+        result = mp.train_step(net, mxfp16.BatchLoss(ssd_loss), trainer, data, label, batch_size=1)
+
+    ``batch_size`` is the number the optimizer divides the summed losses by,
+    as in ``trainer.step(batch_size)``: GluonCV's SSD script steps with 1
+    because its loss is already normalised, so its port passes
+    ``batch_size=1`` (the default, the number of samples, would divide by it
+    again).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(outputs, labels)``: ``outputs`` has one float32 output per
+        device (a tuple for a network with several), ``labels`` one entry
+        per device as :func:`mxfp16.cast_batch` returned them. It returns one
+        entry per device: the per-sample losses, or a tuple of such arrays
+        for several loss terms (weighted by ``loss_weights``).
+    """
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"BatchLoss takes a function fn(outputs, labels), got {type(fn).__name__}")
+        self.fn = fn
+
+    def __call__(self, outputs, labels):
+        return self.fn(outputs, labels)
+
+    def __repr__(self):
+        return f"BatchLoss({getattr(self.fn, '__name__', self.fn)!r})"
 
 
 @dataclass(frozen=True)
@@ -70,11 +119,15 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     ----------
     net : gluon.Block
         Already cast (or under AMP) for the precision.
-    loss_fn : callable or None
-        ``loss_fn(outputs, *labels)`` on the float32 outputs (see
+    loss_fn : callable, BatchLoss or None
+        ``loss_fn(outputs, *labels)`` on each device's float32 outputs (see
         :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
-        returning per-sample losses, or a tuple of such arrays to sum. With
-        ``None`` the network returns its own loss (or a tuple of losses).
+        returning per-sample losses, or a tuple of such arrays to sum. A
+        :class:`BatchLoss` sees every device's outputs and labels at once
+        (losses normalised over the whole batch, as SSD's). With ``None`` the
+        network returns its own loss (or a tuple of losses). A softmax
+        cross-entropy's class labels are checked against the output's width
+        on the network's first step with it (one host read).
     trainer : gluon.Trainer
         From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
         it must not update on the kvstore (refused, with the reason).
@@ -87,9 +140,11 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
         the network's inputs).
     scaler : LossScaler or None
         ``None`` (or a disabled scaler) is a plain step without scaling.
-    batch_size : int, optional
+    batch_size : int or float, optional
         Total samples across devices (and workers); by default the sum of
-        the slices' lengths. The optimizer divides the summed losses by it.
+        the slices' lengths. The optimizer divides the summed losses by it,
+        as ``trainer.step(batch_size)`` does: 1 for a loss that is already
+        normalised (GluonCV's SSD script).
     clip_grad_norm : float, optional
         Clip the global norm of the gradient the optimizer applies (unscaled,
         averaged over the batch) to this value.
@@ -108,8 +163,8 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     Raises
     ------
     ValueError
-        Empty or mismatched ``data`` / ``label`` lists, or weights that do
-        not match the losses.
+        Empty or mismatched ``data`` / ``label`` lists, weights that do not
+        match the losses, or a class label the output has no class for.
     TypeError
         A loss that is a Python or numpy number (it left the graph).
     mxfp16.precision.AMPStateError
@@ -126,6 +181,10 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
       after ``allreduce_grads`` so every device and worker decides the same.
     * With a disabled scaler, none: the loss and the gradient norm are
       returned as device arrays for the caller to read when it wants.
+    * On a network's first step with a class-index loss, one more: the
+      labels' range, read to check it against the output's width.
+    * Whatever a :class:`BatchLoss` reads itself (``SSDMultiBoxLoss`` reads
+      its count of positive anchors).
     """
     datas, labels = _check_batch(data, label, loss_fn)
     scaler = LossScaler(enabled=False) if scaler is None else scaler
@@ -137,7 +196,11 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
         raw = [net(*x) if isinstance(x, tuple) else net(x) for x in datas]
         warn_if_numpy_mode(_first(raw[0]))
         outputs = [to_float32(out) for out in raw]
-        terms = [_loss_terms(loss_fn, out, y) for out, y in zip(outputs, labels)]
+        if isinstance(loss_fn, BatchLoss):
+            terms = _batch_loss_terms(loss_fn, outputs, label)
+        else:
+            _check_labels_once(net, loss_fn, outputs, labels)
+            terms = [_loss_terms(loss_fn, out, y) for out, y in zip(outputs, labels)]
         weights = _check_weights(loss_weights, len(terms[0]))
         heads = [term if w == 1.0 else term * w for device in terms for w, term in zip(weights, device)]
         heads = scaler.scale_loss(heads)
@@ -230,6 +293,32 @@ def _check_set_up(net, scaler):
         return
     check_activated(precision, net)
     _CHECKED_NETS.add(net)
+
+
+def _check_labels_once(net, loss_fn, outputs, labels):
+    """:func:`check_class_labels` on the first step of ``net`` with ``loss_fn`` (its host read is not repeated)."""
+    if loss_fn is None or class_label_axis(loss_fn) is None:
+        return
+    checked = _LABELS_CHECKED.setdefault(net, weakref.WeakSet())
+    if loss_fn not in checked:
+        check_class_labels(loss_fn, outputs, [y[0] for y in labels])
+        checked.add(loss_fn)
+
+
+def _batch_loss_terms(loss_fn, outputs, label):
+    """A :class:`BatchLoss`'s per-device loss terms, float32, checked like a per-device loss's."""
+    value = loss_fn(list(outputs), label)
+    if not isinstance(value, (list, tuple)) or len(value) != len(outputs):
+        got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise ValueError(f"{loss_fn!r} returned {got} for {len(outputs)} device(s): a BatchLoss returns one entry per "
+                         "device (that device's per-sample losses, or a tuple of loss terms)")
+    terms = []
+    for entry in value:
+        check_loss(entry, repr(loss_fn))
+        terms.append(tuple(to_float32(t) for t in (entry if isinstance(entry, (list, tuple)) else (entry,))))
+    if len({len(t) for t in terms}) > 1:
+        raise ValueError(f"{loss_fn!r} returned a different number of loss terms per device: {[len(t) for t in terms]}")
+    return terms
 
 
 def _loss_terms(loss_fn, outputs, labels):

@@ -1,11 +1,30 @@
 """Shared test helpers: fresh-process runs (AMP is process-global), and the markers for what a machine lacks.
 
-``requires_gpu`` skips where MXNet sees no CUDA GPU. ``requires_bfloat16``
-skips where MXNet 1.9.1 cannot run bfloat16 at all (a CPU without AVX-512, or
-``DNNL_MAX_CPU_ISA`` capped below it): the tests behind it need bfloat16
-arithmetic, and whatever else they check runs in float32 in a test of its own.
-``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite as such a CPU would.
+A child process that imports this checkout's mxfp16 gets :func:`child_env`; one
+that reports a result prints it as JSON on its last line, read by
+:func:`last_line_json`.
+
+Every marker is decided by a property detected on the machine that runs the
+suite, never by the CPU a test was written on:
+
+* ``requires_gpu`` skips where MXNet sees no CUDA GPU.
+* ``requires_bfloat16`` skips where MXNet 1.9.1 cannot run bfloat16 arithmetic
+  at all (a CPU without AVX-512, or ``DNNL_MAX_CPU_ISA`` capped below it): the
+  tests behind it need bfloat16 arithmetic, and whatever else they check runs
+  in float32 in a test of its own. Where the CPU's flags cannot be read
+  (``kind == 'unknown'``: macOS, Windows) a bfloat16 Dense is run in a child
+  process to decide (:data:`BFLOAT16_RUNS`).
+* ``requires_native_bfloat16`` skips where bfloat16 is not native
+  (``avx512_bf16`` or AMX): for claims about oneDNN's native kernels, which
+  the emulation on AVX-512 CPUs without bfloat16 instructions does not share.
+
+What MXNet's float32 -> bfloat16 cast does with subnormals also depends on the
+CPU (flushed or kept): the ``bfloat16_cast`` fixture measures it
+(:func:`mxfp16.float_formats.measure_bfloat16_cast`).
+``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite's bfloat16 arithmetic as an
+AVX2-only CPU would; the cast keeps the CPU's own behaviour under it.
 """
+import json
 import os
 import subprocess
 import sys
@@ -46,25 +65,53 @@ def pytest_collection_finish(session):
         wanted[0].module.start_smoke_runs([item.callspec.params["path"] for item in wanted])
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
 
+#: mxfp16's classification of this CPU (what the library refuses or lets through, and why).
 BFLOAT16 = hardware.bfloat16_support()
+if BFLOAT16.kind == "unknown":  # no flags to classify the CPU by (the library lets it through): MXNet decides
+    BFLOAT16_RUNS, _probe = hardware.probe_bfloat16_arithmetic()
+    BFLOAT16_REASON = f"{BFLOAT16.reason}; {_probe}"
+else:
+    BFLOAT16_RUNS, BFLOAT16_REASON = BFLOAT16.runs, BFLOAT16.reason
 #: The precision a test runs in where it means "mixed precision on this CPU": amp-bfloat16 where it runs, else
 #: float32, so what the test checks beyond the arithmetic (files, outputs, resume) is checked on every CPU.
-CPU_MIXED = "amp-bfloat16" if BFLOAT16.runs else "float32"
-requires_bfloat16 = pytest.mark.skipif(not BFLOAT16.runs, reason=f"needs bfloat16 arithmetic: {BFLOAT16.reason}")
+CPU_MIXED = "amp-bfloat16" if BFLOAT16_RUNS else "float32"
+requires_bfloat16 = pytest.mark.skipif(not BFLOAT16_RUNS, reason=f"needs bfloat16 arithmetic: {BFLOAT16_REASON}")
+requires_native_bfloat16 = pytest.mark.skipif(
+    not BFLOAT16.native, reason=f"needs native bfloat16 (avx512_bf16 or AMX); bfloat16 here: {BFLOAT16.describe()}")
 
 
-def run_python(code, timeout=300, env=None, check=True):
-    """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
+@pytest.fixture(scope="session")
+def bfloat16_cast():
+    """What MXNet's float32 -> bfloat16 cast does with subnormals on this CPU, measured once in a child process."""
+    from mxfp16.float_formats import measure_bfloat16_cast
 
-    Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
-    with the child's stderr. ``env`` adds variables; its PYTHONPATH goes after
-    the repository's.
+    return measure_bfloat16_cast()
+
+
+def child_env(env=None):
+    """This process's environment plus ``env``, for a child that imports this checkout's mxfp16.
+
+    PYTHONPATH is the repository first, then ``env``'s PYTHONPATH, then this process's.
     """
     extra = dict(env or {})
     path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
+
+
+def last_line_json(output):
+    """The JSON value a child printed last (its ``print(json.dumps(...))``), after whatever it logged before."""
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def run_python(code, timeout=300, env=None, check=True, cwd=REPO):
+    """Run ``code`` in a fresh Python process (so ``amp.init`` cannot leak between tests).
+
+    Returns the CompletedProcess; with ``check`` a non-zero exit fails the test
+    with the child's stderr. ``env`` adds variables (:func:`child_env`).
+    ``cwd``: where relative paths the code writes land.
+    """
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO)
+                          timeout=timeout, env=child_env(env), cwd=cwd)
     if check and proc.returncode != 0:
         pytest.fail(f"child process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

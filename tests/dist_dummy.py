@@ -4,6 +4,8 @@
 
 env        print every DMLC_* variable and OMP_NUM_THREADS, one ``NAME=VALUE`` per line, and exit 0
 fail N     print a line, then exit with status N at once (no flush) after a short pause
+beat S     record the PID, beat like a training worker (mxfp16.distributed.heartbeat's file) for S seconds, then
+           sleep like ``sleep`` (a worker that stopped making progress)
 sleep      record PIDs in DIR and sleep until signalled; SIGINT or SIGTERM writes the time it
            arrived to DIR/<pid>.sigint or DIR/<pid>.sigterm, then exits
 spawn      like sleep, but first start a grandchild that sleeps too (its PID is recorded)
@@ -37,7 +39,7 @@ def _sleep_forever(folder):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("action", choices=["env", "fail", "sleep", "spawn", "setsid", "escape"])
+    parser.add_argument("action", choices=["env", "fail", "beat", "sleep", "spawn", "setsid", "escape"])
     parser.add_argument("arg", nargs="?", default="1")
     parser.add_argument("--dir", default=".")
     args = parser.parse_args()
@@ -50,6 +52,13 @@ def main():
         time.sleep(0.3)
         print(f"failing with status {args.arg}")
         os._exit(int(args.arg))  # like a crash: no flush, so only unbuffered output survives
+    if args.action == "beat":
+        beats = os.path.join(os.environ["MXFP16_LAUNCH_HEARTBEAT"], f"worker-{os.getpid()}")
+        end = time.monotonic() + float(args.arg)
+        while time.monotonic() < end:
+            with open(beats, "w") as handle:
+                handle.write("step\n")
+            time.sleep(0.2)
     if args.action in ("spawn", "setsid", "escape"):
         child = subprocess.Popen([sys.executable, __file__, "sleep", "--dir", args.dir],
                                  start_new_session=args.action != "spawn", env={} if args.action == "escape" else None)

@@ -45,7 +45,7 @@ def finish(proc, timeout):
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"mxfp16 launch did not end within {timeout} s:\n{out}\n{err}")
+        raise AssertionError(f"mxfp16 launch did not end within {timeout} s:\n{out}\n{err}") from None
     return proc.returncode, out, err
 
 

@@ -14,10 +14,12 @@ CLASSES = ["circle", "square", "triangle"]
 SIZE = 16
 
 
-def tiny_network(outputs=len(CLASSES), seed=0):
+def tiny_network(outputs=None, seed=0):
+    """A hybridized network of ``outputs`` classes (default: one per :data:`CLASSES`), its shapes inferred."""
     import mxnet as mx
     from mxnet import gluon
 
+    outputs = len(CLASSES) if outputs is None else outputs
     mx.random.seed(seed)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3, padding=1, in_channels=3), gluon.nn.Activation("relu"),
@@ -28,22 +30,28 @@ def tiny_network(outputs=len(CLASSES), seed=0):
     return net
 
 
-def tiny_export(folder, net=None):
-    """Write an export of ``net`` (default: :func:`tiny_network`) into the new folder ``folder``; return it."""
+def tiny_export(folder, net=None, model_format="mxnet"):
+    """Write an export of ``net`` (default: :func:`tiny_network`) into the new folder ``folder``; return it.
+
+    ``model_format="onnx"`` writes ``model.onnx`` through the ONNX format's own writer (needs onnx and onnxruntime).
+    """
     from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, resize_for
+    from mxfp16.inference import formats
     from mxfp16.inference.convert import deployable
     from mxfp16.precision import resolve_precision
 
     precision = resolve_precision("float32", "cpu")
     model = deployable(net or tiny_network(), precision)
     folder.mkdir(parents=True)
-    files = bundle.write_model(folder, model)
+    writer = formats.get(model_format)
+    files, section = writer.write(folder, model, formats.WriteOptions(input_shape=(3, SIZE, SIZE),
+                                                                     dtypes=("float32",)))
     bundle.write_info(folder, {
         "format": bundle.FORMAT, "version": bundle.VERSION, "model": "tiny", "precision": precision.name,
         "compute_dtype": precision.compute_dtype, "classes": list(CLASSES), "image_size": SIZE,
         "preprocess": {"decode": "RGB", "resize_short": resize_for(SIZE), "center_crop": SIZE,
                        "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
-        "files": files,
+        "files": files, "model_format": model_format, model_format: section,
     })
     bundle.seal(folder)
     return folder

@@ -6,8 +6,13 @@ mxfp16.train``, the workers of ``mxfp16 launch``) get them through the
 trainer's callback variable, which :func:`environment` sets up::
 
     run_train(..., env=fault_injection.environment(overflow_step=2, interrupt_step=5))
+
+``pause_file=PATH`` holds a run after its first step, its folder locked:
+it creates ``PATH.paused`` and waits until ``PATH`` exists, so a test can
+start a second command on the same folder while the first one surely runs.
 """
 import os
+import time
 
 from mxfp16.train.callbacks import CALLBACKS_VARIABLE
 from mxfp16.train.loop import Callback
@@ -15,6 +20,9 @@ from mxfp16.train.loop import Callback
 TESTS = os.path.dirname(os.path.abspath(__file__))
 OVERFLOW_STEP, OVERFLOW_RANK, INTERRUPT_STEP = ("MXFP16_TEST_OVERFLOW_STEP", "MXFP16_TEST_OVERFLOW_RANK",
                                                 "MXFP16_TEST_INTERRUPT_STEP")
+PAUSE_FILE = "MXFP16_TEST_PAUSE_FILE"
+#: The longest a paused run waits for its test (a test that died leaves no run behind for long).
+PAUSE_SECONDS = 300
 #: ``overflow_step="every"``: every step overflows.
 EVERY = "every"
 
@@ -65,6 +73,22 @@ class InterruptAtStep(Callback):
         return progress.global_step == self.step
 
 
+class PauseAfterFirstStep(Callback):
+    """Create ``path.paused`` after the first step, then wait until ``path`` exists (at most :data:`PAUSE_SECONDS`)."""
+
+    def __init__(self, path):
+        self.path, self.done = path, False
+
+    def on_step_end(self, progress, result):
+        if self.done:
+            return
+        self.done = True
+        open(self.path + ".paused", "w").close()
+        deadline = time.monotonic() + PAUSE_SECONDS
+        while not os.path.exists(self.path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def callbacks(run):
     """The trainer's callback variable points here: the faults the test's variables ask for."""
     hooks = []
@@ -74,6 +98,8 @@ def callbacks(run):
         hooks.append(InjectOverflow(run.parts, step, None if rank is None else int(rank), run.cluster.rank))
     if os.environ.get(INTERRUPT_STEP):
         hooks.append(InterruptAtStep(int(os.environ[INTERRUPT_STEP])))
+    if os.environ.get(PAUSE_FILE):
+        hooks.append(PauseAfterFirstStep(os.environ[PAUSE_FILE]))
     return hooks
 
 
@@ -84,11 +110,11 @@ def command_prefix(**faults):
     return ["env", *(f"{name}={value}" for name, value in env.items())]
 
 
-def environment(overflow_step=None, overflow_rank=None, interrupt_step=None):
+def environment(overflow_step=None, overflow_rank=None, interrupt_step=None, pause_file=None):
     """Variables for a child run: this folder on PYTHONPATH, the callback variable, and the faults."""
     env = {"PYTHONPATH": TESTS, CALLBACKS_VARIABLE: "fault_injection:callbacks"}
     for name, value in ((OVERFLOW_STEP, overflow_step), (OVERFLOW_RANK, overflow_rank),
-                        (INTERRUPT_STEP, interrupt_step)):
+                        (INTERRUPT_STEP, interrupt_step), (PAUSE_FILE, pause_file)):
         if value is not None:
             env[name] = str(value)
     return env

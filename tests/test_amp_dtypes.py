@@ -7,18 +7,18 @@ bfloat16 to match float32's to bfloat16 rounding. Each assertion guards one
 of the candidates bisected for the parity table in docs/training.md. AMP is
 process-global, so the network runs in a child process per precision.
 """
-import json
 import subprocess
 import sys
 
 import numpy as np
-from conftest import requires_bfloat16
+from conftest import last_line_json, requires_bfloat16
 
 CHILD = r'''
 import json, sys
 import mxfp16
 import numpy as np, mxnet as mx
 from mxnet import autograd
+from mxfp16.amp.wrappers import dtype_name
 from mxfp16.models import build_model
 from mxfp16.train.parts import classification_loss
 
@@ -40,16 +40,15 @@ graph = net._cached_graph[1]
 internals = graph.get_internals()
 _, types, _ = internals.infer_type(data=np.float32)
 dtype = dict(zip(internals.list_outputs(), types))
-name = lambda t: "bfloat16" if np.dtype(t).names else np.dtype(t).name
 ops = {}
 for node in json.loads(graph.tojson(remove_amp_cast=False))["nodes"]:
     if node["op"] in ("Convolution", "FullyConnected", "BatchNorm", "Pooling", "elemwise_add"):
-        ops.setdefault(node["op"], set()).add(name(dtype[node["name"] + "_output"]))
+        ops.setdefault(node["op"], set()).add(dtype_name(dtype[node["name"] + "_output"]))
 print(json.dumps({
     "ops": {k: sorted(v) for k, v in ops.items()},
-    "params": sorted({name(p.data().dtype) for p in params.values()}),
-    "grads": sorted({name(p.grad().dtype) for p in params.values() if p.grad_req != "null"}),
-    "loss": name(loss.dtype),
+    "params": sorted({dtype_name(p.data().dtype) for p in params.values()}),
+    "grads": sorted({dtype_name(p.grad().dtype) for p in params.values() if p.grad_req != "null"}),
+    "loss": dtype_name(loss.dtype),
     "stat_updates": {k: (params[k].data().asnumpy() - v).tolist() for k, v in before.items()},
 }))
 '''
@@ -57,7 +56,7 @@ print(json.dumps({
 
 def _run(precision):
     done = subprocess.run([sys.executable, "-c", CHILD, precision], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_line_json(done.stdout)
 
 
 @requires_bfloat16

@@ -2,7 +2,9 @@
 
 One child process per precision trains every entry of
 ``mxfp16.amp.table.LAYERS`` three SGD steps (``tests/amp_layer_child.py``);
-the float32 run is the control. bfloat16 keeps 8 bits of mantissa, so the
+the float32 run is the control. amp-bfloat16 runs twice: with mxfp16's lists,
+and with the ``measured`` lists keeping every convolution and dense layer in
+float32, as a measurement that found none gaining would. bfloat16 keeps 8 bits of mantissa, so the
 16-bit gradients are compared with a tolerance of a few times its rounding
 step (2^-8 = 0.4%), relative to the layer's largest gradient.
 """
@@ -16,7 +18,7 @@ from mxfp16.amp import table as amp_table
 
 import numpy as np
 import pytest
-from conftest import requires_bfloat16
+from conftest import child_env, requires_bfloat16
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(REPO, "tests", "amp_layer_child.py")
@@ -38,10 +40,10 @@ FLOAT16_ON_CPU = [
 RANDOM = {"nn.Dropout", "rnn.DropoutCell"}
 
 
-def _train(precision, tmp_path_factory):
-    out = tmp_path_factory.mktemp("layers") / f"{precision}.npz"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, CHILD, precision, str(out)], capture_output=True, text=True,
+def _train(precision, tmp_path_factory, lists="mxfp16"):
+    out = tmp_path_factory.mktemp("layers") / f"{precision}-{lists}.npz"
+    env = child_env()
+    proc = subprocess.run([sys.executable, CHILD, precision, str(out), lists], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     arrays = np.load(out)
@@ -53,9 +55,10 @@ def control(tmp_path_factory):
     return _train("float32", tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def bfloat16(tmp_path_factory):
-    return _train("amp-bfloat16", tmp_path_factory)
+@pytest.fixture(scope="module", params=["mxfp16", "measured"])
+def bfloat16(request, tmp_path_factory):
+    """amp-bfloat16 with mxfp16's lists, and with every convolution and dense layer kept float32 by measurement."""
+    return _train("amp-bfloat16", tmp_path_factory, request.param)
 
 
 @pytest.fixture(scope="module")
@@ -171,12 +174,12 @@ import warnings
 import mxfp16
 import mxnet as mx
 from mxnet import gluon, nd, autograd
-from mxnet.contrib.amp.amp import bfloat16
+from mxfp16.float_formats import BFLOAT16
 mxfp16.activate(mxfp16.resolve_precision("amp-bfloat16", "cpu"))
 caught = []
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
-    a = nd.amp_cast(nd.ones((2, 3, 4)), dtype=bfloat16)
+    a = nd.amp_cast(nd.ones((2, 3, 4)), dtype=BFLOAT16)
     for _ in range(3):
         out = nd.batch_dot(a, a, transpose_b=True)
     x = mx.sym.var("x")
@@ -299,7 +302,7 @@ DIRECT_CHILD = r"""
 import mxfp16
 import mxnet as mx
 from mxnet import autograd, nd
-from mxnet.contrib.amp.amp import bfloat16
+from mxfp16.float_formats import BFLOAT16
 from mxfp16.amp.table import LAYERS
 
 mxfp16.activate(mxfp16.resolve_precision("amp-bfloat16", "cpu"))
@@ -314,7 +317,7 @@ for layer in LAYERS:
             block.hybridize()
         # What a hybridized layer inside a plain Block gets: the previous layer's bfloat16 output.
         # (MXNet cannot take a gradient with respect to a bfloat16 array, so only the parameters get one.)
-        x = nd.amp_cast(nd.random.uniform(-1, 1, shape=layer.shape), dtype=bfloat16)
+        x = nd.amp_cast(nd.random.uniform(-1, 1, shape=layer.shape), dtype=BFLOAT16)
         trained = [p for p in block.collect_params().values() if p.grad_req != "null"]
         with autograd.record(train_mode=True):
             out = block(x)

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, requires_bfloat16, run_python
+from conftest import REPO, child_env, last_line_json, requires_bfloat16, run_python
 
 CHILD = os.path.join(REPO, "tests", "amp_numpy_child.py")
 TOLERANCE = 0.03
@@ -22,7 +22,7 @@ TOLERANCE = 0.03
 
 def _train(precision, tmp_path_factory):
     out = tmp_path_factory.mktemp("numpy") / f"{precision}.npz"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     proc = subprocess.run([sys.executable, CHILD, precision, str(out)], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,22 +104,21 @@ def test_numpy_mode_layers_and_joins_type_as_16_bit_on_any_cpu():
     # Type inference only, so it runs on any CPU: the amp-float16 lists (which have no stem rule) reach the
     # numpy-mode Convolution Gluon calls, and numpy's concatenate of two float16 branches stays float16.
     code = """
-        import warnings
+        import json, warnings
         warnings.simplefilter("ignore")
         import mxfp16, mxnet as mx
         from mxnet import gluon, npx
         from mxfp16.amp.table import Layer, layer_dtypes, StemJoin
         mxfp16.activate(mxfp16.resolve_precision("amp-float16", "cpu", allow_cpu_float16=True))
         rows = layer_dtypes(Layer("x", lambda: StemJoin(), (2, 3, 8, 8), numpy_mode=True))
-        print(rows)
+        print(json.dumps(rows))
         assert mx.numpy_extension.fully_connected is mx.numpy_extension._op.fully_connected
         assert mx.numpy_extension.fully_connected.__name__ == "fully_connected"
         assert mx.nd.numpy_extension.convolution is mx.nd.numpy_extension._op.convolution
         assert mx.nd.numpy._internal.concatenate.__name__ == "concatenate"
     """
-    proc = run_python(code)
-    rows = eval(proc.stdout.strip().splitlines()[-1])
-    assert rows == [("Convolution", "float16"), ("Convolution", "float16"), ("_npi_concatenate", "float16")], rows
+    rows = last_line_json(run_python(code).stdout)
+    assert rows == [["Convolution", "float16"], ["Convolution", "float16"], ["_npi_concatenate", "float16"]], rows
 
 
 def test_float32_fallbacks_name_numpy_operators_but_the_lists_do_not():
@@ -204,7 +203,8 @@ def test_what_numpy_mode_cannot_do_in_bfloat16_in_mxnet_1_9_1():
     # assignment of float32 values into a bfloat16 array call) looks the dtype up by its numpy type, and
     # numpy has no bfloat16 (MXNet's is a structured dtype, numpy.void). The legacy mx.nd.empty can.
     # docs/amp-table.md ("numpy mode") says so; when this starts to pass, say it no longer.
-    from mxfp16.amp.wrappers import BFLOAT16, dtype_name
+    from mxfp16.amp.wrappers import dtype_name
+    from mxfp16.float_formats import BFLOAT16
 
     import mxnet as mx
 

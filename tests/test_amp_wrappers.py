@@ -6,6 +6,7 @@ CPU (no bfloat16 arithmetic), and the wrappers treat both 16-bit dtypes alike.
 import json
 
 from mxfp16.amp import wrappers as w
+from mxfp16.float_formats import BFLOAT16
 
 import mxnet as mx
 import numpy as np
@@ -67,8 +68,8 @@ def test_target_casts_float32_arrays_and_every_symbol():
 
 
 def test_dtype_names():
-    assert w.dtype_name(w.BFLOAT16) == "bfloat16" and w.dtype_name("float16") == "float16"
-    assert w.is_low_precision(w.BFLOAT16) and w.is_low_precision(np.float16) and not w.is_low_precision("float32")
+    assert w.dtype_name(BFLOAT16) == "bfloat16" and w.dtype_name("float16") == "float16"
+    assert w.is_low_precision(BFLOAT16) and w.is_low_precision(np.float16) and not w.is_low_precision("float32")
 
 
 def test_an_in_place_update_keeps_the_dtype_of_the_array_it_writes_to():

@@ -15,7 +15,7 @@ from mxfp16.amp import zoo as amp_zoo
 
 import numpy as np
 import pytest
-from conftest import REPO, requires_bfloat16, run_python
+from conftest import REPO, child_env, last_line_json, requires_bfloat16, run_python
 
 CHILD = os.path.join(REPO, "tests", "amp_zoo_child.py")
 
@@ -107,7 +107,7 @@ def test_gemm_flops_are_counted_from_the_shapes():
         from mxfp16.amp.zoo import model_dtypes
         print(json.dumps(model_dtypes("resnet50_v1")))
     """
-    row = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    row = last_line_json(run_python(code).stdout)
     assert row["operators"] > 100 and row["low_operators"] == 0  # no AMP in this process: all float32
     assert row["input_size"] == 224 and row["output_shape"] == [1, 1000]
     assert 7.6e9 < row["gemm_flops"] < 8.4e9, row
@@ -115,7 +115,7 @@ def test_gemm_flops_are_counted_from_the_shapes():
 
 def _train(precision, names, tmp_path_factory):
     out = tmp_path_factory.mktemp("zoo") / f"{precision}.npz"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     return subprocess.Popen([sys.executable, CHILD, precision, str(out), *names], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env), out
 

@@ -10,7 +10,7 @@ from mxfp16.machine import hardware
 import mxnet as mx
 import numpy as np
 import pytest
-from conftest import run_python
+from conftest import BFLOAT16_RUNS, run_python
 
 CPU = [mx.cpu()]
 NATIVE = hardware.BFloat16Support("native", "avx512_bf16")
@@ -42,7 +42,7 @@ class FakeProbe:
 def native(monkeypatch, tmp_path):
     """A CPU where timing applies (native bfloat16), an idle machine, and a cache of this test's own."""
     monkeypatch.setattr(hardware, "bfloat16_support", lambda *a, **k: NATIVE)
-    monkeypatch.setattr(auto, "_busy", lambda: None)
+    monkeypatch.setattr(auto, "machine_busy", lambda: None)
     return str(tmp_path / "cache" / "auto-precision.json")
 
 
@@ -122,7 +122,7 @@ def test_a_failed_probe_falls_back_to_float32_and_is_not_cached(native):
 
 
 def test_a_verdict_measured_under_load_is_used_once(native, monkeypatch):
-    monkeypatch.setattr(auto, "_busy", lambda: "1-minute load average 3.0 on 2 core(s)")
+    monkeypatch.setattr(auto, "machine_busy", lambda: "1-minute load average 3.0 on 2 core(s)")
     probe, lines = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0}), []
     verdict = decide(probe, native, lines.append)
     assert "under load" in verdict.reason and any("not kept" in line for line in lines)
@@ -180,7 +180,7 @@ def test_the_probe_times_a_forked_copy_and_leaves_this_process_as_it_was():
     assert record["status"] == "ok" and record["ms_per_step"] > 0
     candidate = probe.time("amp-bfloat16", iters=2, warmup=1, repeats=1)
     # Where bfloat16 runs the child times it; where it cannot, the failure comes back as a record, not raised.
-    assert candidate["status"] == ("ok" if hardware.bfloat16_support().runs else "failed"), candidate
+    assert candidate["status"] == ("ok" if BFLOAT16_RUNS else "failed"), candidate
     assert not amp_initialized()
     for name, p in net.collect_params().items():
         assert np.array_equal(p.data().asnumpy(), before[name]), name
@@ -261,7 +261,7 @@ def test_amp_bfloat16_chosen_by_timing_switches_amp_on_and_rebuilds_the_graph(tm
         import mxnet as mx
         from mxfp16._internals import amp_initialized, built_graphs
         hardware.bfloat16_support = lambda *a, **k: hardware.BFloat16Support("native", "stand-in")
-        auto._busy = lambda: None
+        auto.machine_busy = lambda: None
         auto.NetworkProbe.time = lambda self, p, iters, **_: {{"status": "ok", "precision": p,
                                                               "ms_per_step": {{"float32": 900.0}}.get(p, 300.0)}}
         mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)
@@ -314,6 +314,7 @@ def test_the_trainer_resumes_in_its_own_precision_and_workers_keep_the_rule(nati
 
     class Config:
         precision, resume, out, allow_cpu_float16, loss_scale, kvstore = "auto", True, "runs/x", False, None, "device"
+        amp_lists = "mxfp16"
 
     mixed = run._mixed_precision(Config(), CPU, {"resolved_precision": "float32"}, print)
     assert not mixed.pending and "the run's own" in mixed.precision.reason

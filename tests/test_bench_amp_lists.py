@@ -3,13 +3,12 @@
 AMP is process-global, so each setting runs in a fresh process. The
 reference is a float64 numpy convolution.
 """
-import json
 
 from mxfp16.amp.lists import LIST_SETS, operator_lists
 
 import numpy as np
 import pytest
-from conftest import requires_bfloat16
+from conftest import last_line_json, requires_bfloat16
 
 CHILD = """
 import mxfp16
@@ -66,7 +65,7 @@ def _relative_error(got, want):
 @pytest.mark.slow
 @pytest.mark.parametrize("which", LIST_SETS)
 def test_stem_convolution_precision(python_child, which):
-    result = json.loads(python_child(CHILD.format(which=which)).stdout.strip().splitlines()[-1])
+    result = last_line_json(python_child(CHILD.format(which=which)).stdout)
     x, w7, w3 = _inputs()
     stem_ref, conv3_ref = _conv_reference(x, w7, 2, 3), _conv_reference(x, w3, 1, 1)
     for path in ("eager", "graph"):
@@ -94,12 +93,12 @@ def test_operator_lists_are_fresh_copies_and_validated():
 
 
 def test_stem_rule_dispatches_on_the_kernel_however_it_is_written():
-    from mxfp16.amp.lists import FLOAT32_CONVOLUTIONS
+    from mxfp16.amp.lists import stem_convolution
     from mxfp16.amp.wrappers import float32_where
 
     calls = []
     conv = float32_where(lambda *a, **k: calls.append("float32"), lambda *a, **k: calls.append("bfloat16"),
-                         *FLOAT32_CONVOLUTIONS)
+                         stem_convolution)
     conv(kernel=(7, 7))
     conv(kernel="(7, 7)")
     conv(kernel=(3, 3))

@@ -11,7 +11,6 @@ library) names the same folders as ``mxfp16.data.layout``.
 import hashlib
 import io
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -24,6 +23,7 @@ from mxfp16.data import DataError, make_loaders
 from mxfp16.data.layout import CALTECH101_TRAIN_PER_CLASS, caltech101_commands, caltech101_paths
 
 import pytest
+from conftest import child_env
 from PIL import Image
 from train_support import QUICK, REPO, ok, refused
 
@@ -80,7 +80,7 @@ def caltech_archive(path):
 
 def mxfp16(cwd, *args, timeout=300):
     """``python -m mxfp16 ARGS`` in ``cwd``, a fresh process each (AMP is process-global); never raises."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "mxfp16", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=cwd)
 

@@ -93,3 +93,80 @@ def test_under_a_c_locale_utf8_class_names_train_and_predict(tmp_path):
                           timeout=300)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode("utf-8", "replace")
     assert proc.stdout.decode("utf-8").count("fotos-ünïcödé/image-") == 2
+
+
+# ---- issue 42, case 12: every command with standard output closed (`>&-`) ------------------------------
+#: Each command once, small enough for seconds, in the order that gives each its input (data, a run, an export).
+#: ``{D}`` and the like are folders made in the child's work folder.
+CLOSED_STDOUT_COMMANDS = [
+    ("info", ["info"]),
+    ("data", ["data", "synth", "--out", "{D}", "--classes", "3", "--per-class", "8", "--test-per-class", "4",
+              "--size", "32"]),
+    ("train", ["train", "--data-dir", "{D}", "--out", "{R}", "--precision", "float32", "--epochs", "1",
+               "--max-batches", "1", *QUICK]),
+    ("compare", ["compare", "{R}", "--out", "{C}"]),
+    ("diagnose", ["diagnose", "--data-dir", "{D}", "--model", "cifar_resnet20_v1", "--image-size", "16",
+                  "--batch-size", "8", "--batches", "1", "--loss-scale", "1024", "--out", "{G}"]),
+    ("export", ["export", "--run", "{R}", "--out", "{E}", "--precision", "float32", "--ctx", "cpu"]),
+    ("predict", ["predict", "--model", "{E}", "{D}/test", "--ctx", "cpu", "--no-progress"]),
+    ("bench", ["bench", "--model", "cifar_resnet20_v1", "--image-size", "16", "--batch-sizes", "4", "--precisions",
+               "float32", "--iters", "2", "--warmup", "1", "--repeats", "1", "--no-plots", "--out", "{B}"]),
+    ("launch", ["launch", "--workers", "1", "--servers", "1", "--python", "/bin/true", "--", sys.executable, "-c",
+                "print('a line of the worker')"]),
+    ("selftest", ["selftest", "--steps", "6"]),
+    # The demo's own lines; the runs it starts are `train` and `compare`, above (stubbed here: minutes each).
+    ("demo", ["demo", "--out", "{M}"]),
+]
+
+CLOSED_STDOUT_CHILD = """
+import contextlib, json, os, sys
+from mxfp16 import cli
+from mxfp16.commands import demo
+
+demo.resolve_auto = lambda: ("float32", "stubbed for the test")
+demo._mxfp16 = lambda *args: True
+commands, result = json.loads(sys.argv[1]), sys.argv[2]
+codes = {}
+for name, argv in commands:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):  # as the shell's >&- leaves it: descriptor 1 closed, sys.stdout None
+        os.close(1)
+    sys.stdout = None
+    codes[name] = cli.main(argv)
+    with open(result, "w") as handle:
+        json.dump(codes, handle)
+"""
+
+
+@pytest.mark.slow
+def test_every_command_runs_with_standard_output_closed(tmp_path):
+    from mxfp16.cli import command_modules
+
+    assert {name for name, _ in CLOSED_STDOUT_COMMANDS} == {m.__name__.rsplit(".", 1)[1] for m in command_modules()}
+    folders = {key: str(tmp_path / key) for key in "DRCGEBM"}
+    commands = [(name, [a.format(**folders) for a in argv]) for name, argv in CLOSED_STDOUT_COMMANDS]
+    result = tmp_path / "codes.json"
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", CLOSED_STDOUT_CHILD,
+                           json.dumps(commands), str(result)], stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                          env=ENV, timeout=900)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert json.loads(result.read_text()) == {name: 0 for name, _ in commands}, proc.stderr[-3000:]
+    assert (tmp_path / "R" / "summary.json").is_file() and (tmp_path / "E" / "SHA256SUMS").is_file()
+
+
+def test_a_closed_stream_becomes_dev_null_before_any_file_takes_its_descriptor(tmp_path):
+    """Without it the next file opened gets descriptor 1, and C code's prints land in it."""
+    child = ("import os, sys\n"
+             "from mxfp16.plumbing.console import reopen_closed_streams\n"
+             "names = reopen_closed_streams()\n"
+             "with open(sys.argv[1], 'w') as handle:\n"
+             "    os.write(1, b'C code prints this')\n"
+             "    print('Python prints this')\n"
+             "    handle.write(' '.join(names) + ' ' + str(handle.fileno()))\n")
+    target = tmp_path / "file"
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&- 2>&-', "sh", sys.executable, "-c", child, str(target)],
+                          cwd=REPO, env=ENV, timeout=60)
+    assert proc.returncode == 0
+    names, fd = target.read_text().rsplit(" ", 1)
+    assert names == "stdout stderr" and int(fd) > 2  # what was written to "standard output" went nowhere

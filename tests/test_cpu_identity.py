@@ -65,12 +65,13 @@ def test_without_cpuinfo_the_platform_answers(tmp_path, monkeypatch):
     cpu = hardware.cpu_identity(str(tmp_path / "missing"))
     assert (cpu["vendor"], cpu["family"], cpu["model"], cpu["stepping"]) == ("GenuineIntel", 6, 143, 8)
     assert cpu["microarchitecture"] == "Sapphire Rapids" and cpu["bfloat16_instructions"] is None
+    assert cpuinfo.cpu_flags(str(tmp_path / "missing")) is None  # unknown, not an empty set
 
 
 def test_the_older_readers_and_the_machine_record_use_the_same_file(tmp_path, monkeypatch):
     monkeypatch.setattr(cpuinfo, "CPUINFO", _cpuinfo(tmp_path, "AuthenticAMD", 26, 2, 0, "AMD EPYC", ZEN5_FLAGS))
     assert hardware.cpu_model() == "AMD EPYC"
-    assert hardware.cpu_flags() == set(ZEN5_FLAGS)
+    assert cpuinfo.cpu_flags() == set(ZEN5_FLAGS)
     assert hardware.cpu_bfloat16_support() == {"avx512_bf16": True, "amx_bf16": False}
     machine = hardware.machine_summary()
     assert machine["cpu_model"] == "AMD EPYC"

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, requires_bfloat16
+from conftest import REPO, child_env, requires_bfloat16
 
 CHILD = os.path.join(REPO, "tests", "d2l_child.py")
 MODELS = ("resnet18", "TransformerEncoder", "BERTModel")
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not HAVE_D2L, reason="d2l is not installed (the 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("d2l")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     procs = {p: subprocess.Popen([sys.executable, CHILD, p, str(folder / f"{p}.npz")], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)
              for p in ("float32", "amp-bfloat16")}

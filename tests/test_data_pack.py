@@ -142,3 +142,62 @@ def test_a_damaged_record_is_refused_with_its_index_and_offset(packed, tmp_path,
     assert damaged_records(rec, idx)[0][:2] == (key, offset + (damage == "idx off by one"))
     with pytest.raises(DataError, match=fr"record {key} at byte {offset + (damage == 'idx off by one')}: .*re-run"):
         make_loaders(tmp_path / "tiny", pipeline="recordio")
+
+
+# ---- issue 42, case 8: damage inside a record, which the frame checks cannot see ---------------------
+def _copy_pack(packed, folder):
+    import shutil
+
+    _, prefix, _ = packed
+    for path in prefix.parent.glob("tiny_*"):
+        shutil.copy(path, folder / path.name)
+    return folder / "tiny"
+
+
+def test_every_record_carries_the_crc32_of_the_rest(packed):
+    import struct
+    import zlib
+
+    _, prefix, meta = packed
+    assert meta["record_checksum"] == "crc32-in-id2"
+    record = mx.recordio.MXIndexedRecordIO(str(prefix) + "_train.idx", str(prefix) + "_train.rec", "r")
+    for key in record.keys:
+        header, jpeg = mx.recordio.unpack(record.read_idx(key))
+        # Independently of mxfp16: zlib over the header's flag, label (float32) and id, then the JPEG.
+        assert header.id2 == zlib.crc32(struct.pack("<IfQ", 0, header.label, header.id) + jpeg)
+    record.close()
+
+
+@pytest.mark.parametrize("where", ["inside the JPEG", "the label"])
+def test_bytes_overwritten_inside_a_record_are_refused(packed, tmp_path, where):
+    from mxfp16.data.records import damaged_records, read_index
+
+    prefix = _copy_pack(packed, tmp_path)
+    rec, idx = tmp_path / "tiny_train.rec", tmp_path / "tiny_train.idx"
+    key, offset = read_index(idx)[3]
+    data = bytearray(rec.read_bytes())
+    length = int.from_bytes(data[offset + 4:offset + 8], "little") & ((1 << 29) - 1)
+    if where == "inside the JPEG":
+        middle = offset + 8 + 24 + length // 2
+        data[middle:middle + 16] = bytes(range(16))  # 16 bytes of entropy-coded data: the frame is intact
+    else:
+        data[offset + 12:offset + 16] = np.float32(2.0).tobytes()  # another class, a valid float
+    rec.write_bytes(bytes(data))
+    assert damaged_records(rec, idx) == []  # what the frame checks alone see
+    with pytest.raises(DataError, match=fr"record {key} at byte {offset}: its bytes changed since it was packed"):
+        make_loaders(prefix, pipeline="recordio", batch_size=8)
+
+
+def test_a_pack_without_checksums_is_used_with_a_warning(packed, tmp_path, caplog):
+    prefix = _copy_pack(packed, tmp_path)
+    classes = tmp_path / "tiny_classes.json"
+    meta = json.loads(classes.read_text())
+    del meta["record_checksum"]  # what an older mxfp16 wrote
+    classes.write_text(json.dumps(meta))
+    with caplog.at_level("WARNING", logger="mxfp16.data"):
+        assert make_loaders(prefix, pipeline="recordio", batch_size=8).num_train == 21
+    assert "carry no checksum" in caplog.text and "mxfp16 data pack" in caplog.text
+    meta["record_checksum"] = "md5-somewhere"
+    classes.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="names record checksums 'md5-somewhere'"):
+        make_loaders(prefix, pipeline="recordio")

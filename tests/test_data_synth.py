@@ -101,6 +101,7 @@ def test_demo_dataset_replaces_an_outdated_generated_set_but_nothing_else(tmp_pa
     foreign = tmp_path / "other"
     (foreign / "demo").mkdir(parents=True)
     (foreign / "demo" / "mine.txt").write_text("user data")
-    with pytest.raises(DataError, match="Delete it"):
+    with pytest.raises(DataError, match="holds mine.txt, which is not part of a synthetic set: --overwrite replaces "
+                                        "the whole folder, and would delete it"):
         demo_dataset(foreign)
     assert (foreign / "demo" / "mine.txt").read_text() == "user data"

@@ -1,11 +1,12 @@
 """Devices: --ctx parsed, formatted and checked once, with their own error type."""
 
-from mxfp16.devices import DeviceError, check_devices, format_ctx, parse_ctx, resolve_devices
+from mxfp16.devices import DeviceError, check_devices, format_ctx, parse_ctx, parse_devices, resolve_devices
 from mxfp16.machine.hardware import gpu_count
 from mxfp16.precision import PrecisionError
 
 import mxnet as mx
 import pytest
+from conftest import run_python
 
 
 def test_parse_ctx():
@@ -13,6 +14,30 @@ def test_parse_ctx():
     assert parse_ctx("gpu:0,1") == [mx.gpu(0), mx.gpu(1)]
     with pytest.raises(DeviceError):
         parse_ctx("tpu")
+
+
+def test_parse_devices_reads_the_text_and_counts_gpus_only_for_auto():
+    def no_count():
+        raise AssertionError("only 'auto' counts GPUs")
+
+    assert parse_devices("cpu", no_count) == [("cpu", 0)]
+    assert parse_devices(" GPU ", no_count) == [("gpu", 0)]
+    assert parse_devices("gpu:1,3", no_count) == [("gpu", 1), ("gpu", 3)]
+    assert parse_devices("auto", lambda: 0) == [("cpu", 0)]
+    assert parse_devices("auto", lambda: 2) == [("gpu", 0), ("gpu", 1)]
+    for bad in ("tpu", "gpu:", "gpu:x", ""):
+        with pytest.raises(DeviceError, match="'auto', 'cpu'"):
+            parse_devices(bad, no_count)
+
+
+def test_parse_devices_does_not_load_mxnet():
+    proc = run_python("""
+        import sys
+        from mxfp16.devices import parse_devices
+        assert parse_devices("gpu:0,1") == [("gpu", 0), ("gpu", 1)]
+        print("mxnet" in sys.modules)
+    """)
+    assert proc.stdout.strip() == "False"
 
 
 def test_a_device_error_is_not_a_precision_error():

@@ -14,7 +14,7 @@ from mxfp16 import cli
 
 import numpy as np
 import pytest
-from conftest import BFLOAT16, requires_bfloat16
+from conftest import BFLOAT16_RUNS, requires_bfloat16
 from dist_support import launch_jobs
 from fault_injection import command_prefix
 from train_support import tiny_dataset
@@ -45,7 +45,7 @@ def runs(tmp_path_factory, data_dir):
     faults = {"float16": command_prefix(overflow_step=OVERFLOW_STEP, overflow_rank=1)}
     commands = {name: [*faults.get(name, []), sys.executable, "-m", "mxfp16.train", "--data-dir", data_dir,
                        "--out", root / name, *FLAGS, *flags] for name, flags in JOBS.items()
-                if name != "amp-bfloat16" or BFLOAT16.runs}
+                if name != "amp-bfloat16" or BFLOAT16_RUNS}
     results = launch_jobs(commands, workers=2, servers=1, timeout=LAUNCH_TIMEOUT)
     for name, run in results.items():
         run["dir"] = root / name

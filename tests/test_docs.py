@@ -1,5 +1,6 @@
 """The documentation site builds in strict mode, with every page it promises."""
 import glob
+import json
 import os
 import re
 import subprocess
@@ -149,8 +150,8 @@ def _python_blocks(text):
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def _run_blocks(blocks, label):
-    """Run each block in its own namespace, in order, in one fresh process; return what each printed."""
+def _run_blocks(blocks, label, cwd=REPO):
+    """Run each block in its own namespace, in order, in one fresh process in ``cwd``; return what each printed."""
     from conftest import run_python
 
     code = "import contextlib, io\nblocks = %r\n" % (blocks,) + (
@@ -159,26 +160,88 @@ def _run_blocks(blocks, label):
         "    with contextlib.redirect_stdout(out):\n"
         "        exec(compile(block, '%s block %%d' %% i, 'exec'), {'__name__': '__main__'})\n"
         "    print('BLOCK', i, repr(out.getvalue()))\n" % label)
-    printed = [line.split(" ", 2) for line in run_python(code, timeout=400).stdout.splitlines()
+    printed = [line.split(" ", 2) for line in run_python(code, timeout=400, cwd=cwd).stdout.splitlines()
                if line.startswith("BLOCK ")]
     assert [int(i) for _, i, _ in printed] == list(range(len(blocks)))
     return [eval(text) for _, _, text in printed]
 
 
-def test_every_python_example_of_getting_started_runs_as_written():
-    """Every Python block a new user may copy from getting-started and the GluonCV porting page, each in a
-    namespace of its own, in one process on this machine (all of them use the same precision, ``auto``)."""
+def _number(text, key):
+    """The number a recipe printed after ``key``: ``_number('lossD 0.7 lossG 0.6', 'lossG')`` is 0.6."""
+    return float(re.search(re.escape(key) + r" (\S+)", text).group(1))
+
+
+def test_every_python_example_of_getting_started_runs_as_written(tmp_path):
+    """Every Python block a new user may copy from getting-started, each in a namespace of its own, in one process
+    on this machine (all of them use the same precision, ``auto``)."""
     text = open(os.path.join(REPO, "docs", "getting-started.md"), encoding="utf-8").read()
-    porting = open(os.path.join(REPO, "docs", "porting-gluoncv.md"), encoding="utf-8").read()
-    blocks = _python_blocks(text) + _python_blocks(porting)
-    assert len(blocks) >= 5
-    printed = _run_blocks(blocks, "getting-started.md / porting-gluoncv.md")
+    blocks = _python_blocks(text)
+    assert len(blocks) >= 4
+    printed = _run_blocks(blocks, "getting-started.md", cwd=tmp_path)
     loop = printed[[i for i, b in enumerate(blocks) if "mp.train_step(" in b][0]].split()
     assert loop[0] in ("float32", "amp-bfloat16", "float16") and 0 < float(loop[2]) < 10 and loop[4] == "False"
     own = printed[[i for i, b in enumerate(blocks) if "scaler.accumulate(" in b][0]].split()
     assert own[:2] == ["grad", "norm"] and float(own[2]) > 0 and own[4] == "False"
-    ported = printed[-1].split()
-    assert ported[0] == loop[0] and "accuracy" in printed[-1]
+
+
+def _section(text, heading):
+    """The text of the ``## heading`` section, up to the next ``## ``."""
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 3)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_the_estimator_and_tensorboard_recipes_of_the_porting_page_run_as_written(tmp_path):
+    """The two recipes, in one process in a folder of their own: what they print and the files they leave."""
+    pytest.importorskip("tensorboardX")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    porting = open(os.path.join(REPO, "docs", "porting-gluoncv.md"), encoding="utf-8").read()
+    blocks = [block for heading in ("MXNet's Estimator", "TensorBoard")
+              for block in _python_blocks(_section(porting, heading))]
+    assert len(blocks) == 2
+    estimator, tensorboard = _run_blocks(blocks, "porting-gluoncv.md", cwd=tmp_path)
+    precision = estimator.splitlines()[-1].split()[0]
+    assert precision in ("float32", "amp-bfloat16", "float16") and "validation accuracy" in estimator
+    checkpoints = sorted(p.name for p in (tmp_path / "runs" / "estimator").iterdir())
+    assert "model-epoch1batch8.params" in checkpoints and "model-epoch1batch8.mxfp16.json" in checkpoints
+    state = json.loads((tmp_path / "runs" / "estimator" / "model-epoch1batch8.mxfp16.json").read_text())
+    assert state["precision"] == precision
+    logdir = tensorboard.split()[0]
+    assert logdir == "runs/tensorboard/own-loop"
+    events = EventAccumulator(str(tmp_path / logdir), size_guidance={"scalars": 0, "histograms": 0})
+    events.Reload()
+    assert {e.step for e in events.Scalars("train/loss")} == {4, 8}
+    assert [e.value for e in events.Scalars("precision/loss_scale")][-1] == float(tensorboard.split()[1])
+    assert 0.0 <= events.Scalars("epoch/val_top1")[0].value <= 1.0
+    assert "gradients/all" in events.Tags()["histograms"]
+
+
+def test_every_recipe_of_the_porting_guide_runs_as_written(tmp_path):
+    """The guide's recipes (a GluonCV classification script, a GAN, clipping, SSD's loss over two devices), each in
+    a namespace of its own, in one process, all in the same precision (``auto``); the Estimator and TensorBoard
+    recipes have a test of their own below."""
+    import math
+
+    guide = open(os.path.join(REPO, "docs", "porting-gluoncv.md"), encoding="utf-8").read()
+    for heading in ("MXNet's Estimator", "TensorBoard"):
+        guide = guide.replace(_section(guide, heading), "")
+    blocks = _python_blocks(guide)
+    printed = _run_blocks(blocks, "porting-gluoncv.md", cwd=tmp_path)
+
+    def output(marker):
+        return printed[[i for i, b in enumerate(blocks) if marker in b][0]]
+
+    precisions = {text.split()[0] for text in printed}
+    assert len(precisions) == 1 and precisions <= {"float32", "amp-bfloat16", "float16"}, printed
+    assert "accuracy" in output("gcv.model_zoo.get_model")
+    gan = output("trainerG = mp.prepare")
+    assert math.isfinite(_number(gan, "lossD")) and math.isfinite(_number(gan, "lossG"))
+    assert _number(gan, "skipped") == 0
+    clipped = output("scaler.clip_global_norm(")
+    assert _number(clipped, "grad norm") > 0 and math.isfinite(_number(clipped, "loss"))
+    ssd = output("mxfp16.BatchLoss(ssd_loss)")
+    assert _number(ssd, "devices") == 2 and 0 < _number(ssd, "loss") < float("inf")
 
 
 def test_the_library_example_of_the_readme_runs_as_written():

@@ -2,7 +2,7 @@
 
 Issue 37's cases: ``data split --test-fraction 0.5`` of classes of one image
 each exited 0 with "2000 train and 0 test images"; training on the result
-ran epoch 1 and then failed in ``save_checkpoint`` with ``ValueError: Out of
+ran epoch 1 and then failed writing its checkpoint record with ``ValueError: Out of
 range float values are not JSON compliant: nan``, leaving ``.params`` and
 ``.optimizer`` without a record.
 """

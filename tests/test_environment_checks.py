@@ -4,10 +4,12 @@ Issue 37's cases: ``OMP_NUM_THREADS`` of 0, -1, ``abc`` or ``2,2`` and
 ``MXNET_OMP_MAX_THREADS=abc`` raised at ``import mxfp16`` (so ``--help``
 failed too); ``MXNET_ENGINE_TYPE=Garbage`` failed even ``--help``;
 ``MXNET_CPU_WORKER_NTHREADS=abc`` aborted every command; ``OMP_NUM_THREADS=4096``
-was obeyed; and every ``--help`` waited seconds for MXNet to load.
+was obeyed; and every ``--help`` waited seconds for MXNet to load. That last one
+is checked by what ``--help`` and ``--version`` import (no MXNet, no other heavy
+package), not by timing them: a CPU-time budget fails on a slow or busy machine,
+and speed goals live in the benchmarks.
 """
 import os
-import resource
 import subprocess
 import sys
 
@@ -42,12 +44,22 @@ def _env(**extra):
 
 
 def _child(args, **extra):
-    """Run ``python ARGS`` with ``extra`` in the environment; (CompletedProcess, CPU seconds it used)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=_env(**extra),
+    """Run ``python ARGS`` with ``extra`` in the environment; the CompletedProcess."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=_env(**extra),
                           cwd=REPO)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return proc, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+#: Packages that take a second or more to import (MXNet most of all): ``mxfp16 --help`` and ``--version`` load none.
+HEAVY = ("mxnet", "gluoncv", "cv2", "matplotlib", "onnx", "onnxruntime", "torch", "scipy", "sklearn", "pandas",
+         "IPython")
+#: ``python -m mxfp16 ARGS`` in the child, reporting at exit which of HEAVY it imported.
+AS_MXFP16 = f"""
+import atexit, runpy, sys
+atexit.register(lambda: sys.__stderr__.write(
+    "HEAVY MODULES LOADED: " + " ".join(m for m in {HEAVY!r} if m in sys.modules) + "\\n"))
+sys.argv = ["mxfp16", *{{args!r}}]
+runpy.run_module("mxfp16", run_name="__main__", alter_sys=True)
+"""
 
 
 @pytest.mark.parametrize("name, value", sorted(BAD), ids=[f"{n}={v}" for n, v in sorted(BAD)])
@@ -65,16 +77,15 @@ def test_import_never_raises_and_help_and_version_answer_without_mxnet_whatever_
     # Every bad value of BAD at once (one per variable), in fresh processes.
     bad = {name: value for name, value in sorted(BAD)}
     code = "import mxfp16, sys; print('mxnet' in sys.modules)"
-    proc, _ = _child(["-c", code], **bad)
+    proc = _child(["-c", code], **bad)
     assert proc.returncode == 0 and proc.stdout.split() == ["False"], proc.stderr
     for args, expected in ((["--help"], "usage: mxfp16"), (["--version"], "mxfp16 "),
                            (["train", "--help"], "--batch-size")):
-        # The fastest of three: other processes (the notebook runs this suite starts) inflate a run's CPU time.
-        runs = [_child(["-m", "mxfp16", *args], **bad) for _ in range(3)]
-        assert all(proc.returncode == 0 and expected in proc.stdout for proc, _ in runs), runs[0][0].stderr
-        seconds = min(cpu for _, cpu in runs)
-        assert seconds < 0.5, f"mxfp16 {' '.join(args)} took {seconds:.2f} CPU-seconds"
-    proc, _ = _child(["-m", "mxfp16", "no-such-command"], **bad)
+        proc = _child(["-c", AS_MXFP16.format(args=args)], **bad)
+        assert proc.returncode == 0 and expected in proc.stdout, proc.stderr
+        loaded = proc.stderr.split("HEAVY MODULES LOADED:", 1)[1].split()
+        assert loaded == [], f"mxfp16 {' '.join(args)} imported {loaded}: it should answer without them"
+    proc = _child(["-m", "mxfp16", "no-such-command"], **bad)
     assert proc.returncode == 2 and "invalid choice: 'no-such-command'" in proc.stderr
 
 
@@ -82,17 +93,17 @@ def test_a_nested_openmp_count_is_understood_by_import_help_and_mxnet():
     # OMP_NUM_THREADS=2,2 is valid OpenMP (threads per nesting level): imported, answered and run, not refused.
     code = ("import mxfp16, mxnet as mx, os\n"
             "print(os.environ['OMP_NUM_THREADS'], mx.nd.ones((2, 3)).sum().asscalar())")
-    proc, _ = _child(["-c", code], OMP_NUM_THREADS="2,2")
+    proc = _child(["-c", code], OMP_NUM_THREADS="2,2")
     assert proc.returncode == 0, proc.stderr
     count, total = proc.stdout.split()[-2:]
     # Read as the outer level's count (mxfp16 hands MXNet that many threads), never refused.
     assert 1 <= int(count.split(",")[0]) <= max(2, os.cpu_count() or 1) and float(total) == 6.0
-    proc, _ = _child(["-m", "mxfp16", "--help"], OMP_NUM_THREADS="2,2")
+    proc = _child(["-m", "mxfp16", "--help"], OMP_NUM_THREADS="2,2")
     assert proc.returncode == 0 and "usage: mxfp16" in proc.stdout, proc.stderr
 
 
 def test_parsers_are_built_without_mxnet():
-    proc, _ = _child(["-c", "import sys, mxfp16.cli as c; c.build_parser(); print(sorted(m for m in "
+    proc = _child(["-c", "import sys, mxfp16.cli as c; c.build_parser(); print(sorted(m for m in "
                             "('mxnet', 'cv2', 'gluoncv') if m in sys.modules))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
 
@@ -100,7 +111,7 @@ def test_parsers_are_built_without_mxnet():
 def test_loading_mxnet_through_mxfp16_refuses_a_value_that_would_abort_it():
     code = ("import mxfp16\nfrom mxfp16.machine.stack import import_mxnet\ntry:\n    import_mxnet()\n"
             "except ImportError as err:\n    print('refused:', err)\nimport sys; print('mxnet' in sys.modules)")
-    proc, _ = _child(["-c", code], MXNET_CPU_WORKER_NTHREADS="abc")
+    proc = _child(["-c", code], MXNET_CPU_WORKER_NTHREADS="abc")
     assert proc.returncode == 0, proc.stderr  # not -6 (SIGABRT)
     assert "refused: MXNET_CPU_WORKER_NTHREADS='abc' is not a whole number" in proc.stdout
     assert proc.stdout.split()[-1] == "False"
@@ -122,7 +133,7 @@ def test_thread_counts_above_the_cores_are_lowered_like_threads_is():
 def test_omp_num_threads_4096_reaches_mxnet_as_the_cores():
     code = ("import mxfp16, mxnet\nfrom mxfp16.machine import environment as e\n"
             "print(e.mxnet_threads(), '|'.join(e.PREPARED['check'].notes))")
-    proc, _ = _child(["-c", code], OMP_NUM_THREADS="4096")
+    proc = _child(["-c", code], OMP_NUM_THREADS="4096")
     assert proc.returncode == 0, proc.stderr
     threads, notes = proc.stdout.strip().split(" ", 1)
     assert int(threads) == CORES and f"OMP_NUM_THREADS=4096: this process may run on {CORES} core(s)" in notes

@@ -9,13 +9,17 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 from mxfp16.cli import main
 from mxfp16.inference import bundle
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.predict import Predictor
 
+import numpy as np
 import pytest
+from conftest import REPO
 from export_support import CLASSES, images, tiny_export, tiny_network
 
 
@@ -179,3 +183,82 @@ def test_the_library_raises_the_same_errors(copy):
     _edit_info(copy, classes=CLASSES + ["dog"])
     with pytest.raises(ExportError, match="lists 4 classes"):
         Predictor(copy, ctx="cpu")
+
+
+# ---- ONNX exports: the same refusals (issue 42, cases 6 and 15) ----------------------------------
+@pytest.fixture(scope="module")
+def onnx_export(tmp_path_factory):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    return tiny_export(tmp_path_factory.mktemp("tamper-onnx") / "export", model_format="onnx")
+
+
+@pytest.fixture
+def onnx_copy(onnx_export, tmp_path):
+    return shutil.copytree(onnx_export, tmp_path / "onnx-copy", symlinks=True)
+
+
+def _replace_model(folder, data):
+    """Write ``data`` as model.onnx with export.json's entry and SHA256SUMS updated, as a deliberate tamperer would."""
+    (folder / "model.onnx").write_bytes(data)
+    info = json.loads((folder / bundle.INFO_FILE).read_text())
+    info["files"]["model.onnx"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (folder / bundle.INFO_FILE).write_text(json.dumps(info))
+    bundle.seal(folder)
+
+
+def test_the_untouched_onnx_export_predicts(onnx_export, photos, capsys):
+    assert main(["predict", "--model", str(onnx_export), str(photos), "--ctx", "cpu", "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("image-") == 3
+
+
+@pytest.mark.parametrize("names", [CLASSES + ["dog"], CLASSES[:2]], ids=["four names", "two names"])
+def test_onnx_classes_must_be_one_name_per_output(onnx_copy, photos, capsys, names):
+    _edit_info(onnx_copy, classes=names)
+    _refused(onnx_copy, photos, capsys, f"export.json lists {len(names)} classes but", "model.onnx gives "
+             f"{len(CLASSES)} scores per image", "the labels would not be the model's")
+    with pytest.raises(ExportError, match=f"lists {len(names)} classes"):
+        Predictor(onnx_copy, ctx="cpu")
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "not a model", "an operator onnxruntime lacks", "two outputs"])
+def test_a_damaged_onnx_model_is_an_export_error_naming_the_file(onnx_copy, photos, capsys, damage):
+    import onnx
+
+    raw = (onnx_copy / "model.onnx").read_bytes()
+    model = onnx.load_from_string(raw)
+    if damage == "an operator onnxruntime lacks":
+        model.graph.node[0].op_type = "NoSuchOperator"
+    elif damage == "two outputs":
+        model.graph.output.extend([model.graph.output[0]])
+    _replace_model(onnx_copy, {"cut in half": raw[:len(raw) // 2], "not a model": b"\x00" * 64 + raw[64:]}.get(
+        damage, model.SerializeToString()))
+    err = _refused(onnx_copy, photos, capsys, f"{onnx_copy / 'model.onnx'} ")
+    assert "export the run again" in err and "onnxruntime_pybind11_state" not in err
+    assert "NoSuchOperator" not in err  # what the file holds is not quoted
+
+
+def test_onnx_external_data_is_refused_and_not_read(onnx_copy, photos, tmp_path):
+    import onnx
+
+    fifo = tmp_path / "weights-elsewhere"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer: a reader that tried would hang
+    model = onnx.load_from_string((onnx_copy / "model.onnx").read_bytes())
+    weight = model.graph.initializer[0]
+    weight.ClearField("raw_data")
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    weight.external_data.add(key="location", value=str(fifo))
+    _replace_model(onnx_copy, model.SerializeToString())
+    proc = subprocess.run([sys.executable, "-m", "mxfp16", "predict", "--model", str(onnx_copy), str(photos),
+                           "--ctx", "cpu", "--no-progress"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and not proc.stdout, proc.stderr
+    assert "keeps 1 tensor(s) in other files (ONNX external data)" in proc.stderr
+    assert str(fifo) not in proc.stderr  # the file's content (where it points) is not printed
+
+
+def test_scores_of_another_width_are_refused_whatever_model_gave_them(export, photos):
+    predictor = Predictor(export, ctx="cpu")
+    predictor.model = lambda batch: np.zeros((len(batch), len(CLASSES) + 1), dtype=np.float32)
+    with pytest.raises(ExportError, match=f"lists {len(CLASSES)} classes"):
+        predictor.predict_files(images(photos))

@@ -14,6 +14,7 @@ import shutil
 from mxfp16.cli import main
 from mxfp16.data import make_loaders
 from mxfp16.data.pack import escape_name, pack_recordio, unescape_name
+from mxfp16.inference.predict import unescape_text
 
 import pytest
 from train_support import QUICK, ok, run_train, tiny_dataset
@@ -114,10 +115,11 @@ def test_predict_reports_every_file_and_writes_their_names_as_the_os_gave_them(o
     assert main(["predict", "--model", str(tmp_path / "exp"), str(folder), "--output", str(out_json),
                  "--no-progress"]) == 0
     printed = capsys.readouterr()
-    assert "\\xff\\xfe-latin1-\\xe9.jpg" in printed.out  # printable form of the bytes
-    with open(out_csv, newline="", encoding="utf-8", errors="surrogateescape") as handle:
+    assert "\\xff\\xfe-latin1-\\xe9.jpg" in printed.out and "new\\nline.jpg" in printed.out  # one line each
+    with open(out_csv, newline="", encoding="utf-8") as handle:  # UTF-8 throughout: the names are escaped
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(os.listdir(folder)) and all(r["class_1"] and not r["error"] for r in rows)
-    assert {os.path.basename(os.fsencode(r["path"])) for r in rows} >= set(ODD)  # the bytes the OS gave
+    # The bytes the OS gave, back from the escaped names.
+    assert {os.path.basename(os.fsencode(unescape_text(r["path"]))) for r in rows} >= set(ODD)
     document = json.loads(out_json.read_text())
     assert {os.path.basename(os.fsencode(p["path"])) for p in document["predictions"]} >= set(ODD)

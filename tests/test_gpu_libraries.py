@@ -7,7 +7,6 @@ the wrong order fails as it would for real. A fake ``mxnet`` package loads a
 fake ``libmxnet.so`` that links them all, the way MXNet's ``base.py`` does.
 """
 import configparser
-import json
 import os
 import re
 import shutil
@@ -17,7 +16,7 @@ from mxfp16.machine.gpu import libraries
 from mxfp16.machine.gpu.elf import dynamic_info
 
 import pytest
-from conftest import REPO, run_python
+from conftest import REPO, last_line_json, run_python
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc to build the fake libraries")
 
@@ -160,7 +159,7 @@ PROBE = """
 def test_preload_then_import_works_without_ld_library_path_and_twice_is_harmless(complete):
     root, paths = complete
     proc = run_python(PROBE.format(repo=REPO), env={"PYTHONPATH": root + os.pathsep + REPO, "LD_LIBRARY_PATH": ""})
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = last_line_json(proc.stdout)
     assert result["mxnet"] == "fake-cuda"
     assert all(row["loaded"] and not row["error"] for row in result["report"])
     assert result["maps"] == paths

@@ -1,5 +1,6 @@
 """Conversion for inference: which layers run in which dtype, what the graph takes and gives, and the lists."""
 from mxfp16.amp.lists import float32_layers
+from mxfp16.float_formats import BFLOAT16
 from mxfp16.inference.agreement import AgreementError, check_margin, compare
 from mxfp16.inference.convert import _placeable, deployable, load_block, traced
 from mxfp16.precision import resolve_precision
@@ -9,8 +10,6 @@ import mxnet as mx
 import numpy as np
 import pytest
 from conftest import requires_bfloat16
-
-BFLOAT16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet's numpy side names bfloat16
 
 
 def _network(model="resnet18_v1", dtype="float32", size=32):

@@ -147,24 +147,29 @@ def test_float16_export_on_a_cpu_is_written_and_its_check_says_it_was_emulated(r
     assert 0 < agreement["max_probability_difference"] < 0.05
 
 
-def test_an_existing_export_folder_is_refused_without_overwrite_and_overwrite_replaces_only_its_files(
+def test_an_existing_export_folder_is_refused_without_overwrite_and_overwrite_replaces_it_whole(
         run, tmp_path, capsys):
     out = tmp_path / "exp"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     (out / "notes").mkdir()
     (out / "notes" / "n.md").write_text("my notes")
-    assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu"]) == 2
-    assert "already exists; replace it with --overwrite" in capsys.readouterr().err
+    for overwrite in ([], ["--overwrite"]):  # a folder holding what an export does not write: never replaced
+        assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
+                     *overwrite]) == 2
+        err = capsys.readouterr().err
+        assert ("already exists; replace it with --overwrite" in err if not overwrite else
+                "holds keep.txt, notes, which are not part of an export" in err), err
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "notes"]
-    for _ in range(2):  # into a folder with other files, then over its own earlier export
+    assert (out / "keep.txt").read_text() == "mine" and (out / "notes" / "n.md").read_text() == "my notes"
+    out = tmp_path / "exp2"
+    for _ in range(2):  # a new folder, then over its own earlier export
         assert main(["export", "--run", str(run), "--out", str(out), "--precision", "float32", "--ctx", "cpu",
                      "--overwrite"]) == 0
         assert sorted(p.name for p in out.iterdir()) == sorted(
-            [bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE, bundle.CHECKSUM_FILE, "keep.txt", "notes"])
-        assert (out / "keep.txt").read_text() == "mine" and (out / "notes" / "n.md").read_text() == "my notes"
+            [bundle.SYMBOL_FILE, bundle.PARAMS_FILE, bundle.INFO_FILE, bundle.CHECKSUM_FILE])
         bundle.read_model(out, bundle.read_info(out))  # the three files agree with each other
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # no staging folder left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp2"]  # no staging folder or lock left
 
 
 @pytest.mark.parametrize("where", ["the run itself", "the folder holding the run", "inside the run",

@@ -1,5 +1,5 @@
 """The numpy view of an image equals MXNet's, bit for bit: the resize on random images, the whole view on files."""
-from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, center_view, normalise, read_image
+from mxfp16.data.pipelines import MEAN_RGB, STD_RGB, center_view, normalise, read_image, resize_for
 from mxfp16.inference import preprocess
 
 import numpy as np
@@ -29,10 +29,11 @@ def test_files_give_the_test_loaders_arrays(tmp_path):
     data = synth_dataset(tmp_path / "set", classes=3, per_class=2, test_per_class=6, size=80, seed=1)
     files = sorted((data / "test").glob("*/*.jpg"))
     for size in (16, 48):
-        short = int(round(size / 0.875))
+        short = resize_for(size)
         mine = [preprocess.center_view(preprocess.decode(str(f)), size, short) for f in files]
-        theirs = [center_view(read_image(str(f)), size).asnumpy() for f in files]
+        theirs = [center_view(read_image(str(f)), size, short).asnumpy() for f in files]
         assert all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+        assert np.array_equal(center_view(read_image(str(files[0])), size).asnumpy(), theirs[0])  # the default
         batch = preprocess.to_batch(mine, MEAN_RGB, STD_RGB)
         assert batch.dtype == np.float32 and batch.shape == (len(files), 3, size, size)
         assert np.array_equal(batch, normalise(mx.nd.array(np.stack(theirs), dtype="uint8")).asnumpy())

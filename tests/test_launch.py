@@ -130,6 +130,37 @@ def test_killed_worker_fails_the_launch(tmp_path):
     assert not [pid for pid in result.pids.values() if alive(pid)]
 
 
+# ---- issue 42, case 11: a process that ends early, with status 0 ----------------------------------
+@pytest.mark.parametrize("leaver", ["worker 1", "server 0"])
+def test_a_process_that_exits_0_early_stops_the_job_naming_it(tmp_path, leaver):
+    slots = with_argv(plan(2, 1, dummy("sleep", folder=tmp_path), dummy("sleep", folder=tmp_path)), leaver,
+                      dummy("fail", 0))
+    start = time.monotonic()
+    result, _, err = run_quietly(slots, timeout=LIMIT, grace=1)
+    assert (result.returncode, result.reason, result.failed) == (1, "failed", leaver)
+    assert time.monotonic() - start < LIMIT / 2  # stopped for the early exit, not by the timeout
+    assert f"{leaver} (pid {result.pids[leaver]}) exited with status 0" in err and "(--grace)" in err
+    assert not [pid for pid in result.pids.values() if alive(pid)]
+
+
+def test_after_an_early_exit_the_stall_timeout_stops_workers_that_stop_making_progress(tmp_path):
+    slots = with_argv(plan(2, 1, dummy("beat", 3, folder=tmp_path), dummy("sleep", folder=tmp_path)), "worker 1",
+                      dummy("fail", 0))
+    start = time.monotonic()
+    result, _, err = run_quietly(slots, timeout=LIMIT, grace=1, stall=2)
+    seconds = time.monotonic() - start
+    assert (result.returncode, result.failed) == (1, "worker 1") and 3 + 2 <= seconds < LIMIT / 2
+    assert "making progress without it" in err  # told once, when the grace ran out and worker 0 still beat
+    assert "then none for 2 s (--stall-timeout)" in result.message
+    assert not [pid for pid in result.pids.values() if alive(pid)]
+
+
+def test_workers_that_end_together_are_a_normal_end(tmp_path):
+    slots = plan(2, 1, dummy("fail", 0), dummy("sleep", folder=tmp_path))  # both workers exit 0 after 0.3 s
+    result, _, err = run_quietly(slots, timeout=LIMIT, grace=2)
+    assert (result.returncode, result.reason) == (0, "ok") and "exited with status 0" not in err
+
+
 def test_timeout_stops_a_hung_job(tmp_path):
     slots = plan(1, 1, dummy("spawn", folder=tmp_path), dummy("sleep", folder=tmp_path))
     result, _, err = run_quietly(slots, timeout=1.5, grace=2)

@@ -1,4 +1,5 @@
 """One name per thing: the paths modules moved from are gone, and no module in the package is only an alias."""
+import importlib
 import importlib.util
 import os
 import re
@@ -38,6 +39,35 @@ MOVED = {
     "mxfp16.bench.auto": "mxfp16.auto",
 }
 
+#: Old name -> the one definition it became (docs/api.md lists the same renames).
+RENAMED = {
+    "mxfp16.machine.hardware.cpu_flags": "mxfp16.machine.cpuinfo.cpu_flags",
+    "mxfp16.amp.wrappers.BFLOAT16": "mxfp16.float_formats.BFLOAT16",
+    "mxfp16.data.fetch.sha256_of": "mxfp16.plumbing.fileio.sha256_file",
+    "mxfp16.train.checkpoint.save_checkpoint": "mxfp16.train.checkpoint.write_checkpoint",
+}
+
+
+def _split(dotted):
+    module, name = dotted.rsplit(".", 1)
+    return importlib.import_module(module), name
+
+
+@pytest.mark.parametrize("old", list(RENAMED))
+def test_a_renamed_name_is_defined_once(old):
+    module, name = _split(old)
+    new_module, new_name = _split(RENAMED[old])
+    new = getattr(new_module, new_name)
+    # Gone, or the same object imported for the module's own use; never offered from the old place.
+    assert getattr(module, name, new) is new, f"{old} is defined again; it is {RENAMED[old]}"
+    assert name not in getattr(module, "__all__", ()), old
+
+
+def test_has_cpu_bfloat16_is_gone():
+    from mxfp16.machine import hardware
+
+    assert not hasattr(hardware, "has_cpu_bfloat16")  # bfloat16_support().native says it
+
 
 @pytest.mark.parametrize("old", list(MOVED))
 def test_an_old_path_is_gone_and_its_new_one_exists(old):
@@ -62,7 +92,7 @@ def test_no_module_of_the_package_is_only_an_alias():
 def test_the_moves_are_listed_once_in_the_api_page():
     with open(os.path.join(REPO, "docs", "api.md"), encoding="utf-8") as handle:
         page = handle.read()
-    for old, new in MOVED.items():
+    for old, new in {**MOVED, **RENAMED}.items():
         assert f"| `{old}` | `{new}`" in page, old
 
 

@@ -18,7 +18,7 @@ from mxfp16.machine._mxnet_numpy_names import NAMES
 
 import numpy as np
 import pytest
-from conftest import REPO, run_python
+from conftest import REPO, last_line_json, run_python
 from packaging.requirements import Requirement
 
 #: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
@@ -112,7 +112,7 @@ trainer.step(8)
 print(json.dumps({"supplied": stack.SUPPLIED, "loss": float(loss.mean().asscalar()),
                   "np_ops": float(mx.np.array([1.0, 2.0]).sum())}))
 """)
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = last_line_json(proc.stdout)
     assert set(REMOVED) <= set(report["supplied"])
     assert math.isfinite(report["loss"]) and report["np_ops"] == 3.0
 
@@ -251,7 +251,7 @@ def test_constraints_setup_cfg_and_the_compat_table_agree_per_python(python):
 def test_every_tested_python_is_named_in_the_readme():
     with open(os.path.join(REPO, "README.md")) as handle:
         readme = handle.read()
-    for python, numpy_version in stack.TESTED_NUMPY.items():
+    for numpy_version in stack.TESTED_NUMPY.values():
         assert numpy_version in readme
     assert "3.8 to 3.13" in readme
 

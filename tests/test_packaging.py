@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 from mxfp16 import __version__
-from mxfp16.machine import hardware
+from mxfp16.float_formats import bfloat16_cast_path, measure_bfloat16_cast
+from mxfp16.machine import cpuinfo, hardware
 from mxfp16.precision import resolve_precision
 
 import mxnet as mx
@@ -55,7 +56,7 @@ def test_info_json_reports_this_machine():
     assert machine["mxnet_version"] == mx.__version__
     assert set(machine["mxnet_features"]) == {n for n, f in mx.runtime.Features().items() if f.enabled}
     assert len(machine["gpus"]) == mx.context.num_gpus()
-    flags = hardware.cpu_flags()
+    flags = cpuinfo.cpu_flags() or set()
     assert machine["cpu_bfloat16"] == {"avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
     assert machine["cpu"] == hardware.cpu_identity()
     assert report["precisions"]["float32"]["runs"] is True
@@ -63,6 +64,9 @@ def test_info_json_reports_this_machine():
     auto = resolve_precision("auto", "gpu:0" if machine["gpus"] else "cpu")  # the rule, with its reason
     assert (report["auto"]["resolves_to"], report["auto"]["reason"]) == (auto.name, auto.reason)
     assert machine["bfloat16"]["kind"] == hardware.bfloat16_support().kind
+    cast = report["bfloat16_cast"]  # measured by info's own process: the same answer as this one's
+    assert cast["subnormals"] == measure_bfloat16_cast(in_process=True).subnormals in ("flushed", "kept")
+    assert cast["path"] == bfloat16_cast_path() and cast["sentence"].startswith("MXNet's float32 -> bfloat16 cast")
     f16 = report["formats"]["float16"]
     assert f16["max"] == float(np.finfo(np.float16).max)
     assert f16["smallest_subnormal"] == float(np.finfo(np.float16).smallest_subnormal)
@@ -71,7 +75,7 @@ def test_info_json_reports_this_machine():
 def test_info_text_mentions_precisions():
     proc = _cli("info")
     assert proc.returncode == 0
-    for word in ("float16", "amp-bfloat16", "auto ->", "min subnormal"):
+    for word in ("float16", "amp-bfloat16", "auto ->", "min subnormal", "float32 -> bfloat16 cast (amp_cast"):
         assert word in proc.stdout
     assert f"CPU: {hardware.describe_cpu(hardware.cpu_identity())}, " in proc.stdout
 

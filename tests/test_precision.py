@@ -1,4 +1,6 @@
 """Resolving a precision name, and the AMP process-state guard."""
+import dataclasses
+
 from mxfp16.machine import hardware
 from mxfp16.precision import PRECISIONS, PrecisionError, resolve_precision
 
@@ -23,7 +25,7 @@ def test_table(name, compute, params, amp, scaling, master):
 
 def test_precision_is_immutable():
     p = resolve_precision("float32", mx.cpu())
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.name = "float16"
 
 
@@ -91,6 +93,15 @@ def test_settings_that_take_bfloat16_away_on_an_avx512_cpu(environ, words):
 def test_an_isa_cap_between_avx512_and_bfloat16_means_emulated():
     support = hardware.bfloat16_support(ZEN4, {"DNNL_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, None)
     assert support.kind == "emulated" and support.runs and not support.native
+
+
+def test_a_bfloat16_dense_runs_exactly_where_the_flags_say_it_does():
+    """The live probe (what decides for a CPU whose flags cannot be read) agrees with the flags where they can."""
+    support = hardware.bfloat16_support()
+    if support.kind == "unknown":
+        pytest.skip(f"no flags to compare with: {support.reason}")
+    runs, what = hardware.probe_bfloat16_arithmetic()
+    assert runs == support.runs, (support.describe(), what)
 
 
 def test_auto_on_gpu_is_float16():

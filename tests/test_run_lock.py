@@ -4,31 +4,31 @@ Issue 37's cases: two ``train --out runs/c1`` half a second apart both exited 0
 with one run's files over the other's; ``--overwrite`` while the first run
 trained mixed both; ``export`` while the run pruned its checkpoints
 (``--keep-checkpoints 1``) died with ``FileNotFoundError``; two ``data pack``
-into one prefix wrote a damaged ``.rec`` and reported success.
+into one prefix wrote a damaged ``.rec`` and reported success. (Two real
+trainers at once, and two packs at once, are in test_one_writer.py, with
+every other writing command.)
 
 A test that needs "another process training" holds the folder's lock
 itself (``flock`` locks conflict between two open files of one process
-too), so the command under test runs in-process; one test runs two real
-trainers at once, and one kills a holder with SIGKILL.
+too), so the command under test runs in-process; one kills a holder with
+SIGKILL.
 """
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 
 from mxfp16.cli import main
 from mxfp16.data.pack import pack_recordio
-from mxfp16.data.records import damaged_records
 from mxfp16.data.validate import DataError
 from mxfp16.inference.export import export_run
-from mxfp16.plumbing.locking import LOCK_FILE, FolderBusyError, FolderLock
+from mxfp16.plumbing.locking import PathBusyError, PathLock, lock_file
 from mxfp16.train import checkpoint as ckpt
 
 import pytest
 from conftest import REPO
-from train_support import QUICK, tiny_dataset
+from train_support import QUICK, ok, run_train, tiny_dataset
 
 pytestmark = pytest.mark.slow
 FLAGS = ["--precision", "float32", "--epochs", "2", "--max-batches", "2", "--keep-checkpoints", "1", *QUICK]
@@ -40,24 +40,11 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def race(data, tmp_path_factory):
-    """Two trainers on one --out, the second started half a second after the first, as in the issue."""
+def run(data, tmp_path_factory):
+    """A finished run of two epochs that kept one checkpoint."""
     out = tmp_path_factory.mktemp("lock-run") / "c1"
-    env = dict(os.environ, PYTHONPATH=REPO)
-    procs = []
-    for seed in (1, 2):
-        procs.append(subprocess.Popen([sys.executable, "-m", "mxfp16.train", "--data-dir", str(data), "--out",
-                                       str(out), "--seed", str(seed), *FLAGS], cwd=REPO, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        if seed == 1:
-            threading.Event().wait(0.5)
-    return out, [(p.pid, p.wait(timeout=240), *p.communicate()) for p in procs]
-
-
-@pytest.fixture(scope="module")
-def run(race):
-    """The run the race left: the winner's, finished."""
-    return race[0]
+    ok(run_train("--data-dir", data, "--out", out, *FLAGS))
+    return out
 
 
 @pytest.fixture
@@ -68,15 +55,14 @@ def copy(run, tmp_path):
 
 
 def _snapshot(folder):
-    """Every file of a run folder and its bytes (the lock's own file, which its holder rewrites, left out)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != LOCK_FILE}
+    """Every file of a run folder and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("mode", [[], ["--overwrite"], ["--resume"]], ids=["start", "overwrite", "resume"])
 def test_a_train_on_a_folder_another_process_trains_in_is_refused_and_changes_nothing(data, copy, capsys, mode):
     before = _snapshot(copy)
-    with FolderLock(copy, "training"):  # as the first trainer holds it
+    with PathLock(copy, "training"):  # as the first trainer holds it
         code = main(["train", "--data-dir", str(data), "--out", str(copy), *FLAGS, *mode])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
@@ -84,37 +70,23 @@ def test_a_train_on_a_folder_another_process_trains_in_is_refused_and_changes_no
     assert _snapshot(copy) == before  # nothing written, nothing deleted
 
 
-def test_two_trainers_started_together_one_runs_the_other_is_refused(race):
-    out, results = race
-    codes = sorted(code for _, code, _, _ in results)
-    assert codes == [0, 2], results
-    (winner, _, _, _), (_, _, _, loser_err) = sorted(results, key=lambda r: r[1])
-    assert f"is in use by process {winner} (training" in loser_err and "Traceback" not in loser_err
-    config = json.loads((out / "config.json").read_text())  # the winner's, whole
-    winner_seed = next(seed for (pid, *_), seed in zip(results, (1, 2)) if pid == winner)
-    assert config["seed"] == winner_seed and f"--seed {winner_seed}" in config["command"]
-    assert all(json.loads(line)["epoch"] for line in (out / "metrics.jsonl").read_text().splitlines())
-    record = json.loads((out / "checkpoints" / "latest.json").read_text())
-    assert record["config_digest"] and record["progress"]["epoch"] == 2
-    assert json.loads((out / "summary.json").read_text())["epochs"] == 2
-
-
 def test_the_lock_ends_with_its_process_even_after_kill_9(tmp_path):
     folder = tmp_path / "run"
-    code = ("import sys, time\nfrom mxfp16.plumbing.locking import FolderLock\n"
-            f"lock = FolderLock({str(folder)!r}, 'training').acquire()\nprint('locked', flush=True)\ntime.sleep(60)")
+    code = ("import sys, time\nfrom mxfp16.plumbing.locking import PathLock\n"
+            f"lock = PathLock({str(folder)!r}, 'training').acquire()\nprint('locked', flush=True)\ntime.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(FolderBusyError, match=f"process {holder.pid} \\(training since"):
-            FolderLock(folder, "training").acquire()
+        with pytest.raises(PathBusyError, match=f"process {holder.pid} \\(training since"):
+            PathLock(folder, "training").acquire()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    with FolderLock(folder, "training") as lock:  # nothing stale: the kernel dropped it with the process
+    assert lock_file(folder).exists()  # the killed holder could not remove its file; nothing holds it
+    with PathLock(folder, "training") as lock:  # nothing stale: the kernel dropped it with the process
         assert lock.held
-    assert (folder / LOCK_FILE).exists()
+    assert not lock_file(folder).exists()  # the next holder removed it when it let go
 
 
 def test_export_of_a_run_that_trains_reads_a_copy_the_pruning_cannot_take(copy, tmp_path):
@@ -129,7 +101,7 @@ def test_export_of_a_run_that_trains_reads_a_copy_the_pruning_cannot_take(copy, 
             for path in (copy / "checkpoints").glob(f"{record['tag']}.*"):
                 path.unlink()
 
-    with FolderLock(copy, "training"):
+    with PathLock(copy, "training"):
         info = export_run(copy, tmp_path / "export", precision="float32", ctx="cpu", log=log)
     assert not params.exists() and info["source"]["params_sha256"] == digest
     assert any(f"is being written by process {os.getpid()} (training" in line for line in lines)
@@ -141,13 +113,13 @@ def test_export_holds_the_run_so_no_overwrite_starts_while_it_reads(copy, tmp_pa
     def log(line):
         if ", checkpoint " in line:
             try:
-                FolderLock(copy, "replacing the run (--overwrite), then training").acquire()
-            except FolderBusyError as err:
+                PathLock(copy, "replacing the run (--overwrite), then training").acquire()
+            except PathBusyError as err:
                 refused.append(str(err))
 
     export_run(copy, tmp_path / "export", precision="float32", ctx="cpu", log=log)
-    assert refused and "is in use by another mxfp16 command (reading it)" in refused[0]
-    with FolderLock(copy, "training") as lock:  # released when the export ended
+    assert refused and f"is in use by process {os.getpid()} (exporting it since" in refused[0]
+    with PathLock(copy, "training") as lock:  # released when the export ended
         assert lock.held
 
 
@@ -169,42 +141,18 @@ def test_copy_params_follows_a_checkpoint_pruned_before_it_was_opened(copy, tmp_
 def test_a_second_pack_into_a_prefix_being_packed_is_refused(data, tmp_path, capsys):
     prefix = tmp_path / "rec" / "tiny"
     prefix.parent.mkdir()
-    with FolderLock(prefix.parent, "packing", name=f".{prefix.name}.lock"):
+    with PathLock(prefix, "packing"):
         assert main(["data", "pack", "--src", str(data), "--out", str(prefix), "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert f"is in use by process {os.getpid()} (packing since" in err and "Traceback" not in err
-    assert sorted(p.name for p in prefix.parent.iterdir()) == [".tiny.lock"]
-
-
-def test_two_packs_at_once_leave_one_whole_verified_pack(data, tmp_path):
-    prefix = tmp_path / "rec" / "tiny"
-    outcomes = []
-
-    def pack():
-        try:
-            outcomes.append(pack_recordio(data, prefix, workers=1))
-        except DataError as err:
-            outcomes.append(err)
-
-    threads = [threading.Thread(target=pack) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    done = [o for o in outcomes if isinstance(o, dict)]
-    assert done and all("is in use by" in str(o) for o in outcomes if not isinstance(o, dict))
-    for split in ("train", "test"):
-        rec, idx = (prefix.parent / f"tiny_{split}.rec", prefix.parent / f"tiny_{split}.idx")
-        assert damaged_records(rec, idx) == []
-        assert sum(1 for line in idx.read_text().splitlines() if line) == done[-1]["counts"][split]
-    assert not [p.name for p in prefix.parent.iterdir() if p.name.endswith(".tmp")]
+    assert list(prefix.parent.iterdir()) == []
 
 
 def test_a_pack_that_does_not_verify_is_not_reported_and_replaces_nothing(data, tmp_path, monkeypatch):
     from mxfp16.data import pack
 
     prefix = tmp_path / "rec" / "tiny"
-    monkeypatch.setattr(pack, "damaged_records", lambda rec, idx: [(3, 100, "its JPEG is cut short")])
+    monkeypatch.setattr(pack, "damaged_records", lambda rec, idx, **_: [(3, 100, "its JPEG is cut short")])
     with pytest.raises(DataError, match="do not check out \\(record 3: its JPEG is cut short\\); nothing was replaced"):
         pack_recordio(data, prefix, workers=1)
-    assert sorted(p.name for p in prefix.parent.iterdir()) == [".tiny.lock"]
+    assert not prefix.parent.exists()  # no file, no lock file, no folder made for them

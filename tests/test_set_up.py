@@ -52,6 +52,21 @@ def test_train_step_refuses_an_amp_precision_never_activated(never_activated):
         mxfp16.train_step(net, gluon.loss.L2Loss(), trainer, [mx.nd.ones((2, 3))], [mx.nd.zeros((2, 2))], scaler)
 
 
+def test_the_function_api_with_dtype_strings_refuses_an_amp_precision_never_activated(never_activated):
+    """cast_net with the precision's param_dtype (a string), a plain Trainer and train_step without a scaler: the
+    path that once trained float32 without a word. A float32 run on the same path is not bothered."""
+    net = _net()
+    assert never_activated.param_dtype == "float32" and never_activated.data_dtype == "float32"
+    with pytest.raises(AMPStateError, match="activate\\(precision\\) was not called"):
+        mxfp16.cast_net(net, never_activated.param_dtype)
+    float32 = mxfp16.resolve_precision("float32", CPU)
+    for dtype in (float32.param_dtype, "float32", np.float32):
+        mxfp16.cast_net(net, dtype)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    data, label = mxfp16.cast_batch(mx.nd.ones((2, 3)), mx.nd.zeros((2, 2)), float32.data_dtype, CPU)
+    assert mxfp16.train_step(net, gluon.loss.L2Loss(), trainer, data, label).loss_scale == 1.0
+
+
 def test_make_loss_scaler_takes_the_precision_first():
     fp32 = mxfp16.resolve_precision("float32", CPU)
     with pytest.raises(TypeError, match="precision first.*swap the two"):

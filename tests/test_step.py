@@ -137,7 +137,7 @@ def test_float16_network_learns_on_cpu():
     trainer = make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, fp16, scaler)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x, y = _xor_data(1000, seed=2)
-    for epoch in range(8):
+    for _ in range(8):
         for i in range(0, 1000, 50):
             data, label = cast_batch(mx.nd.array(x[i:i + 50]), mx.nd.array(y[i:i + 50]), "float16", CPU)
             train_step(net, loss_fn, trainer, data, label, scaler, clip_grad_norm=5.0)

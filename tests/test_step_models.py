@@ -194,6 +194,60 @@ def test_an_unused_head_is_named_with_the_option_that_skips_it():
     assert not any((a == b).all() for a, b in zip(_params(net.trunk), trunk))
 
 
+@pytest.mark.parametrize("ctx", [CPU, [mx.cpu(0), mx.cpu(1)]], ids=["one device", "two devices"])
+def test_an_unused_head_never_initialised_sits_out_until_it_is_used(ctx):
+    """d2l's BERT trained on next-sentence prediction alone: its masked-LM head never runs, so Gluon never learns
+    its shape; the trainer's kvstore and update must pass it by, and take it up once a forward pass reaches it."""
+    net = TwoHeads(False)
+    net.initialize(ctx=ctx)
+    ce = gluon.loss.SoftmaxCrossEntropyLoss()
+    scaler = make_loss_scaler(FP32, 8)
+    trainer = make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.3}, FP32, scaler)
+    data, label = cast_batch(mx.nd.ones((4, 4)), mx.nd.zeros(4), "float32", ctx)
+    with pytest.raises(UnusedParameterError, match=f"{net.head_b.weight.name}.*skip_unused_params=True"):
+        train_step(net, lambda out, y: ce(out[0], y), trainer, data, label, scaler)
+    trunk = _params(net.trunk)
+    train_step(net, lambda out, y: ce(out[0], y), trainer, data, label, scaler, skip_unused_params=True)
+    assert not any((a == b).all() for a, b in zip(_params(net.trunk), trunk))
+    assert net.head_b.weight.grad_req == "write"  # put back: the first forward through the head makes its gradient
+    net.use_b = True  # the head joins: initialised by this forward pass, trained from this step on
+    both = lambda out, y: ce(out[0], y) + ce(out[1], y)  # noqa: E731
+    train_step(net, both, trainer, data, label, scaler, skip_unused_params=True)
+    head_b = _params(net.head_b)
+    train_step(net, both, trainer, data, label, scaler)
+    assert not any((a == b).all() for a, b in zip(_params(net.head_b), head_b))
+    assert scaler.steps == 3 and scaler.skipped_steps == 0
+
+
+@pytest.mark.parametrize("loss_fn, labels, bad", [
+    (gluon.loss.SoftmaxCrossEntropyLoss(), [0, 7, 1, 2], "7"),
+    (gluon.loss.SoftmaxCrossEntropyLoss(), [0, -1, 1, 2], "-1"),
+    (mxfp16.losses.classification_loss(3, label_smoothing=0.1), [0, 1, 3, 2], "3"),
+], ids=["past the last class", "negative", "smoothed loss"])
+def test_a_label_the_output_has_no_class_for_is_refused_on_the_first_step(loss_fn, labels, bad):
+    net = gluon.nn.Dense(3, in_units=5)
+    net.initialize(ctx=CPU)
+    trainer = make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, FP32)
+    before = _params(net)
+    data, label = cast_batch(mx.nd.ones((4, 5)), mx.nd.array(labels), "float32", CPU)
+    with pytest.raises(ValueError, match=f"label {bad} has no class.*numbers 0 to 2 \\(the 3 values on axis -1"):
+        train_step(net, loss_fn, trainer, data, label)
+    assert all((a == b).all() for a, b in zip(_params(net), before))  # nothing trained
+    data, label = cast_batch(mx.nd.ones((4, 5)), mx.nd.array([0, 1, 2, 2]), "float32", CPU)
+    assert np.isfinite(train_step(net, loss_fn, trainer, data, label).loss.item())
+
+
+def test_labels_that_are_not_class_numbers_are_not_judged():
+    net = gluon.nn.Dense(3)
+    net.initialize(ctx=CPU)
+    trainer = make_trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, FP32)
+    targets = mx.nd.array([[0.2, 0.5, 0.3]] * 4)  # distributions: sparse_label=False
+    data, label = cast_batch(mx.nd.ones((4, 5)), targets, "float32", CPU)
+    train_step(net, gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False), trainer, data, label)
+    data, label = cast_batch(mx.nd.ones((4, 5)), mx.nd.ones((4, 3)) * 9, "float32", CPU)
+    train_step(net, gluon.loss.L2Loss(), trainer, data, label)  # regression targets of any size
+
+
 def test_scaler_none_is_a_plain_step():
     net, control = _two_heads(True), _two_heads(True)
     _same_start(net, control)

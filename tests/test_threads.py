@@ -16,7 +16,7 @@ from mxfp16.machine import stack
 from mxfp16.machine.environment import ThreadsError, available_cores, plan_threads
 
 import pytest
-from conftest import REPO
+from conftest import REPO, last_line_json
 from train_support import QUICK, tiny_dataset
 
 CORES = available_cores()
@@ -40,7 +40,7 @@ def _python(code, **extra):
 def _mxnet_threads_after(first_import, **extra):
     code = (f"import {first_import}\nimport mxnet\nimport mxfp16.machine.environment as e\n"
             "import json; print(json.dumps(e.check_threads(warn=False)))")
-    return json.loads(_python(code, **extra).stdout.strip().splitlines()[-1])
+    return last_line_json(_python(code, **extra).stdout)
 
 
 def test_plan_precedence_and_refusals():

@@ -5,10 +5,9 @@ gluoncv 0.10.5 raises RuntimeError at import when it finds torch>=2
 ``__version__`` on PYTHONPATH reproduces what gluoncv sees; the first test
 proves the stand-in triggers the real failure, so the others test the fix.
 """
-import json
 
 import pytest
-from conftest import run_python
+from conftest import last_line_json, run_python
 from train_support import QUICK, ok, run_train, summary, tiny_dataset
 
 TORCH_VERSIONS = ["2.13.0+cpu", "1.13.1", None]
@@ -48,7 +47,7 @@ def test_every_entry_point_imports_and_torch_stays_usable(version, tmp_path):
         print(json.dumps({"torch": seen, "found_pytorch": gluoncv._found_pytorch,
                           "lr": schedule(6), "gluoncv": import_gluoncv() is gluoncv}))
     """, env=_stand_in(tmp_path, version))
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = last_line_json(proc.stdout)
     assert result["torch"] == version  # the same torch, importable after gluoncv
     assert result["found_pytorch"] is False and result["gluoncv"] is True
     assert 0 < result["lr"] < 0.1

@@ -95,7 +95,7 @@ def test_a_crafted_pickle_runs_nothing(run_copy, data, tmp_path):
     assert not marker.exists(), "the pickle was loaded"
     # ... is refused as arrays, and the run falls back to the previous intact checkpoint.
     assert ("epoch-0003: cannot be restored" in proc.stdout
-            and "resuming from the previous one, epoch-0002" in proc.stdout)
+            and "resuming from the newest intact one, epoch-0002" in proc.stdout)
     assert [r["epoch"] for r in metrics(run_copy)] == [1, 2, 3, 4]
 
 
@@ -128,6 +128,36 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(run_copy, da
     assert "epoch-0003.params does not match its sha256" in proc.stdout and "epoch-0002" in proc.stdout
     assert [r["epoch"] for r in metrics(run_copy)] == [1, 2, 3]  # epoch 3 trained again from epoch 2's checkpoint
     assert position(json.loads((folder / "latest.json").read_text()))["epoch"] == 3
+
+
+@pytest.mark.parametrize("damage", ["cut", "emptied", "not-a-record"])
+def test_a_damaged_latest_json_does_not_block_resume(run_copy, data, damage):
+    """Issue 42, case 14: latest.json is a copy of the newest record; the records themselves are the checkpoints."""
+    folder = run_copy / "checkpoints"
+    latest = folder / "latest.json"
+    raw = latest.read_bytes()
+    latest.write_bytes({"cut": raw[:len(raw) // 2], "emptied": b"", "not-a-record": b"{}"}[damage])
+    if damage == "emptied":  # and the newest checkpoint damaged too: the one before it serves
+        (folder / "epoch-0003.params").write_bytes(b"garbage")
+    newest = "epoch-0002" if damage == "emptied" else "epoch-0003"
+    proc = ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, *SHORT))
+    assert "latest.json" in proc.stdout and f"resuming from the newest intact one, {newest}" in proc.stdout
+    assert [r["epoch"] for r in metrics(run_copy)] == [1, 2, 3, 4]
+    assert position(json.loads(latest.read_text()))["epoch"] == 4  # written anew by the next checkpoint
+
+
+def test_a_damaged_latest_json_leaves_the_checkpoints_readable(run_copy):
+    from mxfp16.train.checkpoint import CheckpointError, params_file
+
+    latest = run_copy / "checkpoints" / "latest.json"
+    latest.write_text('{"version": 4, "tag": ')
+    with pytest.warns(UserWarning, match="latest.json is not valid JSON.*newest checkpoint record, epoch-0003"):
+        path, record = params_file(run_copy)
+    assert path.name == "epoch-0003.params" and record["tag"] == "epoch-0003"
+    for record in (run_copy / "checkpoints").glob("epoch-*.json"):
+        record.unlink()
+    with pytest.raises(CheckpointError, match="no other checkpoint record"):
+        params_file(run_copy)
 
 
 def test_no_intact_checkpoint_is_a_clear_error(run_copy, data):
@@ -164,9 +194,10 @@ def test_more_epochs_on_resume_extend_the_schedule(run_copy, data):
 
 
 def test_a_new_learning_rate_on_resume_takes_effect(run_copy, data):
-    ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, "--lr", 0.5, "--lr-schedule",
-                 "step", "--step-epochs", "10", "--no-progress"))
-    assert metrics(run_copy)[-1]["lr"] == pytest.approx(0.5)  # step schedule, no drop before epoch 10
+    ok(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 6, "--lr", 0.5, "--lr-schedule",
+                 "step", "--step-epochs", "5", "--no-progress"))
+    lrs = [r["lr"] for r in metrics(run_copy)]
+    assert lrs[3] == pytest.approx(0.5) and lrs[5] == pytest.approx(0.05)  # the new peak, divided after epoch 5
     assert json.loads((run_copy / "config.json").read_text())["lr"] == 0.5
 
 

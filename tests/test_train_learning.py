@@ -5,12 +5,12 @@ and brightness vary), so a few epochs must separate the classes: a run that
 stays near chance means the loop, the loss or the update is broken.
 """
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import child_env
 from PIL import Image
 from train_support import REPO, metrics, ok, run_train, summary
 
@@ -39,7 +39,7 @@ def test_float32_run_through_the_python_api_learns(colours, tmp_path):
                   batch_size=8, epochs=4, lr=0.05, warmup_epochs=0, out=str(out), progress=False)
     code = ("import json, sys\nfrom mxfp16.train import train\n"
             f"print('SUMMARY', json.dumps(train(json.loads({json.dumps(json.dumps(config))}))))")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     returned = json.loads(proc.stdout.split("SUMMARY", 1)[1])

@@ -10,7 +10,7 @@ import itertools
 from mxfp16 import MixedPrecision
 from mxfp16.optim import lr_schedule
 from mxfp16.train import Callback, Progress, TrainingDivergedError, params_digest, train_epoch
-from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, save_checkpoint
+from mxfp16.train.checkpoint import CheckpointError, CheckpointMismatchError, load_checkpoint, write_checkpoint
 from mxfp16.train.parts import PartsSpec, build_parts
 
 import mxnet as mx
@@ -52,7 +52,7 @@ def train_until_done_or_stopped(parts, progress, callbacks, out=None):
     while progress.epoch < EPOCHS:
         remaining = itertools.islice(batches(progress.epoch, progress.batch), STEPS - progress.batch)
         if not train_epoch(parts, remaining, progress, callbacks, log_every=2):
-            save_checkpoint(out, parts, progress, FINGERPRINT)
+            write_checkpoint(out, parts, progress, FINGERPRINT)
             return False
         progress.epoch_finished()
     return True
@@ -156,7 +156,7 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path, mo
     parts, progress = make_parts(), Progress()
     train_epoch(parts, batches(0, 0), progress, log_every=2)
     progress.epoch_finished({"epoch": 1})
-    save_checkpoint(tmp_path, parts, progress, FINGERPRINT)
+    write_checkpoint(tmp_path, parts, progress, FINGERPRINT)
     before = (tmp_path / "checkpoints" / "latest.json").read_text()
 
     def disk_full(path):  # what MXNet raises when the disk fills up
@@ -166,7 +166,7 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one(tmp_path, mo
     train_epoch(parts, batches(1, 0), progress, log_every=2)
     progress.epoch_finished({"epoch": 2})
     with pytest.raises(CheckpointError, match=r"could not write checkpoint epoch-0002 .*Write incomplete; \d+ MB free"):
-        save_checkpoint(tmp_path, parts, progress, FINGERPRINT)
+        write_checkpoint(tmp_path, parts, progress, FINGERPRINT)
     assert (tmp_path / "checkpoints" / "latest.json").read_text() == before
     assert not list((tmp_path / "checkpoints").glob("*.tmp")) and not list((tmp_path / "checkpoints").glob("*0002*"))
 
@@ -175,7 +175,7 @@ def test_a_checkpoint_of_another_run_is_refused_naming_the_differences(tmp_path)
     parts, progress = make_parts(), Progress()
     train_epoch(parts, batches(0, 0), progress, log_every=2)
     progress.epoch_finished()
-    save_checkpoint(tmp_path, parts, progress, dict(FINGERPRINT, image_size=4))
+    write_checkpoint(tmp_path, parts, progress, dict(FINGERPRINT, image_size=4))
     with pytest.raises(CheckpointMismatchError, match="image_size: checkpoint 4, this run 8"):
         load_checkpoint(tmp_path, make_parts(), dict(FINGERPRINT, image_size=8))
 
@@ -185,7 +185,7 @@ def test_only_the_newest_checkpoints_are_kept(tmp_path):
     for epoch in range(3):
         train_epoch(parts, batches(epoch, 0), progress, log_every=2)
         progress.epoch_finished()
-        save_checkpoint(tmp_path, parts, progress, FINGERPRINT, keep=2)
+        write_checkpoint(tmp_path, parts, progress, FINGERPRINT, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["epoch-0002.json", "epoch-0002.optimizer", "epoch-0002.params", "epoch-0003.json",
                      "epoch-0003.optimizer", "epoch-0003.params", "latest.json"]

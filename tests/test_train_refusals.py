@@ -113,6 +113,47 @@ def test_warmup_longer_than_the_run_is_refused():
         TrainConfig(epochs=3, warmup_epochs=3).resolve()
 
 
+# ---- issue 42, case 9: schedule flags that would be ignored or cannot act as written ---------------
+@pytest.mark.parametrize("settings, phrases", [
+    (dict(step_epochs=(5, 2)), ["--step-epochs 5,2 is for --lr-schedule step", "--lr-schedule cosine would ignore"]),
+    (dict(lr_schedule="step", step_epochs=(5, 2)), ["--step-epochs 5,2 is out of order", "--step-epochs 2,5"]),
+    (dict(lr_schedule="step", step_epochs=(2, 5, 2)), ["--step-epochs 2,5,2 lists epoch 2 twice"]),
+    (dict(lr_schedule="step", step_epochs=(2, 12)), ["epoch 12 is not before the end of the run (--epochs 10)"]),
+    (dict(lr_schedule="step", step_epochs=(10,)), ["epoch 10 is not before the end of the run (--epochs 10)"]),
+    (dict(lr_schedule="step", step_epochs=(1, 5), warmup_epochs=2), ["epoch 1 falls within the 2 warm-up epochs",
+                                                                    "--warmup-epochs"]),
+    (dict(lr_schedule="step", step_epochs=(2.5,)), ["--step-epochs 2.5: whole numbers"]),
+])
+def test_conflicting_schedule_flags_are_refused_naming_the_flag(settings, phrases):
+    with pytest.raises(ConfigError) as refusal:
+        TrainConfig(**dict(dict(data_dir="d", epochs=10, warmup_epochs=0), **settings)).resolve()
+    for phrase in phrases:
+        assert phrase in str(refusal.value)
+
+
+@pytest.mark.parametrize("epochs, warmup, steps", [(8, 0, (4, 6)), (4, 3, (3,)), (1, 0, ()), (2, 1, (1,))])
+def test_default_step_epochs_are_drops_the_schedule_can_make(epochs, warmup, steps):
+    config = TrainConfig(data_dir="d", epochs=epochs, warmup_epochs=warmup, lr_schedule="step").resolve()
+    assert config.step_epochs == steps
+    assert all(warmup <= e < epochs for e in config.step_epochs)
+
+
+def test_resuming_a_step_run_under_cosine_leaves_its_step_epochs_behind():
+    saved = TrainConfig(data_dir="d", epochs=8, lr_schedule="step").resolve().to_dict()
+    resumed, changes = TrainConfig(data_dir="d", lr_schedule="cosine", resume=True).for_resume(saved, {"lr_schedule"})
+    assert resumed.resolve().step_epochs is None and changes == {"lr_schedule": ("step", "cosine")}
+    with pytest.raises(ConfigError, match="--step-epochs 3 is for --lr-schedule step"):
+        TrainConfig(data_dir="d", lr_schedule="cosine", step_epochs=(3,), resume=True).for_resume(
+            saved, {"lr_schedule", "step_epochs"})[0].resolve()
+
+
+@pytest.mark.slow
+def test_the_command_line_refuses_step_epochs_under_cosine(tmp_path):
+    refused(run_train("--out", tmp_path / "run", "--step-epochs", "5,2", *QUICK),
+            "--step-epochs 5,2 is for --lr-schedule step")
+    assert not (tmp_path / "run").exists()
+
+
 def test_profiles_fill_only_what_was_left_open():
     demo = TrainConfig().resolve()
     dataset = TrainConfig(data_dir="somewhere", epochs=1).resolve()

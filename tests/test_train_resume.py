@@ -69,3 +69,24 @@ def test_resumed_parameters_and_scaler_match(runs):
         np.testing.assert_allclose(parts[name].asnumpy(), whole[name].asnumpy(), rtol=1e-4, atol=1e-5, err_msg=name)
     a, b = summary(runs["whole"]), summary(runs["parts"])
     assert (a["final_loss_scale"], a["skipped_steps"]) == (b["final_loss_scale"], b["skipped_steps"]) == (2.0 ** 15, 1)
+
+
+def test_the_resumed_run_continues_its_tensorboard_events(runs):
+    """One series per tag over the interruption: the epochs' numbers at their steps, as the whole run logged them."""
+    pytest.importorskip("tensorboardX")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series = {}
+    for name in ("whole", "parts"):
+        events = EventAccumulator(str(runs[name] / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        series[name] = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+        series[name]["config"] = [e.step for e in events.Tensors("config/text_summary")]
+    whole, parts = series["whole"], series["parts"]
+    epoch_ends = [STEPS_PER_EPOCH * e for e in (1, 2, 3)]
+    for tag in ("epoch/val_top1", "epoch/train_loss", "epoch/loss_scale", "epoch/skipped_steps"):
+        assert [s for s, _ in parts[tag]] == epoch_ends
+        assert [v for _, v in parts[tag]] == pytest.approx([v for _, v in whole[tag]], rel=1e-4, abs=1e-5)
+    steps = [s for s, _ in parts["precision/loss_scale"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 3 * STEPS_PER_EPOCH  # each step once, in order
+    assert parts["config"] == [0, INTERRUPT_STEP] and whole["config"] == [0]  # the resumption says its settings

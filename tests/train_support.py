@@ -5,12 +5,11 @@ for the whole process, so a float32 run after it in the same process would
 not be float32.
 """
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO, child_env
 
 #: Small enough for seconds per run, big enough to learn: 3 shape classes at 24 px.
 TINY = dict(classes=3, per_class=24, test_per_class=8, size=32, seed=0)
@@ -27,13 +26,10 @@ def tiny_dataset(root):
 def run_train(*args, timeout=240, env=None):
     """Run ``python -m mxfp16.train ARGS`` and return the CompletedProcess (never raises on failure).
 
-    ``env`` adds variables; its PYTHONPATH goes after the repository's.
+    ``env`` adds variables (:func:`conftest.child_env`).
     """
-    extra = dict(env or {})
-    path = [REPO, extra.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
     return subprocess.run([sys.executable, "-m", "mxfp16.train", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+                          timeout=timeout, env=child_env(env), cwd=REPO)
 
 
 def ok(proc):

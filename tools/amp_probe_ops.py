@@ -116,6 +116,16 @@ SPECIAL = {
     "Concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
     "concat": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"dim": 1}),
     "_npi_concatenate": (lambda rng: [rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (2, 3))], {"axis": 1}),
+    # Shape operators mxfp16's lists let follow their input (mxfp16.amp.lists.SHAPE_OPERATORS), with the
+    # parameters they need; transpose on a 4-D input, as attention heads transpose.
+    "Reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"shape": (6, 4)}),
+    "reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"shape": (6, 4)}),
+    "SliceChannel": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"num_outputs": 2, "axis": 1}),
+    "split": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"num_outputs": 2, "axis": 1}),
+    "slice": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"begin": (0, 1), "end": (2, 3)}),
+    "slice_axis": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"axis": 1, "begin": 1, "end": 3}),
+    "expand_dims": (lambda rng: [rng.uniform(-1, 1, (2, 4, 4))], {"axis": 1}),
+    "transpose": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4, 4))], {"axes": (0, 2, 1, 3)}),
     # numpy-mode shape operators (their parameters have no default).
     "_np_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
     "_npi_reshape": (lambda rng: [rng.uniform(-1, 1, (2, 3, 4))], {"newshape": (6, 4)}),
@@ -299,7 +309,8 @@ def _run(name, arrays, kwargs, dtypes):
 
     Returns (output as float32 numpy, input gradients as float32 numpy or None).
     """
-    from mxfp16.amp.wrappers import BFLOAT16, cast
+    from mxfp16.amp.wrappers import cast
+    from mxfp16.float_formats import BFLOAT16
 
     import mxnet as mx
     import numpy as np
@@ -361,13 +372,20 @@ def _generic_inputs(name):
     return [([rng.uniform(0.1, 0.9, size=shape) for _ in range(n)], {}) for n in counts for shape in SHAPES]
 
 
+def _probe_errors():
+    """What a probe counts as "the operator does not run this way", not as a bug of the probe."""
+    import mxnet as mx
+
+    return (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
+
+
 def probe(name):
     """``'bfloat16'``, ``'float32'`` or ``'unprobed'`` for one operator, with the reason."""
-    import mxnet as mx
-    import numpy as np
-    from mxnet.contrib.amp.amp import bfloat16
+    from mxfp16.float_formats import BFLOAT16
 
-    errors = (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
+    import numpy as np
+
+    errors = _probe_errors()
     with _numpy_scope(name):
         for arrays, kwargs in _generic_inputs(name):
             try:
@@ -377,7 +395,7 @@ def probe(name):
             if ref.size == 0:
                 continue
             try:
-                low, low_grads = _run(name, arrays, kwargs, [bfloat16] * len(arrays))
+                low, low_grads = _run(name, arrays, kwargs, [BFLOAT16] * len(arrays))
             except errors as e:
                 return "float32", _first_line(e)
             shape = "x".join(str(s) for s in np.shape(arrays[0]))
@@ -396,72 +414,90 @@ def probe(name):
     return "unprobed", "no input this probe knows ran it in float32"
 
 
+def _infer_types(sym_fn, numpy_mode, count, kwargs, low_index=None, low=None):
+    """Type inference of ``sym_fn`` on ``count`` float32 inputs, input ``low_index`` cast to ``low`` first."""
+    from mxfp16.amp.wrappers import cast
+
+    import mxnet as mx
+
+    xs = [mx.sym.var(f"x{i}") for i in range(count)]
+    xs = [x.as_np_ndarray() for x in xs] if numpy_mode else xs
+    if low_index is not None:
+        xs[low_index] = cast(xs[low_index], low)
+    out = sym_fn(*xs, **kwargs)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    out = out.as_nd_ndarray() if numpy_mode else out
+    out.infer_type_partial(**{f"x{i}": "float32" for i in range(count)})
+
+
+def _type_join(sym_fn, numpy_mode, count, kwargs, data, target, low):
+    """Why type inference fails with one data input in ``low`` and the rest float32, or None where it never does."""
+    for i in data:
+        try:
+            _infer_types(sym_fn, numpy_mode, count, kwargs, i, low)
+        except _probe_errors() as e:
+            return f"type inference fails with input {i} in {target}, the rest float32: {_first_line(e)}"
+    return None
+
+
+def _kernel_join(name, arrays, kwargs, data, ref):
+    """Why the bfloat16 kernel fails or disagrees with one data input in bfloat16 and the rest float32, or None.
+
+    ``None`` too where it has no bfloat16 kernel at all: that is a float32 verdict, not a join.
+    """
+    from mxfp16.float_formats import BFLOAT16
+
+    import numpy as np
+
+    count = len(arrays)
+    try:
+        _run(name, arrays, kwargs, [BFLOAT16] * count)
+    except _probe_errors():
+        return None
+    for i in data:
+        dtypes = [BFLOAT16 if j == i else None for j in range(count)]
+        try:
+            low, _ = _run(name, arrays, kwargs, dtypes)
+        except _probe_errors() as e:
+            return f"the kernel fails with input {i} in bfloat16, the rest float32: {_first_line(e)}"
+        if np.issubdtype(ref.dtype, np.floating) and not _agrees(low, ref):
+            return f"with input {i} in bfloat16 and the rest float32 the result differs from float32"
+    return None
+
+
 def join_probe(name):
     """``{target: reason}`` for each 16-bit target under which ``name`` is a join (empty: it is not one).
 
     Type inference with one data input in the target dtype and the others
     float32, for both targets; for bfloat16 also the kernel, run the same
-    way and compared with float32.
+    way and compared with float32. The first inputs that run in float32 decide.
     """
-    from mxfp16.amp.wrappers import cast
+    from mxfp16.float_formats import BFLOAT16
 
-    import mxnet as mx
-    import numpy as np
-    from mxnet.contrib.amp.amp import bfloat16
-
-    errors = (mx.MXNetError, TypeError, ValueError, IndexError, AssertionError)
     sym_fn = _function(name, "sym")
     numpy_mode = name.startswith(NUMPY_PREFIXES)
-    found = {}
     with _numpy_scope(name):
         for arrays, kwargs in _generic_inputs(name):
             count = len(arrays)
             data = _data_inputs(name, count)
             if len(data) < 2:
                 continue
-
-            def infer(low_index=None, low=None):
-                xs = [mx.sym.var(f"x{i}") for i in range(count)]
-                xs = [x.as_np_ndarray() for x in xs] if numpy_mode else xs
-                if low_index is not None:
-                    xs[low_index] = cast(xs[low_index], low)
-                out = sym_fn(*xs, **kwargs)
-                out = out[0] if isinstance(out, (list, tuple)) else out
-                out = out.as_nd_ndarray() if numpy_mode else out
-                out.infer_type_partial(**{f"x{i}": "float32" for i in range(count)})
-
             try:
-                infer()
+                _infer_types(sym_fn, numpy_mode, count, kwargs)
                 ref, _ = _run(name, arrays, kwargs, [None] * count)
-            except errors:
+            except _probe_errors():
                 continue
-            for target, low in (("bfloat16", bfloat16), ("float16", "float16")):
-                for i in data:
-                    try:
-                        infer(i, low)
-                    except errors as e:
-                        found[target] = f"type inference fails with input {i} in {target}, the rest float32: " \
-                                        f"{_first_line(e)}"
-                        break
+            found = {}
+            for target, low in (("bfloat16", BFLOAT16), ("float16", "float16")):
+                reason = _type_join(sym_fn, numpy_mode, count, kwargs, data, target, low)
+                if reason:
+                    found[target] = reason
             if "bfloat16" not in found:
-                try:
-                    _run(name, arrays, kwargs, [bfloat16] * count)
-                except errors:
-                    return found  # no bfloat16 kernel at all: a float32 verdict, not a join
-                for i in data:
-                    dtypes = [bfloat16 if j == i else None for j in range(count)]
-                    try:
-                        low, _ = _run(name, arrays, kwargs, dtypes)
-                    except errors as e:
-                        found["bfloat16"] = f"the kernel fails with input {i} in bfloat16, the rest float32: " \
-                                            f"{_first_line(e)}"
-                        break
-                    if np.issubdtype(ref.dtype, np.floating) and not _agrees(low, ref):
-                        found["bfloat16"] = f"with input {i} in bfloat16 and the rest float32 the result " \
-                                            "differs from float32"
-                        break
+                reason = _kernel_join(name, arrays, kwargs, data, ref)
+                if reason:
+                    found["bfloat16"] = reason
             return found
-    return found
+    return {}
 
 
 def _child(mode, names):

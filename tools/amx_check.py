@@ -21,18 +21,21 @@ Usage (from a checkout, in the project's venv)::
     python tools/amx_check.py --steps 20 --models lstm-classifier      # shorter
 
 It writes ``amx-check.json`` (every difference, the tolerances, a verdict per
-check). Each side's oneDNN trace (``DNNL_VERBOSE=1``) is kept to show which
-kernels ran. On a CPU without AMX it says so and exits 0 without running.
+check). Each side's oneDNN trace (``DNNL_VERBOSE=1``) is read, in its child, for
+which kernels ran. The children are ``python -m amx_check --child KIND ...
+--result FILE``, run by :func:`mxfp16.plumbing.child.run_json_child`. On a CPU
+without AMX it says so and exits 0 without running.
 tests/test_amx_kernels.py runs a short version on AMX CPUs.
 """
 import argparse
+import ctypes
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TOOLS)
 DENSE_SIZES = (10, 33, 100, 1000)
 MODELS = {"resnet50_v2": 224, "lstm-classifier": 28, "transformer-encoder": 28}
 #: AMX and AVX-512 bfloat16 kernels may sum in another order: bfloat16 keeps 8 significant bits, so results may
@@ -44,22 +47,38 @@ TRAIN_RTOL = 0.05
 
 
 def _child(kind, args, amx_on, trace):
-    env = dict(os.environ, PYTHONPATH=REPO, MXFP16_AMX="1" if amx_on else "0")
-    env.pop("DNNL_MAX_CPU_ISA", None)
-    if trace:
-        env["DNNL_VERBOSE"] = "1"
-    with tempfile.TemporaryDirectory() as tmp:
-        result = os.path.join(tmp, "result.json")
-        proc = subprocess.run([sys.executable, __file__, "--child", kind, "--result", result, *args],
-                              capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{kind} with AMX {'on' if amx_on else 'off'} failed ({proc.returncode}):\n"
-                               + proc.stderr[-3000:])
-        with open(result) as handle:
-            record = json.load(handle)
-    record["kernels"] = sorted({line.split(",")[4] for line in proc.stdout.splitlines()
-                                if line.startswith("dnnl_verbose,exec,") and line.count(",") > 5})
+    """``{'result', 'amx', 'kernels'}`` of one side, run in its own process (AMX is decided once per process)."""
+    from mxfp16.plumbing.child import run_json_child
+
+    # DNNL_MAX_CPU_ISA removed: each side's mxfp16 sets it from MXFP16_AMX, as a user's run would.
+    env = {"PYTHONPATH": os.pathsep.join((TOOLS, REPO)), "MXFP16_AMX": "1" if amx_on else "0",
+           "DNNL_MAX_CPU_ISA": None, "DNNL_VERBOSE": "1" if trace else None}
+    record, problem = run_json_child("amx_check", ["--child", kind, *args], env=env, tail_lines=40)
+    if record is None:
+        raise RuntimeError(f"{kind} with AMX {'on' if amx_on else 'off'} failed: {problem}")
     return record
+
+
+def _kernels_run(work):
+    """``(work(), kernels)``: what oneDNN's trace (``DNNL_VERBOSE=1``) says ran while ``work`` did.
+
+    oneDNN prints the trace on the process's standard output (file descriptor 1, through C's stdio), so
+    that descriptor goes to a file for the while, C's buffers are flushed into it, and it is read back.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as trace:
+        os.dup2(trace.fileno(), 1)
+        try:
+            result = work()
+        finally:
+            ctypes.CDLL(None).fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+        trace.seek(0)
+        lines = trace.read().decode("utf-8", "replace").splitlines()
+    return result, sorted({line.split(",")[4] for line in lines
+                           if line.startswith("dnnl_verbose,exec,") and line.count(",") > 5})
 
 
 def _dense(sizes):
@@ -167,12 +186,14 @@ def main(argv=None):
     parser.add_argument("--image-size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = (_dense([int(s) for s in args.sizes.split(",")]) if args.child == "dense"
-                  else _train(args.model, args.image_size, args.steps))
         from mxfp16.machine import amx
+        from mxfp16.plumbing.fileio import write_json
 
-        with open(args.result, "w") as handle:
-            json.dump({"result": result, "amx": amx.status().as_dict()}, handle)
+        if args.child == "dense":
+            result, kernels = _kernels_run(lambda: _dense([int(s) for s in args.sizes.split(",")]))
+        else:
+            result, kernels = _kernels_run(lambda: _train(args.model, args.image_size, args.steps))
+        write_json(args.result, {"result": result, "amx": amx.status().as_dict(), "kernels": kernels})
         return 0
     sys.path.insert(0, REPO)
     from mxfp16.machine import amx

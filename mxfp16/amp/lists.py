@@ -11,12 +11,17 @@ ResNet also run in bfloat16 downstream.
 :func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured
 fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists plus one
 rule, the 7x7 stem convolution in float32 (see ``docs/benchmarks.md`` for
-the figures and what still holds bfloat16 back).
+the figures and what still holds bfloat16 back), and the operators that only
+move values following their input instead of MXNet's float32
+(:data:`SHAPE_OPERATORS`: no cast to float32 and back between two bfloat16
+layers). Other list sets (:data:`LIST_SETS`) add float32 rules for layers:
+what a measurement on this machine found (``measured``), or depthwise and 1x1
+convolutions (options, to be measured).
 :func:`mxfp16.precision.activate` uses it unless lists are passed explicitly;
 ``mxfp16 export`` converts finished networks with the same lists and rule
 (:func:`float32_layers`).
 
-Beyond the CNN, five things in MXNet 1.9.1's AMP stop other Gluon models,
+Beyond the CNN, six things in MXNet 1.9.1's AMP stop other Gluon models,
 and :func:`init_amp` repairs each:
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
@@ -37,6 +42,10 @@ and :func:`init_amp` repairs each:
   one, type inference fails (DenseNet, whose float32 stem feeds a
   ``Concat``). :func:`join_operators` casts their inputs to the widest
   dtype first, as AMP does for its own ``WIDEST_TYPE_CASTS``.
+* MXNet 1.9.1's oneDNN ``Deconvolution`` (``Conv2DTranspose``) with one
+  output channel fails its backward pass (in float32 too): under bfloat16
+  AMP such layers run as the equivalent ``Convolution``
+  (:mod:`mxfp16.amp.deconvolution`), in bfloat16.
 * ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
   (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp.numpy_mode` gives the
   ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
@@ -46,23 +55,42 @@ Which dtype each Gluon layer then runs in is generated from executed graphs
 """
 import warnings
 
-from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
-
+from ..float_formats import BFLOAT16
 from . import wrappers as w
+from .deconvolution import single_channel_as_convolution
 
-#: Names accepted by :func:`operator_lists`.
-LIST_SETS = ("mxfp16", "mxnet")
+#: The list sets an AMP precision can run with, by name: which operator lists (:func:`operator_lists`) and which
+#: float32 rules for layers (:data:`FLOAT32_RULES`) each applies for bfloat16. ``measured`` keeps in float32 the
+#: layers a measurement on this machine found not to gain (:mod:`mxfp16.per_layer`); the ``+depthwise32`` and
+#: ``+pointwise32`` sets are options whose effect is still to be measured on a CPU with avx512_bf16
+#: (docs/benchmarks.md), not defaults.
+LIST_SETS = {
+    "mxfp16": ("mxfp16", ("stem",)),
+    "mxnet": ("mxnet", ()),
+    "measured": ("mxfp16", ("stem", "measured")),
+    "mxfp16+depthwise32": ("mxfp16", ("stem", "depthwise32")),
+    "mxfp16+pointwise32": ("mxfp16", ("stem", "pointwise32")),
+    "mxfp16+depthwise32+pointwise32": ("mxfp16", ("stem", "depthwise32", "pointwise32")),
+}
 #: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp.numpy_mode` wraps them.
 _NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
+
+def _mxnet(target_dtype):
+    """MXNet's own list module for ``target_dtype``, imported when asked (importing this module loads no MXNet)."""
+    from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
+
+    return symbol_bf16 if target_dtype == "bfloat16" else symbol_fp16
+
+
 #: mxfp16's bfloat16 operator lists (:func:`operator_lists`) are MXNet's, plus
-#: the float32 fallbacks and the PReLU rule below. Measured on ResNet-50 v2
+#: the float32 fallbacks, the PReLU rule and the shape operators below. Measured on ResNet-50 v2
 #: (docs/benchmarks.md), adding BatchNorm, Activation, Pooling or
 #: elemwise_add to the bfloat16 list gained nothing beyond the noise (they
 #: already run in bfloat16 behind a bfloat16 convolution), and forcing
 #: BatchNorm to float32 made the step slower than float32 (a cast before
 #: every BatchNorm, and BatchNorm on the casts' plain layout). What helps is
-#: :data:`FLOAT32_CONVOLUTIONS`, applied by :func:`init_amp`.
+#: the stem rule (:func:`stem_convolution`), applied by :func:`init_amp`.
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
@@ -81,6 +109,7 @@ def float32_fallbacks():
     """
     from . import _op_probe as probe
 
+    symbol_bf16 = _mxnet("bfloat16")
     listed = set(symbol_bf16.WIDEST_TYPE_CASTS) | set(symbol_bf16.BF16_FP32_FUNCS)
     unlisted_unprobed = {name for name in probe.UNPROBED if name not in listed}
     return sorted(set(probe.FLOAT32) | unlisted_unprobed)
@@ -104,31 +133,55 @@ def _with_extra_conditional(rules):
 
 
 def _mxfp16_fp16():
-    lists = {key: list(value) for key, value in _MXNET["float16"].items()}
-    lists["conditional_fp32_ops"] = _with_extra_conditional(symbol_fp16.CONDITIONAL_FP32_FUNCS)
+    lists = _mxnet_lists("float16")
+    lists["conditional_fp32_ops"] = _with_extra_conditional(_mxnet("float16").CONDITIONAL_FP32_FUNCS)
     return lists
 
 
+#: Operators MXNet's bfloat16 lists keep in float32 that only move values (reshape, slice, split, swap axes,
+#: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
+#: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
+#: ``Dense``); following their input, they cost no cast. Only those whose bfloat16 kernel ran and matched float32
+#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/_op_probe.py``), or where the probe
+#: knew no input for one, MXNet 1.9.1's source (generic kernels for every dtype in ``slice_channel.cc``,
+#: ``swapaxis.cc``, ``matrix_op.cc``'s slice and expand_dims, oneDNN's reshape, which takes bfloat16) and a
+#: forward and backward run of each in both dtypes agreeing on this project's CPUs. ``transpose`` is among the
+#: candidates but stays float32: the probe's bfloat16 run of it crashed the process (oneDNN's transpose).
+SHAPE_OPERATORS = ("Reshape", "reshape", "transpose", "SliceChannel", "split", "_split_v2", "slice", "slice_axis",
+                   "expand_dims", "squeeze", "SwapAxis", "swapaxes", "Flatten", "flatten", "_copy", "identity",
+                   "_contrib_div_sqrt_dim")
+
+
+def follow_input_operators():
+    """The :data:`SHAPE_OPERATORS` mxfp16's bfloat16 lists let follow their input: all but those the probe failed.
+
+    Returns
+    -------
+    list of str
+    """
+    from . import _op_probe as probe
+
+    failed = {name for name, (verdict, _) in probe.MXNET_FLOAT32.items() if verdict == "float32"} | set(probe.FLOAT32)
+    return [name for name in SHAPE_OPERATORS if name not in failed]
+
+
 def _mxfp16_bf16():
+    symbol_bf16 = _mxnet("bfloat16")
     conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
-    fp32 = list(symbol_bf16.FP32_FUNCS)
+    follow = set(follow_input_operators())
+    fp32 = [name for name in symbol_bf16.FP32_FUNCS if name not in follow]
     fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(_NUMPY_PREFIXES)]
     return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
             "conditional_fp32_ops": conditional,
             "fp32_ops": fp32}
 
-_MXNET = {
-    "bfloat16": {
-        "target_precision_ops": list(symbol_bf16.BF16_FUNCS),
-        "conditional_fp32_ops": list(symbol_bf16.CONDITIONAL_FP32_FUNCS),
-        "fp32_ops": list(symbol_bf16.FP32_FUNCS),
-    },
-    "float16": {
-        "target_precision_ops": list(symbol_fp16.FP16_FUNCS),
-        "conditional_fp32_ops": list(symbol_fp16.CONDITIONAL_FP32_FUNCS),
-        "fp32_ops": list(symbol_fp16.FP32_FUNCS),
-    },
-}
+
+def _mxnet_lists(target_dtype):
+    """MXNet's own lists for ``target_dtype``, as fresh lists."""
+    lists = _mxnet(target_dtype)
+    target = lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS
+    return {"target_precision_ops": list(target), "conditional_fp32_ops": list(lists.CONDITIONAL_FP32_FUNCS),
+            "fp32_ops": list(lists.FP32_FUNCS)}
 
 
 def operator_lists(target_dtype, which="mxfp16"):
@@ -139,8 +192,9 @@ def operator_lists(target_dtype, which="mxfp16"):
     target_dtype : str
         ``'bfloat16'`` or ``'float16'``.
     which : str
-        ``'mxfp16'`` (the tuned lists; for float16 these are MXNet's, which
-        were not re-measured here) or ``'mxnet'`` (MXNet's defaults).
+        A name of :data:`LIST_SETS`: ``'mxfp16'`` and the sets built on it
+        (the tuned lists; for float16 these are MXNet's, which were not
+        re-measured here) or ``'mxnet'`` (MXNet's defaults).
 
     Returns
     -------
@@ -148,26 +202,124 @@ def operator_lists(target_dtype, which="mxfp16"):
         ``{'target_precision_ops': [...], 'conditional_fp32_ops': [...], 'fp32_ops': [...]}``,
         fresh lists the caller may change.
     """
-    if which not in LIST_SETS:
-        raise ValueError(f"unknown AMP operator lists {which!r}; choose one of: {', '.join(LIST_SETS)}")
-    if target_dtype not in _MXNET:
+    which = check_list_set(which)[0]
+    if target_dtype not in ("bfloat16", "float16"):
         raise ValueError(f"AMP has no operator lists for {target_dtype!r}; use bfloat16 or float16")
     if which == "mxfp16":
         return _mxfp16_bf16() if target_dtype == "bfloat16" else _mxfp16_fp16()
-    return {key: list(value) for key, value in _MXNET[target_dtype].items()}
+    return _mxnet_lists(target_dtype)
 
 
-#: Convolutions kept in float32 under AMP, by ``(parameter, values)``: the
-#: 7x7 stem of ImageNet ResNets, which reads the 3-channel image. In bfloat16
-#: its output comes out of oneDNN in a plain (unblocked) layout, and the
-#: BatchNorm and pooling after it then run about 10x slower than in float32;
-#: in float32 the stem costs little more (it is ~3% of ResNet-50's work).
-FLOAT32_CONVOLUTIONS = ("kernel", ((7, 7),))
+def check_list_set(which):
+    """``(operator lists, rule names)`` of the list set named ``which`` (:data:`LIST_SETS`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name; the message lists the choices.
+    """
+    if which not in LIST_SETS:
+        raise ValueError(f"unknown AMP operator lists {which!r}; choose one of: {', '.join(LIST_SETS)}")
+    return LIST_SETS[which]
 
 
-def _keeps_stem_float32(target_dtype, which):
-    """Whether :data:`FLOAT32_CONVOLUTIONS` applies: mxfp16's own bfloat16 lists only."""
-    return which == "mxfp16" and target_dtype == "bfloat16"
+def stem_convolution(call):
+    """The 7x7 stem of ImageNet ResNets, which reads the 3-channel image.
+
+    In bfloat16 its output comes out of oneDNN in a plain (unblocked)
+    layout, and the BatchNorm and pooling after it then run about 10x slower
+    than in float32; in float32 the stem costs little more (it is ~3% of
+    ResNet-50's work).
+    """
+    return call.op == "Convolution" and call.tuple_attr("kernel") == (7, 7)
+
+
+def depthwise_convolution(call):
+    """A depthwise convolution: one filter per input channel (``num_group == num_filter > 1``, MobileNet's 3x3).
+
+    oneDNN 2.4.4 has bfloat16 depthwise kernels on any AVX-512 CPU, but the
+    work per byte is small and MXNet refuses oneDNN's padded layouts, so a
+    channel count that is not a multiple of 16 may fall to a slower kernel
+    (docs/benchmarks.md). Whether keeping them float32 pays is to be measured.
+    """
+    groups = call.int_attr("num_group", 1)
+    return call.op == "Convolution" and groups > 1 and groups == call.int_attr("num_filter", 0)
+
+
+def pointwise_convolution(call):
+    """A 1x1 (pointwise) convolution without groups: MobileNet's expansions and projections."""
+    kernel = call.tuple_attr("kernel")
+    return call.op == "Convolution" and bool(kernel) and set(kernel) == {1} and call.int_attr("num_group", 1) == 1
+
+
+#: The layers a measurement kept in float32 in this process (AMP is process-global, and so is this): by
+#: weight parameter name (graph nodes), and by ``(operator, attributes, input shapes)`` (calls on arrays).
+_measured = {"weights": set(), "calls": set()}
+
+
+def _call_key(op, attrs, shapes):
+    return op, tuple(sorted(attrs.items())), tuple(tuple(s) for s in shapes)
+
+
+def keep_float32_measured(layers):
+    """Keep these layers in float32 under the ``measured`` list set, from now on in this process.
+
+    A graph already built keeps its dtypes: rebuild it
+    (:func:`mxfp16._internals.rebuild_graphs`); :class:`mxfp16.MixedPrecision`
+    does.
+
+    Parameters
+    ----------
+    layers : iterable of dict
+        ``{'op', 'attrs', 'weight', 'shapes'}`` each: the operator, its
+        attributes as the graph stores them, its weight parameter's name and
+        its input shapes (:meth:`mxfp16.per_layer.LayerChoice.float32_layers`).
+        Replaces what was kept before.
+    """
+    layers = list(layers)
+    _measured["weights"] = {layer["weight"] for layer in layers if layer.get("weight")}
+    _measured["calls"] = {_call_key(layer["op"], layer["attrs"], layer["shapes"]) for layer in layers}
+
+
+def measured_float32(call):
+    """Whether a measurement kept this layer in float32 (:func:`keep_float32_measured`)."""
+    if call.weight is not None:
+        return call.weight in _measured["weights"]
+    if call.shapes is not None:
+        return _call_key(call.op, call.attrs, call.shapes) in _measured["calls"]
+    return False
+
+
+#: Layers kept in float32 when they would run in bfloat16 under the operator lists, by rule name: which
+#: operators each rule looks at, and the rule (a function of :class:`~mxfp16.amp.wrappers.LayerCall`).
+#: ``stem`` is part of mxfp16's lists (measured: docs/benchmarks.md); ``measured`` holds what a measurement on
+#: this machine found (:func:`keep_float32_measured`); ``depthwise32`` and ``pointwise32`` are options.
+FLOAT32_RULES = {
+    "stem": (("Convolution",), stem_convolution),
+    "depthwise32": (("Convolution",), depthwise_convolution),
+    "pointwise32": (("Convolution",), pointwise_convolution),
+    "measured": (("Convolution", "FullyConnected"), measured_float32),
+}
+
+
+def float32_rules(target_dtype, which):
+    """``{operator: rule}``: the union of the list set's float32 rules, per operator (bfloat16 only).
+
+    Returns
+    -------
+    dict
+        Empty for float16 and for MXNet's own lists.
+    """
+    if target_dtype != "bfloat16":
+        return {}
+    chosen = [FLOAT32_RULES[name] for name in check_list_set(which)[1]]
+    ops = sorted({op for operators, _ in chosen for op in operators})
+
+    def union(op):
+        rules = [rule for operators, rule in chosen if op in operators]
+        return lambda call: any(rule(call) for rule in rules)
+
+    return {op: union(op) for op in ops}
 
 
 def join_operators(target_dtype):
@@ -193,7 +345,7 @@ def join_operators(target_dtype):
     """
     from . import _op_probe as probe
 
-    lists = symbol_bf16 if target_dtype == "bfloat16" else symbol_fp16
+    lists = _mxnet(target_dtype)
     cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
     cast_by_amp |= set(lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS)
     if target_dtype == "bfloat16":
@@ -272,6 +424,19 @@ def _wrap_legacy(names, make):
                 setattr(target, fun_name, make(f, name))
 
 
+#: The 16-bit dtype :func:`init_amp` switched AMP on for in this process (AMP is process-global), else None.
+_active = {"target": None}
+
+
+def amp_target():
+    """The dtype AMP casts its target operators to in this process (MXNet's bfloat16, ``'float16'``), or None.
+
+    Only what :func:`init_amp` set up is known: ``None`` also when AMP was
+    switched on by calling ``mx.contrib.amp.init`` directly.
+    """
+    return _active["target"]
+
+
 def init_amp(target_dtype, which="mxfp16", lists=None):
     """``amp.init`` with :func:`operator_lists` (or ``lists``), repaired for any Gluon model.
 
@@ -282,17 +447,18 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     AMP's rule, without its quadratic cost on deep graphs), the joins
     (:func:`join_operators`), and every numpy-mode function
     (:mod:`mxfp16.amp.numpy_mode`). Then, for mxfp16's bfloat16 lists, the stem
-    rule (:func:`mxfp16.amp.wrappers.float32_where`).
+    rule and the list set's other float32 rules (:func:`float32_rules`,
+    through :func:`mxfp16.amp.wrappers.float32_where`).
 
     Parameters
     ----------
     target_dtype : str
         ``'bfloat16'`` or ``'float16'``.
     which : str
-        ``'mxfp16'`` or ``'mxnet'``: which lists, when ``lists`` is None.
+        A name of :data:`LIST_SETS`: which lists and rules, when ``lists`` is None.
     lists : dict, optional
         Explicit ``target_precision_ops`` / ``conditional_fp32_ops`` /
-        ``fp32_ops`` (a missing key takes MXNet's); no stem rule then.
+        ``fp32_ops`` (a missing key takes MXNet's); no float32 rule then.
     """
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
@@ -301,45 +467,47 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 
     if lists is None:
         lists = operator_lists(target_dtype, which)
-        stem_float32 = _keeps_stem_float32(target_dtype, which)
+        rules = float32_rules(target_dtype, which)
     else:
         defaults = operator_lists(target_dtype, "mxnet")
         lists = {key: list(lists[key]) if lists.get(key) is not None else defaults[key] for key in defaults}
-        stem_float32 = False
+        rules = {}
     fallbacks = set(float32_fallbacks()) if target_dtype == "bfloat16" else set()
-    amp_dtype = w.BFLOAT16 if target_dtype == "bfloat16" else target_dtype
+    amp_dtype = BFLOAT16 if target_dtype == "bfloat16" else target_dtype
     fp32_params = amp.list_lp16_use_fp32_params(amp_dtype) or {}
     by_amp = [name for name in lists["target_precision_ops"] if name in fp32_params]
     by_mxfp16 = [name for name in lists["target_precision_ops"] if name not in fp32_params]
     joins = join_operators(target_dtype)
     modules = [m for module in (symbol, ndarray) for m in (module, module.op)]
-    originals = {m: m.Convolution for m in modules}
+    originals = {(m, op): getattr(m, op) for m in modules for op in rules}
     amp.init(target_dtype=target_dtype, target_precision_ops=by_amp,
              conditional_fp32_ops=lists["conditional_fp32_ops"], fp32_ops=[])
 
     def warn(name):
         _warn_fallback(name, target_dtype)
 
+    _active["target"] = amp_dtype
     _wrap_legacy(by_mxfp16, lambda f, name: w.target_rebuild(f, name, amp_dtype))
     _wrap_legacy(lists["fp32_ops"], lambda f, name: w.float32_call(f, name, warn if name in fallbacks else None))
     _wrap_legacy([n for n in joins if not n.startswith(amp_numpy.NUMPY_PREFIXES)],
                  lambda f, name: w.widest_call(f, name, amp_dtype))
-    stem = FLOAT32_CONVOLUTIONS if stem_float32 else None
-    if stem_float32:
-        param, values = stem
-        for m in modules:
-            m.Convolution = w.float32_where(originals[m], m.Convolution, param, values)
+    if target_dtype == "bfloat16":  # the failure is oneDNN's, on CPUs; a GPU's deconvolution is cuDNN's
+        _wrap_legacy(["Deconvolution"], lambda f, name: single_channel_as_convolution(f))
+    for (m, op), original in originals.items():
+        setattr(m, op, w.float32_where(original, getattr(m, op), rules[op], op))
     widest = set(amp.list_widest_type_cast(amp_dtype))
-    rules = amp_numpy.numpy_rules(lists, target_dtype, widest, set(joins), fallbacks)
-    amp_numpy.wrap_numpy_functions(rules, amp_dtype, warn, stem)
+    numpy_rules = amp_numpy.numpy_rules(lists, target_dtype, widest, set(joins), fallbacks)
+    amp_numpy.wrap_numpy_functions(numpy_rules, amp_dtype, warn, rules)
 
 
 def float32_layers(symbol, target_dtype, which="mxfp16"):
     """The layers of a graph that :func:`init_amp` keeps in float32 beyond the lists, by node name.
 
     AMP's inference conversion (``amp.convert_model``) works on a finished
-    graph, not on patched operators, so the stem rule reaches it as the
-    names of the layers to leave alone (its ``excluded_sym_names``).
+    graph, not on patched operators, so the list set's float32 rules
+    (:func:`float32_rules`: the stem, and for ``measured`` what was measured
+    in this process) reach it as the names of the layers to leave alone (its
+    ``excluded_sym_names``).
 
     Parameters
     ----------
@@ -348,7 +516,7 @@ def float32_layers(symbol, target_dtype, which="mxfp16"):
     target_dtype : str
         ``'bfloat16'`` or ``'float16'``.
     which : str
-        ``'mxfp16'`` or ``'mxnet'`` (MXNet's lists have no such rule: ``[]``).
+        A name of :data:`LIST_SETS` (MXNet's lists have no such rule: ``[]``).
 
     Returns
     -------
@@ -356,9 +524,6 @@ def float32_layers(symbol, target_dtype, which="mxfp16"):
     """
     import json
 
-    if not _keeps_stem_float32(target_dtype, which):
-        return []
-    param, values = FLOAT32_CONVOLUTIONS
+    rules = float32_rules(target_dtype, which)
     nodes = json.loads(symbol.tojson())["nodes"]
-    return [n["name"] for n in nodes
-            if n["op"] == "Convolution" and w.as_tuple(n.get("attrs", {}).get(param, "")) in values]
+    return [n["name"] for n in nodes if n["op"] in rules and rules[n["op"]](w.LayerCall.of_node(n, nodes))]

@@ -138,7 +138,7 @@ def _bindings(functions):
     return found
 
 
-def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
+def wrap_numpy_functions(rules, target_dtype, warn=None, float32_rules=None):
     """Replace each numpy-mode function that has a rule, wherever ``mxnet.*`` binds it.
 
     Parameters
@@ -148,9 +148,11 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
     target_dtype : str
     warn : callable, optional
         ``warn(name)``, called at the first use of a float32 fallback.
-    stem : (str, tuple), optional
-        ``(parameter, values)``: ``_npx_convolution`` calls with those values
-        run in float32 (mxfp16's stem rule, :data:`mxfp16.amp.lists.FLOAT32_CONVOLUTIONS`).
+    float32_rules : dict, optional
+        ``{legacy operator: rule}`` (:func:`mxfp16.amp.lists.float32_rules`):
+        a call of the operator's numpy-mode twin (``_npx_convolution``) for
+        which the rule holds runs in float32 (mxfp16's stem rule, and the list
+        set's others).
 
     Returns
     -------
@@ -159,6 +161,8 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
     """
     import importlib
 
+    float32_rules = float32_rules or {}
+    twins = numpy_operators()
     plan = []
     for name, (rule, detail) in rules.items():
         homes = numpy_operator_functions(name)
@@ -169,8 +173,9 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, stem=None):
     replaced = 0
     for f, name, rule, detail in plan:
         new = _wrapper(detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)(f)
-        if stem is not None and name == "_npx_convolution":
-            new = w.float32_where(f, new, stem[0], stem[1], name)
+        legacy = next((op for op in twins.get(name, []) if op in float32_rules), None)
+        if legacy is not None:
+            new = w.float32_where(f, new, float32_rules[legacy], legacy)
         for module, attribute in bindings.get(id(f), []):
             setattr(module, attribute, new)
             replaced += 1

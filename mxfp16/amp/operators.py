@@ -12,9 +12,9 @@ bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
 from mxnet.contrib.amp.lists import symbol_bf16
 
 from . import _op_probe as probe
-from .lists import float32_fallbacks, join_operators, operator_lists
+from .lists import float32_fallbacks, follow_input_operators, join_operators, operator_lists
 
-__all__ = ["rule", "client_operators", "render"]
+__all__ = ["render"]
 
 _VERDICTS = {"bfloat16": "bfloat16 kernel agrees with float32", "float32": "no working bfloat16 kernel",
              "unprobed": "not run by the probe"}
@@ -29,7 +29,7 @@ def _verdict(name):
     return tuple(probe.MXNET_FLOAT32[name]) if name in probe.MXNET_FLOAT32 else None
 
 
-def rule(name):
+def _rule(name):
     """``(what mxfp16 runs it in, why)`` for a legacy or numpy-mode operator under mxfp16's bfloat16 lists."""
     from .numpy_mode import NUMPY_PREFIXES, numpy_operators
 
@@ -39,8 +39,11 @@ def rule(name):
         names = numpy_operators().get(name) or [name]
     conditional = {n: (arg, values) for n, arg, values in lists["conditional_fp32_ops"]}
     fallbacks = set(float32_fallbacks())
+    follow = set(follow_input_operators())
     for n in names:
         twin = f" (as {n})" if n != name else ""
+        if n in follow:
+            return "follows its input", f"mxfp16: it moves (or once scales) values; MXNet's lists keep it float32{twin}"
         if n in lists["target_precision_ops"]:
             return "bfloat16", f"MXNet's bfloat16 list{twin}"
         if n in conditional:
@@ -59,7 +62,7 @@ def rule(name):
     return "follows its input", "on no list; the probe ran it in bfloat16"
 
 
-def client_operators():
+def _client_operators():
     """``{operator: clients}``: the contrib operators GluonCV and GluonNLP call, and every fused attention one."""
     import mxnet as mx
 
@@ -79,8 +82,8 @@ def _clients_section():
              "",
              "| Operator | called by | runs in | why | probe verdict | probe's reason |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for name, clients in client_operators().items():
-        runs, why = rule(name)
+    for name, clients in _client_operators().items():
+        runs, why = _rule(name)
         verdict, reason = _verdict(name) or ("not probed", "")
         lines.append(f"| `{name}` | {', '.join(clients)} | {runs} | {_md(why)} | {_VERDICTS.get(verdict, verdict)} "
                      f"| {_md(reason)} |")
@@ -116,15 +119,18 @@ def _grouped(entries):
 def _float32_list_section():
     lines = ["### MXNet's own float32 list, probed",
              "",
-             "MXNet keeps these in float32 for range and precision, and so does mxfp16. The probe says, for "
-             "each, whether a bfloat16 kernel exists and agrees with float32.",
+             "MXNet keeps these in float32 for range and precision, and so does mxfp16, except the operators "
+             "that only move values, which follow their input (marked *follows*). The probe says, for each, "
+             "whether a bfloat16 kernel exists and agrees with float32.",
              "",
              "| probe verdict | reason | operators |",
              "| --- | --- | --- |"]
+    follow = set(follow_input_operators())
     for verdict in ("bfloat16", "float32", "unprobed"):
         entries = {n: _shown(verdict, reason) for n, (v, reason) in probe.MXNET_FLOAT32.items() if v == verdict}
         for reason, names in _grouped(entries):
-            lines.append(f"| {_VERDICTS[verdict]} | {_md(reason)} | {', '.join(f'`{n}`' for n in sorted(names))} |")
+            shown = ", ".join(f"`{n}`" + (" *follows*" if n in follow else "") for n in sorted(names))
+            lines.append(f"| {_VERDICTS[verdict]} | {_md(reason)} | {shown} |")
     return lines
 
 

@@ -4,7 +4,7 @@ Nothing here is written by hand: each entry of :data:`LAYERS` is a layer as
 a user would build it, :func:`layer_dtypes` calls it on a symbol with AMP
 active (so every operator AMP wraps is wrapped, casts included), and MXNet's
 own type inference says what dtype each operator's output has: the dtype it
-computes in. ``mxfp16 info --amp-table`` prints :func:`render`, and
+computes in. ``mxfp16 info --amp-table`` prints :func:`generate`'s Markdown, and
 ``docs/amp-table.md`` holds that output (``tests/test_amp_layers.py`` keeps
 them equal and trains every entry against a float32 control).
 
@@ -17,9 +17,11 @@ from mxnet import gluon
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
-from .wrappers import cast
+from ..float_formats import BFLOAT16
+from . import recurrent
+from .wrappers import cast, dtype_name
 
-__all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes", "table", "render"]
+__all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes"]
 
 
 class Layer:
@@ -50,7 +52,7 @@ class Layer:
         self.hybridize = hybridize
 
 
-class Unrolled(gluon.HybridBlock):
+class _Unrolled(gluon.HybridBlock):
     """A recurrent cell unrolled over ``length`` steps, as a HybridBlock (cells are not layers)."""
 
     def __init__(self, cell, length, **kwargs):
@@ -65,7 +67,7 @@ class Unrolled(gluon.HybridBlock):
         return out
 
 
-class SelfAttention(gluon.HybridBlock):
+class _SelfAttention(gluon.HybridBlock):
     """A user's own one-head self-attention layer: Dense projections, ``batch_dot``, softmax, LayerNorm.
 
     ``masked`` attends to the first 3 positions of each sequence through softmax's ``length``.
@@ -90,6 +92,29 @@ class SelfAttention(gluon.HybridBlock):
         else:
             weights = F.softmax(scores, axis=-1)
         return self.norm(x + F.batch_dot(weights, v))
+
+
+class FusedSelfAttention(gluon.HybridBlock):
+    """GluonNLP's self-attention with its fused operators: one Dense for q, k and v, ``interleaved_matmul_selfatt``.
+
+    Input ``(T, N, C)``, as GluonNLP's BERT lays it out. MXNet 1.9.1 runs the
+    fused operators in float32 only on CPU; mxfp16's lists cast their input
+    once and their output stays float32.
+    """
+
+    def __init__(self, units=6, heads=2, **kwargs):
+        super().__init__(**kwargs)
+        self._heads = heads
+        with self.name_scope():
+            self.qkv = gluon.nn.Dense(3 * units, flatten=False)
+            self.proj = gluon.nn.Dense(units, flatten=False)
+            self.norm = gluon.nn.LayerNorm()
+
+    def hybrid_forward(self, F, x):
+        qkv = self.qkv(x)
+        scores = F.contrib.interleaved_matmul_selfatt_qk(qkv, heads=self._heads)
+        context = F.contrib.interleaved_matmul_selfatt_valatt(qkv, F.softmax(scores, axis=-1), heads=self._heads)
+        return self.norm(x + self.proj(context))
 
 
 def _numpy_dense_conv():
@@ -141,6 +166,8 @@ LAYERS = [
     Layer("nn.Conv1D", lambda: nn.Conv1D(4, 3), (2, 3, 8)),
     Layer("nn.Conv2D", lambda: nn.Conv2D(4, 3), _IMG),
     Layer("nn.Conv2D(7x7 stem)", lambda: nn.Conv2D(4, 7, padding=3), (2, 3, 8, 8)),
+    Layer("nn.Conv2D(depthwise, groups=channels)", lambda: nn.Conv2D(3, 3, groups=3, in_channels=3), _IMG),
+    Layer("nn.Conv2D(1x1)", lambda: nn.Conv2D(4, 1), _IMG),
     Layer("nn.Conv3D", lambda: nn.Conv3D(4, 3), (2, 3, 4, 4, 4)),
     Layer("nn.Conv1DTranspose", lambda: nn.Conv1DTranspose(4, 3), (2, 3, 8)),
     Layer("nn.Conv2DTranspose", lambda: nn.Conv2DTranspose(4, 3), _IMG),
@@ -184,24 +211,29 @@ LAYERS = [
     Layer("rnn.GRU", lambda: rnn.GRU(8, layout="NTC"), _SEQ),
     Layer("rnn.GRU(2 layers, bidirectional)",
           lambda: rnn.GRU(8, num_layers=2, bidirectional=True, layout="NTC"), _SEQ),
-    Layer("rnn.RNNCell", lambda: Unrolled(lambda: rnn.RNNCell(8), 5), _SEQ),
-    Layer("rnn.LSTMCell", lambda: Unrolled(lambda: rnn.LSTMCell(8), 5), _SEQ),
-    Layer("rnn.GRUCell", lambda: Unrolled(lambda: rnn.GRUCell(8), 5), _SEQ),
-    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: Unrolled(
+    Layer("mxfp16.amp.recurrent.LSTM (unfused)", lambda: recurrent.LSTM(8, layout="NTC", steps=5), _SEQ),
+    Layer("mxfp16.amp.recurrent.LSTM (unfused, 2 layers, bidirectional)",
+          lambda: recurrent.LSTM(8, num_layers=2, bidirectional=True, layout="NTC", steps=5), _SEQ),
+    Layer("mxfp16.amp.recurrent.GRU (unfused)", lambda: recurrent.GRU(8, layout="NTC", steps=5), _SEQ),
+    Layer("rnn.RNNCell", lambda: _Unrolled(lambda: rnn.RNNCell(8), 5), _SEQ),
+    Layer("rnn.LSTMCell", lambda: _Unrolled(lambda: rnn.LSTMCell(8), 5), _SEQ),
+    Layer("rnn.GRUCell", lambda: _Unrolled(lambda: rnn.GRUCell(8), 5), _SEQ),
+    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
         lambda: _stacked_cells(), 5), _SEQ),
-    Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: Unrolled(
+    Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
         lambda: rnn.BidirectionalCell(rnn.LSTMCell(8), rnn.LSTMCell(8)), 5), _SEQ),
-    Layer("rnn.ResidualCell(GRUCell)", lambda: Unrolled(lambda: rnn.ResidualCell(rnn.GRUCell(6)), 5), _SEQ),
-    Layer("rnn.ZoneoutCell(LSTMCell)", lambda: Unrolled(
+    Layer("rnn.ResidualCell(GRUCell)", lambda: _Unrolled(lambda: rnn.ResidualCell(rnn.GRUCell(6)), 5), _SEQ),
+    Layer("rnn.ZoneoutCell(LSTMCell)", lambda: _Unrolled(
         lambda: rnn.ZoneoutCell(rnn.LSTMCell(8), 0.2, 0.2), 5), _SEQ),
-    Layer("rnn.DropoutCell", lambda: Unrolled(lambda: rnn.DropoutCell(0.5), 5), _SEQ),
+    Layer("rnn.DropoutCell", lambda: _Unrolled(lambda: rnn.DropoutCell(0.5), 5), _SEQ),
     Layer("contrib.nn.Identity", lambda: cnn.Identity(), _VEC, hybridize=False),
     Layer("contrib.nn.PixelShuffle1D", lambda: cnn.PixelShuffle1D(2), (2, 4, 6)),
     Layer("contrib.nn.PixelShuffle2D", lambda: cnn.PixelShuffle2D(2), (2, 8, 4, 4)),
     Layer("contrib.nn.PixelShuffle3D", lambda: cnn.PixelShuffle3D(2), (2, 16, 2, 2, 2)),
     Layer("contrib.nn.SyncBatchNorm", lambda: cnn.SyncBatchNorm(), _IMG),
-    Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: SelfAttention(6), _SEQ),
-    Layer("masked self-attention (softmax with length)", lambda: SelfAttention(6, masked=True), _SEQ),
+    Layer("self-attention (Dense, batch_dot, softmax, LayerNorm)", lambda: _SelfAttention(6), _SEQ),
+    Layer("masked self-attention (softmax with length)", lambda: _SelfAttention(6, masked=True), _SEQ),
+    Layer("self-attention with GluonNLP's fused operators (interleaved_matmul_selfatt)", FusedSelfAttention, _SEQ),
     Layer("join: Concat of a 7x7 stem and a convolution of it", StemJoin, (2, 3, 8, 8)),
     Layer("join: sum of a 7x7 stem and a convolution of it", lambda: StemJoin("add"), (2, 3, 8, 8)),
     Layer("numpy mode: Conv2D, Activation, Dense", _numpy_dense_conv, _IMG, numpy_mode=True),
@@ -255,13 +287,6 @@ def _numpy_scope(on):
     return stack
 
 
-def _dtype_name(dtype):
-    import numpy as np
-
-    dtype = np.dtype(dtype)
-    return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
-
-
 def layer_dtypes(layer, input_dtype="float32"):
     """The dtype of each operator ``layer`` builds, with AMP active in this process.
 
@@ -278,9 +303,8 @@ def layer_dtypes(layer, input_dtype="float32"):
         ``(operator, dtype)`` in graph order, without AMP's own casts.
     """
     import mxnet as mx
-    from mxnet.contrib.amp.amp import bfloat16
 
-    cast = {"float32": None, "bfloat16": bfloat16, "float16": "float16"}[input_dtype]
+    cast = {"float32": None, "bfloat16": BFLOAT16, "float16": "float16"}[input_dtype]
     with _numpy_scope(layer.numpy_mode):
         if layer.numpy_mode:
             mx.npx.set_np()
@@ -307,7 +331,7 @@ def layer_dtypes(layer, input_dtype="float32"):
         finally:
             if layer.numpy_mode:
                 mx.npx.reset_np()
-    return [(op, _dtype_name(dtype) if dtype is not None else "unknown")
+    return [(op, dtype_name(dtype) if dtype is not None else "unknown")
             for op, dtype in operator_dtypes(out, internals, types)]
 
 
@@ -329,7 +353,7 @@ def operator_dtypes(out, internals, types, nodes=None):
             if node["op"] not in ("null", "amp_cast", "amp_multicast")]
 
 
-def table(target="bfloat16"):
+def _table(target="bfloat16"):
     """Every :data:`LAYERS` entry's operators and dtypes, for both inputs.
 
     AMP must be active for ``target`` in this process (:func:`mxfp16.activate`).
@@ -354,8 +378,8 @@ def _cell(rows):
     return ", ".join(f"{op} {dtype}" for op, dtype in seen) or "(no operator)"
 
 
-def render(rows, target="bfloat16"):
-    """The Markdown table of :func:`table`'s rows (what ``mxfp16 info --amp-table`` prints)."""
+def _render(rows, target="bfloat16"):
+    """The Markdown table of :func:`_table`'s rows (what ``mxfp16 info --amp-table`` prints)."""
     import mxnet as mx
 
     lines = [f"Generated by `mxfp16 info --amp-table` (MXNet {mx.__version__}, amp-{target}, "
@@ -369,34 +393,41 @@ def render(rows, target="bfloat16"):
 
 
 def generate(target="bfloat16"):
-    """:func:`render` of :func:`table`, in a child process (AMP is process-global).
+    """:func:`_render` of :func:`_table`, in a child process (AMP is process-global).
 
     For bfloat16 the operator views follow (:func:`mxfp16.amp.operators.render`).
-    """
-    import subprocess
-    import sys
 
-    proc = subprocess.run([sys.executable, "-m", "mxfp16.amp.table", target],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"generating the AMP table failed:\n{proc.stderr[-2000:]}")
+    Raises
+    ------
+    RuntimeError
+        The child failed; the message ends with its error output.
+    """
+    from ..plumbing.child import run_json_child
+
+    record, problem = run_json_child("mxfp16.amp.table", [target])
+    if record is None:
+        raise RuntimeError(f"generating the AMP table failed: {problem}")
     if target != "bfloat16":
-        return proc.stdout
+        return record["markdown"]
     from .operators import render as render_operators
 
-    return proc.stdout + "\n" + render_operators()
+    return record["markdown"] + "\n" + render_operators()
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
     import warnings
 
     import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
     from mxfp16.amp.lists import init_amp
+    from mxfp16.plumbing.fileio import write_json
 
-    target = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
+    parser = argparse.ArgumentParser(description="The AMP layer table under one target (generate's child).")
+    parser.add_argument("target", nargs="?", default="bfloat16", choices=("bfloat16", "float16"))
+    parser.add_argument("--result", required=True, help="the JSON file {'markdown': text} is written to")
+    args = parser.parse_args()
     warnings.simplefilter("ignore")
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
-    init_amp(target)
-    sys.stdout.write(render(table(target), target))
+    init_amp(args.target)
+    write_json(args.result, {"markdown": _render(_table(args.target), args.target)})

@@ -16,11 +16,12 @@ job (:mod:`mxfp16.amp.lists`).
 """
 import numpy as np
 
-__all__ = ["BFLOAT16", "dtype_name", "is_low_precision", "cast", "target_call", "target_rebuild",
-           "float32_call", "widest_call", "conditional_float32_call", "float32_where", "as_tuple"]
+from ..float_formats import BFLOAT16
 
-#: MXNet's bfloat16 (a numpy structured dtype: numpy has none).
-BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
+__all__ = ["dtype_name", "is_low_precision", "cast", "named_like", "target_call", "target_rebuild",
+           "float32_call", "widest_call", "conditional_float32_call", "LayerCall", "float32_where",
+           "as_tuple"]
+
 _FLOAT16 = np.dtype(np.float16)
 _FLOAT32 = np.dtype(np.float32)
 
@@ -72,7 +73,8 @@ def _each(x, fn):
     return fn(x)
 
 
-def _named_like(wrapper, f, name):
+def named_like(wrapper, f, name):
+    """``wrapper`` named and documented as ``f`` (``name`` where ``f`` has no name): how a patched operator reads."""
     wrapper.__name__ = getattr(f, "__name__", name)
     wrapper.__doc__ = getattr(f, "__doc__", None)
     wrapper.__module__ = getattr(f, "__module__", wrapper.__module__)
@@ -103,7 +105,7 @@ def target_call(f, name, target_dtype, skip=("out",)):
         kwargs = {k: v if k in skip else _each(v, lambda u: _to_target(u, target_dtype)) for k, v in kwargs.items()}
         return f(*args, **kwargs)
 
-    return _named_like(target_op, f, name)
+    return named_like(target_op, f, name)
 
 
 def target_rebuild(f, name, target_dtype):
@@ -131,7 +133,7 @@ def target_rebuild(f, name, target_dtype):
         rebuilt._set_attr(name=sym.name)
         return rebuilt
 
-    return _named_like(target_op, f, name)
+    return named_like(target_op, f, name)
 
 
 def _to_float32(x):
@@ -169,7 +171,7 @@ def float32_call(f, name, on_first_use=None, skip=("out",)):
         kwargs = {k: v if k in skip else _each(v, _to_float32) for k, v in kwargs.items()}
         return f(*args, **kwargs)
 
-    return _named_like(float32_op, f, name)
+    return named_like(float32_op, f, name)
 
 
 def widest_call(f, name, target_dtype, skip=("out",)):
@@ -210,7 +212,7 @@ def widest_call(f, name, target_dtype, skip=("out",)):
             where[key] = t
         return f(*args, **kwargs)
 
-    return _named_like(widest_op, f, name)
+    return named_like(widest_op, f, name)
 
 
 def _multicast(symbols):
@@ -234,7 +236,7 @@ def conditional_float32_call(f, name, rules):
             return plain(*args, **kwargs)
         return f(*args, **kwargs)
 
-    return _named_like(conditional_op, f, name)
+    return named_like(conditional_op, f, name)
 
 
 def as_tuple(value):
@@ -249,19 +251,86 @@ def as_tuple(value):
         return ()
 
 
-def float32_where(original, wrapped, param, values, name="Convolution"):
-    """``wrapped`` unless ``kwargs[param]`` is in ``values``; then ``original`` on float32 inputs.
+class LayerCall:
+    """What one call of a layer's operator says about the layer: what a float32 rule may key on.
+
+    Built from a call (:meth:`of_call`: the operator's keyword arguments and
+    its inputs) or from a node of a finished graph (:meth:`of_node`), the
+    two give the same ``attrs``: MXNet stores each argument in the graph as
+    ``str(value)``.
+
+    Attributes
+    ----------
+    op : str
+        The operator (``'Convolution'``).
+    attrs : dict
+        ``{argument: str(value)}``, tensors and the node's name left out.
+    weight : str or None
+        The name of the weight parameter (the second input) when the call
+        builds a graph node, else ``None``.
+    shapes : tuple or None
+        The input shapes when the call runs on arrays, else ``None``.
+    """
+
+    def __init__(self, op, attrs, weight=None, shapes=None):
+        self.op, self.attrs, self.weight, self.shapes = op, dict(attrs), weight, shapes
+
+    @classmethod
+    def of_call(cls, op, args, kwargs):
+        ndarray, symbol, _, _ = _kinds()
+        tensors = [a for a in args if _is_tensor(a)] + [kwargs[k] for k in ("data", "weight", "bias")
+                                                        if _is_tensor(kwargs.get(k))]
+        attrs = {k: str(v) for k, v in kwargs.items() if k not in _NOT_ATTRIBUTES and not _is_tensor(v)}
+        weight = tensors[1] if len(tensors) > 1 else None
+        name = weight.name if isinstance(weight, symbol.Symbol) and weight.get_children() is None else None
+        shapes = tuple(tuple(t.shape) for t in tensors) if tensors and all(
+            isinstance(t, ndarray.NDArray) for t in tensors) else None
+        return cls(op, attrs, name, shapes)
+
+    @classmethod
+    def of_node(cls, node, nodes):
+        """From a node of ``json.loads(symbol.tojson(remove_amp_cast=False))['nodes']``; ``nodes`` names its inputs.
+
+        The weight is found behind AMP's casts (the graph of a network traced
+        with AMP on casts each weight before the layer reads it).
+        """
+        weight = None
+        if len(node["inputs"]) > 1:
+            index, output, _ = node["inputs"][1]
+            while nodes[index]["op"] in ("amp_cast", "amp_multicast"):
+                cast = nodes[index]
+                index, output, _ = cast["inputs"][output if cast["op"] == "amp_multicast" else 0]
+            weight = nodes[index]["name"] if nodes[index]["op"] == "null" else None
+        return cls(node["op"], node.get("attrs", {}), weight)
+
+    def int_attr(self, name, default):
+        try:
+            return int(self.attrs.get(name, default))
+        except ValueError:
+            return default
+
+    def tuple_attr(self, name):
+        return as_tuple(self.attrs.get(name, ""))
+
+
+#: Keyword arguments of an operator call that are not attributes of its node.
+_NOT_ATTRIBUTES = ("name", "attr", "out")
+
+
+def float32_where(original, wrapped, keeps_float32, name="Convolution"):
+    """``wrapped`` unless ``keeps_float32(LayerCall)`` is true for the call; then ``original`` on float32 inputs.
 
     AMP's conditional list cannot express "this Convolution in float32": it
     wraps the already wrapped target operator, so the inputs would be cast
     to float32 and straight back. This keeps the unwrapped operator for the
-    float32 case instead.
+    float32 case instead. ``keeps_float32`` is one of
+    :data:`mxfp16.amp.lists.FLOAT32_RULES` or their union.
     """
     plain = float32_call(original, name)
 
     def conditional_op(*args, **kwargs):
-        if as_tuple(kwargs.get(param)) in values:
+        if keeps_float32(LayerCall.of_call(name, args, kwargs)):
             return plain(*args, **kwargs)
         return wrapped(*args, **kwargs)
 
-    return _named_like(conditional_op, wrapped, name)
+    return named_like(conditional_op, wrapped, name)

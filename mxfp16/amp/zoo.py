@@ -22,7 +22,7 @@ from .table import operator_dtypes
 from .wrappers import is_low_precision
 
 __all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
-           "model_dtypes", "table", "render", "generate"]
+           "model_dtypes", "render", "generate"]
 
 #: ``gluoncv.model_zoo`` modules (and packages) whose models are not image
 #: classifiers: detection, segmentation, pose, action recognition, depth,
@@ -157,7 +157,7 @@ def model_dtypes(name):
     return row
 
 
-def table(names=None):
+def _table(names=None):
     """:func:`model_dtypes` of every classification model (or of ``names``), AMP active in this process."""
     return [model_dtypes(name) for name in (names or classification_models())]
 
@@ -208,32 +208,43 @@ def render(rows_by_target):
 
 
 def generate(targets=("bfloat16", "float16"), names=None):
-    """``{target: rows}``: :func:`table` under each target, each in its own process, run side by side."""
-    import subprocess
-    import sys
+    """``{target: rows}``: :func:`_table` under each target, each in its own process, run side by side.
 
-    args = list(names or [])
-    procs = {t: subprocess.Popen([sys.executable, "-m", "mxfp16.amp.zoo", t, *args], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for t in targets}
+    Raises
+    ------
+    RuntimeError
+        A child failed; the message names its target and ends with its error output.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..plumbing.child import run_json_child
+
+    # Threads only wait: each child is its own process, and they build side by side.
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        done = dict(zip(targets, pool.map(lambda t: run_json_child("mxfp16.amp.zoo", [t, *(names or [])]), targets)))
     rows = {}
-    for target, proc in procs.items():
-        out, err = proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"building the zoo under amp-{target} failed:\n{err[-2000:]}")
-        rows[target] = json.loads(out)
+    for target, (record, problem) in done.items():
+        if record is None:
+            raise RuntimeError(f"building the zoo under amp-{target} failed: {problem}")
+        rows[target] = record["rows"]
     return rows
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
     import warnings
 
     import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
     from mxfp16.amp.lists import init_amp
+    from mxfp16.plumbing.fileio import write_json
 
+    parser = argparse.ArgumentParser(description="The models view under one target (generate's child).")
+    parser.add_argument("target", choices=("bfloat16", "float16"))
+    parser.add_argument("names", nargs="*", help="models to build (default: every classification model)")
+    parser.add_argument("--result", required=True, help="the JSON file {'rows': [...]} is written to")
+    args = parser.parse_args()
     warnings.simplefilter("ignore")
-    target = sys.argv[1]
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
-    init_amp(target)
-    json.dump(table(sys.argv[2:] or None), sys.stdout)
+    init_amp(args.target)
+    write_json(args.result, {"rows": _table(args.names or None)})

@@ -145,7 +145,6 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     from ..machine import hardware
     from ..machine.environment import thread_report
     from ..models import ModelError
-    from .peer import PEERS
     from .report import input_size
     from .runner import BenchSpec
     from .suite import plan
@@ -163,22 +162,9 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     else:
         options, image_size, classes = None, 224 if image_size is None else image_size, classes or 102
     sizes = int_list(batch_sizes or BATCH_SIZES[mode], "--batch-sizes")
-    on_cpu = ctx.strip().lower() in ("auto", "cpu")
-    if peer and peer not in PEERS:
-        raise BenchSetupError(f"--peer {peer!r}: choose from {', '.join(PEERS)}")
-    if peer and (mode != "train" or data != "synthetic" or not on_cpu):
-        raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
-                              "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
     if onnxruntime and mode != "inference":
         raise BenchSetupError("--onnxruntime times the exported network's forward pass: use it with --mode inference")
-    network = None
-    if peer:
-        from .peer import peer_models, peer_network  # imports neither torch nor MXNet
-
-        network = peer_network(model)
-        if network is None:
-            raise BenchSetupError(f"--peer pytorch has a PyTorch network only for {peer_models()}: use --model with "
-                                  f"one of these, not {model!r}")
+    network = _peer_network(peer, model, mode, data, ctx)
     iters = ITERS[mode] if iters is None else iters
     try:
         base = BenchSpec(model=model, image_size=image_size, mode=mode, iters=iters, warmup=warmup,
@@ -208,6 +194,24 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
                       machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
                       input_size=input_size({"image_size": image_size, "seq_len": (options or {}).get("seq_len")}),
                       auto={str(size): v.record() for size, v in verdicts.items()})
+
+
+def _peer_network(peer, model, mode, data, ctx):
+    """The PyTorch network ``peer`` times for ``model`` (``None`` without a peer), after refusing what it cannot."""
+    if not peer:
+        return None
+    from .peer import PEERS, peer_models, peer_network  # imports neither torch nor MXNet
+
+    if peer not in PEERS:
+        raise BenchSetupError(f"--peer {peer!r}: choose from {', '.join(PEERS)}")
+    if mode != "train" or data != "synthetic" or ctx.strip().lower() not in ("auto", "cpu"):
+        raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
+                              "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
+    network = peer_network(model)
+    if network is None:
+        raise BenchSetupError(f"--peer pytorch has a PyTorch network only for {peer_models()}: use --model with "
+                              f"one of these, not {model!r}")
+    return network
 
 
 def _family_request(fam, image_size, classes, mode, data, precisions, ctx, model_options):

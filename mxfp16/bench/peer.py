@@ -22,10 +22,10 @@ says what ran. The models that have a peer (:func:`peer_network`):
   convolutions and nearly the same work per image (about 4.1 GFLOPs forward
   at 224 px), and the report says which ran. torchvision's ``resnet50`` is
   used when it imports; otherwise (torchvision has no CPU wheel matching
-  every torch release) :func:`resnet50_v1_5` builds the same network.
+  every torch release) :func:`_resnet50_v1_5` builds the same network.
 - ``lstm-classifier`` and ``transformer-encoder``: float32 and
-  bfloat16 in NCHW. :func:`lstm_classifier` and
-  :func:`transformer_encoder_classifier` have exactly the layers of
+  bfloat16 in NCHW. :func:`_lstm_classifier` and
+  :func:`_transformer_encoder_classifier` have exactly the layers of
   :class:`mxfp16.models.LSTMClassifier` and
   :class:`mxfp16.models.TransformerEncoderClassifier` (the same parameter
   count, which the tests check against the MXNet models), and read the same
@@ -61,8 +61,7 @@ import numpy as np
 from .families import FAMILIES, family, record_fields, throughput_fields
 
 __all__ = ["PeerSpec", "PEERS", "NETWORKS", "peer_network", "peer_models", "variants", "plan_peer",
-           "run_in_subprocess", "build_network", "resnet50_v1_5", "lstm_classifier",
-           "transformer_encoder_classifier", "NETWORK"]
+           "run_in_subprocess", "build_network", "NETWORK"]
 
 #: Peers ``--peer`` accepts: every row, or the eager rows only (no compiling).
 PEERS = ("pytorch", "pytorch-eager")
@@ -198,7 +197,7 @@ def not_run(spec, status, reason):
                 ms_per_step_spread=None, peak_memory_mb=None)
 
 
-def torch_missing():
+def _torch_missing():
     """Why the PyTorch rows cannot run here, or ``None`` when torch is installed."""
     if importlib.util.find_spec("torch") is None:
         return f"PyTorch is not installed: {INSTALL}"
@@ -209,7 +208,7 @@ def run_in_subprocess(spec, timeout=None):
     """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.run_json_child`)."""
     from ..plumbing.child import run_json_child
 
-    missing = torch_missing()
+    missing = _torch_missing()
     if missing:
         return not_run(spec, "skipped", missing)
     record, problem = run_json_child("mxfp16.bench.peer", ["--spec", spec.to_json()], timeout=timeout)
@@ -217,7 +216,7 @@ def run_in_subprocess(spec, timeout=None):
 
 
 # ---- the child: torch only ---------------------------------------------------------------------
-def resnet50_v1_5(classes):
+def _resnet50_v1_5(classes):
     """torchvision's ResNet-50 (v1.5: stride in the 3x3 convolution), or the same network built here."""
     from torch import nn
 
@@ -262,7 +261,7 @@ def _rows(x):
     return x.permute(0, 2, 1, 3).flatten(2)
 
 
-def lstm_classifier(classes, in_shape, hidden=128):
+def _lstm_classifier(classes, in_shape, hidden=128):
     """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch.
 
     Parameters
@@ -301,7 +300,7 @@ def lstm_classifier(classes, in_shape, hidden=128):
     return LSTMClassifier()
 
 
-def transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
+def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
     """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch.
 
     Parameters
@@ -371,15 +370,15 @@ def build_network(model, classes, image_size):
     key = _key(model)
     in_shape = (3, image_size, image_size)
     if key == "resnet50":
-        return resnet50_v1_5(classes)
+        return _resnet50_v1_5(classes)
     if key == MOBILENET_V2:
         from .peer_families import mobilenet_v2
 
         return mobilenet_v2(classes)
     if key == LSTM_CLASSIFIER:
-        return lstm_classifier(classes, in_shape)
+        return _lstm_classifier(classes, in_shape)
     if key == TRANSFORMER_ENCODER:
-        return transformer_encoder_classifier(classes, in_shape)
+        return _transformer_encoder_classifier(classes, in_shape)
     raise ValueError(f"{model!r} has no PyTorch peer; the peer times {peer_models()}")
 
 
@@ -414,7 +413,7 @@ def _classifier_step(spec):
     return step
 
 
-def measure(spec):
+def _measure(spec):
     """Time the PyTorch training step for ``spec`` in this process.
 
     A compiled row runs at least one untimed step whatever ``spec.warmup``
@@ -466,7 +465,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     spec = PeerSpec(**json.loads(args.spec))
     try:
-        record = measure(spec)
+        record = _measure(spec)
     except Exception:  # the parent reports it and carries on with the other rows
         record = not_run(spec, "failed", traceback.format_exc(limit=6).strip())
     from ..plumbing.fileio import write_json

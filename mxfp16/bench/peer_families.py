@@ -198,27 +198,36 @@ def family_step(name, options, batch_size, bfloat16, compiled, channels_last=Fal
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16)
 
     if fam.unit == TOKENS:
-        (net,), (run,) = nets.values(), runs.values()
-        stream = torch.randint(0, options["vocab"], (batch_size, options["seq_len"] + 1), generator=generator)
-        tokens = stream[:, :-1].contiguous()
-        if name == "bert-encoder":
-            labels = torch.randint(0, options["classes"], (batch_size,), generator=generator)
-        else:
-            labels = stream[:, 1:].reshape(-1)
-        opt = optimizer(fam.optimizer, net.parameters(), fam.optimizer_params)
+        return _token_step(fam, options, batch_size, nets, runs, autocast, generator)
+    return _gan_step(fam, options, batch_size, nets, runs, autocast, generator, layout)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with autocast():
-                scores = run(tokens)
-            loss = F.cross_entropy(scores.float().reshape(-1, scores.shape[-1]), labels)
-            loss.backward()
-            if fam.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(net.parameters(), fam.clip_grad_norm)
-            opt.step()
-            return loss.detach()
-        return step
 
+def _token_step(fam, options, batch_size, nets, runs, autocast, generator):
+    """A token family's step: next-word prediction, or (bert-encoder) one label per sequence."""
+    (net,), (run,) = nets.values(), runs.values()
+    stream = torch.randint(0, options["vocab"], (batch_size, options["seq_len"] + 1), generator=generator)
+    tokens = stream[:, :-1].contiguous()
+    if fam.name == "bert-encoder":
+        labels = torch.randint(0, options["classes"], (batch_size,), generator=generator)
+    else:
+        labels = stream[:, 1:].reshape(-1)
+    opt = optimizer(fam.optimizer, net.parameters(), fam.optimizer_params)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            scores = run(tokens)
+        loss = F.cross_entropy(scores.float().reshape(-1, scores.shape[-1]), labels)
+        loss.backward()
+        if fam.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), fam.clip_grad_norm)
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def _gan_step(fam, options, batch_size, nets, runs, autocast, generator, layout):
+    """One GAN iteration: the discriminator on a real and a generated batch, then the generator."""
     g, d = runs["generator"], runs["discriminator"]
     opt_g = optimizer(fam.optimizer, nets["generator"].parameters(), fam.optimizer_params)
     opt_d = optimizer(fam.optimizer, nets["discriminator"].parameters(), fam.optimizer_params)

@@ -149,7 +149,7 @@ def round_spread(a, b, key):
     """The ratio ``a[key] / b[key]`` measured within each round, and its lowest and highest value.
 
     A ratio over rounds is their median (:func:`add_speedups`,
-    :func:`peer_comparison`); this says how far the rounds it came from
+    :func:`_peer_comparison`); this says how far the rounds it came from
     moved. A round in which either row failed is left out.
 
     Parameters
@@ -177,7 +177,7 @@ def _prefixed(spread, prefix):
     return {f"{prefix}{name}": value for name, value in (spread or {}).items()}
 
 
-def speedup_key(record):
+def _speedup_key(record):
     return (f"{label(record)} vs float32, {record['model']} {input_size(record)} bs{record['batch_size']} "
             f"{record['mode']}")
 
@@ -199,7 +199,7 @@ def add_speedups(records):
     Returns
     -------
     dict
-        ``{speedup_key: {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
+        ``{_speedup_key(row): {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
         "batch_size", "image_size", "model", "mode"}}`` for every successful
         non-float32 record that has a baseline; with rounds also
         ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
@@ -220,7 +220,7 @@ def add_speedups(records):
         r["cpu_speedup"] = _ratio(base, r, "cpu_ms_per_step")
         r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
         if r is not base:
-            table[speedup_key(r)] = {
+            table[_speedup_key(r)] = {
                 "speedup": r["speedup"], "cpu_speedup": r["cpu_speedup"], "memory_ratio": r["memory_ratio"],
                 **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
                 **(round_spread(base, r, "ms_per_step") or {}),
@@ -228,7 +228,14 @@ def add_speedups(records):
     return table
 
 
-def peer_comparison(records):
+def _fastest(rows, field):
+    """The fastest of ``rows`` by ``field`` (``images_per_second`` or ``tokens_per_second``) as
+    ``{"label", field, "row"}``, or ``None`` when there is none."""
+    row = max(rows, key=lambda r: r[field], default=None)
+    return None if row is None else {"label": label(row), field: row[field], "row": row}
+
+
+def _peer_comparison(records):
     """mxfp16 against the peer, per group: the best mixed-precision rows and the float32 rows.
 
     Returns
@@ -248,18 +255,13 @@ def peer_comparison(records):
     out = {}
     for rows in groups.values():
         field = throughput_field(rows[0])
-
-        def best(rows):
-            row = max(rows, key=lambda r: r[field], default=None)
-            return None if row is None else {"label": label(row), field: row[field], "row": row}
-
         mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
         if not peer:
             continue
-        entry = {"mxfp16_mixed": best([r for r in mine if r["precision"] != BASELINE]),
-                 "peer_mixed": best([r for r in peer if not r["precision"].endswith(BASELINE)]),
-                 "mxfp16_float32": best([r for r in mine if r["precision"] == BASELINE]),
-                 "peer_float32": best([r for r in peer if r["precision"].endswith(BASELINE)])}
+        entry = {"mxfp16_mixed": _fastest([r for r in mine if r["precision"] != BASELINE], field),
+                 "peer_mixed": _fastest([r for r in peer if not r["precision"].endswith(BASELINE)], field),
+                 "mxfp16_float32": _fastest([r for r in mine if r["precision"] == BASELINE], field),
+                 "peer_float32": _fastest([r for r in peer if r["precision"].endswith(BASELINE)], field)}
         for kind in ("mixed", "float32"):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
             entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], field) if a and b else None
@@ -304,7 +306,7 @@ def bench_document(machine, records, config=None, tensor_cores=None):
     records = merge_rounds(records)
     speedup = add_speedups(records)
     doc = {"machine": machine, "results": records, "speedup": speedup}
-    comparison = peer_comparison(records)
+    comparison = _peer_comparison(records)
     if comparison:
         doc["peer"] = comparison
     if config is not None:
@@ -322,11 +324,11 @@ def write_outputs(out_dir, document):
     csv_path = os.path.join(out_dir, "bench.csv")
     write_json(json_path, document)
     with atomic_write(csv_path, "w") as handle:
-        handle.write(to_csv(document["results"]))
+        handle.write(_to_csv(document["results"]))
     return json_path, csv_path
 
 
-def to_csv(records):
+def _to_csv(records):
     buffer = io.StringIO()
     names = RESULT_FIELDS + EXTRA_FIELDS + LATENCY_FIELDS
     writer = csv.DictWriter(buffer, fieldnames=names, extrasaction="ignore", lineterminator="\n")
@@ -350,7 +352,7 @@ def _num(value, fmt):
     return format(value, fmt) if value is not None else "-"
 
 
-def short_reason(record, width=90):
+def _short_reason(record, width=90):
     """The gist of why a run did not produce timings: a skip's first sentence, a crash's last line."""
     text = (record.get("reason") or "").strip()
     if not text:
@@ -377,7 +379,7 @@ def format_table(records):
     for r in records:
         row = f"{r['model']:<18}{input_size(r):>7}{r['mode']:>10}  {label(r):<42}{r['batch_size']:>6}"
         if r.get("status") != "ok":
-            lines.append(f"{row}  {r.get('status', 'failed').upper()}: {short_reason(r)}")
+            lines.append(f"{row}  {r.get('status', 'failed').upper()}: {_short_reason(r)}")
             continue
         lines.append(row + f"{_num(r.get(field), '.2f'):>10}{_num(r['ms_per_step'], '.1f'):>10}"
                      f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r.get('cpu_ms_per_step'), '.0f'):>9}"
@@ -395,7 +397,7 @@ def round_ratios(document):
     A file written before ``bench.json`` recorded the spread has every
     round's figures but not the ratios within each round; this derives them
     with the functions that write them today (:func:`add_speedups`,
-    :func:`peer_comparison`, :func:`round_spread`), so the medians come out
+    :func:`_peer_comparison`, :func:`round_spread`), so the medians come out
     as recorded and the spread as a new run would record it.
 
     Parameters
@@ -418,7 +420,7 @@ def round_ratios(document):
     speedups = {key: {name: e[name] for name in ("speedup",) + spread}
                 for key, e in add_speedups(rows).items() if "round_ratios" in e}
     peers = {}
-    for key, e in peer_comparison(rows).items():
+    for key, e in _peer_comparison(rows).items():
         fields = {f"{kind}_{name}": e[f"{kind}_{name}"] for kind in ("mixed", "float32")
                   if f"{kind}_round_ratios" in e for name in ("ratio",) + spread}
         if fields:

@@ -67,7 +67,7 @@ ONNXRUNTIME_CPU_FLOAT16 = (
     "it runs no bfloat16 at all: a CPU serves model.onnx (float32)")
 
 
-def onnxruntime_cannot_run(spec):
+def _onnxruntime_cannot_run(spec):
     """Why an onnxruntime spec cannot run here, or ``None``."""
     import importlib.util
 
@@ -78,20 +78,14 @@ def onnxruntime_cannot_run(spec):
         return None
     import onnxruntime
 
-    on_gpu = spec.ctx.strip().lower().startswith("gpu") or (
-        spec.ctx.strip().lower() == "auto" and _gpu_count() > 0)
-    if not on_gpu:
+    from ..devices import parse_devices
+
+    if all(kind == "cpu" for kind, _ in parse_devices(spec.ctx)):
         return ONNXRUNTIME_CPU_FLOAT16
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return (f"this onnxruntime ({onnxruntime.__version__}) has no CUDA execution provider for float16; "
                 "pip install onnxruntime-gpu")
     return None
-
-
-def _gpu_count():
-    from ..machine import hardware
-
-    return hardware.gpu_count()
 
 
 def run_suite(specs, timeout=None, on_result=None, rounds=1):
@@ -139,7 +133,7 @@ def _cannot_run(spec):
     """Why ``spec``'s precision cannot run on its devices, or ``None`` (no process needed to find out)."""
     from ..precision import PrecisionError, resolve_precision
     if spec.runtime == "onnxruntime":
-        return onnxruntime_cannot_run(spec)
+        return _onnxruntime_cannot_run(spec)
     try:
         resolve_precision(spec.precision, spec.ctx)
     except PrecisionError as err:

@@ -22,7 +22,7 @@ def _kind(block):
     return None
 
 
-def layer_shapes(net):
+def _layer_shapes(net):
     """``(name, kind, in, out)`` for each Conv and Dense layer, from its (initialised) weight.
 
     Grouped convolutions report their total input channels.
@@ -66,7 +66,7 @@ def tensor_core_report(net, batch_size, sample_shape=None):
     """
     if sample_shape is not None and any(0 in p.shape for p in net.collect_params().values() if p.shape):
         net(mx.nd.zeros((1,) + tuple(sample_shape)))
-    rows = layer_shapes(net)
+    rows = _layer_shapes(net)
     misaligned = [{"name": name, "kind": kind, "in": n_in, "out": n_out}
                   for name, kind, n_in, n_out in rows if n_in % MULTIPLE or n_out % MULTIPLE]
     sizes = [batch_size] if isinstance(batch_size, int) else list(batch_size)

@@ -4,6 +4,7 @@ A module here parses flags, calls the library and prints; it raises
 :class:`CommandError` for anything the user can fix, and ``mxfp16.cli``
 prints that without a traceback (exit status 2).
 """
+import contextlib
 
 
 class CommandError(Exception):
@@ -37,19 +38,30 @@ def add_ctx_argument(group, one=False, where=None):
     group.add_argument("--ctx", default="auto", help=f"{text} (default: auto)")
 
 
-def check_out(out, inputs, flag="--out", kind="folder"):
-    """The writing rule for a command's output (``mxfp16.plumbing.fileio``), as a CommandError, before any work.
+@contextlib.contextmanager
+def open_output(path, doing, overwrite, inputs=(), flag="--out", kind="folder", contents=None, refusal=None):
+    """The command's output (:class:`mxfp16.plumbing.locking.Output`), opened before any work; its refusals as a
+    CommandError.
 
-    ``out`` must be creatable (:func:`~mxfp16.plumbing.fileio.check_output_path`: no
-    name too long, no file where a folder belongs, a folder this user may
-    write to), and must not be, contain or sit inside any of ``inputs``
-    (``(what, path)`` pairs; ``None`` paths are ignored), links resolved.
+    Checked (it can be made, and is, contains or sits inside none of
+    ``inputs``: ``(what, path)`` pairs, links resolved), locked, and refused
+    when it exists without ``overwrite`` or holds what ``contents`` does not
+    name; the block writes into :meth:`~mxfp16.plumbing.locking.Output.stage`
+    and publishes.
     """
-    from ..plumbing.fileio import OutputFolderError, check_output_folder, check_output_path
+    from ..plumbing.fileio import OutputFolderError
+    from ..plumbing.locking import Output, PathBusyError
 
     try:
-        check_output_path(out, flag, kind)
-        check_output_folder(out, inputs, flag)
-    except OutputFolderError as err:
+        with Output(path, doing, kind=kind, overwrite=overwrite, inputs=inputs, flag=flag, contents=contents,
+                    refusal=refusal) as output:
+            yield output
+    except (OutputFolderError, PathBusyError) as err:
         raise CommandError(str(err)) from None
-    return out
+
+
+def add_overwrite_argument(group, what="--out"):
+    """``--overwrite`` with the one help text every writing command shares."""
+    group.add_argument("--overwrite", action="store_true",
+                       help=f"replace {what} when it exists, whole, once the new output is complete (default: off: "
+                            "refused when it exists)")

@@ -9,23 +9,38 @@ network as `mxfp16 export` converts it and `mxfp16 predict` runs it, each
 call on its own: batch-1 latency (median, p90, p99) and batch-32 throughput
 by default; --onnxruntime adds the network as `mxfp16 export --format onnx`
 writes it, run by onnxruntime (float32, and float16 where its execution
-provider runs it). Writes bench.json, bench.csv and PNG plots to --out.
+provider runs it). Writes bench.json, bench.csv and PNG plots to --out: a
+new folder (--overwrite replaces an earlier benchmark's whole, nothing of it
+left behind), locked for the whole benchmark, so a second one into the same
+--out is refused at once.
 """
+import os
+
 from ..bench.families import FAMILIES
 from ..bench.invocation import BATCH_SIZES, ITERS
 from ..bench.peer import PEERS
 from ..plumbing.limits import MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, MAX_STEPS, integer, number
-from . import CommandError, add_ctx_argument, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 40
 
 
 def register(subparsers):
-    from ..data.layout import PIPELINES
-
     parser = subparsers.add_parser("bench", help="time float32 against mixed precision (throughput, memory, speedup)",
                                    description=__doc__)
-    what = parser.add_argument_group("what to run")
+    _add_what_to_run(parser.add_argument_group("what to run"))
+    _add_timing(parser.add_argument_group("timing"))
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", required=True, help="folder for bench.json, bench.csv and the PNG plots (required)")
+    output.add_argument("--no-plots", action="store_true", help="skip the PNG plots (default: plots are drawn)")
+    add_overwrite_argument(output)
+    parser.set_defaults(func=run)
+
+
+def _add_what_to_run(what):
+    """The network, data, precisions and devices a benchmark runs."""
+    from ..data.layout import PIPELINES
+
     what.add_argument("--model", default="resnet50_v2",
                       help="gluoncv model-zoo name, or a family with its own sizes and step: "
                            f"{', '.join(FAMILIES)} (see --model-option) (default: resnet50_v2)")
@@ -70,7 +85,10 @@ def register(subparsers):
                            "in onnxruntime with the same threads, batches and timing: float32, and float16 on a GPU "
                            "execution provider (on a CPU its row says why not); needs the onnx extra (default: off)")
     add_ctx_argument(what)
-    timing = parser.add_argument_group("timing")
+
+
+def _add_timing(timing):
+    """How each run is timed: steps, warm-up, repeats, rounds, threads and a time limit."""
     timing.add_argument("--iters", type=integer(1, MAX_STEPS), default=None,
                         help=f"steps per timed repeat (default: {ITERS['train']} for train, {ITERS['inference']} "
                              "for inference, where every call is a latency sample)")
@@ -85,20 +103,23 @@ def register(subparsers):
     add_threads_argument(timing)
     timing.add_argument("--timeout", type=number(1e-3, MAX_SECONDS), default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", required=True, help="folder for bench.json, bench.csv and the PNG plots (required)")
-    output.add_argument("--no-plots", action="store_true", help="skip the PNG plots (default: plots are drawn)")
-    parser.set_defaults(func=run)
 
 
 def run(args):
-    from ..bench import report
+    from ..plumbing.locking import Contents
+
+    contents = Contents("a benchmark", ("bench.json", "bench.csv", "*.png", "round_ratios.json"))
+    with open_output(args.out, f"benchmarking {args.model}", args.overwrite,
+                     [("the data set --data", None if args.data == "synthetic" else args.data)],
+                     contents=contents) as output:
+        return _bench(args, output)
+
+
+def _bench(args, output):
+    """Plan, time and report the runs, then write the results into ``output`` (opened, locked)."""
     from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
     from ..bench.suite import run_suite
-    from ..bench.tensor_cores import format_report
-    from ..machine.hardware import describe_cpu
 
-    check_out(args.out, [("the data set --data", None if args.data == "synthetic" else args.data)])
     try:
         plan = plan_invocation(model=args.model, image_size=args.image_size, batch_sizes=args.batch_sizes,
                                precisions=args.precisions, amp_lists=args.amp_lists, mode=args.mode, data=args.data,
@@ -107,6 +128,26 @@ def run(args):
                                onnxruntime=args.onnxruntime, model_options=args.model_option)
     except BenchSetupError as err:
         raise CommandError(str(err)) from None
+    _print_plan(args, plan)
+    records = run_suite(plan.specs, timeout=args.timeout, on_result=lambda record: _print_row(record, args.rounds),
+                        rounds=args.rounds)
+    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
+                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
+                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
+    config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
+    staged = output.stage()
+    document, paths = record_invocation(staged, plan, records, config, plots=not args.no_plots)
+    output.publish(staged)
+    _print_results(args, plan, document)
+    print("wrote " + ", ".join(str(output.path / os.path.basename(path)) for path in paths))
+    if not any(r.get("status") == "ok" for r in document["results"]):
+        raise CommandError("no run succeeded; see the reasons above")
+
+
+def _print_plan(args, plan):
+    """The machine, the threads and the runs, before any of them starts."""
+    from ..machine.hardware import describe_cpu
+
     machine, threads, load = plan.machine, plan.threads, plan.load_start
     print(f"{describe_cpu(machine['cpu'])}, {machine['cpu_cores']} cores, {len(machine['gpus'])} GPU(s), "
           f"MXNet {machine['mxnet_version']}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -116,28 +157,31 @@ def run(args):
     print(f"{len(plan.specs)} runs{rounds}, each in its own process: {args.model} {plan.input_size} {args.mode}, "
           f"{args.warmup} warm-up + {args.repeats} x {plan.iters} timed steps")
 
-    def progress(record):
-        what = (f"  round {record['round']}: " if args.rounds > 1 else "  ") + \
-            f"{report.label(record)} batch {record['batch_size']}: "
-        if record.get("status") == "ok":
-            latency = (f"; latency median {record['latency_ms_median']:.1f}, p90 {record['latency_ms_p90']:.1f}, "
-                       f"p99 {record['latency_ms_p99']:.1f} ms" if record.get("latency_ms_median") else "")
-            field = report.throughput_field(record)
-            print(what + f"{record[field]:.2f} {report.UNITS[field]}, {record['ms_per_step']:.1f} "
-                         f"+/- {record['ms_per_step_spread']:.1f} ms/step{latency}", flush=True)
-        else:
-            reason = (record.get("reason") or "").strip().splitlines()
-            print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
 
-    records = run_suite(plan.specs, timeout=args.timeout, on_result=progress, rounds=args.rounds)
-    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
-                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
-                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
-    config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
-    document, paths = record_invocation(args.out, plan, records, config, plots=not args.no_plots)
-    records = document["results"]  # one row per measurement, its rounds merged
+def _print_row(record, rounds):
+    """One run's line as soon as it ends: its speed, or why it did not run."""
+    from ..bench import report
+
+    what = (f"  round {record['round']}: " if rounds > 1 else "  ") + \
+        f"{report.label(record)} batch {record['batch_size']}: "
+    if record.get("status") == "ok":
+        latency = (f"; latency median {record['latency_ms_median']:.1f}, p90 {record['latency_ms_p90']:.1f}, "
+                   f"p99 {record['latency_ms_p99']:.1f} ms" if record.get("latency_ms_median") else "")
+        field = report.throughput_field(record)
+        print(what + f"{record[field]:.2f} {report.UNITS[field]}, {record['ms_per_step']:.1f} "
+                     f"+/- {record['ms_per_step_spread']:.1f} ms/step{latency}", flush=True)
+    else:
+        reason = (record.get("reason") or "").strip().splitlines()
+        print(what + f"{record['status']}: {reason[-1] if reason else ''}", flush=True)
+
+
+def _print_results(args, plan, document):
+    """The table of every measurement (its rounds merged), the tensor-core report, speedups and the peer's."""
+    from ..bench import report
+    from ..bench.tensor_cores import format_report
+
     print()
-    print(report.format_table(records))
+    print(report.format_table(document["results"]))
     print()
     print(format_report(plan.tensor_cores, args.model))
     print()
@@ -149,6 +193,3 @@ def run(args):
         print(f"against PyTorch ({plan.peer_network}; mxfp16 runs {args.model}), same threads, batch and timing:")
         print(report.format_peer_comparison(document["peer"]))
         print()
-    print("wrote " + ", ".join(paths))
-    if not any(r.get("status") == "ok" for r in records):
-        raise CommandError("no run succeeded; see the reasons above")

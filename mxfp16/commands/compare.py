@@ -12,11 +12,17 @@ mean and seed-to-seed spread, the gap, its 95% interval (Welch's t-test, and
 paired by seed when both sides ran the same seeds), and whether the gap
 exceeds the noise; it writes parity.json, parity.txt and parity.png (every
 seed's curve).
+
+The --out folder holds one comparison: an existing one is refused, and
+--overwrite replaces it whole once the new one is written (a folder holding
+anything else is refused). A second compare into the same --out meanwhile
+is refused at once, naming the first.
 """
 import os
+from pathlib import Path
 
 from ..plumbing.limits import number
-from . import CommandError, check_out
+from . import CommandError, add_overwrite_argument, open_output
 
 ORDER = 45
 
@@ -40,8 +46,10 @@ def register(subparsers):
                         help="pool runs whose settings differ in more than the seed (between the sides: the seed "
                              "and the precision), or that finished different numbers of epochs, and list the "
                              "differences in the report (default: off; such runs are refused, naming what differs)")
-    parser.add_argument("--out", default=None,
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default=None,
                         help="folder for the outputs (default: a 'compare' folder beside the first run)")
+    add_overwrite_argument(output)
     parser.set_defaults(func=run)
 
 
@@ -49,8 +57,19 @@ def _default_out(first):
     return os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(first))), "compare")
 
 
-def _check_out(out, runs):
-    return check_out(out, [("the run folder", r) for r in runs])
+def _output(args, out, runs):
+    """The comparison's folder, opened (:func:`open_output`): never a run folder, one writer at a time."""
+    from ..plumbing.locking import Contents
+
+    contents = Contents("a comparison", ("compare.json", "compare.md", "compare.png", "parity.json", "parity.txt",
+                                         "parity.png"))
+    return open_output(out, "comparing runs", args.overwrite, [("the run folder", r) for r in runs],
+                       contents=contents)
+
+
+def _published(output, paths):
+    """Where the staged files ``paths`` are now that ``output`` is published."""
+    return [str(output.path / Path(path).name) for path in paths]
 
 
 def run(args):
@@ -64,15 +83,17 @@ def run(args):
         return _run_groups(args)
     if not args.runs:
         raise CommandError("no runs given: mxfp16 compare RUN_DIR ... or mxfp16 compare --a RUN ... --b RUN ...")
-    out = _check_out(args.out or _default_out(args.runs[0]), args.runs)
-    try:
-        rows, paths = compare(args.runs, out)
-    except RunDirError as err:
-        raise CommandError(str(err)) from None
+    with _output(args, args.out or _default_out(args.runs[0]), args.runs) as output:
+        staged = output.stage()
+        try:
+            rows, paths = compare(args.runs, staged)
+        except RunDirError as err:
+            raise CommandError(str(err)) from None
+        output.publish(staged)
     print(format_table(rows))
     if not any(r["precision"] == "float32" for r in rows):
         print("(no float32 run among them: no speedup or accuracy difference to report)")
-    print("wrote " + ", ".join(paths))
+    print("wrote " + ", ".join(_published(output, paths)))
 
 
 def _run_groups(args):
@@ -86,7 +107,9 @@ def _run_groups(args):
     except RunDirError as err:
         raise CommandError(str(err)) from None
     report["command"] = getattr(args, "command_line", None)  # how to reproduce a recorded result
-    out = _check_out(args.out or _default_out(a_runs[0].path), [r.path for r in a_runs + b_runs])
-    paths = write_parity(report, a_runs, b_runs, out)
+    with _output(args, args.out or _default_out(a_runs[0].path), [r.path for r in a_runs + b_runs]) as output:
+        staged = output.stage()
+        paths = write_parity(report, a_runs, b_runs, staged)
+        output.publish(staged)
     print(format_parity(report))
-    print("wrote " + ", ".join(paths))
+    print("wrote " + ", ".join(_published(output, paths)))

@@ -8,7 +8,7 @@ from ..data.extract import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_MEMBERS, DEFAU
 from ..data.synth import DEMO_SETTINGS as DEMO
 from ..plumbing.fileio import read_json
 from ..plumbing.limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, MAX_SECONDS, integer, number
-from . import CommandError, add_threads_argument, check_out
+from . import CommandError, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 10
 
@@ -78,6 +78,7 @@ def _add_split(sub, caltech):
     group.add_argument("--allow-empty-test", action="store_true",
                        help="write the split even when its test side holds no image (mxfp16 train refuses such a "
                             "data set) (default: off, refused)")
+    add_overwrite_argument(split.add_argument_group("output"))
     split.set_defaults(func=run_split)
 
 
@@ -99,6 +100,7 @@ def _add_synth(sub, caltech):
                             f"(default: {DEMO['size']})")
     group.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=DEMO["seed"],
                        help=f"generator seed (default: {DEMO['seed']})")
+    add_overwrite_argument(synth.add_argument_group("output"))
     synth.set_defaults(func=run_synth)
 
 
@@ -111,8 +113,7 @@ def _add_digits(sub, caltech):
                         help="share of each digit's images held out for test/ (default: 0.25)")
     digits.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=0,
                         help="chooses the held-out images (default: 0)")
-    digits.add_argument("--replace", action="store_true",
-                        help="replace a digits folder written with other settings (never any other folder)")
+    add_overwrite_argument(digits)
     digits.set_defaults(func=run_digits)
 
 
@@ -129,6 +130,7 @@ def _add_pack(sub, caltech):
                        help="resize the short side to this first (default: 0, keep)")
     group.add_argument("--quality", type=integer(1, 100), default=95, help="JPEG quality 1-100 (default: 95)")
     group.add_argument("--workers", type=integer(1, 256), default=2, help="encoding processes (default: 2)")
+    add_overwrite_argument(pack.add_argument_group("output"), "the pack at --out")
     pack.set_defaults(func=run_pack)
 
 
@@ -153,6 +155,7 @@ def _add_bench(sub, caltech):
     add_threads_argument(group)
     group = bench.add_argument_group("output")
     group.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON (default: no file)")
+    add_overwrite_argument(group, "the --json file")
     bench.set_defaults(func=run_bench)
 
 
@@ -182,8 +185,6 @@ def run_fetch(args):
     from ..data.fetch import ExtractLimits, fetch_caltech101
     from ..data.layout import caltech101_commands
 
-    check_out(args.root, [], "--root")
-
     def fetch(data):
         limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
         return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
@@ -199,24 +200,23 @@ def run_fetch(args):
 
 def run_split(args):
     from ..data.split import split_folder
-    check_out(args.out, [])  # what it must not overlap, the library checks against --src
+
     manifest = _guard(lambda data: split_folder(args.src, args.out, args.train_per_class, args.test_fraction,
-                                                args.seed, args.exclude, args.allow_empty_test))
+                                                args.seed, args.exclude, args.allow_empty_test, args.overwrite))
     print(f"{args.out}: {len(manifest['classes'])} classes, {manifest['totals']['train']} train and "
           f"{manifest['totals']['test']} test images ({manifest['files']}), {len(manifest['skipped'])} files skipped")
 
 
 def run_synth(args):
-    check_out(args.out, [])
     path = _guard(lambda data: data.synth_dataset(args.out, args.classes, args.per_class, args.test_per_class,
-                                                  args.size, args.seed))
+                                                  args.size, args.seed, overwrite=args.overwrite))
     print(f"{path}: {args.classes} classes, {args.per_class} train and {args.test_per_class} test images per class")
 
 
 def run_digits(args):
     from ..data.digits import digits_dataset
-    check_out(args.out, [])
-    path = _guard(lambda data: digits_dataset(args.out, args.test_fraction, args.seed, args.replace))
+
+    path = _guard(lambda data: digits_dataset(args.out, args.test_fraction, args.seed, args.overwrite))
     manifest = read_json(f"{path}/manifest.json")
     print(f"{path}: 10 digits, {manifest['per_class']['train']} train and {manifest['per_class']['test']} test "
           "images, 8x8 px; train a sequence model on it with: mxfp16 train --data-dir "
@@ -225,18 +225,26 @@ def run_digits(args):
 
 def run_pack(args):
     from ..data.pack import pack_recordio
-    check_out(args.out, [], kind="prefix")
-    meta = _guard(lambda data: pack_recordio(args.src, args.out, args.resize, args.quality, args.workers))
+
+    meta = _guard(lambda data: pack_recordio(args.src, args.out, args.resize, args.quality, args.workers,
+                                             args.overwrite))
     print(f"{args.out}_{{train,test}}.rec/.idx/.lst: {meta['counts']['train']} train and {meta['counts']['test']} "
           f"test images, {len(meta['classes'])} classes, {len(meta['skipped'])} files skipped")
 
 
 def run_bench(args):
+    if not args.json:
+        return _bench(args, None)
+    with open_output(args.json, "timing the data pipelines", args.overwrite, [("the data set --src", args.src)],
+                     "--json", kind="file") as output:
+        return _bench(args, output)
+
+
+def _bench(args, output):
+    """Time the pipelines, print the table, and write ``output`` (an Output, or ``None``)."""
     from ..data.timing import bench_pipelines
     from ..plumbing.fileio import write_json
 
-    if args.json:
-        check_out(args.json, [], "--json", kind="file")
     def bench(data):
         src = args.src or data.demo_dataset()
         return bench_pipelines(src, args.image_size, args.workers, args.batch_size, args.images, args.pack_resize)
@@ -255,5 +263,7 @@ def run_bench(args):
     load = report["load_average"]
     print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
           f"{report['settings']['cpu_count']} CPUs")
-    if args.json:
-        write_json(args.json, report)
+    if output is not None:
+        staged = output.stage()
+        write_json(staged, report)
+        output.publish(staged)

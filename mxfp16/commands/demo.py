@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from . import add_threads_argument, check_out
+from . import add_threads_argument, open_output
 
 ORDER = 1
 
@@ -52,7 +52,13 @@ def _mxfp16(*args):
 
 def run(args):
     out = args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
-    check_out(out, [])
+    # Its runs and comparison are outputs of their own commands; the demo holds the folder they go in.
+    with open_output(out, "running the demo", False, refusal="the demo writes new runs: choose another --out"):
+        return _demo(args, out)
+
+
+def _demo(args, out):
+    """Train float32 and what ``auto`` resolves to into ``out``, each in its own process, then compare them."""
     name, reason = resolve_auto()
     print(f"demo: auto trains in {name} here: {reason}", flush=True)
     extra = ["--epochs", str(args.epochs)] if args.epochs is not None else []

@@ -6,14 +6,15 @@ per parameter and per layer, the share of gradients that would underflow
 scale 1, at --loss-scale and at the recommended loss scale. Writes
 diagnose.txt, diagnose.json and gradient_histogram.png to --out. Then runs
 the network once in float16 (where it can run) and names the first layer
-whose output holds inf or NaN.
+whose output holds inf or NaN. An existing --out is refused; --overwrite
+replaces it whole once the new diagnosis is written.
 """
 import itertools
 import json
 import os
 
 from ..plumbing.limits import MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS, integer, number
-from . import CommandError, add_ctx_argument, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 30
 
@@ -72,6 +73,7 @@ def register(subparsers):
     output.add_argument("--json", action="store_true", help="print the JSON document instead of text (default: text)")
     output.add_argument("--rows", type=integer(0, 100_000), default=20,
                         help="table rows to print, worst underflow first; diagnose.txt has all (default: 20)")
+    add_overwrite_argument(output)
     parser.set_defaults(func=run)
 
 
@@ -150,13 +152,23 @@ def _forward_check(args, diagnosis, net, batch, ctx):
 
 
 def run(args):
+    from ..plumbing.locking import Contents
+
+    _validate(args)
+    contents = Contents("a diagnosis", ("diagnose.txt", "diagnose.json", "gradient_histogram.png"))
+    with open_output(args.out, f"diagnosing {args.model}", args.overwrite,
+                     [("the data set --data-dir", args.data_dir), ("the parameters --params", args.params)],
+                     contents=contents) as output:
+        return _diagnose(args, output)
+
+
+def _diagnose(args, output):
+    """Measure, then write diagnose.txt, diagnose.json and the histogram into ``output`` (opened, locked)."""
     from mxnet import gluon
 
     from .. import diagnostics as dg
     from ..plumbing.fileio import atomic_write, write_json
 
-    _validate(args)
-    check_out(args.out, [("the data set --data-dir", args.data_dir), ("the parameters --params", args.params)])
     ctx, net, batches = _setup(args)
     if not batches:
         raise CommandError("the data set gave no training batches; check --data-dir")
@@ -171,12 +183,14 @@ def run(args):
                f"from {args.data_dir or 'the demo set'}, float32 gradients on {ctx}")
     summary, table = dg.format_summary(diagnosis), dg.format_table(diagnosis)
     document = dg.diagnosis_document(diagnosis, config)
-    os.makedirs(args.out, exist_ok=True)
-    paths = [os.path.join(args.out, name) for name in ("diagnose.txt", "diagnose.json", "gradient_histogram.png")]
-    with atomic_write(paths[0]) as handle:
+    staged = output.stage()
+    names = ("diagnose.txt", "diagnose.json", "gradient_histogram.png")
+    with atomic_write(staged / names[0]) as handle:
         handle.write(f"{heading}\n\n{summary}\n\n{table}\n")
-    write_json(paths[1], document)
-    dg.plot_histogram(diagnosis, paths[2])
+    write_json(staged / names[1], document)
+    dg.plot_histogram(diagnosis, staged / names[2])
+    output.publish(staged)
+    paths = [os.path.join(args.out, name) for name in names]
     if args.json:
         print(json.dumps(document, indent=2))
         return 0

@@ -14,9 +14,14 @@ out), checked in onnxruntime against the float32 network: the same top-1
 margin, and every score within the file's dtype tolerance. A layer whose
 operator has no ONNX converter is refused, by name, before anything is
 written. mxfp16 predict runs an ONNX export with onnxruntime alone.
+
+An existing --out is refused; --overwrite replaces it whole (no file of the
+old export stays) once the new one has passed its check, and refuses a
+folder holding anything an export does not write. A second export to the
+same --out meanwhile is refused at once, naming this one.
 """
 from ..plumbing.limits import MAX_BATCH, integer, number
-from . import CommandError, add_ctx_argument, add_threads_argument
+from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument
 
 ORDER = 50
 
@@ -58,9 +63,7 @@ def register(subparsers):
     add_threads_argument(check)
     output = parser.add_argument_group("output")
     output.add_argument("--out", required=True, help="export folder to create (required)")
-    output.add_argument("--overwrite", action="store_true",
-                        help="replace --out when it exists, once the new export has passed its check "
-                             "(default: off; an existing --out is refused)")
+    add_overwrite_argument(output)
     parser.set_defaults(func=run)
 
 

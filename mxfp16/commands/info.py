@@ -1,5 +1,8 @@
 """``mxfp16 info``: what this machine and this MXNet build can do.
 
+It also measures what MXNet's float32 -> bfloat16 cast does with bfloat16's
+subnormals on this CPU (flushed or kept: it depends on the CPU's instructions).
+
 For a CUDA build of MXNet it also lists each CUDA library (found where, or
 the command that installs it), the GPU architectures the build has kernels
 for, and a warning for any GPU they do not cover natively.
@@ -8,6 +11,8 @@ import json
 import sys
 
 from ..machine.gpu import coverage, libraries, wheel_kernels
+from ..plumbing.limits import MAX_BATCH, MAX_COUNT, MAX_IMAGE_SIDE, integer
+from . import CommandError
 
 ORDER = 0
 
@@ -17,20 +22,32 @@ def register(subparsers):
                                                "precisions run here",
                                    description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
-    parser.add_argument("--amp-table", nargs="?", const="bfloat16", choices=("bfloat16", "float16", "models"),
-                        metavar="VIEW",
+    parser.add_argument("--amp-table", nargs="?", const="bfloat16",
+                        choices=("bfloat16", "float16", "models", "layers"), metavar="VIEW",
                         help="print, as Markdown, the dtype every Gluon layer runs in under mxfp16's AMP "
                              "lists for a target (bfloat16, the default, with each operator's rule and the "
                              "probe's verdict, or float16), read from the graphs AMP builds; or 'models': per "
                              "GluonCV classification model, the share of its operators and of its "
                              "convolution and dense work that runs in 16-bit under each target (builds every "
-                             "model, about a minute) (docs/amp-table.md)")
+                             "model, about a minute); or 'layers': for --model, each convolution and dense "
+                             "layer timed in float32 and bfloat16 on this CPU and what --amp-lists measured "
+                             "runs it in (timed once, cached) (docs/amp-table.md)")
+    layers = parser.add_argument_group("--amp-table layers")
+    layers.add_argument("--model", default="resnet50_v2",
+                        help="the network: a gluoncv model-zoo name or a sequence model, as `mxfp16 train "
+                             "--model` takes it (default: resnet50_v2)")
+    layers.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=224,
+                        help="square input size in pixels (default: 224)")
+    layers.add_argument("--batch-size", type=integer(1, MAX_BATCH), default=16,
+                        help="samples per step, the batch the layers are timed at (default: 16)")
+    layers.add_argument("--classes", type=integer(2, MAX_COUNT), default=102,
+                        help="outputs of the classifier (default: 102)")
     parser.set_defaults(func=run)
 
 
 def collect():
     """Everything ``mxfp16 info`` reports, as one JSON-ready dict."""
-    from ..float_formats import FORMATS
+    from ..float_formats import FORMATS, measure_bfloat16_cast
     from ..machine import hardware
     from ..machine.environment import check_threads, float16_environment
     from ..machine.stack import stack_report
@@ -39,19 +56,22 @@ def collect():
     machine = hardware.machine_summary()
     ctx = "gpu" if machine["gpus"] else "cpu"
     auto = resolve_precision("auto", ctx)
+    # In this process, which has MXNet loaded already; last, so a failure (reported in the dict) touches nothing.
+    cast = measure_bfloat16_cast(in_process=True)
     return {
         "machine": machine,
         "stack": stack_report(),
         "precisions": {name: {"runs": ok, "reason": why} for name, (ok, why) in runnable_here().items()},
         "auto": {"ctx": ctx, "resolves_to": auto.name, "reason": auto.reason},
         "formats": {name: fmt.as_dict() for name, fmt in FORMATS.items()},
-        "cuda": cuda_section(machine["gpus"]),
+        "bfloat16_cast": cast.as_dict(),
+        "cuda": _cuda_section(machine["gpus"]),
         "threads": check_threads(warn=False),
         "environment": float16_environment(),
     }
 
 
-def cuda_section(gpus):
+def _cuda_section(gpus):
     """The CUDA libraries, the build's GPU kernels and each GPU's coverage (``None`` parts for a CPU build)."""
     section = libraries.report()
     cuda = section["build"] == "cuda"
@@ -114,6 +134,7 @@ def _text(report):
         f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
         _threads_text(report["threads"]),
         f"  bfloat16 in MXNet: {BFLOAT16_KINDS[m['bfloat16']['kind']]}: {m['bfloat16']['reason']}",
+        _cast_text(report["bfloat16_cast"]),
         f"  AMX: {m['amx']['state']}{_errno(m['amx']['errno'])}: {m['amx']['detail']} "
         f"(DNNL_MAX_CPU_ISA={m['amx']['isa'] or 'unset'}; {SWITCH}=0 turns AMX off)",
         f"GPUs: {len(m['gpus'])}",
@@ -124,7 +145,7 @@ def _text(report):
         lines.append(f"  gpu:{gpu['index']} {gpu['name'] or ''} {mem}, compute capability "
                      f"{gpu['compute_capability'] or 'unknown'}, tensor cores {tc}")
     lines += _cuda_text(report["cuda"])
-    lines.append("Environment for mixed precision (mxfp16 train and bench set it unless you did):")
+    lines.append("Environment for mixed precision (MixedPrecision sets it, and so every command, unless you did):")
     for name, row in report["environment"].items():
         source = "set by you" if row["source"] == "yours" else "mxfp16's default"
         lines.append(f"  {name}={row['value']} ({source}): {row['why']}")
@@ -138,6 +159,18 @@ def _text(report):
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
     return "\n".join(lines)
+
+
+def _cast_text(cast):
+    """The measured float32 -> bfloat16 cast in one line: what it does with subnormals, and what decides it."""
+    head = "  float32 -> bfloat16 cast (amp_cast, what AMP inserts), measured:"
+    if cast["subnormals"] == "unmeasured":
+        return f"{head} could not be measured: {cast['error']}"
+    what = {"flushed": "flushes bfloat16's subnormals to zero", "kept": "keeps bfloat16's subnormals",
+            "mixed": "flushes some of bfloat16's subnormals and keeps others"}[cast["subnormals"]]
+    if cast["expected"] not in (None, cast["subnormals"]):
+        return f"{head} {what}, which this CPU's flags do not explain ({cast['decided_by']})"
+    return f"{head} {what}: {cast['decided_by']}"
 
 
 def _errno(number):
@@ -184,7 +217,28 @@ def report_broken_install(error, as_json=False):
     return 2
 
 
+def layer_table(args):
+    """The ``--amp-table layers`` view: ``args.model``'s layers timed here (:func:`mxfp16.per_layer.choose_layers`)."""
+    import mxnet as mx
+
+    from ..models import ModelError, build_model
+    from ..per_layer import choose_layers
+
+    ctx = [mx.cpu()]
+    try:
+        net = build_model(args.model, args.classes, ctx=ctx, in_shape=(3, args.image_size, args.image_size))
+    except ModelError as err:
+        raise CommandError(str(err)) from None
+    batch = mx.nd.zeros((args.batch_size, 3, args.image_size, args.image_size))
+    choice = choose_layers(net, [batch], ctx, log=lambda line: print(line, file=sys.stderr))
+    return (f"Per-layer precision of {args.model} at {args.image_size} px, batch {args.batch_size} "
+            f"(`mxfp16 info --amp-table layers`; what `--amp-lists measured` runs).\n\n" + choice.render())
+
+
 def run(args):
+    if getattr(args, "amp_table", None) == "layers":
+        sys.stdout.write(layer_table(args))
+        return 0
     if getattr(args, "amp_table", None) == "models":
         from ..amp.zoo import generate, render
         sys.stdout.write(render(generate()))

@@ -3,8 +3,8 @@
 On this machine it starts MXNet's scheduler, the servers and the workers on
 127.0.0.1, prefixes their output with role and index, forwards Ctrl-C and
 SIGTERM (workers first), and stops everything -- including what the workers
-started in sessions of their own -- when one process fails, the timeout
-passes or the launcher is stopped. With
+started in sessions of their own -- when one process fails or ends early
+(even with status 0), the timeout passes or the launcher is stopped. With
 ``--hostfile`` it prints the per-host ssh commands (``--ssh`` runs them).
 """
 import argparse
@@ -52,8 +52,10 @@ def register(subparsers):
                            "whose worker stopped would otherwise wait forever. 0: never. On this machine only, not "
                            f"with --hostfile (default: {DEFAULT_STALL:g})")
     stop.add_argument("--grace", type=number(0, 3600), default=DEFAULT_GRACE, metavar="SEC",
-                      help="seconds a stopped process gets before SIGKILL, and that servers get to exit "
-                           f"after the workers finish (default: {DEFAULT_GRACE:g})")
+                      help="seconds a stopped process gets before SIGKILL, that servers get to exit after the "
+                           "workers finish, and that the workers get to end after a process of the job exited "
+                           "early with status 0 (it is then stopped with exit 1, naming that process, unless the "
+                           f"workers still make progress) (default: {DEFAULT_GRACE:g})")
     hosts = parser.add_argument_group("several machines")
     hosts.add_argument("--hostfile", default=None, metavar="FILE",
                        help="one host per line; print the ssh command of every process (default: "

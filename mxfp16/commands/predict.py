@@ -5,7 +5,8 @@ sha256s in export.json), prepares each image as the run's test images were
 (short side resized, central crop, ImageNet normalisation) and prints the
 top-k classes with their probabilities. Folders are walked recursively, in
 batches, with a progress bar. Corrupt, truncated and non-image files are
-reported and skipped. --output writes CSV or JSON. An ONNX export (mxfp16
+reported and skipped. --output writes CSV or JSON (a new file; --overwrite
+replaces one; never the export's own files or an input). An ONNX export (mxfp16
 export --format onnx) runs on onnxruntime alone: MXNet is not imported, so
 a deployment needs only pip install 'mxfp16[onnx]'.
 """
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..plumbing.limits import MAX_BATCH, MAX_COUNT, integer
-from . import CommandError, add_ctx_argument, add_threads_argument, check_out
+from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 55
 FORMATS = (".csv", ".json")
@@ -31,6 +32,7 @@ def register(subparsers):
     parser.add_argument("--output", default=None, metavar="FILE.csv|FILE.json",
                         help="also write the predictions and the skipped files, as CSV or JSON by the file's "
                              "extension (default: print only)")
+    add_overwrite_argument(parser, "--output")
     parser.add_argument("--onnx-dtype", default=None, metavar="float32|float16",
                         help="which model of an ONNX export runs: float16 where it was exported (--onnx-dtype float16 "
                              "of mxfp16 export; for GPU execution providers) (default: float32)")
@@ -42,42 +44,57 @@ def register(subparsers):
 
 
 def run(args):
-    from tqdm.auto import tqdm
-
-    from ..inference.bundle import ExportError
-    from ..inference.predict import Predictor, image_files, to_csv, to_document
-    from ..plumbing.fileio import atomic_write, shown, write_json
+    from ..inference.predict import image_files
 
     suffix = Path(args.output).suffix.lower() if args.output else None
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
-    if args.output:  # before minutes of predicting, not after
-        check_out(args.output, [], "--output", kind="file")
+    files, skipped = image_files(args.inputs)
+    if not args.output:
+        return _predict(args, files, skipped, None)
+    # Locked and refused before minutes of predicting, not after: an existing file without --overwrite, the
+    # export's own files (export.json, the model) and every image read.
+    inputs = [("the export --model", args.model)] + [("an input image", path) for path in files]
+    with open_output(args.output, "writing predictions", args.overwrite, inputs, "--output", kind="file") as output:
+        return _predict(args, files, skipped, output)
+
+
+def _predict(args, files, skipped, output):
+    """Predict ``files`` with the export, print the results, and write ``output`` (an Output, or ``None``)."""
+    from tqdm.auto import tqdm
+
     from ..devices import DeviceError
+    from ..inference.bundle import ExportError
+    from ..inference.predict import Predictor, escape_text, to_csv, to_document
+    from ..plumbing.fileio import atomic_write, write_json
 
     try:
         predictor = Predictor(args.model, ctx=args.ctx, dtype=args.onnx_dtype)
     except (ExportError, DeviceError, ImportError) as err:  # ImportError: an MXNet export where MXNet is missing
         raise CommandError(str(err)) from None
-    files, skipped = image_files(args.inputs)
     with tqdm(total=len(files), unit="image", desc="predict", leave=False, dynamic_ncols=True, file=sys.stderr,
               disable=True if not args.progress else None) as bar:
-        results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
-                                                      progress=bar.update)
+        try:
+            results, unreadable = predictor.predict_files(files, top_k=args.top_k, batch_size=args.batch_size,
+                                                          progress=bar.update)
+        except ExportError as err:  # a model that fails on a batch, or gives another number of scores
+            raise CommandError(str(err)) from None
     skipped += unreadable
-    for r in results:  # shown(): a file name that is not UTF-8 prints with \xNN escapes instead of failing
-        print(shown(r.path) + ": " + ", ".join(f"{name} {prob:.3f}" for name, _, prob in r.top))
+    # escape_text: one line per name, whatever it holds (a newline, bytes that are not UTF-8), and reversible.
+    for r in results:
+        print(escape_text(r.path) + ": " + ", ".join(f"{escape_text(name)} {prob:.3f}" for name, _, prob in r.top))
     for path, reason in skipped:
-        print(f"mxfp16 predict: skipped {shown(path)}: {reason}", file=sys.stderr)
+        print(f"mxfp16 predict: skipped {escape_text(path)}: {escape_text(reason)}", file=sys.stderr)
     print(f"{len(results)} image(s) predicted with {predictor.description} ({args.model}), "
           f"{len(skipped)} skipped", file=sys.stderr)
-    if args.output:
-        if suffix == ".json":
-            write_json(args.output, to_document(predictor, results, skipped))
+    if output is not None:
+        staged = output.stage()
+        if output.path.suffix.lower() == ".json":
+            write_json(staged, to_document(predictor, results, skipped))
         else:
-            # surrogateescape: a file name that is not UTF-8 goes into the CSV as the bytes the OS gave.
-            with atomic_write(args.output, errors="surrogateescape") as handle:
+            with atomic_write(staged) as handle:  # UTF-8 throughout: every name in it is escaped
                 handle.write(to_csv(results, skipped, min(args.top_k, len(predictor.classes))))
+        output.publish(staged)
         print(f"wrote {args.output}", file=sys.stderr)
     if not results:
         raise CommandError("no image could be read; see the skipped files above")

@@ -5,11 +5,12 @@ steps in every precision this machine can run (float16 and amp-float16 on a
 GPU, amp-bfloat16 on a CPU with native bfloat16), each in its own process and
 beside a float32 control from the same initial weights and batches, then
 prints a pass/fail table. Exits with status 1 when any precision fails.
+--json FILE also writes the table: a new file (--overwrite replaces one).
 """
 import json
 
 from ..plumbing.limits import MAX_STEPS, integer
-from . import CommandError, add_threads_argument
+from . import CommandError, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 5
 
@@ -25,10 +26,20 @@ def register(subparsers):
     add_threads_argument(parser)
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="also write the table as JSON to FILE (default: none)")
+    add_overwrite_argument(parser, "the --json file")
     parser.set_defaults(func=run)
 
 
 def run(args):
+    if not args.json:
+        return _selftest(args, None)
+    with open_output(args.json, "running the self-test", args.overwrite, flag="--json", kind="file") as output:
+        return _selftest(args, output)
+
+
+def _selftest(args, output):
+    """Run the self-test, print its table, and write it to ``output`` (an Output, or ``None``)."""
+    from ..plumbing.fileio import atomic_write
     from ..train import selftest
 
     steps = selftest.STEPS if args.steps is None else args.steps
@@ -42,9 +53,11 @@ def run(args):
     rows = selftest.run_selftest(steps=steps, inject_fault=args.inject_fault,
                                  progress=lambda line: print(f"running: {line}", flush=True))
     print(selftest.format_table(rows))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
+    if output is not None:
+        staged = output.stage()
+        with atomic_write(staged) as handle:
             json.dump(rows, handle, indent=2)
+        output.publish(staged)
     ok = selftest.passed(rows)
     checked = [row["precision"] for row in rows if row["verdict"] not in ("control", "not run")]
     scope = "" if checked or not ok else " (float32 only: no mixed precision runs on this machine; the rows say why)"

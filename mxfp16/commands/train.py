@@ -26,7 +26,7 @@ def _int_list(text):
                                          "e.g. 10,20") from None
 
 
-def add_config_arguments(parser):
+def _add_config_arguments(parser):
     """One flag per :class:`~mxfp16.train.TrainConfig` field, grouped, typed and documented from its metadata."""
     from ..train.config import GROUPS, TrainConfig, default_text, fields_by_name
 
@@ -47,18 +47,18 @@ def add_config_arguments(parser):
         groups[meta["group"]].add_argument(_flag(field), **options)
 
 
-def given_fields(args):
+def _given_fields(args):
     """The configuration fields set on the command line (flags not given are absent from ``args``)."""
     from ..train.config import fields_by_name
 
     return {name for name in fields_by_name() if hasattr(args, name)}
 
 
-def config_from_args(args):
+def _config_from_args(args):
     """The :class:`~mxfp16.train.TrainConfig` the flags describe (unresolved): flags not given keep their default."""
     from ..train.config import TrainConfig
 
-    return TrainConfig(**{name: getattr(args, name) for name in given_fields(args)})
+    return TrainConfig(**{name: getattr(args, name) for name in _given_fields(args)})
 
 
 def register(subparsers):
@@ -75,8 +75,9 @@ def register(subparsers):
             "slow for that; an ImageNet ResNet at 32 px ends in 1x1 maps, where BatchNorm's statistics fail in "
             "evaluation; cifar_resnet20_v1 at 32 px is too small per operator for bfloat16 to gain; resnet18_v1 at "
             "48 px still gains from bfloat16 and ends in 2x2 maps. "
-            "Outputs in --out: config.json (with the command line), metrics.jsonl, summary.json, checkpoints/."))
-    add_config_arguments(parser)
+            "Outputs in --out: config.json (with the command line), metrics.jsonl, summary.json, checkpoints/, and "
+            "tensorboard/ where tensorboardX is installed."))
+    _add_config_arguments(parser)
     parser.set_defaults(func=run_command)
 
 
@@ -93,7 +94,7 @@ def run_command(args):
 
     run = None
     try:
-        run = prepare(config_from_args(args), given=given_fields(args), command=getattr(args, "command_line", None))
+        run = prepare(_config_from_args(args), given=_given_fields(args), command=getattr(args, "command_line", None))
         fit(run)
     except (ConfigError, PrecisionError, DeviceError, AMPStateError, DataError, ModelError, OptimizerError,
             KVStoreError, CheckpointError, TrainingDivergedError, SettingsMismatchError) as err:
@@ -101,7 +102,7 @@ def run_command(args):
     except TrainingInterrupted as err:
         print(str(err), file=sys.stderr)
         raise
-    except Exception as err:  # noqa: BLE001 -- a failed allocation, told with the run's own sizes
+    except Exception as err:  # a failed allocation, told with the run's own sizes
         if not is_allocation_failure(err):
             raise
         config = run.config if run is not None else _resolved_or_none(args)
@@ -115,6 +116,6 @@ def _resolved_or_none(args):
     from ..train import ConfigError
 
     try:
-        return config_from_args(args).resolve()
+        return _config_from_args(args).resolve()
     except (ConfigError, ValueError):
         return None

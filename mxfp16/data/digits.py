@@ -9,23 +9,28 @@ is the classic sequential-MNIST task at a size a CPU trains in seconds.
 :func:`digits_dataset` writes ``train/<digit>/*.png``, ``test/<digit>/*.png``
 and ``manifest.json`` (``augment: none``: a crop or a flip would change a
 digit's meaning), the layout every mxfp16 command reads. The split is
-stratified and fixed by ``seed``.
+stratified and fixed by ``seed``. The folder is an output like any other
+(:class:`mxfp16.plumbing.locking.Output`): locked, staged beside its place
+and moved there in one step.
 """
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, read_json, temporary_folder, write_json
+from ..plumbing.fileio import OutputFolderError, write_json
+from ..plumbing.locking import Output, PathBusyError
+from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError
 
 __all__ = ["digits_dataset", "stratified_split", "DIGITS_SETTINGS"]
 
-MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 #: The default split: a quarter of each digit's images held out.
 DIGITS_SETTINGS = {"test_fraction": 0.25, "seed": 0}
+
+
+#: What a digits folder holds: one whose manifest says it is one is what ``overwrite`` may replace.
+CONTENTS = data_set_contents("digits", "a digits folder")
 
 
 def _load():
@@ -58,7 +63,7 @@ def stratified_split(labels, test_fraction=0.25, seed=0):
     return sorted(train), sorted(test)
 
 
-def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
+def digits_dataset(out, test_fraction=0.25, seed=0, overwrite=False):
     """Write the digits into ``out`` as an image folder; reuse it when it is already there.
 
     Parameters
@@ -68,7 +73,7 @@ def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
         Share of each digit's images in ``test/`` (between 0 and 0.9).
     seed : int
         Chooses which images are held out.
-    replace : bool
+    overwrite : bool
         Replace a digits folder written with other settings (never any other folder).
 
     Returns
@@ -88,36 +93,36 @@ def digits_dataset(out, test_fraction=0.25, seed=0, replace=False):
     train, test = stratified_split(labels, test_fraction, seed)
     counts = {"train": len(train), "test": len(test)}
     expected = _expected_manifest(test_fraction, seed, counts)
-    if out.exists():
-        try:
-            found = read_json(out / MANIFEST) if (out / MANIFEST).exists() else None
-        except JSONFileError:
-            found = None
-        if found == expected:
-            return out
-        if found is None or found.get("kind") != "digits":
-            if any(out.iterdir()):
-                raise DataError(f"{out} exists and is not a digits folder (no digits manifest.json); "
-                                "choose an empty or new folder")
-        elif not replace:
-            raise DataError(f"{out} holds the digits with other settings ({found.get('test_fraction')}, seed "
-                            f"{found.get('seed')}); pass replace=True (--replace) or choose another folder")
+    output = Output(out, "writing the digits", overwrite=overwrite, contents=CONTENTS,
+                    reuse=lambda folder: read_manifest(folder) == expected, refusal=_refusal)
+    try:
+        with output:
+            if not output.reused:
+                _write(output, images, labels, (train, test), expected)
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
+    return out
+
+
+def _refusal(out):
+    """What to do about a folder at ``out`` that is not the digits asked for."""
+    found = read_manifest(out) or {}
+    if found.get("kind") != "digits":
+        return "it is not a digits folder (no digits manifest.json); choose an empty or new folder"
+    return (f"it holds the digits with other settings (test fraction {found.get('test_fraction')}, seed "
+            f"{found.get('seed')}); replace it with --overwrite (overwrite=True) or choose another folder")
+
+
+def _write(output, images, labels, splits, expected):
+    """The images of both splits as PNGs and the manifest, into a staging folder; then published."""
     from PIL import Image
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = temporary_folder(out)
-    try:
-        for split, indices in (("train", train), ("test", test)):
-            for index in indices:
-                folder = staging / split / str(labels[index])
-                folder.mkdir(parents=True, exist_ok=True)
-                pixels = np.round(images[index] * (255.0 / 16.0)).astype(np.uint8)
-                Image.fromarray(pixels, mode="L").convert("RGB").save(folder / f"{index:04d}.png")
-        write_json(staging / MANIFEST, expected)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return out
+    staging = output.stage()
+    for split, indices in zip(("train", "test"), splits):
+        for index in indices:
+            folder = staging / split / str(labels[index])
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = np.round(images[index] * (255.0 / 16.0)).astype(np.uint8)
+            Image.fromarray(pixels, mode="L").convert("RGB").save(folder / f"{index:04d}.png")
+    write_json(staging / MANIFEST, expected)
+    output.publish(staging)

@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from ..plumbing.fileio import temporary_prefix
 from .validate import DataError
 
-__all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size", "format_size",
+__all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size",
            "DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_RATIO", "DEFAULT_MAX_MEMBERS", "ENTRY_OVERHEAD"]
 
 # Caltech-101 extracts to about 290 MB: the 131 MB 101_ObjectCategories.tar.gz
@@ -103,7 +103,7 @@ def parse_size(text):
     return value
 
 
-def format_size(count):
+def _format_size(count):
     """``'1.0 GiB (1073741824 bytes)'``: readable, and exact for comparing with a flag."""
     value, unit = float(count), "bytes"
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -137,7 +137,7 @@ class ExtractLimits:
     def __post_init__(self):
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
             raise DataError(f"--max-extract-bytes {self.max_bytes!r}: need a whole number of bytes, at least 1 "
-                            f"(default {format_size(DEFAULT_MAX_EXTRACT_BYTES)}).")
+                            f"(default {_format_size(DEFAULT_MAX_EXTRACT_BYTES)}).")
         if not (isinstance(self.max_ratio, (int, float)) and math.isfinite(self.max_ratio) and self.max_ratio >= 1):
             raise DataError(f"--max-ratio {self.max_ratio!r}: need a finite number of at least 1 "
                             f"(default {DEFAULT_MAX_RATIO}).")
@@ -194,10 +194,10 @@ def _refuse_unsafe(archive, members):
 
 
 def _too_big(archive, name, declared, total, limits, already):
-    earlier = f" ({format_size(already)} of it extracted from an enclosing archive)" if already else ""
+    earlier = f" ({_format_size(already)} of it extracted from an enclosing archive)" if already else ""
     return DataError(
-        f"refusing to extract {archive}: member {name!r} declares {format_size(declared)}, which brings the "
-        f"extracted total to {format_size(total)}{earlier}, more than the limit of {format_size(limits.max_bytes)}. "
+        f"refusing to extract {archive}: member {name!r} declares {_format_size(declared)}, which brings the "
+        f"extracted total to {_format_size(total)}{earlier}, more than the limit of {_format_size(limits.max_bytes)}. "
         "Nothing was extracted. Caltech-101 needs about 300 MB; if you trust this archive, raise "
         "--max-extract-bytes.")
 
@@ -212,8 +212,8 @@ def _too_many(archive, count, limits):
 def _too_compressed(archive, name, size, compressed, limits, when):
     ratio = f"{size / compressed:.0f}:1" if compressed else "out of nothing"
     return DataError(
-        f"refusing to extract {archive}: member {name!r} expands from {format_size(compressed)} to "
-        f"{format_size(size)} ({ratio}), more than the limit of {limits.max_ratio:g}:1; images never compress like "
+        f"refusing to extract {archive}: member {name!r} expands from {_format_size(compressed)} to "
+        f"{_format_size(size)} ({ratio}), more than the limit of {limits.max_ratio:g}:1; images never compress like "
         f"that, decompression bombs do. {when} If you trust this archive, raise --max-ratio.")
 
 
@@ -284,11 +284,11 @@ class _Writer:
         stop = "Extraction stopped and what was written has been removed."
         if size > declared:
             raise DataError(f"refusing to extract {self.archive}: member {name!r} holds more data than its header "
-                            f"declares ({format_size(declared)}): the archive is damaged or crafted. {stop} Delete it "
+                            f"declares ({_format_size(declared)}): the archive is damaged or crafted. {stop} Delete it "
                             "and fetch from the official source or a trusted mirror.")
         if self.written + block > self.limits.max_bytes:
             raise DataError(f"refusing to extract {self.archive}: member {name!r} brings the extracted total past "
-                            f"the limit of {format_size(self.limits.max_bytes)}. {stop} If you trust this archive, "
+                            f"the limit of {_format_size(self.limits.max_bytes)}. {stop} If you trust this archive, "
                             "raise --max-extract-bytes.")
         if _ratio_exceeded(size, compressed, self.limits):
             raise _too_compressed(self.archive, name, size, compressed, self.limits, stop)
@@ -355,7 +355,7 @@ def _extract_tar(archive, writer, limits):
             source = tf.extractfile(member)
             start = raw.tell()
             with source:
-                writer.member(member.name, source, member.size, lambda: raw.tell() - start)
+                writer.member(member.name, source, member.size, lambda start=start: raw.tell() - start)
 
 
 def _check_zip(archive, infos, limits, already):
@@ -386,7 +386,7 @@ def _extract_zip(archive, writer, limits):
                 continue
             with zf.open(info) as source:
                 start = raw.tell()  # zipfile reads the member through our file object
-                writer.member(info.filename, source, info.file_size, lambda: raw.tell() - start)
+                writer.member(info.filename, source, info.file_size, lambda start=start: raw.tell() - start)
 
 
 def safe_extract(archive, target, limits=None, already=0):

@@ -9,7 +9,11 @@ extracts it into a temporary folder with :func:`~mxfp16.data.extract.safe_extrac
 extracted size and each member's compression ratio) and renames the result
 to ``<root>/caltech101``. Until that last rename nothing looks like a complete
 data set: an interrupted fetch leaves only the ``.part`` file (resumed next
-time) or a hidden ``.tmp`` folder (deleted).
+time) or a hidden staging folder (deleted). ``<root>/caltech101`` is an
+output like any other (:class:`mxfp16.plumbing.locking.Output`), locked from
+before the download to the rename: a second fetch into the same root
+meanwhile is refused at once, naming the first, and never appends to its
+``.part`` file.
 
 A file that fails a check is never used again silently: it is renamed with a
 suffix saying why (``.sha256-mismatch``, ``.damaged``, ``.too-large``) and
@@ -25,8 +29,6 @@ import logging
 import math
 import os
 import re
-import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,13 +36,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..plumbing.fileio import sha256_file as sha256_of
-from ..plumbing.fileio import write_json
+from ..plumbing.fileio import OutputFolderError, sha256_file, write_json
+from ..plumbing.locking import Output, PathBusyError
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
 from .validate import DataError
 
-__all__ = ["DATASETS", "download", "safe_extract", "fetch_caltech101", "sha256_of", "ExtractLimits"]
+__all__ = ["DATASETS", "safe_extract", "fetch_caltech101", "ExtractLimits"]
 
 LOG = logging.getLogger("mxfp16.data")
 
@@ -162,7 +164,7 @@ def _verify(path, sha256, limits):
     With ``sha256`` the checksum decides; without, the file must at least be a
     readable zip or tar archive (read to the end within ``limits``).
     """
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     if sha256 is not None:
         if digest != sha256.lower():
             return digest, ("sha256-mismatch", f"does not match --sha256 (expected {sha256.lower()}, got {digest})")
@@ -178,7 +180,7 @@ def _check_timeout(timeout):
                         "e.g. 60 (the default).")
 
 
-def download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
+def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
     """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
 
     Parameters
@@ -293,43 +295,54 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     """
     spec = DATASETS["caltech101"]
     limits = ExtractLimits() if limits is None else limits
-    root = Path(root)
-    final = caltech101_paths(root).fetched
-    if (final / "manifest.json").is_file() and (final / spec["folder"]).is_dir():
-        LOG.info("%s is already complete", final)
-        return final
-    if final.exists():
-        raise DataError(f"{final} exists but is not a complete fetch (no manifest.json). Delete it and run again.")
+    final = caltech101_paths(Path(root)).fetched
+    output = Output(final, "fetching Caltech-101", flag="--root", reuse=lambda folder: _complete(folder, spec),
+                    refusal="it is not a complete fetch (no manifest.json). Delete it and run again")
+    try:
+        with output:
+            if output.reused:
+                LOG.info("%s is already complete", final)
+            else:
+                _fetch(output, Path(root), spec, (url, sha256, progress, timeout, limits))
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
+    return final
+
+
+def _complete(folder, spec):
+    """Whether ``folder`` holds a finished fetch: its manifest and the image folder."""
+    return (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir()
+
+
+def _fetch(output, root, spec, request):
+    """Download, check, extract into a staging folder and publish, once ``<root>/caltech101`` is locked."""
+    url, sha256, progress, timeout, limits = request
+    final = output.path
     url = url or spec["url"]
     expected = sha256 or spec["sha256"]
     name = _download_name(url, spec["file"])
-    archive, digest = download(url, root / "downloads" / name, expected, progress, timeout, limits)
+    archive, digest = _download(url, root / "downloads" / name, expected, progress, timeout, limits)
     if expected is None:
         LOG.warning("no expected checksum is known for %s, so the download is NOT verified; its sha256 is %s "
                     "(recorded in %s). Pass --sha256 to enforce one.", name, digest, final / "manifest.json")
-    tmp = Path(tempfile.mkdtemp(prefix=".caltech101.", suffix=".tmp", dir=root))
+    extracted, staged = output.stage() / "extract", output.stage()
     try:
-        try:
-            written = safe_extract(archive, tmp / "extract", limits)
-            inner = _find(tmp / "extract", spec["inner"], want_dir=False)
-            if inner is not None:
-                safe_extract(inner, tmp / "extract", limits, already=written)
-        except ArchiveDamaged as err:
-            aside = _set_aside(archive, "damaged")
-            raise DataError(f"{err} The download was moved to {aside}; run the same command again to download it "
-                            "afresh (if this happens again, the source itself is damaged: check --url).") from None
-        folder = _find(tmp / "extract", spec["folder"], want_dir=True)
-        if folder is None:
-            raise DataError(f"{archive} holds neither {spec['inner']} nor a {spec['folder']} folder: not a "
-                            "Caltech-101 archive. Check --url.")
-        (tmp / "final").mkdir()
-        os.rename(folder, tmp / "final" / spec["folder"])
-        classes = sorted(p.name for p in (tmp / "final" / spec["folder"]).iterdir() if p.is_dir())
-        images = sum(1 for p in (tmp / "final" / spec["folder"]).rglob("*") if p.is_file())
-        write_json(tmp / "final" / "manifest.json",
-                   {"dataset": "caltech101", "url": str(url), "archive": str(archive), "sha256": digest,
-                    "sha256_verified": expected is not None, "classes": len(classes), "files": images})
-        os.rename(tmp / "final", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        written = safe_extract(archive, extracted, limits)
+        inner = _find(extracted, spec["inner"], want_dir=False)
+        if inner is not None:
+            safe_extract(inner, extracted, limits, already=written)
+    except ArchiveDamaged as err:
+        aside = _set_aside(archive, "damaged")
+        raise DataError(f"{err} The download was moved to {aside}; run the same command again to download it "
+                        "afresh (if this happens again, the source itself is damaged: check --url).") from None
+    folder = _find(extracted, spec["folder"], want_dir=True)
+    if folder is None:
+        raise DataError(f"{archive} holds neither {spec['inner']} nor a {spec['folder']} folder: not a "
+                        "Caltech-101 archive. Check --url.")
+    os.rename(folder, staged / spec["folder"])
+    classes = sorted(p.name for p in (staged / spec["folder"]).iterdir() if p.is_dir())
+    images = sum(1 for p in (staged / spec["folder"]).rglob("*") if p.is_file())
+    write_json(staged / "manifest.json",
+               {"dataset": "caltech101", "url": str(url), "archive": str(archive), "sha256": digest,
+                "sha256_verified": expected is not None, "classes": len(classes), "files": images})
+    output.publish(staged)

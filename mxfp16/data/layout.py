@@ -22,8 +22,15 @@ import shlex
 from collections import namedtuple
 from pathlib import Path
 
+from ..plumbing.fileio import JSONFileError, read_json
+from ..plumbing.locking import Contents
+
 __all__ = ["CALTECH101_TRAIN_PER_CLASS", "Caltech101Paths", "caltech101_paths", "caltech101_commands",
-           "split_command", "pack_command", "split_problem", "pack_problem", "PIPELINES"]
+           "split_problem", "pack_problem", "PIPELINES", "MANIFEST",
+           "read_manifest", "data_set_contents"]
+
+#: What describes a data set folder mxfp16 writes (``data split``, ``synth``, ``digits``): its kind and settings.
+MANIFEST = "manifest.json"
 
 #: The two layouts a data set comes in, named by the pipeline that reads each: a folder split
 #: (``train/<class>/``, ``test/<class>/``) and a RecordIO pack (a prefix of ``mxfp16 data pack``).
@@ -67,12 +74,12 @@ def _q(path):
     return shlex.quote(str(path))
 
 
-def split_command(src, out, train_per_class=CALTECH101_TRAIN_PER_CLASS):
+def _split_command(src, out, train_per_class=CALTECH101_TRAIN_PER_CLASS):
     """The ``mxfp16 data split`` command line that turns ``src`` (class folders) into the split ``out``."""
     return f"mxfp16 data split --src {_q(src)} --out {_q(out)} --train-per-class {train_per_class} --seed 0"
 
 
-def pack_command(src, prefix):
+def _pack_command(src, prefix):
     """The ``mxfp16 data pack`` command line that packs the split ``src`` into RecordIO at ``prefix``."""
     return f"mxfp16 data pack --src {_q(src)} --out {_q(prefix)}"
 
@@ -91,7 +98,7 @@ def caltech101_commands(root="data"):
         Split, train on the split, pack (optional), train on the pack.
     """
     p = caltech101_paths(root)
-    return [split_command(p.images, p.split), f"mxfp16 train --data-dir {_q(p.split)}", pack_command(p.split, p.pack),
+    return [_split_command(p.images, p.split), f"mxfp16 train --data-dir {_q(p.split)}", _pack_command(p.split, p.pack),
             f"mxfp16 train --pipeline recordio --data-dir {_q(p.pack)}"]
 
 
@@ -128,12 +135,12 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
     if (folder / IMAGES).is_dir():  # <root>/caltech101, as data fetch leaves it
         p = caltech101_paths(folder.parent)
         return (f"{folder} is Caltech-101 as `mxfp16 data fetch` leaves it ({folder / IMAGES}), not a train/test "
-                f"split: it has no train/ folder. Split it first with `{split_command(folder / IMAGES, p.split)}`, "
+                f"split: it has no train/ folder. Split it first with `{_split_command(folder / IMAGES, p.split)}`, "
                 f"then {then.format(split=p.split)}.")
     if folder.name == IMAGES and folder.is_dir():
         p = caltech101_paths(folder.parent.parent)
         return (f"{folder} holds Caltech-101's class folders, not a train/test split: it has no train/ folder. "
-                f"Split it first with `{split_command(folder, p.split)}`, then {then.format(split=p.split)}.")
+                f"Split it first with `{_split_command(folder, p.split)}`, then {then.format(split=p.split)}.")
     if Path(f"{folder}_classes.json").is_file():
         return (f"{folder} is a RecordIO pack prefix ({folder}_classes.json), not a folder split: it is already "
                 "packed; read it with the recordio pipeline (--pipeline recordio).")
@@ -147,7 +154,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
                 f"(or --train-per-class N), then {then.format(split=out)}.")
     if folder.name == SPLIT and not folder.exists():
         p = caltech101_paths(folder.parent)
-        split = split_command(p.images, p.split)
+        split = _split_command(p.images, p.split)
         if p.images.is_dir():
             return f"{folder} does not exist yet: make it from the download in {p.images} with `{split}`."
         root = "" if folder.parent == Path("data") else f" --root {folder.parent}"
@@ -181,13 +188,37 @@ def pack_problem(prefix, flag="--data-dir"):
         target = (caltech101_paths(prefix.parent).pack if prefix.name == SPLIT
                   else prefix.with_name(prefix.name + "-rec") / prefix.name)
         return (f"{prefix} is a folder split, not a RecordIO pack prefix. Train on it with --pipeline folder, or "
-                f"pack it with `{pack_command(prefix, target)}` and pass {flag} {target}.")
+                f"pack it with `{_pack_command(prefix, target)}` and pass {flag} {target}.")
     if (prefix / IMAGES).is_dir() or prefix.name == IMAGES:  # the raw download, or its class folders
         images = prefix / IMAGES if (prefix / IMAGES).is_dir() else prefix
         p = caltech101_paths(images.parent.parent)
         return (f"{prefix} is Caltech-101 as `mxfp16 data fetch` leaves it, not a RecordIO pack prefix. Split it "
-                f"with `{split_command(images, p.split)}`, pack the split with `{pack_command(p.split, p.pack)}`, "
+                f"with `{_split_command(images, p.split)}`, pack the split with `{_pack_command(p.split, p.pack)}`, "
                 f"then pass {flag} {p.pack}.")
     return (f"{prefix} is a folder, not a RecordIO pack prefix (PREFIX_train.rec, PREFIX_classes.json, ...). Make "
             "a train/test split of it with `mxfp16 data split`, pack that with `mxfp16 data pack --src SPLIT --out "
             "PREFIX` and pass PREFIX, or read a split with --pipeline folder.")
+
+
+def read_manifest(folder):
+    """The :data:`MANIFEST` of a data set folder, or ``None`` when it has no readable one."""
+    try:
+        return read_json(Path(folder) / MANIFEST)
+    except JSONFileError:
+        return None
+
+
+def data_set_contents(kind, what):
+    """What a data set folder of ``kind`` holds (:data:`MANIFEST`, ``train/``, ``test/``), as
+    :class:`~mxfp16.plumbing.locking.Contents`: one is what ``--overwrite`` may replace when its manifest says
+    ``kind``, never another folder.
+
+    Parameters
+    ----------
+    kind : str
+        The manifest's ``kind`` (``'split'``, ``'synth'``, ``'digits'``).
+    what : str
+        What such a folder is, for messages (``'a synthetic set'``).
+    """
+    return Contents(what, (MANIFEST, "train", "test"),
+                    is_one=lambda folder: (read_manifest(folder) or {}).get("kind") == kind)

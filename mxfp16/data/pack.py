@@ -7,21 +7,26 @@
 format, with the path escaped by :func:`escape_name` so that any file name,
 one holding a tab, a newline or bytes that are not UTF-8, keeps its line),
 then ``PREFIX_classes.json`` (classes, counts per split and per class,
-skipped files, the settings, and the source manifest's ``min_crop_area`` and
-``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
+skipped files, the settings, that every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`), and the source manifest's
+``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
-files are skipped by the same scan the folder pipeline uses. Each file is
-written under a temporary name of its own (unique to the process, short
-enough for any prefix the file system allows), checked record by record
-against its index (:func:`mxfp16.data.records.damaged_records`) and only
-then renamed; ``PREFIX_classes.json`` comes last, and the loader refuses a
-pack without it, so an interrupted pack never looks complete. A pack holds
-a lock on its prefix for its whole run (:class:`mxfp16.plumbing.locking.FolderLock`
-on ``.PREFIX.lock`` beside the files): a second pack into the same prefix
-is refused at once, naming the first, so the files that land there are
-always one pack's, whole.
+files are skipped by the same scan the folder pipeline uses.
+
+The pack is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+its prefix is locked for the whole pack (``.PREFIX.lock`` beside the files)
+before anything decides whether a pack is there, so a second pack into it
+is refused at once, naming the first, and so is a pack over the one a
+running ``train`` reads (it holds the prefix shared). An existing pack is
+refused without ``overwrite``. Each file is written under a temporary name
+of its own (unique to the process, short enough for any prefix the file
+system allows) and checked record by record against its index
+(:func:`mxfp16.data.records.damaged_records`); only when both splits are
+written are they renamed into place, ``PREFIX_classes.json`` last (the old
+one removed first), and the loader refuses a pack without it, so an
+interrupted pack never looks complete and the files there are always one
+pack's, whole.
 """
-import contextlib
 import logging
 import os
 import urllib.parse
@@ -32,16 +37,21 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, shown, temporary_file, write_json
-from ..plumbing.locking import FolderBusyError, FolderLock
+from ..plumbing.fileio import JSONFileError, OutputFolderError, failed_write, read_json, shown, write_json
+from ..plumbing.locking import Contents, Output, PathBusyError
 from .layout import split_problem
-from .pipelines import classes_file, record_files
-from .records import damaged_records
+from .records import CHECKSUM as RECORD_CHECKSUM
+from .records import damaged_records, record_checksum
 from .validate import DataError, scan_classes
 
-__all__ = ["pack_recordio", "encode_image", "escape_name", "unescape_name"]
+__all__ = ["pack_recordio", "escape_name", "unescape_name", "CONTENTS"]
 
 LOG = logging.getLogger("mxfp16.data")
+#: The file that marks a pack complete, written last.
+_MARKER = "_classes.json"
+#: A pack's files, by what follows the prefix in their names (mxfp16.data.pipelines reads them by these names).
+CONTENTS = Contents("a pack", tuple(f"_{split}.{ext}" for split in ("train", "test") for ext in ("rec", "idx", "lst"))
+                    + (_MARKER,))
 
 
 def escape_name(name):
@@ -67,7 +77,7 @@ def unescape_name(text):
     return os.fsdecode(urllib.parse.unquote_to_bytes(text))
 
 
-def encode_image(path, resize=0, quality=95):
+def _encode_image(path, resize=0, quality=95):
     """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
 
     The file is read by Python and decoded from memory, so any bytes in its
@@ -91,48 +101,54 @@ def encode_image(path, resize=0, quality=95):
 
 
 def _encode_job(args):
-    return encode_image(*args)
+    return _encode_image(*args)
 
 
-def _write_split(items, classes, root, prefix, split, resize, quality, workers):
-    rec_path, idx_path = record_files(prefix, split)
-    lst_path = Path(f"{prefix}_{split}.lst")
-    tmp = {p: Path(temporary_file(p)) for p in (rec_path, idx_path, lst_path)}
+def _write_split(output, items, classes, root, split, resize, quality, workers):
+    """Write one split's ``.rec``, ``.idx`` and ``.lst`` as staged files of ``output``, checked record by record.
+
+    Returns
+    -------
+    (int, list, dict, dict)
+        The records written, the files skipped, the count per class, and
+        ``{end of the name: staged file}`` for :meth:`~mxfp16.plumbing.locking.Output.publish_files`.
+    """
+    rec_name, idx_name, lst_name = f"_{split}.rec", f"_{split}.idx", f"_{split}.lst"
+    tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}
     index = {name: i for i, name in enumerate(classes)}
     skipped, written, per_class = [], 0, {}
     jobs = [(path, resize, quality) for path, _ in items]
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         encoded = pool.map(_encode_job, jobs, chunksize=16) if pool else map(_encode_job, jobs)
-        record = mx.recordio.MXIndexedRecordIO(str(tmp[idx_path]), str(tmp[rec_path]), "w")
-        with open(tmp[lst_path], "w", encoding="utf-8") as lst:
+        record = mx.recordio.MXIndexedRecordIO(str(tmp[idx_name]), str(tmp[rec_name]), "w")
+        with open(tmp[lst_name], "w", encoding="utf-8") as lst:
             for (path, name), jpeg in zip(items, encoded):
                 if jpeg is None:
                     skipped.append((path, "OpenCV cannot decode it"))
                     LOG.warning("skipping %s: OpenCV cannot decode it", shown(path))
                     continue
                 label = index[name]
-                header = mx.recordio.IRHeader(0, float(label), written, 0)
-                record.write_idx(written, mx.recordio.pack(header, jpeg))
+                # id2, which ImageRecordIter never reads, holds the record's checksum (mxfp16.data.records).
+                header = mx.recordio.IRHeader(0, float(label), written, record_checksum(label, written, jpeg))
+                try:
+                    record.write_idx(written, mx.recordio.pack(header, jpeg))
+                except mx.base.MXNetError:  # a full disk, or ulimit -f: MXNet names neither
+                    raise failed_write(tmp[rec_name]) from None
                 lst.write(f"{written}\t{label}\t{escape_name(os.path.relpath(path, root))}\n")
                 per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
-        damaged, indexed = damaged_records(tmp[rec_path], tmp[idx_path]), _indexed(tmp[idx_path])
+        damaged, indexed = damaged_records(tmp[rec_name], tmp[idx_name], checksums=True), _indexed(tmp[idx_name])
         if damaged or indexed != written:
             what = "; ".join(f"record {key}: {why}" for key, _, why in damaged[:3]) or (
                 f"{indexed} records indexed, {written} written")
-            raise DataError(f"the {split} records just written to {shown(rec_path)} do not check out ({what}); "
-                            "nothing was replaced. Is the disk full or failing? Pack again")
-        for final, temp in tmp.items():
-            os.replace(temp, final)
+            raise DataError(f"the {split} records just written for {shown(output.path)}{rec_name} do not check out "
+                            f"({what}); nothing was replaced. Is the disk full or failing? Pack again")
     finally:
         if pool:
             pool.shutdown()
-        for temp in tmp.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    return written, skipped, per_class
+    return written, skipped, per_class, tmp
 
 
 def _indexed(idx):
@@ -150,7 +166,7 @@ def _manifest_hints(src):
     return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
 
 
-def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
+def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False):
     """Pack the folder split ``src`` into ``PREFIX_{train,test}.{rec,idx,lst}`` + ``PREFIX_classes.json``.
 
     Parameters
@@ -167,51 +183,58 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1):
         JPEG quality, 1-100.
     workers : int
         Processes that decode and encode.
+    overwrite : bool
+        Replace a pack already at ``prefix`` (all of its files).
 
     Returns
     -------
     dict
         The contents of ``PREFIX_classes.json``.
+
+    Raises
+    ------
+    DataError
+        Bad settings or source; a prefix inside ``src``, holding a pack
+        (without ``overwrite``), or in use by another command (a pack, a
+        ``train`` reading it), naming it.
     """
     src, prefix = Path(src), Path(prefix)
     if not 1 <= quality <= 100 or resize < 0:
         raise DataError(f"quality={quality}, resize={resize}: need 1 <= quality <= 100 and resize >= 0.")
-    try:  # the writing rule: the pack's files may not land in (or over) the folder it reads
-        check_output_folder(prefix, [("the source data set", src)], flag="--out")
-    except OutputFolderError as err:
-        raise DataError(str(err)) from None
-    problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
-    if problem:
-        raise DataError(problem)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(prefix.parent, f"packing {src} into {prefix}", name=f".{prefix.name}.lock")
+    # The writing rule: the pack's files may not land in (or over) the folder it reads.
+    output = Output(prefix, f"packing {src} into {prefix}", kind="prefix", overwrite=overwrite,
+                    inputs=[("the source data set", src)], contents=CONTENTS)
     try:
-        lock.acquire()
-    except FolderBusyError as err:
-        raise DataError(f"--out {prefix}: {err}") from None
-    with lock:
-        return _pack(src, prefix, resize, quality, workers)
+        output.check()  # before anything is read
+        problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
+        if problem:
+            raise DataError(problem)
+        with output:
+            return _pack(output, src, resize, quality, workers)
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
 
 
-def _pack(src, prefix, resize, quality, workers):
-    """:func:`pack_recordio` once the prefix is locked."""
+def _pack(output, src, resize, quality, workers):
+    """:func:`pack_recordio` once the prefix is locked: both splits staged and checked, then published."""
     train = scan_classes(src / "train", "training split").require_every_class()
     test = scan_classes(src / "test", "test split")
     unknown = sorted(set(test.classes) - set(train.classes))
     if unknown:
         raise DataError(f"{src / 'test'} has classes that {src / 'train'} lacks: {', '.join(unknown[:10])}.")
-    marker = classes_file(prefix)
-    with contextlib.suppress(FileNotFoundError):
-        marker.unlink()  # an older pack at this prefix must not look complete while it is rewritten
     counts, skipped, per_class = {}, train.skipped + test.skipped, {name: [0, 0] for name in train.classes}
+    staged = {}
     for column, (split, scan) in enumerate((("train", train), ("test", test))):
-        counts[split], bad, written = _write_split(scan.items, train.classes, src, prefix, split, resize, quality,
-                                                   workers)
+        counts[split], bad, written, files = _write_split(output, scan.items, train.classes, src, split, resize,
+                                                          quality, workers)
+        staged.update(files)
         skipped += bad
         for name, count in written.items():
             per_class[name][column] = count
     meta = {"classes": train.classes, "counts": counts, "per_class": per_class, "source": str(src), "resize": resize,
-            "quality": quality, "skipped": [list(s) for s in skipped]}
+            "quality": quality, "skipped": [list(s) for s in skipped], "record_checksum": RECORD_CHECKSUM}
     meta.update(_manifest_hints(src))
-    write_json(marker, meta)
+    staged[_MARKER] = output.stage(_MARKER)
+    write_json(staged[_MARKER], meta)
+    output.publish_files(staged, last=_MARKER)
     return meta

@@ -65,8 +65,9 @@ import numpy as np
 from mxnet import gluon
 
 from ..plumbing.fileio import JSONFileError, read_json, shown
-from .augment import AUGMENT_CHOICES, DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
+from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import PIPELINES, pack_problem, split_problem
+from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
 
@@ -109,25 +110,28 @@ def resize_for(image_size):
     return int(round(image_size / 0.875))
 
 
-def center_view(img, image_size, short_side=None):
+def center_view(image, crop, short_side=None):
     """The evaluation view of one decoded image: the short side resized, then the central square.
+
+    :func:`mxfp16.inference.preprocess.center_view` is its numpy port (prediction runs without MXNet), with the
+    same parameters and the same pixels.
 
     Parameters
     ----------
-    img : NDArray
+    image : NDArray
         uint8 HWC, RGB (``mx.image.imread``).
-    image_size : int
-        Side of the square crop.
+    crop : int
+        Side of the square crop (the training ``image_size``).
     short_side : int, optional
-        What the short side is resized to first (default :func:`resize_for` of ``image_size``).
+        What the short side is resized to first (default :func:`resize_for` of ``crop``).
 
     Returns
     -------
     NDArray
-        uint8 ``(image_size, image_size, 3)``.
+        uint8 ``(crop, crop, 3)``.
     """
-    short_side = resize_for(image_size) if short_side is None else short_side
-    return mx.image.center_crop(mx.image.resize_short(img, short_side), (image_size, image_size))[0]
+    short_side = resize_for(crop) if short_side is None else short_side
+    return mx.image.center_crop(mx.image.resize_short(image, short_side), (crop, crop))[0]
 
 
 def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
@@ -165,7 +169,7 @@ class _FolderImages(gluon.data.Dataset):
         path, label = self._base.items[idx]
         try:
             img = read_image(path)
-        except Exception as err:  # noqa: BLE001 -- any decoder failure becomes a DataError with the path
+        except Exception as err:  # any decoder failure becomes a DataError with the path
             # MXNetError messages start with a C++ traceback; the last line says what failed.
             reason = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1].strip()[:200]
             raise DataError(f"cannot decode {shown(path)} ({type(err).__name__}: {reason}). "
@@ -266,7 +270,7 @@ def _epoch_order(num_items, seed, epoch):
     return np.random.RandomState(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]).permutation(num_items)
 
 
-class FolderLoaders(Loaders):
+class _FolderLoaders(Loaders):
     """The ``folder`` pipeline (see the module docstring)."""
 
     pipeline = "folder"
@@ -354,11 +358,13 @@ def classes_file(prefix):
     return Path(f"{prefix}_classes.json")
 
 
-def _check_record_files(prefix, split, count):
+def _check_record_files(prefix, split, count, checksums):
     """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
 
     Every record's frame is checked (:func:`mxfp16.data.records.damaged_records`):
-    MXNet's C++ reader aborts the process on a damaged one.
+    MXNet's C++ reader aborts the process on a damaged one. With
+    ``checksums``, every record's checksum too: changed bytes inside an
+    image or a label would otherwise train without a word.
     """
     rec, idx = record_files(prefix, split)
     fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
@@ -367,7 +373,7 @@ def _check_record_files(prefix, split, count):
             raise DataError(f"{shown(path)} not found; {fix}.")
     try:
         entries = read_index(idx)
-        damaged = damaged_records(rec, idx, entries=entries)
+        damaged = damaged_records(rec, idx, entries=entries, checksums=checksums)
     except (ValueError, OSError) as err:
         raise DataError(f"{shown(idx)} cannot be read ({err}); {fix}.") from None
     if len(entries) != count:
@@ -379,7 +385,24 @@ def _check_record_files(prefix, split, count):
                         f"file was truncated or changed after packing; {fix}.")
 
 
-class RecordLoaders(Loaders):
+def _record_checksums(meta, meta_path):
+    """Whether the pack's records carry checksums (``PREFIX_classes.json``'s ``record_checksum``).
+
+    A pack of an older mxfp16 has none: it is used, with a warning that
+    damage inside its records cannot be seen.
+    """
+    kind = meta.get("record_checksum")
+    if kind == RECORD_CHECKSUM:
+        return True
+    if kind is not None:
+        raise DataError(f"{shown(meta_path)} names record checksums {str(kind)[:40]!r}, which this mxfp16 does not "
+                        "know; re-run `mxfp16 data pack` with this mxfp16.")
+    LOG.warning("%s was packed by an older mxfp16 whose records carry no checksum: bytes changed inside a record "
+                "cannot be detected. Re-run `mxfp16 data pack` to have every record checked", shown(meta_path))
+    return False
+
+
+class _RecordLoaders(Loaders):
     """The ``recordio`` pipeline (see the module docstring)."""
 
     pipeline = "recordio"
@@ -393,12 +416,14 @@ class RecordLoaders(Loaders):
             meta = read_json(meta_path, "re-run `mxfp16 data pack`", fields={"classes": list, "counts": dict})
             counts = {split: meta["counts"][split] for split in ("train", "test")}
         except (JSONFileError, KeyError) as err:
-            raise DataError(f"{err if isinstance(err, JSONFileError) else f'{shown(meta_path)} lacks counts'}.") from None
+            why = err if isinstance(err, JSONFileError) else f"{shown(meta_path)} lacks counts"
+            raise DataError(f"{why}.") from None
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts.values()) or not all(
                 isinstance(c, str) for c in meta["classes"]):
             raise DataError(f"{shown(meta_path)} holds counts or classes of the wrong type; re-run `mxfp16 data pack`.")
+        checksums = _record_checksums(meta, meta_path)
         for split in ("train", "test"):
-            _check_record_files(prefix, split, counts[split])
+            _check_record_files(prefix, split, counts[split], checksums)
         self._prefix, self._size, self._seed = str(prefix), image_size, seed
         self.min_crop_area = _crop_area(min_crop_area, meta, meta_path)
         self.augment = augmentation(resolve_augment(augment, image_size, meta), self.min_crop_area)
@@ -520,7 +545,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
     if pipeline == "folder":
-        return FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
+        return _FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     if pipeline == "recordio":
-        return RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
+        return _RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
     raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")

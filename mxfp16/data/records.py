@@ -7,19 +7,44 @@ process with a dmlc traceback or SIGABRT. :func:`damaged_records` reads the
 frame of every record the ``.idx`` lists, without decoding an image: the
 RecordIO magic number and length (dmlc's ``recordio.h``), the image-record
 header (``mx.recordio.IRHeader``: flag, label, two ids), and the JPEG start
-and end markers of the payload. It reads a few bytes per record from a
+and end markers of the payload.
+
+Those catch a record cut short or a frame overwritten, not bytes changed
+inside an image or a label: a JPEG decoder draws changed bytes as a
+changed picture, without a word. So ``mxfp16 data pack`` gives every
+record a checksum (:func:`record_checksum`): the CRC-32 of the record
+without its second id, kept in that id (``IRHeader.id2``, which
+ImageRecordIter never reads), and says so in ``PREFIX_classes.json``
+(``record_checksum``: :data:`CHECKSUM`). With ``checksums=True``
+:func:`damaged_records` recomputes it for every record, which reads the
+whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about 500 MB/s)
+from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to
+0.06 s for the frame checks alone. Without, it reads a few bytes per record from a
 memory map, so a pack of 10,000 images is checked in well under a second.
 """
 import mmap
 import struct
+import zlib
 from pathlib import Path
 
-__all__ = ["damaged_records", "read_index", "MAGIC"]
+__all__ = ["damaged_records", "read_index", "record_checksum", "MAGIC", "CHECKSUM"]
 
 #: dmlc::RecordIOWriter::kMagic.
 MAGIC = 0xCED7230A
+#: ``PREFIX_classes.json``'s ``record_checksum`` of a pack whose records carry :func:`record_checksum`.
+CHECKSUM = "crc32-in-id2"
 _LENGTH_BITS = (1 << 29) - 1
 _HEADER = struct.Struct("<IfQQ")  # IRHeader: flag, label, id, id2
+_COVERED = struct.Struct("<IfQ")  # what the checksum covers of the header: flag, label, id
+
+
+def record_checksum(label, index, image):
+    """The ``id2`` of the image record ``IRHeader(0, label, index, id2)`` + ``image``: the CRC-32 of the rest.
+
+    The label is covered as the record stores it (float32), so a changed
+    label is caught like a changed image byte.
+    """
+    return zlib.crc32(image, zlib.crc32(_COVERED.pack(0, label, index)))
 
 
 def read_index(idx):
@@ -46,8 +71,8 @@ def read_index(idx):
     return entries
 
 
-def _why(view, offset, size):
-    """Why the record at ``offset`` is damaged, or ``None``."""
+def _why(view, offset, size, checksums):
+    """Why the record at ``offset`` is damaged, or ``None`` (``checksums``: check :func:`record_checksum` too)."""
     if offset + 8 > size:
         return "its header lies past the end of the file"
     magic, lrecord = struct.unpack_from("<II", view, offset)
@@ -61,7 +86,7 @@ def _why(view, offset, size):
         return f"it claims {length} bytes but the file ends after {size - start}"
     if length < _HEADER.size:
         return f"{length} bytes is too short for an image record"
-    flag = _HEADER.unpack_from(view, start)[0]
+    flag, _, _, stored = _HEADER.unpack_from(view, start)
     image = start + _HEADER.size + 4 * flag
     end = start + length
     if flag > 1 << 16 or end - image < 4:
@@ -70,13 +95,21 @@ def _why(view, offset, size):
         return "its payload does not start as a JPEG"
     if view[end - 2:end] != b"\xff\xd9":
         return "its JPEG is cut short (no end-of-image marker)"
+    if checksums:
+        with memoryview(view) as whole:
+            crc = zlib.crc32(whole[start + _HEADER.size:end], zlib.crc32(whole[start:start + _COVERED.size]))
+        if crc != stored:
+            return "its bytes changed since it was packed (the record's CRC-32 differs from the one packed with it)"
     return None
 
 
-def damaged_records(rec, idx, limit=10, entries=None):
+def damaged_records(rec, idx, limit=10, entries=None, checksums=False):
     """The records of ``rec`` (listed by ``idx``) that are not intact, at most ``limit`` of them.
 
-    ``entries`` is :func:`read_index`'s result when the caller has it already.
+    ``entries`` is :func:`read_index`'s result when the caller has it
+    already. ``checksums``: every record carries :func:`record_checksum`
+    (a pack whose ``PREFIX_classes.json`` says :data:`CHECKSUM`), and it is
+    checked.
 
     Returns
     -------
@@ -95,7 +128,7 @@ def damaged_records(rec, idx, limit=10, entries=None):
     found = []
     with open(rec, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
         for key, offset in entries:
-            why = _why(view, offset, size)
+            why = _why(view, offset, size, checksums)
             if why:
                 found.append((key, offset, why))
                 if len(found) >= limit:

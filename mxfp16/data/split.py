@@ -6,8 +6,13 @@ class's split depends only on its own files and the seed -- not on which
 other classes exist or are excluded. The first ``train_per_class`` (or all
 but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
 Files are hard-linked when the file system allows it, copied otherwise. The
-split is built in a temporary folder and renamed into place, with a
-``manifest.json`` of the settings, per-class counts and skipped files.
+split is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+locked before anything decides whether it exists, built in a staging
+folder beside it with a ``manifest.json`` of the settings, per-class counts
+and skipped files, and moved into place in one step. The same split already
+there is reused; another is refused, or replaced whole with ``overwrite``
+(a split only, never another folder); a split that a running ``train``
+reads is not replaced under it.
 
 A split whose test side would be empty (``--test-fraction 0.5`` of classes
 of one image each rounds to none) is refused, naming the fraction and the
@@ -22,15 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, read_json, temporary_folder, write_json
+from ..plumbing.fileio import OutputFolderError, write_json
+from ..plumbing.locking import Output, PathBusyError
+from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError, scan_classes
 
-__all__ = ["split_folder", "plan_split"]
+__all__ = ["split_folder", "CONTENTS"]
 
-MANIFEST = "manifest.json"
+#: What a split folder holds: one made by ``data split`` is what ``overwrite`` may replace.
+CONTENTS = data_set_contents("split", "a split made by `mxfp16 data split`")
 
 
-def plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
+def _plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
     """Which of one class's ``files`` train and which test: ``(train, test)`` lists of names.
 
     Parameters
@@ -77,7 +85,8 @@ def _counts_text(by_class):
     return ", ".join(parts) + (" ..." if len(groups) > 6 else "")
 
 
-def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=(), allow_empty_test=False):
+def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exclude=(), allow_empty_test=False,
+                 overwrite=False):
     """Split ``src/<class>/*`` into ``out/train/<class>/`` and ``out/test/<class>/``.
 
     Parameters
@@ -96,33 +105,56 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
         Class folder names to leave out (e.g. ``BACKGROUND_Google``).
     allow_empty_test : bool
         Write a split whose test side holds no image (refused otherwise).
+    overwrite : bool
+        Replace another split at ``out`` (a folder whose manifest says it is
+        a split, holding nothing else).
 
     Returns
     -------
     dict
         The manifest written to ``out/manifest.json``.
     """
+    _check_sizes(train_per_class, test_fraction)
+    src, out = Path(src), Path(out)
+    settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
+                "test_fraction": test_fraction, "exclude": sorted(set(exclude))}
+    # The writing rule: inside --src the split would become one more class folder of its own source.
+    output = Output(out, f"splitting {src}", overwrite=overwrite, inputs=[("the source folder --src", src)],
+                    contents=CONTENTS, reuse=lambda folder: _same(folder, settings),
+                    refusal="it holds other contents or settings. Replace it with --overwrite (a split only), or "
+                            "choose another --out")
+    try:
+        with output:
+            return read_manifest(out) if output.reused else _split(output, src, settings, allow_empty_test)
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
+
+
+def _check_sizes(train_per_class, test_fraction):
+    """Refuse anything but exactly one of ``train_per_class`` (at least 1) and ``test_fraction`` (in (0, 1))."""
     if (train_per_class is None) == (test_fraction is None):
         raise DataError("give exactly one of --train-per-class N and --test-fraction F.")
     if train_per_class is not None and train_per_class < 1:
         raise DataError(f"--train-per-class {train_per_class}: need at least 1.")
     if test_fraction is not None and not 0 < test_fraction < 1:
         raise DataError(f"--test-fraction {test_fraction}: need a number between 0 and 1 (exclusive).")
-    src, out = Path(src), Path(out)
-    try:  # the writing rule: inside --src the split would become one more class folder of its own source
-        check_output_folder(out, [("the source folder --src", src)])
-    except OutputFolderError as err:
-        raise DataError(str(err)) from None
-    scan = scan_classes(src, "source")
-    exclude = set(exclude)
+
+
+def _files_by_class(scan, src, exclude):
+    """``{class: [file name]}`` of the usable images of every class ``scan`` found that ``exclude`` does not name.
+
+    Raises
+    ------
+    DataError
+        ``exclude`` names a class that is not there, it leaves no class, or a class has no usable image.
+    """
     missing = sorted(exclude - set(scan.classes))
     if missing:
         raise DataError(f"--exclude {' '.join(missing)}: no such class folder in {src} "
                         f"(classes: {', '.join(scan.classes[:8])}{' ...' if len(scan.classes) > 8 else ''}).")
-    classes = [name for name in scan.classes if name not in exclude]
-    if not classes:
+    by_class = {name: [] for name in scan.classes if name not in exclude}
+    if not by_class:
         raise DataError(f"every class of {src} is excluded; nothing to split.")
-    by_class = {name: [] for name in classes}
     for path, name in scan.items:
         if name in by_class:
             by_class[name].append(Path(path).name)
@@ -130,52 +162,43 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     if empty:
         raise DataError(f"class folder(s) without usable images: {', '.join(str(src / n) for n in empty[:10])}. "
                         "Add images, delete the folders or --exclude them.")
-    settings = {"source": str(src.resolve()), "seed": seed, "train_per_class": train_per_class,
-                "test_fraction": test_fraction, "exclude": sorted(exclude)}
-    plans = {name: plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
+    return by_class
+
+
+def _same(folder, settings):
+    """Whether ``folder`` holds the split of ``settings`` (it is then reused)."""
+    manifest = read_manifest(folder)
+    return manifest is not None and {k: manifest.get(k) for k in settings} == settings
+
+
+def _split(output, src, settings, allow_empty_test):
+    """:func:`split_folder` once ``out`` is locked and free: plan, link or copy into a staging folder, publish."""
+    train_per_class, test_fraction, seed = settings["train_per_class"], settings["test_fraction"], settings["seed"]
+    exclude = set(settings["exclude"])
+    scan = scan_classes(src, "source")
+    by_class = _files_by_class(scan, src, exclude)
+    classes = list(by_class)
+    plans = {name: _plan_split(files, name, seed, train_per_class, test_fraction) for name, files in by_class.items()}
     if not allow_empty_test and not any(test for _, test in plans.values()):
         raise DataError(f"--test-fraction {test_fraction} leaves the test split empty: {src} has "
                         f"{_counts_text(by_class)}, and round(images x {test_fraction}) is 0 for each. Training "
                         "evaluates every epoch on the test split; raise --test-fraction, add images, or pass "
                         "--allow-empty-test to write this split anyway.")
-    existing = _existing(out)
-    if existing is not None:
-        if {k: existing.get(k) for k in settings} == settings:
-            return existing
-        raise DataError(f"{out} already exists with other contents or settings. Delete it or choose another --out.")
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_folder(out)
+    tmp = output.stage()
     methods = set()
-    try:
-        for name, (train, test) in plans.items():
-            for split, files in (("train", train), ("test", test)):
-                folder = tmp / split / name
-                folder.mkdir(parents=True)
-                for file_name in files:
-                    methods.add(_link_or_copy(src / name / file_name, folder / file_name))
-        manifest = dict(settings, kind="split", classes=classes,
-                        counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
-                        totals={"train": sum(len(tr) for tr, _ in plans.values()),
-                                "test": sum(len(te) for _, te in plans.values())},
-                        files="hard links" if methods == {"link"} else "copies" if methods == {"copy"} else "links and copies",
-                        skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
-        write_json(tmp / MANIFEST, manifest)
-        os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    for name, (train, test) in plans.items():
+        for split, files in (("train", train), ("test", test)):
+            folder = tmp / split / name
+            folder.mkdir(parents=True)
+            for file_name in files:
+                methods.add(_link_or_copy(src / name / file_name, folder / file_name))
+    manifest = dict(settings, kind="split", classes=classes,
+                    counts={name: {"train": len(tr), "test": len(te)} for name, (tr, te) in plans.items()},
+                    totals={"train": sum(len(tr) for tr, _ in plans.values()),
+                            "test": sum(len(te) for _, te in plans.values())},
+                    files={frozenset({"link"}): "hard links", frozenset({"copy"}): "copies"}.get(
+                        frozenset(methods), "links and copies"),
+                    skipped=[list(s) for s in scan.skipped if Path(s[0]).parent.name not in exclude])
+    write_json(tmp / MANIFEST, manifest)
+    output.publish(tmp)
     return manifest
-
-
-def _existing(out):
-    """The manifest of an existing split at ``out``; ``None`` if ``out`` is absent or empty."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if out.exists():
-            out.rmdir()
-        return None
-    try:
-        return read_json(out / MANIFEST)
-    except JSONFileError:
-        raise DataError(f"{out} exists and is not a split made by `mxfp16 data split` (no readable "
-                        f"{MANIFEST}). Delete it or choose another --out.") from None

@@ -9,14 +9,14 @@ few epochs but not in one. Generation is deterministic: image ``i`` of class
 """
 import logging
 import math
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..plumbing.fileio import JSONFileError, read_json, temporary_folder, write_json
+from ..plumbing.fileio import OutputFolderError, write_json
+from ..plumbing.locking import Output, PathBusyError
+from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
@@ -24,12 +24,15 @@ __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
 LOG = logging.getLogger("mxfp16.data")
 
 SHAPES = ("bar", "circle", "crescent", "cross", "lshape", "ring", "square", "star", "triangle", "two_dots")
-MANIFEST = "manifest.json"
 FORMAT_VERSION = 4
 # A random resized crop down to 8% of the area (the ImageNet default) keeps less than 60% of the
 # shape in about 35% of the crops; down to 40%, in about 10%. make_loaders reads this hint.
 MIN_CROP_AREA = 0.4
 DEMO_SETTINGS = {"classes": 10, "per_class": 100, "test_per_class": 100, "size": 128, "seed": 0}
+#: Seconds :func:`demo_dataset` waits for another process making the demo set (a few seconds of work).
+DEMO_WAIT = 600
+#: JPEG quality of the generated images.
+QUALITY = 90
 
 
 # Shapes are drawn near upright (tilted at most MAX_TILT radians): full rotations made the set far
@@ -147,11 +150,8 @@ def _expected_manifest(classes, per_class, test_per_class, size, seed):
 
 def _is_complete(out, expected):
     """True when ``out`` holds the set ``expected`` describes, every file present."""
-    try:
-        manifest = read_json(out / MANIFEST)
-    except JSONFileError:
-        return False
-    if {k: manifest.get(k) for k in expected} != expected:
+    manifest = read_manifest(out)
+    if manifest is None or {k: manifest.get(k) for k in expected} != expected:
         return False
     for split, count in expected["per_class"].items():
         for name in expected["classes"]:
@@ -161,13 +161,16 @@ def _is_complete(out, expected):
     return True
 
 
-def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, seed=0, quality=90, replace=False):
+def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, seed=0, quality=QUALITY,
+                  overwrite=False):
     """Generate the shapes set into ``out`` (``train/<class>/*.jpg``, ``test/...``, ``manifest.json``).
 
-    The set is built in a temporary folder beside ``out`` and renamed into
-    place, so an interrupted run never leaves a set that looks complete. If
-    ``out`` already holds the same set (same settings, every file present) it
-    is reused.
+    ``out`` is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+    locked before anything decides whether it exists, built in a staging
+    folder beside it and moved into place in one step, so an interrupted or
+    concurrent run never leaves a set that looks complete. If ``out``
+    already holds the same set (same settings, every file present) it is
+    reused, under a shared lock (two trainings on the demo set both go on).
 
     Parameters
     ----------
@@ -182,10 +185,10 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     seed : int
     quality : int
         JPEG quality.
-    replace : bool
+    overwrite : bool
         Replace a different synthetic set (one with a ``manifest.json`` of
-        kind ``synth``) found at ``out`` instead of refusing. Anything else at
-        ``out`` is never touched.
+        kind ``synth``, holding nothing else) found at ``out`` instead of
+        refusing. Anything else at ``out`` is never touched.
 
     Returns
     -------
@@ -197,53 +200,43 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     if per_class < 1 or test_per_class < 0 or size < 16:
         raise DataError(f"per_class={per_class}, test_per_class={test_per_class}, size={size}: need per_class >= 1, "
                         "test_per_class >= 0 and size >= 16.")
-    out = Path(out)
-    expected = _expected_manifest(classes, per_class, test_per_class, size, seed)
-    if _is_complete(out, expected):
-        return out
-    if out.exists() and any(out.iterdir()) and not (replace and _is_synth(out)):
-        raise DataError(f"{out} exists but does not hold this synthetic set (settings differ or files are missing). "
-                        "Delete it or choose another --out.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_folder(out)
+    return _synth(Path(out), _expected_manifest(classes, per_class, test_per_class, size, seed), quality, overwrite)
+
+
+def _synth(out, expected, quality, overwrite, wait=0):
+    """:func:`synth_dataset` of the settings ``expected`` describes; ``wait``: for a process making it meanwhile."""
+    output = Output(out, "generating a synthetic set", overwrite=overwrite, contents=CONTENTS, wait=wait,
+                    reuse=lambda folder: _is_complete(folder, expected),
+                    refusal="it does not hold this synthetic set (settings differ or files are missing). Replace it "
+                            "with --overwrite (a synthetic set only), delete it, or choose another --out")
     try:
-        for split_index, (split, count) in enumerate((("train", per_class), ("test", test_per_class))):
-            for class_index, shape in enumerate(SHAPES[:classes]):
-                folder = tmp / split / shape
-                folder.mkdir(parents=True)
-                for i in range(count):
-                    rng = np.random.default_rng([seed, split_index, class_index, i])
-                    render(shape, rng, size).save(folder / f"{shape}_{i:05d}.jpg", quality=quality)
-        write_json(tmp / MANIFEST, dict(expected, counts={"train": per_class * classes, "test": test_per_class * classes}))
-        _install(tmp, out, expected)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    LOG.info("generated %s", out)
+        with output:
+            if not output.reused:
+                _generate(output, expected, quality)
+    except (OutputFolderError, PathBusyError) as err:
+        raise DataError(str(err)) from None
     return out
 
 
-def _is_synth(out):
-    try:
-        return read_json(out / MANIFEST).get("kind") == "synth"
-    except JSONFileError:
-        return False
+def _generate(output, expected, quality):
+    """Draw every image of the set ``expected`` describes into a staging folder, and publish it."""
+    tmp = output.stage()
+    classes, size, seed = len(expected["classes"]), expected["size"], expected["seed"]
+    counts = expected["per_class"]
+    for split_index, split in enumerate(("train", "test")):
+        for class_index, shape in enumerate(expected["classes"]):
+            folder = tmp / split / shape
+            folder.mkdir(parents=True)
+            for i in range(counts[split]):
+                rng = np.random.default_rng([seed, split_index, class_index, i])
+                render(shape, rng, size).save(folder / f"{shape}_{i:05d}.jpg", quality=quality)
+    write_json(tmp / MANIFEST, dict(expected, counts={split: count * classes for split, count in counts.items()}))
+    output.publish(tmp)
+    LOG.info("generated %s", output.path)
 
 
-def _install(tmp, out, expected):
-    """Rename ``tmp`` to ``out``; if another process won the race with the same set, keep theirs."""
-    if out.exists() and not any(out.iterdir()):
-        out.rmdir()
-    elif out.exists() and _is_synth(out) and not _is_complete(out, expected):
-        # An outdated generated set (replace=True): move it aside first so the rename stays atomic.
-        stale = temporary_folder(out, suffix=".stale")
-        os.rename(out, stale / "old")
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        if not _is_complete(out, expected):
-            raise
+#: What a synthetic set's folder holds: one whose manifest says it is one is what ``overwrite`` may replace.
+CONTENTS = data_set_contents("synth", "a synthetic set")
 
 
 def demo_path(root="data"):
@@ -267,4 +260,5 @@ def demo_dataset(root="data"):
     Path
         ``<root>/demo``, with ``train/<class>/*.jpg``, ``test/<class>/*.jpg`` and ``manifest.json``.
     """
-    return synth_dataset(demo_path(root), replace=True, **DEMO_SETTINGS)
+    # The workers of one job start together: one makes the set, the others wait for it and reuse it.
+    return _synth(demo_path(root), _expected_manifest(**DEMO_SETTINGS), QUALITY, overwrite=True, wait=DEMO_WAIT)

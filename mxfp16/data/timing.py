@@ -23,10 +23,10 @@ from ..plumbing.fileio import read_json
 from .pack import pack_recordio
 from .pipelines import classes_file, make_loaders
 
-__all__ = ["bench_pipelines", "time_pipeline", "image_sizes"]
+__all__ = ["bench_pipelines"]
 
 
-def image_sizes(folder, limit=2000):
+def _image_sizes(folder, limit=2000):
     """Width and height statistics of up to ``limit`` images under ``folder`` (headers only)."""
     sizes = []
     for path in sorted(Path(folder).rglob("*")):
@@ -42,7 +42,7 @@ def image_sizes(folder, limit=2000):
             "min": [int(w.min()), int(h.min())], "max": [int(w.max()), int(h.max())]}
 
 
-def time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, images=600):
+def _time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, images=600):
     """Time one pipeline's training batches; returns a dict with ``images_per_second``."""
     loaders = make_loaders(source, image_size=image_size, batch_size=batch_size, workers=workers, pipeline=pipeline)
     counted, first_batch_s, epoch = 0, None, 0
@@ -63,8 +63,9 @@ def time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, imag
     # CPU time of this process (all its threads): images per CPU-second hardly depends on the load
     # other processes put on the machine. Worker processes' time is not counted, hence None for them.
     in_process = pipeline == "recordio" or workers == 0
-    return {"pipeline": pipeline, "workers": workers,
-            "threads" if pipeline == "recordio" else "processes": max(1, workers) if pipeline == "recordio" else workers,
+    # ImageRecordIter decodes on preprocess_threads (at least one); the folder loader's DataLoader on processes.
+    parallel = ("threads", max(1, workers)) if pipeline == "recordio" else ("processes", workers)
+    return {"pipeline": pipeline, "workers": workers, parallel[0]: parallel[1],
             "images": counted, "seconds": elapsed, "images_per_second": counted / elapsed,
             "cpu_seconds": cpu if in_process else None,
             "images_per_cpu_second": counted / cpu if in_process and cpu > 0 else None,
@@ -101,17 +102,17 @@ def bench_pipelines(src, image_size=224, workers=2, batch_size=32, images=600, p
             source = Path(meta.get("source", ""))
             # A resized pack holds other sizes than its source: report sizes only for an unresized one.
             if not meta.get("resize") and (source / "train").is_dir():
-                sizes = image_sizes(source / "train")
+                sizes = _image_sizes(source / "train")
         else:
-            sizes = image_sizes(src / "train")
+            sizes = _image_sizes(src / "train")
             for n in counts:
-                results.append(time_pipeline(src, "folder", n, image_size, batch_size, images))
+                results.append(_time_pipeline(src, "folder", n, image_size, batch_size, images))
             prefix = Path(tmp) / "pack"
             start = time.perf_counter()
             pack_recordio(src, prefix, resize=pack_resize, workers=max(1, workers))
             pack_s = time.perf_counter() - start
         for n in sorted({max(1, c) for c in counts}):
-            results.append(time_pipeline(prefix, "recordio", n, image_size, batch_size, images))
+            results.append(_time_pipeline(prefix, "recordio", n, image_size, batch_size, images))
     return {"results": results, "image_sizes": sizes, "pack_seconds": pack_s,
             "settings": {"source": str(src), "image_size": image_size, "batch_size": batch_size,
                          "images": images, "workers": workers, "pack_resize": pack_resize, "cpu_count": os.cpu_count()},

@@ -12,6 +12,10 @@ names the first layer whose float16 output holds inf or NaN. See
     diagnosis = diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, loss_scale=1024)
     print(format_summary(diagnosis))
 
+The same histograms, with the loss, the loss scale and the skipped steps,
+can be watched during training in TensorBoard (:mod:`mxfp16.diagnostics.tensorboard`,
+:class:`TensorBoardLogger`).
+
 The names load on first use, so importing this package does not load MXNet.
 """
 from .._lazy import exports
@@ -26,6 +30,8 @@ _EXPORTS = {
     "recommend_loss_scale": "recommend", "Recommendation": "recommend", "DEFAULT_MARGIN": "recommend",
     "format_summary": "report", "format_table": "report", "plot_histogram": "report",
     "diagnosis_document": "report",
+    "TensorBoardLogger": "tensorboard", "TensorBoardUnavailableError": "tensorboard",
+    "tensorboard_available": "tensorboard",
 }
 
 __all__ = ["forward_check", "ForwardCheck", "float16_forward_runs_here", *_EXPORTS]

@@ -39,7 +39,7 @@ from ..float_formats import FLOAT16, FLOAT32
 mx = module("mxnet")
 
 __all__ = ["LOG2_MIN", "LOG2_MAX", "MIN_LOG2_SCALE", "MAX_LOG2_SCALE", "RangeStats", "RangeCollector",
-           "log2_of_scale", "device_summary", "histogram_edges", "total"]
+           "log2_of_scale", "histogram_edges", "total"]
 
 #: Binades ``[2**k, 2**(k+1))`` with ``LOG2_MIN <= k < LOG2_MAX`` get their own bins.
 LOG2_MIN, LOG2_MAX = -64, 20
@@ -71,7 +71,7 @@ _F32_MAX = np.float32(FLOAT32.max)
 
 
 def histogram_edges():
-    """The float32 bin edges of :func:`device_summary` (``_NBINS + 1`` values, increasing).
+    """The float32 bin edges of :func:`_device_summary` (``_NBINS + 1`` values, increasing).
 
     The last bin is closed, as in ``numpy.histogram`` and ``mx.nd.histogram``,
     and ends at float32's largest value, so inf and NaN fall outside every bin.
@@ -118,7 +118,7 @@ def _edges_on(ctx):
     return _EDGES[ctx]
 
 
-def device_summary(array):
+def _device_summary(array):
     """One tensor's statistics as a float64 NDArray on its device, without a host sync.
 
     Parameters
@@ -192,7 +192,7 @@ class RangeStats:
         return self.count - self.zeros - self.nonfinite
 
     def add_summary(self, row, size):
-        """Add one :func:`device_summary` row (as numpy) of a tensor with ``size`` elements."""
+        """Add one :func:`_device_summary` row (as numpy) of a tensor with ``size`` elements."""
         counts = np.rint(row[:_NBINS]).astype(np.int64)
         self.count += int(size)
         self.zeros += int(counts[_ZERO])
@@ -308,7 +308,7 @@ class RangeCollector:
         if not tensors:
             return
         home = tensors[0][2].context
-        rows = [device_summary(array).as_in_context(home) for _, _, array in tensors]
+        rows = [_device_summary(array).as_in_context(home) for _, _, array in tensors]
         table = mx.nd.concat(*rows, dim=0).asnumpy().reshape(len(rows), _WIDTH)  # the one host sync
         seen = set()
         for (name, kind, array), row in zip(tensors, table):

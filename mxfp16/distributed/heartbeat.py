@@ -77,6 +77,10 @@ class Watch:
                 continue
         return found
 
+    def latest(self):
+        """The wall-clock time of the newest beat of any worker, ``None`` before the first."""
+        return max((mtime for mtime, _ in self._beats().values()), default=None)
+
     def stalled(self, now=None):
         """``None`` while the job makes progress (or has not started beating); else the reason to stop it."""
         if not self.stall:

@@ -3,15 +3,27 @@
 Every process starts in its own session (its own process group), so a
 signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
 the terminal reaches only the launcher, which forwards it. The launcher
-stops the whole job when any process fails, when the run outlasts its
-timeout, when no worker has made progress for the stall timeout (the workers'
-heartbeats, :mod:`mxfp16.distributed.heartbeat`), or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
+stops the whole job when any process fails, when a worker ends early (see
+below), when the run outlasts its timeout, when no worker has made progress
+for the stall timeout (the workers' heartbeats,
+:mod:`mxfp16.distributed.heartbeat`), or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
 SIGTERM to every process at once; after a signal to the launcher, the
 workers first (SIGINT after a Ctrl-C, SIGTERM otherwise) so they can write a
 checkpoint, and SIGTERM to the scheduler and servers once the workers are
 gone; then SIGKILL to whatever is left after a grace period. A ``finally``
 block and an ``atexit`` hook do the same on any other way out, and on Linux
 each child is also told to die with the launcher.
+
+A process that ends with status 0 while a worker still runs has ended
+early unless the workers follow at once: every process of a parameter-server
+job passes the kvstore's last barrier together (``ps::Finalize``, in
+asynchronous jobs too), so a worker, server or scheduler that left without
+it leaves the workers waiting for it forever, at their next step, at
+start-up or at that barrier. The workers get ``grace`` seconds to end too;
+if they still run then and have beaten since (they can make progress
+without it: an asynchronous job), they go on while they do, and the stall
+timeout stops them once they do not. Otherwise the job is stopped with a
+message naming the process that left (exit status 1).
 
 A process that leaves its group (``setsid``, a daemon's double fork) is
 still found on Linux: every process of the job inherits the variable
@@ -61,14 +73,15 @@ class LaunchResult:
     ----------
     returncode : int
         0 when every process succeeded; the failed process's status (128 +
-        signal number when a signal killed it); 124 on timeout; 128 + signal
-        number when the launcher was interrupted.
+        signal number when a signal killed it); 1 when a worker ended early
+        with status 0 (see the module docstring); 124 on timeout; 128 +
+        signal number when the launcher was interrupted.
     reason : str
         ``'ok'``, ``'failed'``, ``'timeout'``, ``'stalled'`` or ``'interrupted'``.
     message : str
         One line for the user, naming the process that failed.
     failed : str or None
-        Name of the failed process (``'worker 1'``).
+        Name of the failed process (``'worker 1'``), or of the worker that ended early.
     pids : dict
         Process name to PID, for every process started.
     """
@@ -183,6 +196,51 @@ class _Pump(threading.Thread):
                     self.stream.flush()
 
 
+class _EarlyExit:
+    """Whether a process that ended with status 0 left the workers waiting (see the module docstring)."""
+
+    def __init__(self):
+        self.name = None  # the first process that ended while a worker ran
+        self._pid = self._at = self._wall = None
+        self._told = False
+
+    def check(self, procs, grace, stall, log):
+        """The message that stops the job, or ``None`` while it may go on.
+
+        ``procs`` are the job's ``(slot, Popen)`` pairs (polled), ``stall``
+        the heartbeat :class:`~mxfp16.distributed.heartbeat.Watch` or ``None``.
+        """
+        running = [slot.name for slot, proc in procs if slot.role == "worker" and proc.returncode is None]
+        if not running:
+            return None  # the workers are done: servers and the scheduler follow (watch gives them grace)
+        if self.name is None:
+            ended = [(slot, proc) for slot, proc in procs if proc.returncode == 0]
+            if not ended:
+                return None
+            self.name, self._pid = ended[0][0].name, ended[0][1].pid
+            self._at, self._wall = time.monotonic(), time.time()
+        waited = time.monotonic() - self._at
+        if waited <= grace:
+            return None
+        others = ", ".join(running)
+        left = (f"{self.name} (pid {self._pid}) exited with status 0 {waited:.0f} s ago while {others} still "
+                "ran: the processes of a parameter-server job end together, at the kvstore's last barrier, so "
+                f"{others} would wait for it forever")
+        latest = stall.latest() if stall is not None else None
+        if latest is None or latest <= self._wall:
+            return (f"{left}; none of them ended or made progress within {grace:g} s (--grace). Stopping every "
+                    "process")
+        if time.time() - latest > stall.stall:
+            return (f"{left}; they made progress after it, then none for {stall.stall:g} s (--stall-timeout). "
+                    "Stopping every process")
+        if not self._told:
+            self._told = True
+            log(f"{self.name} (pid {self._pid}) exited with status 0 while {others} still run(s); they are making "
+                f"progress without it (an asynchronous job?), so the job goes on while they do (--stall-timeout "
+                f"{stall.stall:g} s)")
+        return None
+
+
 class _Job:
     def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False, stall=0):
         self.slots = list(slots)
@@ -240,6 +298,7 @@ class _Job:
         deadline = None if not timeout else time.monotonic() + float(timeout)
         workers_done_at = None
         stall_checked = time.monotonic()
+        early = _EarlyExit()
         while True:
             if self._signal is not None:
                 name = signal.Signals(self._signal).name
@@ -253,6 +312,9 @@ class _Job:
             if not running:
                 return "ok", 0, None, "every process finished"
             names = ", ".join(slot.name for slot in running)
+            stopped = early.check(self.procs, self.grace, self.watch_stall, self.log)
+            if stopped:
+                return "failed", 1, early.name, stopped
             if not any(slot.role == "worker" for slot in running):
                 # Servers and the scheduler end on their own once the workers
                 # finalise the kvstore; do not wait forever for one that does not.
@@ -325,12 +387,12 @@ class _Job:
             phases = [(self.procs, first_signal, True)]
         for procs, signum, strays in phases:
             self._poll_all()
-            for slot, proc in procs:
+            for _, proc in procs:
                 _signal_group(proc.pid, signum)
             for pid in self._strays() if strays else ():
                 _kill(pid, signum)
             self._wait_gone(procs, strays)
-        for slot, proc in self.procs:
+        for _, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
                 _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()

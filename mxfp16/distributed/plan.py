@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Slot", "LaunchPlanError", "free_port", "check_port_free", "role_env", "local_plan", "read_hostfile",
+__all__ = ["Slot", "LaunchPlanError", "free_port", "check_port_free", "local_plan", "read_hostfile",
            "host_plan", "ssh_argv", "format_plan", "SERVER_CODE", "DEFAULT_HOSTFILE_PORT"]
 
 ROLES = ("scheduler", "server", "worker")
@@ -107,7 +107,7 @@ def _check_counts(workers, servers, port):
         raise LaunchPlanError(f"--port must be in 1..65535 (got {port})")
 
 
-def role_env(role, root_uri, root_port, workers, servers, node_host=None):
+def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
     """The ``DMLC_*`` variables for one process.
 
     Parameters
@@ -152,11 +152,11 @@ def _slots(command, workers, servers, port, hosts, addresses, python):
                               "`mxfp16 launch --workers 2 --servers 1 -- python train.py`")
     server_argv = _server_argv(python)
     root = addresses[hosts[0]]
-    slots = [Slot("scheduler", 0, hosts[0], server_argv, role_env("scheduler", root, port, workers, servers, root))]
+    slots = [Slot("scheduler", 0, hosts[0], server_argv, _role_env("scheduler", root, port, workers, servers, root))]
     for role, count, argv in (("server", servers, server_argv), ("worker", workers, command)):
         for i in range(count):
             host = hosts[i % len(hosts)]
-            slots.append(Slot(role, i, host, argv, role_env(role, root, port, workers, servers, addresses[host])))
+            slots.append(Slot(role, i, host, argv, _role_env(role, root, port, workers, servers, addresses[host])))
     return slots
 
 
@@ -182,10 +182,10 @@ def local_plan(command, workers, servers, port=None, python=None):
     if port is not None:
         check_port_free(port)
     port = free_port() if port is None else int(port)
-    return share_cores(_slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python))
+    return _share_cores(_slots(command, int(workers), int(servers), port, [LOOPBACK], {LOOPBACK: LOOPBACK}, python))
 
 
-def share_cores(slots):
+def _share_cores(slots):
     """Split this machine's cores between the workers of a local job (``OMP_NUM_THREADS`` per process).
 
     Every worker would otherwise size MXNet's thread pool to all the cores,

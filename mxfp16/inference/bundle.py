@@ -14,11 +14,12 @@ Each format's writer and reader live in :mod:`mxfp16.inference.formats`.
 The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
 written into a staging folder beside ``DIR`` and moved into place only when
-it is complete and checked (:func:`staging`, :func:`publish`), so a refused
-export leaves nothing behind. A new ``DIR`` is renamed into place whole;
-over an existing one (``--overwrite``) only the export's files are replaced,
-``SHA256SUMS`` last, and anything else in ``DIR`` stays: the command never
-deletes a file it did not write.
+it is complete and checked (:class:`mxfp16.plumbing.locking.Output`), so a
+refused export leaves nothing behind. ``--overwrite`` replaces ``DIR``
+whole, in one step: no file of the old export stays (a ``model.onnx`` under
+a new MXNet export, say). A ``DIR`` holding anything but the files of
+:data:`FILES` (:data:`CONTENTS`) is refused, ``--overwrite`` or not: the
+command never deletes a file it did not write.
 
 Reading an export trusts nothing in it (:func:`read_info`,
 :func:`read_model`): every file :data:`FILES` names must be a regular file
@@ -30,13 +31,11 @@ names and shapes must be the graph's, and the graph's output must have one
 value per class. No message prints a file's content.
 
 A new model file kind (another format) is one entry in :data:`FILES`; the
-checksums, the link and regular-file checks and :func:`publish` cover it.
+checksums, the link and regular-file checks and :data:`CONTENTS` cover it.
 """
-import contextlib
 import math
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
@@ -44,19 +43,20 @@ from ..plumbing.fileio import (
     JSONFileError,
     atomic_path,
     atomic_write,
+    failed_write,
     parse_json,
     sha256_file,
     shown,
-    temporary_folder,
     write_json,
 )
 from ..plumbing.limits import MAX_IMAGE_SIDE
+from ..plumbing.locking import Contents
 from ..plumbing.ndarray_file import NDArrayFileError, read_header
 from ..plumbing.symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",
            "LOAD_WITH", "ExportError", "write_model", "write_info", "seal", "verify", "check_info", "read_info",
-           "read_model", "read_verified", "file_entry", "staging", "publish", "export_file"]
+           "read_model", "read_verified", "file_entry", "export_file", "CONTENTS", "AGAIN"]
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -70,6 +70,8 @@ FILES = {
     "model-float16.onnx": "the float16 graph and weights, float32 in and out (ONNX, opset 13)",
     INFO_FILE: "what the model needs to be used: classes, image size, preprocessing, precision, source",
 }
+#: Everything an export folder holds: what ``--overwrite`` replaces, and all it may replace.
+CONTENTS = Contents("an export", (*FILES, CHECKSUM_FILE))
 #: The file every export holds; the model files it lists in its ``files`` table are required too.
 REQUIRED = (INFO_FILE,)
 #: How plain MXNet loads the MXNet format's two files.
@@ -79,7 +81,8 @@ VERSION = 2
 #: The largest ``export.json`` or ``SHA256SUMS`` read.
 _MAX_RECORD_BYTES = 1 << 20
 _CHECKSUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](\S.*)$")
-_AGAIN = "export the run again rather than trust it"
+#: What every refusal of a changed export asks for.
+AGAIN = "export the run again rather than trust it"
 
 
 class ExportError(RuntimeError):
@@ -104,7 +107,10 @@ def write_model(folder, deployable):
         # not even load (a bfloat16 weight beside a float32 input).
         deployable.symbol.save(tmp, remove_amp_cast=False)
     with atomic_path(folder / PARAMS_FILE) as tmp:
-        mx.nd.save(tmp, deployable.params)
+        try:
+            mx.nd.save(tmp, deployable.params)
+        except mx.base.MXNetError:  # a full disk, or ulimit -f: MXNet names neither
+            raise failed_write(folder / PARAMS_FILE) from None
     return {name: file_entry(folder / name) for name in (SYMBOL_FILE, PARAMS_FILE)}
 
 
@@ -149,13 +155,13 @@ def export_file(folder, name):
     target = Path(os.path.realpath(path))
     if Path(os.path.realpath(folder)) not in target.parents:
         raise ExportError(f"{shown(path)} is a link to {shown(target)}, outside the export folder; an export's files "
-                          f"are its own: {_AGAIN}")
+                          f"are its own: {AGAIN}")
     try:
         mode = target.stat().st_mode
     except OSError as err:
-        raise ExportError(f"{shown(path)} cannot be read ({err.strerror}); {_AGAIN}") from None
+        raise ExportError(f"{shown(path)} cannot be read ({err.strerror}); {AGAIN}") from None
     if not stat.S_ISREG(mode):
-        raise ExportError(f"{shown(path)} is not a regular file; {_AGAIN}")
+        raise ExportError(f"{shown(path)} is not a regular file; {AGAIN}")
     return path
 
 
@@ -163,11 +169,11 @@ def _read_text(path, what):
     with open(path, "rb") as handle:
         raw = handle.read(_MAX_RECORD_BYTES + 1)
     if len(raw) > _MAX_RECORD_BYTES:
-        raise ExportError(f"{shown(path)} is larger than {what} ever is; {_AGAIN}")
+        raise ExportError(f"{shown(path)} is larger than {what} ever is; {AGAIN}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ExportError(f"{shown(path)} is not UTF-8 text; {_AGAIN}") from None
+        raise ExportError(f"{shown(path)} is not UTF-8 text; {AGAIN}") from None
 
 
 def verify(folder):
@@ -199,15 +205,15 @@ def verify(folder):
         match = _CHECKSUM_LINE.match(line)
         if not match or match.group(2) not in FILES:
             raise ExportError(f"{shown(folder / CHECKSUM_FILE)} line {number} is not '<sha256>  <file of the export>'; "
-                              f"{_AGAIN}")
+                              f"{AGAIN}")
         sums[match.group(2)] = match.group(1)
     missing = [name for name in REQUIRED if name not in sums]
     if missing:
-        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(missing)}; {_AGAIN}")
+        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(missing)}; {AGAIN}")
     for name, digest in sums.items():
         if sha256_file(export_file(folder, name)) != digest:
             raise ExportError(f"{shown(folder / name)} has changed since it was exported (its sha256 differs from "
-                              f"the one in {CHECKSUM_FILE}); {_AGAIN}")
+                              f"the one in {CHECKSUM_FILE}); {AGAIN}")
     return sums
 
 
@@ -246,7 +252,7 @@ def check_info(info, where=INFO_FILE):
     if info["compute_dtype"] not in ("float32", "float16", "bfloat16"):
         problems.append(f"compute_dtype {info['compute_dtype'][:20]!r} is not float32, float16 or bfloat16")
     if problems:
-        raise ExportError(f"{where}: {'; '.join(problems)}. It was changed after mxfp16 export wrote it; {_AGAIN}")
+        raise ExportError(f"{where}: {'; '.join(problems)}. It was changed after mxfp16 export wrote it; {AGAIN}")
     return info
 
 
@@ -275,7 +281,7 @@ def read_info(folder):
                           "the run again with this mxfp16")
     unlisted = [str(name)[:80] for name in info["files"] if name not in sums]
     if unlisted:  # a model file export.json promises but SHA256SUMS does not cover (or that is gone)
-        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(unlisted)}; {_AGAIN}")
+        raise ExportError(f"{shown(folder / CHECKSUM_FILE)} does not list {', '.join(unlisted)}; {AGAIN}")
     return check_info(info, shown(path))
 
 
@@ -303,7 +309,7 @@ def read_verified(folder, info, name):
     data = export_file(folder, name).read_bytes()
     if hashlib.sha256(data).hexdigest() != wanted:
         raise ExportError(f"{shown(folder / name)} has changed since it was exported (its sha256 differs from the "
-                          f"one in {INFO_FILE}); {_AGAIN}")
+                          f"one in {INFO_FILE}); {AGAIN}")
     return data
 
 
@@ -328,7 +334,7 @@ def read_model(folder, info=None):
     folder = Path(folder)
     symbol_path, params_path = export_file(folder, SYMBOL_FILE), export_file(folder, PARAMS_FILE)
     try:
-        check_graph(symbol_path, _AGAIN)
+        check_graph(symbol_path, AGAIN)
         declared = read_header(params_path)  # before MXNet allocates what it declares
     except (GraphFileError, NDArrayFileError) as err:
         raise ExportError(str(err)) from None
@@ -341,7 +347,7 @@ def read_model(folder, info=None):
             shapes, outputs, aux = symbol.infer_shape(data=(1, 3, size, size))
     except mx.base.MXNetError:  # its message may quote the file: say what failed, not what MXNet read
         raise ExportError(f"{shown(symbol_path)} is not a graph MXNet can run (it could not be loaded, or its shapes "
-                          f"not inferred); {_AGAIN}") from None
+                          f"not inferred); {AGAIN}") from None
     expected = {f"arg:{n}": s for n, s in zip(arguments, shapes or [None] * len(arguments)) if n != "data"}
     expected.update({f"aux:{n}": s for n, s in zip(auxiliary, aux or [None] * len(auxiliary))})
     _check_parameters(params_path, {name or "(unnamed)": tuple(shape) for name, shape, _ in declared}, expected)
@@ -350,11 +356,11 @@ def read_model(folder, info=None):
         if len(outputs) != 1 or tuple(outputs[0]) != (1, classes):
             raise ExportError(f"{shown(folder / INFO_FILE)} lists {classes} classes but the model in {SYMBOL_FILE} "
                               f"gives {outputs[0][-1] if outputs and outputs[0] else '?'} outputs per image; the "
-                              f"labels would not be the model's. {_AGAIN[0].upper()}{_AGAIN[1:]}")
+                              f"labels would not be the model's. {AGAIN[0].upper()}{AGAIN[1:]}")
     try:
         return symbol, mx.nd.load(str(params_path))
     except mx.base.MXNetError:
-        raise ExportError(f"{shown(params_path)} could not be loaded by MXNet; {_AGAIN}") from None
+        raise ExportError(f"{shown(params_path)} could not be loaded by MXNet; {AGAIN}") from None
 
 
 def _check_parameters(path, declared, expected):
@@ -370,48 +376,4 @@ def _check_parameters(path, declared, expected):
         [f"{len(wrong)} of another shape, e.g. {wrong[0][:80]} {declared[wrong[0]]} where {tuple(expected[wrong[0]])} "
          "belongs"] if wrong else [])
     raise ExportError(f"{shown(path)} does not fit the graph in {SYMBOL_FILE} ({'; '.join(parts)}): the parameters "
-                      f"belong to another model; {_AGAIN}")
-
-
-# ---- staging and publishing ------------------------------------------------------------------------
-@contextlib.contextmanager
-def staging(out, overwrite=False):
-    """A fresh folder beside ``out`` to write an export into; removed on any error.
-
-    Its name is unique to this call (two exports to one ``out`` never share
-    one) and fits the file system however long ``out``'s own name is.
-
-    Raises
-    ------
-    ExportError
-        ``out`` exists and ``overwrite`` is off, or ``out`` is a file.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file, not a folder; choose another --out")
-    if out.exists() and not overwrite:
-        raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    folder = temporary_folder(out, suffix=".staging")
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def publish(folder, out):
-    """Move a complete, sealed staged export to ``out``.
-
-    A new ``out`` is the staged folder renamed into place. Into an existing
-    one only the export's own files go, each renamed over its old version
-    (atomic per file), ``SHA256SUMS`` last: until it is replaced, the old
-    checksums do not match the new files, so a reader that catches the
-    folder mid-way refuses it rather than trusting a mixture. Nothing else
-    in ``out`` is touched.
-    """
-    out = Path(out)
-    if not out.exists():
-        os.replace(folder, out)
-        return
-    for name in [n for n in FILES if (Path(folder) / n).exists()] + [CHECKSUM_FILE]:
-        os.replace(Path(folder) / name, out / name)
+                      f"belong to another model; {AGAIN}")

@@ -5,14 +5,16 @@ The story of :func:`export_run`, each step refusing bad input before the next:
 1. the run: its ``config.json`` (model, image size, classes, data) and the
    checkpoint asked for (last, best, or a ``.params`` file), which must
    belong to that model;
-2. devices and precision (float16 on a CPU is allowed: writing it needs no
-   float16 arithmetic), and the output folder (refused when it exists,
-   unless ``overwrite``);
+2. the output folder, locked (:class:`mxfp16.plumbing.locking.Output`)
+   before anything decides whether it exists: refused when it exists,
+   unless ``overwrite``, and when it holds anything an export does not
+   write; then devices and precision (float16 on a CPU is allowed: writing
+   it needs no float16 arithmetic);
 3. the network rebuilt as the trainer built it
    (:func:`mxfp16.train.parts.build_network`) in float32, the checkpoint loaded
    into it (and a float16 copy for a float16 export);
 4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
-   a staging folder by the model format's ``write``
+   a staging folder beside the output by the model format's ``write``
    (:mod:`mxfp16.inference.formats`);
 5. the format's agreement check: the staged files, loaded back the way a
    user loads them, against the float32 network on the run's test set.
@@ -20,7 +22,11 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    the MXNet format's check runs the float32 graph with the export's
    float16-rounded weights, and ``export.json`` says so;
 6. a top-1 drop beyond the margin refuses the export; otherwise
-   ``export.json`` and ``SHA256SUMS`` are written and the folder moved into place.
+   ``export.json`` and ``SHA256SUMS`` are written and the folder moved into
+   place in one step: where nothing is, or (``overwrite``) in place of the
+   old export, which goes whole (no model file of another format stays).
+   A second export to the same folder meanwhile is refused at once, naming
+   this one.
 
 ``model_format="onnx"`` writes the float32 graph as ONNX instead
 (:mod:`mxfp16.inference.formats.onnx`; a float16 copy with
@@ -32,7 +38,7 @@ format: each one's refusals, default precision, writer and check are its
 module's (:mod:`mxfp16.inference.formats` lists what a format defines).
 
 Export holds the run folder's lock shared while it reads
-(:class:`mxfp16.plumbing.locking.FolderLock`), so no ``train --overwrite`` or
+(:class:`mxfp16.plumbing.locking.PathLock`), so no ``train --overwrite`` or
 ``--resume`` starts on it meanwhile. A run that is still training holds it
 itself; export then goes on with what the run has written so far. Either
 way it reads the checkpoint once, into a copy checked against the sha256
@@ -54,9 +60,9 @@ from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..devices import format_ctx, resolve_devices
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path, shown
+from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_path, shown
 from ..plumbing.limits import MAX_IMAGE_SIDE
-from ..plumbing.locking import FolderBusyError, FolderLock
+from ..plumbing.locking import Output, PathBusyError, PathLock
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
@@ -205,17 +211,15 @@ def _copy_checkpoint(run, which, source, path, into):
 
 
 def _reading_lock(run, log):
-    """The run folder's lock, shared; unheld (and said so) when a run trains there or the folder is read-only."""
-    lock = FolderLock(run, "exporting", exclusive=False)
-    if not Path(run).is_dir():
-        return lock
+    """The run folder's lock, shared; ``None`` (and said so) when a run trains there, or where it cannot be taken."""
+    lock = PathLock(run, "exporting it", exclusive=False)
     try:
         return lock.acquire()
-    except FolderBusyError:
+    except PathBusyError:
         log(f"export: {run} is being written by {lock.holder()}; exporting its checkpoint as it stands now")
     except OSError:
         pass  # a folder this user may not write to: nothing can take the lock there to write either
-    return lock
+    return None
 
 
 def _load_network(config, params_path, ctx, param_dtype, shown_as=None):
@@ -318,55 +322,70 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     try:
         return _export(request, writer, log, started)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+
+
+def _output(request, inputs):
+    """The export folder, locked and checked (:class:`~mxfp16.plumbing.locking.Output`), as an :class:`ExportError`."""
+    output = Output(request.out, f"exporting {request.run}", overwrite=request.overwrite, inputs=inputs,
+                    contents=bundle.CONTENTS)
+    try:
+        return output.open()
+    except (OutputFolderError, PathBusyError) as err:
+        raise ExportError(str(err)) from None
 
 
 def _export(request, writer, log, started):
     """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
-    run, out, checkpoint = request.run, request.out, request.checkpoint
+    run, checkpoint = request.run, request.checkpoint
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
     dataset = request.data or config["source"]
-    try:  # the writing rule: nothing written, and nothing --overwrite removes, may be an input
-        check_output_folder(out, [("the run folder", run), ("the checkpoint", params_path),
-                                  ("the data set", dataset)])
-    except OutputFolderError as err:
-        raise ExportError(str(err)) from None
+    # The writing rule: nothing written, and nothing --overwrite removes, may be an input; the folder is
+    # locked before anything decides whether it exists, and refused then, before minutes of work.
+    with _output(request, [("the run folder", run), ("the checkpoint", params_path),
+                           ("the data set", dataset)]) as output:
+        return _export_into(output, request, writer, log, started, (config, params_path, source, dataset))
+
+
+def _export_into(output, request, writer, log, started, read):
+    """Steps 2-6 once the export folder is locked: devices, precision, the conversion, its check, the publishing."""
+    run, checkpoint = request.run, request.checkpoint
+    config, params_path, source, dataset = read
     unfinished = _finished(run, config) if checkpoint != "best" and source.get("tag") else None
     contexts = resolve_devices(request.ctx)[:1]
     wanted = resolve_precision(request.precision or writer.DEFAULT_PRECISION, contexts, allow_cpu_float16=True)
     if wanted.compute_dtype == "bfloat16" and contexts[0].device_type != "cpu":
         raise PrecisionError("amp-bfloat16 runs on CPUs (oneDNN); export it with --ctx cpu")
-    if Path(out).exists() and not request.overwrite:  # refuse before minutes of work, not after
-        raise ExportError(f"--out {out} already exists; replace it with --overwrite or choose another --out")
     loaders = _test_loaders(dataset, config, request.batch_size)
 
-    with bundle.staging(out, request.overwrite) as staged:
-        copies = staged / ".checkpoint"
-        copies.mkdir()
-        params_copy = _copy_checkpoint(run, checkpoint, source, params_path, copies)
-        if checkpoint in CHECKPOINT_CHOICES:
-            params_path = params_path.with_name(params_copy.name)
-        log(f"export: {run} ({config['model']}, {len(config['classes'])} classes, {config['image_size']} px), "
-            f"checkpoint {source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
-        if unfinished:
-            log(f"export: {unfinished}")
-        reference = _load_network(config, params_copy, contexts, "float32", params_path)
-        net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
-                                                                              wanted.param_dtype, params_path)
-        model = deployable(net, wanted, request.amp_lists)
-        size = int(config["image_size"])
-        files, section = writer.write(staged, model, formats.WriteOptions(input_shape=(3, size, size),
-                                                                          dtypes=request.dtypes))
-        written = time.perf_counter()
-        agreement = writer.check(staged, files, section, formats.CheckInputs(
-            reference=reference, net=net, precision=wanted, image_size=size, classes=list(config["classes"]),
-            loaders=loaders, data=dataset, device=contexts[0], margin=request.margin, log=log))
-        record = _Written(model_format=writer.NAME, files=files, section=section,
-                          agreement={"data": str(dataset), **agreement},
-                          seconds=writer.seconds(written - started, time.perf_counter() - written))
-        info = _info(config, _source(run, source, params_path, params_copy, config), model, record)
-        return _publish(copies, staged, out, info, log)
+    staged = output.stage()
+    copies = staged / ".checkpoint"
+    copies.mkdir()
+    params_copy = _copy_checkpoint(run, checkpoint, source, params_path, copies)
+    if checkpoint in CHECKPOINT_CHOICES:
+        params_path = params_path.with_name(params_copy.name)
+    log(f"export: {run} ({config['model']}, {len(config['classes'])} classes, {config['image_size']} px), "
+        f"checkpoint {source.get('tag', params_path.name)}, as {wanted} on {format_ctx(contexts)}")
+    if unfinished:
+        log(f"export: {unfinished}")
+    reference = _load_network(config, params_copy, contexts, "float32", params_path)
+    net = reference if wanted.param_dtype == "float32" else _load_network(config, params_copy, contexts,
+                                                                          wanted.param_dtype, params_path)
+    model = deployable(net, wanted, request.amp_lists)
+    size = int(config["image_size"])
+    files, section = writer.write(staged, model, formats.WriteOptions(input_shape=(3, size, size),
+                                                                      dtypes=request.dtypes))
+    written = time.perf_counter()
+    agreement = writer.check(staged, files, section, formats.CheckInputs(
+        reference=reference, net=net, precision=wanted, image_size=size, classes=list(config["classes"]),
+        loaders=loaders, data=dataset, device=contexts[0], margin=request.margin, log=log))
+    record = _Written(model_format=writer.NAME, files=files, section=section,
+                      agreement={"data": str(dataset), **agreement},
+                      seconds=writer.seconds(written - started, time.perf_counter() - written))
+    info = _info(config, _source(run, source, params_path, params_copy, config), model, record)
+    return _publish(copies, staged, output, info, log)
 
 
 def _test_loaders(dataset, config, batch_size):
@@ -384,13 +403,16 @@ def _test_loaders(dataset, config, batch_size):
     return loaders
 
 
-def _publish(copies, staged, out, info, log):
+def _publish(copies, staged, output, info, log):
     """Drop the checkpoint copies, write export.json, seal the folder (SHA256SUMS) and move it into place."""
     shutil.rmtree(copies)
     bundle.write_info(staged, info)
     bundle.seal(staged)
-    bundle.publish(staged, out)
-    log(f"export: wrote {out} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
+    try:
+        output.publish(staged)
+    except OutputFolderError as err:
+        raise ExportError(str(err)) from None
+    log(f"export: wrote {output.path} ({', '.join(info['files'])}, {bundle.INFO_FILE}, {bundle.CHECKSUM_FILE})")
     return info
 
 

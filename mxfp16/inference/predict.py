@@ -9,12 +9,24 @@ decoded (:func:`mxfp16.data.scan_image`: corrupt, truncated and non-image
 files, and anything that is not a regular file) and a decoder failure is
 caught too: such a file is reported with its reason and skipped, never fatal.
 The model is the format's reader (:mod:`mxfp16.inference.formats`).
+
+Names in the outputs (file names, and class names from ``export.json``)
+are written so that each stays one line, shows what it is and gives its
+bytes back (:func:`escape_text`, :func:`unescape_text`): a newline in a
+file name cannot start a false row of the CSV or a false line of the
+printout, and a byte that is not UTF-8 stays that byte rather than
+becoming U+FFFD. In the CSV, a cell a spreadsheet would run as a formula
+(one starting with ``=``, ``+``, ``-`` or ``@``) starts with ``'``, as
+does one that starts with ``'`` itself, so one leading quote is always
+mxfp16's (:func:`csv_cell`). The JSON holds every name exactly, in JSON's escapes.
 """
 import csv
 import errno
 import io
 import os
+import re
 import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +35,71 @@ import numpy as np
 from ..data.validate import scan_image
 from . import formats, preprocess
 from .agreement import softmax
-from .bundle import read_info
+from .bundle import ExportError, read_info
 
-__all__ = ["Predictor", "Prediction", "image_files", "to_csv", "to_document"]
+__all__ = ["Predictor", "Prediction", "image_files", "to_csv", "to_document", "escape_text", "unescape_text",
+           "csv_cell"]
+
+
+#: The short escapes of :func:`escape_text`.
+_SHORT = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: Characters that print nothing or break a line: control, format (bidirectional overrides), line and paragraph.
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8})|(.))", re.S)
+#: What a spreadsheet takes for the start of a formula (an escaped name never starts with a tab or a carriage
+#: return), and the quote itself, so that one leading quote is always ours.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def escape_text(text):
+    r"""``text`` as one line of printable text from which :func:`unescape_text` gives it back.
+
+    Backslash escapes: ``\\`` for a backslash; ``\n``, ``\r``, ``\t``;
+    ``\xNN`` for another ASCII control character, or for a byte of a file
+    name that is not UTF-8 (Python holds those as lone surrogates,
+    ``surrogateescape``; only bytes 80-ff can be such, and only as
+    ``\xNN``); ``\uNNNN`` (``\UNNNNNNNN``) for any other character that
+    prints nothing or breaks a line (C1 controls, line and paragraph
+    separators, bidirectional overrides). Every other character, in any
+    script, stays as it is.
+    """
+    out = []
+    for ch in os.fspath(text):
+        code = ord(ch)
+        if ch in _SHORT:
+            out.append(_SHORT[ch])
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x80 and unicodedata.category(ch) == "Cc":
+            out.append(f"\\x{code:02x}")
+        elif unicodedata.category(ch) in _HIDDEN or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def unescape_text(text):
+    """The text :func:`escape_text` was given (a file name's undecodable bytes as surrogates: ``os.fsencode``
+    gives the bytes)."""
+    def one(match):
+        byte, short, long, other = match.groups()
+        if byte is not None:
+            code = int(byte, 16)
+            return chr(code + 0xDC00 if code >= 0x80 else code)
+        if short or long:
+            return chr(int(short or long, 16))
+        return {"n": "\n", "r": "\r", "t": "\t"}.get(other, other)
+    return _ESCAPE.sub(one, text)
+
+
+def csv_cell(text):
+    """``text`` escaped (:func:`escape_text`) for a CSV cell, with ``'`` before what a spreadsheet would run.
+
+    A cell that starts with ``'`` had one added: drop it, then :func:`unescape_text` gives the name.
+    """
+    text = escape_text(text)
+    return "'" + text if text.startswith(_FORMULA) else text
 
 
 @dataclass
@@ -118,8 +192,20 @@ class Predictor:
         return preprocess.center_view(image, self._size, self._short)
 
     def probabilities(self, views):
-        """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``."""
-        return softmax(self.model(preprocess.to_batch(views, self._mean, self._std)))
+        """Class probabilities of a list of :meth:`view` crops, as a float64 array ``(N, classes)``.
+
+        Raises
+        ------
+        ExportError
+            The model gave another number of scores than ``export.json`` lists classes (each format's
+            reader checks this when it loads; this is the same rule for any model handed in).
+        """
+        scores = self.model(preprocess.to_batch(views, self._mean, self._std))
+        if np.ndim(scores) != 2 or np.shape(scores) != (len(views), len(self.classes)):
+            raise ExportError(f"{self.folder}: the model gave scores of shape {tuple(np.shape(scores))} for "
+                              f"{len(views)} image(s), and export.json lists {len(self.classes)} classes; the labels "
+                              "would not be the model's. Export the run again")
+        return softmax(scores)
 
     def predict_files(self, files, top_k=5, batch_size=32, progress=None):
         """Top-``top_k`` classes of every image among ``files``.
@@ -187,17 +273,18 @@ def to_document(predictor, results, skipped):
 def to_csv(results, skipped, top_k):
     """The ``--output FILE.csv`` content: one row per image, ``class_1, probability_1, ...``, then ``error``.
 
-    A skipped file has a row too, with only its path and the reason.
+    A skipped file has a row too, with only its path and the reason. Every
+    text cell is a :func:`csv_cell`: one line, valid UTF-8, never a formula.
     """
     buffer = io.StringIO()
     fields = ["path"] + [f"{name}_{rank}" for rank in range(1, top_k + 1) for name in ("class", "probability")]
     writer = csv.DictWriter(buffer, fieldnames=fields + ["error"], lineterminator="\n")
     writer.writeheader()
     for r in results:
-        row = {"path": r.path, "error": ""}
+        row = {"path": csv_cell(r.path), "error": ""}
         for rank, (name, _, prob) in enumerate(r.top, 1):
-            row.update({f"class_{rank}": name, f"probability_{rank}": f"{prob:.6f}"})
+            row.update({f"class_{rank}": csv_cell(name), f"probability_{rank}": f"{prob:.6f}"})
         writer.writerow(row)
     for path, reason in skipped:
-        writer.writerow({"path": path, "error": reason})
+        writer.writerow({"path": csv_cell(path), "error": csv_cell(reason)})
     return buffer.getvalue()

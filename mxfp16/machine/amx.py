@@ -48,7 +48,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 
-from .cpuinfo import cpuinfo_fields
+from .cpuinfo import cpu_flags
 
 __all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "status", "SWITCH", "ISA_VARIABLE", "AMX_ISA",
            "STATES"]
@@ -172,10 +172,6 @@ def _has_bit(mask, bit=XFEATURE_XTILEDATA):
     return mask is not None and bool(mask >> bit & 1)
 
 
-def _cpu_flags():
-    return set((cpuinfo_fields() or {}).get("flags", "").split())
-
-
 def _request_tiles(calls):
     """Ask for the tile state; ``None`` when granted, else ``(detail, errno)``."""
     supported, err = calls.get_mask(ARCH_GET_XCOMP_SUPP)
@@ -230,7 +226,7 @@ def request_amx(environ=None, flags=None, calls=None, machine=None, mxnet_loaded
     AmxStatus
     """
     environ = os.environ if environ is None else environ
-    flags = _cpu_flags() if flags is None else set(flags)
+    flags = (cpu_flags() or set()) if flags is None else set(flags)  # unreadable: no AMX to ask for
     machine = machine or f"{platform.system()} {platform.machine()}"
     mxnet_loaded = "mxnet" in sys.modules if mxnet_loaded is None else mxnet_loaded
     isa = environ.get(ISA_VARIABLE) or None

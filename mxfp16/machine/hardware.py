@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .cpuinfo import cpuinfo_fields
+from .cpuinfo import cpu_flags, cpuinfo_fields
 
 #: CPU flags that give native bfloat16 arithmetic to oneDNN.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -51,11 +51,6 @@ MICROARCHITECTURES = (
     (_AMD, 0x1A, range(0x40, 0x50), None, "Zen 5"),
     (_AMD, 0x1A, range(0x60, 0x80), None, "Zen 5"),
 )
-
-
-def cpu_flags():
-    """Return the set of CPU feature flags (empty where they cannot be read)."""
-    return set((cpuinfo_fields() or {}).get("flags", "").split())
 
 
 def cpu_model():
@@ -131,7 +126,7 @@ def cpu_identity(path=None):
                     "model_name": fields.get("model name") or platform.processor() or platform.machine() or None,
                     "family": _int(fields.get("cpu family")), "model": _int(fields.get("model")),
                     "stepping": _int(fields.get("stepping"))}
-        flags = set(fields.get("flags", "").split())
+        flags = cpu_flags(path) or set()
         identity["bfloat16_instructions"] = [flag for flag in BF16_INSTRUCTION_FLAGS if flag in flags]
     identity["microarchitecture"] = microarchitecture(identity["vendor"], identity["family"], identity["model"],
                                                       identity["stepping"])
@@ -154,8 +149,11 @@ def describe_cpu(cpu):
 
 
 def cpu_bfloat16_support():
-    """Which native bfloat16 flags the CPU has, e.g. ``{'avx512_bf16': True, 'amx_bf16': False}``."""
-    flags = cpu_flags()
+    """Which native bfloat16 flags the CPU has, e.g. ``{'avx512_bf16': True, 'amx_bf16': False}``.
+
+    All ``False`` where the flags cannot be read.
+    """
+    flags = cpu_flags() or set()
     return {flag: flag in flags for flag in BF16_CPU_FLAGS}
 
 
@@ -238,9 +236,7 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     BFloat16Support
     """
     environ = os.environ if environ is None else environ
-    if flags is None:
-        fields = cpuinfo_fields()
-        flags = None if fields is None else set(fields.get("flags", "").split())
+    flags = cpu_flags() if flags is None else flags
     if environ.get("MXNET_MKLDNN_ENABLED", "").strip() == "0":
         return BFloat16Support("none", "MXNET_MKLDNN_ENABLED=0 turns oneDNN off, and MXNet's own CPU operators "
                                        "have no bfloat16 kernels; unset it")
@@ -276,12 +272,61 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
-def has_cpu_bfloat16():
-    """Whether the CPU runs bfloat16 natively (avx512_bf16 or AMX): :func:`bfloat16_support`'s ``native``."""
-    return bfloat16_support().native
+_DENSE_PROBE = """
+import mxfp16, mxnet as mx
+from mxfp16.float_formats import BFLOAT16
+x, w = (mx.nd.amp_cast(mx.nd.ones(shape), dtype=BFLOAT16) for shape in ((2, 4), (3, 4)))
+out = mx.nd.FullyConnected(x, w, num_hidden=3, no_bias=True)
+print(float(mx.nd.amp_cast(out, dtype="float32").sum().asscalar()))
+"""
 
 
-def mxnet_features():
+def python_child(code, timeout=300):
+    """Run ``code`` in a fresh Python process (this interpreter, this checkout's mxfp16 first on the path).
+
+    For what MXNet does on this CPU, measured where an MXNet failure (which is
+    asynchronous and can leave a process unusable) cannot reach the caller.
+
+    Returns
+    -------
+    (str or None, str or None)
+        The child's last line of output and ``None``; or ``None`` and why
+        there is none (its last line of error output, or what stopped it).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+               PYTHONWARNINGS="ignore")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"the child process failed: {err}"
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return lines[-1], None
+    last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:]
+    return None, last[0] if last else f"exit status {proc.returncode}"
+
+
+def probe_bfloat16_arithmetic(timeout=300):
+    """Run one small bfloat16 Dense (``FullyConnected``) in a child process: does bfloat16 arithmetic run here?
+
+    :func:`bfloat16_support` reads the CPU's flags; where there are none to
+    read (``'unknown'``: macOS, Windows) only running MXNet tells. The child
+    keeps an MXNet failure, which is asynchronous and can leave a process
+    unusable, out of the caller's process.
+
+    Returns
+    -------
+    (bool, str)
+        Whether it ran and gave the right sum, and what happened (the child's last error line where it failed).
+    """
+    out, error = python_child(_DENSE_PROBE, timeout)
+    if out == "24.0":
+        return True, "a bfloat16 Dense ran in a child process"
+    return False, f"a bfloat16 Dense failed in a child process: {error or f'it returned {out}, not 24.0'}"
+
+
+def _mxnet_features():
     """Names of the features this MXNet build was compiled with."""
     import mxnet as mx
 
@@ -317,7 +362,7 @@ def _nvidia_smi():
     return rows
 
 
-def gpus():
+def _gpus():
     """One dict per GPU MXNet can see: name, memory, compute capability, tensor cores.
 
     Tensor cores (float16 matrix units) exist from compute capability 7.0
@@ -376,8 +421,8 @@ def machine_summary():
         "cpu_bfloat16": cpu_bfloat16_support(),
         "bfloat16": {"kind": support.kind, "runs": support.runs, "reason": support.reason},
         "amx": status().as_dict(),
-        "gpus": gpus(),
+        "gpus": _gpus(),
         "mxnet_version": mx.__version__,
-        "mxnet_features": mxnet_features(),
+        "mxnet_features": _mxnet_features(),
         "python": platform.python_version(),
     }

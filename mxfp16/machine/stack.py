@@ -126,7 +126,7 @@ SUPPLIED = {}
 DISTUTILS = {"source": None}
 
 
-def supply_numpy_names(numpy, names=MXNET_NUMPY_NAMES):
+def _supply_numpy_names(numpy, names=MXNET_NUMPY_NAMES):
     """Give ``numpy`` every name in ``names`` that it lacks and mxfp16 can supply; never replace one it has.
 
     Parameters
@@ -183,7 +183,7 @@ def unknown_numpy_message(version, missing, python=None):
     return message + INSTALL_HINT
 
 
-def ensure_distutils():
+def _ensure_distutils():
     """Make ``import distutils`` work where Python 3.12+ removed it, from setuptools' copy.
 
     Returns
@@ -241,11 +241,11 @@ def prepare_stack():
         numpy = importlib.import_module("numpy")
     except ImportError as err:
         raise ImportError("mxfp16 needs numpy.\n" + INSTALL_HINT) from err
-    SUPPLIED.update(supply_numpy_names(numpy))
-    if not mxnet_installed():
+    SUPPLIED.update(_supply_numpy_names(numpy))
+    if not _mxnet_installed():
         # An ONNX export predicts with onnxruntime alone; everything that needs MXNet says so in import_mxnet.
         return
-    DISTUTILS["source"] = ensure_distutils()
+    DISTUTILS["source"] = _ensure_distutils()
     libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
 
 
@@ -263,7 +263,7 @@ def stack_report():
     }
 
 
-def mxnet_installed():
+def _mxnet_installed():
     """Whether an MXNet wheel is importable (``False`` also when ``sys.modules['mxnet']`` is ``None``)."""
     try:
         return importlib.util.find_spec("mxnet") is not None
@@ -287,7 +287,7 @@ def import_mxnet():
     ------
     ImportError
     """
-    if not mxnet_installed():
+    if not _mxnet_installed():
         raise ImportError(MXNET_MISSING)
     if "mxnet" not in sys.modules:
         from .environment import check_environment

@@ -28,7 +28,8 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
     timeout : float, optional
         Seconds before the child is stopped.
     env : dict, optional
-        Variables added to this process's environment for the child.
+        Variables added to this process's environment for the child; a value
+        of ``None`` removes that variable instead.
     python : str, optional
         The interpreter (default: this one).
     tail_lines : int
@@ -44,11 +45,23 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
         result_path = os.path.join(tmp, "result.json")
         cmd = [python or sys.executable, "-m", module, *args, "--result", result_path]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env=None if env is None else dict(os.environ, **env))
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_child_env(env))
         except subprocess.TimeoutExpired:
             return None, f"timed out after {timeout:g} s"
         if os.path.exists(result_path):
             return read_json(result_path, fix=f"the child process {module} wrote it"), None
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-tail_lines:]
         return None, f"exit status {proc.returncode}: " + "\n".join(tail)
+
+
+def _child_env(env):
+    """This process's environment with ``env``'s variables set (``None``: removed), or ``None`` to inherit it."""
+    if env is None:
+        return None
+    full = dict(os.environ)
+    for name, value in env.items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = value
+    return full

@@ -12,13 +12,22 @@ again, and the command runs to its end: a training run keeps training and
 writing its files. :meth:`GuardedStdout.outcome` then says how the command
 ends: a closed pipe quietly (the reader wanted no more), any other failure
 with one line naming it.
+
+A standard stream closed before the command started (``mxfp16 info >&-``)
+is another matter: Python then sets ``sys.stdout`` to ``None``, and the
+next file the process opens takes its descriptor, so C code that prints
+(MXNet's log lines) would write into that file, a checkpoint say.
+:func:`reopen_closed_streams` gives each closed one ``/dev/null``, at its
+descriptor and in :mod:`sys`, before anything else: what the user closed,
+they did not want to read, and the command runs as it would with
+``> /dev/null``.
 """
 import contextlib
 import errno
 import os
 import sys
 
-__all__ = ["GuardedStdout", "guarded_stdout"]
+__all__ = ["GuardedStdout", "guarded_stdout", "reopen_closed_streams"]
 
 
 class GuardedStdout:
@@ -85,6 +94,34 @@ class GuardedStdout:
                 "command printed from then on was lost (its files, if it writes any, are complete). Send the "
                 "output to a file on a disk with space, or to a terminal")
         return (status or 2), line
+
+
+#: The standard streams: descriptor, name in :mod:`sys`, how each is opened.
+_STREAMS = ((0, "stdin", os.O_RDONLY, "r"), (1, "stdout", os.O_WRONLY, "w"), (2, "stderr", os.O_WRONLY, "w"))
+
+
+def reopen_closed_streams():
+    """Give every standard stream that is closed ``/dev/null``: its descriptor, and its object in :mod:`sys`.
+
+    Returns
+    -------
+    list of str
+        The names of the streams reopened (``['stdout']`` under ``>&-``).
+    """
+    reopened = []
+    for fd, name, flags, mode in _STREAMS:
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: the lowest free descriptor, so the streams are taken in order
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            # closefd=False: the descriptor is the process's standard stream, never this object's to close.
+            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))
+            reopened.append(name)
+    return reopened
 
 
 @contextlib.contextmanager

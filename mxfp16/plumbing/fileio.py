@@ -18,19 +18,32 @@ hand-edited or hostile file can hold: more than :data:`MAX_JSON_BYTES`,
 nesting deeper than :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or numbers
 that overflow a float, another top-level type, or a field of the wrong type.
 
-Outputs: :func:`check_output_folder` enforces the rule every writing
-command follows: its ``--out`` is never one of its inputs, never contains
-one and never sits inside one, so ``--overwrite`` (which removes only the
-files that command writes) cannot reach an input. Both sides are compared
-after every symbolic link in them is resolved, however many steps a chain
-of links takes.
+Outputs: :func:`check_output_folder` enforces the part of the rule every
+writing command follows (:class:`mxfp16.plumbing.locking.Output`) that
+concerns its inputs: its ``--out`` is never one of its inputs, never
+contains one and never sits inside one, so nothing it writes, and nothing
+``--overwrite`` replaces, can be an input. Both sides are compared after
+every symbolic link in them is resolved, however many steps a chain of
+links takes.
+
+Publishing: :func:`rename_noreplace` moves a finished file or folder into
+place only where nothing is (``renameat2(RENAME_NOREPLACE)``), and
+:func:`exchange` swaps a finished folder with the one it replaces in one
+step (``RENAME_EXCHANGE``); where the kernel or the file system lacks them,
+each falls back to the closest step POSIX offers (a hard link for a file, a
+rename that fails over a non-empty folder). The rule for whole outputs, its
+lock and its staging are :class:`mxfp16.plumbing.locking.Output`'s.
 
 OS errors: :func:`describe_os_error` turns the ``OSError`` a command meets
 (no permission, a name too long, a full disk, a file where a folder belongs)
 into one line naming the path and the fix; ``mxfp16``'s command line prints
-it instead of a traceback.
+it instead of a traceback. An error raised while writing a temporary file
+(a ``write`` or ``fsync`` names no file) is given the file it was for
+(:func:`naming`), so a full disk is always reported with the path and the
+free space of its own disk.
 """
 import contextlib
+import ctypes
 import errno
 import hashlib
 import json
@@ -43,7 +56,8 @@ from pathlib import Path
 __all__ = ["atomic_write", "atomic_path", "write_json", "append_jsonl", "read_json", "read_jsonl", "JSONFileError",
            "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "sha256_file", "default_mode", "check_output_folder",
            "OutputFolderError", "shown", "temporary_prefix", "temporary_file", "temporary_folder", "NAME_MAX",
-           "describe_os_error", "check_output_path", "PATH_MAX"]
+           "describe_os_error", "check_output_path", "PATH_MAX", "rename_noreplace", "exchange", "naming",
+           "failed_write"]
 
 #: The longest file name (in bytes) where the file system does not say (ext4, XFS, Btrfs, tmpfs: 255).
 NAME_MAX = 255
@@ -156,14 +170,60 @@ def atomic_path(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_file(path)
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        with naming(path, tmp):
+            yield tmp
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def failed_write(path):
+    """The ``OSError`` for a write to ``path`` that a library reports without its cause (MXNet's
+    "FileStream.Write incomplete").
+
+    A file that could be opened but not written whole meets one of two
+    limits: the file-size limit (``ulimit -f``) when one is set, else a full
+    disk; :func:`describe_os_error` then names the path and the fix.
+    """
+    try:
+        import resource
+
+        limited = resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):
+        limited = False
+    code = errno.EFBIG if limited else errno.ENOSPC
+    return OSError(code, os.strerror(code), os.fspath(path))
+
+
+#: The errors a write meets that belong to the disk written to, whatever call raised them.
+_DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
+@contextlib.contextmanager
+def naming(path, *within):
+    """Give an ``OSError`` raised inside the block ``path`` as its file when it names none, or names one of ``within``.
+
+    ``write()``, ``fsync()`` and MXNet's writers report a full disk without
+    a file name; a temporary name (``within``: a staging folder, a file's
+    temporary copy) means nothing to the user. The error then names the
+    output it was written for, and :func:`describe_os_error` measures that
+    output's own disk.
+    """
+    try:
+        yield
+    except OSError as err:
+        places = [os.path.abspath(p) for p in within]
+        if err.filename is None:
+            if err.errno not in _DISK_ERRORS:  # a socket's or a pipe's error is not the output's
+                raise
+        elif not any(name == p or name.startswith(p + os.sep)
+                     for name in [os.path.abspath(os.fsdecode(err.filename))] for p in places):
+            raise
+        raise type(err)(err.errno, err.strerror or str(err), os.fspath(path)) from err
 
 
 def write_json(path, obj, indent=2):
@@ -316,7 +376,8 @@ def read_jsonl(path, fix="", expect=dict, max_bytes=MAX_JSON_BYTES, max_depth=MA
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err})" + (f"; {fix}" if fix else ""))
+        raise JSONFileError(f"{shown(path)} cannot be read ({err.strerror or err})"
+                            + (f"; {fix}" if fix else "")) from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -419,6 +480,83 @@ def check_output_path(path, flag="--out", kind="folder"):
                                 "(permissions, or a read-only file system); choose a folder you can write to")
 
 
+_AT_FDCWD = -100
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+def _renameat2(source, target, flags):
+    """``renameat2(2)`` with ``flags``; ``False`` where the C library, the kernel or the file system lacks it."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # a C library older than glibc 2.28, or none that ctypes can open
+        return False
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if call(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # the flag is not supported here
+        return False
+    raise OSError(code, os.strerror(code), os.fsdecode(target))
+
+
+def rename_noreplace(source, target):
+    """Move ``source`` (a file or a folder) to ``target``, only if nothing is at ``target``.
+
+    Raises
+    ------
+    FileExistsError
+        Something is at ``target`` (put there by any process, however
+        recently); ``source`` stays where it was.
+    """
+    if _renameat2(source, target, _RENAME_NOREPLACE):
+        return
+    if os.path.isdir(source) and not os.path.islink(source):
+        # rename(2) fails over a non-empty folder; over an empty one it loses nothing
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(target))
+        try:
+            os.rename(source, target)
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(target)) from None
+            raise
+        return
+    try:
+        os.link(source, target)  # fails with EEXIST whatever is there
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: the narrowest check POSIX leaves
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(target)) from None
+        os.rename(source, target)
+        return
+    os.unlink(source)
+
+
+def exchange(source, target):
+    """Put the folder ``source`` at ``target`` and the folder that was there at ``source``, at once.
+
+    Where the file system cannot swap in one step, ``target`` is first moved
+    aside to a temporary name beside it (and moved back if ``source`` cannot
+    take its place).
+
+    Returns
+    -------
+    Path
+        Where the replaced folder is now: remove it.
+    """
+    if _renameat2(source, target, _RENAME_EXCHANGE):
+        return Path(source)
+    aside = Path(temporary_folder(target, suffix=".old")) / "old"
+    os.rename(target, aside)
+    try:
+        rename_noreplace(source, target)
+    except BaseException:
+        os.rename(aside, target)
+        raise
+    return aside.parent
+
+
 def sha256_file(path, chunk=1 << 20):
     """Hex SHA-256 of a file, read in chunks (a checkpoint or an export may not fit in memory twice)."""
     digest = hashlib.sha256()
@@ -454,7 +592,7 @@ def _shown_path(name):
     """The path to name in a message: for one of :func:`temporary_prefix`'s names, the folder it was made in."""
     name = os.fsdecode(name)
     base = os.path.basename(name)
-    if base.startswith(".") and base.endswith((".tmp", ".staging", ".stale")):
+    if base.startswith(".") and base.endswith((".tmp", ".staging", ".stale", ".old")):
         return os.path.dirname(name) or "."
     return name
 

@@ -124,7 +124,8 @@ def _parser(name, low, high, integer_only):
         try:
             value = int(text) if integer_only else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if integer_only else 'a number'}")
+            kind = "an integer" if integer_only else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
         try:
             return check(value, "", low, high, integer_only)
         except LimitError as err:

@@ -52,6 +52,51 @@ class _Reader:
                                    "it is damaged, or not a parameters file MXNet wrote")
         self.handle.seek(count, os.SEEK_CUR)
 
+    def array(self, index):
+        """Read array ``index``'s header and skip its data: ``(shape, dtype name)``."""
+        array_magic, stype = self.take("<Ii")
+        if array_magic not in _ARRAY_MAGICS:
+            raise NDArrayFileError(f"{self.where}: array {index} has no array marker (0x{array_magic:08x}); the file "
+                                   "is damaged or from an MXNet older than 1.0")
+        if stype != 0:
+            raise NDArrayFileError(f"{self.where}: array {index} is sparse; parameters mxfp16 loads are dense")
+        (ndim,) = self.take("<i")
+        if ndim < 0 or ndim > _MAX_NDIM:
+            raise NDArrayFileError(f"{self.where}: array {index} declares {ndim} dimensions")
+        shape = self.take(f"<{ndim}q") if ndim else ()
+        if any(d < 0 for d in shape):
+            raise NDArrayFileError(f"{self.where}: array {index} declares a negative dimension {shape}")
+        if ndim == 0:  # an empty (none) array: no context, dtype or data follow
+            return (), "none"
+        self.take("<ii")  # context
+        (flag,) = self.take("<i")
+        if flag not in DTYPE_BYTES:
+            raise NDArrayFileError(f"{self.where}: array {index} has an unknown dtype flag {flag}")
+        name, width = DTYPE_BYTES[flag]
+        elements = 1
+        for d in shape:
+            elements *= d
+        self.skip(elements * width, f"array {index} of shape {tuple(shape)} ({name})")
+        return tuple(shape), name
+
+    def names(self, count):
+        """The names of the ``count`` arrays, or ``None`` for each where the file has none (saved from a list)."""
+        names = [None] * count
+        if self.handle.tell() >= self.size:
+            return names
+        (name_count,) = self.take("<Q")
+        if name_count not in (0, count):
+            raise NDArrayFileError(f"{self.where} names {name_count} arrays but holds {count}")
+        for index in range(name_count):
+            (length,) = self.take("<Q")
+            if length > _MAX_NAME:
+                raise NDArrayFileError(f"{self.where}: name {index} is {length:,} bytes long")
+            raw = self.handle.read(length)
+            if len(raw) != length:
+                raise NDArrayFileError(f"{self.where} ends in the middle of its names (truncated?)")
+            names[index] = raw.decode("utf-8", "replace")
+        return names
+
 
 def read_header(path):
     """The arrays a ``.params`` file declares, read without allocating them.
@@ -81,46 +126,8 @@ def read_header(path):
         (count,) = reader.take("<Q")
         if count > size:  # each array takes several bytes: more arrays than bytes is impossible
             raise NDArrayFileError(f"{where} declares {count:,} arrays in {size:,} bytes: it is damaged")
-        arrays = []
-        for index in range(count):
-            array_magic, stype = reader.take("<Ii")
-            if array_magic not in _ARRAY_MAGICS:
-                raise NDArrayFileError(f"{where}: array {index} has no array marker (0x{array_magic:08x}); the file "
-                                       "is damaged or from an MXNet older than 1.0")
-            if stype != 0:
-                raise NDArrayFileError(f"{where}: array {index} is sparse; parameters mxfp16 loads are dense")
-            (ndim,) = reader.take("<i")
-            if ndim < 0 or ndim > _MAX_NDIM:
-                raise NDArrayFileError(f"{where}: array {index} declares {ndim} dimensions")
-            shape = reader.take(f"<{ndim}q") if ndim else ()
-            if any(d < 0 for d in shape):
-                raise NDArrayFileError(f"{where}: array {index} declares a negative dimension {shape}")
-            if ndim == 0:  # an empty (none) array: no context, dtype or data follow
-                arrays.append(((), "none"))
-                continue
-            reader.take("<ii")  # context
-            (flag,) = reader.take("<i")
-            if flag not in DTYPE_BYTES:
-                raise NDArrayFileError(f"{where}: array {index} has an unknown dtype flag {flag}")
-            name, width = DTYPE_BYTES[flag]
-            elements = 1
-            for d in shape:
-                elements *= d
-            reader.skip(elements * width, f"array {index} of shape {tuple(shape)} ({name})")
-            arrays.append((tuple(shape), name))
-        names = [None] * count
-        if handle.tell() < size:
-            (name_count,) = reader.take("<Q")
-            if name_count not in (0, count):
-                raise NDArrayFileError(f"{where} names {name_count} arrays but holds {count}")
-            for index in range(name_count):
-                (length,) = reader.take("<Q")
-                if length > _MAX_NAME:
-                    raise NDArrayFileError(f"{where}: name {index} is {length:,} bytes long")
-                raw = handle.read(length)
-                if len(raw) != length:
-                    raise NDArrayFileError(f"{where} ends in the middle of its names (truncated?)")
-                names[index] = raw.decode("utf-8", "replace")
+        arrays = [reader.array(index) for index in range(count)]
+        names = reader.names(count)
     return [(n, *a) for n, a in zip(names, arrays)]
 
 

@@ -57,6 +57,22 @@ def check_graph(path, fix="export the run again"):
     GraphFileError
     """
     where = shown(path)
+    graph = _read_graph(path, where, fix)
+    nodes = graph["nodes"]
+    if not nodes or len(nodes) > MAX_NODES:
+        raise GraphFileError(f"{where} has {len(nodes):,} nodes; a graph mxfp16 exports has between 1 and "
+                             f"{MAX_NODES:,}; {fix}")
+    depth = _depths(nodes, where, fix)
+    for value in graph["arg_nodes"]:
+        if not (isinstance(value, int) and 0 <= value < len(nodes) and nodes[value]["op"] == "null"):
+            raise GraphFileError(f"{where}: an input of the graph (arg_nodes) is not one of its variables; {fix}")
+    if not graph["heads"] or any(_entry(v, len(nodes), len(nodes)) is None for v in graph["heads"]):
+        raise GraphFileError(f"{where}: the graph's outputs (heads) are not nodes of the graph; {fix}")
+    return {"nodes": len(nodes), "depth": max(depth)}
+
+
+def _read_graph(path, where, fix):
+    """The parsed graph file, refused before parsing when it is too large or has too many nodes to walk."""
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > MAX_GRAPH_BYTES:
@@ -67,15 +83,15 @@ def check_graph(path, fix="export the run again"):
     if raw.count(b'"op"') > MAX_NODES:
         raise GraphFileError(f"{where} has more than {MAX_NODES:,} nodes; a graph mxfp16 exports has fewer; {fix}")
     try:
-        graph = parse_json(raw.decode("utf-8"), where, fix, fields={"nodes": list, "arg_nodes": list, "heads": list})
+        return parse_json(raw.decode("utf-8"), where, fix, fields={"nodes": list, "arg_nodes": list, "heads": list})
     except UnicodeDecodeError:
         raise GraphFileError(f"{where} is not UTF-8 text; {fix}") from None
     except JSONFileError as err:
         raise GraphFileError(f"{err} (a graph mxfp16 exports is an MXNet symbol file)") from None
-    nodes = graph["nodes"]
-    if not nodes or len(nodes) > MAX_NODES:
-        raise GraphFileError(f"{where} has {len(nodes):,} nodes; a graph mxfp16 exports has between 1 and "
-                             f"{MAX_NODES:,}; {fix}")
+
+
+def _depths(nodes, where, fix):
+    """Each node's longest path from an input, refusing a node that is not one or reads a later node (a cycle)."""
     depth = [0] * len(nodes)
     for index, node in enumerate(nodes):
         if not (isinstance(node, dict) and isinstance(node.get("op"), str) and isinstance(node.get("inputs"), list)):
@@ -89,9 +105,4 @@ def check_graph(path, fix="export the run again"):
         if depth[index] > MAX_DEPTH:
             raise GraphFileError(f"{where} is more than {MAX_DEPTH:,} nodes deep; a graph mxfp16 exports is far "
                                  f"shallower; {fix}")
-    for value in graph["arg_nodes"]:
-        if not (isinstance(value, int) and 0 <= value < len(nodes) and nodes[value]["op"] == "null"):
-            raise GraphFileError(f"{where}: an input of the graph (arg_nodes) is not one of its variables; {fix}")
-    if not graph["heads"] or any(_entry(v, len(nodes), len(nodes)) is None for v in graph["heads"]):
-        raise GraphFileError(f"{where}: the graph's outputs (heads) are not nodes of the graph; {fix}")
-    return {"nodes": len(nodes), "depth": max(depth)}
+    return depth

@@ -1,20 +1,23 @@
-"""What the trainer hangs on the epoch loop: the progress bar and the stop on Ctrl-C.
+"""What the trainer hangs on the epoch loop: the progress bar, the stop on Ctrl-C, TensorBoard.
 
 Each is a :class:`~mxfp16.train.loop.Callback`; the loop itself has no
 branch for any of them.
 """
+import contextlib
 import signal
 import time
+from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..diagnostics.tensorboard import TensorBoardLogger, tensorboard_available
 from ..distributed.heartbeat import beat
 from ..float_formats import format_scale
 from .config import ConfigError
 from .loop import Callback
 
-__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "Heartbeat", "CALLBACKS_VARIABLE",
-           "callbacks_from_environment"]
+__all__ = ["ProgressBar", "StopOnSignal", "AgreedStop", "Heartbeat", "TensorBoard", "tensorboard_folder",
+           "open_tensorboard", "CALLBACKS_VARIABLE", "callbacks_from_environment"]
 
 
 class ProgressBar(Callback):
@@ -140,6 +143,93 @@ class Heartbeat(Callback):
 
     def on_read(self, progress):
         beat(self.rank, f"epoch {progress.epoch + 1} step {progress.global_step}")
+
+
+class TensorBoard(Callback):
+    """The run's numbers as TensorBoard events (:class:`~mxfp16.diagnostics.tensorboard.TensorBoardLogger`).
+
+    It reads nothing from the device in a step. At each read of the queued
+    numbers (every ``log_every`` steps, :func:`~mxfp16.train.loop.train_epoch`)
+    it logs, from the epoch's sums, the mean loss and the images per second
+    of the steps read since the previous read, with the learning rate, the
+    loss scale and the skipped steps, which are host numbers. After each
+    epoch's evaluation: the epoch's metrics record and the histograms of the
+    last step's gradients (one read of a small table, between epochs).
+
+    Parameters
+    ----------
+    logger : TensorBoardLogger
+    parts : mxfp16.train.parts.Parts
+    workers : int
+        Workers of the job: images/s counts all of them.
+    """
+
+    def __init__(self, logger, parts, workers=1):
+        self.logger, self.parts, self.workers = logger, parts, workers
+        self._mark = None
+        self._scale = parts.scaler.scale  # of the last step: the gradients in memory are multiplied by it
+
+    @staticmethod
+    def _position(progress):
+        sums = progress.sums
+        return sums.images, sums.loss_sum, sums.seen, time.perf_counter()
+
+    def on_epoch_begin(self, progress):
+        self._mark = self._position(progress)
+
+    def on_step_end(self, progress, result):
+        self._scale = result.loss_scale
+
+    def on_read(self, progress):
+        now = self._position(progress)
+        images, loss_sum, seen, seconds = (b - a for a, b in zip(self._mark, now))
+        if not seen:
+            return
+        self._mark = now
+        scaler = self.parts.scaler
+        self.logger.log_training(progress.global_step, loss=loss_sum / images if images else None,
+                                 lr=float(self.parts.trainer.learning_rate), loss_scale=scaler.scale,
+                                 skipped_steps=scaler.skipped_steps,
+                                 images_per_second=seen * self.workers / seconds if seconds > 0 else None)
+
+    def on_epoch_end(self, progress):
+        self.logger.flush()
+
+    def on_epoch_record(self, progress, record):
+        self.logger.log_epoch(progress.global_step, record)
+        self.logger.log_gradients(self.parts.net, progress.global_step, self._scale)
+        self.logger.flush()
+
+
+def tensorboard_folder(config):
+    """Where the run's TensorBoard events go: ``--tensorboard``, else ``<out>/tensorboard``; ``None`` when off.
+
+    Off with ``--no-tensorboard``, and by default when tensorboardX is not
+    installed (``--tensorboard DIR`` then is refused, :func:`mxfp16.train.prepare`).
+    """
+    if not config.tensorboard:
+        return None
+    if config.tensorboard_dir is not None:
+        return Path(config.tensorboard_dir)
+    return Path(config.out) / "tensorboard" if tensorboard_available() else None
+
+
+@contextlib.contextmanager
+def open_tensorboard(run):
+    """The run's :class:`TensorBoard` callback while it trains (``None`` when off, or on a rank other than 0).
+
+    It starts with the run's ``config.json`` as text; steps a resumed run
+    logged after its checkpoint are hidden from TensorBoard (``purge_step``),
+    as they are logged again. The event file is closed on the way out.
+    """
+    folder = tensorboard_folder(run.config) if run.cluster.rank == 0 else None
+    if folder is None:
+        yield None
+        return
+    step = run.progress.global_step
+    with TensorBoardLogger(folder, purge_step=step + 1 if step else 0) as logger:
+        logger.log_config(run.outputs.read_config() or run.config.to_dict(), step)
+        yield TensorBoard(logger, run.parts, run.cluster.num_workers)
 
 
 #: ``module:function`` whose ``function(run)`` returns callbacks for every run of this process

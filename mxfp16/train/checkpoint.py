@@ -25,11 +25,14 @@ Each file is written atomically, the record after its files and
 ``latest.json`` last, so a crash at any moment leaves the previous checkpoint
 complete. The last ``keep`` checkpoints stay (default 2); before loading,
 every file is checked against the sha256 in its record, and a damaged
-checkpoint falls back to the one before it, with a warning. Files of a write
+checkpoint falls back to the one before it, with a warning. A damaged
+``latest.json`` (it is only a copy) does the same: the newest intact
+checkpoint by its own record is used. Files of a write
 that was interrupted before its record existed are not a checkpoint and are
 removed when the run starts.
 """
 import contextlib
+import functools
 import hashlib
 import re
 import shutil
@@ -50,7 +53,7 @@ from .progress import Progress
 
 mx = module("mxnet")
 
-__all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "read_record",
+__all__ = ["CheckpointError", "CheckpointMismatchError", "write_checkpoint", "load_checkpoint", "read_record",
            "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
            "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
 
@@ -99,31 +102,66 @@ def _folder(out):
     return Path(out) / "checkpoints"
 
 
+class _DamagedRecord(CheckpointError):
+    """A checkpoint record that cannot be read as one (not JSON, no version or tag): skipped, never fatal."""
+
+
 def _read_json(path):
+    """A checkpoint record, checked as far as telling a damaged one from another format's needs."""
     try:
-        return read_json(path, "the checkpoint record is damaged; resume falls back to the one before it, or start "
-                               "a new run with another --out")
+        record = read_json(path, "the record is damaged; --resume uses the newest intact checkpoint instead")
     except JSONFileError as err:
-        raise CheckpointError(str(err)) from None
+        raise _DamagedRecord(str(err)) from None
+    version = record.get("version")
+    if not (isinstance(version, int) and not isinstance(version, bool)) or not isinstance(record.get("tag"), str):
+        raise _DamagedRecord(f"{path} lacks a format version or tag: the record is damaged")
+    return record
+
+
+def _read_latest(folder):
+    """``latest.json`` of a checkpoint folder, ``None`` when there is none.
+
+    Raises
+    ------
+    _DamagedRecord
+        It cannot be read as a record.
+    CheckpointError
+        It is of another format version (an older mxfp16's pickles are refused by name).
+    """
+    path = folder / RECORD
+    if not path.exists():
+        return None
+    record = _read_json(path)
+    if record["version"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has format version {record['version']!r}, not {FORMAT_VERSION}: "
+                              + (_OLD_FORMAT if record["version"] in (1, 2) else
+                                 "it was written by another mxfp16 version"))
+    return record
 
 
 def read_record(out):
-    """The current checkpoint record of run folder ``out`` (``latest.json``), or ``None`` when there is none.
+    """The current checkpoint record of run folder ``out``, or ``None`` when there is none.
+
+    That is ``latest.json``, the commit point. It is only a copy of the
+    newest per-checkpoint record, so when it is damaged (not JSON, cut
+    short, emptied) the newest per-checkpoint record of this format stands
+    in for it, with a warning naming the damage.
 
     Raises
     ------
     CheckpointError
-        A record that is not valid JSON, or of another format version.
+        ``latest.json`` of another format version, or damaged with no other record to stand in.
     """
-    path = _folder(out) / RECORD
-    if not path.exists():
-        return None
-    record = _read_json(path)
-    if record.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} has format version {record.get('version')!r}, not {FORMAT_VERSION}: "
-                              + (_OLD_FORMAT if record.get("version") in (1, 2) else
-                                 "it was written by another mxfp16 version"))
-    return record
+    folder = _folder(out)
+    try:
+        return _read_latest(folder)
+    except _DamagedRecord as err:
+        records = [r for r in _records(folder) if r["version"] == FORMAT_VERSION]
+        if not records:
+            raise CheckpointError(f"{err}; no other checkpoint record in {folder} can stand in for it. Start a new "
+                                  "run with another --out (or --overwrite)") from None
+        warnings.warn(f"{err}; using the newest checkpoint record, {records[0]['tag']}", stacklevel=2)
+        return records[0]
 
 
 def params_file(out, epoch=None, verify=True):
@@ -219,7 +257,7 @@ def copy_params(out, into, epoch=None, attempts=5):
             continue  # pruned since the record was read
         digest, copy = hashlib.sha256(), Path(into) / path.name
         with source, open(copy, "wb") as target:
-            for block in iter(lambda: source.read(1 << 20), b""):
+            for block in iter(functools.partial(source.read, 1 << 20), b""):
                 digest.update(block)
                 target.write(block)
         wanted = record.get("files", {}).get(path.name)
@@ -259,7 +297,7 @@ def _unflatten(node, arrays):
     return tuple(values) if kind == "tuple" else values
 
 
-def save_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
+def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep=DEFAULT_KEEP):
     """Write a checkpoint of ``progress``'s position and make it current; keep the newest ``keep``.
 
     Parameters
@@ -348,9 +386,11 @@ def _records(folder):
     for path in folder.glob("epoch-*.json"):
         try:
             record = _read_json(path)
-            found.append((record["progress"]["global_step"], record["progress"]["epoch"], path.stem, record))
+            position = (record["progress"]["global_step"], record["progress"]["epoch"])
         except (CheckpointError, KeyError, TypeError):
             continue  # a damaged record is not a checkpoint; load_checkpoint says so when it matters
+        if all(isinstance(n, int) for n in position):
+            found.append((*position, path.stem, record))
     return [r for *_, r in sorted(found, key=lambda item: item[:3], reverse=True)]
 
 
@@ -379,10 +419,10 @@ def restore_missing_record(out):
     """
     folder = _folder(out)
     try:
-        latest = read_record(out)
-    except CheckpointError:
+        latest = _read_latest(folder)
+    except CheckpointError:  # damaged or of another format: nothing to restore from
         return None
-    if not latest or not isinstance(latest.get("tag"), str) or not _FILE.match(f"{latest['tag']}.json"):
+    if not latest or not _FILE.match(f"{latest['tag']}.json"):
         return None
     path = folder / f"{latest['tag']}.json"
     if path.exists() or _problems(folder, latest):
@@ -430,7 +470,12 @@ def load_checkpoint(out, parts, fingerprint):
         The checkpoint's fingerprint differs; the message lists what differs.
     """
     folder = _folder(out)
-    latest = read_record(out) if (folder / RECORD).exists() else None
+    damaged = []
+    try:
+        latest = _read_latest(folder)
+    except _DamagedRecord as err:  # only a copy of the newest record: the records themselves are the checkpoints
+        latest = None
+        damaged.append(str(err))
     candidates = _records(folder) if folder.is_dir() else []
     if latest is not None:
         candidates = [latest] + [r for r in candidates if r["tag"] != latest["tag"]]
@@ -438,9 +483,11 @@ def load_checkpoint(out, parts, fingerprint):
     if not candidates:
         if old:
             raise CheckpointError(f"{folder} holds {', '.join(sorted(old))}: " + _OLD_FORMAT)
+        if damaged:
+            raise CheckpointError(f"no intact checkpoint in {folder}: {' | '.join(damaged)}, and no other checkpoint "
+                                  "record is there. Start a new run with another --out (or --overwrite)")
         raise CheckpointError(f"--resume: no checkpoint in {folder}; run without --resume to start, "
                               "or point --out at the run to continue")
-    damaged = []
     for record in candidates:
         if record.get("version") != FORMAT_VERSION:
             damaged.append(f"{record.get('tag')}: format version {record.get('version')!r}")
@@ -457,8 +504,8 @@ def load_checkpoint(out, parts, fingerprint):
             damaged.append(str(err))
             continue
         if damaged:
-            warnings.warn(f"checkpoint(s) damaged in {folder} ({' | '.join(damaged)}); resuming from the previous "
-                          f"one, {record['tag']}", stacklevel=2)
+            warnings.warn(f"checkpoint(s) damaged in {folder} ({' | '.join(damaged)}); resuming from the newest "
+                          f"intact one, {record['tag']}", stacklevel=2)
         return progress
     raise CheckpointError(f"no intact checkpoint in {folder}: {' | '.join(damaged)}. Start a new run with "
                           "another --out (or --overwrite)")

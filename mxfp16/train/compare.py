@@ -76,7 +76,7 @@ def _read_json(path, what):
         raise RunDirError(str(err)) from None
 
 
-def load_run(path):
+def _load_run(path):
     """Read one run directory.
 
     Raises
@@ -92,6 +92,15 @@ def load_run(path):
     summary_path = os.path.join(path, "summary.json")
     summary = _read_json(summary_path, unfinished)
     metrics_path = os.path.join(path, "metrics.jsonl")
+    metrics = _read_metrics(metrics_path, unfinished)
+    _check_summary(summary, summary_path)
+    _check_metrics(metrics, metrics_path)
+    name = os.path.basename(os.path.normpath(path))
+    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
+
+
+def _read_metrics(metrics_path, unfinished):
+    """The epoch records of ``metrics.jsonl``, refused where there is none."""
     if not os.path.exists(metrics_path):
         raise RunDirError(f"{shown(metrics_path)} is missing: {unfinished}")
     try:
@@ -100,15 +109,11 @@ def load_run(path):
         raise RunDirError(str(err)) from None
     if not metrics:
         raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
-    missing = [f for f in SUMMARY_FIELDS if f not in summary]
-    if missing:
-        raise RunDirError(f"{shown(path)}/summary.json lacks {', '.join(missing)}; was it written by mxfp16 train?")
-    for name in ("final_val_top1", "best_val_top1", "images_per_second", "peak_memory_mb", "epochs"):
-        check_number(summary[name], name, shown(summary_path))
-    for field in ("precision", "model"):
-        if not isinstance(summary[field], str):
-            raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
-                              "changed or damaged. Re-run or leave this run out")
+    return metrics
+
+
+def _check_metrics(metrics, metrics_path):
+    """Refuse an epoch record that lacks a field, or whose numbers are out of range."""
     for m in metrics:
         lacking = [f for f in METRIC_FIELDS if f not in m or (m[f] is None and f not in NULLABLE)]
         if lacking:
@@ -116,8 +121,19 @@ def load_run(path):
         for field in METRIC_FIELDS:
             if field in RANGES:
                 check_number(m[field], field, f"{shown(metrics_path)} epoch {m['epoch']}")
-    name = os.path.basename(os.path.normpath(path))
-    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
+
+
+def _check_summary(summary, summary_path):
+    """Refuse a ``summary.json`` that lacks a field, or whose numbers and names are not numbers and names."""
+    missing = [f for f in SUMMARY_FIELDS if f not in summary]
+    if missing:
+        raise RunDirError(f"{shown(summary_path)} lacks {', '.join(missing)}; was it written by mxfp16 train?")
+    for name in ("final_val_top1", "best_val_top1", "images_per_second", "peak_memory_mb", "epochs"):
+        check_number(summary[name], name, shown(summary_path))
+    for field in ("precision", "model"):
+        if not isinstance(summary[field], str):
+            raise RunDirError(f"{shown(summary_path)}: {field} is {summary[field]!r}, not a name; the file was "
+                              "changed or damaged. Re-run or leave this run out")
 
 
 def load_runs(paths):
@@ -134,7 +150,7 @@ def load_runs(paths):
         if real in seen:
             raise RunDirError(f"{shown(path)} is given twice (also as {shown(seen[real])}); pass each run folder once")
         seen[real] = path
-    runs = [load_run(p) for p in paths]
+    runs = [_load_run(p) for p in paths]
     names = [r.name for r in runs]
     for r in runs:
         if names.count(r.name) > 1:
@@ -189,7 +205,7 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def to_markdown(rows):
+def _to_markdown(rows):
     cols = [("run", "run", "{}"), ("precision", "precision", "{}"), ("epochs", "epochs", "{}"),
             ("final_val_top1", "final val top-1", "{:.4f}"), ("best_val_top1", "best val top-1", "{:.4f}"),
             ("val_top1_delta", "top-1 vs float32", "{:+.4f}"), ("images_per_second", "img/s", "{:.2f}"),
@@ -201,7 +217,7 @@ def to_markdown(rows):
     return "\n".join(lines) + "\n"
 
 
-def plot_runs(runs, path):
+def _plot_runs(runs, path):
     """Loss and accuracy per epoch, and accuracy against wall time, one line per run, in one PNG."""
     from ..plumbing.plotting import new_figure, save_png
 
@@ -237,6 +253,6 @@ def compare(paths, out_dir):
     png_path = os.path.join(out_dir, "compare.png")
     write_json(json_path, {"runs": rows, "metrics": {r.name: r.metrics for r in runs}})
     with atomic_write(md_path) as handle:
-        handle.write(to_markdown(rows))
-    plot_runs(runs, png_path)
+        handle.write(_to_markdown(rows))
+    _plot_runs(runs, png_path)
     return rows, [json_path, md_path, png_path]

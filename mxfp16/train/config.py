@@ -21,8 +21,10 @@ two profiles:
 import hashlib
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from ..amp.lists import LIST_SETS
 from ..data.augment import AUGMENT_CHOICES
 from ..data.layout import PIPELINES, caltech101_paths
 from ..devices import CTX_HELP
@@ -53,7 +55,7 @@ PROFILES = {
 #: Settings a resumed run may change; they take effect from the step it resumes at.
 RESUME_CHANGEABLE = ("epochs", "lr", "lr_schedule", "warmup_epochs", "step_epochs", "wd", "momentum",
                      "label_smoothing", "clip_grad_norm", "ctx", "threads", "workers", "keep_checkpoints",
-                     "max_batches", "log_every", "progress")
+                     "max_batches", "log_every", "progress", "tensorboard_dir", "tensorboard")
 #: Fields that steer this invocation and are not part of what the run is.
 RESUME_CONTROL = ("resume", "overwrite", "accept_changed_data", "out")
 
@@ -127,6 +129,13 @@ class TrainConfig:
                                                   "with AVX-512), or auto: float16 on GPUs; on a CPU with native "
                                                   "bfloat16 the faster of float32 and amp-bfloat16 for this model, "
                                                   "timed once and cached; else float32", choices=PRECISIONS)
+    amp_lists: str = _option("mxfp16", "precision", "AMP operator lists for amp-bfloat16 (and auto's): mxfp16 "
+                                                    "(tuned), mxnet (MXNet's own), measured (mxfp16's, with the "
+                                                    "layers that do not gain on this CPU kept in float32: each "
+                                                    "layer timed once in both precisions, cached, the table "
+                                                    "written to amp-layers.json), or mxfp16 with depthwise or 1x1 "
+                                                    "convolutions in float32 (options to measure)",
+                             choices=tuple(LIST_SETS))
     loss_scale: str = _option(None, "precision", "dynamic, a fixed number such as 1024, or none",
                               default_text="dynamic for float16 and amp-float16, none otherwise")
     clip_grad_norm: float = _option(None, "precision", "clip the global gradient norm to this value",
@@ -141,9 +150,10 @@ class TrainConfig:
     lr_schedule: str = _option("cosine", "optimisation", "decay after warm-up: cosine to 0, or step (x0.1 at each "
                                                          "of --step-epochs)", choices=LR_SCHEDULES)
     warmup_epochs: int = _option(None, "optimisation", "epochs of linear warm-up from 0")
-    step_epochs: tuple = _option(None, "optimisation", "comma-separated epochs where --lr-schedule step divides "
-                                                       "the rate by 10", metavar="E1,E2",
-                                 default_text="50% and 75% of the epochs")
+    step_epochs: tuple = _option(None, "optimisation", "comma-separated epochs after which --lr-schedule step "
+                                                       "divides the rate by 10: increasing, from the end of "
+                                                       "--warmup-epochs on, below --epochs", metavar="E1,E2",
+                                 default_text="50% and 75% of the epochs, where past the warm-up")
     label_smoothing: float = _option(0.0, "optimisation", "label smoothing epsilon")
     epochs: int = _option(None, "optimisation", "epochs")
     batch_size: int = _option(None, "optimisation", "images per step on each worker, split across devices")
@@ -172,10 +182,19 @@ class TrainConfig:
                                               "back to the one before")
     max_batches: int = _option(None, "run", "at most N training and N evaluation batches per epoch, for smoke runs",
                                metavar="N", default_text="all")
-    log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar; each read waits "
-                                        "for the device")
+    log_every: int = _option(10, "run", "steps between reads of the loss for the progress bar and TensorBoard; "
+                                        "each read waits for the device")
     progress: bool = _option(True, "run", "no progress bar", flag="--no-progress",
                              default_text="bar on a terminal")
+    tensorboard_dir: str = _option(None, "run", "folder for the run's TensorBoard event files (loss, learning rate, "
+                                                "loss scale, skipped steps, img/s every --log-every steps; top-1 and "
+                                                "gradient-exponent histograms every epoch; the configuration); "
+                                                "give each run its own and point `tensorboard --logdir` at their "
+                                                "parent", flag="--tensorboard", metavar="DIR",
+                                   default_text="OUT/tensorboard, when tensorboardX is installed")
+    tensorboard: bool = _option(True, "run", "write no TensorBoard events (whatever --tensorboard says)",
+                                flag="--no-tensorboard",
+                                default_text="on when tensorboardX is installed")
 
     @property
     def profile(self):
@@ -201,9 +220,13 @@ class TrainConfig:
             # A profile's warm-up never takes a whole short run: --epochs 2 keeps one epoch of decay.
             resolved.warmup_epochs = max(0, min(resolved.warmup_epochs, resolved.epochs - 1))
         if resolved.step_epochs is None and resolved.lr_schedule == "step":
-            resolved.step_epochs = tuple(sorted({max(1, resolved.epochs // 2), max(1, (3 * resolved.epochs) // 4)}))
-        if resolved.step_epochs is not None:
-            resolved.step_epochs = tuple(int(e) for e in resolved.step_epochs)
+            # 50% and 75% of the run, where a drop can act: after warm-up, before the last epoch ends.
+            half, three_quarters = resolved.epochs // 2, (3 * resolved.epochs) // 4
+            resolved.step_epochs = tuple(sorted(e for e in {half, three_quarters}
+                                                if max(1, resolved.warmup_epochs or 0) <= e < resolved.epochs))
+        if resolved.step_epochs is not None:  # a list from Python, numpy integers: plain ints (others are refused)
+            resolved.step_epochs = tuple(int(e) if isinstance(e, numbers.Integral) and not isinstance(e, bool) else e
+                                         for e in resolved.step_epochs)
         resolved.validate()
         return resolved
 
@@ -255,13 +278,42 @@ class TrainConfig:
             need(self.warmup_epochs < self.epochs,
                  f"warmup_epochs={self.warmup_epochs} leaves no epoch after warm-up of {self.epochs}; "
                  "lower it or raise --epochs")
-        if self.step_epochs is not None:
-            need(all(isinstance(e, int) and e >= 1 for e in self.step_epochs),
-                 f"step_epochs={list(self.step_epochs)}: epochs count from 1, e.g. --step-epochs 10,20")
+        self._check_step_epochs(need)
         # numpy's and MXNet's seeds are unsigned 32-bit integers.
         need(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 32, f"seed={self.seed}: must be in 0 .. 2**32-1")
         self.check_resume_pair()
         need(self.max_batches is None or self.max_batches >= 1, f"max_batches={self.max_batches}: must be >= 1")
+
+    def _check_step_epochs(self, need):
+        """Refuse ``--step-epochs`` that would be ignored or could not act as written: each one must be a drop.
+
+        The schedule divides the rate after each listed epoch, counted from
+        the start of the run; it can only do so after the warm-up and before
+        the last epoch ends, once per epoch, and only under ``--lr-schedule step``.
+        """
+        if self.step_epochs is None:
+            return
+        steps = list(self.step_epochs)
+        flag = f"--step-epochs {','.join(map(str, steps))}"
+        need(all(isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in steps),
+             f"{flag}: whole numbers of epochs, e.g. --step-epochs 10,20")
+        need(self.lr_schedule == "step" or not steps,
+             f"{flag} is for --lr-schedule step, and --lr-schedule {self.lr_schedule} would ignore it: add "
+             "--lr-schedule step, or drop --step-epochs")
+        need(all(e >= 1 for e in steps), f"{flag}: epochs count from 1, e.g. --step-epochs 10,20")
+        repeated = sorted({e for e in steps if steps.count(e) > 1})
+        need(not repeated, f"{flag} lists epoch {repeated[0] if repeated else ''} twice; each epoch drops the rate "
+                           "once: list each one once")
+        need(steps == sorted(steps), f"{flag} is out of order; list the epochs in increasing order "
+                                     f"(--step-epochs {','.join(map(str, sorted(steps)))})")
+        if self.epochs is not None and steps:
+            need(steps[-1] < self.epochs,
+                 f"{flag}: epoch {steps[-1]} is not before the end of the run (--epochs {self.epochs}), so its drop "
+                 "would change no update; list epochs below --epochs, or raise --epochs")
+        if self.warmup_epochs and steps:
+            need(steps[0] >= self.warmup_epochs,
+                 f"{flag}: epoch {steps[0]} falls within the {self.warmup_epochs} warm-up epochs (--warmup-epochs), "
+                 "where the rate climbs and cannot drop; list epochs from the end of the warm-up on, or shorten it")
 
     # ---- resuming ------------------------------------------------------
     def check_resume_pair(self):
@@ -308,7 +360,10 @@ class TrainConfig:
                 + ". Drop them to continue, or start a new run with another --out. A resumed run can change: "
                 + ", ".join(RESUME_CHANGEABLE))
         values = dict({name: getattr(self, name) for name in given & known}, resume=True, overwrite=False)
-        return replace(base, **values), changes
+        resumed = replace(base, **values)
+        if resumed.lr_schedule != "step" and "step_epochs" not in given:
+            resumed.step_epochs = None  # the run's step epochs belong to its step schedule, now left
+        return resumed, changes
 
     # ---- JSON ----------------------------------------------------------
     def to_dict(self):

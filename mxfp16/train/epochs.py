@@ -9,6 +9,7 @@ import time
 
 from .._internals import trainer_params
 from ..devices import format_ctx
+from ..diagnostics.tensorboard import INSTALL_HINT
 from ..distributed import average_aux_states, grad_bytes_per_step
 from ..distributed.heartbeat import beating
 from ..float_formats import format_scale
@@ -16,6 +17,7 @@ from ..machine.environment import mxnet_threads
 from ..machine.hardware import peak_memory_mb
 from ..plumbing.fileio import shown
 from . import checkpoint as ckpt
+from .callbacks import tensorboard_folder
 from .loop import evaluate
 from .outputs import params_digest
 
@@ -72,9 +74,12 @@ def epoch_line(record, epochs):
 
 
 def save_checkpoint(run):
-    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
+    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters).
+
+    :func:`mxfp16.train.checkpoint.write_checkpoint` writes the files; this decides which worker does, from the run.
+    """
     if run.cluster.rank == 0:
-        ckpt.save_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
+        ckpt.write_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
                              keep=run.config.keep_checkpoints)
 
 
@@ -113,6 +118,9 @@ def describe(run):
     run.say(f"optimiser: {c.optimizer} lr {c.lr:g} ({c.lr_schedule}, {c.warmup_epochs} warm-up epochs), "
             f"{momentum}wd {c.wd:g}, label smoothing {c.label_smoothing:g}; {c.epochs} epochs of "
             f"{run.steps_per_epoch} steps; outputs in {c.out}")
+    board = tensorboard_folder(c)
+    run.say(f"tensorboard: events in {board} (tensorboard --logdir {board.parent})" if board else
+            "tensorboard: off" + ("" if not c.tensorboard else f" (tensorboardX is not installed: {INSTALL_HINT})"))
 
 
 def summarise(run):

@@ -62,6 +62,9 @@ class Callback:
     def on_epoch_end(self, progress):
         """After the epoch's last step, a stop or an error."""
 
+    def on_epoch_record(self, progress, record):
+        """After the epoch was evaluated and checkpointed, with its metrics record (``fit`` calls it)."""
+
     def stop_requested(self, progress):
         """``True`` to end the epoch after the current step (a checkpoint can then be written)."""
         return False

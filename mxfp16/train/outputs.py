@@ -12,10 +12,11 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
+from ..per_layer import LAYERS_FILE
 from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
-__all__ = ["RunOutputs", "params_digest", "digest_arrays", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
+__all__ = ["RunOutputs", "params_digest", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
 
 #: Every record of ``metrics.jsonl`` has these (one record per epoch).
 METRIC_FIELDS = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "images_per_second",
@@ -37,7 +38,7 @@ def structural_names(net):
     return dict(sorted((name[len(prefix):] if name.startswith(prefix) else name, p) for name, p in params.items()))
 
 
-def digest_arrays(arrays):
+def _digest_arrays(arrays):
     """sha256 over ``{name: array}`` in sorted-name order: name, shape, then the float32 bytes."""
     h = hashlib.sha256()
     for name in sorted(arrays):
@@ -64,7 +65,7 @@ def params_digest(net):
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/params"
         net.save_parameters(path)
-        return digest_arrays(mx.nd.load(path))
+        return _digest_arrays(mx.nd.load(path))
 
 
 class RunOutputs:
@@ -102,18 +103,25 @@ class RunOutputs:
 
     def run_files(self):
         """Every file a run writes that is in the folder now (what ``--overwrite`` removes)."""
-        names = [self.out / name for name in ("config.json", "metrics.jsonl", "summary.json")]
+        names = [self.out / name for name in ("config.json", "metrics.jsonl", "summary.json", LAYERS_FILE)]
         names += sorted(self.out.glob("summary.rank*.json"))
         if self.checkpoints.is_dir():
             names += sorted(p for p in self.checkpoints.iterdir() if is_checkpoint_file(p.name))
+        names += sorted(self.tensorboard.glob("events.out.tfevents.*"))
         return [p for p in names if p.is_file()]
+
+    @property
+    def tensorboard(self):
+        """The TensorBoard events' default folder (``--tensorboard`` may put them elsewhere)."""
+        return self.out / "tensorboard"
 
     def remove_run(self):
         """Delete a previous run's files, and only those: anything else in the folder stays."""
         for path in self.run_files():
             path.unlink()
-        if self.checkpoints.is_dir() and not any(self.checkpoints.iterdir()):
-            self.checkpoints.rmdir()
+        for folder in (self.checkpoints, self.tensorboard):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
 
     def remove_leftovers(self):
         """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
@@ -144,6 +152,12 @@ class RunOutputs:
     def write_config(self, config_dict):
         if self.is_writer:
             write_json(self.out / "config.json", config_dict)
+
+    def write_amp_layers(self, record):
+        """``amp-layers.json``: each layer's dtype and times under ``--amp-lists measured`` (:mod:`mxfp16.per_layer`).
+        """
+        if self.is_writer:
+            write_json(self.out / LAYERS_FILE, record)
 
     def read_config(self):
         """The run's ``config.json``, or ``None`` when there is none.

@@ -39,8 +39,8 @@ import numpy as np
 from ..plumbing.fileio import atomic_write, shown, write_json
 from .compare import RunDirError, load_runs
 
-__all__ = ["expand_paths", "side_summary", "welch_interval", "paired_interval", "seeds_needed", "parity",
-           "format_parity", "write_parity", "check_groups", "settings_differences", "RUN_ONLY", "PRECISION_SETTINGS"]
+__all__ = ["seeds_needed", "parity", "format_parity", "write_parity", "check_groups", "RUN_ONLY",
+           "PRECISION_SETTINGS"]
 
 #: config.json fields that say how a run was executed or recorded, not what it trained: they may differ.
 #: (``ctx`` and ``precision`` are compared as resolved; ``data_dir``/``data_root`` as the ``source`` read.)
@@ -57,7 +57,7 @@ RESOLVE = 0.3
 MAX_SEEDS = 1000
 
 
-def expand_paths(patterns):
+def _expand_paths(patterns):
     """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded).
 
     Raises
@@ -84,7 +84,7 @@ def _settings(run):
     return settings
 
 
-def settings_differences(runs, allowed=frozenset()):
+def _settings_differences(runs, allowed=frozenset()):
     """``{setting: "value (runs); value (runs)"}`` for each setting outside ``allowed`` that differs among ``runs``."""
     settings = [_settings(r) for r in runs]
     found = {}
@@ -137,11 +137,11 @@ def check_groups(a_runs, b_runs, allow_differences=False):
             by_digest.setdefault(digest, run.name)
     differences, within = [], set()
     for side, runs in (("--a", a_runs), ("--b", b_runs)):
-        for key, values in settings_differences(runs).items():
+        for key, values in _settings_differences(runs).items():
             differences.append(f"{side} {key}: {values}")
             within.add(key)
     differences += [f"between --a and --b: {key}: {values}"
-                    for key, values in settings_differences(everything, PRECISION_SETTINGS).items()
+                    for key, values in _settings_differences(everything, PRECISION_SETTINGS).items()
                     if key not in within]
     if differences and not allow_differences:
         raise RunDirError("the runs differ in more than the seed (and, between the sides, the precision), so they "
@@ -152,7 +152,7 @@ def check_groups(a_runs, b_runs, allow_differences=False):
     return differences if allow_differences else []
 
 
-def side_summary(runs):
+def _side_summary(runs):
     """Mean, spread and speed of one side's runs (final val top-1 in points, i.e. x100)."""
     values = np.array([100.0 * r.summary["final_val_top1"] for r in runs])
     speeds = [r.summary["images_per_second"] for r in runs]
@@ -166,7 +166,7 @@ def side_summary(runs):
     }
 
 
-def welch_interval(a, b, confidence=0.95):
+def _welch_interval(a, b, confidence=0.95):
     """Welch's interval for ``mean(b) - mean(a)``.
 
     Returns
@@ -190,7 +190,7 @@ def welch_interval(a, b, confidence=0.95):
     return {"gap": gap, "low": gap - half, "high": gap + half, "df": float(df), "se": se}
 
 
-def paired_interval(a_by_seed, b_by_seed, confidence=0.95):
+def _paired_interval(a_by_seed, b_by_seed, confidence=0.95):
     """The interval of the mean per-seed difference ``b - a`` over the seeds both sides ran (``None`` under two)."""
     from scipy import stats
 
@@ -273,16 +273,16 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RE
         A run that cannot be read or holds impossible numbers, or groups that
         :func:`check_groups` refuses.
     """
-    a_runs, b_runs = load_runs(expand_paths(a_paths)), load_runs(expand_paths(b_paths))
+    a_runs, b_runs = load_runs(_expand_paths(a_paths)), load_runs(_expand_paths(b_paths))
     differences = check_groups(a_runs, b_runs, allow_differences)
-    a, b = side_summary(a_runs), side_summary(b_runs)
+    a, b = _side_summary(a_runs), _side_summary(b_runs)
     report = {"a": dict(a, name=a_name), "b": dict(b, name=b_name), "confidence": confidence,
               "differences": differences, "gap": b["mean"] - a["mean"],
-              "welch": welch_interval(a["final_val_top1"], b["final_val_top1"], confidence),
+              "welch": _welch_interval(a["final_val_top1"], b["final_val_top1"], confidence),
               "paired": None, "speedup": None}
     by_seed = [{r.config.get("seed"): 100.0 * r.summary["final_val_top1"] for r in runs} for runs in (a_runs, b_runs)]
     if len(by_seed[0]) == len(a_runs) and len(by_seed[1]) == len(b_runs):  # seeds unique on each side
-        report["paired"] = paired_interval(*by_seed, confidence)
+        report["paired"] = _paired_interval(*by_seed, confidence)
     if a["images_per_second"] and b["images_per_second"]:
         report["speedup"] = b["images_per_second"] / a["images_per_second"]
     interval = report["paired"] or report["welch"]
@@ -331,7 +331,7 @@ def format_parity(report):
     return "\n".join(lines)
 
 
-def plot_parity(report, a_runs, b_runs, path):
+def _plot_parity(report, a_runs, b_runs, path):
     """Every run's validation curve, one colour per side, and each side's mean curve."""
     from ..plumbing.plotting import color_cycle, new_figure, save_png
 
@@ -339,7 +339,7 @@ def plot_parity(report, a_runs, b_runs, path):
     colours = color_cycle()
     for colour, side, runs in ((colours[0], report["a"], a_runs), (colours[1], report["b"], b_runs)):
         curves = [[100.0 * m["val_top1"] for m in r.metrics] for r in runs]
-        for run, curve in zip(runs, curves):
+        for curve in curves:
             ax.plot(range(1, len(curve) + 1), curve, color=colour, alpha=0.35, linewidth=1)
         length = min(len(c) for c in curves)
         mean = np.mean([c[:length] for c in curves], axis=0)
@@ -358,5 +358,5 @@ def write_parity(report, a_runs, b_runs, out_dir):
     write_json(paths[0], report)
     with atomic_write(paths[1]) as handle:
         handle.write(format_parity(report) + "\n")
-    plot_parity(report, a_runs, b_runs, paths[2])
+    _plot_parity(report, a_runs, b_runs, paths[2])
     return paths

@@ -12,10 +12,10 @@ set-up a user writes from the README, so ``mxfp16 train``, ``bench`` and
    CPU with native bfloat16, pending until the network is timed);
 2. seeds, then the network: built, initialised (every parameter
    materialised for the image size), hybridized with static memory;
-3. :meth:`MixedPrecision.prepare`: ``auto`` timed on a synthetic batch of the
-   run's shape where it is pending, the network cast with BatchNorm kept in
-   float32, the trainer (``multi_precision`` for float16 weights) beside the
-   run's loss scaler;
+3. :meth:`MixedPrecision.prepare`: ``auto`` (and the ``measured`` lists'
+   layers) timed on a synthetic batch of the run's shape where pending, the
+   network cast with BatchNorm kept in float32, the trainer
+   (``multi_precision`` for float16 weights) beside the run's loss scaler;
 4. the loss (softmax cross-entropy on float32 outputs).
 
 :func:`build_network` builds step 2 alone, cast to a dtype, for the
@@ -190,7 +190,7 @@ def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvst
     loss = classification_loss(spec.classes, spec.label_smoothing)
     net = _seeded_model(spec, mixed.ctx)
     net.hybridize(static_alloc=True, static_shape=True)  # before auto's probe: it times the graph training runs
-    example = _example_batch(spec) if mixed.pending else None
+    example = _example_batch(spec) if mixed.pending or mixed.layers_pending else None
     trainer = mixed.prepare(net, spec.optimizer, opt_params, example=example, loss_fn=loss, kvstore=kvstore,
                             update_on_kvstore=update_on_kvstore, compression_params=compression_params)
     return Parts(mixed=mixed, net=net, trainer=trainer, loss=loss)
@@ -215,13 +215,17 @@ def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
     -------
     mxfp16.auto.AutoVerdict
     """
+    from ..amp.lists import keep_float32_measured
     from ..auto import NetworkProbe, decide_auto, timing_applies
     from ..casting import cast_batch
+    from ..per_layer import choose_layers
 
     if not timing_applies(ctx):
         return decide_auto(ctx, log=log)
     net = _seeded_model(spec, ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     data, label = cast_batch(*_example_batch(spec), "float32", ctx)
+    if amp_lists == "measured":  # as MixedPrecision does: the layers first, so the probe times what would train
+        keep_float32_measured(choose_layers(net, data, ctx, log=log).float32_layers())
     loss = classification_loss(spec.classes, spec.label_smoothing)
     return decide_auto(ctx, NetworkProbe(net, data, label, ctx, loss, None, amp_lists), log=log)

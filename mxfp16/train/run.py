@@ -7,9 +7,11 @@ links resolve) and its lock, devices and precision, the kvstore, the data
 loss: the builder the benchmark uses too), and in a distributed job that
 every worker runs the same settings; only then does ``--overwrite`` remove an
 old run, ``--resume`` load the checkpoint and ``config.json`` get written.
-The run holds its folder's lock (:class:`mxfp16.plumbing.locking.FolderLock`) from
-before it reads the folder until :func:`fit` ends, so a second command on the
-same folder is refused at once, naming this one.
+The run folder is an output like any other (:class:`mxfp16.plumbing.locking.Output`,
+written in place): the run holds its lock from before it reads the folder
+until :func:`fit` ends, so a second command on the same folder is refused at
+once, naming this one. It holds its data set's lock shared as long, so no
+``data pack``, ``data split`` or ``data synth`` replaces the data under it.
 :func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
 then BatchNorm statistics averaged across workers, evaluation, a metrics
 record and a checkpoint. :class:`Run` only holds what the two share.
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..devices import format_ctx, resolve_devices
+from ..diagnostics.tensorboard import INSTALL_HINT, tensorboard_available
 from ..distributed import StopVote, open_kvstore, sync_parameters
 from ..distributed.agree import agree_settings, settings_fingerprint
 from ..float_formats import format_scale
@@ -29,10 +32,10 @@ from ..machine.environment import check_threads, plan_threads
 from ..mixed import MixedPrecision
 from ..optim import check_compression, lr_schedule
 from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
-from ..plumbing.locking import FolderBusyError, FolderLock
+from ..plumbing.locking import Output, PathBusyError, read_lock
 from ..precision import resolve_precision
 from . import checkpoint as ckpt
-from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment
+from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
 from .config import ConfigError, TrainConfig
 from .epochs import describe, finish_epoch, save_checkpoint, stopped_message, summarise
 from .loop import TrainingDivergedError, train_epoch
@@ -92,8 +95,10 @@ class Run:
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
-    lock : mxfp16.plumbing.locking.FolderLock or None
-        The run folder's lock, held by the process that writes it (rank 0); :func:`fit` releases it.
+    lock : mxfp16.plumbing.locking.Output or None
+        The run folder, locked by the process that writes it (rank 0); :func:`fit` releases it.
+    data_lock : mxfp16.plumbing.locking.PathLock or None
+        The data set's lock, held shared while the run reads it; :func:`fit` releases it.
     """
 
     config: TrainConfig
@@ -107,6 +112,7 @@ class Run:
     profile_fields: set = field(default_factory=set)
     log: object = print
     lock: object = None
+    data_lock: object = None
 
     def say(self, message):
         if self.cluster.rank == 0:
@@ -187,31 +193,46 @@ def prepare(config, log=None, given=None, command=None):
     log = log or tqdm.write
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    _check_out(config.out)
-    _check_out_is_not_data(config)  # before the lock, which makes the folder; again once --resume filled it in
+    _check_out(config)  # before anything is built; again once --resume filled in the data set
     # Outside a parameter-server job this process is the run's only writer: it locks the folder before
     # reading it. In one, rank 0 is, and a process learns its rank when the kvstore opens (_build).
     locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
     try:
         config, changes, saved, profile_fields = _check_settings(config, given, log)
+        _check_tensorboard(config)
         run, facts = _build(config, saved, profile_fields, log, locks)
         _start(run, changes)
         _record(run, changes, facts, command)
     except BaseException:
         for lock in locks:
-            lock.forget_created_folder()  # a refused run leaves no empty folder behind
+            lock.abandon()  # a refused run leaves no empty folder behind, and holds its data no more
         raise
     return run
 
 
 def _lock_run(config):
-    """Take the run folder's lock for this process, or raise :class:`ConfigError` naming the holder."""
+    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.locking.Output`, written in
+    place), or :class:`ConfigError` naming the problem or the holder."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
     try:
-        return FolderLock(config.out, doing).acquire()
-    except FolderBusyError as err:
-        raise ConfigError(f"--out {err}") from None
+        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
+    except (OutputFolderError, PathBusyError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def _lock_data(source, flag):
+    """The data set's lock (a folder, or a pack's prefix), shared, for as long as the run reads it.
+
+    Raises
+    ------
+    ConfigError
+        A command is writing the data set now (a ``data pack`` into the prefix, say).
+    """
+    try:
+        return read_lock(source, "training on it", flag=flag)
+    except PathBusyError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_settings(config, given, log):
@@ -262,16 +283,29 @@ def _check_out_is_not_data(config):
         raise ConfigError(str(err)) from None
 
 
+def _check_tensorboard(config):
+    """``--tensorboard DIR``: refused without tensorboardX, or where the run could not write it (as ``--out``)."""
+    if config.tensorboard_dir is None or not config.tensorboard:
+        return
+    if not tensorboard_available():
+        raise ConfigError(f"--tensorboard {config.tensorboard_dir}: writing TensorBoard events needs tensorboardX; "
+                          f"{INSTALL_HINT}, or drop --tensorboard")
+    try:
+        check_output_path(config.tensorboard_dir, flag="--tensorboard")
+        check_output_folder(config.tensorboard_dir, _data_inputs(config), flag="--tensorboard")
+    except OutputFolderError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _build(config, saved, profile_fields, log, locks):
     """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
 
     ``locks`` holds the run folder's lock when this process took it already;
-    in a distributed job rank 0 takes it here, once it knows its rank.
+    in a distributed job rank 0 takes it here, once it knows its rank. The
+    data set's lock joins them.
     Returns the :class:`Run` and what ``config.json`` records about this
     process (its threads, the data's fingerprint).
     """
-    from ..data import demo_dataset, make_loaders
-
     ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
     mixed = _mixed_precision(config, ctx, saved, log)  # the one resolution of the precision
     compression = check_compression(config.gradient_compression, config.kvstore, mixed.precision)
@@ -287,25 +321,9 @@ def _build(config, saved, profile_fields, log, locks):
     if not locks and rank == 0:  # the job's writer; the other ranks write only their own summary
         locks.append(_lock_run(config))
 
-    threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
-    # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
-    wanted = plan_threads(config.threads).threads if config.threads is not None else None
-    if wanted is not None and threads["threads"] not in (None, wanted):
-        raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
-                          "this process and fixes the count when it loads; pass --threads on the command line, or "
-                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
-                          "importing mxnet")
-    source = config.data_dir or str(demo_dataset(config.data_root))
-    loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size, workers=config.workers,
-                           pipeline=config.pipeline, seed=config.seed, shard=(rank, num_workers),
-                           augment=config.augment)
-    if loaders.num_test == 0:  # every epoch ends in an evaluation, and its accuracy would be 0/0
-        raise ConfigError(f"the test split of {source} holds no images, so no epoch could be evaluated; give it "
-                          "test images (`mxfp16 data split` puts a share of each class there), or point --data-dir "
-                          "at a data set that has them")
-    fingerprint = loaders.fingerprint()
-    if config.resume and saved and saved.get("data_fingerprint") is not None:
-        _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
+    threads = _check_thread_count(config)
+    source, data_lock, loaders, fingerprint = _open_data(config, saved, (rank, num_workers), log)
+    locks.append(data_lock)  # released with the run folder's if anything below refuses the run
     steps = loaders.train_batches_per_epoch
     if config.max_batches:
         steps = min(steps, config.max_batches)
@@ -320,7 +338,8 @@ def _build(config, saved, profile_fields, log, locks):
     parts = build_parts(spec, mixed, lr_scheduler=schedule, kvstore=kvstore, update_on_kvstore=False,
                         compression_params=compression)
     run = Run(config=config, parts=parts, loaders=loaders, outputs=outputs, steps_per_epoch=steps,
-              cluster=cluster, source=source, profile_fields=profile_fields, log=log, lock=(locks or [None])[0])
+              cluster=cluster, source=source, profile_fields=profile_fields, log=log,
+              lock=next((lock for lock in locks if isinstance(lock, Output)), None), data_lock=data_lock)
     if cluster.num_workers > 1:  # before the first step: a worker with other settings would hang the others
         agree_settings(kvstore, rank, num_workers, settings_fingerprint(run, fingerprint))
     facts = {"resolved_threads": threads, "data_fingerprint": fingerprint}
@@ -328,6 +347,47 @@ def _build(config, saved, profile_fields, log, locks):
         resumed = mixed.precision.reason.startswith("the run's own") and (saved or {}).get("auto")
         facts["auto"] = resumed or mixed.verdict.record()
     return run, facts
+
+
+def _check_thread_count(config):
+    """MXNet's threads, read back; refused when ``--threads`` asked for a count MXNet can no longer take."""
+    threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
+    # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
+    wanted = plan_threads(config.threads).threads if config.threads is not None else None
+    if wanted is not None and threads["threads"] not in (None, wanted):
+        raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
+                          "this process and fixes the count when it loads; pass --threads on the command line, or "
+                          "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
+                          "importing mxnet")
+    return threads
+
+
+def _open_data(config, saved, shard, log):
+    """The data set, held shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``.
+
+    Refused when its test split is empty (every epoch ends in an evaluation)
+    or, on ``--resume``, when it changed since the run started (unless
+    ``--accept-changed-data``).
+    """
+    from ..data import demo_dataset, make_loaders
+
+    source = config.data_dir or str(demo_dataset(config.data_root))
+    data_lock = _lock_data(source, "--data-dir" if config.data_dir else None)
+    try:
+        loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size,
+                               workers=config.workers, pipeline=config.pipeline, seed=config.seed, shard=shard,
+                               augment=config.augment)
+        if loaders.num_test == 0:  # every epoch ends in an evaluation, and its accuracy would be 0/0
+            raise ConfigError(f"the test split of {source} holds no images, so no epoch could be evaluated; give "
+                              "it test images (`mxfp16 data split` puts a share of each class there), or point "
+                              "--data-dir at a data set that has them")
+        fingerprint = loaders.fingerprint()
+        if config.resume and saved and saved.get("data_fingerprint") is not None:
+            _check_same_data(saved["data_fingerprint"], fingerprint, source, config.accept_changed_data, log)
+    except BaseException:
+        data_lock.abandon()  # as prepare() does with the locks it holds
+        raise
+    return source, data_lock, loaders, fingerprint
 
 
 def _mixed_precision(config, ctx, saved, log):
@@ -346,7 +406,7 @@ def _mixed_precision(config, ctx, saved, log):
         own = resolve_precision(saved["resolved_precision"], ctx, allow_cpu_float16=config.allow_cpu_float16)
         precision = replace(own, requested="auto", reason=f"the run's own ({config.out}/config.json)")
     return MixedPrecision(precision, ctx, loss_scale=config.loss_scale, allow_cpu_float16=config.allow_cpu_float16,
-                          time_auto=not str(config.kvstore).startswith("dist"), log=log)
+                          amp_lists=config.amp_lists, time_auto=not str(config.kvstore).startswith("dist"), log=log)
 
 
 def _start(run, changes):
@@ -364,7 +424,7 @@ def _start(run, changes):
 
 
 def _record(run, changes, facts, command):
-    """``config.json``: the settings, what they resolved to, and each resumption."""
+    """``config.json``: the settings, what they resolved to, and each resumption; ``amp-layers.json`` when measured."""
     config, outputs = run.config, run.outputs
     previous = (outputs.read_config() or {}).get("resumed", []) if config.resume else []
     resumed = previous + ([{"at_step": run.progress.global_step,
@@ -373,6 +433,8 @@ def _record(run, changes, facts, command):
                               resolved_ctx=format_ctx(run.parts.ctx), resolved_augment=run.loaders.augment.name,
                               classes=list(run.loaders.classes), source=run.source, command=command,
                               resumed=resumed, **facts))
+    if run.parts.mixed.layer_choice is not None:
+        outputs.write_amp_layers(run.parts.mixed.layer_choice.record())
 
 
 def _saved_config(out, resume):
@@ -418,10 +480,10 @@ def _check_same_data(saved, now, source, accept, log):
         "(--accept-changed-data)")
 
 
-def _check_out(out):
-    """Refuse an ``--out`` that cannot be made or written, before anything is built (and create nothing)."""
+def _check_out(config):
+    """Refuse an ``--out`` that cannot be made or written, or overlaps the data, before anything is built."""
     try:
-        check_output_path(out)
+        Output(config.out, "training", inputs=_data_inputs(config), in_place=True).check()
     except OutputFolderError as err:
         raise ConfigError(str(err)) from None
 
@@ -461,19 +523,21 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C), then those
+        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), then those
         :func:`callbacks_from_environment` names.
     """
     try:
         return _fit(run, callbacks)
     finally:
-        if run.lock is not None:
-            run.lock.release()
+        for lock in (run.lock, run.data_lock):
+            if lock is not None:
+                lock.release()
 
 
 def _fit(run, callbacks):
     config, progress = run.config, run.progress
-    with StopOnSignal(say=run.say) as stop:  # before the first line of the log: a signal from now on is handled
+    # The signal handler first: a signal from the first line of the log on is handled.
+    with StopOnSignal(say=run.say) as stop, open_tensorboard(run) as tensorboard:
         describe(run)
         if run.cluster.num_workers > 1:  # workers stop together, or one waits forever for the others
             stop_hook = AgreedStop(stop, StopVote(run.cluster.kvstore))
@@ -481,6 +545,7 @@ def _fit(run, callbacks):
             stop_hook = stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
                              enabled=config.progress and run.cluster.rank == 0), stop_hook]
+        hooks += [tensorboard] if tensorboard else []
         hooks += list(callbacks) + callbacks_from_environment(run) + [Heartbeat(run.cluster.rank)]
         while progress.epoch < config.epochs:
             start = progress.batch
@@ -498,4 +563,6 @@ def _fit(run, callbacks):
                     f"checkpoint written to {config.out}/checkpoints; continue with --resume --out {config.out}",
                     StopOnSignal.EXIT_STATUS.get(stop.requested, 130))
             finish_epoch(run)
+            for hook in hooks:
+                hook.on_epoch_record(progress, progress.metrics[-1])
     return summarise(run)

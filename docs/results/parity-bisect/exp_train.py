@@ -38,7 +38,7 @@ from mxnet import ndarray, symbol
 from mxnet.contrib import amp
 import mxfp16
 from mxfp16 import precision as P
-from mxfp16.amp.lists import operator_lists, FLOAT32_CONVOLUTIONS
+from mxfp16.amp.lists import operator_lists, stem_convolution
 from mxfp16.amp.wrappers import float32_where
 
 prec = P.resolve_precision(args.precision)
@@ -54,9 +54,8 @@ if prec.amp:
     originals = {m: m.Convolution for m in modules}
     amp.init(target_dtype="bfloat16", **lists)
     if args.lists == "mxfp16":  # mxfp16's 7x7 stem rule, as amp_lists.init_amp does
-        param, values = FLOAT32_CONVOLUTIONS
         for m in modules:
-            m.Convolution = float32_where(originals[m], m.Convolution, param, values)
+            m.Convolution = float32_where(originals[m], m.Convolution, stem_convolution)
     if args.stem_fp32:
         def stem_rule(original, wrapped):
             def conv(*a, **kw):

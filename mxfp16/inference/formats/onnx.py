@@ -28,9 +28,18 @@ beside the float32 MXNet network: the top-1 margin of an MXNet export, and
 every score within the file's dtype tolerance
 (:func:`mxfp16.inference.agreement.check_scores`).
 
-Reading needs only onnxruntime and numpy: :func:`load` hashes the file's
-bytes, compares them with ``export.json`` and hands those same bytes to an
-``onnxruntime.InferenceSession``. ``onnx.mapping``, which the exporter uses
+Reading needs only onnxruntime and numpy (and protobuf, which onnxruntime
+brings): :func:`load` hashes the file's bytes, compares them with
+``export.json``, checks them as a protocol buffer
+(:func:`mxfp16.plumbing.onnx_file.check_model_bytes`: one that does not
+parse, or keeps a tensor in another file, is refused and nothing it names
+is read) and hands those same bytes to an ``onnxruntime.InferenceSession``.
+Then the model runs one blank image: it must give one score per class of
+``export.json``, as the MXNet format's reader checks by shape inference
+(an ``export.json`` listing 4 classes for a 3-output model, its checksums
+updated, would otherwise label every image wrong). Whatever onnxruntime
+refuses, loading or running, becomes an :class:`ExportError` naming the
+file. ``onnx.mapping``, which the exporter uses
 57 times, is gone from onnx 1.19, so the ``onnx`` extra pins onnx below it
 (``constraints.txt``); :func:`check_exporter` says so when another onnx is
 installed.
@@ -41,7 +50,7 @@ import numpy as np
 
 from .. import bundle
 from ..agreement import check_margin, check_scores, compare
-from ..bundle import ExportError
+from ..bundle import AGAIN, ExportError
 
 __all__ = ["NAME", "SUMMARY", "DEFAULT_PRECISION", "OPSET", "IR_VERSION", "FILES", "DTYPES", "INPUT_NAME",
            "OUTPUT_NAME", "check_request", "check_exporter", "unsupported_operators", "from_block", "to_onnx",
@@ -380,7 +389,8 @@ def check(folder, files, section, inputs):
 
     results = {}
     for dtype, name in section["files"].items():
-        candidate = load(folder, {"files": files, NAME: section}, ctx=format_ctx([inputs.device]), dtype=dtype)
+        candidate = load(folder, {"files": files, NAME: section, "classes": inputs.classes,
+                                  "image_size": inputs.image_size}, ctx=format_ctx([inputs.device]), dtype=dtype)
         inputs.log(f"export: agreement check of {name} in onnxruntime ({candidate.provider}) on "
                    f"{inputs.loaders.num_test} test images ...")
         result = compare(inputs.reference, candidate, inputs.loaders.test_batches(), inputs.device)
@@ -444,34 +454,77 @@ class Model:
     #: ``mxfp16.inference.agreement.compare`` feeds it numpy batches.
     numpy_input = True
 
-    def __init__(self, data, dtype, ctx="auto", threads=None):
+    def __init__(self, data, dtype, ctx="auto", threads=None, path=None):
         import onnxruntime
 
         from ...machine.environment import plan_threads
+        from ...plumbing.fileio import shown
 
         providers = execution_providers(ctx)
         options = onnxruntime.SessionOptions()
         # The thread count mxfp16 plans for MXNet (--threads, OMP_NUM_THREADS or every core) applies here too.
         options.intra_op_num_threads = int(threads or plan_threads().threads)
         options.log_severity_level = 3  # errors only: its warnings concern graph rewrites, not results
-        self._session = onnxruntime.InferenceSession(data, sess_options=options, providers=providers)
+        self._name = shown(path) if path is not None else f"the {dtype} ONNX model"
+        try:
+            self._session = onnxruntime.InferenceSession(data, sess_options=options, providers=providers)
+        except Exception as err:  # onnxruntime's errors share no base class but Exception
+            raise ExportError(f"{self._name} cannot be loaded by onnxruntime ({_failure(err)}); {AGAIN}") from None
         self.provider = self._session.get_providers()[0]
         self.device = "cpu" if self.provider == "CPUExecutionProvider" else f"gpu:{providers[0][1]['device_id']}"
         self.dtype = dtype
 
     def __call__(self, batch):
-        return self._session.run(None, {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+        try:
+            return self._session.run(None, {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+        except Exception as err:  # any onnxruntime error, as in __init__
+            raise ExportError(f"{self._name} failed in onnxruntime on a batch of shape {tuple(np.shape(batch))} "
+                              f"({_failure(err)}); {AGAIN}") from None
+
+    def check_outputs(self, classes, image_size):
+        """Refuse a model that does not give one score per class of ``classes`` for an image of ``image_size``.
+
+        The model runs one blank image: what it computes is what predict
+        labels, whatever shapes its graph declares.
+        """
+        inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
+        if [i.name for i in inputs] != [INPUT_NAME] or len(outputs) != 1:
+            raise ExportError(f"{self._name} has {len(inputs)} input(s) and {len(outputs)} output(s), not the one "
+                              f"input named {INPUT_NAME!r} and one output of an mxfp16 export; {AGAIN}")
+        scores = self(np.zeros((1, 3, image_size, image_size), dtype=np.float32))
+        if np.shape(scores) != (1, len(classes)):
+            raise ExportError(f"export.json lists {len(classes)} classes but {self._name} gives "
+                              f"{np.shape(scores)[-1] if np.ndim(scores) else '?'} scores per image "
+                              f"(output of shape {tuple(np.shape(scores))} for one image); the labels would not be "
+                              f"the model's. {AGAIN[0].upper()}{AGAIN[1:]}")
+
+
+def _failure(err):
+    """What kind of failure onnxruntime reports (``invalid graph``, ``invalid protobuf`` ...), not its text.
+
+    Its text quotes the model (node names, what it read): like MXNet's, it is not printed.
+    """
+    import re
+
+    kind = re.search(r"\[ONNXRuntimeError\] : \d+ : ([A-Z_]+)", str(err))
+    return kind.group(1).lower().replace("_", " ") if kind else type(err).__name__
 
 
 def load(folder, info, ctx="auto", dtype=None, threads=None):
     """The ``dtype`` model of an ONNX export (default float32), checked against ``info`` and loaded.
 
-    Imports onnxruntime and numpy only: no MXNet, no onnx.
+    Imports onnxruntime, protobuf and numpy only: no MXNet, no onnx. With
+    ``classes`` and ``image_size`` in ``info``, the model must give one
+    score per class (see the module docstring).
 
     Raises
     ------
     ExportError
-        No such dtype in this export, a changed or missing file, or onnxruntime missing.
+        No such dtype in this export, a changed or missing file, bytes that
+        are not an ONNX model or keep tensors in other files, a model
+        onnxruntime refuses, one that fails on a blank image or gives
+        another number of scores than there are classes, or onnxruntime
+        missing.
     mxfp16.devices.DeviceError
         See :func:`execution_providers`.
     """
@@ -485,4 +538,17 @@ def load(folder, info, ctx="auto", dtype=None, threads=None):
     if dtype not in files:
         raise ExportError(f"{folder} has no {dtype} ONNX model (it has {', '.join(files) or 'none'}); export it "
                           f"with --onnx-dtype {dtype}")
-    return Model(bundle.read_verified(folder, info, files[dtype]), dtype, ctx, threads)
+    from pathlib import Path
+
+    from ...plumbing.onnx_file import ONNXFileError, check_model_bytes
+
+    path = Path(folder) / files[dtype]
+    data = bundle.read_verified(folder, info, files[dtype])
+    try:
+        check_model_bytes(data, path, AGAIN)
+    except ONNXFileError as err:
+        raise ExportError(str(err)) from None
+    model = Model(data, dtype, ctx, threads, path)
+    if info.get("classes") is not None and info.get("image_size") is not None:
+        model.check_outputs(info["classes"], int(info["image_size"]))
+    return model

@@ -140,7 +140,8 @@ def gpu_support(gpus):
     Parameters
     ----------
     gpus : list of dict
-        :func:`mxfp16.machine.hardware.gpus` rows (``index``, ``compute_capability``).
+        The ``gpus`` rows of :func:`mxfp16.machine.hardware.machine_summary` (``index``,
+        ``compute_capability``).
 
     Returns
     -------

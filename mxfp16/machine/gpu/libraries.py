@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from .elf import ElfError, dynamic_info
 
 __all__ = ["CudaLibrary", "LibraryStatus", "LIBRARIES", "DRIVER", "preload", "status", "mxnet_library",
-           "needed_by_mxnet", "is_cuda_build", "explain_load_error", "report", "find"]
+           "needed_by_mxnet", "is_cuda_build", "explain_load_error", "report"]
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def _nvidia_roots(paths=None):
     return roots
 
 
-def find(soname, paths=None):
+def _find(soname, paths=None):
     """The first ``<sys.path entry>/nvidia/*/lib/<soname>``, or None.
 
     Parameters
@@ -218,7 +218,7 @@ def status(needed=None, paths=None):
     if not is_cuda_build(needed):
         return []
     loaded = {s.library.soname: s for s in (_REPORT or [])}
-    return [loaded.get(lib.soname) or LibraryStatus(lib, find(lib.soname, paths)) for lib in _wanted(needed)]
+    return [loaded.get(lib.soname) or LibraryStatus(lib, _find(lib.soname, paths)) for lib in _wanted(needed)]
 
 
 # Loaded libraries stay referenced for the life of the process (a CDLL that is

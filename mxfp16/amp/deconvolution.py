@@ -1,0 +1,98 @@
+"""A transposed convolution with one output channel, computed as a convolution: MXNet 1.9.1's own fails.
+
+MXNet 1.9.1's oneDNN ``Deconvolution`` (Gluon's ``Conv2DTranspose``) fails
+its backward pass with ``could not create a primitive descriptor for a
+reorder primitive`` when the layer has one output channel and its input
+gradient is needed: in float32, on this project's AVX2 CPU with 8, 16 or 32
+input channels (not with 1, 3 or 100), and on an Ice Lake for a 1x1 -> 4x4
+layer. That is the last layer of a generator of grey images (a DCGAN on
+MNIST), so such a generator could not train (a layer tried alone, whose
+input needs no gradient, runs).
+
+The same layer is a ``Convolution`` of the input with its zeros inserted
+between pixels (stride ``s``: ``s - 1`` zeros), padded by ``k - 1 - p``,
+with the weight flipped in space and its two channel axes swapped: the
+transposed convolution written the other way round (``tests/test_amp_routes.py``
+checks it against numpy). It costs ``s * s`` times the multiply-adds of the
+direct form, which one output channel keeps small, and under AMP it runs in
+bfloat16 (``Convolution`` is on the target list; ``Deconvolution`` stays
+float32). A ``Deconvolution`` whose weight is itself computed (tried: a
+weight concatenated with zeros, or tiled, to two output channels) crashes
+the process in 1.9.1 on this CPU, so padding the layer to two output
+channels is no route.
+
+:func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
+around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run
+without AMP is MXNet's own.
+"""
+from .wrappers import as_tuple, named_like
+
+__all__ = ["single_channel_as_convolution", "routed"]
+
+
+def routed(kwargs):
+    """Whether a ``Deconvolution`` call with these arguments takes the convolution route.
+
+    One output channel, no groups, no dilation, a 2-D kernel, a ``pad`` no
+    larger than ``kernel - 1``, no ``target_shape``, the NCHW layout.
+    """
+    kernel = as_tuple(kwargs.get("kernel", ""))
+    pad = as_tuple(kwargs.get("pad", "")) or (0,) * len(kernel)
+    return (str(kwargs.get("num_filter")) == "1" and str(kwargs.get("num_group", 1)) == "1"
+            and len(kernel) == 2 and set(as_tuple(kwargs.get("dilate", "")) or (1,)) == {1}
+            and not as_tuple(kwargs.get("target_shape", "")) and kwargs.get("layout") in (None, "NCHW")
+            and all(0 <= p <= k - 1 for p, k in zip(pad, kernel)))
+
+
+def single_channel_as_convolution(f):
+    """``f`` (``Deconvolution``), with one-output-channel layers computed as a convolution (see the module docstring).
+
+    The convolution is looked up when the layer is called (``mx.nd`` or
+    ``mx.sym`` by its input), so under AMP it is AMP's: bfloat16.
+    """
+    names = ("data", "weight", "bias")
+
+    def deconvolution(*args, **kwargs):
+        inputs = dict(zip(names, args))
+        inputs.update({k: kwargs[k] for k in names if k in kwargs})
+        # Without a weight the call declares its own (Gluon's shape inference): nothing is computed.
+        if "weight" not in inputs or not routed(kwargs):
+            return f(*args, **kwargs)
+        options = {k: v for k, v in kwargs.items() if k not in names}
+        return _as_convolution(inputs["data"], inputs["weight"], inputs.get("bias"), options)
+
+    return named_like(deconvolution, f, "Deconvolution")
+
+
+def _module(x):
+    from mxnet import ndarray, symbol
+
+    return symbol if isinstance(x, symbol.Symbol) else ndarray
+
+
+def _as_convolution(data, weight, bias, kwargs):
+    F = _module(data)
+    kernel = as_tuple(kwargs["kernel"])
+    stride = as_tuple(kwargs.get("stride", "")) or (1, 1)
+    pad = as_tuple(kwargs.get("pad", "")) or (0, 0)
+    adj = as_tuple(kwargs.get("adj", "")) or (0, 0)
+    x = data
+    for axis, (s, a) in enumerate(zip(stride, adj), start=2):
+        x = _zeros_between(F, x, axis, s)
+        if a:
+            x = F.concat(x, F.slice_axis(F.zeros_like(x), axis=axis, begin=0, end=a), dim=axis)
+    w = F.swapaxes(F.flip(F.flip(weight, axis=2), axis=3), dim1=0, dim2=1)
+    no_bias = bias is None or str(kwargs.get("no_bias", bias is None)) == "True"
+    inputs = [x, w] if no_bias else [x, w, bias]
+    return F.Convolution(*inputs, kernel=kernel, num_filter=1, no_bias=no_bias,
+                         pad=tuple(k - 1 - p for k, p in zip(kernel, pad)), name=kwargs.get("name"))
+
+
+def _zeros_between(F, x, axis, s):
+    """``x`` with ``s - 1`` zeros inserted between neighbours along ``axis`` (2 or 3), none after the last."""
+    if s == 1:
+        return x
+    spread = F.expand_dims(x, axis=axis + 1)
+    spread = F.concat(spread, *[F.zeros_like(spread)] * (s - 1), dim=axis + 1)
+    spread = F.reshape(spread, shape=(0, 0, -3, 0) if axis == 2 else (0, 0, 0, -3))
+    return F.slice_axis(spread, axis=axis, begin=0, end=-(s - 1))

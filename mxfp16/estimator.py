@@ -1,0 +1,312 @@
+"""MXNet's own training loop, ``gluon.contrib.estimator.Estimator``, in mixed precision: one argument to ``fit``.
+
+An Estimator splits a step in two: its batch processor runs the forward and
+backward passes, then a ``GradientUpdateHandler`` calls ``trainer.step`` at
+the end of the batch. Loss scaling cannot be cut there (the update must be
+divided by the scale, and skipped when the reduced gradients overflow), so
+the whole step is :meth:`mxfp16.MixedPrecision.train_step`, run by
+:class:`MixedPrecisionProcessor`; :class:`MixedPrecisionHandler` takes the
+place of Estimator's update handler (whose ``trainer.step`` would update the
+parameters a second time) and puts its processor in the Estimator::
+
+    mp = mxfp16.MixedPrecision("auto")                      # before the network
+    net = build_my_net(); net.initialize(ctx=mp.ctx)
+    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
+    est = Estimator(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=mp.ctx)
+    est.fit(train_data, val_data, epochs=3, event_handlers=[MixedPrecisionHandler(mp)])
+
+Everything ``train_step`` does happens there: the batch cast for the
+precision (labels kept), the scaled backward, the overflow check, the
+skipped step, the scale's update, ``auto`` timed on the first batch; the
+validation runs through :meth:`~mxfp16.MixedPrecision.eval_step` (float32
+outputs for the metrics). A skipped step reaches the metrics as an empty
+batch: its loss is inf by design and it changed nothing.
+
+:class:`MixedPrecisionCheckpointHandler` is Estimator's ``CheckpointHandler``
+with the precision and loss-scaler state beside each checkpoint, so a resumed
+run continues at its loss scale; :class:`TensorBoardHandler` feeds a
+:class:`mxfp16.TensorBoardLogger`.
+"""
+from pathlib import Path
+
+from mxnet.gluon.contrib.estimator import (
+    BatchEnd,
+    BatchProcessor,
+    CheckpointHandler,
+    EpochEnd,
+    GradientUpdateHandler,
+    TrainBegin,
+    TrainEnd,
+)
+
+from .plumbing.fileio import read_json, write_json
+
+__all__ = ["MixedPrecisionProcessor", "MixedPrecisionHandler", "MixedPrecisionCheckpointHandler",
+           "TensorBoardHandler"]
+
+
+class MixedPrecisionProcessor(BatchProcessor):
+    """Estimator's batch processor, through :class:`~mxfp16.MixedPrecision`: one ``train_step`` per batch.
+
+    Used with its :class:`MixedPrecisionHandler` (``handler.processor``),
+    which installs it; pass it to ``Estimator(batch_processor=...)``
+    yourself only to evaluate before the first ``fit``.
+
+    Parameters
+    ----------
+    mp : MixedPrecision
+        Whose ``prepare`` built the Estimator's trainer.
+    **step_options
+        Passed to :meth:`MixedPrecision.train_step` (``clip_grad_norm``,
+        ``loss_weights``, ``skip_unused_params``).
+
+    Attributes
+    ----------
+    result : StepResult or None
+        The last training step's (loss, loss scale, skipped), for event handlers.
+    """
+
+    def __init__(self, mp, **step_options):
+        super().__init__()
+        self.mp, self.step_options = mp, step_options
+        self.result = None
+        self._handler = None  # the MixedPrecisionHandler of the fit() in progress
+
+    def fit_batch(self, estimator, train_batch, batch_axis=0):
+        """One :meth:`MixedPrecision.train_step` on ``train_batch`` with the Estimator's net, loss and trainer.
+
+        Returns
+        -------
+        (list, list, list, list)
+            The data, labels, float32 outputs and per-sample losses, one
+            entry per device, as Estimator's handlers expect; for a skipped
+            step the last three are empty.
+
+        Raises
+        ------
+        ValueError
+            Not inside a ``fit`` with this processor's :class:`MixedPrecisionHandler`.
+        """
+        if self._handler is None:
+            raise ValueError(
+                "MixedPrecisionProcessor trains only in a fit() with its MixedPrecisionHandler: without it "
+                "Estimator.fit() adds its own GradientUpdateHandler, whose trainer.step() would update the "
+                "parameters a second time after this step. Pass event_handlers=[MixedPrecisionHandler(mp)] to "
+                "fit() (it installs its own processor), or handler.processor as batch_processor= and the handler "
+                "to fit()")
+        data, label = self._split(estimator, train_batch, batch_axis)
+        losses = []
+
+        def loss_fn(outputs, *labels):
+            value = estimator.loss(outputs, *labels)
+            losses.append(value)  # per sample and device: what Estimator's loss metric averages
+            return value
+
+        self.result = self.mp.train_step(estimator.net, loss_fn, estimator.trainer, data, label, **self.step_options)
+        if self.result.skipped:
+            return data, [], [], []
+        return data, label, list(self.result.outputs), losses[-len(data):]
+
+    def evaluate_batch(self, estimator, val_batch, batch_axis=0):
+        """The validation network's float32 outputs (:meth:`MixedPrecision.eval_step`) and their losses."""
+        data, label = self._split(estimator, val_batch, batch_axis)
+        pred = self.mp.eval_step(estimator.val_net, data)
+        return data, label, pred, [estimator.val_loss(y_hat, y) for y_hat, y in zip(pred, label)]
+
+    def _split(self, estimator, batch, batch_axis):
+        """The batch cast for the precision and split over the devices (:meth:`MixedPrecision.cast_batch`)."""
+        if batch_axis != 0:
+            raise ValueError(f"batch_axis={batch_axis}: MixedPrecision.cast_batch splits batches along axis 0; "
+                             "give the DataLoader batches with the samples first")
+        _check_devices(estimator, self.mp)
+        return self.mp.cast_batch(batch[0], batch[1])
+
+
+class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
+    """The one argument an Estimator needs: ``fit(..., event_handlers=[MixedPrecisionHandler(mp)])``.
+
+    At the start of ``fit`` it puts its :class:`MixedPrecisionProcessor`
+    (``processor``) in ``estimator.batch_processor``, where Estimator looks
+    for ``fit_batch`` and ``evaluate_batch``, and it stays there for later
+    ``evaluate`` calls. Being a ``GradientUpdateHandler``, it takes the place
+    of Estimator's default one: the processor's ``train_step`` has already
+    applied or skipped the update when a batch ends.
+
+    Parameters
+    ----------
+    mp : MixedPrecision
+    priority : float
+        Estimator's order of handlers (the update handler's by default).
+    **step_options
+        For :meth:`MixedPrecision.train_step` (``clip_grad_norm`` ...).
+
+    Raises
+    ------
+    ValueError
+        At the start of ``fit``: an Estimator with a batch processor of its
+        own (or another mxfp16 processor), or on other devices than ``mp``.
+    """
+
+    def __init__(self, mp, priority=-2000, **step_options):
+        super().__init__(priority=priority)
+        self.mp = mp
+        self.processor = MixedPrecisionProcessor(mp, **step_options)
+
+    def train_begin(self, estimator, *args, **kwargs):
+        current = estimator.batch_processor
+        if type(current) is BatchProcessor:  # Estimator's default: forward and an unscaled backward
+            estimator.batch_processor = self.processor
+        elif current is not self.processor:
+            what = ("another MixedPrecisionProcessor" if isinstance(current, MixedPrecisionProcessor)
+                    else f"a batch processor of its own ({type(current).__name__})")
+            raise ValueError(
+                f"this Estimator has {what}, and MixedPrecisionHandler trains through its own (one "
+                "MixedPrecision.train_step per batch). Leave batch_processor= out of Estimator(...), or pass "
+                "handler.processor; for a fit_batch of your own, subclass MixedPrecisionProcessor")
+        _check_devices(estimator, self.mp)
+        self.processor._handler = self
+
+    def batch_end(self, estimator, *args, **kwargs):
+        return False  # the processor's train_step applied (or skipped) the update
+
+    def train_end(self, estimator, *args, **kwargs):
+        self.processor._handler = None
+
+
+class MixedPrecisionCheckpointHandler(CheckpointHandler):
+    """Estimator's ``CheckpointHandler``, with ``mp.state_dict()`` beside each checkpoint.
+
+    Beside each ``<prefix>-epoch<E>batch<B>.params`` and ``.states`` it
+    writes ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (atomically): the
+    precision and the loss scaler's state (scale, clean-step count, skipped
+    steps). ``max_checkpoints`` removes it with its checkpoint (the same
+    prefix); with ``save_best`` the best checkpoint gets
+    ``<prefix>-best.mxfp16.json``. With ``resume_from_checkpoint=True``,
+    after the parameters and trainer states, the state of the same checkpoint
+    goes into ``mp``: the run continues at its loss scale instead of
+    relearning it through skipped steps.
+
+    Parameters
+    ----------
+    model_dir : str
+    mp : MixedPrecision
+    **options
+        Everything ``CheckpointHandler`` takes (``model_prefix``,
+        ``epoch_period``, ``batch_period``, ``max_checkpoints``,
+        ``resume_from_checkpoint``, ``save_best``, ``monitor`` ...).
+
+    Raises
+    ------
+    mxfp16.plumbing.fileio.JSONFileError
+        Resuming from a checkpoint without its state file (or with a damaged one).
+    ValueError
+        Resuming a checkpoint of another precision (:meth:`MixedPrecision.load_state_dict`).
+    """
+
+    SUFFIX = ".mxfp16.json"
+
+    def __init__(self, model_dir, mp, **options):
+        super().__init__(model_dir, **options)
+        self.mp = mp
+
+    def state_path(self, prefix):
+        """The state file beside the checkpoint files named ``prefix`` (``model-epoch2batch40``)."""
+        return Path(self.model_dir) / f"{prefix}{self.SUFFIX}"
+
+    def train_begin(self, estimator, *args, **kwargs):
+        super().train_begin(estimator, *args, **kwargs)
+        if self.resume_from_checkpoint and self.trained_epoch >= 0:  # the base class found a checkpoint
+            path = self.state_path(f"{self.model_prefix}-epoch{self.trained_epoch}batch{self.trained_batch}")
+            self.mp.load_state_dict(read_json(
+                path, "it holds the loss scale and precision of the checkpoint beside it, written by "
+                "MixedPrecisionCheckpointHandler; restore it, resume with MXNet's own CheckpointHandler (the loss "
+                "scale then restarts at its initial value), or start without resume_from_checkpoint"))
+
+    def batch_end(self, estimator, *args, **kwargs):
+        before = self._position()
+        stop = super().batch_end(estimator, *args, **kwargs)
+        self._write_new(before)
+        return stop
+
+    def epoch_end(self, estimator, *args, **kwargs):
+        before = self._position()
+        stop = super().epoch_end(estimator, *args, **kwargs)
+        self._write_new(before)
+        return stop
+
+    def _position(self):
+        """The newest checkpoint's prefix and the best value so far: what changes when the base class saves."""
+        return (self.saved_checkpoints[-1] if self.saved_checkpoints else None), getattr(self, "best", None)
+
+    def _write_new(self, before):
+        newest, best = self._position()
+        state = self.mp.state_dict()
+        if newest is not None and newest != before[0]:
+            write_json(self.state_path(newest), state)
+        if self.save_best and best != before[1]:
+            write_json(self.state_path(f"{self.model_prefix}-best"), state)
+
+
+class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
+    """An Estimator's run in TensorBoard, through a :class:`mxfp16.TensorBoardLogger`.
+
+    Every ``log_every`` batches :meth:`~mxfp16.TensorBoardLogger.log_step`
+    with the processor's last step (the loss it reads was computed for
+    Estimator's loss metric already); at the end of each epoch, after the
+    validation, every training and validation metric as ``epoch/<name>``
+    and the gradient histograms. Steps count the batches of this ``fit``.
+
+    Parameters
+    ----------
+    logger : mxfp16.TensorBoardLogger
+    log_every : int
+    priority : float
+        After Estimator's metric and validation handlers, so the epoch's
+        metrics are complete.
+
+    Raises
+    ------
+    ValueError
+        At the start of ``fit``, when the Estimator does not train through a
+        :class:`MixedPrecisionProcessor` (pass a :class:`MixedPrecisionHandler` first).
+    """
+
+    def __init__(self, logger, log_every=10, priority=1000):
+        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+            raise ValueError(f"log_every={log_every!r}: give the batches between two logged steps, a whole "
+                             "number >= 1")
+        self.logger, self.log_every, self.priority = logger, log_every, priority
+        self.step = 0
+
+    def train_begin(self, estimator, *args, **kwargs):
+        # After MixedPrecisionHandler's train_begin (a lower priority), which installs the processor.
+        if not isinstance(estimator.batch_processor, MixedPrecisionProcessor):
+            raise ValueError("TensorBoardHandler reads the steps of a MixedPrecisionProcessor: pass "
+                             "event_handlers=[MixedPrecisionHandler(mp), TensorBoardHandler(logger)] to fit()")
+        self.step = 0
+
+    def batch_end(self, estimator, *args, **kwargs):
+        self.step += 1
+        if self.step % self.log_every == 0:
+            processor = estimator.batch_processor
+            self.logger.log_step(self.step, processor.result, processor.mp, estimator.trainer)
+        return False
+
+    def epoch_end(self, estimator, *args, **kwargs):
+        values = {}
+        for metric in estimator.train_metrics + estimator.val_metrics:
+            names, numbers = metric.get()
+            names, numbers = (names, numbers) if isinstance(names, list) else ([names], [numbers])
+            values.update(zip(names, numbers))
+        self.logger.log_epoch(self.step, values)
+        result = estimator.batch_processor.result
+        if result is not None:
+            self.logger.log_gradients(estimator.net, self.step, result.loss_scale)
+        self.logger.flush()
+        return False
+
+
+def _check_devices(estimator, mp):
+    if list(estimator.context) != list(mp.ctx):
+        raise ValueError(f"the Estimator runs on {estimator.context} but the MixedPrecision on {mp.ctx}: build the "
+                         "Estimator with context=mp.ctx")
