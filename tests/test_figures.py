@@ -52,6 +52,15 @@ def test_untagged_measurements_are_flagged_but_quotes_and_code_are_not(sources):
                  "`--lr 0.1` with ```\nmxfp16 bench  # 2.0x\n``` and epoch-0003", sources) == []
 
 
+def test_a_cell_of_parts_joins_its_figures_and_text(sources):
+    registry, results = sources
+    registry = dict(registry, joined={"table": [["both"], [[{"fig": "bf16_ips"}, " (", {"fig": "speedup"}, ")"]]]})
+    assert figures.table("joined", registry, results).splitlines()[-1] == "| 12.4 img/s (1.93x) |"
+    results.joinpath("bench", "bench.json").write_text(json.dumps(
+        {"speedup": {"amp-bfloat16 vs float32, bs16": {"speedup": 1.5}}, "results": [{"images_per_second": 12.44}]}))
+    assert figures.table("joined", registry, results).splitlines()[-1] == "| 12.4 img/s (1.50x) |"
+
+
 def test_rewrite_refreshes_every_span(sources):
     registry, results = sources
     text = "x <!-- fig speedup -->1.50x<!-- /fig -->\n<!-- table rows -->\nold\n<!-- /table -->\n"

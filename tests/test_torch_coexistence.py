@@ -18,7 +18,9 @@ def _stand_in(root, version):
     if version is None:
         return {}
     (root / "torch").mkdir()
-    (root / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\nSTAND_IN = True\n")
+    # tensorboardX (which `mxfp16 train` writes its logs with) reads torch.Tensor at import when torch imports.
+    (root / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\nSTAND_IN = True\n"
+                                                "class Tensor:\n    pass\n")
     return {"PYTHONPATH": str(root)}  # run_python keeps the repository first
 
 

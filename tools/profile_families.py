@@ -1,7 +1,7 @@
 """Where one training step of a benchmark family spends its time: MXNet float32 and PyTorch autocast bfloat16.
 
-    python docs/results/profile_families_zen3.py --model word-lm-lstm --out docs/results/profile-word-lm-lstm-zen3
-    python docs/results/profile_families_zen3.py --model mobilenetv2_1.0 --image-size 224 --batch-size 16 \\
+    python tools/profile_families.py --model word-lm-lstm --out docs/results/profile-word-lm-lstm-zen3
+    python tools/profile_families.py --model mobilenetv2_1.0 --image-size 224 --batch-size 16 \\
         --out docs/results/profile-mobilenetv2-zen3
 
 Three parts, each in its own process, each timing the step `mxfp16 bench` times (the same builders: the family's
@@ -207,7 +207,7 @@ def main():
     parser.add_argument("--channels-last", action="store_true", help="the PyTorch step in channels_last")
     parser.add_argument("--parts", default="mxnet,dnnl,torch")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
-    parser.add_argument("--out")
+    parser.add_argument("--out", help="folder for profile.json (required)")
     args = parser.parse_args()
     if args.part:
         from mxfp16.machine.environment import set_threads
@@ -217,9 +217,11 @@ def main():
         if result is not None:
             print(json.dumps(result))
         return 0
+    if not args.out:
+        parser.error("--out is required: the folder profile.json goes into")
     from mxfp16.machine.hardware import cpu_identity
 
-    document = {"command": "python docs/results/profile_families_zen3.py " + " ".join(sys.argv[1:]),
+    document = {"command": "python tools/profile_families.py " + " ".join(sys.argv[1:]),
                 "model": args.model, "model_option": args.model_option, "cpu": cpu_identity(),
                 "threads": args.threads, "warmup": args.warmup, "steps": args.steps,
                 "load_average_start": list(os.getloadavg())}
@@ -227,9 +229,10 @@ def main():
         document[part] = _child(args, part)
         print(part, json.dumps(document[part])[:300], flush=True)
     document["load_average_end"] = list(os.getloadavg())
+    from mxfp16.plumbing.fileio import write_json
+
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "profile.json"), "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1)
+    write_json(os.path.join(args.out, "profile.json"), document, indent=1)  # whole or not at all
     return 0
 
 

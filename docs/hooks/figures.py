@@ -79,11 +79,19 @@ def _markdown_table(header, rows):
 
 
 def table(name, figures=None, results=RESULTS):
-    """A table named in the registry: ``{"table": [[header...], [cell or {"fig": NAME}, ...], ...]}``."""
+    """A table named in the registry: ``{"table": [[header...], [cell, ...], ...]}``.
+
+    A cell is text, ``{"fig": NAME}``, or a list of both, joined (``[{"fig": A}, " (", {"fig": B}, ")"]``).
+    """
     figures = registry() if figures is None else figures
     header, *rows = figures[name]["table"]
-    cells = [[value(c["fig"], figures, results) if isinstance(c, dict) else c for c in row] for row in rows]
-    return _markdown_table(header, cells)
+
+    def cell(c):
+        if isinstance(c, list):
+            return "".join(cell(part) for part in c)
+        return value(c["fig"], figures, results) if isinstance(c, dict) else c
+
+    return _markdown_table(header, [[cell(c) for c in row] for row in rows])
 
 
 def problems(docs=None, figures=None, results=RESULTS):
