@@ -11,7 +11,7 @@ import os
 from conftest import REPO
 
 #: The ceiling: today's longest function. Lower it as long functions are split, never raise it.
-MAX_CODE_LINES = 54  # train/run.py _build; then train/config.py validate (51)
+MAX_CODE_LINES = 53  # bench/invocation.py plan_invocation; then train/selftest.py train_run (50)
 
 
 def _docstring_lines(node):

@@ -1,4 +1,4 @@
-"""Where one training step of a benchmark family spends its time: MXNet float32 and PyTorch autocast bfloat16.
+"""Where one training step of a benchmark family spends its time: MXNet float32 and PyTorch (autocast bfloat16).
 
     python tools/profile_families.py --model word-lm-lstm --out docs/results/profile-word-lm-lstm-zen3
     python tools/profile_families.py --model mobilenetv2_1.0 --image-size 224 --batch-size 16 \\
@@ -15,7 +15,9 @@ sizes unless given:
 - ``dnnl``: oneDNN's own log (``DNNL_VERBOSE=1``) over the same number of float32 steps: every primitive it
   executed, its implementation (``jit:avx2``, ``gemm:jit``, ``ref:any`` ...) and its time, summed per step;
   convolutions are also split into depthwise, 1x1 and other kernels, and by pass.
-- ``torch``: ``torch.profiler`` over PyTorch's eager autocast bfloat16 step (self CPU time per operator).
+- ``torch``: ``torch.profiler`` over PyTorch's eager step (self CPU time per operator), autocast bfloat16 by
+  default; ``--torch-dtype float32`` where PyTorch's bfloat16 cannot run or to compare like with like (on a CPU
+  without AVX-512 its bfloat16 LSTM fails and its other bfloat16 kernels are emulated).
 
 Operator times are summed over the operators the profiler saw; with two OpenMP threads an operator's time is wall
 time inside it, and the shares are of the summed time. Writes ``profile.json`` into ``--out``.
@@ -146,11 +148,11 @@ def part_torch(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if family(args.model):
-        step = family_step(args.model, spec.options, spec.batch_size, True, False,
+        step = family_step(args.model, spec.options, spec.batch_size, args.torch_dtype == "bfloat16", False,
                            channels_last=args.channels_last, seed=0)
     else:
         step = _classifier_step(PeerSpec(model=args.model, image_size=spec.image_size, batch_size=spec.batch_size,
-                                         classes=spec.classes, iters=1, warmup=0, repeats=1, dtype="bfloat16",
+                                         classes=spec.classes, iters=1, warmup=0, repeats=1, dtype=args.torch_dtype,
                                          layout="channels_last" if args.channels_last else "NCHW"))
     for _ in range(args.warmup):
         step()
@@ -159,7 +161,8 @@ def part_torch(args):
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events) / 1000.0 / args.steps
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]
-    return {"ms_per_step": ms, "self_cpu_ms_per_step": total, "layout": "channels_last" if args.channels_last else None,
+    return {"ms_per_step": ms, "dtype": args.torch_dtype, "self_cpu_ms_per_step": total,
+            "layout": "channels_last" if args.channels_last else None,
             "top_operators": [{"operator": e.key, "self_cpu_ms_per_step": e.self_cpu_time_total / 1000.0 / args.steps,
                                "calls_per_step": e.count / args.steps,
                                "percent_of_self_cpu": 100.0 * e.self_cpu_time_total / 1000.0 / args.steps / total}
@@ -175,7 +178,7 @@ def _child(args, part):
         env["DNNL_VERBOSE"] = "1"
     argv = [sys.executable, __file__, "--part", part, "--model", args.model, "--image-size", str(args.image_size),
             "--warmup", str(args.warmup), "--steps", str(args.steps), "--top", str(args.top),
-            "--threads", str(args.threads)]
+            "--threads", str(args.threads), "--torch-dtype", args.torch_dtype]
     argv += [f"--model-option={o}" for o in args.model_option or []]
     argv += (["--batch-size", str(args.batch_size)] if args.batch_size else []) + \
         (["--channels-last"] if args.channels_last else [])
@@ -205,6 +208,8 @@ def main():
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--channels-last", action="store_true", help="the PyTorch step in channels_last")
+    parser.add_argument("--torch-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="the PyTorch step's precision: autocast bfloat16 (default) or float32")
     parser.add_argument("--parts", default="mxnet,dnnl,torch")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help="folder for profile.json (required)")
