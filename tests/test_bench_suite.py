@@ -7,7 +7,7 @@ import json
 import os
 
 from mxfp16.bench import report
-from mxfp16.bench.runner import BenchSpec
+from mxfp16.bench.runner import BenchSpec, not_run
 from mxfp16.bench.suite import plan, run_suite
 from mxfp16.cli import main
 from mxfp16.machine import hardware
@@ -114,6 +114,30 @@ def test_rounds_run_the_whole_list_in_turn():
     assert len({r["invocation"] for r in records}) == 1
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         run_suite(specs, rounds=0)
+
+
+def test_a_run_that_failed_is_not_run_again_in_later_rounds(monkeypatch):
+    from mxfp16.bench import suite
+
+    calls = []
+
+    def fake_run(spec, timeout=None):
+        calls.append((spec.batch_size, timeout))
+        if spec.batch_size == 4:  # fails in round 1, as a timeout does
+            return dict(not_run(spec, "failed", "Traceback ...\ntimed out after 9 s"), images_per_second=None)
+        return dict(not_run(spec, "ok", None), ms_per_step=10.0, images_per_second=100.0, peak_memory_mb=1.0)
+
+    monkeypatch.setattr(suite, "run_in_subprocess", fake_run)
+    specs = plan(BenchSpec(image_size=32, iters=1, warmup=0, repeats=1), ["float32"], [4, 8])
+    records = run_suite(specs, rounds=3, timeout=9)
+    assert calls == [(4, 9), (8, 9), (8, 9), (8, 9)]  # batch 4 ran once
+    again = [r for r in records if r["batch_size"] == 4]
+    assert [(r["round"], r["status"]) for r in again] == [(1, "failed"), (2, "skipped"), (3, "skipped")]
+    assert again[1]["reason"] == "failed in round 1 (timed out after 9 s); not run again"
+    merged = {r["batch_size"]: r for r in report.merge_rounds(records)}
+    assert merged[4]["status"] == "failed" and [e["status"] for e in merged[4]["rounds"]] == \
+        ["failed", "skipped", "skipped"]
+    assert merged[8]["status"] == "ok" and len(merged[8]["rounds"]) == 3
 
 
 @requires_bfloat16

@@ -103,6 +103,10 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1):
         float32, mixed, ...). A machine whose speed drifts from minute to
         minute then meets every spec at every stage of the drift, and
         :func:`mxfp16.bench.report.merge_rounds` pairs the runs of one round.
+        A spec that failed or timed out is not run again in the later
+        rounds (it would fail again, at the cost of up to ``timeout`` each
+        time: PyTorch's bfloat16 where the CPU only emulates it); those
+        rounds record it as skipped, naming the round it failed in.
 
     Returns
     -------
@@ -113,20 +117,28 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1):
     if int(rounds) < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds!r}")
     invocation = uuid.uuid4().hex[:12]
-    records = []
+    records, failed = [], {}  # failed: spec index -> why it is not run again
     for round_ in range(1, int(rounds) + 1):
-        for spec in specs:
-            if isinstance(spec, peer.PeerSpec):
-                record = peer.run_in_subprocess(spec, timeout=timeout)
-            else:
-                reason = _cannot_run(spec)
-                record = not_run(spec, "skipped", reason) if reason else run_in_subprocess(spec, timeout=timeout)
+        for index, spec in enumerate(specs):
+            record = _run_once(spec, timeout, failed.get(index))
+            if record.get("status") == "failed" and index not in failed:
+                last = (record.get("reason") or "").strip().splitlines()
+                failed[index] = f"failed in round {round_} ({last[-1] if last else 'no reason given'}); not run again"
             record["invocation"] = invocation
             record["round"] = round_
             records.append(record)
             if on_result is not None:
                 on_result(record)
     return records
+
+
+def _run_once(spec, timeout, not_again=None):
+    """``spec``'s record: measured in its own process, or skipped (``not_again``, or a precision that cannot run)."""
+    is_peer = isinstance(spec, peer.PeerSpec)
+    reason = not_again or (None if is_peer else _cannot_run(spec))
+    if reason:
+        return peer.not_run(spec, "skipped", reason) if is_peer else not_run(spec, "skipped", reason)
+    return peer.run_in_subprocess(spec, timeout=timeout) if is_peer else run_in_subprocess(spec, timeout=timeout)
 
 
 def _cannot_run(spec):
