@@ -210,3 +210,11 @@ def test_round_ratios_refuses_a_file_without_rounds(tmp_path, capsys):
         report.main(["--round-ratios", str(tmp_path / "bench.json")])
     assert "--rounds 1" in capsys.readouterr().err
     assert not (tmp_path / "round_ratios.json").exists()
+
+
+def test_bar_labels_read_as_numbers_not_exponents():
+    from mxfp16.bench.plots import _bar_text
+
+    assert [_bar_text(h, "tokens_per_second") for h in (1196.08, 34.378, 2.5004, 0.01234)] == \
+        ["1196", "34.4", "2.5", "0.0123"]
+    assert _bar_text(1.0, "speedup") == "1.00" and _bar_text(float("nan"), "images_per_second") == ""

@@ -7,6 +7,15 @@ from ..plumbing.plotting import color_cycle, new_figure, save_png
 from .report import UNITS, input_size, label, throughput_field
 
 
+def _bar_text(height, value):
+    """A bar's label: a ratio to 2 decimals, a count whole from 100 up (``1196``, not ``1.2e+03``), else 3 digits."""
+    if height is None or np.isnan(height):
+        return ""
+    if value == "speedup":
+        return f"{height:.2f}"
+    return f"{height:.0f}" if abs(height) >= 100 else f"{height:.3g}"
+
+
 def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=None, whisker=None):
     ok = [r for r in records if r.get("status") == "ok" and r.get(value) is not None]
     batch_sizes = sorted({r["batch_size"] for r in ok})
@@ -24,7 +33,7 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
             tops = [np.zeros(len(heights)), np.subtract(tails, heights)]
         bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name, color=colors[name],
                       yerr=tops, capsize=3 if tops is not None else 0)
-        ax.bar_label(bars, fmt="%.2f" if value == "speedup" else "%.3g", fontsize=7)
+        ax.bar_label(bars, labels=[_bar_text(h, value) for h in heights], fontsize=7)
     tallest = max((r.get(whisker or value) or r[value] for r in ok), default=0)
     if tallest:
         ax.set_ylim(0, tallest * 1.3)  # room for the legend above the bars
