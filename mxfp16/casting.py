@@ -209,11 +209,26 @@ def _split(batch, what, ctx_list, dtype, keep, labels=False):
                         f"the input in keep=({position},) to pass it as it is, or scale real values into range")
         targets.append(target)
     # Cast after the copy: on a GPU the cast is cheap and the host stays free.
-    per_array = [[x if target is None else x.astype(target, copy=False)
-                  for x in gluon.utils.split_and_load(a, ctx_list, batch_axis=0, even_split=False)]
+    per_array = [[x if target is None else x.astype(target, copy=False) for x in _split_and_load(a, ctx_list)]
                  for a, target in zip(arrays, targets)]
     per_device = list(zip(*per_array))
     return [tuple(parts) if several else parts[0] for parts in per_device]
+
+
+def _split_and_load(a, ctx_list):
+    """``gluon.utils.split_and_load(a, ctx_list, even_split=False)``: the first ``size % devices`` parts one longer.
+
+    Written out because MXNet 1.9.1's numpy-mode split passes its split points as numpy integers, which
+    numpy 2 prints as ``np.int64(2)``, a value MXNet's parameter parser refuses (``Invalid Parameter format
+    for indices``). Here the bounds are Python integers, in both modes.
+    """
+    if len(ctx_list) == 1:
+        return [a.as_in_context(ctx_list[0])]
+    each, extra = divmod(int(a.shape[0]), len(ctx_list))
+    bounds = [0]
+    for i in range(len(ctx_list)):
+        bounds.append(bounds[-1] + each + (1 if i < extra else 0))
+    return [a[bounds[i]:bounds[i + 1]].as_in_context(ctx) for i, ctx in enumerate(ctx_list)]
 
 
 def _as_ndarray(a, what):

@@ -238,7 +238,9 @@ def _exponent_counts(grad, loss_scale):
     zeros = (work == 0).sum()
     # floor(log2|g|) is the binade's exponent; zeros give -inf and inf or NaN stay so: outside every bucket.
     mx.nd.floor(mx.nd.log2(work, out=work), out=work)
-    counts, _ = mx.nd.histogram(work, bins=len(EXPONENTS), range=(EXPONENTS[0] - 0.5, EXPONENTS[-1] + 0.5))
+    # Python floats: numpy 2 prints its scalars as np.float64(...), which MXNet's parameter parser refuses.
+    counts, _ = mx.nd.histogram(work, bins=len(EXPONENTS), range=(float(EXPONENTS[0]) - 0.5,
+                                                                 float(EXPONENTS[-1]) + 0.5))
     return mx.nd.concat(counts.astype("float64"), zeros.reshape((1,)).astype("float64"), dim=0)
 
 
