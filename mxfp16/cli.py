@@ -3,7 +3,9 @@
 Each subcommand lives in its own module under ``mxfp16/commands/`` with a
 ``register(subparsers)`` function that adds its parser and sets ``func``, and
 an optional ``ORDER`` number for its place in ``--help``. Modules are found by
-scanning the folder, so adding a command touches no shared file. The library
+scanning the folder, so adding a command touches no shared file; a module that fails to import
+is still listed, and running it names the module and the error (never an
+empty "choose from" list). The library
 does the work; commands only parse flags, call it and print. This module is
 the top floor: it imports ``commands``, and nothing imports it.
 
@@ -22,7 +24,6 @@ a traceback, and standard output may close under it
 import argparse
 import importlib
 import os
-import pkgutil
 import shlex
 import sys
 
@@ -32,10 +33,70 @@ from .commands import CommandError
 from .plumbing.console import guarded_stdout, reopen_closed_streams
 
 
+class CommandsUnavailable(Exception):
+    """The folder of subcommand modules cannot be listed: no command can be offered at all."""
+
+
+def _command_names():
+    """The names of the subcommand modules, read from their folder.
+
+    ``pkgutil.iter_modules`` answers an unreadable folder with an empty list,
+    which argparse would then show as "choose from" nothing: list it ourselves
+    so the reason reaches the user.
+    """
+    folder = _commands.__path__[0]
+    try:
+        entries = os.listdir(folder)
+    except OSError as err:
+        raise CommandsUnavailable(
+            f"cannot list mxfp16's commands in {folder}: {err.strerror}; this user cannot read the installed "
+            "package (a checkout inside a private folder, such as another user's home?): install mxfp16 where "
+            "this user may read it, or run it as the user who installed it") from err
+    names = {name[:-3] if name.endswith(".py") else name for name in entries
+             if (name.endswith(".py") or os.path.isfile(os.path.join(folder, name, "__init__.py")))}
+    return sorted(name for name in names if not name.startswith("_"))
+
+
+class BrokenCommand:
+    """A subcommand whose module failed to import: it is still offered, and running it says why.
+
+    Parameters
+    ----------
+    name : str
+        The module's name under ``mxfp16.commands`` (the command's name).
+    error : Exception
+        What importing it raised.
+    """
+
+    ORDER = 1000
+
+    def __init__(self, name, error):
+        self.__name__ = f"mxfp16.commands.{name}"
+        self.name = name
+        self.error = error
+
+    def message(self):
+        return (f"its module {self.__name__} could not be imported: {type(self.error).__name__}: {self.error}; "
+                "reinstall mxfp16 (`pip install -e .` in a checkout) or fix what the error names")
+
+    def register(self, subparsers):
+        parser = subparsers.add_parser(self.name, help=f"(unavailable: {self.__name__} failed to import)",
+                                       add_help=False, prefix_chars="\0")  # every argument is its own
+        parser.add_argument("rest", nargs="*")
+        parser.set_defaults(func=self.run, broken=self)
+
+    def run(self, args):
+        raise CommandError(self.message())
+
+
 def command_modules():
-    """The subcommand modules, in ``--help`` order."""
-    modules = [importlib.import_module(f"mxfp16.commands.{info.name}")
-               for info in pkgutil.iter_modules(_commands.__path__) if not info.name.startswith("_")]
+    """The subcommand modules, in ``--help`` order; a module that fails to import is a :class:`BrokenCommand`."""
+    modules = []
+    for name in _command_names():
+        try:
+            modules.append(importlib.import_module(f"mxfp16.commands.{name}"))
+        except (ImportError, OSError) as err:  # a missing dependency, an unreadable file: say which and why
+            modules.append(BrokenCommand(name, err))
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
@@ -111,6 +172,10 @@ def _prepare(args):
 
 def _run(args):
     """Run the parsed command; every failure the user can act on becomes one line on stderr."""
+    broken = getattr(args, "broken", None)
+    if broken is not None:  # nothing to prepare for a command that cannot run
+        print(f"mxfp16 {args.command}: error: {broken.message()}", file=sys.stderr)
+        return 2
     failed = _prepare(args)
     if failed is not None:
         return failed
@@ -151,7 +216,11 @@ def main(argv=None):
             os.execv(restart[0], restart)
         argv = sys.argv[1:]
     argv = [str(a) for a in argv]
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except CommandsUnavailable as err:
+        print(f"mxfp16: error: {err}", file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status

@@ -6,11 +6,13 @@ for long paths in every writing command, and a legal 250-byte name refused
 because its temporary name was longer; ``--out`` naming an existing file;
 predict given a file in a folder it may not enter; MXNet's raw "Failed to
 allocate CPU Memory". Commands run in-process (MXNet is loaded once);
-permissions are tested as the unprivileged user ``nobody`` when the suite
-runs as root (root may write anywhere), the allocation failure under a
-``ulimit -v`` in a child process.
+permissions are tested without root's power to override them when the suite
+runs as root (root may write anywhere; see :func:`_unprivileged`, which works
+wherever the checkout lies), the allocation failure under a ``ulimit -v`` in
+a child process.
 """
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -112,17 +114,68 @@ def test_a_250_byte_name_is_written_its_temporary_name_is_shortened(public, tmp_
     assert len(os.fsencode(temporary_folder(tmp_path / name, ".staging").name)) <= NAME_MAX
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522
+#: CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: what lets root read, write and enter any folder.
+_DAC_CAPABILITIES = (1 << 1) | (1 << 2)
+
+
+def _capabilities(libc, data=None):
+    """This thread's capability sets (``data is None``), or set them to ``data``."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    if data is None:
+        data = (_CapData * 2)()
+        call = libc.capget
+    else:
+        call = libc.capset
+    if call(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return data
+
+
 @contextlib.contextmanager
-def _as_nobody():
-    """Act as an unprivileged user (root writes anywhere); as another user the folders are unwritable already."""
+def _unprivileged():
+    """Lose root's power to override file permissions for the block; a user without it has none to lose.
+
+    Switching to another user (``nobody``) would test the same refusals, but that user must then be able
+    to read this checkout and its venv: one cloned into a private folder (mode 0700, e.g. root's home)
+    could not even import the commands. Dropping CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this
+    thread's effective set keeps root's identity (the checkout stays readable: root owns it) while
+    permission bits apply to it as to anyone: a folder of mode 0555 cannot be written, one of mode
+    0000 cannot be entered. The commands tested do their file work on this (the main) thread.
+    """
     if os.geteuid() != 0:
         yield
         return
-    os.seteuid(65534)
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = _capabilities(libc)
+    lowered = (_CapData * 2)()
+    for i in range(2):
+        lowered[i].permitted, lowered[i].inheritable = saved[i].permitted, saved[i].inheritable
+        lowered[i].effective = saved[i].effective & ~(_DAC_CAPABILITIES if i == 0 else 0)
+    _capabilities(libc, lowered)
     try:
         yield
     finally:
-        os.seteuid(0)
+        _capabilities(libc, saved)
+
+
+def test_the_unprivileged_block_is_refused_what_permission_bits_refuse(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    with _unprivileged():
+        with pytest.raises(PermissionError):
+            (locked / "f").write_text("x")
+    (locked / "f").write_text("x")  # and privileges come back after it (as root; a user owns tmp_path anyway)
+    assert (locked / "f").read_text() == "x"
 
 
 @pytest.mark.parametrize("command", ["export", "data synth", "data split", "data pack", "compare",
@@ -131,7 +184,7 @@ def test_an_unwritable_folder_is_one_line(public, capsys, command):
     locked = public["root"] / f"locked-{command.replace(' ', '-')}"
     locked.mkdir(mode=0o555)
     try:
-        with _as_nobody():
+        with _unprivileged():
             code = main([str(a) for a in _commands(public, locked / "out")[command]])
         _one_line_error(capsys, code, str(locked), "cannot be written", "choose a folder you can write to")
         assert list(locked.iterdir()) == []
@@ -141,10 +194,11 @@ def test_an_unwritable_folder_is_one_line(public, capsys, command):
 
 def test_predict_given_a_file_in_a_folder_it_may_not_enter_skips_it(public, capsys):
     hidden = public["root"] / "private"
-    hidden.mkdir(mode=0o700)
+    hidden.mkdir()
     shutil.copy(next(public["photos"].iterdir()), hidden / "photo.png")
+    hidden.chmod(0o000)  # nobody may enter it: not this user, not root without its override
     try:
-        with _as_nobody():
+        with _unprivileged():
             code = main(["predict", "--model", str(public["export"]), str(hidden / "photo.png"),
                          str(public["photos"]), "--ctx", "cpu", "--no-progress"])
         captured = capsys.readouterr()
@@ -152,6 +206,7 @@ def test_predict_given_a_file_in_a_folder_it_may_not_enter_skips_it(public, caps
         assert f"skipped {hidden / 'photo.png'}: cannot be read (Permission denied)" in captured.err
         assert captured.out.count("circle") == 3  # the readable images are predicted
     finally:
+        hidden.chmod(0o700)
         shutil.rmtree(hidden)
 
 
@@ -184,3 +239,41 @@ def test_an_allocation_failure_names_the_flags_and_the_estimate(public, tmp_path
     assert line.startswith("mxfp16 train: error: out of memory") and "Failed to allocate" not in line
     assert "Lower --batch-size (now 8) or --image-size (now 512)" in line and "(ulimit -v)" in line
     assert "images fit in a quarter of the 2.4 GiB" in line
+
+
+def test_a_command_whose_module_fails_to_import_names_the_module_and_the_error(monkeypatch, capsys):
+    import importlib
+
+    from mxfp16 import cli
+
+    real = importlib.import_module
+
+    def import_module(name, *args):
+        if name == "mxfp16.commands.export":
+            raise PermissionError(13, "Permission denied", "/private/mxfp16/commands/export.py")
+        return real(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", import_module)
+    line = _one_line_error(capsys, main(["export", "--run", "r", "--out", "o"]), "mxfp16 export: error:",
+                           "mxfp16.commands.export could not be imported", "Permission denied",
+                           "/private/mxfp16/commands/export.py")
+    assert line.startswith("mxfp16 export: error:")
+    assert main(["--help"]) == 0  # every other command is still there, the broken one listed as unavailable
+    out = capsys.readouterr().out
+    assert "train" in out and "predict" in out and "unavailable: mxfp16.commands.export failed to import" in out
+
+
+def test_an_unreadable_commands_folder_is_one_line_not_an_empty_choice(monkeypatch, tmp_path, capsys):
+    from mxfp16 import commands
+
+    private = tmp_path / "commands"
+    private.mkdir(mode=0o000)
+    monkeypatch.setattr(commands, "__path__", [str(private)])
+    try:
+        with _unprivileged():
+            code = main(["export", "--run", "r", "--out", "o"])
+    finally:
+        private.chmod(0o700)
+    line = _one_line_error(capsys, code, f"cannot list mxfp16's commands in {private}: Permission denied",
+                           "install mxfp16 where this user may read it")
+    assert "choose from" not in line
