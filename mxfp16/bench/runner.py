@@ -277,8 +277,10 @@ def _inference_step(spec, precision, contexts, batches):
     from ..train.parts import PartsSpec, build_network
 
     device = contexts[0]
+    # The plain dtype name: an AMP precision's param_dtype makes cast_net require amp.init
+    # (mxfp16.precision.AMPDtypeName), which an export neither needs nor has: its casts are in the converted graph.
     net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
-                                  seed=spec.seed), contexts, precision.param_dtype)
+                                  seed=spec.seed), contexts, str(precision.param_dtype))
     model = deployable(net, precision, spec.amp_lists)
     block = load_block(model.symbol, model.params, device)
 
