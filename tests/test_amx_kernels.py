@@ -25,11 +25,18 @@ requires_amx = pytest.mark.skipif(not AMX_IN_USE, reason=f"needs AMX in use: {am
 @requires_amx
 @pytest.mark.slow
 def test_amx_kernels_agree_with_avx512_bfloat16():
+    from mxfp16.machine import hardware
+
+    cpu = hardware.bfloat16_support().describe()
     report = amx_check.check(list(amx_check.MODELS), steps=10)
-    assert report["ok"], {k: v for k, v in report.items() if k != "train"}
-    # The AMX side really ran AMX kernels, the other side did not.
-    assert any("amx" in kernel for kernel in report["kernels"]["amx_on"])
-    assert not any("amx" in kernel for kernel in report["kernels"]["amx_off"])
+    assert report["ok"], (cpu, {k: v for k, v in report.items() if k != "train"})
+    # The AMX side really ran AMX kernels, the other side did not: every child's trace counts. The Dense check's
+    # own trace may hold none (oneDNN 2.4.4's bfloat16 inner products run x64:gemm:jit, measured on an Emerald
+    # Rapids); ResNet-50's convolutions run jit:/brgconv:avx512_core_amx_bf16 there.
+    kernels = {side: set(report["kernels"][side]).union(*(row["kernels"][side] for row in report["train"].values()))
+               for side in ("amx_on", "amx_off")}
+    assert any("amx" in kernel for kernel in kernels["amx_on"]), (cpu, sorted(kernels["amx_on"]))
+    assert not any("amx" in kernel for kernel in kernels["amx_off"]), (cpu, sorted(kernels["amx_off"]))
 
 
 @requires_bfloat16

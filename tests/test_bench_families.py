@@ -166,6 +166,26 @@ def test_what_does_not_apply_to_a_family_is_refused(tmp_path, capsys):
     assert "not a multiple of heads=5" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("timed", [True, False])
+def test_auto_is_refused_for_a_family_only_where_timing_decides_it_and_after_its_sizes(tmp_path, capsys, monkeypatch,
+                                                                                       timed):
+    # Where auto would be timed (a CPU with native bfloat16: avx512_bf16 or AMX) a family refuses it, but only
+    # once its sizes were checked: auto is in the default precisions, so the refusal must not hide a wrong option.
+    import mxfp16.auto
+    from mxfp16.bench.invocation import BenchSetupError, plan_invocation
+
+    monkeypatch.setattr(mxfp16.auto, "timing_applies", lambda ctx, support=None: timed)
+    assert main(["bench", "--model", "word-lm-lstm", "--model-option", "depth=3", "--out", str(tmp_path)]) == 2
+    assert "no option 'depth'" in capsys.readouterr().err
+    small = ["hidden=8", "embed=8", "vocab=50"]
+    if timed:
+        with pytest.raises(BenchSetupError, match="auto is decided by timing an image classifier's step"):
+            plan_invocation(model="word-lm-lstm", model_options=small, log=lambda line: None)
+    else:
+        plan = plan_invocation(model="word-lm-lstm", model_options=small, log=lambda line: None)
+        assert {spec.precision for spec in plan.specs} >= {"float32"}
+
+
 def _token_row(framework, precision, ms, round_, compiled=None):
     return {"framework": framework, "precision": precision, "layout": None, "compiled": compiled, "amp_lists": None,
             "status": "ok", "model": "word-lm-lstm", "image_size": None, "seq_len": 35, "unit": "tokens",

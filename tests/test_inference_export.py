@@ -4,6 +4,7 @@ One tiny float32 run is trained in a child process; the exports run in this
 process (conversion needs no ``amp.init``, so nothing leaks into later tests).
 """
 import json
+import os
 import shutil
 
 from mxfp16.cli import main
@@ -11,6 +12,7 @@ from mxfp16.inference import bundle
 from mxfp16.inference.agreement import AgreementError
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
+from mxfp16.machine import hardware
 from mxfp16.plumbing.fileio import sha256_file
 
 import numpy as np
@@ -100,8 +102,22 @@ assert logits.dtype == np.float32, logits.dtype
 assert ("mxfp16" in sys.modules) == (compat == "compat")
 assert not any(m.startswith(("mxfp16.models", "mxfp16.inference", "mxfp16.train", "mxfp16.casting"))
                for m in sys.modules)
-print(json.dumps({"top1": float((logits.argmax(axis=1) == np.load(labels)).mean())}))
+print(json.dumps({"top1": float((logits.argmax(axis=1) == np.load(labels)).mean()), "logits": logits.tolist()}))
 """
+
+
+def _bare_environment():
+    """This process's environment as a user's plain MXNet would have it: without the DNNL_MAX_CPU_ISA that
+    ``import mxfp16`` set here (marked by MXFP16_AMX_ISA_SET) to let oneDNN use AMX. A process that does not
+    import mxfp16 never asks Linux for AMX's tile state, so oneDNN allowed AMX there dies of SIGILL at its first
+    tile instruction; a plain user's MXNet runs oneDNN's default kernels, which exclude AMX."""
+    from mxfp16.machine import amx
+
+    env = dict(os.environ)
+    if env.get(amx.MARKER) == "1":
+        env.pop(amx.ISA_VARIABLE, None)
+        env.pop(amx.MARKER, None)
+    return env
 
 
 @pytest.mark.parametrize("precision", [pytest.param("amp-bfloat16", marks=requires_bfloat16), "float32"])
@@ -127,9 +143,36 @@ def test_plain_mxnet_loads_the_export_and_gets_the_checked_top1(run, data, mixed
     code = ("import mxfp16\n" if stack.SUPPLIED else "") + PLAIN_LOAD
     proc = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"),
                            "compat" if stack.SUPPLIED else "bare"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=_bare_environment())
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["top1"] == pytest.approx(info["agreement"]["top1_export"])
+    plain = json.loads(proc.stdout)
+    if precision == "float32" or hardware.bfloat16_support().kind != "amx":
+        # Both processes ran the same kernels: the same top-1, exactly.
+        assert plain["top1"] == pytest.approx(info["agreement"]["top1_export"])
+        return
+    # Here the export was checked on AMX tiles, and plain MXNet runs oneDNN's avx512_core_bf16 kernels: two
+    # bfloat16 evaluations that round differently. Measure how far apart their logits are; an image may change
+    # its prediction only where its two best logits (as checked) are closer than that, and the top-1 only by those.
+    import mxnet as mx
+
+    net = mx.gluon.SymbolBlock.imports(str(out / bundle.SYMBOL_FILE), ["data"], str(out / bundle.PARAMS_FILE),
+                                       ctx=mx.cpu())
+    checked = net(mx.nd.array(np.load(tmp_path / "x.npy"))).asnumpy().astype(np.float64)
+    theirs = np.asarray(plain["logits"], dtype=np.float64)
+    labels = np.load(tmp_path / "y.npy").astype(np.int64)
+    assert float((checked.argmax(axis=1) == labels).mean()) == pytest.approx(info["agreement"]["top1_export"])
+    apart = float(np.abs(checked - theirs).max())
+    # bfloat16 keeps 8 significant bits: each side's logits are within a few units of 2**-8 of the float32 ones
+    # (the export check measured this side's distance); both sides together, twice that.
+    scale = max(float(np.abs(checked).max()), 1e-30)
+    assert apart <= 2 * info["agreement"]["max_score_difference"] + 2 ** -7 * scale, (
+        f"plain MXNet's logits are {apart:.3g} from the checked export's ({hardware.bfloat16_support().describe()})")
+    top2 = np.sort(checked, axis=1)[:, -2:]
+    changed = checked.argmax(axis=1) != theirs.argmax(axis=1)
+    assert (top2[changed, 1] - top2[changed, 0] <= 2 * apart).all(), (
+        f"an image changed its prediction beyond the rounding between AMX and AVX-512 bfloat16 "
+        f"({hardware.bfloat16_support().describe()})")
+    assert abs(plain["top1"] - info["agreement"]["top1_export"]) <= changed.sum() / len(labels) + 1e-12
 
 
 def test_float16_export_on_a_cpu_is_written_and_its_check_says_it_was_emulated(run, tmp_path):

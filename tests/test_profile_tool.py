@@ -55,3 +55,12 @@ def test_times_are_per_step_and_only_executions_count():
 def test_an_empty_log_sums_to_nothing():
     summary = profile.summarise_dnnl([], steps=3)
     assert summary["primitive_ms_per_step"] == 0 and summary["percent_by_primitive"] == {}
+
+
+def test_the_census_comes_from_the_library_reader():
+    from mxfp16.bench.census import summarise
+
+    summary = profile.summarise_dnnl(LOG, steps=1)
+    assert summary["census"] == summarise(LOG, steps=1)  # one reader for the tool and mxfp16 bench
+    assert summary["census"]["percent"]["float32"] == pytest.approx(100 * 14.0 / 15.0)
+    assert summary["census"]["percent"]["reorder"] == pytest.approx(100 * 1.0 / 15.0)

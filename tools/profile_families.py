@@ -14,7 +14,9 @@ sizes unless given:
   timed on its own instead of inside a bulked segment; the step time of that process is recorded beside it.
 - ``dnnl``: oneDNN's own log (``DNNL_VERBOSE=1``) over the same number of float32 steps: every primitive it
   executed, its implementation (``jit:avx2``, ``gemm:jit``, ``ref:any`` ...) and its time, summed per step;
-  convolutions are also split into depthwise, 1x1 and other kernels, and by pass.
+  convolutions are also split into depthwise, 1x1 and other kernels, and by pass; ``census`` is the kernel
+  census ``mxfp16 bench`` takes (:mod:`mxfp16.bench.census`, the same reader): the share of oneDNN's time on
+  AMX, avx512_bf16, other bfloat16 kernels, float32, reference kernels and reorders, per pass.
 - ``torch``: ``torch.profiler`` over PyTorch's eager step (self CPU time per operator), autocast bfloat16 by
   default; ``--torch-dtype float32`` where PyTorch's bfloat16 cannot run or to compare like with like (on a CPU
   without AVX-512 its bfloat16 LSTM fails and its other bfloat16 kernels are emulated).
@@ -116,20 +118,21 @@ def _conv_kind(problem):
 
 
 def summarise_dnnl(lines, steps, top=25):
+    """Per primitive, per implementation, per convolution kind, and the kernel census (``mxfp16 bench``'s)."""
+    from mxfp16.bench.census import exec_lines, summarise
+
     by_primitive, by_impl, conv = collections.Counter(), collections.Counter(), collections.Counter()
     calls = collections.Counter()
-    for line in lines:
-        f = line.rstrip().split(",")
-        if len(f) < 6 or f[0] not in ("dnnl_verbose", "onednn_verbose") or f[1] != "exec":
-            continue
-        primitive, impl, prop, ms = f[3], f[4], f[5], float(f[-1])
+    execs = exec_lines(lines)  # the library's reader: the census of mxfp16 bench reads the same lines
+    for line in execs:
+        primitive, impl, prop, ms = line.primitive, line.implementation, line.prop_kind, line.ms
         by_primitive[primitive] += ms / steps
         calls[primitive] += 1 / steps
         by_impl[f"{primitive} {impl} {prop}"] += ms / steps
         if primitive in ("convolution", "deconvolution"):
-            conv[f"{primitive} {_conv_kind(f[-2])} {prop}"] += ms / steps
+            conv[f"{primitive} {_conv_kind(line.problem)} {prop}"] += ms / steps
     total = sum(by_primitive.values())
-    return {"primitive_ms_per_step": total,
+    return {"primitive_ms_per_step": total, "census": summarise(execs, steps),
             "ms_per_step_by_primitive": dict(by_primitive.most_common()),
             "calls_per_step_by_primitive": {k: round(v, 1) for k, v in calls.most_common()},
             "percent_by_primitive": {k: 100.0 * v / total for k, v in by_primitive.most_common()} if total else {},

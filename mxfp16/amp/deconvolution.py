@@ -81,7 +81,9 @@ def _as_convolution(data, weight, bias, kwargs):
         x = _zeros_between(F, x, axis, s)
         if a:
             x = F.concat(x, F.slice_axis(F.zeros_like(x), axis=axis, begin=0, end=a), dim=axis)
-    w = F.swapaxes(F.flip(F.flip(weight, axis=2), axis=3), dim1=0, dim2=1)
+    # transpose, not swapaxes: shape inference runs backward through it, so a deferred weight (in_channels=0, as
+    # Gluon declares a Conv2DTranspose without in_channels) gets its shape from the convolution.
+    w = F.transpose(F.flip(F.flip(weight, axis=2), axis=3), axes=(1, 0, 2, 3))
     no_bias = bias is None or str(kwargs.get("no_bias", bias is None)) == "True"
     inputs = [x, w] if no_bias else [x, w, bias]
     return F.Convolution(*inputs, kernel=kernel, num_filter=1, no_bias=no_bias,

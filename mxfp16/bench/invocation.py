@@ -153,7 +153,7 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     precision_names, lists = _precisions(precisions), _amp_lists(amp_lists)
     fam = family(model)
     if fam is not None:
-        options = _family_request(fam, image_size, classes, mode, data, precision_names, ctx, model_options)
+        options = _family_request(fam, image_size, classes, mode, data, model_options)
         image_size = fam.image_size  # classes stays None: a family's sizes are its options
         batch_sizes = batch_sizes or str(fam.batch_size)
     elif model_options:
@@ -179,6 +179,8 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
                         model_tensor_core_report(model, n_classes, image_size, sizes))
     except (ModelError, ValueError) as err:
         raise BenchSetupError(str(err)) from None
+    if fam is not None:
+        _family_auto(fam, precision_names, ctx)
     verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
     specs = plan(base, precision_names, sizes, lists,
                  auto={size: verdict.precision for size, verdict in verdicts.items()} or None,
@@ -214,7 +216,7 @@ def _peer_network(peer, model, mode, data, ctx):
     return network
 
 
-def _family_request(fam, image_size, classes, mode, data, precisions, ctx, model_options):
+def _family_request(fam, image_size, classes, mode, data, model_options):
     """A family's resolved sizes, after refusing what does not apply to it."""
     if image_size not in (None, fam.image_size) or classes is not None:
         what = "--classes" if classes is not None else "--image-size"
@@ -223,6 +225,18 @@ def _family_request(fam, image_size, classes, mode, data, precisions, ctx, model
     if mode != "train" or data != "synthetic":
         raise BenchSetupError(f"{fam.name} is timed as a training step on synthetic batches: use --mode train and "
                               "--data synthetic")
+    try:
+        return resolve_options(fam.name, model_options)
+    except FamilyError as err:
+        raise BenchSetupError(str(err)) from None
+
+
+def _family_auto(fam, precisions, ctx):
+    """Refuse ``auto`` for a family where timing would decide it (a CPU with native bfloat16).
+
+    Checked after the family's sizes and its network were (so a wrong option is named first, on every CPU):
+    ``auto`` is in the default precisions, so this refusal would otherwise hide any other mistake there.
+    """
     if "auto" in precisions:
         from ..auto import timing_applies
         from ..devices import resolve_devices
@@ -230,10 +244,6 @@ def _family_request(fam, image_size, classes, mode, data, precisions, ctx, model
         if timing_applies(resolve_devices(ctx)):
             raise BenchSetupError(f"auto is decided by timing an image classifier's step, which {fam.name} is "
                                   "not; name the precisions instead, e.g. --precisions float32,amp-bfloat16")
-    try:
-        return resolve_options(fam.name, model_options)
-    except FamilyError as err:
-        raise BenchSetupError(str(err)) from None
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):

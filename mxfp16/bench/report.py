@@ -391,6 +391,27 @@ def format_table(records):
     return "\n".join(lines)
 
 
+def format_census(records):
+    """Lines for the terminal: each row's kernel census (:mod:`mxfp16.bench.census`), empty where none was taken.
+
+    A row's first line gives the share of oneDNN's time per class of kernel
+    (AMX, avx512_bf16, float32, reference ...), the next ones the largest
+    passes' own split and the primitives that took most.
+    """
+    from .census import format_census as census_lines
+
+    lines = []
+    for r in records:
+        census = r.get("census")
+        name = f"{label(r)} batch {r['batch_size']}"
+        if census and census.get("status") == "ok":
+            lines += census_lines(name, census)
+        elif census:
+            reason = (census.get("reason") or "").strip().splitlines()
+            lines.append(f"{name} census: not taken ({reason[-1] if reason else 'no reason given'})")
+    return "\n".join(lines)
+
+
 def round_ratios(document):
     """The spread of every ratio in a ``bench.json`` document, derived from its rows' ``rounds``.
 

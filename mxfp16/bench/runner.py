@@ -206,15 +206,34 @@ def measure(spec):
         When the precision cannot run on ``spec.ctx`` (float16 on a CPU).
     """
 
-    from ..devices import format_ctx, resolve_devices
+    from ..devices import format_ctx
     from ..machine.environment import check_threads
     from ..machine.hardware import peak_memory_mb
     from ..timing import time_steps
 
+    check_threads()  # warns when MXNet runs fewer threads than planned
+    step, precision, contexts, provider = build_step(spec)
+    times = time_steps(step, spec.iters, spec.repeats, spec.warmup, per_call=spec.mode == "inference")
+    record = _record(spec, precision, times, peak_memory_mb(contexts), format_ctx(contexts))
+    if times.latencies:
+        record.update(latency_fields(times.latencies))
+    if provider:
+        record.update(framework="onnxruntime", precision=spec.precision, execution_provider=provider)
+    return record
+
+
+def build_step(spec):
+    """What ``spec`` times, built: ``(step, precision, contexts, provider)``.
+
+    ``step`` is one training step or one inference call (see :func:`measure`);
+    ``provider`` is onnxruntime's execution provider, ``None`` for MXNet. The
+    kernel census (:mod:`mxfp16.bench.census_run`) builds the same step.
+    """
+    from ..devices import resolve_devices
+
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
         contexts = contexts[:1]  # one device answers one request
-    check_threads()  # warns when MXNet runs fewer threads than planned
     batches = _Batches(spec)
     provider = None
     if spec.runtime == "onnxruntime":
@@ -225,14 +244,7 @@ def measure(spec):
         step = _inference_step(spec, precision, contexts, batches)
     else:
         step, precision = _train_step(spec, contexts, batches)
-
-    times = time_steps(step, spec.iters, spec.repeats, spec.warmup, per_call=spec.mode == "inference")
-    record = _record(spec, precision, times, peak_memory_mb(contexts), format_ctx(contexts))
-    if times.latencies:
-        record.update(latency_fields(times.latencies))
-    if provider:
-        record.update(framework="onnxruntime", precision=spec.precision, execution_provider=provider)
-    return record
+    return step, precision, contexts, provider
 
 
 def _resolved(name, contexts):
@@ -277,8 +289,10 @@ def _inference_step(spec, precision, contexts, batches):
     from ..train.parts import PartsSpec, build_network
 
     device = contexts[0]
+    # The plain dtype name: an AMP precision's param_dtype makes cast_net require amp.init
+    # (mxfp16.precision.AMPDtypeName), which an export neither needs nor has: its casts are in the converted graph.
     net = build_network(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
-                                  seed=spec.seed), contexts, precision.param_dtype)
+                                  seed=spec.seed), contexts, str(precision.param_dtype))
     model = deployable(net, precision, spec.amp_lists)
     block = load_block(model.symbol, model.params, device)
 

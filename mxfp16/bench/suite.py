@@ -88,7 +88,7 @@ def _onnxruntime_cannot_run(spec):
     return None
 
 
-def run_suite(specs, timeout=None, on_result=None, rounds=1):
+def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
     """Run every spec in its own process; skips and crashes are recorded, never raised.
 
     Parameters
@@ -107,6 +107,12 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1):
         rounds (it would fail again, at the cost of up to ``timeout`` each
         time: PyTorch's bfloat16 where the CPU only emulates it); those
         rounds record it as skipped, naming the round it failed in.
+    census : bool
+        After each mxfp16 row of the first round that ran where oneDNN runs
+        it (:func:`mxfp16.bench.census_run.census_applies`), take its kernel
+        census in a separate short process and record it as the row's
+        ``census`` (:func:`mxfp16.bench.census_run.take_census`); the kernels
+        do not change from round to round.
 
     Returns
     -------
@@ -121,6 +127,8 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1):
     for round_ in range(1, int(rounds) + 1):
         for index, spec in enumerate(specs):
             record = _run_once(spec, timeout, failed.get(index))
+            if census and round_ == 1 and record.get("status") == "ok" and not isinstance(spec, peer.PeerSpec):
+                _add_census(record, spec, timeout)
             if record.get("status") == "failed" and index not in failed:
                 last = (record.get("reason") or "").strip().splitlines()
                 failed[index] = f"failed in round {round_} ({last[-1] if last else 'no reason given'}); not run again"
@@ -139,6 +147,14 @@ def _run_once(spec, timeout, not_again=None):
     if reason:
         return peer.not_run(spec, "skipped", reason) if is_peer else not_run(spec, "skipped", reason)
     return peer.run_in_subprocess(spec, timeout=timeout) if is_peer else run_in_subprocess(spec, timeout=timeout)
+
+
+def _add_census(record, spec, timeout):
+    """Record ``spec``'s kernel census in ``record`` where oneDNN runs its step."""
+    from .census_run import census_applies, take_census
+
+    if census_applies(spec):
+        record["census"] = take_census(spec, timeout=timeout)
 
 
 def _cannot_run(spec):

@@ -100,6 +100,11 @@ def _add_timing(timing):
                              "...), and report the median over rounds; a speedup is then the median of each round's "
                              "own ratio, recorded with those ratios and their range (round_min, round_max). Use 3 or "
                              "more where the machine's speed drifts (shared or virtual machines) (default: 1)")
+    timing.add_argument("--no-census", action="store_true",
+                        help="skip the kernel census: by default, after each row's timing on a oneDNN CPU, its step "
+                             "runs again for a few steps in a process of its own under DNNL_VERBOSE=1, and the row "
+                             "records which share of oneDNN's time ran on AMX, avx512_bf16, other bfloat16 kernels, "
+                             "float32, reference kernels and reorders, per pass (default: the census is taken)")
     add_threads_argument(timing)
     timing.add_argument("--timeout", type=number(1e-3, MAX_SECONDS), default=None,
                         help="seconds one run may take before it is stopped and reported failed (default: none)")
@@ -130,10 +135,11 @@ def _bench(args, output):
         raise CommandError(str(err)) from None
     _print_plan(args, plan)
     records = run_suite(plan.specs, timeout=args.timeout, on_result=lambda record: _print_row(record, args.rounds),
-                        rounds=args.rounds)
+                        rounds=args.rounds, census=not args.no_census)
     config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
                                             "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
                                             "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
+    config["census"] = not args.no_census
     config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
     staged = output.stage()
     document, paths = record_invocation(staged, plan, records, config, plots=not args.no_plots)
@@ -178,6 +184,7 @@ def _print_row(record, rounds):
 def _print_results(args, plan, document):
     """The table of every measurement (its rounds merged), the tensor-core report, speedups and the peer's."""
     from ..bench import report
+    from ..bench.census_run import CENSUS_STEPS
     from ..bench.tensor_cores import format_report
 
     print()
@@ -185,6 +192,13 @@ def _print_results(args, plan, document):
     print()
     print(format_report(plan.tensor_cores, args.model))
     print()
+    census = report.format_census(document["results"])
+    if census:
+        print(f"kernel census: the share of oneDNN's time per kind of kernel over {CENSUS_STEPS} steps, each row's "
+              "step run again after its timing, in a process of its own under DNNL_VERBOSE=1 (--no-census skips "
+              "it):")
+        print(census)
+        print()
     if args.rounds > 1 and document["speedup"]:
         print(f"speedups against float32, the median of {args.rounds} rounds' own ratios (and their range):")
         print(report.format_speedups(document["speedup"]))

@@ -1,0 +1,131 @@
+"""The kernel census of `mxfp16 bench`: which kind of oneDNN kernel a step's time ran in.
+
+Read from a recorded oneDNN 2.4.4 log (tests/data/dnnl-census.log: amp-bfloat16 steps of a small network on a
+Zen 4, and four AMX lines written by hand in the same format; tests/data/README.md says which), and from a real
+short bench run, whose census must agree with what mxfp16 says of this CPU.
+"""
+import json
+import os
+
+from mxfp16.bench import census
+from mxfp16.bench.census import ExecLine, classify, exec_lines, isa_line, summarise
+from mxfp16.cli import main
+
+import pytest
+from conftest import BFLOAT16, CPU_MIXED, REPO
+
+LOG_PATH = os.path.join(REPO, "tests", "data", "dnnl-census.log")
+with open(LOG_PATH, encoding="utf-8") as _handle:
+    LOG = _handle.read().splitlines()
+#: The hand-written AMX lines' times (ms), by pass.
+AMX_MS = {"backward_weights": 40.0, "backward_data": 30.0, "forward_training": 30.0}
+
+
+def _line(impl, dtype="bf16", primitive="convolution", prop="forward_training"):
+    return ExecLine(primitive, impl, prop, dtype, "mb16_ic64oc64", 1.0)
+
+
+def test_only_execution_lines_are_read():
+    execs = exec_lines(LOG)
+    assert len(execs) == sum(1 for line in LOG if line.startswith("dnnl_verbose,exec,"))  # info, comments: no
+    first = next(e for e in execs if e.primitive == "rnn")
+    assert (first.implementation, first.prop_kind, first.dtype) == ("ref:any", "forward_training", "f32")
+    assert first.problem.startswith("l1t8mb4") and first.ms > 0
+    assert isa_line(LOG) == "Intel AVX-512 with Intel DL Boost and bfloat16 support"
+    assert exec_lines(["dnnl_verbose,exec,cpu,eltwise,jit:uni,forward_training,data_f32::blocked:a:f0,,,4,0.0x",
+                       "dnnl_verbose,create:cache_miss,cpu,convolution,jit:avx2,forward_training,,,,mb16,0.2"]) == []
+
+
+@pytest.mark.parametrize("impl, dtype, primitive, expected", [
+    ("jit:avx512_core_amx_bf16", "bf16", "convolution", "amx"),
+    ("brgconv:avx512_core_amx_bf16", "bf16", "convolution", "amx"),
+    ("jit_1x1:avx512_core_amx_bf16", "bf16", "convolution", "amx"),
+    ("jit_bf16:avx512_core_bf16", "bf16", "convolution", "avx512_bf16"),
+    ("jit:avx512_core_bf16", "bf16", "eltwise", "avx512_bf16"),
+    ("bnorm_jit:avx512_core_bf16", "bf16", "batch_normalization", "avx512_bf16"),
+    ("x64:gemm:jit", "bf16", "inner_product", "bf16_other"),  # the bfloat16 GEMM names no ISA
+    ("jit_bf16:avx512_core", "bf16", "convolution", "bf16_other"),  # bfloat16 emulated with AVX-512
+    ("jit:avx512_common", "f32", "softmax", "float32"),
+    ("x64:gemm:jit", "f32", "inner_product", "float32"),
+    ("ref:any", "f32", "rnn", "reference"),  # MXNet's fused LSTM, float32 even under amp-bfloat16
+    ("bnorm_ref:any", "bf16", "batch_normalization", "reference"),
+    ("ncsp_bnorm:any", "bf16", "batch_normalization", "reference"),
+    ("simple:any", "f32", "concat", "reference"),
+    ("gemm:ref", "f32", "inner_product", "reference"),
+    ("jit:uni", "bf16", "reorder", "reorder"),
+    ("simple:any", "f32", "reorder", "reorder"),  # a reorder is a reorder, whatever its kernel
+    ("jit:avx512_core_vnni", "s8", "convolution", "other"),
+])
+def test_each_implementation_is_filed_under_its_class(impl, dtype, primitive, expected):
+    assert classify(_line(impl, dtype, primitive)) == expected
+
+
+def test_the_data_type_is_bfloat16_where_any_descriptor_is():
+    pooling = exec_lines(["dnnl_verbose,exec,cpu,pooling_v2,jit:avx512_core,forward_training,src_bf16::blocked:abcd:f0"
+                          " dst_bf16::blocked:abcd:f0 ws_u8::blocked:abcd:f0,,alg:pooling_max,mb4ic8,0.5",
+                          "dnnl_verbose,exec,cpu,reorder,jit:uni,undef,src_f32::blocked:a:f0 dst_bf16::blocked:a:f0,"
+                          ",,10,0.1"])
+    assert [line.dtype for line in pooling] == ["bf16", "bf16"]
+
+
+def test_the_recorded_log_shares_sum_to_100_in_total_and_in_every_pass():
+    summary = summarise(LOG, steps=3)
+    assert sum(summary["percent"].values()) == pytest.approx(100.0)
+    assert set(summary["percent"]) == set(census.CLASSES)
+    assert summary["ms_per_step"] == pytest.approx(sum(e.ms for e in exec_lines(LOG)) / 3)
+    assert sum(summary["ms_per_step_by_class"].values()) == pytest.approx(summary["ms_per_step"])
+    assert sum(p["percent_of_total"] for p in summary["passes"].values()) == pytest.approx(100.0)
+    for entry in summary["passes"].values():
+        assert sum(entry["percent"].values()) == pytest.approx(100.0)
+    assert set(summary["passes"]) == {"forward_training", "backward_data", "backward_weights", "backward", "none"}
+    assert summary["passes"]["none"]["percent"]["reorder"] == pytest.approx(100.0)  # reorders have no pass
+
+
+def test_the_amx_lines_count_as_amx_and_the_rest_as_this_zen4_ran_them():
+    summary = summarise(LOG, steps=1)
+    by_class = summary["ms_per_step_by_class"]
+    assert by_class["amx"] == pytest.approx(sum(AMX_MS.values()))
+    for name, ms in AMX_MS.items():
+        entry = summary["passes"][name]
+        assert entry["ms_per_step"] * entry["percent"]["amx"] / 100 == pytest.approx(ms)
+    # what Zen 4 ran: native bfloat16 kernels, the bfloat16 GEMM, a float32 softmax, the LSTM in reference code
+    assert min(by_class[k] for k in ("avx512_bf16", "bf16_other", "float32", "reference", "reorder")) > 0
+    assert by_class["other"] == 0
+    rnn = [e for e in summary["top"] if e["primitive"] == "rnn"]
+    assert rnn and all(e["class"] == "reference" and e["dtype"] == "f32" for e in rnn)
+
+
+def test_the_printed_census_names_the_classes_and_the_passes():
+    lines = census.format_census("amp-bfloat16 batch 4", summarise(LOG, steps=3))
+    assert lines[0].startswith("amp-bfloat16 batch 4 census: ")
+    for label in ("% AMX", "% avx512_bf16", "% other bf16", "% float32", "% reference", "% reorders",
+                  "ms of oneDNN time per step"):
+        assert label in lines[0]
+    assert any(line.strip().startswith(("forward_training (", "backward (")) for line in lines[1:])
+    assert lines[-1].strip().startswith("top: ")
+    assert census.format_census("float32 batch 4", summarise([])) == ["float32 batch 4 census: no oneDNN primitive ran"]
+
+
+@pytest.mark.slow
+def test_a_real_bench_run_carries_a_census_that_matches_this_cpu(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10", "--batch-sizes",
+                 "4", "--precisions", CPU_MIXED, "--iters", "1", "--warmup", "0", "--repeats", "1", "--no-plots",
+                 "--out", str(out)]) == 0
+    row = json.loads((out / "bench.json").read_text())["results"][0]
+    taken = row["census"]
+    assert taken["status"] == "ok", taken
+    assert taken["steps"] > 0 and taken["ms_per_step"] > 0 and taken["isa"]
+    assert sum(taken["percent"].values()) == pytest.approx(100.0)
+    percent = taken["percent"]
+    if BFLOAT16.kind != "amx":
+        assert percent["amx"] == 0
+    if CPU_MIXED == "amp-bfloat16" and BFLOAT16.native:  # some bfloat16 time runs in native kernels
+        assert percent["amx"] + percent["avx512_bf16"] > 0
+    if not BFLOAT16.native:  # no kernel built for bfloat16 instructions the CPU lacks
+        assert percent["avx512_bf16"] == 0
+    if CPU_MIXED == "float32":
+        assert percent["avx512_bf16"] + percent["bf16_other"] == 0
+    printed = capsys.readouterr().out
+    assert any(line.startswith(CPU_MIXED) and " batch 4 census: " in line for line in printed.splitlines())
+    assert "kernel census" in printed
