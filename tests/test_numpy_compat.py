@@ -6,12 +6,14 @@ supply path is exercised on every Python the suite runs on; the
 newest-Python leg of ``make test`` runs the same file on a real numpy 2.
 """
 import configparser
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
+import warnings
 
 from mxfp16.machine import stack
 from mxfp16.machine._mxnet_numpy_names import NAMES
@@ -21,10 +23,12 @@ import pytest
 from conftest import REPO, last_line_json, run_python
 from packaging.requirements import Requirement
 
-#: What numpy 1.24 and 2.0 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
+#: What numpy 1.24, 2.0 and 2.4 removed that MXNet 1.9.1 uses (numpy's release notes), for the simulated numpy.
 #: numpy 2 brought ``np.bool`` back as its own ``numpy.bool_``, which numpy's internals use: never hidden there.
+#: ``trapz`` is hidden only where ``trapezoid`` (numpy 2.0) exists to stand in for it.
 REMOVED = ["bool"] * ("bool" not in vars(np)) + ["int", "PZERO", "NZERO", "PINF", "NINF", "Inf", "NaN", "NAN",
-           "alltrue", "sometrue", "product", "round_", "msort", "compat", "mirr", "npv", "pmt", "ppmt", "pv", "rate"]
+           "alltrue", "sometrue", "product", "round_", "msort", "compat", "mirr", "npv", "pmt", "ppmt", "pv", "rate",
+           "in1d"] + ["trapz"] * hasattr(np, "trapezoid")
 
 #: Code that makes this process's numpy lack ``names`` the way numpy 2 does (its __getattr__ then raises).
 NEWER_NUMPY = """
@@ -76,6 +80,15 @@ def test_the_scanner_reads_aliases_from_imports_and_looped_getattr(tmp_path):
     assert _scanner().scan(str(tmp_path)) == {
         "alpha": ["a.py"], "delta": ["b.py"], "eps": ["c.py"], "gamma": ["b.py"], "lin.zeta": ["c.py"],
         "sub.beta": ["a.py"]}
+
+
+def test_the_scanner_lists_what_a_numpy_lacks():
+    # `python tools/mxnet_numpy_names.py --missing` on a newly installed numpy: the names needing a stand-in.
+    import types
+
+    fake = types.SimpleNamespace(alpha=1, sub=types.SimpleNamespace(beta=2))
+    assert _scanner().missing(["alpha", "sub.beta", "sub.gone", "gone"], numpy=fake) == ["sub.gone", "gone"]
+    assert _scanner().missing(NAMES) == []  # this process's numpy, after mxfp16 supplied what it lacked
 
 
 def test_every_name_mxnet_uses_resolves_here():
@@ -152,6 +165,92 @@ except RuntimeError as err:
     assert "numpy-financial" in lines[1]
 
 
+def _shim(name):
+    """The stand-in mxfp16 supplies for ``numpy.<name>`` where numpy lacks it (built here, numpy untouched)."""
+    return stack._replacements(np)[name][1]
+
+
+@pytest.mark.parametrize("assume_unique", [False, True])
+@pytest.mark.parametrize("invert", [False, True])
+def test_the_supplied_in1d_is_isin_on_the_flattened_array(assume_unique, invert):
+    rng = np.random.default_rng(7)
+    in1d = _shim("in1d")
+    for _trial in range(20):
+        # Values drawn from a small pool so that many are shared; unique ones where assume_unique promises it.
+        pool = rng.standard_normal(12).astype(np.float64)
+        if assume_unique:
+            ar1 = rng.permutation(pool)[:6].reshape(2, 3)
+            ar2 = rng.permutation(pool)[:5]
+        else:
+            ar1 = rng.choice(pool, size=(3, 4))
+            ar2 = rng.choice(pool, size=7)
+        got = in1d(ar1, ar2, assume_unique=assume_unique, invert=invert)
+        wanted = np.isin(ar1, ar2, assume_unique=assume_unique, invert=invert).ravel()
+        assert got.shape == (ar1.size,) and got.dtype == np.bool_
+        np.testing.assert_array_equal(got, wanted)
+        # Independent of numpy's set routines: membership element by element.
+        by_hand = np.array([(v in set(ar2.tolist())) != invert for v in ar1.ravel().tolist()])
+        np.testing.assert_array_equal(got, by_hand)
+        if "in1d" in vars(np) and "in1d" not in stack.SUPPLIED:  # numpy before 2.4's own: the same answer
+            with _quiet():
+                np.testing.assert_array_equal(got, np.in1d(ar1, ar2, assume_unique=assume_unique, invert=invert))
+    assert in1d(3.0, [1.0, 3.0]).tolist() == [True]  # a scalar answers in one dimension, as numpy's in1d did
+
+
+def test_the_supplied_trapz_is_trapezoid():
+    if not hasattr(np, "trapezoid"):
+        pytest.skip("numpy before 2.0 has no trapezoid; there its own trapz is never replaced")
+    rng = np.random.default_rng(11)
+    trapz, own = _shim("trapz"), np.trapezoid
+    for _trial in range(20):
+        y = rng.standard_normal((3, 9)).astype(np.float64)
+        x = np.sort(rng.uniform(-2.0, 2.0, size=9))
+        dx = float(rng.uniform(0.1, 2.0))
+        results = [trapz(y), trapz(y, x), trapz(y, dx=dx), trapz(y.T, x, axis=0)]
+        for got, wanted in zip(results, [own(y), own(y, x), own(y, dx=dx), own(y.T, x, axis=0)]):
+            np.testing.assert_array_equal(got, wanted)
+        if "trapz" in vars(np) and "trapz" not in stack.SUPPLIED:  # numpy before 2.4's own: the same answer
+            with _quiet():
+                for got, wanted in zip(results, [np.trapz(y), np.trapz(y, x), np.trapz(y, dx=dx),
+                                                 np.trapz(y.T, x, axis=0)]):
+                    np.testing.assert_allclose(got, wanted, rtol=1e-15, atol=1e-15)
+        # Independent: the trapezoid rule written out.
+        by_hand = ((y[:, 1:] + y[:, :-1]) / 2 * np.diff(x)).sum(axis=1)
+        np.testing.assert_allclose(results[1], by_hand, rtol=1e-12, atol=1e-12)
+    assert trapz([1.0, 2.0, 3.0], dx=0.5) == 2.0  # exact for a straight line
+
+
+@contextlib.contextmanager
+def _quiet():
+    """numpy 2.0 to 2.3 deprecate their own in1d and trapz: comparing against them warns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+def test_mxnet_operators_that_call_in1d_and_trapz_run_on_the_supplied_names():
+    # MXNet's numpy front end takes both from numpy at import (mxnet/numpy/fallback.py) and calls them for
+    # mx.np.in1d and mx.np.trapz: on numpy 2.4+ (or the simulated one) they are mxfp16's.
+    hidden = [n for n in REMOVED if n in ("in1d", "trapz")]
+    proc = run_python(NEWER_NUMPY.format(hidden=hidden) + """
+import json
+import mxfp16, numpy
+from mxfp16.machine import stack
+import mxnet as mx
+a = mx.np.array([[1.0, 2.0], [3.0, 4.0]], dtype="float64")
+b = mx.np.array([2.0, 4.0, 5.0], dtype="float64")
+y = mx.np.array([1.0, 2.0, 4.0], dtype="float64")
+x = mx.np.array([0.0, 1.0, 3.0], dtype="float64")
+print(json.dumps({"supplied": sorted(stack.SUPPLIED), "numpy": numpy.__version__,
+                  "in1d": mx.np.in1d(a, b).tolist(), "in1d_invert": mx.np.in1d(a, b, invert=True).tolist(),
+                  "trapz": float(mx.np.trapz(y, x)), "trapz_dx": float(mx.np.trapz(y, dx=0.5))}))
+""")
+    got = last_line_json(proc.stdout)
+    assert set(hidden) <= set(got["supplied"])
+    assert got["in1d"] == [False, True, False, True] and got["in1d_invert"] == [True, False, True, False]
+    assert got["trapz"] == 1.5 + 6.0 and got["trapz_dx"] == 0.5 * (1.5 + 3.0)
+
+
 def test_a_name_numpy_still_has_is_never_replaced():
     proc = run_python(NEWER_NUMPY.format(hidden=["PZERO", "alltrue"]) + """
 import numpy
@@ -178,7 +277,15 @@ import mxfp16
 
 def test_the_message_for_an_untested_python_names_the_newest_tested_stack():
     message = stack.unknown_numpy_message("3.1.0", ["isclose"], python=(3, 15))
-    assert "Python 3.15 is not tested" in message and "numpy 2.2.6" in message and "numpy.isclose" in message
+    newest = stack.TESTED_NUMPY[max(stack.TESTED_NUMPY)]
+    assert "Python 3.15 is not tested" in message and f"numpy {newest}" in message and "numpy.isclose" in message
+
+
+def test_the_newest_leg_defaults_to_the_numpy_tested_on_the_newest_python():
+    # `make test-newest NEWEST_NUMPY=2.3.5` tries another numpy; without it the leg runs the pinned one.
+    with open(os.path.join(REPO, "Makefile")) as handle:
+        default = [line.split("?=")[1].strip() for line in handle if line.startswith("NEWEST_NUMPY")]
+    assert default == [stack.TESTED_NUMPY[max(stack.TESTED_NUMPY)]]
 
 
 #: A meta-path finder that hides the standard library's (and setuptools' hook's) distutils.

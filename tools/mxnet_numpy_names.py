@@ -7,6 +7,13 @@ the installed wheel. Regenerate after an MXNet upgrade::
 
     python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py
 
+To try a new numpy, install it beside MXNet and list what it lacks (run it
+before anything imports mxfp16, which supplies the names)::
+
+    python tools/mxnet_numpy_names.py --missing
+
+Each name listed needs an entry in ``_replacements`` in ``mxfp16/machine/stack.py``.
+
 Three ways MXNet reaches numpy are read, by parsing (nothing is imported):
 
 * ``alias.name`` (and ``alias.sub.name``) where ``import numpy as alias``;
@@ -21,7 +28,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["scan", "render"]
+__all__ = ["scan", "render", "missing"]
 
 
 def _numpy_aliases(tree):
@@ -113,8 +120,47 @@ def render(names, source):
     return "\n".join(lines) + "\n"
 
 
+def missing(names, numpy=None):
+    """The names in ``names`` that ``numpy`` does not have (default: the installed numpy, as it is now).
+
+    Parameters
+    ----------
+    names : iterable of str
+        Dotted names relative to ``numpy``.
+    numpy : module, optional
+
+    Returns
+    -------
+    list of str
+    """
+    if numpy is None:
+        import numpy
+    absent = []
+    with warnings.catch_warnings():
+        # numpy.core (deprecated in 2.0) and the 1.2x aliases still answer, with a warning each.
+        warnings.simplefilter("ignore")
+        for dotted in names:
+            obj = numpy
+            try:
+                for part in dotted.split("."):
+                    obj = getattr(obj, part)
+            except (AttributeError, RuntimeError):  # numpy 1.x raises RuntimeError for some expired names
+                absent.append(dotted)
+    return absent
+
+
 if __name__ == "__main__":
     import importlib.metadata
 
     version = importlib.metadata.version("mxnet") if importlib.util.find_spec("mxnet") else "?"
-    sys.stdout.write(render(scan(), f"mxnet {version}"))
+    names = scan()
+    if sys.argv[1:] == ["--missing"]:
+        import numpy
+
+        sys.stdout.write(f"numpy {numpy.__version__} lacks {len(missing(names))} of the {len(names)} names "
+                         f"mxnet {version} uses:\n")
+        sys.stdout.write("".join(f"    {name}\n" for name in missing(names)))
+    elif sys.argv[1:]:
+        sys.exit("usage: python tools/mxnet_numpy_names.py [--missing]")
+    else:
+        sys.stdout.write(render(names, f"mxnet {version}"))

@@ -5,8 +5,10 @@ runs on both once a few names they removed exist again:
 
 * numpy 1.24 removed the aliases ``np.bool`` and ``np.int``; numpy 2.0
   removed ``np.PZERO``, ``np.NaN``, ``np.alltrue``, ``np.compat`` and others
-  (numpy 2.0 release notes, "NumPy 2.0 Python API removals"). MXNet uses some
-  of them at import, others inside operators.
+  (numpy 2.0 release notes, "NumPy 2.0 Python API removals"); numpy 2.4
+  removed ``np.in1d`` and ``np.trapz`` (deprecated since 2.0 for ``np.isin``
+  and ``np.trapezoid``). MXNet uses some of them at import, others inside
+  operators.
 * Python 3.12 removed ``distutils`` (PEP 632); MXNet's numpy front end
   imports ``distutils.version`` when it loads.
 
@@ -36,8 +38,10 @@ from ._mxnet_numpy_names import NAMES as MXNET_NUMPY_NAMES
 from .gpu import libraries
 
 #: The numpy each Python is installed and tested with (constraints.txt pins the same; a test keeps them equal).
+#: numpy 2.3 and 2.4 on Python 3.13 were checked by hand (``make test-newest NEWEST_NUMPY=2.4.6`` repeats it); numpy 2.5
+#: on 3.12 (where a user already holds it and adds MXNet with ``--no-deps``).
 TESTED_NUMPY = {(3, 8): "1.23.5", (3, 9): "1.23.5", (3, 10): "1.23.5", (3, 11): "1.23.5",
-                (3, 12): "1.26.4", (3, 13): "2.2.6"}
+                (3, 12): "1.26.4", (3, 13): "2.5.5"}
 
 #: Pythons the README's commands are tested on.
 TESTED_PYTHONS = sorted(TESTED_NUMPY)
@@ -48,6 +52,8 @@ INSTALL_HINT = (
     "    pip install -c constraints.txt 'mxfp16[gpu]'   # GPU: mxnet-cu112==1.9.1 (CUDA 11.2, cuDNN 8)\n"
     "On Python 3.13 and newer, MXNet's metadata asks for numpy<2, which has no wheels there; add the wheel\n"
     "without its dependency list:  pip install --no-deps mxnet==1.9.1   (or mxnet-cu112==1.9.1).\n"
+    "On Python 3.12 with a numpy 2 to keep (mxfp16 runs MXNet on numpy up to 2.5), install mxfp16 without the\n"
+    "extra and the constraints file, then MXNet the same way, plus: pip install requests 'graphviz<0.9'.\n"
     "From a checkout, `make demo` does all of this."
 )
 
@@ -63,6 +69,31 @@ def _financial(name):
         return getattr(module, name)(*args, **kwargs)
     financial.__name__ = financial.__qualname__ = name
     return financial
+
+
+def _in1d(numpy):
+    """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened.
+
+    numpy's own ``in1d`` was exactly that: ``isin`` keeps the shape of its
+    first argument, ``in1d`` always answered in one dimension. Both steps
+    are numpy functions that honour ``__array_function__``, as numpy's
+    ``in1d`` did: ``mx.np.in1d`` (which is ``numpy.in1d``) hands MXNet arrays
+    straight in, and MXNet's ndarray converts them there. ``numpy.asarray``
+    does not convert one: it reads it as a nested sequence (numpy 2 then
+    fails; numpy 1.23 builds a 32-deep array).
+    """
+    def in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
+        # numpy before 1.24 has no `kind`; pass it only when asked, so the same function serves every numpy.
+        extra = {} if kind is None else {"kind": kind}
+        return numpy.ravel(numpy.isin(ar1, ar2, assume_unique=assume_unique, invert=invert, **extra))
+    return in1d
+
+
+def _trapz(numpy):
+    """``numpy.trapz`` (removed in numpy 2.4): ``numpy.trapezoid``, which numpy 2.0 to 2.3's ``trapz`` called."""
+    def trapz(y, x=None, dx=1.0, axis=-1):
+        return numpy.trapezoid(y, x=x, dx=dx, axis=axis)
+    return trapz
 
 
 def _compat_module():
@@ -105,6 +136,9 @@ def _replacements(numpy):
                          dtype, numpy.inexact) else numpy.float64)),
         "compat": ("a module of Python 3 aliases", _compat_module()),
         "asscalar": ("a.item()", lambda a: a.item()),
+        # numpy 2.4 (deprecated in 2.0): MXNet's numpy front end (mxnet/numpy/fallback.py) takes both at import.
+        "in1d": ("numpy.ravel(numpy.isin(ar1, ar2, ...))", _in1d(numpy)),
+        "trapz": ("numpy.trapezoid", _trapz(numpy)),
     }
     for name in ("fv", "ipmt", "irr", "mirr", "nper", "npv", "pmt", "ppmt", "pv", "rate"):
         table[name] = ("numpy_financial." + name + " (when installed)", _financial(name))
