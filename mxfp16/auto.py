@@ -148,6 +148,23 @@ def rule_verdict(on_gpu, why_not_timed=None):
     return AutoVerdict(name, f"ruled: {reason}" + (f" (not timed: {why_not_timed})" if why_not_timed else ""))
 
 
+def _amp_already_active():
+    """The verdict where an earlier network of this process switched AMP on for ``auto``'s candidate, else ``None``.
+
+    ``amp.init`` cannot be undone, so float32 cannot be had in this process any more: timing the two would
+    offer a choice that does not exist, and a float32 verdict could not be adopted. Several networks under
+    ``auto`` in one process (a script's recipes, a notebook) then all run in the candidate.
+    """
+    from .precision import amp_target
+
+    target = amp_target()
+    if target is None or f"amp-{target}" != CANDIDATE:
+        return None  # no AMP yet (timing decides), or another target (activate names the conflict)
+    return AutoVerdict(CANDIDATE, f"ruled: AMP ({target}) is already active in this process, switched on for an "
+                                  "earlier network, and cannot be undone, so float32 cannot be had here (not timed: "
+                                  "run this network in a fresh process to let timing choose)")
+
+
 # --------------------------------------------------------------------------
 # The probe: a network's training step timed in forked copies of this process.
 # --------------------------------------------------------------------------
@@ -432,6 +449,9 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         return rule_verdict(on_gpu)
     if probe is None:
         return rule_verdict(on_gpu, "no network and batch to time; mxfp16.MixedPrecision times the one it prepares")
+    settled = _amp_already_active()
+    if settled is not None:
+        return settled
     cache = cache or cache_file()
     key = _cache_key(probe)
     verdicts = _verdicts(cache).read()

@@ -251,6 +251,11 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
 _amp_target = None
 
 
+def amp_target():
+    """The target mxfp16 initialised AMP for in this process (``'bfloat16'``, ``'float16'``), or ``None``."""
+    return _amp_target
+
+
 class AMPStateError(RuntimeError):
     """AMP was already initialised in this process for something else."""
 

@@ -332,3 +332,19 @@ def test_this_machine_times_where_timing_applies():
     assert mp.pending == applies
     if not applies:
         assert mp.precision.reason.startswith("ruled:") and mp.precision.name == "float32"
+
+
+def test_once_amp_is_on_in_this_process_auto_keeps_it_and_times_nothing(native, monkeypatch):
+    """A second network under auto in a process where AMP is on (a script's next recipe): float32 is not there."""
+    from mxfp16 import precision
+
+    probe = FakeProbe({"float32": 100.0, "amp-bfloat16": 900.0})  # float32 would win if it could be had
+    monkeypatch.setattr(precision, "_amp_target", "bfloat16")
+    verdict = decide(probe, native)
+    assert verdict.precision == "amp-bfloat16" and not verdict.measured and probe.runs == []
+    assert verdict.reason.startswith("ruled: AMP (bfloat16) is already active in this process")
+    assert "fresh process" in verdict.reason
+    monkeypatch.setattr(precision, "_amp_target", "float16")  # another target: not auto's to settle
+    assert auto._amp_already_active() is None
+    monkeypatch.setattr(precision, "_amp_target", None)
+    assert decide(probe, native).precision == "float32" and probe.runs  # without AMP, timing decides again
