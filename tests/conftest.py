@@ -63,6 +63,13 @@ def pytest_collection_finish(session):
         except ImportError:
             return
         wanted[0].module.start_smoke_runs([item.callspec.params["path"] for item in wanted])
+
+
+def pytest_sessionfinish(session):
+    """The process that runs the notebooks' smoke runs outlives them (under xdist, other workers wait for them)."""
+    module = sys.modules.get("test_notebooks")
+    if module is not None:
+        module.finish_smoke_runs()
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
 
 #: mxfp16's classification of this CPU (what the library refuses or lets through, and why).

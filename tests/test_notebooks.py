@@ -15,6 +15,7 @@ cells with the reason, read from ``mxfp16.machine.hardware.bfloat16_support``,
 and check the rest.
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -92,8 +93,16 @@ def test_no_cell_prints_a_commands_output_twice(path):
     assert not twice, f"{os.path.basename(path)}: cells {twice} show a CommandResult with its stdout again"
 
 
+def _result_file(folder, path):
+    return os.path.join(folder, os.path.basename(path)[:-len(".ipynb")] + ".result.json")
+
+
 class _SmokeRuns:
-    """Start the given notebooks' smoke runs at once, at most ``PARALLEL`` at a time; wait per notebook."""
+    """Start the given notebooks' smoke runs at once, at most ``PARALLEL`` at a time; wait per notebook.
+
+    Each result is also written to ``folder`` as JSON, so that under pytest-xdist the one worker that runs the
+    notebooks (``gw0``) and the worker whose test checks one of them need not be the same process.
+    """
 
     def __init__(self, folder, paths):
         self.folder = folder
@@ -123,14 +132,51 @@ class _SmokeRuns:
             except subprocess.TimeoutExpired as err:
                 self.results[path] = (None, f"timed out after {TIMEOUT} s: {err}", out, TIMEOUT)
             finally:
+                result = self.results.get(path, (None, "the smoke run's thread failed", out, 0))
+                staging = _result_file(self.folder, path) + ".tmp"
+                with open(staging, "w", encoding="utf-8") as handle:
+                    json.dump(list(result), handle)
+                os.replace(staging, _result_file(self.folder, path))
                 self._done[path].set()
 
     def wait(self, path):
         self._done[path].wait(TIMEOUT * len(NOTEBOOKS))
         return self.results[path]
 
+    def wait_all(self):
+        for path in self._done:
+            self.wait(path)
+
+
+class _RemoteSmokeRuns:
+    """Another xdist worker's smoke runs, read from the result files its :class:`_SmokeRuns` writes."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def wait(self, path):
+        result = _result_file(self.folder, path)
+        deadline = time.monotonic() + TIMEOUT * len(NOTEBOOKS)
+        while not os.path.exists(result):
+            if time.monotonic() > deadline:
+                return None, f"no result from the worker that runs the notebooks in {self.folder}", "", 0
+            time.sleep(1)
+        with open(result, encoding="utf-8") as handle:
+            return tuple(json.load(handle))
+
 
 _STARTED = []
+
+
+def _shared_folder():
+    """Under pytest-xdist, a folder every worker of this run names alike; else ``None``."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return os.path.join(tempfile.gettempdir(), f"mxfp16-notebooks-{uid}") if uid else None
+
+
+def runs_notebooks_here():
+    """Whether this process runs the smoke runs: the only one without xdist, the first worker with it."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
 
 
 def start_smoke_runs(paths=NOTEBOOKS):
@@ -139,11 +185,24 @@ def start_smoke_runs(paths=NOTEBOOKS):
     They are mostly process start-up and imports, so started early they
     overlap with the rest of the suite instead of holding it up here.
     ``conftest.py`` passes only the notebooks the session selected (the
-    newest-Python leg runs one).
+    newest-Python leg runs one). Under pytest-xdist only the first worker
+    runs them; the others read its result files (:class:`_RemoteSmokeRuns`).
     """
     if not _STARTED:
-        _STARTED.append(_SmokeRuns(tempfile.mkdtemp(prefix="mxfp16-notebooks-"), list(paths)))
+        shared = _shared_folder()
+        if not runs_notebooks_here():
+            _STARTED.append(_RemoteSmokeRuns(shared))
+        else:
+            if shared:
+                os.makedirs(shared, exist_ok=True)
+            _STARTED.append(_SmokeRuns(shared or tempfile.mkdtemp(prefix="mxfp16-notebooks-"), list(paths)))
     return _STARTED[0]
+
+
+def finish_smoke_runs():
+    """Wait for this process's smoke runs (the worker that runs them must outlive them: others read their results)."""
+    if _STARTED and isinstance(_STARTED[0], _SmokeRuns):
+        _STARTED[0].wait_all()
 
 
 @pytest.fixture(scope="module")
