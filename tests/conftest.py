@@ -74,6 +74,26 @@ requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the 
 
 #: mxfp16's classification of this CPU (what the library refuses or lets through, and why).
 BFLOAT16 = hardware.bfloat16_support()
+#: The CPU's class (AVX2, AVX-512, avx512_bf16, AMX: :data:`mxfp16.machine.hardware.CPU_CLASSES`), named in the
+#: run's header and in every failure's report, so a failure on a CPU class nobody ran before says which it is.
+CPU_CLASS = hardware.cpu_class()
+
+
+def cpu_statement():
+    return (f"CPU class {CPU_CLASS} ({hardware.CPU_CLASSES[CPU_CLASS]}); bfloat16 in MXNet here: "
+            f"{BFLOAT16.describe()}")
+
+
+def pytest_report_header(config):
+    return cpu_statement()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("CPU", cpu_statement()))
 if BFLOAT16.kind == "unknown":  # no flags to classify the CPU by (the library lets it through): MXNet decides
     BFLOAT16_RUNS, _probe = hardware.probe_bfloat16_arithmetic()
     BFLOAT16_REASON = f"{BFLOAT16.reason}; {_probe}"
@@ -82,9 +102,12 @@ else:
 #: The precision a test runs in where it means "mixed precision on this CPU": amp-bfloat16 where it runs, else
 #: float32, so what the test checks beyond the arithmetic (files, outputs, resume) is checked on every CPU.
 CPU_MIXED = "amp-bfloat16" if BFLOAT16_RUNS else "float32"
-requires_bfloat16 = pytest.mark.skipif(not BFLOAT16_RUNS, reason=f"needs bfloat16 arithmetic: {BFLOAT16_REASON}")
+requires_bfloat16 = pytest.mark.skipif(
+    not BFLOAT16_RUNS, reason=f"needs bfloat16 arithmetic (CPU classes AVX-512, avx512_bf16, AMX); this CPU is "
+                              f"{CPU_CLASS}: {BFLOAT16_REASON}")
 requires_native_bfloat16 = pytest.mark.skipif(
-    not BFLOAT16.native, reason=f"needs native bfloat16 (avx512_bf16 or AMX); bfloat16 here: {BFLOAT16.describe()}")
+    not BFLOAT16.native, reason=f"needs native bfloat16 (CPU classes avx512_bf16, AMX); this CPU is {CPU_CLASS}, "
+                                f"bfloat16 here: {BFLOAT16.describe()}")
 
 
 @pytest.fixture(scope="session")

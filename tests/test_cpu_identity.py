@@ -13,8 +13,9 @@ def _cpuinfo(tmp_path, vendor, family, model, stepping, name, flags, processors=
     return str(path)
 
 
-ZEN5_FLAGS = ["fpu", "avx2", "avx512f", "avx512_bf16", "avx512_vnni"]
-SPR_FLAGS = ["fpu", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8", "avx512_fp16"]
+ZEN5_FLAGS = ["fpu", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni"]
+SPR_FLAGS = ["fpu", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "amx_tile",
+             "amx_int8", "avx512_fp16"]
 
 
 def test_an_amd_zen5_epyc(tmp_path):
@@ -90,3 +91,35 @@ def test_info_prints_and_records_the_cpu(tmp_path, monkeypatch):
     line = next(l for l in info._text(report).splitlines() if l.startswith("CPU: "))
     assert line.startswith("CPU: Xeon 8480+ (GenuineIntel family 6 model 143, microarchitecture Sapphire Rapids; "
                            "bfloat16 instructions: avx512_bf16, amx_bf16, amx_tile), ")
+    text = info._text(report)
+    assert "  class: AMX (AMX bfloat16 tiles (amx_bf16, amx_tile) beside avx512_bf16)" in text.splitlines()
+    assert report["machine"]["cpu_class"] == "AMX"
+
+
+AVX512_CORE = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ({"sse4_2", "avx", "avx2", "fma"}, "AVX2"),                                 # Zen 1-3, laptops, VMs hiding AVX-512
+    (AVX512_CORE | {"avx512_vnni"}, "AVX-512"),                                 # Skylake SP to Ice Lake
+    (AVX512_CORE | {"avx512_bf16"}, "avx512_bf16"),                             # Cooper Lake, Zen 4, Zen 5
+    (AVX512_CORE | {"avx512_bf16", "amx_bf16", "amx_tile"}, "AMX"),             # Sapphire / Emerald / Granite Rapids
+    (AVX512_CORE | {"amx_tile"}, "AVX-512"),                                    # tiles without their bfloat16 multiply
+    ({"avx512f", "avx2"}, "AVX2"),                                              # avx512f alone is not oneDNN's level
+    ({"sse4_2"}, "other"),
+    (set(), "other"),
+])
+def test_the_cpu_classes_by_flags(flags, expected):
+    assert hardware.cpu_class(flags) == expected
+    assert expected in hardware.CPU_CLASSES
+
+
+def test_the_class_and_the_bfloat16_kind_agree_where_no_setting_intervenes():
+    """One classification: the class decides the kind unless DNNL_MAX_CPU_ISA or MXNET_MKLDNN_ENABLED says otherwise."""
+    kinds = {"AVX2": "none", "AVX-512": "emulated", "avx512_bf16": "native"}
+    for flags in ({"avx2"}, AVX512_CORE, AVX512_CORE | {"avx512_bf16"}):
+        assert hardware.bfloat16_support(flags, environ={}).kind == kinds[hardware.cpu_class(flags)]
+    amx = AVX512_CORE | {"avx512_bf16", "amx_bf16", "amx_tile"}
+    assert hardware.bfloat16_support(amx, environ={}, amx_state="in-use").kind == "amx"
+    assert hardware.bfloat16_support(amx, environ={}, amx_state="refused").kind == "native"
+    assert hardware.cpu_class(amx) == "AMX"

@@ -124,7 +124,7 @@ def _cuda_text(cuda):
 
 def _text(report):
     from ..machine.amx import SWITCH
-    from ..machine.hardware import BFLOAT16_KINDS, describe_cpu
+    from ..machine.hardware import BFLOAT16_KINDS, CPU_CLASSES, describe_cpu
 
     m = report["machine"]
     lines = [
@@ -132,6 +132,7 @@ def _text(report):
         f"  build features: {', '.join(m['mxnet_features'])}",
         *_stack_text(report["stack"]),
         f"CPU: {describe_cpu(m['cpu'])}, {m['cpu_cores']} cores",
+        f"  class: {m['cpu_class']} ({CPU_CLASSES[m['cpu_class']]})",
         _threads_text(report["threads"]),
         f"  bfloat16 in MXNet: {BFLOAT16_KINDS[m['bfloat16']['kind']]}: {m['bfloat16']['reason']}",
         _cast_text(report["bfloat16_cast"]),

@@ -165,6 +165,39 @@ AVX512_CORE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 ISA_BELOW_AVX512_CORE = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_MIC", "AVX512_MIC_4OPS")
 ISA_BELOW_NATIVE = ISA_BELOW_AVX512_CORE + ("AVX512_CORE", "AVX512_CORE_VNNI")
 
+#: The CPU classes that decide what mxfp16's bfloat16 does, by instruction set, from least to most; every
+#: CPU-dependent statement (``mxfp16 info``, the test suite's markers and failure reports, the benchmark's
+#: results folder) names one of these. Below AVX2 (or without flags to read) a CPU is ``other``.
+CPU_CLASSES = {
+    "AVX2": "AVX2, no AVX-512: MXNet's bfloat16 does not run",
+    "AVX-512": "AVX-512 without bfloat16 instructions: bfloat16 emulated, slower than float32",
+    "avx512_bf16": "AVX-512 with avx512_bf16: native bfloat16 dot products",
+    "AMX": "AMX bfloat16 tiles (amx_bf16, amx_tile) beside avx512_bf16",
+    "other": "no AVX2, or flags that cannot be read",
+}
+
+
+def cpu_class(flags=None):
+    """This CPU's class (a key of :data:`CPU_CLASSES`), read from its flags alone, whatever a setting caps.
+
+    The class is the hardware's: ``DNNL_MAX_CPU_ISA`` or AMX's tile permission change what oneDNN uses
+    (:func:`bfloat16_support`), not what the CPU is.
+
+    Parameters
+    ----------
+    flags : set of str, optional
+        Default ``/proc/cpuinfo``'s.
+    """
+    flags = cpu_flags() if flags is None else flags
+    if not flags:
+        return "other"
+    if all(flag in flags for flag in AVX512_CORE_FLAGS):
+        if "amx_bf16" in flags and "amx_tile" in flags:
+            return "AMX"
+        return "avx512_bf16" if "avx512_bf16" in flags else "AVX-512"
+    return "AVX2" if "avx2" in flags else "other"
+
+
 #: What each :attr:`BFloat16Support.kind` means for MXNet 1.9.1's AMP on a CPU.
 BFLOAT16_KINDS = {
     "amx": "native bfloat16 on AMX tiles and avx512_bf16",
@@ -419,6 +452,7 @@ def machine_summary():
         "cpu": cpu_identity(),
         "cpu_cores": os.cpu_count(),
         "cpu_bfloat16": cpu_bfloat16_support(),
+        "cpu_class": cpu_class(),
         "bfloat16": {"kind": support.kind, "runs": support.runs, "reason": support.reason},
         "amx": status().as_dict(),
         "gpus": _gpus(),
