@@ -28,7 +28,7 @@ install_mxnet = if $(1)/python -c 'import sys; sys.exit(sys.version_info < (3, 1
 INSTALL_MXNET = $(call install_mxnet,$(BIN),mxnet==1.9.1)
 CHECK_STACK   = $(BIN)/python -c 'import mxfp16.machine.stack as c; c.check_stack()'
 
-.PHONY: demo test test-newest newest-leg docs info gpu-check clean
+.PHONY: demo test test-newest newest-leg docs info measure gpu-check clean
 
 # Each `make demo` writes new run folders: the trainer refuses to overwrite a run.
 DEMO_RUNS := runs/demo-$(shell date +%Y%m%d-%H%M%S)
@@ -129,6 +129,17 @@ docs: $(VENV)/.test-installed
 
 info: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 info
+
+# The whole benchmark table on this CPU within MEASURE_BUDGET minutes, into docs/results/measure-<class>-<cpu>/
+# (docs/benchmarks.md, "One command for the whole table"). No install step: it runs with the venv's Python where
+# there is one, else with PYTHON and this checkout, so a machine without network needs only MXNet's wheel.
+MEASURE_BUDGET ?= 60
+MEASURE_ARGS   ?=
+MEASURE_PYTHON  = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON_EXE))
+
+measure:
+	@test -n "$(MEASURE_PYTHON)" || { echo "error: no Python named '$(PYTHON)' runs here; e.g. make measure PYTHON=python3.12" >&2; exit 2; }
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(MEASURE_PYTHON) tools/measure.py --budget $(MEASURE_BUDGET) $(MEASURE_ARGS)
 
 # The GPU install in its own venv, on any Linux machine, GPU or not: every
 # library libmxnet.so needs resolves, `import mxnet` works without

@@ -186,16 +186,22 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
                  auto={size: verdict.precision for size, verdict in verdicts.items()} or None,
                  onnxruntime=onnxruntime)
     machine, threads = hardware.machine_summary(), thread_report()
-    if peer:
-        if machine["gpus"] and ctx.strip().lower() == "auto":
-            raise BenchSetupError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
-        from .peer import plan_peer
-
-        specs += plan_peer(base, sizes, threads["planned"], compiled=peer == "pytorch")
+    specs += _peer_specs(peer, machine, ctx, base, sizes, threads)
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
                       machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
                       input_size=input_size({"image_size": image_size, "seq_len": (options or {}).get("seq_len")}),
                       auto={str(size): v.record() for size, v in verdicts.items()})
+
+
+def _peer_specs(peer, machine, ctx, base, sizes, threads):
+    """The PyTorch peer's runs (none without ``peer``), after refusing a peer that would not run on the CPU."""
+    if not peer:
+        return []
+    if machine["gpus"] and ctx.strip().lower() == "auto":
+        raise BenchSetupError("--peer pytorch runs on the CPU; add --ctx cpu to compare on the CPU")
+    from .peer import plan_peer
+
+    return plan_peer(base, sizes, threads["planned"], compiled=peer == "pytorch")
 
 
 def _peer_network(peer, model, mode, data, ctx):
@@ -285,7 +291,6 @@ def record_invocation(out, invocation, records, config, plots=True):
         The document and the paths written.
     """
     from . import report
-    from .plots import write_plots
 
     config = dict(config, batch_sizes=",".join(map(str, invocation.batch_sizes)), iters=invocation.iters,
                   auto=invocation.auto,
@@ -295,5 +300,8 @@ def record_invocation(out, invocation, records, config, plots=True):
                                      tensor_cores=invocation.tensor_cores)
     paths = list(report.write_outputs(out, document))
     if plots:
+        # Imported only here: --no-plots runs where matplotlib is not installed (MXNet's wheel and a checkout).
+        from .plots import write_plots
+
         paths += write_plots(out, document["results"])
     return document, paths

@@ -6,7 +6,7 @@ Importing this module does not import MXNet (the names and
 from .gluoncv import import_gluoncv
 
 __all__ = ["build_model", "pretrained_weights_path", "ModelError", "ELEMENTWISE_MLP", "LSTM_CLASSIFIER",
-           "TRANSFORMER_ENCODER", "SEQUENCE_MODELS"]
+           "TRANSFORMER_ENCODER", "SEQUENCE_MODELS", "MXNET_ZOO_TWINS"]
 
 #: A test model that trains in genuine float16 on a CPU (see ElementwiseDense).
 ELEMENTWISE_MLP = "elementwise-mlp"
@@ -45,10 +45,26 @@ def pretrained_weights_path(name, root=None):
     return path, path.exists()
 
 
+#: Zoo names whose network MXNet's own model zoo (``mxnet.gluon.model_zoo.vision``) builds exactly as gluoncv
+#: does: the same layers, parameter names and shapes (checked against gluoncv 0.10.5). Where gluoncv is not
+#: installed (a source checkout beside MXNet's wheel alone, as ``tools/measure.py`` runs on a machine without
+#: network) these are built from MXNet's code. MobileNet v2 is not one: MXNet's has another first bottleneck.
+MXNET_ZOO_TWINS = ("resnet50_v2",)
+
+
 def _zoo_model(name, classes):
     import difflib
 
-    zoo = import_gluoncv().model_zoo
+    try:
+        zoo = import_gluoncv().model_zoo
+    except ImportError:
+        if name in MXNET_ZOO_TWINS:
+            from mxnet.gluon.model_zoo import vision
+
+            return vision.get_model(name, classes=classes)
+        raise ModelError(f"{name!r} comes from gluoncv's model zoo, which is not installed here: pip install -c "
+                         f"constraints.txt gluoncv==0.10.5.post0; without it {', '.join(MXNET_ZOO_TWINS)} is "
+                         f"built from MXNet's own zoo, and {', '.join(SEQUENCE_MODELS)} from mxfp16's code") from None
     try:
         return zoo.get_model(name, classes=classes)
     except ValueError as err:

@@ -1,0 +1,555 @@
+"""One measurement of this CPU: docs/benchmarks.md's table of families, planned, run in budgeted steps, summarised.
+
+``make measure`` (``tools/measure.py``) is a thin command over this module. It runs, in order, each step a child
+process with its share of one time budget:
+
+1. ``mxfp16 info --json``: the CPU class (:data:`mxfp16.machine.hardware.CPU_CLASSES`), AMX's state, threads;
+2. ``tools/amx_check.py`` where the CPU's class is AMX (oneDNN 2.4.4's AMX kernels against AVX-512's);
+3. ``mxfp16 bench`` of each model of :data:`MODELS` (ResNet-50 v2 224 px batch 16, the word LM, the BERT encoder,
+   DCGAN, MobileNet v2 224 px batch 16): float32, amp-bfloat16 and (image classifiers) auto where bfloat16 runs,
+   float32 alone where it does not; ``--peer pytorch`` where torch is installed; ``--rounds 3``; and the kernel
+   census that ``mxfp16 bench`` takes of every row (where oneDNN's time goes, per class of kernel).
+
+What is more than glue lives here: the machine's facts and the folder's name (:func:`machine_facts`,
+:func:`cpu_slug`), the plan (:func:`plan_steps`), the budget (:func:`run_steps`), the table of ratios
+(:func:`summarise`, :func:`markdown`) and the figures the docs may quote (:func:`figure_entries`,
+:func:`update_registry`). Importing it loads neither MXNet nor torch, and nothing here needs more than MXNet's
+wheel and a checkout: no network, no gluoncv (ResNet-50 v2 then comes from MXNet's own zoo), no matplotlib.
+"""
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..plumbing.fileio import atomic_write
+from .families import FAMILIES
+
+__all__ = ["Measured", "MODELS", "Step", "ALLOWANCE", "machine_facts", "cpu_slug", "plan_steps", "run_steps",
+           "run_child", "summary_row", "summarise", "table_lines", "markdown", "figure_entries", "update_registry"]
+
+#: Stands in a step's argv for its share of the budget in whole seconds (``mxfp16 bench --timeout``), known only
+#: when the step starts: what earlier steps left over goes to the later ones.
+ALLOWANCE = "{allowance}"
+#: Classes where MXNet 1.9.1's bfloat16 has no path at all (:func:`mxfp16.machine.hardware.bfloat16_support`).
+NO_BFLOAT16_CLASSES = ("AVX2",)
+#: ``--quick``: one step of each row, no warm-up, one repeat, one round.
+QUICK_TIMING = ("--iters", "1", "--warmup", "0", "--repeats", "1")
+#: What a full step needs at least, and a quick one: below it a step is skipped rather than started to be stopped.
+FLOOR_SECONDS = {"info": 5.0, "full": 120.0, "quick": 20.0}
+#: ``mxfp16 info --json``'s allowance: it takes seconds (MXNet's import), and it comes before any share.
+INFO_SECONDS = 60.0
+#: The ratios of a summary row, with the format docs quote them in.
+RATIOS = ("bf16_over_fp32", "bf16_over_pytorch_bf16", "fp32_over_pytorch_fp32", "auto_over_fp32")
+#: The oneDNN census classes the summary keeps, as :mod:`mxfp16.bench.census` names them.
+CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reorder")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One model of the table.
+
+    Attributes
+    ----------
+    model : str
+        The ``mxfp16 bench --model`` name.
+    weight : float
+        Its share of the budget against the others' (a ResNet-50 step with its peer takes longest).
+    image_size, batch_size : int or None
+        An image classifier's sizes (a family has its own).
+    quick : tuple of str
+        The flags that make it tiny for ``--quick`` (tests/test_bench_families.py's sizes).
+    needs : str or None
+        A module it cannot be built without (MobileNet v2 comes from gluoncv's zoo only).
+    """
+
+    model: str
+    weight: float
+    image_size: int = None
+    batch_size: int = None
+    quick: tuple = ()
+    needs: str = None
+
+    @property
+    def image_classifier(self):
+        return self.model not in FAMILIES
+
+
+def _tiny(*pairs):
+    """A family's ``--quick`` flags: its sizes as tests/test_bench_families.py's tiny steps take them, batch 2."""
+    return tuple(arg for pair in pairs for arg in ("--model-option", pair)) + ("--batch-sizes", "2")
+
+
+#: The table's models, in its order (/work/shared/measurements/amx-emerald-rapids/README.md, docs/benchmarks.md).
+MODELS = (
+    Measured("resnet50_v2", 10.0, 224, 16, ("--image-size", "32", "--batch-sizes", "2")),
+    Measured("word-lm-lstm", 6.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
+    Measured("bert-encoder", 5.0,
+             quick=_tiny("vocab=50", "units=16", "heads=2", "ffn=32", "seq_len=6", "max_length=8")),
+    Measured("dcgan", 4.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
+    Measured("mobilenetv2_1.0", 8.0, 224, 16, ("--image-size", "32", "--batch-sizes", "2"), needs="gluoncv"),
+)
+
+
+@dataclass
+class Step:
+    """One child process of the measurement.
+
+    Attributes
+    ----------
+    name : str
+        Also the name of its log (``<name>.log``) and, for a benchmark, of its folder.
+    argv : list of str
+        The command; :data:`ALLOWANCE` stands for its share of the budget.
+    weight : float
+        Its share of the budget against the later steps'.
+    floor : float
+        Seconds below which it is skipped instead of started.
+    seconds : float or None
+        A fixed allowance instead of a share (``mxfp16 info``: a few seconds, and every later step's plan
+        reads it), as much of it as the budget has left.
+    stdout : str or None
+        A file its standard output goes to (``info.json``); else it goes to the log with its errors.
+    skip : str or None
+        Why it is not run at all, decided before the budget is (no AMX, no torch, no gluoncv).
+    model : str or None
+        The benchmark's model.
+    notes : list of str
+        What its record says beside its status (the peer it could not run).
+    """
+
+    name: str
+    argv: list
+    weight: float
+    floor: float
+    stdout: str = None
+    seconds: float = None
+    skip: str = None
+    model: str = None
+    notes: list = field(default_factory=list)
+
+
+def module_missing(name):
+    """Whether ``name`` cannot be imported here, found without importing it (torch takes seconds to load)."""
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def machine_facts():
+    """What the plan depends on: the CPU's class and identity, whether bfloat16 runs, the folder's name.
+
+    Returns
+    -------
+    dict
+        ``cpu_class`` and ``cpu_class_meaning`` (:data:`mxfp16.machine.hardware.CPU_CLASSES`), ``cpu``
+        (:func:`mxfp16.machine.hardware.cpu_identity`), ``bfloat16`` (``kind``, ``runs``, ``reason``; ``runs`` is
+        false on a class of :data:`NO_BFLOAT16_CLASSES` whatever the flags say), ``slug`` (:func:`cpu_slug`).
+    """
+    from ..machine import hardware
+
+    cls, identity, support = hardware.cpu_class(), hardware.cpu_identity(), hardware.bfloat16_support()
+    if support.runs and cls in NO_BFLOAT16_CLASSES:  # the class decides where it and the flags disagree
+        kind, runs, reason = "none", False, hardware.CPU_CLASSES[cls]
+    else:
+        kind, runs, reason = support.kind, support.runs, support.reason
+    return {"cpu_class": cls, "cpu_class_meaning": hardware.CPU_CLASSES[cls], "cpu": identity,
+            "bfloat16": {"kind": kind, "runs": runs, "reason": reason}, "slug": cpu_slug(cls, identity)}
+
+
+def _slug_part(text):
+    return re.sub(r"[^a-z0-9_]+", "-", str(text).lower()).strip("-")
+
+
+def cpu_slug(cls, identity):
+    """The folder's name: ``measure-<class>-<microarchitecture>``, e.g. ``measure-avx512_bf16-zen4``,
+    ``measure-amx-emerald-rapids``.
+
+    Where :func:`mxfp16.machine.hardware.microarchitecture` does not know the CPU, its vendor, family and model
+    name it (``measure-amx-intel-f6-m167``); where not even those are known, its class alone.
+    """
+    arch = identity.get("microarchitecture")
+    if arch:
+        where = _slug_part(re.sub(r" (?=\d)", "", arch))  # Zen 4 -> zen4, Emerald Rapids -> emerald-rapids
+    else:
+        vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(identity.get("vendor"),
+                                                                      _slug_part(identity.get("vendor") or ""))
+        parts = [vendor] + [f"{p[0]}{identity[name]}" for name, p in (("family", "f"), ("model", "m"))
+                            if identity.get(name) is not None]
+        where = "-".join(part for part in parts if part)
+    return "-".join(part for part in ("measure", _slug_part(cls), where) if part)
+
+
+def _bench_argv(python, measured, precisions, quick, rounds, threads, peer, out):
+    """``python -m mxfp16 bench ...`` of one model into ``out``."""
+    argv = [python, "-m", "mxfp16", "bench", "--model", measured.model]
+    if quick:
+        argv += [*measured.quick, *QUICK_TIMING]
+    elif measured.image_classifier:
+        argv += ["--image-size", str(measured.image_size), "--batch-sizes", str(measured.batch_size)]
+    argv += ["--precisions", precisions, "--rounds", "1" if quick else str(rounds), "--timeout", ALLOWANCE,
+             "--no-plots", "--out", out]
+    if peer:
+        argv += ["--peer", "pytorch"]
+    if threads:
+        argv += ["--threads", str(threads)]
+    return argv
+
+
+def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=None, missing=module_missing):
+    """The measurement's steps, in order, and the lines that say what it leaves out and why.
+
+    Parameters
+    ----------
+    facts : dict
+        :func:`machine_facts`.
+    quick : bool
+        Tiny sizes (:attr:`Measured.quick`), one step per row, one round: a check that everything runs, not a
+        measurement.
+    rounds : int
+        ``mxfp16 bench --rounds`` of a full run.
+    threads : int, optional
+        ``mxfp16 bench --threads`` (default: the bench's, every core).
+    python, repo : str, optional
+        The interpreter and the checkout (default: this one and the one this module is in).
+    missing : callable
+        ``missing(module) -> bool``; torch and gluoncv are looked for with it.
+
+    Returns
+    -------
+    (list of Step, list of str)
+        Each step names its outputs relative to the measurement's folder, where it runs
+        (:func:`run_child`): the commands recorded read the same wherever that folder is made.
+    """
+    python = python or sys.executable
+    repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kind = "quick" if quick else "full"
+    notes, bf16 = [], facts["bfloat16"]
+    if not bf16["runs"]:
+        notes.append(f"bfloat16 does not run on this CPU ({facts['cpu_class']}: {bf16['reason']}): float32 rows only")
+    no_torch = missing("torch")
+    if no_torch:
+        notes.append("PyTorch peer: skipped: torch not installed (pip install -c constraints.txt 'mxfp16[peer]')")
+    steps = [Step("info", [python, "-m", "mxfp16", "info", "--json"], 0.0, FLOOR_SECONDS["info"],
+                  stdout="info.json", seconds=INFO_SECONDS)]
+    amx = [python, os.path.join(repo, "tools", "amx_check.py"), "--out", "amx-check",
+           "--steps", "2" if quick else "50"] + (["--models", "lstm-classifier"] if quick else [])
+    steps.append(Step("amx-check", amx, 1.0 if quick else 6.0, FLOOR_SECONDS[kind],
+                      skip=None if facts["cpu_class"] == "AMX" else
+                      f"the CPU's class is {facts['cpu_class']}, not AMX: no AMX kernels to check"))
+    for measured in MODELS:
+        precisions = ("float32,amp-bfloat16,auto" if measured.image_classifier else "float32,amp-bfloat16") \
+            if bf16["runs"] else "float32"
+        name = f"bench-{measured.model}"
+        argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
+        step = Step(name, argv, measured.weight, FLOOR_SECONDS[kind], model=measured.model)
+        if measured.needs and missing(measured.needs):
+            step.skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
+                         f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)")
+        step.notes = [] if not no_torch else ["peer skipped: torch not installed"]
+        steps.append(step)
+    return steps, notes
+
+
+def _tail(path, lines=3):
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = [line.rstrip() for line in handle.read().splitlines() if line.strip()]
+        return " / ".join(text[-lines:])
+    return ""
+
+
+def _stop(proc, grace=10.0):
+    """End ``proc`` and everything it started (its own session: ``mxfp16 bench``'s row processes too)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_child(step, argv, allowance, folder, repo=None):
+    """Run ``argv`` in ``folder`` for at most ``allowance`` seconds; its output goes to ``<step.name>.log`` there.
+
+    The child runs in a session of its own, so a step stopped at its allowance takes the processes it started
+    with it; ``PYTHONPATH`` names the checkout, so ``python -m mxfp16`` needs no install.
+
+    Returns
+    -------
+    (str, str or None)
+        ``('ok', None)``, ``('failed', why)`` or ``('timed-out', why)``.
+    """
+    repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    log_path = os.path.join(folder, f"{step.name}.log")
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(log_path, "w", encoding="utf-8"))
+        out = stack.enter_context(open(os.path.join(folder, step.stdout), "w", encoding="utf-8")) \
+            if step.stdout else log
+        proc = subprocess.Popen(argv, stdout=out, stderr=log if step.stdout else subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=folder, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=allowance)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            return "timed-out", (f"stopped at its share of the budget ({allowance:.0f} s); what it had not "
+                                 "written is lost")
+        except BaseException:  # Ctrl-C: the step's processes go too
+            _stop(proc)
+            raise
+    if code:
+        return "failed", f"exit status {code}: {_tail(log_path)}"
+    return "ok", None
+
+
+def _shown(argv):
+    """The command as a reader would type it: ``python`` for this interpreter's path."""
+    return " ".join(["python" if argv[0] == sys.executable else argv[0], *argv[1:]])
+
+
+def _record(step, status, reason=None, seconds=0.0, allowance=None, argv=None):
+    return {"name": step.name, "status": status, "reason": reason, "seconds": round(seconds, 1),
+            "allowance_seconds": None if allowance is None else round(allowance, 1),
+            "command": _shown(argv or step.argv), "model": step.model, "notes": list(step.notes)}
+
+
+def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
+    """Run ``steps`` in order within ``budget`` seconds, each with its share of what is left.
+
+    A step's share is what remains of the budget times its weight over the weights of it and the steps after it,
+    so what one step leaves unused goes to the later ones (a step with fixed :attr:`Step.seconds` gets those,
+    as far as the budget goes). A step whose share is under its
+    :attr:`Step.floor` is skipped with the reason recorded; one that outlasts its share is stopped.
+
+    Parameters
+    ----------
+    run : callable, optional
+        ``run(step, argv, allowance, folder) -> (status, reason)``; default :func:`run_child`.
+
+    Returns
+    -------
+    list of dict
+        Per step: ``name``, ``status`` (``ok``, ``failed``, ``timed-out``, ``skipped``), ``reason``,
+        ``seconds``, ``allowance_seconds``, ``command``, ``model``, ``notes``.
+    """
+    run = run or run_child
+    start, records = clock(), []
+    for index, step in enumerate(steps):
+        if step.skip:
+            records.append(_record(step, "skipped", step.skip))
+            log(f"{step.name}: skipped: {step.skip}")
+            continue
+        remaining = budget - (clock() - start)
+        share = min(remaining, step.seconds) if step.seconds is not None else \
+            remaining * step.weight / (sum(s.weight for s in steps[index:] if not s.skip) or 1.0)
+        if share < step.floor:
+            why = (f"budget spent: its share is {max(share, 0):.0f} s of the {max(remaining, 0):.0f} s left, under "
+                   f"the {step.floor:.0f} s it needs at least")
+            records.append(_record(step, "skipped", why, allowance=max(share, 0)))
+            log(f"{step.name}: skipped: {why}")
+            continue
+        argv = [str(int(share)) if arg == ALLOWANCE else arg for arg in step.argv]
+        log(f"{step.name}: running, up to {share:.0f} s (log: {os.path.join(folder, step.name + '.log')})")
+        began = clock()
+        status, reason = run(step, argv, share, folder)
+        records.append(_record(step, status, reason, clock() - began, share, argv))
+        log(f"{step.name}: {status} in {clock() - began:.0f} s" + (f": {reason}" if reason else ""))
+    return records
+
+
+def _mxfp16_rows(document):
+    return [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
+
+
+def _census(row):
+    census = (row or {}).get("census") or {}
+    if census.get("status") != "ok":
+        return None
+    return {name: round(census["percent"].get(name, 0.0), 1) for name in CENSUS_KEPT}
+
+
+def _auto_ratio(document, rows, batch_size):
+    """auto's speed over float32's: its verdict's row's speedup (1.0 where auto trains float32)."""
+    verdict = (document.get("config", {}).get("auto") or {}).get(str(batch_size)) or {}
+    chosen = verdict.get("precision")
+    if chosen is None:
+        asked = [r for r in rows if r.get("requested_precision") == "auto" and r.get("status") == "ok"]
+        return asked[0].get("speedup") if asked else None
+    if chosen == "float32":
+        return 1.0
+    matching = [r for r in rows if r.get("precision") == chosen and r.get("status") == "ok"]
+    return matching[0].get("speedup") if matching else None
+
+
+def summary_row(document):
+    """One model's line of the table from its ``bench.json``.
+
+    Returns
+    -------
+    dict
+        ``unit``, ``input`` (``224px``, ``35tok``), ``batch_size``, ``rounds``; throughputs ``float32`` and
+        ``bfloat16`` (mxfp16's amp-bfloat16 row), ``pytorch_best_fp32`` and ``pytorch_best_bf16`` (the fastest
+        PyTorch rows, compiled or not, with their ``*_label``); the ratios of :data:`RATIOS` (each the median
+        of the rounds' own ratios); ``auto`` (what it trained in); ``census_bf16`` and ``census_fp32`` (share
+        of oneDNN's time per class of kernel); ``bfloat16_status`` (why there is no bfloat16 figure, where
+        there is none). ``None`` where not measured.
+    """
+    from .report import UNITS, input_size, throughput_field
+
+    rows = _mxfp16_rows(document)
+    config = document.get("config", {})
+    fp32 = next((r for r in rows if r.get("precision") == "float32" and r.get("status") == "ok"), None)
+    bf16_any = next((r for r in rows if str(r.get("precision", "")).startswith("amp-bfloat16")), None)
+    bf16 = bf16_any if bf16_any and bf16_any.get("status") == "ok" else None
+    field_name = throughput_field(fp32 or bf16_any or {})
+    batch = (fp32 or bf16_any or {}).get("batch_size")
+    peer = next(iter((document.get("peer") or {}).values()), {})
+    best_bf16, best_fp32 = peer.get("peer_mixed") or {}, peer.get("peer_float32") or {}
+    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision")
+    return {"unit": UNITS[field_name], "batch_size": batch, "rounds": config.get("rounds"),
+            "input": input_size(fp32 or bf16_any) if (fp32 or bf16_any) else None,
+            "float32": (fp32 or {}).get(field_name), "bfloat16": (bf16 or {}).get(field_name),
+            "pytorch_best_fp32": best_fp32.get(field_name), "pytorch_best_fp32_label": best_fp32.get("label"),
+            "pytorch_best_bf16": best_bf16.get(field_name), "pytorch_best_bf16_label": best_bf16.get("label"),
+            "bf16_over_fp32": (bf16 or {}).get("speedup"),
+            "bf16_over_pytorch_bf16": peer.get("mixed_ratio") if bf16 else None,
+            "fp32_over_pytorch_fp32": peer.get("float32_ratio"),
+            "auto": auto, "auto_over_fp32": _auto_ratio(document, rows, batch) if "auto" in str(
+                config.get("precisions", "")) else None,
+            "census_bf16": _census(bf16), "census_fp32": _census(fp32),
+            "bfloat16_status": None if bf16 else ("not run" if bf16_any is None else
+                                                  f"{bf16_any.get('status')}: {bf16_any.get('reason') or ''}".strip())}
+
+
+def summarise(folder, records):
+    """``{model: summary_row}`` from the ``bench.json`` of each benchmark step that wrote one."""
+    summary = {}
+    for record in records:
+        path = os.path.join(folder, record["name"], "bench.json")
+        if record.get("model") and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                summary[record["model"]] = summary_row(json.load(handle))
+    return summary
+
+
+def _number(value, fmt="{:.2f}"):
+    return "—" if value is None else fmt.format(value)
+
+
+def _census_text(census):
+    if not census:
+        return "—"
+    labels = {"amx": "AMX", "avx512_bf16": "avx512_bf16", "bf16_other": "other bf16", "float32": "float32",
+              "reference": "reference", "reorder": "reorders"}
+    return ", ".join(f"{census[name]:.0f}% {labels[name]}" for name in CENSUS_KEPT if name in census)
+
+
+#: The table's columns: its header and how each cell is read from a summary row.
+COLUMNS = (
+    ("mxfp16 fp32", lambda r: f"{_number(r['float32'])} {r['unit']}" if r["float32"] is not None else "—"),
+    ("mxfp16 bf16", lambda r: f"{_number(r['bfloat16'])} {r['unit']}" if r["bfloat16"] is not None
+     else (r.get("bfloat16_status") or "—")[:60]),
+    ("bf16/own fp32", lambda r: _number(r["bf16_over_fp32"], "{:.2f}x")),
+    ("bf16/PyTorch best bf16", lambda r: _number(r["bf16_over_pytorch_bf16"], "{:.2f}x")),
+    ("fp32/PyTorch best fp32", lambda r: _number(r["fp32_over_pytorch_fp32"], "{:.2f}x")),
+    ("auto/fp32", lambda r: _number(r["auto_over_fp32"], "{:.2f}x") + (f" ({r['auto']})" if r["auto"] else "")),
+    ("oneDNN census, bf16 row", lambda r: _census_text(r["census_bf16"])),
+)
+
+
+def row_title(model, row):
+    """A summary row's name as measured: ``resnet50_v2 224px, batch 16`` (a --quick run's sizes are its own)."""
+    return f"{model} {row.get('input') or ''}, batch {row.get('batch_size')}".replace(" ,", ",")
+
+
+def table_lines(summary):
+    """The summary as a Markdown table, one line per model measured."""
+    lines = ["| model | rounds | " + " | ".join(name for name, _ in COLUMNS) + " |",
+             "|" + "---|" * (len(COLUMNS) + 2)]
+    for model, row in summary.items():
+        lines.append(f"| {row_title(model, row)} | {row['rounds'] or '—'} | "
+                     + " | ".join(cell(row) for _, cell in COLUMNS) + " |")
+    return lines
+
+
+def markdown(document):
+    """``measure.md``: the machine, the command, what was left out, the table and each step's status."""
+    from ..machine.hardware import describe_cpu
+
+    lines = [f"# Measured on {document['cpu'].get('model_name') or 'this CPU'} ({document['cpu_class']})", "",
+             f"Command: `{document['command']}`", "",
+             f"CPU: {describe_cpu(document['cpu'])}; class {document['cpu_class']} "
+             f"({document['cpu_class_meaning']}); bfloat16: {document['bfloat16']['reason']}.",
+             f"Threads: {document.get('threads') or 'the bench default'}; Python {document['python']}, numpy "
+             f"{document.get('numpy') or '?'}, MXNet {document.get('mxnet') or '?'}; budget "
+             f"{document['budget_minutes']:g} min, used {document['seconds'] / 60:.1f} min"
+             + ("; --quick: tiny sizes, one round (a check that it runs, not a measurement)" if document["quick"]
+                else "") + ".", ""]
+    lines += [f"- {note}" for note in document["notes"]] + ([""] if document["notes"] else [])
+    lines += ["Ratios are medians of the rounds' own ratios (`mxfp16 bench --rounds`); the census is the share of "
+              "oneDNN's time per class of kernel in the amp-bfloat16 row's step.", ""]
+    lines += table_lines(document["summary"]) + ["", "| step | status | seconds | share of budget | reason |",
+                                                 "|---|---|---|---|---|"]
+    for step in document["steps"]:
+        lines.append(f"| {step['name']} | {step['status']} | {step['seconds']:.0f} | "
+                     f"{_number(step['allowance_seconds'], '{:.0f} s')} | {(step['reason'] or '').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+#: Each figure a summary row gives the docs, with its format.
+FIGURES = {"float32": "{:.2f}", "bfloat16": "{:.2f}", "bf16_over_fp32": "{:.2f}x",
+           "bf16_over_pytorch_bf16": "{:.2f}x", "fp32_over_pytorch_fp32": "{:.2f}x", "auto_over_fp32": "{:.2f}x"}
+
+
+def figure_entries(slug, summary):
+    """``docs/results/figures.json`` entries for a measurement folder ``slug`` (directly under docs/results).
+
+    One figure per measured value, named ``measure.<slug>.<model>.<field>`` (``field`` of :data:`FIGURES`),
+    and one table ``measure.<slug>`` of the summary (a cell with no value reads ``—``), so a page can quote
+    either with ``<!-- fig NAME -->`` or ``<!-- table NAME -->``.
+    """
+    entries, rows = {}, []
+    for model, row in summary.items():
+        cells = [row_title(model, row)]
+        for name, fmt in FIGURES.items():
+            key = f"measure.{slug}.{model}.{name}"
+            if row.get(name) is not None:
+                entries[key] = {"file": f"{slug}/measure.json", "path": f"summary[{model}].{name}", "format": fmt}
+                cells.append({"fig": key})
+            else:
+                cells.append("—")
+        rows.append(cells)
+    header = ["model", "mxfp16 fp32", "mxfp16 bf16", "bf16/own fp32", "bf16/PyTorch best bf16",
+              "fp32/PyTorch best fp32", "auto/fp32"]
+    entries[f"measure.{slug}"] = {"table": [header, *rows]}
+    return entries
+
+
+def update_registry(path, slug, entries):
+    """Put ``entries`` into the figures registry at ``path``, replacing every earlier entry of ``slug``.
+
+    Written atomically, in the registry's own layout (one-space indent, a final newline), so a diff shows
+    only what changed.
+
+    Returns
+    -------
+    dict
+        The registry as written.
+    """
+    with open(path, encoding="utf-8") as handle:
+        registry = json.load(handle)
+    prefix = f"measure.{slug}"
+    registry = {k: v for k, v in registry.items() if k != prefix and not k.startswith(prefix + ".")}
+    registry.update(entries)
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(registry, indent=1, ensure_ascii=False) + "\n")
+    return registry

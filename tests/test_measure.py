@@ -1,0 +1,182 @@
+"""`make measure` (tools/measure.py over mxfp16.bench.measure_plan): the plan per CPU class, the budget, the table.
+
+A real measurement takes an hour and even a --quick one minutes (a `mxfp16 bench` per model), so the benchmarks
+themselves are not run here: the plan is checked on this CPU and on an AVX2 one (the class monkeypatched), the
+budget with steps that sleep or fail, the summary on recorded bench.json files, and the tool end to end with a
+budget that lets only `mxfp16 info` run, so every benchmark step is recorded as skipped with its reason.
+"""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from mxfp16.bench import measure_plan
+from mxfp16.machine import hardware
+
+import pytest
+from conftest import REPO, child_env
+
+RESULTS = os.path.join(REPO, "docs", "results")
+BENCHES = [f"bench-{m.model}" for m in measure_plan.MODELS]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("measure_tool", os.path.join(REPO, "tools", "measure.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _precisions(step):
+    return step.argv[step.argv.index("--precisions") + 1]
+
+
+def test_the_plan_on_this_cpu_names_its_class_and_runs_the_table_in_order():
+    facts = measure_plan.machine_facts()
+    assert facts["cpu_class"] == hardware.cpu_class() and facts["slug"].startswith("measure-")
+    steps, notes = measure_plan.plan_steps(facts, missing=lambda name: name == "torch")
+    assert [s.name for s in steps] == ["info", "amx-check", *BENCHES]
+    assert (steps[1].skip is None) == (facts["cpu_class"] == "AMX")
+    assert any("torch not installed" in note for note in notes)
+    assert all("--peer" not in s.argv and "--rounds" in s.argv for s in steps[2:])
+    resnet = steps[2].argv
+    assert resnet[resnet.index("--image-size") + 1] == "224" and resnet[resnet.index("--batch-sizes") + 1] == "16"
+    if facts["bfloat16"]["runs"]:
+        assert _precisions(steps[2]) == "float32,amp-bfloat16,auto"  # auto: timed on an image classifier only
+        assert _precisions(steps[3]) == "float32,amp-bfloat16"
+
+
+def test_an_avx2_cpu_is_told_in_one_line_and_plans_float32_rows_only(monkeypatch, capsys):
+    monkeypatch.setattr(hardware, "cpu_class", lambda flags=None: "AVX2")
+    facts = measure_plan.machine_facts()
+    assert not facts["bfloat16"]["runs"] and facts["slug"].startswith("measure-avx2")
+    steps, notes = measure_plan.plan_steps(facts, quick=True, missing=lambda name: False)
+    assert notes[0].startswith("bfloat16 does not run on this CPU (AVX2") and notes[0].endswith("float32 rows only")
+    assert {_precisions(s) for s in steps if s.model} == {"float32"}
+    assert all("--peer" in s.argv for s in steps if s.model)  # torch "there": the peer's float32 rows too
+    assert _tool().main(["--plan", "--quick"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("CPU class AVX2") and sum("does not run on this CPU" in x for x in printed) == 1
+
+
+def test_a_quick_plan_uses_the_bench_tests_tiny_sizes_and_one_round():
+    steps, _ = measure_plan.plan_steps(measure_plan.machine_facts(), quick=True, missing=lambda name: False)
+    lstm = next(s for s in steps if s.model == "word-lm-lstm").argv
+    assert "hidden=8" in lstm and lstm[lstm.index("--rounds") + 1] == "1" and lstm[lstm.index("--iters") + 1] == "1"
+    resnet = next(s for s in steps if s.model == "resnet50_v2").argv
+    assert resnet[resnet.index("--image-size") + 1] == "32"
+
+
+def test_each_step_gets_its_share_and_is_skipped_with_a_reason_when_the_budget_is_spent(tmp_path):
+    now = [0.0]
+    ran = []
+
+    def run(step, argv, allowance, folder):
+        ran.append((step.name, argv, allowance))
+        now[0] += {"a": 10.0, "b": 80.0}.get(step.name, 1.0)
+        return "ok", None
+
+    steps = [measure_plan.Step("a", ["x", measure_plan.ALLOWANCE], 1.0, 5.0),
+             measure_plan.Step("b", ["y"], 1.0, 5.0), measure_plan.Step("c", ["z"], 2.0, 50.0),
+             measure_plan.Step("d", ["w"], 1.0, 5.0, skip="not on this CPU")]
+    records = measure_plan.run_steps(steps, 100.0, str(tmp_path), run=run, clock=lambda: now[0], log=lambda x: None)
+    assert ran[0] == ("a", ["x", "25"], 25.0)  # 100 s x 1 / (1 + 1 + 2); the skipped step has no share
+    assert ran[1][2] == pytest.approx(30.0)  # what a left: 90 x 1 / 3
+    assert [r["status"] for r in records] == ["ok", "ok", "skipped", "skipped"]
+    assert records[2]["reason"].startswith("budget spent: its share is 10 s of the 10 s left, under the 50 s")
+    assert records[3]["reason"] == "not on this CPU" and records[0]["command"] == "x 25"
+
+
+def test_a_step_over_its_share_is_stopped_and_a_failing_one_says_why(tmp_path):
+    sleeper = measure_plan.Step("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], 1.0, 0.1)
+    failing = measure_plan.Step("failing", [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], 1.0, 0.1)
+    assert measure_plan.run_child(sleeper, sleeper.argv, 1.0, str(tmp_path))[0] == "timed-out"
+    status, reason = measure_plan.run_child(failing, failing.argv, 30.0, str(tmp_path))
+    assert status == "failed" and reason.startswith("exit status 3") and "boom" in reason
+    assert (tmp_path / "failing.log").read_text().strip() == "boom"
+
+
+def _recorded(folder):
+    with open(os.path.join(RESULTS, folder, "bench.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_the_summary_reads_the_ratios_of_a_recorded_benchmark():
+    doc = _recorded("bench-r50-224-zen4")  # float32, amp-bfloat16, auto (timed) and the PyTorch peer
+    row = measure_plan.summary_row(doc)
+    bf16 = next(r for r in doc["results"] if r["precision"] == "amp-bfloat16")
+    peer = next(iter(doc["peer"].values()))
+    assert row["unit"] == "img/s" and row["batch_size"] == 16 and row["bfloat16"] == bf16["images_per_second"]
+    assert row["bf16_over_fp32"] == bf16["speedup"] and row["auto"] == "amp-bfloat16"
+    assert row["auto_over_fp32"] == bf16["speedup"]
+    assert row["bf16_over_pytorch_bf16"] == peer["mixed_ratio"]
+    assert row["fp32_over_pytorch_fp32"] == peer["float32_ratio"]
+    assert row["pytorch_best_bf16_label"] == peer["peer_mixed"]["label"]
+
+    avx2 = measure_plan.summary_row(_recorded("bench-families-zen3/word-lm-lstm"))  # bfloat16 refused there
+    assert avx2["unit"] == "tokens/s" and avx2["bfloat16"] is None and avx2["bf16_over_pytorch_bf16"] is None
+    assert avx2["bfloat16_status"].startswith("skipped") and avx2["fp32_over_pytorch_fp32"] is not None
+
+
+def test_the_figures_are_registered_by_folder_and_quoted_from_measure_json(tmp_path):
+    summary = {"resnet50_v2": measure_plan.summary_row(_recorded("bench-r50-224-zen4")),
+               "word-lm-lstm": measure_plan.summary_row(_recorded("bench-families-zen3/word-lm-lstm"))}
+    (tmp_path / "measure-x").mkdir()
+    (tmp_path / "measure-x" / "measure.json").write_text(json.dumps({"summary": summary}))
+    registry = tmp_path / "figures.json"
+    registry.write_text(json.dumps({"other": {"file": "f", "path": "p", "format": "{}"},
+                                    "measure.measure-x.gone.bf16_over_fp32": {}}, indent=1) + "\n")
+    entries = measure_plan.figure_entries("measure-x", summary)
+    written = measure_plan.update_registry(str(registry), "measure-x", entries)
+    assert "other" in written and "measure.measure-x.gone.bf16_over_fp32" not in written  # the old run's are gone
+    assert "measure.measure-x.word-lm-lstm.bf16_over_fp32" not in written  # no bfloat16 there: no figure
+    spec = importlib.util.spec_from_file_location("figures", os.path.join(REPO, "docs", "hooks", "figures.py"))
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    key = "measure.measure-x.resnet50_v2.bf16_over_fp32"
+    assert figures.value(key, written, tmp_path) == f"{summary['resnet50_v2']['bf16_over_fp32']:.2f}x"
+    table = figures.table("measure.measure-x", written, tmp_path).splitlines()
+    assert len(table) == 4 and table[-1].startswith("| word-lm-lstm 35tok, batch 32 |") and "—" in table[-1]
+
+
+@pytest.mark.slow
+def test_the_tool_writes_its_folder_with_every_step_recorded_within_a_tiny_budget(tmp_path):
+    """18 s: `mxfp16 info` runs (a few seconds), every benchmark's share is then under its floor."""
+    out = tmp_path / "m"
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "measure.py"), "--quick", "--budget", "0.3",
+                           "--out", str(out)], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "measure.json").read_text())
+    assert doc["cpu_class"] == hardware.cpu_class() and doc["quick"] and doc["budget_minutes"] == 0.3
+    assert {"cpu", "bfloat16", "threads", "python", "numpy", "mxnet", "steps", "summary", "seconds"} <= set(doc)
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert list(steps) == ["info", "amx-check", *BENCHES] and steps["info"]["status"] == "ok"
+    assert doc["threads"] and doc["mxnet"] == "1.9.1"  # read from info.json
+    for name in BENCHES:
+        assert steps[name]["status"] == "skipped" and steps[name]["reason"], steps[name]
+    assert any(steps[n]["reason"].startswith("budget spent") for n in BENCHES)
+    assert doc["summary"] == {} and "| step | status |" in (out / "measure.md").read_text()
+    assert (out / "info.json").is_file() and (out / "lscpu.txt").is_file() == bool(shutil.which("lscpu"))
+    assert os.listdir(tmp_path) == ["m"]  # the temporary folder took the folder's place
+    assert f"CPU class {hardware.cpu_class()}" in proc.stdout.splitlines()[0]
+
+
+def test_without_gluoncv_resnet50_v2_comes_from_mxnets_zoo_layer_for_layer(monkeypatch):
+    """A checkout beside MXNet's wheel alone has no gluoncv: the headline model is still built, the same network."""
+    from mxfp16.models import zoo
+
+    def shapes(net):
+        return [(name.split("_", 1)[1], p.shape) for name, p in net.collect_params().items()]  # no instance prefix
+
+    theirs = shapes(zoo.build_model("resnet50_v2", 10, in_shape=(3, 32, 32)))
+
+    def absent():
+        raise ImportError("No module named 'gluoncv'")
+
+    monkeypatch.setattr(zoo, "import_gluoncv", absent)
+    net = zoo.build_model("resnet50_v2", 10, in_shape=(3, 32, 32))
+    assert type(net).__module__.startswith("mxnet.gluon.model_zoo") and shapes(net) == theirs
+    with pytest.raises(zoo.ModelError, match="gluoncv's model zoo, which is not installed here"):
+        zoo.build_model("mobilenetv2_1.0", 10, in_shape=(3, 32, 32))
