@@ -10,7 +10,7 @@ from conftest import CPU_MIXED
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = ["--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10", "--iters", "4", "--warmup", "1",
-        "--repeats", "2"]
+        "--repeats", "2", "--no-census"]
 
 
 @pytest.mark.slow

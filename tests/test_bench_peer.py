@@ -15,7 +15,7 @@ from mxfp16.models import SEQUENCE_MODELS, build_model
 
 import pytest
 
-SMALL = ["--model", "resnet50_v2", "--image-size", "32", "--batch-sizes", "2", "--precisions", "float32",
+SMALL = ["--no-census", "--model", "resnet50_v2", "--image-size", "32", "--batch-sizes", "2", "--precisions", "float32",
          "--iters", "1", "--warmup", "0", "--repeats", "1", "--no-plots", "--peer", "pytorch"]
 
 
@@ -148,7 +148,7 @@ def test_a_sequence_model_is_timed_beside_its_pytorch_peer(tmp_path, capsys):
     pytest.importorskip("torch")
     assert main(["bench", "--model", "lstm-classifier", "--image-size", "8", "--batch-sizes", "8", "--classes", "10",
                  "--iters", "2", "--warmup", "1", "--repeats", "1", "--peer", "pytorch-eager", "--out", str(tmp_path),
-                 "--no-plots"]) == 0
+                 "--no-plots", "--no-census"]) == 0
     doc = _rows(tmp_path)
     peers = [r for r in doc["results"] if r["framework"] == "pytorch"]
     assert [(r["precision"], r["layout"], r["status"]) for r in peers] == \

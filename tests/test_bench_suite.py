@@ -17,7 +17,7 @@ from conftest import BFLOAT16, BFLOAT16_RUNS, requires_bfloat16
 
 pytestmark = pytest.mark.slow
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TINY = ["--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10",
+TINY = ["--no-census", "--model", "cifar_resnet20_v1", "--image-size", "32", "--classes", "10",
         "--iters", "2", "--warmup", "1", "--repeats", "2"]
 
 

@@ -506,7 +506,7 @@ def test_two_benches_into_one_folder_one_wins_whole_the_other_names_it(tmp_path,
     out = tmp_path / "bench"
     argv = ["bench", "--model", "cifar_resnet20_v1", "--image-size", "8", "--classes", "2", "--batch-sizes", "2",
             "--precisions", "float32", "--iters", "1", "--warmup", "0", "--repeats", "1", "--no-plots", "--out",
-            str(out)]
+            str(out), "--no-census"]
     first, second = race(monkeypatch, lambda: main(argv), lambda: (main(argv), capsys.readouterr().err))
     assert (first, second[0]) == (0, 2)
     _busy(second[1], out)
