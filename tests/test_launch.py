@@ -82,7 +82,10 @@ def test_bad_counts_are_refused(workers, servers, port, words):
         local_plan([], 1, 1)
 
 
-def test_output_is_prefixed_and_each_process_sees_its_environment():
+def test_output_is_prefixed_and_each_process_sees_its_environment(monkeypatch):
+    # What each process sees is its slot's: a thread count this process was given (a shell's, an earlier
+    # in-process command's) would reach the roles that set none, the scheduler among them.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     slots = plan(2, 1, dummy("env"), dummy("env"))
     result, out, err = run_quietly(slots, timeout=LIMIT)
     assert (result.returncode, result.reason) == (0, "ok")
@@ -376,3 +379,29 @@ def test_local_workers_share_the_cores_unless_the_user_chose(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own choice reaches every process unchanged
     monkeypatch.delenv("MXFP16_THREADS_SET")
     assert all("OMP_NUM_THREADS" not in s.env for s in local_plan(["true"], workers=2, servers=1, port=9000))
+
+
+def test_launch_as_a_library_leaves_the_hosts_own_children_alone(tmp_path):
+    """Adopting orphans (what `mxfp16 launch` does) must not take the calling process's other children for the job's.
+
+    A notebook pool, or any subprocess a host started beside ``launch``, sits in the host's process group;
+    the job's processes and their descendants never do. In a child: adopting orphans makes it a subreaper.
+    """
+    slots = plan(1, 1, dummy("fail", 0), dummy("sleep", folder=tmp_path))
+    code = f"""
+        import io, os, subprocess, sys
+        from mxfp16.distributed import launch
+        from mxfp16.distributed.plan import Slot
+        bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        slots = {slots!r}
+        result = launch(slots, timeout={LIMIT}, grace=1, stdout=io.StringIO(), stderr=io.StringIO(),
+                        adopt_orphans=True)
+        alive = bystander.poll() is None
+        bystander.kill()
+        bystander.wait()
+        print(result.returncode, alive, bystander.returncode)
+    """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO), timeout=LIMIT * 2)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "True", str(-signal.SIGKILL)], proc.stdout + proc.stderr

@@ -168,6 +168,17 @@ def _group_alive(pgid, table=None):
     return True
 
 
+def _hosts_own(pgid):
+    """Whether a child in process group ``pgid`` is this process's own, not an orphan of the job it adopted.
+
+    Every process the job starts gets a group of its own, and its descendants keep that group or leave
+    for a session of their own; a child still in this process's group was started here, by whatever else
+    runs in this process (``launch`` called as a library, a notebook pool beside it), and is none of the
+    job's business.
+    """
+    return pgid == os.getpgrp()
+
+
 def _kill(pid, signum):
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
@@ -343,7 +354,7 @@ class _Job:
         me = os.getpid()
         return [pid for pid, ppid, pgid, zombie in (_process_table() if table is None else table) or []
                 if not zombie and pgid not in groups and pid != me
-                and ((self.adopt_orphans and ppid == me) or _in_job(pid, self.token))]
+                and ((self.adopt_orphans and ppid == me and not _hosts_own(pgid)) or _in_job(pid, self.token))]
 
     def _poll_all(self):
         """Update every Popen's status, and reap dead adopted orphans so no zombie is left behind.
@@ -354,8 +365,8 @@ class _Job:
             proc.poll()
         if self.adopt_orphans:
             ours, me = {proc.pid for _, proc in self.procs}, os.getpid()
-            for pid, ppid, _, zombie in _process_table() or []:
-                if zombie and ppid == me and pid not in ours:
+            for pid, ppid, pgid, zombie in _process_table() or []:
+                if zombie and ppid == me and pid not in ours and not _hosts_own(pgid):
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(pid, os.WNOHANG)
 
