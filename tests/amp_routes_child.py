@@ -69,6 +69,14 @@ def separable_block():
     return net
 
 
+def pooled_cnn(pool):
+    """A ResNet's end: convolution, BatchNorm, ReLU, global pooling (GlobalAvgPool2D or GlobalMaxPool2D), Dense."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(16, 3, padding=1, use_bias=False), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
+            pool(), gluon.nn.Dense(10))
+    return net
+
+
 def lstm(unfused):
     net = LSTMClassifier(10, 16, num_layers=2)
     if unfused:
@@ -88,6 +96,8 @@ NETWORKS = {
     "dcgan-generator": (Generator, [(2, 100, 1, 1)]),
     "dense-generator": (DenseGenerator, [(2, 100)]),
     "separable-block": (separable_block, [(2, 16, 8, 8)]),
+    "global-avg-pool": (lambda: pooled_cnn(gluon.nn.GlobalAvgPool2D), [(2, 3, 8, 8)]),
+    "global-max-pool": (lambda: pooled_cnn(gluon.nn.GlobalMaxPool2D), [(2, 3, 8, 8)]),
 }
 
 

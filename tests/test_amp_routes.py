@@ -1,5 +1,7 @@
 """Issue 44's routes, read from the graphs AMP builds: attention without cast ping-pong, recurrent layers whose
-products run in bfloat16, depthwise and 1x1 convolutions kept float32 as an option, Conv2DTranspose in float32.
+products run in bfloat16, depthwise and 1x1 convolutions (or every BatchNorm) kept float32 as an option,
+Conv2DTranspose in float32, global average pooling as a float32 ``mean`` (tests/test_pooling_route.py checks its
+values and kernels, tests/test_batchnorm32.py the BatchNorm option's).
 
 The graphs are traced and typed in one child process per list set (``tests/amp_routes_child.py``; AMP is
 process-global), so this runs on any CPU. What the routes do to speed needs a CPU with avx512_bf16
@@ -18,7 +20,7 @@ import pytest
 from conftest import REPO, requires_bfloat16, run_python
 
 CHILD = os.path.join(REPO, "tests", "amp_routes_child.py")
-LIST_SETS = ("shape-float32", "mxfp16", "mxfp16+depthwise32", "mxfp16+pointwise32")
+LIST_SETS = ("shape-float32", "mxfp16", "mxfp16+depthwise32", "mxfp16+pointwise32", "mxfp16+batchnorm32")
 ATTENTION = ("transformer-encoder", "self-attention", "encoder-block", "fused-attention")
 
 
@@ -110,6 +112,27 @@ def test_conv2d_transpose_runs_in_float32_but_a_single_output_channel_as_a_bfloa
     assert [op[1] for op in _ops(grey, "Deconvolution")] == ["float32"]
     assert [op[1] for op in _ops(grey, "Convolution")] == ["bfloat16"]
     assert {op[1] for op in _ops(grey, "FullyConnected")} == {"bfloat16"}
+
+
+def test_global_average_pooling_runs_as_a_float32_mean_and_max_pooling_stays_oneDNNs(typed):
+    # MXNet 1.9.1's oneDNN global average pooling hands its gradient on in a layout that sends its own backward
+    # and the BatchNorm's before it to reference kernels (mxfp16/amp/pooling.py): under AMP it is a float32 mean.
+    for which in ("mxfp16", "mxfp16+depthwise32"):
+        avg, top = typed[which]["global-avg-pool"], typed[which]["global-max-pool"]
+        assert _ops(avg, "Pooling") == [] and [op[1] for op in _ops(avg, "mean")] == ["float32"]
+        assert [op[1] for op in _ops(avg, "Convolution")] == ["bfloat16"]
+        assert [op[1] for op in _ops(avg, "BatchNorm")] == ["bfloat16"]
+        assert [op[1] for op in _ops(top, "Pooling")] == ["bfloat16"] and _ops(top, "mean") == []
+        assert {op[1] for op in _ops(avg, "FullyConnected")} == {"bfloat16"}
+
+
+def test_the_batchnorm32_option_keeps_every_batchnorm_float32_and_the_convolutions_bfloat16(typed):
+    for net in ("separable-block", "global-avg-pool"):
+        default, option = typed["mxfp16"][net], typed["mxfp16+batchnorm32"][net]
+        assert {op[1] for op in _ops(default, "BatchNorm")} == {"bfloat16"}
+        assert _ops(option, "BatchNorm") and {op[1] for op in _ops(option, "BatchNorm")} == {"float32"}
+        assert [op[1] for op in _ops(option, "Convolution")] == [op[1] for op in _ops(default, "Convolution")]
+        assert {op[1] for op in _ops(option, "Convolution")} == {"bfloat16"}
 
 
 def _transposed_convolution(x, w, b, stride, pad, adj):

@@ -20,7 +20,8 @@ step is printed, with each row's ratio to the case's float32 row:
   sequence 128, batch 8): shape operators following their input (mxfp16's
   lists) against in float32 (as MXNet's lists keep them);
 * ``mobilenet``: MobileNet v2 1.0 at 224 px, batch 16: mxfp16's lists, with
-  depthwise or 1x1 convolutions in float32, and ``measured``;
+  depthwise or 1x1 convolutions in float32, ``measured``, and every BatchNorm
+  in float32 (``mxfp16+batchnorm32``);
 * ``generator``: a generator of 64 px grey images (one output channel: the
   layer MXNet 1.9.1 cannot train, which mxfp16 computes as a convolution
   under AMP; its float32 row is expected to fail).
@@ -48,7 +49,8 @@ CASES = {
                   ("amp-bfloat16, depthwise float32", "amp-bfloat16", "mxfp16+depthwise32", None),
                   ("amp-bfloat16, 1x1 float32", "amp-bfloat16", "mxfp16+pointwise32", None),
                   ("amp-bfloat16, both float32", "amp-bfloat16", "mxfp16+depthwise32+pointwise32", None),
-                  ("amp-bfloat16, measured", "amp-bfloat16", "measured", None)],
+                  ("amp-bfloat16, measured", "amp-bfloat16", "measured", None),
+                  ("amp-bfloat16, BatchNorm float32", "amp-bfloat16", "mxfp16+batchnorm32", None)],
     "generator": [("float32", "float32", "mxfp16", None), ("amp-bfloat16", "amp-bfloat16", "mxfp16", None)],
 }
 CASES["gru"] = CASES["lstm"]

@@ -22,7 +22,7 @@ convolutions (options, to be measured).
 (:func:`float32_layers`).
 
 Beyond the CNN, six things in MXNet 1.9.1's AMP stop other Gluon models,
-and :func:`init_amp` repairs each:
+and :func:`init_amp` repairs each (and one slows every CNN):
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
   reach (``dot``, ``batch_dot`` in attention). ``tools/amp_probe_ops.py``
@@ -46,6 +46,11 @@ and :func:`init_amp` repairs each:
   output channel fails its backward pass (in float32 too): under bfloat16
   AMP such layers run as the equivalent ``Convolution``
   (:mod:`mxfp16.amp.deconvolution`), in bfloat16.
+* MXNet 1.9.1's oneDNN global average pooling (``GlobalAvgPool2D``) hands
+  its gradient on in a layout no JIT kernel takes, so its backward and the
+  ``BatchNorm`` backward before it run oneDNN's reference code (most of a
+  small ResNet's step): under bfloat16 AMP it runs as a float32 ``mean``
+  (:mod:`mxfp16.amp.pooling`).
 * ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
   (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp.numpy_mode` gives the
   ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
@@ -58,12 +63,14 @@ import warnings
 from ..float_formats import BFLOAT16
 from . import wrappers as w
 from .deconvolution import single_channel_as_convolution
+from .pooling import global_average_as_mean
 
 #: The list sets an AMP precision can run with, by name: which operator lists (:func:`operator_lists`) and which
 #: float32 rules for layers (:data:`FLOAT32_RULES`) each applies for bfloat16. ``measured`` keeps in float32 the
 #: layers a measurement on this machine found not to gain (:mod:`mxfp16.per_layer`); the ``+depthwise32`` and
 #: ``+pointwise32`` sets are options whose effect is still to be measured on a CPU with avx512_bf16
-#: (docs/benchmarks.md), not defaults.
+#: (docs/benchmarks.md), not defaults. ``+batchnorm32`` (every BatchNorm in float32, :func:`batch_norm`) is an
+#: option for networks whose BatchNorms get the plain layout (MobileNet v2): measured there, not a default.
 LIST_SETS = {
     "mxfp16": ("mxfp16", ("stem",)),
     "mxnet": ("mxnet", ()),
@@ -71,6 +78,7 @@ LIST_SETS = {
     "mxfp16+depthwise32": ("mxfp16", ("stem", "depthwise32")),
     "mxfp16+pointwise32": ("mxfp16", ("stem", "pointwise32")),
     "mxfp16+depthwise32+pointwise32": ("mxfp16", ("stem", "depthwise32", "pointwise32")),
+    "mxfp16+batchnorm32": ("mxfp16", ("stem", "batchnorm32")),
 }
 #: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp.numpy_mode` wraps them.
 _NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
@@ -252,6 +260,23 @@ def pointwise_convolution(call):
     return call.op == "Convolution" and bool(kernel) and set(kernel) == {1} and call.int_attr("num_group", 1) == 1
 
 
+def batch_norm(call):
+    """Every ``BatchNorm``: the ``+batchnorm32`` option keeps them all in float32 (inputs cast up, output float32).
+
+    oneDNN 2.4.4 has JIT BatchNorm kernels only for blocked layouts
+    (``nChw16c``). Where a BatchNorm gets its input in the plain layout (after
+    a convolution oneDNN ran as a GEMM because its channels are not a multiple
+    of 16, after the 3-channel stem, after MobileNet's ``clip`` ReLU6) it runs
+    ``ncsp_bnorm:any``, portable C++, which in bfloat16 took about 3x its
+    float32 time on an AMD Zen 4 with avx512_bf16. MobileNet v2 under
+    amp-bfloat16 then trained about 2x faster with this option (1.0 at 112 px,
+    0.25 at 96 px; still 0.85x to 0.91x of float32), and ``cifar_resnet20_v1``,
+    whose BatchNorms run JIT kernels in bfloat16, 0.53x as fast: an option, not
+    the default (docs/benchmarks.md, docs/results/routes-zen4).
+    """
+    return call.op == "BatchNorm"
+
+
 #: The layers a measurement kept in float32 in this process (AMP is process-global, and so is this): by
 #: weight parameter name (graph nodes), and by ``(operator, attributes, input shapes)`` (calls on arrays).
 _measured = {"weights": set(), "calls": set()}
@@ -293,12 +318,13 @@ def measured_float32(call):
 #: Layers kept in float32 when they would run in bfloat16 under the operator lists, by rule name: which
 #: operators each rule looks at, and the rule (a function of :class:`~mxfp16.amp.wrappers.LayerCall`).
 #: ``stem`` is part of mxfp16's lists (measured: docs/benchmarks.md); ``measured`` holds what a measurement on
-#: this machine found (:func:`keep_float32_measured`); ``depthwise32`` and ``pointwise32`` are options.
+#: this machine found (:func:`keep_float32_measured`); ``depthwise32``, ``pointwise32`` and ``batchnorm32`` are options.
 FLOAT32_RULES = {
     "stem": (("Convolution",), stem_convolution),
     "depthwise32": (("Convolution",), depthwise_convolution),
     "pointwise32": (("Convolution",), pointwise_convolution),
     "measured": (("Convolution", "FullyConnected"), measured_float32),
+    "batchnorm32": (("BatchNorm",), batch_norm),
 }
 
 
@@ -493,6 +519,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
                  lambda f, name: w.widest_call(f, name, amp_dtype))
     if target_dtype == "bfloat16":  # the failure is oneDNN's, on CPUs; a GPU's deconvolution is cuDNN's
         _wrap_legacy(["Deconvolution"], lambda f, name: single_channel_as_convolution(f))
+        _wrap_legacy(["Pooling"], lambda f, name: global_average_as_mean(f))  # oneDNN's, too (pooling.py)
     for (m, op), original in originals.items():
         setattr(m, op, w.float32_where(original, getattr(m, op), rules[op], op))
     widest = set(amp.list_widest_type_cast(amp_dtype))
