@@ -53,6 +53,15 @@ def _gpu_count():
 HAS_GPU = _gpu_count() > 0
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The notebooks' file last: its smoke-run checks wait for runs started at collection, done by then.
+
+    Under pytest-xdist (``--dist loadfile``) files go to the workers in collection order, so a worker that
+    reached test_notebooks.py in the middle would sit waiting for the smoke runs while it could test.
+    """
+    items.sort(key=lambda item: item.nodeid.startswith("tests/test_notebooks.py"))
+
+
 def pytest_collection_finish(session):
     """Start the selected notebooks' smoke runs now, when the session will check them (see tests/test_notebooks.py)."""
     wanted = [item for item in session.items if item.name.startswith("test_notebook_runs_in_smoke_mode")
