@@ -18,8 +18,9 @@ model can. So ``auto`` is decided here, in one way:
   kept only when it is faster by :data:`MARGIN`. A first ratio near 1
   (between ``1/CLEAR`` and :data:`CLEAR`), or one taken from steps too short
   to time reliably on a shared or virtual machine, is confirmed by more
-  rounds, each repeat at least :data:`MIN_REPEAT_MS` long, and the median of
-  the rounds' ratios decides;
+  rounds, each repeat at least :data:`MIN_REPEAT_MS` long
+  (``MXFP16_AUTO_REPEAT_MS`` sets another length: :func:`min_repeat_ms`),
+  and the median of the rounds' ratios decides;
 * without a network at hand (:func:`mxfp16.resolve_precision` alone), the
   rule decides and the reason says the network was not timed.
 
@@ -59,7 +60,7 @@ from dataclasses import asdict, dataclass, replace
 from .plumbing.cache import KeyedCache, cache_folder
 
 __all__ = ["AutoVerdict", "NetworkProbe", "decide_auto", "timing_applies", "cache_file", "machine_key", "machine_busy",
-           "MARGIN", "CLEAR"]
+           "min_repeat_ms", "MARGIN", "CLEAR"]
 
 #: amp-bfloat16 must be at least this much faster than float32 to be chosen: a tie, or a gain inside the
 #: run-to-run spread of a short probe, keeps float32 (the same speed with no bfloat16 rounding to explain).
@@ -71,6 +72,8 @@ CLEAR = 1.25
 #: Rounds after the first when it did not decide, and how long each timed repeat lasts at least to be trusted
 #: (on a 2-core VM the LSTM's short step changed by half from one process to the next; 1 s of steps less).
 CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
+#: The variable that sets another repeat length (:func:`min_repeat_ms`).
+REPEAT_MS_VARIABLE = "MXFP16_AUTO_REPEAT_MS"
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
 #: Seconds a probe child may take before it is stopped (and float32, the safe side, is kept).
@@ -123,6 +126,37 @@ class AutoVerdict:
 def cache_file(environ=None):
     """Where verdicts are kept: ``$MXFP16_CACHE_DIR`` or ``$XDG_CACHE_HOME/mxfp16`` (``~/.cache/mxfp16``)."""
     return os.path.join(cache_folder(environ), "auto-precision.json")
+
+
+def min_repeat_ms(environ=None):
+    """How long each timed repeat of a probe lasts at least, in milliseconds: :data:`MIN_REPEAT_MS` by default.
+
+    ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the
+    probe's length. A quiet, dedicated machine can time shorter repeats;
+    a test suite that only needs *a* verdict times its networks in a tenth
+    of the time (mxfp16's own suite uses 100); a noisy shared machine may
+    need longer ones. The rounds and the margin stay the same.
+
+    Raises
+    ------
+    PrecisionError
+        For a value that is not a positive number, naming the variable.
+    """
+    from .precision import PrecisionError
+
+    environ = os.environ if environ is None else environ
+    text = environ.get(REPEAT_MS_VARIABLE, "").strip()
+    if not text:
+        return MIN_REPEAT_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise PrecisionError(f"{REPEAT_MS_VARIABLE}={text!r} is not a positive number of milliseconds (how long "
+                             f"auto times each repeat of a network's steps); set e.g. {REPEAT_MS_VARIABLE}=1000, "
+                             "or unset it for the default")
+    return value
 
 
 def timing_applies(ctx, support=None):
@@ -397,8 +431,10 @@ def _probe_rounds(probe, log):
     rounds. A first round of short steps is only a measure of the step: on
     a shared or virtual machine a burst from a neighbour can move a short
     step by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
-    instead, and the short round is left out.
+    instead, and the short round is left out. "Long" is :func:`min_repeat_ms`.
     """
+    repeat_ms = min_repeat_ms()
+
     def one_round(iters):
         return probe.time("float32", iters), probe.time(CANDIDATE, iters)
 
@@ -406,10 +442,10 @@ def _probe_rounds(probe, log):
     if _failure(probe.where, [first]) is not None:
         return [first]
     f32, bf16 = (r["ms_per_step"] for r in first)
-    long_enough = PROBE_ITERS * min(f32, bf16) >= MIN_REPEAT_MS
+    long_enough = PROBE_ITERS * min(f32, bf16) >= repeat_ms
     if long_enough and not 1 / CLEAR < f32 / bf16 < CLEAR:
         return [first]
-    iters = min(MAX_CONFIRM_ITERS, max(PROBE_ITERS, math.ceil(MIN_REPEAT_MS / min(f32, bf16))))
+    iters = min(MAX_CONFIRM_ITERS, max(PROBE_ITERS, math.ceil(repeat_ms / min(f32, bf16))))
     rounds, more = ([first], CONFIRM_ROUNDS) if long_enough else ([], CONFIRM_ROUNDS + 1)
     log(f"auto: {'a close call' if long_enough else 'steps too short to time once'} "
         f"({f32 / bf16:.2f}x); {more} more round(s) of {iters} steps per repeat")
@@ -459,6 +495,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         verdict = _from_cache(verdicts[key])
         if verdict is not None:
             return verdict
+    min_repeat_ms()  # a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
         f"the verdict is kept in {cache}")

@@ -40,6 +40,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # auto's verdicts (mxfp16.auto) go to a folder of this session's: tests neither read a user's cached
 # verdicts nor leave their own behind, and children started by tests inherit it.
 os.environ["MXFP16_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxfp16-test-cache-")
+# auto times a network in repeats of a second each by default (a verdict a user keeps): the suite's examples,
+# recipes, notebooks and runs only need *a* verdict, so their probes time repeats of 100 ms, for the same code
+# path in a tenth of the time. tests/test_auto_precision.py checks the default length and this setting.
+os.environ.setdefault("MXFP16_AUTO_REPEAT_MS", "100")
 
 
 def _gpu_count():

@@ -40,7 +40,9 @@ class FakeProbe:
 
 @pytest.fixture
 def native(monkeypatch, tmp_path):
-    """A CPU where timing applies (native bfloat16), an idle machine, and a cache of this test's own."""
+    """A CPU where timing applies (native bfloat16), an idle machine, a cache of this test's own, and the default
+    repeat length (the suite shortens it for the networks it does not test auto on: conftest.py)."""
+    monkeypatch.delenv(auto.REPEAT_MS_VARIABLE, raising=False)
     monkeypatch.setattr(hardware, "bfloat16_support", lambda *a, **k: NATIVE)
     monkeypatch.setattr(auto, "machine_busy", lambda: None)
     return str(tmp_path / "cache" / "auto-precision.json")
@@ -92,6 +94,24 @@ def test_short_steps_are_timed_again_in_long_repeats_and_the_short_round_is_left
     # The long rounds time MIN_REPEAT_MS per repeat at least: 1000 ms of 10 ms steps is 100 steps.
     assert probe.iters[:2] == [auto.PROBE_ITERS] * 2 and probe.iters[2:] == [100] * 6
     assert any("too short" in line for line in lines)
+
+
+def test_the_repeat_length_can_be_set_and_a_bad_one_is_refused_before_timing(native, monkeypatch):
+    # 200 ms of 10 ms steps is 20 steps per repeat; a first round of 3 x 100 ms steps then decides alone.
+    monkeypatch.setenv(auto.REPEAT_MS_VARIABLE, "200")
+    probe = FakeProbe({"float32": [20.0, 9.7, 10.0, 9.8], "amp-bfloat16": [10.0, 10.0, 10.0, 10.0]})
+    decide(probe, native)
+    assert probe.iters == [auto.PROBE_ITERS] * 2 + [20] * 6
+    slow = FakeProbe({"float32": 200.0, "amp-bfloat16": 100.0}, key="net-slow")
+    assert decide(slow, native).precision == "amp-bfloat16" and slow.runs == ["float32", "amp-bfloat16"]
+    assert auto.min_repeat_ms({}) == auto.MIN_REPEAT_MS == 1000.0
+    for bad in ("0", "-5", "fast", "nan", "inf"):
+        monkeypatch.setenv(auto.REPEAT_MS_VARIABLE, bad)
+        probe = FakeProbe({"float32": 10.0, "amp-bfloat16": 10.0}, key=f"net-{bad}")
+        with pytest.raises(mxfp16.PrecisionError, match=f"MXFP16_AUTO_REPEAT_MS='{bad}' is not a positive number.*"
+                                                        "unset it"):
+            decide(probe, native)
+        assert probe.runs == []
 
 
 def test_the_verdict_is_cached_per_network(native):

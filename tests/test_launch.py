@@ -73,6 +73,48 @@ def test_local_plan_gives_each_role_its_dmlc_environment():
     assert local_plan(["x"], 1, 1, port=7000)[0].env["DMLC_PS_ROOT_PORT"] == "7000"
 
 
+def test_a_local_jobs_port_is_free_below_the_ephemeral_range_and_never_given_twice():
+    """Port-0 binds (every ps-lite process's own port) and outgoing connections take ephemeral ports: a scheduler
+    port drawn there could be taken before the scheduler binds it, and jobs started at once collided so."""
+    import random
+    import socket
+
+    from mxfp16.distributed import plan as launch_plan
+
+    low = launch_plan.ephemeral_range()[0]
+    if low - launch_plan.PORT_FLOOR < 1000:
+        pytest.skip(f"this kernel's ephemeral range starts at {low}: free_port takes the kernel's pick there")
+    ports = []
+    threads = [threading.Thread(target=lambda: ports.extend(launch_plan.free_port() for _ in range(20)))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(ports) == len(set(ports)) == 80 and all(launch_plan.PORT_FLOOR <= p < low for p in ports)
+    # A port another process listens on is passed over.
+    with socket.socket() as taken:
+        while True:
+            try:
+                taken.bind(("127.0.0.1", random.randrange(launch_plan.PORT_FLOOR, low)))
+                break
+            except OSError:
+                continue
+        taken.listen()
+        busy = taken.getsockname()[1]
+
+        class Draws:
+            """The listening port first, then random ones."""
+            calls = 0
+
+            def randrange(self, first, stop):
+                self.calls += 1
+                return busy if self.calls == 1 else random.randrange(first, stop)
+
+        draws = Draws()
+        assert launch_plan.free_port(rng=draws) not in (busy, *ports) and draws.calls >= 2
+
+
 @pytest.mark.parametrize("workers, servers, port, words", [
     (0, 1, None, "--workers"), (1, 0, None, "--servers"), (1, 1, 70000, "--port")])
 def test_bad_counts_are_refused(workers, servers, port, words):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 from conftest import REPO
-from train_support import QUICK, metrics, ok, position, refused, run_train, summary, tiny_dataset
+from train_support import QUICK, metrics, ok, position, refused, run_train, run_train_here, summary, tiny_dataset
 
 pytestmark = pytest.mark.slow
 SHORT = ["--precision", "float32", "--max-batches", "2", *QUICK]
@@ -59,7 +59,7 @@ def test_overwrite_with_a_bad_flag_leaves_the_old_run_intact(run_copy, data, bad
         args[i + 1] = bad[1]
     else:
         args += bad
-    refused(run_train(*args), phrase)
+    refused(run_train_here(*args), phrase)
     assert _snapshot(run_copy) == before
 
 
@@ -109,7 +109,7 @@ def test_a_checkpoint_of_the_old_pickle_format_is_refused_unread(run_copy, data,
     (folder / "latest.json").write_text(json.dumps({"version": 2, "tag": "epoch-0003",
                                                     "params_file": "epoch-0003.params",
                                                     "states_file": "epoch-0003.states"}))
-    refused(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, *SHORT),
+    refused(run_train_here("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 4, *SHORT),
             "pickle", "does not load it")
     assert not marker.exists()
 
@@ -163,7 +163,7 @@ def test_a_damaged_latest_json_leaves_the_checkpoints_readable(run_copy):
 def test_no_intact_checkpoint_is_a_clear_error(run_copy, data):
     for path in (run_copy / "checkpoints").glob("*.params"):
         path.write_bytes(b"garbage")
-    refused(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 3, *SHORT),
+    refused(run_train_here("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 3, *SHORT),
             "no intact checkpoint", "sha256")
 
 
@@ -174,7 +174,7 @@ def test_a_first_checkpoint_killed_before_its_record_is_recoverable(data, tmp_pa
     (folder / "epoch-0001.params").write_bytes(b"half")  # what a kill during the first checkpoint leaves
     (folder / ".epoch-0001.optimizer.x1y2.tmp").write_bytes(b"tmp")
     (out / ".metrics.jsonl.abcd.tmp").write_bytes(b"tmp")
-    refused(run_train("--data-dir", data, "--out", out, "--resume", "--epochs", 1, *SHORT),
+    refused(run_train_here("--data-dir", data, "--out", out, "--resume", "--epochs", 1, *SHORT),
             "no run", "without --resume")
     proc = ok(run_train("--data-dir", data, "--out", out, "--epochs", 1, *SHORT))  # a plain run starts
     assert "removed" in proc.stdout
@@ -203,7 +203,7 @@ def test_a_new_learning_rate_on_resume_takes_effect(run_copy, data):
 
 def test_what_cannot_change_on_resume_is_refused_by_name(run_copy, data):
     before = _snapshot(run_copy)
-    message = refused(run_train("--data-dir", data, "--out", run_copy, "--resume", "--optimizer", "adam",
+    message = refused(run_train_here("--data-dir", data, "--out", run_copy, "--resume", "--optimizer", "adam",
                                 "--batch-size", 4, "--epochs", 4, *QUICK[:4]),
                       "cannot change", "optimizer 'sgd' -> 'adam'", "batch_size 8 -> 4")
     assert "epochs" not in message.split("cannot change:")[1].split(".")[0]  # epochs may change
@@ -211,7 +211,7 @@ def test_what_cannot_change_on_resume_is_refused_by_name(run_copy, data):
 
 
 def test_fewer_epochs_than_finished_is_refused(run_copy, data):
-    refused(run_train("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 2, "--warmup-epochs", 1,
+    refused(run_train_here("--data-dir", data, "--out", run_copy, "--resume", "--epochs", 2, "--warmup-epochs", 1,
                       "--no-progress"),
             "already finished 3 epochs", "--epochs 3")
 
@@ -243,13 +243,13 @@ def test_sigterm_writes_a_checkpoint_and_exits_143(data, tmp_path):
                                                  ("--seed", "-5", "seed=-5"), ("--seed", str(2 ** 32), "2**32-1"),
                                                  ("--threads", "0", "whole number >= 1")])
 def test_bad_numbers_are_refused_without_a_traceback(data, tmp_path, flag, value, phrase):
-    refused(run_train("--data-dir", data, "--out", tmp_path / "x", flag, value, *SHORT), phrase)
+    refused(run_train_here("--data-dir", data, "--out", tmp_path / "x", flag, value, *SHORT), phrase)
     assert not (tmp_path / "x").exists()
 
 
 def test_an_out_that_is_a_file_is_refused(data, tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("a file")
-    refused(run_train("--data-dir", data, "--out", taken, *SHORT), "is a file")
-    refused(run_train("--data-dir", data, "--out", taken / "run", *SHORT), "is a file")
+    refused(run_train_here("--data-dir", data, "--out", taken, *SHORT), "is a file")
+    refused(run_train_here("--data-dir", data, "--out", taken / "run", *SHORT), "is a file")
     assert taken.read_text() == "a file"

@@ -7,7 +7,7 @@ from mxfp16.train.checkpoint import describe_mismatch
 
 import pytest
 from fault_injection import environment
-from train_support import QUICK, metrics, ok, refused, run_train, tiny_dataset
+from train_support import QUICK, metrics, ok, refused, run_train, run_train_here, tiny_dataset
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_resuming_a_step_run_under_cosine_leaves_its_step_epochs_behind():
 
 @pytest.mark.slow
 def test_the_command_line_refuses_step_epochs_under_cosine(tmp_path):
-    refused(run_train("--out", tmp_path / "run", "--step-epochs", "5,2", *QUICK),
+    refused(run_train_here("--out", tmp_path / "run", "--step-epochs", "5,2", *QUICK),
             "--step-epochs 5,2 is for --lr-schedule step")
     assert not (tmp_path / "run").exists()
 

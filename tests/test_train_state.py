@@ -13,7 +13,7 @@ from mxfp16.machine.environment import available_cores
 from mxfp16.plumbing.fileio import sha256_file
 
 import pytest
-from train_support import QUICK, REPO, metrics, ok, refused, run_train, tiny_dataset
+from train_support import QUICK, REPO, metrics, ok, refused, run_train, run_train_here, tiny_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,7 @@ def test_files_no_record_describes_are_still_leftovers(data, two_epochs, tmp_pat
 def test_resume_with_overwrite_is_refused_and_changes_nothing(data, two_epochs, tmp_path):
     run = _copy(two_epochs, tmp_path)
     before = {p.name: sha256_file(p) for p in run.rglob("*") if p.is_file()}
-    proc = run_train("--data-dir", data, "--out", run, "--resume", "--overwrite", "--epochs", 3, *QUICK)
+    proc = run_train_here("--data-dir", data, "--out", run, "--resume", "--overwrite", "--epochs", 3, *QUICK)
     refused(proc, "resume and overwrite exclude each other")
     assert {p.name: sha256_file(p) for p in run.rglob("*") if p.is_file()} == before
 
@@ -82,7 +82,7 @@ def test_resume_on_changed_data_is_refused_naming_the_change_and_the_flag(data, 
                                                       for c in os.listdir(copy / s))
     victim = sorted((copy / "train" / "circle").iterdir())[0]
     victim.unlink()  # the same path, one image fewer
-    proc = run_train("--data-dir", copy, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2, *QUICK)
+    proc = run_train_here("--data-dir", copy, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2, *QUICK)
     refused(proc, "changed since the run started", "class circle: 24 train / 8 test then, 23 train / 8 test now",
             "--accept-changed-data")
     proc = ok(run_train("--data-dir", copy, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2,
@@ -98,12 +98,14 @@ def test_a_run_without_its_config_json_resumes_with_its_flags_and_keeps_its_chec
     (run / "config.json").unlink()
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
     # Starting anew is refused, with the way out that keeps the checkpoints.
-    proc = run_train("--data-dir", data, "--out", run, "--epochs", 3, *QUICK)
+    proc = run_train_here("--data-dir", data, "--out", run, "--epochs", 3, *QUICK)
     refused(proc, "its config.json is missing", "--resume with the flags the run was started with")
     # The flags of another run are refused by the checkpoint's fingerprint, and nothing is lost.
-    proc = run_train("--data-dir", data, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2,
-                     "--model", "cifar_resnet20_v1", "--image-size", "24", "--batch-size", "8", "--no-progress")
+    proc = run_train_here("--data-dir", data, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2,
+                          "--model", "cifar_resnet20_v1", "--image-size", "24", "--batch-size", "8", "--no-progress")
     refused(proc, "image_size: checkpoint 16, this run 24")
+    # ... before anything was built: auto (the default precision) timed no network for a run it refuses.
+    assert "auto: timing" not in proc.stdout + proc.stderr
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == checkpoints
     # Its own flags continue it, and config.json is back.
     proc = ok(run_train("--data-dir", data, "--out", run, "--resume", "--epochs", 3, "--max-batches", 2,
@@ -169,5 +171,5 @@ def test_more_threads_than_cores_runs_on_every_core(data, tmp_path):
 def test_a_damaged_config_json_refuses_resume_with_a_message(data, two_epochs, tmp_path, text, words):
     run = _copy(two_epochs, tmp_path)
     (run / "config.json").write_text(text)
-    proc = run_train("--data-dir", data, "--out", run, "--resume", "--epochs", 3, *QUICK)
+    proc = run_train_here("--data-dir", data, "--out", run, "--resume", "--epochs", 3, *QUICK)
     refused(proc, "config.json", words)

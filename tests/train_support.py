@@ -32,6 +32,29 @@ def run_train(*args, timeout=240, env=None):
                           timeout=timeout, env=child_env(env), cwd=REPO)
 
 
+def run_train_here(*args):
+    """``mxfp16 train ARGS`` in this process (:func:`mxfp16.cli.main`); a CompletedProcess as :func:`run_train` gives.
+
+    For the refusals that come before any training (or a float32 one): a fresh
+    process would spend its couple of CPU-seconds importing MXNet to print
+    one line. AMP must not come on here (it would stay on for the tests after
+    this one): a call that switches it on fails the test, so a precision that
+    uses AMP needs :func:`run_train`.
+    """
+    import contextlib
+    import io
+
+    from mxfp16.cli import main
+    from mxfp16.precision import amp_target
+
+    before = amp_target()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["train", *map(str, args)])
+    assert amp_target() == before, f"mxfp16 train {args} switched AMP on in the test process: use run_train"
+    return subprocess.CompletedProcess(["mxfp16", "train", *map(str, args)], status, out.getvalue(), err.getvalue())
+
+
 def ok(proc):
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc

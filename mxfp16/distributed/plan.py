@@ -15,6 +15,7 @@ import os
 import shlex
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,11 +67,61 @@ class Slot:
         return self.role if self.role == "scheduler" else f"{self.role} {self.index}"
 
 
-def free_port(host=LOOPBACK):
-    """A TCP port that is free on ``host`` now (the kernel picks it: bind to port 0)."""
+#: Where a local job's scheduler port is drawn from: below the kernel's ephemeral range (:func:`free_port`).
+PORT_FLOOR = 20000
+_HANDED_OUT = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
+def ephemeral_range(path="/proc/sys/net/ipv4/ip_local_port_range"):
+    """``(low, high)``: the ports the kernel gives to port-0 binds and outgoing connections (Linux's default)."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            low, high = (int(v) for v in handle.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port, host):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the scheduler binds (see check_port_free)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host=LOOPBACK, rng=None):
+    """A TCP port that is free on ``host`` now, for a local job's scheduler.
+
+    The scheduler binds it seconds later, once it has imported MXNet. A port
+    from the kernel's ephemeral range (a bind to port 0) could be taken in
+    those seconds: every other ps-lite process picks its own port with a
+    port-0 bind, and every outgoing connection takes one too, so with several
+    jobs starting at once one job's scheduler failed to bind and its workers
+    joined another job's scheduler. So the port is drawn at random below
+    that range (from :data:`PORT_FLOOR`), where the kernel hands out nothing
+    by itself, checked free, and never handed out twice by this process
+    (jobs launched from threads of one process).
+    """
+    import random
+
+    rng = rng or random.SystemRandom()
+    low = ephemeral_range()[0]
+    if low - PORT_FLOOR < 1000:  # a widened ephemeral range: the kernel's pick is all that is left
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
+    with _HANDED_OUT_LOCK:
+        for _ in range(200):
+            port = rng.randrange(PORT_FLOOR, low)
+            if port not in _HANDED_OUT and _bindable(port, host):
+                _HANDED_OUT.add(port)
+                return port
+    raise LaunchPlanError(f"no free TCP port found on {host} in {PORT_FLOOR}..{low - 1} after 200 tries; "
+                          "name one with --port")
 
 
 def check_port_free(port, host=LOOPBACK):

@@ -55,7 +55,7 @@ mx = module("mxnet")
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "write_checkpoint", "load_checkpoint", "read_record",
            "describe_mismatch", "is_checkpoint_file", "params_file", "RECORD", "FORMAT_VERSION",
-           "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params"]
+           "FINGERPRINT_FIELDS", "DEFAULT_KEEP", "CHECKPOINT_CHOICES", "copy_params", "check_known_settings"]
 
 RECORD = "latest.json"
 FORMAT_VERSION = 4  # 4: the precision set-up's state (MixedPrecision.state_dict), not the scaler's alone
@@ -511,12 +511,49 @@ def load_checkpoint(out, parts, fingerprint):
                           "another --out (or --overwrite)")
 
 
+def _mismatch(folder, differences):
+    return CheckpointMismatchError(f"the checkpoint in {folder} belongs to a different run: " + "; ".join(differences)
+                                   + ". Resume with the flags of that run, or start a new run with another --out.")
+
+
+def check_known_settings(out, settings):
+    """Refuse a resume whose settings differ from the newest checkpoint's, before anything is built.
+
+    :func:`load_checkpoint` compares the whole fingerprint, which needs the
+    built network. The fields a command line already fixes (the model, the
+    image size, the batch size, an explicit precision) are compared here with
+    ``latest.json``'s fingerprint first, so a wrong flag is refused at once,
+    not after the data set was read and ``auto`` timed the network. A record
+    that cannot be read is left to :func:`load_checkpoint` (it falls back to
+    the older checkpoints).
+
+    Parameters
+    ----------
+    out : str or Path
+    settings : dict
+        Fingerprint fields (:data:`FINGERPRINT_FIELDS`) and this run's values; ``None`` values are not compared.
+
+    Raises
+    ------
+    CheckpointMismatchError
+    """
+    try:
+        record = _read_latest(_folder(out))
+    except CheckpointError:
+        return
+    saved = (record or {}).get("fingerprint")
+    if not isinstance(saved, dict):
+        return
+    known = {key: value for key, value in settings.items() if value is not None and key in saved}
+    differences = describe_mismatch({key: saved[key] for key in known}, known)
+    if differences:
+        raise _mismatch(_folder(out), differences)
+
+
 def _restore(folder, record, parts, fingerprint):
     differences = describe_mismatch(record.get("fingerprint", {}), fingerprint)
     if differences:
-        raise CheckpointMismatchError(
-            f"the checkpoint in {folder} belongs to a different run: " + "; ".join(differences)
-            + ". Resume with the flags of that run, or start a new run with another --out.")
+        raise _mismatch(folder, differences)
     try:
         # Sizes and shapes first: MXNet allocates what a file declares before reading it.
         read_header(folder / f"{record['tag']}.optimizer")

@@ -306,6 +306,10 @@ def _build(config, saved, profile_fields, log, locks):
     Returns the :class:`Run` and what ``config.json`` records about this
     process (its threads, the data's fingerprint).
     """
+    if config.resume:  # a flag another run's checkpoint refuses is refused now, before auto times the network
+        ckpt.check_known_settings(config.out, {
+            "model": config.model, "image_size": config.image_size, "batch_size": config.batch_size,
+            "precision": None if config.precision == "auto" else config.precision})
     ctx = resolve_devices(config.ctx)  # the one check of the devices; everything after takes this list
     mixed = _mixed_precision(config, ctx, saved, log)  # the one resolution of the precision
     compression = check_compression(config.gradient_compression, config.kvstore, mixed.precision)
