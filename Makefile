@@ -78,12 +78,15 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 demo --out $(DEMO_RUNS)
 
 # Two pytest-xdist workers (the machine CI runs on has 2 cores), each file on one worker so a module's fixtures
-# (the zoo's build, the docs site) are made once; `make test PYTEST_WORKERS=0` runs in one process.
+# (the zoo's build, the docs site) are made once, in the order tests/conftest.py sets (longest files first, the
+# notebooks last; xdist would otherwise reorder files by their number of tests); `make test PYTEST_WORKERS=0`
+# runs in one process.
 PYTEST_WORKERS ?= 2
+PYTEST_XDIST   := $(if $(filter 0,$(PYTEST_WORKERS)),-n 0,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(VENV)/.test-installed
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest $(PYTEST_XDIST)
 	@$(MAKE) --no-print-directory test-newest
 
 # The newest Python with numpy 2, in its own venv, on what differs on that stack

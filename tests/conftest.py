@@ -31,6 +31,13 @@ import sys
 import tempfile
 import textwrap
 
+# The suite runs two test workers, two notebook kernels and their children on two cores. OpenMP threads that
+# spin while they wait for work (libgomp's default, read when MXNet loads: so before anything imports it) then
+# burn the cores the other processes need: a 2-epoch training run took 2.6x-3.0x the CPU-seconds of one whose
+# threads sleep (OMP_WAIT_POLICY=PASSIVE), at a load of 8 on a 2-core Zen 4. Thread counts, and so what every test
+# checks, are unchanged; only idle threads sleep. Children inherit it; a test that needs its own value sets it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import mxfp16  # noqa: F401 -- before anything imports MXNet: supplies the numpy names it needs (mxfp16.machine.stack)
 from mxfp16.machine import hardware
 
@@ -57,13 +64,33 @@ def _gpu_count():
 HAS_GPU = _gpu_count() > 0
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """The notebooks' file last: its smoke-run checks wait for runs started at collection, done by then.
+#: The files that take longest (CPU-seconds of their child processes, measured on 2 cores), longest first. Under
+#: pytest-xdist (``make test``: ``--dist loadfile --no-loadscope-reorder``) files go to the workers in collection
+#: order, one file to whichever worker is free: long files first and short ones last let the two workers end
+#: together (a long file last would leave one worker idle while the other runs it). A file not named here keeps
+#: its place after them; a renamed one only loses its place in the queue.
+LONGEST_FIRST = ("test_amp_zoo.py", "test_sequence_models.py", "test_distributed_train.py", "test_train_faults.py",
+                 "test_docs.py", "test_train_state.py", "test_amp_layers.py", "test_console.py", "test_bench_suite.py",
+                 "test_distributed.py", "test_one_writer.py", "test_amp_routes.py", "test_inference_export.py",
+                 "test_torch_coexistence.py", "test_tensorboard.py", "test_bench_inference.py", "test_examples.py")
 
-    Under pytest-xdist (``--dist loadfile``) files go to the workers in collection order, so a worker that
-    reached test_notebooks.py in the middle would sit waiting for the smoke runs while it could test.
+
+def _queue_position(item):
+    name = os.path.basename(item.nodeid.split("::")[0])
+    if name == "test_notebooks.py":
+        return len(LONGEST_FIRST) + 1
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The longest files first (:data:`LONGEST_FIRST`), the notebooks' file last.
+
+    The notebooks' checks wait for the smoke runs started at collection, done
+    by the time a worker reaches them last; reached in the middle, a worker
+    would sit waiting while it could test. The sort is stable: within a file,
+    and among the files not named, the order stays the collection's.
     """
-    items.sort(key=lambda item: item.nodeid.startswith("tests/test_notebooks.py"))
+    items.sort(key=_queue_position)
 
 
 def pytest_collection_finish(session):
