@@ -12,7 +12,7 @@ loop body two calls::
 
 ``MixedPrecision`` is the one set-up path (the trainer, the benchmark and the
 self-test build through it); ``auto`` is timed on the network it prepares
-where that can change the answer (:mod:`mxfp16.auto`). The pieces behind it
+where that can change the answer (:mod:`mxfp16.measure.auto`). The pieces behind it
 are public too: :func:`resolve_precision`, :func:`activate`,
 :func:`cast_net`, :func:`make_loss_scaler`, :func:`make_trainer`,
 :func:`cast_batch`, :func:`train_step` and :func:`eval_step`; and for a step

@@ -19,7 +19,7 @@ so a README user's run and the reference trainer get the same parts and the
 same environment for each precision.
 
 ``auto`` on a CPU with native bfloat16 is decided by timing the network
-(:mod:`mxfp16.auto`): with the batch given to :meth:`~MixedPrecision.prepare`
+(:mod:`mxfp16.measure.auto`): with the batch given to :meth:`~MixedPrecision.prepare`
 as ``example``, or else with the first batch :meth:`~MixedPrecision.train_step`
 sees. Until then the object holds the rule's answer and AMP is off: on a CPU
 float32 and amp-bfloat16 differ only in AMP (float32 parameters, no loss
@@ -28,7 +28,7 @@ scaling, the same trainer), so nothing built before the verdict changes.
 With ``amp_lists="measured"`` the layers AMP would run in bfloat16 are
 timed alone in both precisions, at the same moment (the example batch, or
 the first batch), and those that do not gain run in float32
-(:mod:`mxfp16.per_layer`; :attr:`MixedPrecision.layer_choice` holds the
+(:mod:`mxfp16.measure.per_layer`; :attr:`MixedPrecision.layer_choice` holds the
 table). For ``auto`` this comes first, so ``auto`` times the network as it
 would train.
 
@@ -39,15 +39,15 @@ library function of the same name (:func:`mxfp16.cast_net`,
 for a set-up this object does not cover.
 """
 import weakref
-from dataclasses import replace
 
-from . import auto as _auto
-from . import per_layer as _per_layer
 from ._internals import rebuild_graphs
 from .amp.lists import check_list_set, keep_float32_measured
 from .casting import cast_batch, cast_net
 from .devices import resolve_devices
 from .machine.environment import set_float16_environment
+from .measure import auto as _auto
+from .measure import per_layer as _per_layer
+from .measure.probe import NetworkProbe
 from .optim import make_trainer
 from .precision import Precision, activate, resolve_precision
 from .scaler import make_loss_scaler
@@ -101,10 +101,10 @@ class MixedPrecision:
     scaler : LossScaler
         Shared by every trainer :meth:`prepare` builds; :meth:`state_dict`
         carries its state into the checkpoint.
-    verdict : mxfp16.auto.AutoVerdict or None
+    verdict : mxfp16.measure.auto.AutoVerdict or None
         For ``auto``: what decided it (the rule, or the times when the
         network was timed); ``None`` for a precision asked for by name.
-    layer_choice : mxfp16.per_layer.LayerChoice or None
+    layer_choice : mxfp16.measure.per_layer.LayerChoice or None
         With ``amp_lists='measured'``, once a batch was seen: each layer's
         dtype and times (or why nothing was timed).
     environment : dict
@@ -135,9 +135,7 @@ class MixedPrecision:
         self.verdict = _auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None
         self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
         self.layer_choice = None
-        # auto's candidate, amp-bfloat16, is measured too: auto then times the network as it would train.
-        self._layers_pending = amp_lists == "measured" and (
-            self._pending or (self.precision.amp and self.precision.compute_dtype == "bfloat16"))
+        self._layers_pending = _per_layer.layers_apply(amp_lists, None if self._pending else self.precision)
         if not self._pending:
             activate(self.precision, amp_lists)
         self.scaler = make_loss_scaler(self.precision, loss_scale, **scaler_options)
@@ -206,9 +204,9 @@ class MixedPrecision:
         your own) uses :attr:`scaler`'s seams instead.
 
         For a pending ``auto``, the first call times ``net`` on this batch
-        first (:mod:`mxfp16.auto`), then trains in the faster precision; with
+        first (:mod:`mxfp16.measure.auto`), then trains in the faster precision; with
         ``amp_lists='measured'`` it times the layers first
-        (:mod:`mxfp16.per_layer`).
+        (:mod:`mxfp16.measure.per_layer`).
         """
         if self.layers_pending:
             self._choose_layers(net, data)
@@ -263,7 +261,7 @@ class MixedPrecision:
         return resolve_precision("float32", self.ctx)
 
     def _choose_layers(self, net, data):
-        """Time ``net``'s layers (:mod:`mxfp16.per_layer`), keep those that do not gain in float32, retrace."""
+        """Time ``net``'s layers (:mod:`mxfp16.measure.per_layer`), keep those that do not gain in float32, retrace."""
         self.layer_choice = _per_layer.choose_layers(net, data, self.ctx, log=self._log)
         self._layers_pending = False
         keep_float32_measured(self.layer_choice.float32_layers())
@@ -271,19 +269,16 @@ class MixedPrecision:
             rebuild_graphs(traced)  # traced with every layer in bfloat16: trace again with the choice
 
     def _decide(self, net, data, label, loss_fn, trainer):
-        probe = _auto.NetworkProbe(net, data, label, self.ctx, loss_fn, trainer, self.amp_lists)
+        probe = NetworkProbe(net, data, label, self.ctx, loss_fn, trainer, self.amp_lists)
         self._settle(_auto.decide_auto(self.ctx, probe, log=self._log))
 
     def _settle(self, verdict):
         """Adopt ``auto``'s verdict: the precision, AMP switched on for it, the prepared networks' graphs rebuilt."""
-        self.precision = replace(resolve_precision(verdict.precision, self.ctx), requested="auto",
-                                 reason=verdict.reason)
+        # The prepared networks may have been traced before AMP (a float32 evaluation, say): adopt traces them again.
+        self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, self._nets, requested="auto",
+                                     reason=verdict.reason)
         self.verdict, self._pending = verdict, False
-        activate(self.precision, self.amp_lists)
         self.scaler.precision = self.precision
-        if self.precision.amp:
-            for net in list(self._nets):
-                rebuild_graphs(net)  # traced before AMP (a float32 evaluation, say): trace again under it
 
     def __repr__(self):
         state = ", pending" if self.pending else ""

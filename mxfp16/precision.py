@@ -16,7 +16,7 @@ amp-bfloat16  bfloat16      float32      yes    no            no (already)
 
 ``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows a
 rule backed by recorded measurements per class of CPU (:func:`auto_rule`);
-given a network, :mod:`mxfp16.auto` goes further on a CPU with native
+given a network, :mod:`mxfp16.measure.auto` goes further on a CPU with native
 bfloat16: it times the network in both precisions and keeps the faster, so
 ``auto`` is never slower than float32 on the machine it runs on.
 :class:`mxfp16.MixedPrecision` (and with it the trainer, the benchmark and
@@ -168,7 +168,7 @@ def auto_rule(on_gpu, support=None):
       float32 on ResNet-50;
     * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
       slower than float32 (an Intel Xeon VM, 0.81x); with AMX on nothing has
-      been measured here. Given a network, :mod:`mxfp16.auto` times it
+      been measured here. Given a network, :mod:`mxfp16.measure.auto` times it
       instead.
 
     Parameters
@@ -219,7 +219,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
         With :attr:`Precision.reason` saying why; ``auto`` follows
         :func:`auto_rule` (``ruled: ...``): there is no network here to time
         (:class:`mxfp16.MixedPrecision` times the one it prepares, through
-        :mod:`mxfp16.auto`).
+        :mod:`mxfp16.measure.auto`).
 
     Raises
     ------
@@ -233,7 +233,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     contexts = _as_context_list(ctx)
     on_gpu = all(c.device_type == "gpu" for c in contexts)
     resolved, reason = (requested, "asked for") if requested != "auto" else auto_rule(on_gpu)
-    if requested == "auto":  # resolve_precision has no network to time (mxfp16.auto does, given one)
+    if requested == "auto":  # resolve_precision has no network to time (mxfp16.measure.auto does, given one)
         reason = f"ruled: {reason}"
     if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
         raise PrecisionError(_CPU_FLOAT16_MESSAGE.format(name=resolved))

@@ -55,7 +55,7 @@ def main(precision_name, out, lists="mxfp16"):
 def _keep_every_layer_float32(block, layer):
     """What a measurement that found no layer gaining keeps: each convolution and dense layer, in float32."""
     from mxfp16.amp.lists import keep_float32_measured
-    from mxfp16.per_layer import network_layers
+    from mxfp16.measure.per_layer import network_layers
 
     plain = not (layer.tokens or layer.numpy_mode or layer.states)
     rows = network_layers(block, [layer.shape]) if plain else []

@@ -44,7 +44,7 @@ from mxfp16.machine import hardware
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# auto's verdicts (mxfp16.auto) go to a folder of this session's: tests neither read a user's cached
+# auto's verdicts (mxfp16.measure.auto) go to a folder of this session's: tests neither read a user's cached
 # verdicts nor leave their own behind, and children started by tests inherit it.
 os.environ["MXFP16_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxfp16-test-cache-")
 # auto times a network in repeats of a second each by default (a verdict a user keeps): the suite's examples,

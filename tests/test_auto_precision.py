@@ -1,11 +1,12 @@
-"""``auto`` (mxfp16.auto): one decision procedure, its rounds and cache, the forked probe, and one verdict for
+"""``auto`` (mxfp16.measure.auto): one decision procedure, its rounds and cache, the forked probe, and one verdict for
 the library and the trainer."""
 import json
 import os
 
 import mxfp16
-from mxfp16 import auto
 from mxfp16.machine import hardware
+from mxfp16.measure import auto
+from mxfp16.measure import probe as probes
 
 import mxnet as mx
 import numpy as np
@@ -195,7 +196,7 @@ def test_the_probe_times_a_forked_copy_and_leaves_this_process_as_it_was():
     before = {name: p.data().asnumpy().copy() for name, p in net.collect_params().items()}
     data, label = mxfp16.cast_batch(*_batch(), "float32", CPU)
     trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 10.0})
-    probe = auto.NetworkProbe(net, data, label, CPU, mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
+    probe = probes.NetworkProbe(net, data, label, CPU, mx.gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
     record = probe.time("float32", iters=2, warmup=1, repeats=1)
     assert record["status"] == "ok" and record["ms_per_step"] > 0
     candidate = probe.time("amp-bfloat16", iters=2, warmup=1, repeats=1)
@@ -211,7 +212,7 @@ def test_a_probe_that_hangs_is_stopped_and_reported(monkeypatch):
 
     net = _mlp()
     data, label = mxfp16.cast_batch(*_batch(), "float32", CPU)
-    probe = auto.NetworkProbe(net, data, label, CPU)
+    probe = probes.NetworkProbe(net, data, label, CPU)
     monkeypatch.setattr(probe, "_time_here", lambda *args: time_module.sleep(60))
     record = probe.time("float32", iters=1, timeout=1.0)
     assert record["status"] == "failed" and "timed out after 1 s" in record["reason"]
@@ -219,8 +220,8 @@ def test_a_probe_that_hangs_is_stopped_and_reported(monkeypatch):
 
 def test_the_network_signature_ignores_names_and_sees_shapes():
     a, b = _mlp(), _mlp()  # two instances: other prefixes (elementwisemlp0_, elementwisemlp1_), same network
-    assert auto.network_signature(a) == auto.network_signature(b)
-    assert auto.network_signature(_mlp(classes=4)) != auto.network_signature(a)
+    assert probes.network_signature(a) == probes.network_signature(b)
+    assert probes.network_signature(_mlp(classes=4)) != probes.network_signature(a)
 
 
 # --------------------------------------------------------------------------
@@ -233,7 +234,7 @@ def _timed(monkeypatch, ms):
     def fake_time(self, precision, iters, **_):
         asked.append(self.key["network"])
         return {"status": "ok", "precision": precision, "ms_per_step": ms[precision]}
-    monkeypatch.setattr(auto.NetworkProbe, "time", fake_time)
+    monkeypatch.setattr(probes.NetworkProbe, "time", fake_time)
     return asked
 
 
@@ -276,13 +277,13 @@ def test_amp_bfloat16_chosen_by_timing_switches_amp_on_and_rebuilds_the_graph(tm
         import json, os
         os.environ["MXFP16_CACHE_DIR"] = {str(tmp_path)!r}
         import mxfp16
-        from mxfp16 import auto
+        from mxfp16.measure import auto, probe
         from mxfp16.machine import hardware
         import mxnet as mx
         from mxfp16._internals import amp_initialized, built_graphs
         hardware.bfloat16_support = lambda *a, **k: hardware.BFloat16Support("native", "stand-in")
         auto.machine_busy = lambda: None
-        auto.NetworkProbe.time = lambda self, p, iters, **_: {{"status": "ok", "precision": p,
+        probe.NetworkProbe.time = lambda self, p, iters, **_: {{"status": "ok", "precision": p,
                                                               "ms_per_step": {{"float32": 900.0}}.get(p, 300.0)}}
         mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)
         net = mx.gluon.nn.HybridSequential()
@@ -331,6 +332,8 @@ def test_the_trainer_resumes_in_its_own_precision_and_workers_keep_the_rule(nati
     asked = _timed(monkeypatch, {"float32": 500.0, "amp-bfloat16": 900.0})
     activated = []  # the rule on the stand-in CPU is amp-bfloat16: AMP stays out of this process
     monkeypatch.setattr(mixed_module, "activate", lambda precision, lists: activated.append(precision.name))
+    # A verdict is adopted through mxfp16.measure.auto.adopt, which activates through mxfp16.precision.
+    monkeypatch.setattr(mxfp16.precision, "activate", lambda precision, lists: activated.append(precision.name))
 
     class Config:
         precision, resume, out, allow_cpu_float16, loss_scale, kvstore = "auto", True, "runs/x", False, None, "device"

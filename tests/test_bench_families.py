@@ -172,10 +172,10 @@ def test_auto_is_refused_for_a_family_only_where_timing_decides_it_and_after_its
                                                                                        timed):
     # Where auto would be timed (a CPU with native bfloat16: avx512_bf16 or AMX) a family refuses it, but only
     # once its sizes were checked: auto is in the default precisions, so the refusal must not hide a wrong option.
-    import mxfp16.auto
+    import mxfp16.measure.auto
     from mxfp16.bench.invocation import BenchSetupError, plan_invocation
 
-    monkeypatch.setattr(mxfp16.auto, "timing_applies", lambda ctx, support=None: timed)
+    monkeypatch.setattr(mxfp16.measure.auto, "timing_applies", lambda ctx, support=None: timed)
     assert main(["bench", "--model", "word-lm-lstm", "--model-option", "depth=3", "--out", str(tmp_path)]) == 2
     assert "no option 'depth'" in capsys.readouterr().err
     small = ["hidden=8", "embed=8", "vocab=50"]

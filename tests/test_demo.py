@@ -40,8 +40,8 @@ def test_a_failed_run_stops_the_demo(monkeypatch, tmp_path):
 
 
 def test_auto_for_the_demo_is_the_trainers_verdict_for_the_demo_model(monkeypatch):
-    from mxfp16 import auto
     from mxfp16.data.synth import DEMO_SETTINGS
+    from mxfp16.measure import auto
     from mxfp16.train import parts
     from mxfp16.train.config import PROFILES
 

@@ -27,7 +27,7 @@ FLOORS = [
     ("foundations", ["mxfp16._version", "mxfp16._lazy", "mxfp16.machine", "mxfp16.plumbing", "mxfp16.float_formats"]),
     ("mxnet-glue", ["mxfp16._internals", "mxfp16.devices", "mxfp16.models", "mxfp16.amp"]),
     ("library", ["mxfp16.precision", "mxfp16.casting", "mxfp16.gradients", "mxfp16.scaler", "mxfp16.optim",
-                 "mxfp16.losses", "mxfp16.timing", "mxfp16.step", "mxfp16.auto", "mxfp16.per_layer", "mxfp16.mixed",
+                 "mxfp16.losses", "mxfp16.measure", "mxfp16.step", "mxfp16.mixed",
                  "mxfp16.estimator"]),
     ("services", ["mxfp16.data", "mxfp16.diagnostics", "mxfp16.distributed"]),
     ("trainer", ["mxfp16.train"]),

@@ -36,7 +36,11 @@ MOVED = {
     "mxfp16.training_parts": "mxfp16.train.parts",
     "mxfp16.selftest": "mxfp16.train.selftest",
     "mxfp16._gluoncv": "mxfp16.models.gluoncv",
-    "mxfp16.bench.auto": "mxfp16.auto",
+    "mxfp16.bench.auto": "mxfp16.measure.auto",
+    "mxfp16.auto": "mxfp16.measure.auto",
+    "mxfp16.per_layer": "mxfp16.measure.per_layer",
+    "mxfp16.timing": "mxfp16.measure.timing",
+    "mxfp16.plumbing.cache": "mxfp16.measure.cache",
 }
 
 #: Old name -> the one definition it became (docs/api.md lists the same renames).

@@ -1,4 +1,4 @@
-"""Precision per layer, chosen by measurement (mxfp16.per_layer, ``--amp-lists measured``).
+"""Precision per layer, chosen by measurement (mxfp16.measure.per_layer, ``--amp-lists measured``).
 
 The decision, the cache and the table are checked with an injected timer (fake times): the times of a real
 CPU say nothing that holds on every CPU. The graph a choice produces is typed in a child process (AMP is
@@ -9,11 +9,13 @@ everywhere, bfloat16 where the CPU can.
 import json
 import os
 
-from mxfp16 import per_layer
 from mxfp16.amp.lists import keep_float32_measured, measured_float32
 from mxfp16.amp.wrappers import LayerCall
 from mxfp16.machine.hardware import BFloat16Support
-from mxfp16.per_layer import LayerSpec, LayerTiming, choose_layers
+from mxfp16.measure import cache as measure_cache
+from mxfp16.measure import layer_timing, per_layer
+from mxfp16.measure.layer_timing import LayerSpec, LayerTiming
+from mxfp16.measure.per_layer import choose_layers
 
 import mxnet as mx
 import pytest
@@ -98,11 +100,9 @@ def test_the_cache_is_used_per_machine_and_shape_and_a_damaged_one_is_measured_a
     assert len(timer.asked) == 2 and len(timer.asked[1]) == 3
     assert len(json.loads(cache.read_text())["timings"]) == 6
     # Another machine (here: another thread count in its key) measures again.
-    from mxfp16 import auto
-
-    key = auto.machine_key()
+    key = measure_cache.machine_key()  # one machine key for auto's verdicts and the layers' times
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(per_layer, "machine_key", lambda: dict(key, threads=(key["threads"] or 0) + 1))
+        patch.setattr(measure_cache, "machine_key", lambda: dict(key, threads=(key["threads"] or 0) + 1))
         choose_layers(_network(), _batch(), timer=timer, cache=str(cache), log=quiet, support=NATIVE)
     assert len(timer.asked) == 3
     cache.write_text("{ not json")
@@ -185,7 +185,7 @@ def test_mixed_precision_types_the_measured_layer_float32_and_the_others_bfloat1
         import json, sys
         sys.path.insert(0, {os.path.join(REPO, "tests")!r})
         import mxfp16, mxnet as mx
-        from mxfp16 import per_layer
+        from mxfp16.measure import per_layer
         from mxfp16.amp.graph import trace
         from mxfp16.machine import hardware
         from mxfp16.precision import resolve_precision
@@ -213,7 +213,7 @@ def test_mixed_precision_types_the_measured_layer_float32_and_the_others_bfloat1
 def test_the_timing_process_times_float32_and_bfloat16_or_says_why_not():
     spec = LayerSpec.of("FullyConnected", {"num_hidden": "4", "no_bias": "False", "flatten": "True"},
                         [(2, 6), (4, 6), (4,)])
-    timing = per_layer.time_layers([spec])[spec.key]
+    timing = layer_timing.time_layers([spec])[spec.key]
     assert timing.float32_ms > 0
     assert (timing.bfloat16_ms or 0) > 0 or timing.failed, timing
 
@@ -231,7 +231,7 @@ def test_a_timing_process_that_dies_costs_only_its_layer(monkeypatch):
         return {key: LayerTiming(1.0, 0.5, 0.1).record() for key in keys}, None
 
     monkeypatch.setattr(child, "run_json_child", run)
-    found = per_layer.time_layers(specs)
+    found = layer_timing.time_layers(specs)
     assert found[specs[0].key] == LayerTiming(1.0, 0.5, 0.1)
     assert "double free" in found[specs[1].key].failed
 

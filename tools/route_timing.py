@@ -97,7 +97,7 @@ def child(case, precision, amp_lists, route, smoke, iters):
     """One row, in this process: milliseconds per training step."""
     import mxfp16
     from mxfp16.amp.recurrent import unfuse_rnn
-    from mxfp16.timing import time_steps
+    from mxfp16.measure.timing import time_steps
 
     import mxnet as mx
 

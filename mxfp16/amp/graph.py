@@ -5,7 +5,7 @@ no weights, no arithmetic, any CPU) and MXNet's shape and type inference fill
 in what each operator takes and gives. With AMP active in the process the
 graph holds AMP's casts, so :func:`count_casts` says how many tensors a step
 converts between float32 and the 16-bit dtype, which is what the lists
-decide (``docs/amp-table.md``). :mod:`mxfp16.per_layer` reads the layers to
+decide (``docs/amp-table.md``). :mod:`mxfp16.measure.per_layer` reads the layers to
 time from the same nodes.
 """
 import json

@@ -67,7 +67,7 @@ from .pooling import global_average_as_mean
 
 #: The list sets an AMP precision can run with, by name: which operator lists (:func:`operator_lists`) and which
 #: float32 rules for layers (:data:`FLOAT32_RULES`) each applies for bfloat16. ``measured`` keeps in float32 the
-#: layers a measurement on this machine found not to gain (:mod:`mxfp16.per_layer`); the ``+depthwise32`` and
+#: layers a measurement on this machine found not to gain (:mod:`mxfp16.measure.per_layer`); the ``+depthwise32`` and
 #: ``+pointwise32`` sets are options whose effect is still to be measured on a CPU with avx512_bf16
 #: (docs/benchmarks.md), not defaults. ``+batchnorm32`` (every BatchNorm in float32, :func:`batch_norm`) is an
 #: option for networks whose BatchNorms get the plain layout (MobileNet v2): measured there, not a default.
@@ -298,7 +298,7 @@ def keep_float32_measured(layers):
     layers : iterable of dict
         ``{'op', 'attrs', 'weight', 'shapes'}`` each: the operator, its
         attributes as the graph stores them, its weight parameter's name and
-        its input shapes (:meth:`mxfp16.per_layer.LayerChoice.float32_layers`).
+        its input shapes (:meth:`mxfp16.measure.per_layer.LayerChoice.float32_layers`).
         Replaces what was kept before.
     """
     layers = list(layers)

@@ -244,8 +244,8 @@ def _family_auto(fam, precisions, ctx):
     ``auto`` is in the default precisions, so this refusal would otherwise hide any other mistake there.
     """
     if "auto" in precisions:
-        from ..auto import timing_applies
         from ..devices import resolve_devices
+        from ..measure.auto import timing_applies
 
         if timing_applies(resolve_devices(ctx)):
             raise BenchSetupError(f"auto is decided by timing an image classifier's step, which {fam.name} is "

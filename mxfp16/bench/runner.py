@@ -189,7 +189,7 @@ def measure(spec):
     environment, AMP, network cast and hybridized with static memory, loss
     scaler, trainer, loss), with SGD at a constant rate; every step casts its
     batch and calls :func:`mxfp16.train_step`, timed by
-    :func:`mxfp16.timing.time_steps`. Inference: see :func:`_inference_step`.
+    :func:`mxfp16.measure.timing.time_steps`. Inference: see :func:`_inference_step`.
 
     Parameters
     ----------
@@ -209,7 +209,7 @@ def measure(spec):
     from ..devices import format_ctx
     from ..machine.environment import check_threads
     from ..machine.hardware import peak_memory_mb
-    from ..timing import time_steps
+    from ..measure.timing import time_steps
 
     check_threads()  # warns when MXNet runs fewer threads than planned
     step, precision, contexts, provider = build_step(spec)

@@ -21,7 +21,7 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
         the others run once.
     auto : dict, optional
         ``{batch size: precision name}``: what ``auto`` is at each batch size
-        when it was decided by timing the model (:func:`mxfp16.auto.measured_auto`);
+        when it was decided by timing the model (:func:`mxfp16.measure.auto.decide_auto`);
         else the rule of :func:`mxfp16.resolve_precision` decides.
     onnxruntime : bool
         Inference: after mxfp16's rows of each batch size, onnxruntime float32

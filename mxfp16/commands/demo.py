@@ -3,7 +3,7 @@
 Its first line says what ``auto`` resolves to on this machine and why: on a
 GPU float16; on a CPU with native bfloat16 the faster of float32 and
 amp-bfloat16 for the demo model, timed once and cached
-(:mod:`mxfp16.auto`); on a CPU that cannot run bfloat16 (no AVX-512),
+(:mod:`mxfp16.measure.auto`); on a CPU that cannot run bfloat16 (no AVX-512),
 float32, naming what the CPU lacks. Then it trains float32 and, when ``auto``
 is something else, that precision, each in its own process (AMP is
 process-global), and compares the two. Where ``auto`` is float32 there is

@@ -12,7 +12,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
-from ..per_layer import LAYERS_FILE
+from ..measure.per_layer import LAYERS_FILE
 from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
@@ -154,7 +154,9 @@ class RunOutputs:
             write_json(self.out / "config.json", config_dict)
 
     def write_amp_layers(self, record):
-        """``amp-layers.json``: each layer's dtype and times under ``--amp-lists measured`` (:mod:`mxfp16.per_layer`).
+        """``amp-layers.json``: each layer's dtype and times under ``--amp-lists measured``.
+
+        (:mod:`mxfp16.measure.per_layer`.)
         """
         if self.is_writer:
             write_json(self.out / LAYERS_FILE, record)

@@ -200,7 +200,7 @@ def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
     """What ``auto`` trains a run of ``spec`` in on ``ctx``, decided as :func:`build_parts` decides it.
 
     The benchmark and the demo ask before they start their runs: the same
-    network and synthetic batch go to the same probe (:mod:`mxfp16.auto`), so
+    network and synthetic batch go to the same probe (:mod:`mxfp16.measure.auto`), so
     the verdict, cached, is the one the run then gets. This process stays
     free of AMP: the network is timed in forked copies of it.
 
@@ -213,19 +213,20 @@ def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
 
     Returns
     -------
-    mxfp16.auto.AutoVerdict
+    mxfp16.measure.auto.AutoVerdict
     """
     from ..amp.lists import keep_float32_measured
-    from ..auto import NetworkProbe, decide_auto, timing_applies
     from ..casting import cast_batch
-    from ..per_layer import choose_layers
+    from ..measure.auto import decide_auto, timing_applies
+    from ..measure.per_layer import choose_layers, layers_apply
+    from ..measure.probe import NetworkProbe
 
     if not timing_applies(ctx):
         return decide_auto(ctx, log=log)
     net = _seeded_model(spec, ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     data, label = cast_batch(*_example_batch(spec), "float32", ctx)
-    if amp_lists == "measured":  # as MixedPrecision does: the layers first, so the probe times what would train
+    if layers_apply(amp_lists):  # as MixedPrecision does: the layers first, so the probe times what would train
         keep_float32_measured(choose_layers(net, data, ctx, log=log).float32_layers())
     loss = classification_loss(spec.classes, spec.label_smoothing)
     return decide_auto(ctx, NetworkProbe(net, data, label, ctx, loss, None, amp_lists), log=log)

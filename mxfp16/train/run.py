@@ -400,7 +400,7 @@ def _mixed_precision(config, ctx, saved, log):
     ``--precision auto`` resumes in the run's own precision (``config.json``),
     whatever a new measurement would say. Otherwise, on a CPU with native
     bfloat16, the network is timed in both precisions when the parts are
-    built (:mod:`mxfp16.auto`, cached), so ``auto`` is never slower than
+    built (:mod:`mxfp16.measure.auto`, cached), so ``auto`` is never slower than
     float32 here. Workers of a parameter-server job keep the rule: each would
     time on its own machine under the others' load and could choose
     differently.

@@ -5,7 +5,8 @@ returns long before the step has run, so a timer that does not wait times how
 fast Python queues work. :func:`time_steps` waits for the engine before it
 starts each repeat and again at its end, and reads the steps' outputs once per
 repeat (as the trainer reads its losses in batches). The benchmark
-(:mod:`mxfp16.bench.runner`) and ``auto``'s probe (:mod:`mxfp16.auto`) both
+(:mod:`mxfp16.bench.runner`), ``auto``'s probe (:mod:`mxfp16.measure.probe`) and the
+per-layer timing (:mod:`mxfp16.measure.layer_timing`) all
 time through it, so a speed ``auto`` measured is a speed the benchmark would
 report.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._lazy import module
+from .._lazy import module
 
 mx = module("mxnet")
 

@@ -13,9 +13,10 @@ model can. So ``auto`` is decided here, in one way:
 * on a CPU with native bfloat16 (``avx512_bf16``, AMX), the network itself is
   timed when it is at hand (``timed on this CPU: ...``): a few training steps
   in float32 and in amp-bfloat16, each in a forked copy of this process
-  (:class:`NetworkProbe`), so AMP, which patches MXNet for the whole process,
+  (:class:`~mxfp16.measure.probe.NetworkProbe`), so AMP, which patches MXNet for the whole process,
   and the steps' updates never touch the caller's network. amp-bfloat16 is
-  kept only when it is faster by :data:`MARGIN`. A first ratio near 1
+  kept only when it is faster by
+  :data:`~mxfp16.measure.margin.MARGIN`. A first ratio near 1
   (between ``1/CLEAR`` and :data:`CLEAR`), or one taken from steps too short
   to time reliably on a shared or virtual machine, is confirmed by more
   rounds, each repeat at least :data:`MIN_REPEAT_MS` long
@@ -39,34 +40,26 @@ A verdict measured while other programs kept the CPU busy (a one-minute load
 average of at least one per core before the probe) is used once and not
 kept: wall-clock times taken under load say little about the next run.
 
-Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
-fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
-``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions are
-timed that way, so a ratio is compared with a ratio; the casts amp-bfloat16
-adds are MXNet kernels, so the probe errs towards float32, never towards a
-slowdown.
+The probe itself, a forked copy of this process timing the network's
+step, is :mod:`mxfp16.measure.probe`; the margin, shared with the per-layer
+choice, is :mod:`mxfp16.measure.margin`; the cache is
+:mod:`mxfp16.measure.cache`. A verdict is adopted by :func:`adopt`, which
+:class:`mxfp16.MixedPrecision` and the probe's child both call.
 """
-import hashlib
-import json
 import math
 import os
-import select
-import signal
 import statistics
 import time
-import traceback
 from dataclasses import asdict, dataclass, replace
 
-from .plumbing.cache import KeyedCache, cache_folder
+from .cache import MachineCache, cache_folder, machine_busy
+from .margin import pays, requirement, speed_ratio
 
-__all__ = ["AutoVerdict", "NetworkProbe", "decide_auto", "timing_applies", "cache_file", "machine_key", "machine_busy",
-           "min_repeat_ms", "MARGIN", "CLEAR"]
+__all__ = ["AutoVerdict", "decide_auto", "adopt", "timing_applies", "rule_verdict", "cache_file", "min_repeat_ms",
+           "CLEAR", "CANDIDATE"]
 
-#: amp-bfloat16 must be at least this much faster than float32 to be chosen: a tie, or a gain inside the
-#: run-to-run spread of a short probe, keeps float32 (the same speed with no bfloat16 rounding to explain).
-MARGIN = 1.05
-#: The probe: steps not timed (graph build, oneDNN primitives), then repeats of a few timed steps each.
-PROBE_WARMUP, PROBE_ITERS, PROBE_REPEATS = 2, 3, 3
+#: Timed steps per repeat in the probe's first round (:class:`mxfp16.measure.probe.NetworkProbe`).
+PROBE_ITERS = 3
 #: A first ratio beyond this (or below its inverse) decides at once; one nearer 1 is confirmed.
 CLEAR = 1.25
 #: Rounds after the first when it did not decide, and how long each timed repeat lasts at least to be trusted
@@ -76,8 +69,6 @@ CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 REPEAT_MS_VARIABLE = "MXFP16_AUTO_REPEAT_MS"
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-#: Seconds a probe child may take before it is stopped (and float32, the safe side, is kept).
-PROBE_TIMEOUT = 600.0
 _CACHE_VERSION = 3  # 3: keyed by the network's structure and batch (2: by a model name)
 
 
@@ -114,9 +105,7 @@ class AutoVerdict:
         """float32's time over amp-bfloat16's (the median of the rounds' ratios): above 1, bfloat16 is faster."""
         if self.round_ratios:
             return statistics.median(self.round_ratios)
-        if not self.float32_ms or not self.candidate_ms:
-            return None
-        return self.float32_ms / self.candidate_ms
+        return speed_ratio(self.float32_ms, self.candidate_ms)
 
     def record(self):
         """The verdict as plain values, for ``config.json`` and ``bench.json`` (``auto``)."""
@@ -142,7 +131,7 @@ def min_repeat_ms(environ=None):
     PrecisionError
         For a value that is not a positive number, naming the variable.
     """
-    from .precision import PrecisionError
+    from ..precision import PrecisionError
 
     environ = os.environ if environ is None else environ
     text = environ.get(REPEAT_MS_VARIABLE, "").strip()
@@ -167,7 +156,7 @@ def timing_applies(ctx, support=None):
     ctx : list of mx.Context
     support : mxfp16.machine.hardware.BFloat16Support, optional
     """
-    from .machine import hardware
+    from ..machine import hardware
 
     if any(c.device_type != "cpu" for c in ctx) or not hasattr(os, "fork"):
         return False
@@ -176,7 +165,7 @@ def timing_applies(ctx, support=None):
 
 def rule_verdict(on_gpu, why_not_timed=None):
     """The rule's answer as a verdict (:func:`mxfp16.precision.auto_rule`), its reason marked ``ruled:``."""
-    from .precision import auto_rule
+    from ..precision import auto_rule
 
     name, reason = auto_rule(on_gpu)
     return AutoVerdict(name, f"ruled: {reason}" + (f" (not timed: {why_not_timed})" if why_not_timed else ""))
@@ -189,7 +178,7 @@ def _amp_already_active():
     offer a choice that does not exist, and a float32 verdict could not be adopted. Several networks under
     ``auto`` in one process (a script's recipes, a notebook) then all run in the candidate.
     """
-    from .precision import amp_target
+    from ..precision import amp_target
 
     target = amp_target()
     if target is None or f"amp-{target}" != CANDIDATE:
@@ -200,176 +189,10 @@ def _amp_already_active():
 
 
 # --------------------------------------------------------------------------
-# The probe: a network's training step timed in forked copies of this process.
-# --------------------------------------------------------------------------
-def _probe_loss(outputs, *labels):
-    """Stands in for a loss the caller did not give: the cost of a step is the network's, not its loss's."""
-    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    total = None
-    for out in outputs:
-        term = out.reshape((out.shape[0], -1)).sum(axis=1)
-        total = term if total is None else total + term
-    return total
-
-
-def network_signature(net):
-    """A digest of a network's structure: each block's class and each parameter's shape and dtype, in order.
-
-    Names are left out: Gluon numbers its prefixes per process (``dense0_``,
-    ``dense3_``), and the same network must get the same verdict.
-    """
-    import numpy as np
-
-    from ._internals import block_children
-
-    def walk(block):
-        yield type(block).__module__ + "." + type(block).__qualname__
-        for child in block_children(block):
-            yield from walk(child)
-
-    params = [(list(p.shape or ()), np.dtype(p.dtype).name) for p in net.collect_params().values()]
-    text = json.dumps({"blocks": list(walk(net)), "params": params})
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _batch_signature(value):
-    if value is None:
-        return None
-    if isinstance(value, (tuple, list)):
-        return [_batch_signature(v) for v in value]
-    import numpy as np
-
-    return [list(value.shape), np.dtype(value.dtype).name]
-
-
-class NetworkProbe:
-    """Times a network's training step in a precision, in a forked copy of this process.
-
-    The child switches AMP on if the precision uses it, rebuilds the
-    network's graphs, and times :func:`mxfp16.train_step` on the example batch
-    with the caller's trainer and loss; it sends back milliseconds per step and
-    exits. Nothing the child does reaches this process: not AMP, not the
-    updates to the parameters or the trainer's state.
-
-    Parameters
-    ----------
-    net : gluon.Block
-        Initialised (its parameters have shapes), not under AMP.
-    data, label : list
-        One batch, one entry per device, as :func:`mxfp16.cast_batch` returns
-        it for float32 (``label`` may be ``None`` for a network that returns
-        its own loss). float32 and amp-bfloat16 batches are both float32.
-    ctx : list of mx.Context
-    loss_fn : callable, optional
-        As :func:`mxfp16.train_step` takes it; by default the sum of the outputs.
-    trainer : gluon.Trainer, optional
-        By default plain SGD at a learning rate of 0.
-    amp_lists : str
-        Which operator lists an AMP precision uses (``'mxfp16'`` or ``'mxnet'``).
-    """
-
-    def __init__(self, net, data, label, ctx, loss_fn=None, trainer=None, amp_lists="mxfp16"):
-        self.net, self.data, self.label, self.ctx = net, data, label, list(ctx)
-        self.loss_fn = loss_fn if loss_fn is not None or label is None else _probe_loss
-        self.trainer, self.amp_lists = trainer, amp_lists
-
-    @property
-    def key(self):
-        """What the verdict depends on besides the machine: the network, the batch, the operator lists."""
-        return {"network": network_signature(self.net), "data": _batch_signature(self.data),
-                "label": _batch_signature(self.label), "devices": len(self.ctx), "amp_lists": self.amp_lists}
-
-    @property
-    def where(self):
-        return f"{type(self.net).__name__} at batch {_batch_signature(self.data)}"
-
-    def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT):
-        """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
-        import mxnet as mx
-
-        mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: time, send one JSON line, leave without running the parent's exit handlers
-            os.close(read_end)
-            try:
-                record = {"status": "ok", "ms_per_step": self._time_here(precision, iters, warmup, repeats)}
-            except BaseException:  # noqa: B036 -- a child must report anything and exit, whatever happened
-                record = {"status": "failed", "reason": traceback.format_exc(limit=4).strip()}
-            os.write(write_end, (json.dumps(record) + "\n").encode())
-            os._exit(0)
-        os.close(write_end)
-        return _read_child(pid, read_end, precision, timeout)
-
-    def _time_here(self, name, iters, warmup, repeats):
-        from ._internals import rebuild_graphs
-        from .optim import make_trainer
-        from .precision import activate, resolve_precision
-        from .scaler import make_loss_scaler
-        from .step import train_step
-        from .timing import time_steps
-
-        precision = resolve_precision(name, self.ctx)
-        activate(precision, self.amp_lists)
-        rebuild_graphs(self.net)  # a graph built before AMP stays float32: trace it again under AMP
-        scaler = make_loss_scaler(precision)
-        trainer = self.trainer or make_trainer(self.net.collect_params(), "sgd", {"learning_rate": 0.0}, precision)
-        times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
-                           iters, repeats, warmup)
-        return times.ms_per_step
-
-
-def _read_child(pid, read_end, precision, timeout):
-    """The record a probe child sent, waiting at most ``timeout`` seconds; the child is reaped either way."""
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                return {"status": "failed", "precision": precision, "reason": f"timed out after {timeout:g} s"}
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    text = b"".join(chunks).decode(errors="replace").strip()
-    try:
-        record = json.loads(text)
-    except ValueError:
-        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
-        return {"status": "failed", "precision": precision, "reason": f"the probe process ended ({code}) with no "
-                                                                      "record"}
-    return dict(record, precision=precision)
-
-
-# --------------------------------------------------------------------------
 # The decision: rounds, margin, cache.
 # --------------------------------------------------------------------------
-def machine_key():
-    """What a measurement depends on besides what is measured: the CPU, how oneDNN may use it, the software, the
-    threads."""
-    import mxnet as mx
-
-    from ._version import __version__
-    from .machine import amx, hardware
-    from .machine.environment import mxnet_threads
-
-    cpu = hardware.cpu_identity()
-    return {"cpu": [cpu.get(k) for k in ("vendor", "model_name", "family", "model", "stepping")]
-            + [sorted(cpu.get("bfloat16_instructions") or [])],
-            "amx": amx.status().state, "isa": os.environ.get("DNNL_MAX_CPU_ISA"),
-            "mxnet": mx.__version__, "mxfp16": __version__, "threads": mxnet_threads()}
-
-
-def _cache_key(probe):
-    return json.dumps({"machine": machine_key(), "probe": probe.key}, sort_keys=True)
-
-
 def _verdicts(path):
-    return KeyedCache(path, _CACHE_VERSION, "verdicts")
+    return MachineCache(path, _CACHE_VERSION, "verdicts", "probe")
 
 
 def _from_cache(entry):
@@ -380,18 +203,6 @@ def _from_cache(entry):
     if verdict.precision not in ("float32", CANDIDATE):
         return None
     return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ()))
-
-
-def machine_busy():
-    """A description of the load when the machine is busy (one-minute load average >= its cores), else ``None``."""
-    from .machine.environment import available_cores
-
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    cores = available_cores()
-    return f"1-minute load average {load:.1f} on {cores} core(s)" if load >= cores else None
 
 
 def _failure(where, rounds):
@@ -409,16 +220,16 @@ def _decide(where, rounds):
     failure = _failure(where, rounds)
     if failure is not None:
         return failure
-    ratios = [f["ms_per_step"] / c["ms_per_step"] for f, c in rounds]
+    ratios = [speed_ratio(f["ms_per_step"], c["ms_per_step"]) for f, c in rounds]
     f32 = statistics.median(f["ms_per_step"] for f, _ in rounds)
     bf16 = statistics.median(c["ms_per_step"] for _, c in rounds)
     ratio = statistics.median(ratios)
     over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
     measured = (f"timed on this CPU: {CANDIDATE} at {ratio:.2f}x float32's speed for {where} "
                 f"({bf16:.0f} against {f32:.0f} ms/step{over}")
-    if ratio >= MARGIN:
+    if pays(ratio):
         return AutoVerdict(CANDIDATE, measured + ")", True, False, f32, bf16, tuple(ratios))
-    return AutoVerdict("float32", measured + f"; it must be {MARGIN:.2f}x to be chosen)", True, False, f32, bf16,
+    return AutoVerdict("float32", measured + f"; {requirement('it')} to be chosen)", True, False, f32, bf16,
                        tuple(ratios))
 
 
@@ -456,9 +267,9 @@ def _probe_rounds(probe, log):
     return rounds
 
 
-def _keep(cache, key, verdict, log):
-    record = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
-    _verdicts(cache).keep({key: record}, log=lambda line: log(f"auto: {line}"))
+def _record(verdict):
+    """The verdict as the cache keeps it: plain values, without ``cached``."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(verdict).items() if k != "cached"}
 
 
 def decide_auto(ctx, probe=None, log=print, cache=None):
@@ -468,7 +279,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     ----------
     ctx : list of mx.Context
         Resolved devices (:func:`mxfp16.devices.resolve_devices`).
-    probe : NetworkProbe, optional
+    probe : mxfp16.measure.probe.NetworkProbe, optional
         The network to time; without one the rule decides, and says the
         network was not timed.
     log : callable
@@ -488,9 +299,9 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     settled = _amp_already_active()
     if settled is not None:
         return settled
-    cache = cache or cache_file()
-    key = _cache_key(probe)
-    verdicts = _verdicts(cache).read()
+    store = _verdicts(cache or cache_file())
+    key = store.key(probe.key)
+    verdicts = store.read()
     if key in verdicts:
         verdict = _from_cache(verdicts[key])
         if verdict is not None:
@@ -498,13 +309,46 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     min_repeat_ms()  # a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
-        f"the verdict is kept in {cache}")
+        f"the verdict is kept in {store.path}")
     tic = time.perf_counter()
     verdict = _decide(probe.where, _probe_rounds(probe, log))
     log(f"auto: {verdict.precision} ({time.perf_counter() - tic:.0f} s): {verdict.reason}")
-    if busy:
-        log(f"auto: the CPU was busy when the probe started ({busy}); this verdict is used once and not kept")
-        return replace(verdict, reason=f"{verdict.reason}; measured under load ({busy})")
     if verdict.measured:
-        _keep(cache, key, verdict, log)
+        store.keep_unless_busy({key: _record(verdict)}, busy, log=lambda line: log(f"auto: {line}"))
+    if busy:
+        return replace(verdict, reason=f"{verdict.reason}; measured under load ({busy})")
     return verdict
+
+
+def adopt(name, ctx, amp_lists, nets=(), **fields):
+    """The precision ``name`` switched on here: resolved for ``ctx``, AMP activated, ``nets`` traced again under AMP.
+
+    :class:`mxfp16.MixedPrecision` adopts ``auto``'s verdict this way, and the
+    probe's child (:mod:`mxfp16.measure.probe`) sets up each precision it
+    times the same way, so what was timed is what then trains.
+
+    Parameters
+    ----------
+    name : str
+    ctx : list of mx.Context
+    amp_lists : str
+        As :func:`mxfp16.activate` takes it.
+    nets : iterable of gluon.Block
+        Networks whose graphs may have been traced before AMP (they would stay float32).
+    **fields
+        Replaced in the resolved :class:`~mxfp16.Precision` (``requested``, ``reason``).
+
+    Returns
+    -------
+    mxfp16.Precision
+    """
+    from .._internals import rebuild_graphs
+    from ..precision import activate, resolve_precision
+
+    precision = resolve_precision(name, ctx)
+    precision = replace(precision, **fields) if fields else precision
+    activate(precision, amp_lists)
+    if precision.amp:
+        for net in list(nets):
+            rebuild_graphs(net)  # a graph built before AMP stays float32: trace it again under AMP
+    return precision

@@ -8,9 +8,10 @@ and a Transformer's narrow projections may lose (docs/benchmarks.md). With
 (each ``Convolution`` and ``FullyConnected`` of the network's graph: its
 attributes and input shapes) alone, forward and backward, in float32 and in
 bfloat16, once on this machine, and keeps in float32 those that do not gain
-by :data:`mxfp16.auto.MARGIN`:
+by :data:`mxfp16.measure.margin.MARGIN`, the rule ``auto`` decides by too:
 
-* the timing runs in a fresh process (:func:`time_layers`), where AMP is off
+* the timing runs in a fresh process
+  (:func:`mxfp16.measure.layer_timing.time_layers`), where AMP is off
   and each operator is given its dtypes explicitly, so the process asking
   may have AMP on or not, and a kernel that crashes costs only that process;
 * bfloat16 is timed as AMP runs a layer inside a bfloat16 part of the
@@ -20,8 +21,9 @@ by :data:`mxfp16.auto.MARGIN`:
   and shown, not counted: whether a layer pays for it depends on its
   neighbours, which a measurement of one operator cannot see;
 * each layer type-and-shape's times are cached per machine
-  (:func:`mxfp16.auto.machine_key`: the CPU, its ISA settings, the software,
-  the thread count) in ``$XDG_CACHE_HOME/mxfp16/amp-layers.json``
+  (:func:`mxfp16.measure.cache.machine_key`, as ``auto``'s verdicts: the CPU,
+  its ISA settings, the software, the thread count) in
+  ``$XDG_CACHE_HOME/mxfp16/amp-layers.json``
   (``MXFP16_CACHE_DIR`` names another folder); delete it to measure again;
 * layers that share a weight are decided together, on their summed times;
 * the verdict is applied through mxfp16's wrappers: a layer kept in float32
@@ -34,95 +36,26 @@ its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder.
 Where bfloat16 cannot run (no AVX-512) nothing is timed: the choice says so
 and the lists stay mxfp16's.
 """
-import json
 import os
-import sys
 from dataclasses import dataclass
 
-from .auto import MARGIN, machine_busy, machine_key
-from .plumbing.cache import KeyedCache, cache_folder
+from .cache import MachineCache, cache_folder, machine_busy
+from .layer_timing import LayerSpec, LayerTiming, time_layers
+from .margin import MARGIN, pays, requirement, speed_ratio
 
-__all__ = ["LayerSpec", "LayerTiming", "LayerRow", "LayerChoice", "network_layers", "choose_layers",
-           "time_layers", "cache_file", "LAYERS_FILE", "MEASURED"]
+__all__ = ["LayerRow", "LayerChoice", "network_layers", "choose_layers", "layers_apply", "cache_file", "LAYERS_FILE",
+           "MEASURED"]
 
 #: The operators AMP runs in bfloat16 under mxfp16's lists (MXNet's bfloat16 list): the layers timed.
 MEASURED = ("Convolution", "FullyConnected")
 #: The file the trainer writes the verdict to, in the run folder.
 LAYERS_FILE = "amp-layers.json"
-#: Per layer and precision: untimed calls, then repeats of a few timed calls each.
-WARMUP, ITERS, REPEATS = 2, 3, 3
-#: Seconds the timing process may take before it is stopped (its layers then stay bfloat16: nothing measured).
-TIMEOUT = 1800.0
 _CACHE_VERSION = 1
 
 
 def cache_file(environ=None):
-    """Where layer timings are kept: ``amp-layers.json`` in :func:`mxfp16.plumbing.cache.cache_folder`."""
+    """Where layer timings are kept: ``amp-layers.json`` in :func:`mxfp16.measure.cache.cache_folder`."""
     return os.path.join(cache_folder(environ), "amp-layers.json")
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    """One operator type-and-shape: what is timed and cached.
-
-    Attributes
-    ----------
-    op : str
-    attrs : tuple
-        ``((argument, str(value)), ...)``, sorted: the node's attributes.
-    shapes : tuple
-        Each input's shape (data, weight, bias).
-    """
-
-    op: str
-    attrs: tuple
-    shapes: tuple
-
-    @classmethod
-    def of(cls, op, attrs, shapes):
-        return cls(op, tuple(sorted(attrs.items())), tuple(tuple(int(d) for d in s) for s in shapes))
-
-    @property
-    def key(self):
-        return json.dumps({"op": self.op, "attrs": dict(self.attrs), "shapes": [list(s) for s in self.shapes]},
-                          sort_keys=True)
-
-    @classmethod
-    def from_key(cls, key):
-        doc = json.loads(key)
-        return cls.of(doc["op"], doc["attrs"], doc["shapes"])
-
-
-@dataclass(frozen=True)
-class LayerTiming:
-    """Milliseconds per forward and backward call of one :class:`LayerSpec`, or why it was not timed.
-
-    Attributes
-    ----------
-    float32_ms : float or None
-    bfloat16_ms : float or None
-        With bfloat16 data in and out, the weight and bias cast at the call (as AMP runs it).
-    casts_ms : float or None
-        Casting the data in and the output out, what a layer between float32 neighbours adds.
-    failed : str or None
-        Why bfloat16 (or float32) could not be timed: the layer stays float32 when bfloat16 failed.
-    """
-
-    float32_ms: object = None
-    bfloat16_ms: object = None
-    casts_ms: object = None
-    failed: object = None
-
-    @property
-    def ratio(self):
-        """float32's time over bfloat16's: above 1, bfloat16 is faster."""
-        if self.failed or not self.float32_ms or not self.bfloat16_ms:
-            return None
-        return self.float32_ms / self.bfloat16_ms
-
-    def record(self):
-        return {"float32_ms": self.float32_ms, "bfloat16_ms": self.bfloat16_ms, "casts_ms": self.casts_ms,
-                "failed": self.failed}
 
 
 @dataclass(frozen=True)
@@ -248,8 +181,8 @@ def network_layers(net, shapes):
     list of LayerRow
         Not measured yet: the stem rule's layers say so, the others are bfloat16.
     """
-    from .amp.graph import trace
-    from .amp.lists import float32_rules
+    from ..amp.graph import trace
+    from ..amp.lists import float32_rules
 
     rules = float32_rules("bfloat16", "mxfp16")
     rows = []
@@ -270,6 +203,22 @@ def _with(row, dtype, why, timing=None):
 # --------------------------------------------------------------------------
 # The decision.
 # --------------------------------------------------------------------------
+def layers_apply(amp_lists, precision=None):
+    """Whether the layers are timed: ``amp_lists='measured'`` and AMP in bfloat16 runs, or may (``auto``).
+
+    Parameters
+    ----------
+    amp_lists : str
+    precision : mxfp16.Precision or None
+        The precision settled on; ``None`` while ``auto`` is still to be
+        timed: its candidate, amp-bfloat16, is measured first, so ``auto``
+        then times the network as it would train.
+    """
+    if amp_lists != "measured":
+        return False
+    return precision is None or (precision.amp and precision.compute_dtype == "bfloat16")
+
+
 def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, support=None):
     """Time the layers of ``net`` AMP would run in bfloat16, here, and keep in float32 those that do not gain.
 
@@ -284,7 +233,8 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
         Only CPUs are measured (bfloat16 on a GPU is not what AMP runs there).
     timer : callable, optional
         ``timer([LayerSpec]) -> {spec.key: LayerTiming}``; by default
-        :func:`time_layers` (a fresh process). Tests give fake times.
+        :func:`mxfp16.measure.layer_timing.time_layers` (a fresh process).
+        Tests give fake times.
     cache : str, optional
         The cache file (default :func:`cache_file`).
     log : callable
@@ -296,7 +246,7 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
     """
     import mxnet as mx
 
-    from .machine import hardware
+    from ..machine import hardware
 
     try:
         rows = network_layers(net, input_shapes(data))
@@ -312,14 +262,10 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
         return LayerChoice(tuple(rows), False, f"not measured: bfloat16 cannot run on this CPU ({support.reason}); "
                                                "the lists stay mxfp16's")
     specs = sorted({r.spec for r in rows if r.dtype == "bfloat16" and r.spec is not None}, key=lambda s: s.key)
-    store = KeyedCache(cache or cache_file(), _CACHE_VERSION, "timings")
-    machine = machine_key()
-
-    def cache_key(spec):
-        return json.dumps({"machine": machine, "spec": spec.key}, sort_keys=True)
-
+    store = MachineCache(cache or cache_file(), _CACHE_VERSION, "timings", "spec")
     held = store.read()
-    timings = {s.key: _timing(held[cache_key(s)]) for s in specs if _timing(held.get(cache_key(s))) is not None}
+    timings = {s.key: _timing(held[store.key(s.key)]) for s in specs
+               if _timing(held.get(store.key(s.key))) is not None}
     missing = [s for s in specs if s.key not in timings]
     if missing:
         busy = machine_busy()
@@ -327,15 +273,12 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
             f"the times are kept in {store.path}")
         found = (timer or time_layers)(missing)
         timings.update(found)
-        if busy:
-            log(f"amp lists measured: the CPU was busy ({busy}); these times are used once and not kept")
-        else:
-            store.keep({cache_key(s): found[s.key].record() for s in missing if s.key in found},
-                       log=lambda line: log(f"amp lists measured: {line}"))
+        store.keep_unless_busy({store.key(s.key): found[s.key].record() for s in missing if s.key in found}, busy,
+                               log=lambda line: log(f"amp lists measured: {line}"))
     rows = _decide(rows, timings)
     kept = sum(1 for r in rows if r.dtype == "float32" and r.timing is not None)
     reason = (f"measured on this CPU: {kept} of {sum(1 for r in rows if r.timing is not None)} layers timed run in "
-              f"float32 (bfloat16 must be {MARGIN:.2f}x as fast as float32 to be kept)")
+              f"float32 ({requirement()} to be kept)")
     return LayerChoice(tuple(rows), True, reason, cached=len(specs) - len(missing))
 
 
@@ -362,117 +305,10 @@ def _decide(rows, timings):
         if failed:
             dtype, why = "float32", f"bfloat16 did not run: {failed}"
         else:
-            ratio = sum(t.float32_ms for t in times) / sum(t.bfloat16_ms for t in times)
+            ratio = speed_ratio(sum(t.float32_ms for t in times), sum(t.bfloat16_ms for t in times))
             shared = f" (with {len(members) - 1} other use(s) of its weight)" if len(members) > 1 else ""
-            dtype = "bfloat16" if ratio >= MARGIN else "float32"
-            why = f"measured: bfloat16 at {ratio:.2f}x float32's speed{shared}"
+            dtype = "bfloat16" if pays(ratio) else "float32"
+            why = f"measured: bfloat16 at {ratio or 0:.2f}x float32's speed{shared}"
         for i, t in zip(members, times):
             rows[i] = _with(rows[i], dtype, why, t)
     return rows
-
-
-# --------------------------------------------------------------------------
-# The timing, in a fresh process: python -m mxfp16.per_layer SPECS.json --result OUT.json
-# --------------------------------------------------------------------------
-def time_layers(specs, timeout=TIMEOUT):
-    """Time each spec in a fresh process (AMP off there; each operator given its dtypes): ``{key: LayerTiming}``.
-
-    Should that process die (a kernel that crashes it), each spec is timed
-    again in a process of its own, and the one that died is recorded as
-    failed: its layers stay float32.
-    """
-    import tempfile
-
-    from .plumbing.child import run_json_child
-
-    def run(batch):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-            json.dump([s.key for s in batch], handle)
-        try:
-            return run_json_child("mxfp16.per_layer", [handle.name], timeout=timeout)
-        finally:
-            os.unlink(handle.name)
-
-    record, why = run(specs)
-    if record is not None:
-        return {key: LayerTiming(**value) for key, value in record.items()}
-    if len(specs) == 1:
-        return {specs[0].key: LayerTiming(failed=f"the timing process ended: {why.splitlines()[0]}")}
-    found = {}
-    for spec in specs:
-        found.update(time_layers([spec], timeout))
-    return found
-
-
-def _time_spec(spec):
-    """:class:`LayerTiming` of one spec, in this process (which must not have AMP on)."""
-    import mxnet as mx
-    import numpy as np
-    from mxnet import autograd
-    from mxnet.contrib.amp.amp import bfloat16
-
-    from .timing import time_steps
-
-    op, attrs = getattr(mx.nd, spec.op), dict(spec.attrs)
-    rng = np.random.RandomState(0)
-    arrays = [mx.nd.array(rng.uniform(-1, 1, shape)) for shape in spec.shapes]
-    for a in arrays:
-        a.attach_grad()
-
-    def timed(step):
-        return time_steps(step, ITERS, REPEATS, WARMUP).ms_per_step
-
-    def float32_step():
-        with autograd.record():
-            out = op(*arrays, **attrs)
-        out.backward()
-        return arrays[1].grad
-
-    out_shape = op(*arrays, **attrs).shape
-    float32_ms = timed(float32_step)
-    data16 = mx.nd.amp_cast(arrays[0], dtype=bfloat16)
-    data16.attach_grad()
-
-    def bfloat16_step():
-        with autograd.record():
-            out = op(data16, *[mx.nd.amp_cast(a, dtype=bfloat16) for a in arrays[1:]], **attrs)
-        out.backward()
-        return arrays[1].grad
-
-    out16 = mx.nd.amp_cast(mx.nd.ones(out_shape), dtype=bfloat16)
-    out16.attach_grad()
-
-    def casts_step():
-        with autograd.record():
-            cast_in = mx.nd.amp_cast(arrays[0], dtype=bfloat16)
-            cast_out = mx.nd.amp_cast(out16, dtype="float32")
-        autograd.backward([cast_in, cast_out])
-        return arrays[0].grad
-
-    try:
-        bfloat16_ms = timed(bfloat16_step)
-    except mx.MXNetError as err:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        return LayerTiming(float32_ms, failed=(lines[-1] if lines else "MXNetError")[:200])
-    return LayerTiming(float32_ms, bfloat16_ms, timed(casts_step))
-
-
-def _main(argv):
-    import argparse
-
-    import mxfp16  # noqa: F401 -- the numpy names MXNet needs, before it loads
-
-    from .plumbing.fileio import write_json
-
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.per_layer", description="time layer shapes (a child)")
-    parser.add_argument("specs", help="a JSON list of LayerSpec keys")
-    parser.add_argument("--result", required=True)
-    args = parser.parse_args(argv)
-    with open(args.specs, encoding="utf-8") as handle:
-        keys = json.load(handle)
-    write_json(args.result, {key: _time_spec(LayerSpec.from_key(key)).record() for key in keys})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

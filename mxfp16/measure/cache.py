@@ -1,0 +1,127 @@
+"""Measurements kept between runs: one JSON file per kind, its records keyed by the machine and what was measured.
+
+``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings
+(:mod:`mxfp16.measure.per_layer`) are measured once per machine and kept
+through :class:`MachineCache`, in one format: a file
+``{"version": N, section: {key: record}}`` whose keys are JSON
+``{"machine": machine_key(), <what>: ...}``. A file that is damaged, of
+another version or missing reads as empty: what it held is measured again
+and the file rewritten whole, never patched. Times taken while other
+programs kept the CPU busy (:func:`machine_busy`) are used once and not kept.
+"""
+import json
+import os
+
+from ..plumbing.fileio import JSONFileError, read_json, write_json
+
+__all__ = ["cache_folder", "KeyedCache", "MachineCache", "machine_key", "machine_busy"]
+
+
+def cache_folder(environ=None):
+    """``$MXFP16_CACHE_DIR``, else ``$XDG_CACHE_HOME/mxfp16`` (``~/.cache/mxfp16`` by default)."""
+    environ = os.environ if environ is None else environ
+    return environ.get("MXFP16_CACHE_DIR") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mxfp16")
+
+
+def machine_key():
+    """What a measurement depends on besides what is measured: the CPU, how oneDNN may use it, the software, the
+    threads."""
+    import mxnet as mx
+
+    from .._version import __version__
+    from ..machine import amx, hardware
+    from ..machine.environment import mxnet_threads
+
+    cpu = hardware.cpu_identity()
+    return {"cpu": [cpu.get(k) for k in ("vendor", "model_name", "family", "model", "stepping")]
+            + [sorted(cpu.get("bfloat16_instructions") or [])],
+            "amx": amx.status().state, "isa": os.environ.get("DNNL_MAX_CPU_ISA"),
+            "mxnet": mx.__version__, "mxfp16": __version__, "threads": mxnet_threads()}
+
+
+def machine_busy():
+    """A description of the load when the machine is busy (one-minute load average >= its cores), else ``None``."""
+    from ..machine.environment import available_cores
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cores = available_cores()
+    return f"1-minute load average {load:.1f} on {cores} core(s)" if load >= cores else None
+
+
+class KeyedCache:
+    """A JSON file ``{"version": N, section: {key: record}}``.
+
+    Parameters
+    ----------
+    path : str
+    version : int
+        A file of another version reads as empty (its records' meaning changed).
+    section : str
+        The name of the dictionary of records (``'verdicts'``).
+    """
+
+    def __init__(self, path, version, section):
+        self.path, self.version, self.section = path, version, section
+
+    def read(self):
+        """``{key: record}``; empty for a missing, damaged or other-version file."""
+        try:
+            doc = read_json(self.path, default={})
+        except JSONFileError:
+            return {}
+        if not isinstance(doc, dict) or doc.get("version") != self.version or not isinstance(
+                doc.get(self.section), dict):
+            return {}
+        return doc[self.section]
+
+    def keep(self, records, log=print):
+        """Add ``records`` (``{key: record}``) to what the file holds now (another process may have added some).
+
+        An unwritable cache costs a measurement next time, nothing more: it
+        is told to ``log`` and otherwise ignored.
+        """
+        held = self.read()
+        held.update(records)
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            write_json(self.path, {"version": self.version, self.section: held})
+        except OSError as err:
+            log(f"could not keep the measurement in {self.path} ({err.strerror or err}); it is measured again "
+                "next time")
+
+
+class MachineCache(KeyedCache):
+    """A :class:`KeyedCache` of measurements of this machine: each key names the machine and what was measured.
+
+    Parameters
+    ----------
+    path, version, section
+        As for :class:`KeyedCache`.
+    kind : str
+        What a key's second entry is called (``'probe'``, ``'spec'``).
+    """
+
+    def __init__(self, path, version, section, kind):
+        super().__init__(path, version, section)
+        self.kind, self._machine = kind, None
+
+    def key(self, what):
+        """The record's key for ``what`` (plain values) on this machine (:func:`machine_key`, read once)."""
+        if self._machine is None:
+            self._machine = machine_key()
+        return json.dumps({"machine": self._machine, self.kind: what}, sort_keys=True)
+
+    def keep_unless_busy(self, records, busy, log):
+        """Keep ``records`` unless ``busy`` (:func:`machine_busy`, read before the measurement) says otherwise.
+
+        Wall-clock times taken under load say little about the next run: they
+        are used once, and ``log`` is told so.
+        """
+        if busy:
+            log(f"the CPU was busy when the measurement started ({busy}); it is used once and not kept")
+            return
+        self.keep(records, log=log)

@@ -1,0 +1,172 @@
+"""The probe: a network's training step timed in a forked copy of this process.
+
+``auto`` (:mod:`mxfp16.measure.auto`) asks a :class:`NetworkProbe` for
+milliseconds per step in float32 and in amp-bfloat16. Each answer comes from
+a forked child, so AMP, which patches MXNet for the whole process, and the
+steps' updates never touch the caller's network. The child sets its
+precision up as :class:`mxfp16.MixedPrecision` adopts a verdict
+(:func:`mxfp16.measure.auto.adopt`) and times through
+:func:`mxfp16.measure.timing.time_steps`, as the benchmark does.
+
+Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
+fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
+``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions are
+timed that way, so a ratio is compared with a ratio; the casts amp-bfloat16
+adds are MXNet kernels, so the probe errs towards float32, never towards a
+slowdown.
+"""
+import hashlib
+import json
+import os
+import select
+import signal
+import time
+import traceback
+
+__all__ = ["NetworkProbe", "network_signature", "PROBE_WARMUP", "PROBE_REPEATS", "PROBE_TIMEOUT"]
+
+#: Steps not timed (graph build, oneDNN primitives), and timed repeats per precision and round.
+PROBE_WARMUP, PROBE_REPEATS = 2, 3
+#: Seconds a probe child may take before it is stopped (and float32, the safe side, is kept).
+PROBE_TIMEOUT = 600.0
+
+
+def _probe_loss(outputs, *labels):
+    """Stands in for a loss the caller did not give: the cost of a step is the network's, not its loss's."""
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    total = None
+    for out in outputs:
+        term = out.reshape((out.shape[0], -1)).sum(axis=1)
+        total = term if total is None else total + term
+    return total
+
+
+def network_signature(net):
+    """A digest of a network's structure: each block's class and each parameter's shape and dtype, in order.
+
+    Names are left out: Gluon numbers its prefixes per process (``dense0_``,
+    ``dense3_``), and the same network must get the same verdict.
+    """
+    import numpy as np
+
+    from .._internals import block_children
+
+    def walk(block):
+        yield type(block).__module__ + "." + type(block).__qualname__
+        for child in block_children(block):
+            yield from walk(child)
+
+    params = [(list(p.shape or ()), np.dtype(p.dtype).name) for p in net.collect_params().values()]
+    text = json.dumps({"blocks": list(walk(net)), "params": params})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _batch_signature(value):
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return [_batch_signature(v) for v in value]
+    import numpy as np
+
+    return [list(value.shape), np.dtype(value.dtype).name]
+
+
+class NetworkProbe:
+    """Times a network's training step in a precision, in a forked copy of this process.
+
+    The child switches AMP on if the precision uses it, rebuilds the
+    network's graphs, and times :func:`mxfp16.train_step` on the example batch
+    with the caller's trainer and loss; it sends back milliseconds per step and
+    exits. Nothing the child does reaches this process: not AMP, not the
+    updates to the parameters or the trainer's state.
+
+    Parameters
+    ----------
+    net : gluon.Block
+        Initialised (its parameters have shapes), not under AMP.
+    data, label : list
+        One batch, one entry per device, as :func:`mxfp16.cast_batch` returns
+        it for float32 (``label`` may be ``None`` for a network that returns
+        its own loss). float32 and amp-bfloat16 batches are both float32.
+    ctx : list of mx.Context
+    loss_fn : callable, optional
+        As :func:`mxfp16.train_step` takes it; by default the sum of the outputs.
+    trainer : gluon.Trainer, optional
+        By default plain SGD at a learning rate of 0.
+    amp_lists : str
+        Which operator lists an AMP precision uses (``'mxfp16'`` or ``'mxnet'``).
+    """
+
+    def __init__(self, net, data, label, ctx, loss_fn=None, trainer=None, amp_lists="mxfp16"):
+        self.net, self.data, self.label, self.ctx = net, data, label, list(ctx)
+        self.loss_fn = loss_fn if loss_fn is not None or label is None else _probe_loss
+        self.trainer, self.amp_lists = trainer, amp_lists
+
+    @property
+    def key(self):
+        """What the verdict depends on besides the machine: the network, the batch, the operator lists."""
+        return {"network": network_signature(self.net), "data": _batch_signature(self.data),
+                "label": _batch_signature(self.label), "devices": len(self.ctx), "amp_lists": self.amp_lists}
+
+    @property
+    def where(self):
+        return f"{type(self.net).__name__} at batch {_batch_signature(self.data)}"
+
+    def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT):
+        """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
+        import mxnet as mx
+
+        mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: time, send one JSON line, leave without running the parent's exit handlers
+            os.close(read_end)
+            try:
+                record = {"status": "ok", "ms_per_step": self._time_here(precision, iters, warmup, repeats)}
+            except BaseException:  # noqa: B036 -- a child must report anything and exit, whatever happened
+                record = {"status": "failed", "reason": traceback.format_exc(limit=4).strip()}
+            os.write(write_end, (json.dumps(record) + "\n").encode())
+            os._exit(0)
+        os.close(write_end)
+        return _read_child(pid, read_end, precision, timeout)
+
+    def _time_here(self, name, iters, warmup, repeats):
+        from ..optim import make_trainer
+        from ..scaler import make_loss_scaler
+        from ..step import train_step
+        from .auto import adopt
+        from .timing import time_steps
+
+        precision = adopt(name, self.ctx, self.amp_lists, [self.net])  # as MixedPrecision adopts a verdict
+        scaler = make_loss_scaler(precision)
+        trainer = self.trainer or make_trainer(self.net.collect_params(), "sgd", {"learning_rate": 0.0}, precision)
+        times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
+                           iters, repeats, warmup)
+        return times.ms_per_step
+
+
+def _read_child(pid, read_end, precision, timeout):
+    """The record a probe child sent, waiting at most ``timeout`` seconds; the child is reaped either way."""
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                return {"status": "failed", "precision": precision, "reason": f"timed out after {timeout:g} s"}
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode(errors="replace").strip()
+    try:
+        record = json.loads(text)
+    except ValueError:
+        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        return {"status": "failed", "precision": precision, "reason": f"the probe process ended ({code}) with no "
+                                                                      "record"}
+    return dict(record, precision=precision)
+
