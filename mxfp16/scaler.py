@@ -162,7 +162,8 @@ class LossScaler:
     precision : Precision, optional
         The run's precision (:func:`make_loss_scaler` sets it), so a step can
         refuse an AMP precision whose :func:`mxfp16.activate` was not called.
-        Not part of the state.
+        Not part of the state; read it as :attr:`precision`, and
+        :meth:`settle_precision` replaces it once ``auto`` is decided.
 
     Attributes
     ----------
@@ -194,7 +195,7 @@ class LossScaler:
         self.enabled = bool(enabled)
         self.max_overflows_at_min = int(max_overflows_at_min)
         self.history = deque(maxlen=history_size)
-        self.precision = precision
+        self._precision = precision
         self._watch = GradientWatch()
         self._reset()
 
@@ -236,6 +237,30 @@ class LossScaler:
         # 'step': the outcome came from step() (train_step's too); 'given': from update(overflow=...); None: a
         # seam has been called since (a new iteration began), or nothing was recorded yet.
         self._last_update = ended_by
+
+    @property
+    def precision(self):
+        """The run's precision (a :class:`~mxfp16.Precision`, or ``None`` when none was given)."""
+        return self._precision
+
+    def settle_precision(self, precision):
+        """Take the precision ``auto`` settled on, once it is decided (:class:`mxfp16.MixedPrecision` calls it).
+
+        Until then the scaler holds the rule's answer. Only the precision
+        changes (a step refuses its AMP unless activated): the scale, its
+        settings and the record stay, since ``auto``'s candidates share
+        them, and a resumed run's state brings its own.
+
+        Raises
+        ------
+        TypeError
+            For anything but a :class:`~mxfp16.Precision`.
+        """
+        from .precision import Precision
+
+        if not isinstance(precision, Precision):
+            raise TypeError(f"settle_precision() takes a resolved mxfp16.Precision, got {precision!r}")
+        self._precision = precision
 
     @property
     def skipped_steps(self):
