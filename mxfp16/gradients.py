@@ -8,8 +8,15 @@ optimizer divides instead (``trainer.update(batch_size * S)``, in float32
 with ``multi_precision``), and whatever reads the gradients before it
 divides by the same number: :class:`Gradients` carries it.
 
-Every function here runs on the devices and returns device arrays; nothing
-waits for the host.
+Every function here runs on the devices and returns device arrays, or reads
+Gluon's host-side flags; nothing waits for the host.
+
+Below them is the Gluon bookkeeping the loss scaler's seams rest on: which
+of a trainer's parameters a step applies (:func:`param_use`; unused ones,
+and those never initialised, which sit out of the reduction and the update),
+the reduction itself (:func:`reduce_gradients`), micro-batches summed for
+gradient accumulation (:class:`GradientSums`), and trainers whose kvstore
+applies the updates (:func:`refuse_kvstore_updates`).
 
 Anything that touches the gradients before they are unscaled gets them
 scaled: ``gluon.utils.clip_global_norm(grads, max_norm)`` there clips them to
@@ -17,7 +24,9 @@ scaled: ``gluon.utils.clip_global_norm(grads, max_norm)`` there clips them to
 that factor and training crawls without an error. :class:`GradientWatch`
 notices such a change between the scaled backward pass and ``unscale()``.
 """
+import contextlib
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +34,9 @@ from ._lazy import module
 
 mx = module("mxnet")
 
-__all__ = ["Gradients", "GradientWatch", "grads_are_finite", "clip_global_norm_"]
+__all__ = ["Gradients", "GradientWatch", "grads_are_finite", "clip_global_norm_", "GradientSums", "ParamUse",
+           "param_use", "params_sitting_out", "reduce_gradients", "kvstore_applies_updates", "refuse_kvstore_updates",
+           "fresh_params", "check_batch_size"]
 
 # multi_all_finite / multi_sum_sq take a bounded number of inputs per call.
 _CHUNK = 128
@@ -299,3 +310,190 @@ def _watched_params(trainer):
     from ._internals import param_is_deferred, trainer_params
 
     return [p for p in trainer_params(trainer) if p.grad_req != "null" and not param_is_deferred(p)]
+
+
+# -- a trainer's gradient arrays: the Gluon bookkeeping under the loss scaler's seams ------------------------------
+
+
+def check_batch_size(batch_size):
+    """A positive finite number of samples (the optimizer divides by it)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, float)) or not (
+            0 < batch_size < float("inf")):
+        raise ValueError(f"batch_size must be a positive number of samples, got {batch_size!r}")
+    return batch_size
+
+
+@dataclass
+class ParamUse:
+    """Which of a trainer's parameters a step applies, read from the gradients the backward passes left.
+
+    Attributes
+    ----------
+    applied : list of gluon.Parameter
+        Trainable, with a gradient from this step.
+    unused : list of gluon.Parameter
+        Trainable, with no gradient since their last update.
+    sitting_out : list of gluon.Parameter
+        The unused ones no forward pass has reached yet (an unused head,
+        deferred initialisation): they have no gradient array at all, and
+        Gluon's reduction and update fail on them, so they sit out of both
+        (:func:`params_sitting_out`) until a forward pass initialises them.
+    """
+
+    applied: list
+    unused: list
+    sitting_out: list
+
+    def unused_names(self, shown=6):
+        """The first ``shown`` unused parameters' names, and how many more there are."""
+        more = len(self.unused) - shown
+        return ", ".join(p.name for p in self.unused[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def param_use(params):
+    """Sort ``params`` (a trainer's) by whether this step's backward passes reached them: a :class:`ParamUse`.
+
+    Host-side flags only (:func:`mxfp16._internals.grad_is_fresh`), nothing read from the devices.
+
+    Raises
+    ------
+    ValueError
+        No parameter to train (every ``grad_req`` is ``'null'``), or
+        ``grad_req='add'`` under AMP, whose ``amp_cast`` ignores it.
+    """
+    from ._internals import amp_initialized, grad_is_fresh, param_is_deferred
+
+    trainable = [p for p in params if p.grad_req != "null"]
+    if not trainable:
+        raise ValueError("this trainer has no parameter to train (every grad_req is 'null')")
+    adding = [p.name for p in trainable if p.grad_req == "add"]
+    if adding and amp_initialized():
+        raise ValueError(
+            f"grad_req='add' under AMP ({', '.join(adding[:3])}{' ...' if len(adding) > 3 else ''}): MXNet "
+            "1.9.1's amp_cast ignores it in the backward pass, so these parameters would receive zero "
+            "gradients. Keep grad_req='write' and call scaler.accumulate(trainer) after each micro-batch's "
+            "backward; step() then applies the sum")
+    unused = [p for p in trainable if not grad_is_fresh(p)]
+    return ParamUse([p for p in trainable if grad_is_fresh(p)], unused, [p for p in unused if param_is_deferred(p)])
+
+
+@contextlib.contextmanager
+def params_sitting_out(params):
+    """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by.
+
+    Setting ``grad_req`` on a parameter without data changes only the flag,
+    and the first forward pass that reaches it later creates its gradient
+    with the flag put back.
+    """
+    saved = [(param, param.grad_req) for param in params]
+    for param, _ in saved:
+        param.grad_req = "null"
+    try:
+        yield
+    finally:
+        for param, grad_req in saved:
+            param.grad_req = grad_req
+
+
+def reduce_gradients(trainer, use, divisor):
+    """Sum the applied gradients over devices and workers (``trainer.allreduce_grads()``): a :class:`Gradients`.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+    use : ParamUse
+        What this step applies; its parameters sitting out stay out of the reduction.
+    divisor : float
+        What the optimizer will divide the reduced gradients by (the batch size times the loss scale).
+    """
+    with params_sitting_out(use.sitting_out):
+        trainer.allreduce_grads()
+    params = use.applied
+    return Gradients([p.list_grad()[0] for p in params], [g for p in params for g in p.list_grad()[1:]], divisor,
+                     [p.name for p in params])
+
+
+def kvstore_applies_updates(trainer):
+    """Whether the trainer's kvstore applies the updates (``update_on_kvstore``): no reduced gradient to read."""
+    from ._internals import trainer_update_on_kvstore_setting, trainer_updates_on_kvstore
+
+    # Asked for explicitly counts even where Gluon has no kvstore (one device): there it fails later
+    # with "'NoneType' object has no attribute 'is_capable'".
+    return trainer_update_on_kvstore_setting(trainer) is True or trainer_updates_on_kvstore(trainer)
+
+
+def refuse_kvstore_updates(trainer, why, checks_overflow):
+    """Raise ``ValueError`` for a trainer whose kvstore applies the updates, saying ``why`` that cannot work.
+
+    ``checks_overflow``: the loss scaler checks the reduced gradients, which such a trainer never has.
+    """
+    if not kvstore_applies_updates(trainer):
+        return
+    if checks_overflow:
+        raise ValueError(
+            "this trainer updates on the kvstore (update_on_kvstore=True): the kvstore would apply each "
+            "update before the loss scaler could check the reduced gradients for overflow, and it cannot "
+            "divide by a scale that changes every step. Build it with mxfp16.make_trainer(params, ..., "
+            "precision, scaler), which sets update_on_kvstore=False, or pass update_on_kvstore=False to "
+            "gluon.Trainer")
+    raise ValueError(f"{why}, which a trainer that updates on the kvstore (update_on_kvstore=True) never "
+                     "has; build the trainer with update_on_kvstore=False")
+
+
+def fresh_params(trainer):
+    """The trainer's trainable parameters that a backward pass reached since their last update (or accumulation)."""
+    from ._internals import grad_is_fresh, trainer_params
+
+    return [p for p in trainer_params(trainer) if p.grad_req != "null" and grad_is_fresh(p)]
+
+
+class GradientSums:
+    """Micro-batches' gradients summed per trainer on the devices, until the step folds them into the gradients.
+
+    :meth:`mxfp16.LossScaler.accumulate` adds each micro-batch (one extra
+    copy of the gradients, nothing read on the host); ``unscale()`` and
+    ``step()`` fold the sums back, so the reduction and the update see
+    the gradient of every micro-batch.
+    """
+
+    def __init__(self):
+        self._sums = {}  # id(trainer) -> {id(param): (param, [sum per device])}
+
+    def __bool__(self):
+        return bool(self._sums)
+
+    def clear(self):
+        """Forget every sum (the scaler's update() ends the iteration)."""
+        self._sums = {}
+
+    def add(self, trainer, params):
+        """Add ``params``' gradients (fresh from a backward pass) to the trainer's sums; return how many it holds.
+
+        The parameters' gradients then count as applied, so the next
+        backward's gradients count as new.
+        """
+        from ._internals import set_grads_fresh
+
+        sums = self._sums.setdefault(id(trainer), {})
+        for param in params:
+            if id(param) in sums:
+                for total, grad in zip(sums[id(param)][1], param.list_grad()):
+                    total += grad
+            else:
+                sums[id(param)] = (param, [grad.copy() for grad in param.list_grad()])
+        set_grads_fresh(params, False)
+        return len(sums)
+
+    def fold(self, trainer):
+        """Put the trainer's sums into its gradient arrays (plus any micro-batch not yet added), and forget them."""
+        from ._internals import grad_is_fresh, set_grads_fresh
+
+        sums = self._sums.pop(id(trainer), {})
+        for param, totals in sums.values():
+            newest = grad_is_fresh(param)
+            for grad, total in zip(param.list_grad(), totals):
+                if newest:
+                    grad += total
+                else:
+                    grad[:] = total
+        set_grads_fresh([param for param, _ in sums.values()], True)

@@ -39,6 +39,7 @@ library function of the same name (:func:`mxfp16.cast_net`,
 for a set-up this object does not cover.
 """
 import weakref
+from dataclasses import replace
 
 from ._internals import rebuild_graphs
 from .amp.lists import check_list_set, keep_float32_measured
@@ -89,6 +90,13 @@ class MixedPrecision:
         others' load and could choose differently.
     log : callable, default print
         Told, in a line each, when ``auto`` times the network and what it chose.
+    own_precision : tuple, optional
+        ``(name, where)``: the resolved precision of the run this one
+        continues, and where that run recorded it (a file, say). With
+        ``'auto'`` it is the precision, as it was, instead of the rule or a
+        timing: a resumed run keeps what it started with (the reason says
+        ``the run's own (where)``). A precision asked for by name ignores it
+        (the run's checkpoint then checks that the two agree).
     **scaler_options
         Passed to :class:`~mxfp16.LossScaler` (``growth_interval`` ...).
 
@@ -121,18 +129,24 @@ class MixedPrecision:
     STATE_VERSION = 1
 
     def __init__(self, precision="auto", ctx="auto", loss_scale=None, allow_cpu_float16=False, amp_lists="mxfp16",
-                 time_auto=True, log=print, **scaler_options):
+                 time_auto=True, log=print, own_precision=None, **scaler_options):
         check_list_set(amp_lists)
         self.ctx = resolve_devices(ctx)
-        self.precision = precision if isinstance(precision, Precision) else resolve_precision(
-            precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
+        self._allow_cpu_float16 = allow_cpu_float16
+        # The one place a resumed auto run's precision is decided: taken from its record, never ruled or timed.
+        own = self._own_verdict(*own_precision) if precision == "auto" and own_precision else None
+        if own is not None:
+            self.precision = self._settled_precision(own)
+        else:
+            self.precision = precision if isinstance(precision, Precision) else resolve_precision(
+                precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
         self.amp_lists, self._log = amp_lists, log
         self.environment = set_float16_environment()
         is_auto = self.precision.requested == "auto"
         # A Precision passed in is settled (a resumed run's own); a name "auto" may still be timed.
-        self._pending = is_auto and not isinstance(precision, Precision) and time_auto and \
+        self._pending = is_auto and not isinstance(precision, Precision) and own is None and time_auto and \
             _auto.timing_applies(self.ctx)
-        self.verdict = _auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None
+        self.verdict = own or (_auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None)
         self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
         self.layer_choice = None
         self._layers_pending = _per_layer.layers_apply(amp_lists, None if self._pending else self.precision)
@@ -250,12 +264,21 @@ class MixedPrecision:
                              "written by this mxfp16's state_dict()")
         name = state.get("precision")
         if self.pending and state.get("requested") == "auto":
-            verdict = _auto.AutoVerdict(name, f"the run's own ({state.get('reason')})")
-            self._settle(verdict)
+            self._settle(self._own_verdict(name, state.get("reason")))
         elif name != self.precision.name:
             raise ValueError(f"the state is of a run in {name}, but this MixedPrecision is {self.precision.name}: "
                              f"create MixedPrecision({name!r}) to continue that run")
         self.scaler.load_state_dict(state["scaler"])
+
+    @staticmethod
+    def _own_verdict(name, where):
+        """``auto``'s verdict for a resumed run: its own precision ``name``, as recorded in ``where``."""
+        return _auto.AutoVerdict(name, f"the run's own ({where})")
+
+    def _settled_precision(self, verdict):
+        """The precision ``auto``'s verdict names, resolved for these devices."""
+        return replace(resolve_precision(verdict.precision, self.ctx, allow_cpu_float16=self._allow_cpu_float16),
+                       requested="auto", reason=verdict.reason)
 
     def _float32(self):
         return resolve_precision("float32", self.ctx)
@@ -275,10 +298,11 @@ class MixedPrecision:
     def _settle(self, verdict):
         """Adopt ``auto``'s verdict: the precision, AMP switched on for it, the prepared networks' graphs rebuilt."""
         # The prepared networks may have been traced before AMP (a float32 evaluation, say): adopt traces them again.
-        self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, self._nets, requested="auto",
+        self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, self._nets,
+                                     allow_cpu_float16=self._allow_cpu_float16, requested="auto",
                                      reason=verdict.reason)
         self.verdict, self._pending = verdict, False
-        self.scaler.precision = self.precision
+        self.scaler.settle_precision(self.precision)
 
     def __repr__(self):
         state = ", pending" if self.pending else ""

@@ -35,15 +35,30 @@ does a trainer whose gradients changed between the scaled backward and
 ``unscale()`` (clipped while still scaled, :class:`~mxfp16.gradients.GradientWatch`).
 A disabled scaler keeps the same order (so a float32 run catches what a
 float16 run would), with scale 1 and no overflow check.
+
+The Gluon bookkeeping under the seams -- which of a trainer's parameters a
+step applies, the reduction, the micro-batches summed by ``accumulate``, a
+trainer whose kvstore applies the updates -- is :mod:`mxfp16.gradients`'s;
+the scaler keeps the scale, the record of skipped steps and the order of
+the seams.
 """
-import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass
 
 from ._lazy import module
 from .float_formats import format_scale
-from .gradients import GradientWatch
+from .gradients import (
+    GradientSums,
+    GradientWatch,
+    check_batch_size,
+    fresh_params,
+    kvstore_applies_updates,
+    param_use,
+    params_sitting_out,
+    reduce_gradients,
+    refuse_kvstore_updates,
+)
 
 mx = module("mxnet")
 
@@ -147,7 +162,8 @@ class LossScaler:
     precision : Precision, optional
         The run's precision (:func:`make_loss_scaler` sets it), so a step can
         refuse an AMP precision whose :func:`mxfp16.activate` was not called.
-        Not part of the state.
+        Not part of the state; read it as :attr:`precision`, and
+        :meth:`settle_precision` replaces it once ``auto`` is decided.
 
     Attributes
     ----------
@@ -179,7 +195,7 @@ class LossScaler:
         self.enabled = bool(enabled)
         self.max_overflows_at_min = int(max_overflows_at_min)
         self.history = deque(maxlen=history_size)
-        self.precision = precision
+        self._precision = precision
         self._watch = GradientWatch()
         self._reset()
 
@@ -216,11 +232,35 @@ class LossScaler:
     def _end_step(self, ended_by=None):
         """Forget the iteration's seams; ``ended_by`` says how :meth:`update` recorded its outcome."""
         self._open = {}           # id(trainer) -> _TrainerStep, for the iteration in progress
-        self._accumulated = {}    # id(trainer) -> {id(param): (param, [sum per device])}, see accumulate()
+        self._accumulated = GradientSums()  # the micro-batches of accumulate(), per trainer
         self._watch.reset()
         # 'step': the outcome came from step() (train_step's too); 'given': from update(overflow=...); None: a
         # seam has been called since (a new iteration began), or nothing was recorded yet.
         self._last_update = ended_by
+
+    @property
+    def precision(self):
+        """The run's precision (a :class:`~mxfp16.Precision`, or ``None`` when none was given)."""
+        return self._precision
+
+    def settle_precision(self, precision):
+        """Take the precision ``auto`` settled on, once it is decided (:class:`mxfp16.MixedPrecision` calls it).
+
+        Until then the scaler holds the rule's answer. Only the precision
+        changes (a step refuses its AMP unless activated): the scale, its
+        settings and the record stay, since ``auto``'s candidates share
+        them, and a resumed run's state brings its own.
+
+        Raises
+        ------
+        TypeError
+            For anything but a :class:`~mxfp16.Precision`.
+        """
+        from .precision import Precision
+
+        if not isinstance(precision, Precision):
+            raise TypeError(f"settle_precision() takes a resolved mxfp16.Precision, got {precision!r}")
+        self._precision = precision
 
     @property
     def skipped_steps(self):
@@ -324,41 +364,17 @@ class LossScaler:
             After :meth:`unscale` or :meth:`step` in this step, or before
             any backward pass reached the trainer's parameters.
         """
-        from ._internals import grad_is_fresh, set_grads_fresh, trainer_params
-
         if id(trainer) in self._open:
             raise StepOrderError("accumulate() after unscale() or step() for this trainer: accumulate each "
                                  "micro-batch first, then unscale()/step() once")
         self._last_update = None
         self._watch.learn(trainer)
-        fresh = [p for p in trainer_params(trainer) if p.grad_req != "null" and grad_is_fresh(p)]
+        fresh = fresh_params(trainer)
         if not fresh:
             raise StepOrderError("accumulate() before backward: no parameter of this trainer received a gradient "
                                  "since the last accumulate() or update()")
         self._watch.check(trainer, keep=True)  # before the sums: the gradients as this micro-batch left them
-        sums = self._accumulated.setdefault(id(trainer), {})
-        for param in fresh:
-            if id(param) in sums:
-                for total, grad in zip(sums[id(param)][1], param.list_grad()):
-                    total += grad
-            else:
-                sums[id(param)] = (param, [grad.copy() for grad in param.list_grad()])
-        set_grads_fresh(fresh, False)  # the next backward's gradients count as new
-        return len(sums)
-
-    def _fold_accumulated(self, trainer):
-        """Put the accumulated sums into the gradient arrays (plus any micro-batch not yet accumulated)."""
-        from ._internals import grad_is_fresh, set_grads_fresh
-
-        sums = self._accumulated.pop(id(trainer), {})
-        for param, totals in sums.values():
-            newest = grad_is_fresh(param)
-            for grad, total in zip(param.list_grad(), totals):
-                if newest:
-                    grad += total
-                else:
-                    grad[:] = total
-        set_grads_fresh([param for param, _ in sums.values()], True)
+        return self._accumulated.add(trainer, fresh)
 
     def unscale(self, trainer, batch_size, skip_unused_params=False):
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
@@ -399,8 +415,7 @@ class LossScaler:
         ValueError
             The trainer updates on the kvstore, which cannot be checked first.
         """
-        from ._internals import trainer_params
-        from .gradients import Gradients, grads_are_finite
+        from .gradients import grads_are_finite
 
         state = self._open.get(id(trainer))
         if state is not None:
@@ -412,19 +427,15 @@ class LossScaler:
                 "scaler.update() to end the iteration")
         self._last_update = None
         self._watch.learn(trainer)
-        self._refuse_kvstore_updates(trainer, "unscale() reads the reduced gradients")
-        batch_size = _check_batch_size(batch_size)
+        refuse_kvstore_updates(trainer, "unscale() reads the reduced gradients", self.checks_overflow)
+        batch_size = check_batch_size(batch_size)
         self._watch.check(trainer)  # as the backward pass left them: before the sums and the reduction
-        self._fold_accumulated(trainer)
-        params, sitting_out = self._params_to_apply(trainer_params(trainer), skip_unused_params)
-        with _sitting_out(sitting_out):
-            trainer.allreduce_grads()
-        arrays = [p.list_grad()[0] for p in params]
-        finite = grads_are_finite(arrays) if self.checks_overflow else None
-        grads = Gradients(arrays, [g for p in params for g in p.list_grad()[1:]], batch_size * self.scale,
-                          [p.name for p in params])
-        self._open[id(trainer)] = _TrainerStep(trainer, "unscaled", batch_size, params, grads, finite,
-                                               skip_unused_params, sitting_out)
+        self._accumulated.fold(trainer)
+        use = self._param_use(trainer, skip_unused_params)
+        grads = reduce_gradients(trainer, use, batch_size * self.scale)
+        finite = grads_are_finite(grads.arrays) if self.checks_overflow else None
+        self._open[id(trainer)] = _TrainerStep(trainer, "unscaled", batch_size, use.applied, grads, finite,
+                                               skip_unused_params, use.sitting_out)
         return grads
 
     def clip_global_norm(self, trainer, max_norm):
@@ -510,11 +521,11 @@ class LossScaler:
         if state is None:
             if batch_size is None:
                 raise TypeError("step() needs batch_size when unscale() was not called for this trainer")
-            if not self.checks_overflow and self._kvstore_applies_updates(trainer):
-                return self._step_on_kvstore(trainer, _check_batch_size(batch_size), skip_unused_params)
+            if not self.checks_overflow and kvstore_applies_updates(trainer):
+                return self._step_on_kvstore(trainer, check_batch_size(batch_size), skip_unused_params)
             self.unscale(trainer, batch_size, skip_unused_params)
             state = self._open[id(trainer)]
-        elif batch_size is not None and _check_batch_size(batch_size) != state.batch_size:
+        elif batch_size is not None and check_batch_size(batch_size) != state.batch_size:
             raise ValueError(f"step() got batch_size {batch_size!r}, but unscale() was given {state.batch_size!r}: "
                              "the gradients were unscaled for that batch")
         readings = self._watch.take_readings(trainer)
@@ -530,7 +541,7 @@ class LossScaler:
             # next step, and a parameter unused then would carry this step's inf into its check.
             set_grads_fresh(state.params, False)
         else:
-            with _sitting_out(state.sitting_out):
+            with params_sitting_out(state.sitting_out):
                 state.trainer.update(state.batch_size * self.scale, ignore_stale_grad=state.skip_unused)
         state.stage = "stepped"
         return state.overflow
@@ -628,74 +639,35 @@ class LossScaler:
 
     # -- helpers of the seams ----------------------------------------------------------------------------------
 
-    def _refuse_kvstore_updates(self, trainer, why):
-        if self._kvstore_applies_updates(trainer):
-            if self.checks_overflow:
-                raise ValueError(
-                    "this trainer updates on the kvstore (update_on_kvstore=True): the kvstore would apply each "
-                    "update before the loss scaler could check the reduced gradients for overflow, and it cannot "
-                    "divide by a scale that changes every step. Build it with mxfp16.make_trainer(params, ..., "
-                    "precision, scaler), which sets update_on_kvstore=False, or pass update_on_kvstore=False to "
-                    "gluon.Trainer")
-            raise ValueError(f"{why}, which a trainer that updates on the kvstore (update_on_kvstore=True) never "
-                             "has; build the trainer with update_on_kvstore=False")
-
-    @staticmethod
-    def _kvstore_applies_updates(trainer):
-        from ._internals import trainer_update_on_kvstore_setting, trainer_updates_on_kvstore
-
-        # Asked for explicitly counts even where Gluon has no kvstore (one device): there it fails later
-        # with "'NoneType' object has no attribute 'is_capable'".
-        return trainer_update_on_kvstore_setting(trainer) is True or trainer_updates_on_kvstore(trainer)
-
     def _step_on_kvstore(self, trainer, batch_size, skip_unused_params):
         """A disabled scaler with a trainer that updates on the kvstore: Gluon's own step, nothing read."""
-        from ._internals import trainer_params
-
         self._last_update = None
-        self._fold_accumulated(trainer)
-        params, sitting_out = self._params_to_apply(trainer_params(trainer), skip_unused_params)
-        with _sitting_out(sitting_out):
+        self._accumulated.fold(trainer)
+        use = self._param_use(trainer, skip_unused_params)
+        with params_sitting_out(use.sitting_out):
             trainer.step(batch_size, ignore_stale_grad=skip_unused_params)
-        self._open[id(trainer)] = _TrainerStep(trainer, "stepped", batch_size, params, skip_unused=skip_unused_params)
+        self._open[id(trainer)] = _TrainerStep(trainer, "stepped", batch_size, use.applied,
+                                               skip_unused=skip_unused_params)
         return False
 
     @staticmethod
-    def _params_to_apply(params, skip_unused_params):
-        """``(parameters with a gradient from this step, parameters never initialised)``; unused ones refused unless
-        skipped.
+    def _param_use(trainer, skip_unused_params):
+        """The trainer's :class:`~mxfp16.gradients.ParamUse` for this step; unused parameters refused unless skipped."""
+        from ._internals import trainer_params
 
-        A parameter no forward pass has reached yet (an unused head, deferred
-        initialisation) has no gradient array at all, and Gluon's reduction
-        and update fail on it; with ``skip_unused_params`` it sits out of both
-        (:func:`_sitting_out`) until a forward pass initialises it.
-        """
-        from ._internals import amp_initialized, grad_is_fresh, param_is_deferred
-
-        trainable = [p for p in params if p.grad_req != "null"]
-        if not trainable:
-            raise ValueError("this trainer has no parameter to train (every grad_req is 'null')")
-        adding = [p.name for p in trainable if p.grad_req == "add"]
-        if adding and amp_initialized():
-            raise ValueError(
-                f"grad_req='add' under AMP ({', '.join(adding[:3])}{' ...' if len(adding) > 3 else ''}): MXNet "
-                "1.9.1's amp_cast ignores it in the backward pass, so these parameters would receive zero "
-                "gradients. Keep grad_req='write' and call scaler.accumulate(trainer) after each micro-batch's "
-                "backward; step() then applies the sum")
-        unused = [p for p in trainable if not grad_is_fresh(p)]
-        if len(unused) == len(trainable):
+        use = param_use(trainer_params(trainer))
+        if not use.applied:
             raise StepOrderError(
                 "no parameter of this trainer received a gradient since its last update: call backward first, on "
                 "the scaled loss (scaler.scale_loss(loss).backward(), with the loss computed inside "
                 "autograd.record()), then unscale() or step()")
-        names = ", ".join(p.name for p in unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
-        if unused and not skip_unused_params:
+        if use.unused and not skip_unused_params:
             raise UnusedParameterError(
-                f"{len(unused)} parameter(s) received no gradient in this step: {names}. The forward pass did not "
-                "use them (an unused head?). Pass skip_unused_params=True (to train_step, or to the scaler's "
-                "unscale()/step()) to leave them unchanged, or stop training them with grad_req='null' "
+                f"{len(use.unused)} parameter(s) received no gradient in this step: {use.unused_names()}. The forward "
+                "pass did not use them (an unused head?). Pass skip_unused_params=True (to train_step, or to the "
+                "scaler's unscale()/step()) to leave them unchanged, or stop training them with grad_req='null' "
                 "(block.collect_params().setattr('grad_req', 'null'))")
-        return [p for p in trainable if grad_is_fresh(p)], [p for p in unused if param_is_deferred(p)]
+        return use
 
     def _record(self, overflow):
         """One step's outcome: count it, adjust the scale, return whether it was skipped."""
@@ -796,24 +768,6 @@ class LossScaler:
         return f"LossScaler({kind}, scale={format_scale(self._scale)}, skipped_steps={self.skipped_steps})"
 
 
-@contextlib.contextmanager
-def _sitting_out(params):
-    """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by.
-
-    Setting ``grad_req`` on a parameter without data changes only the flag,
-    and the first forward pass that reaches it later creates its gradient
-    with the flag put back.
-    """
-    saved = [(param, param.grad_req) for param in params]
-    for param, _ in saved:
-        param.grad_req = "null"
-    try:
-        yield
-    finally:
-        for param, grad_req in saved:
-            param.grad_req = grad_req
-
-
 def parse_loss_scale(setting):
     """Read a loss-scale setting; the one parser the trainer's flags and :func:`make_loss_scaler` share.
 
@@ -895,10 +849,3 @@ def make_loss_scaler(precision, setting=None, **options):
         return LossScaler(enabled=False, precision=precision, **options)
     return LossScaler(init_scale=value, dynamic=False, precision=precision, **options)
 
-
-def _check_batch_size(batch_size):
-    """A positive finite number of samples (the optimizer divides by it)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, float)) or not (
-            0 < batch_size < float("inf")):
-        raise ValueError(f"batch_size must be a positive number of samples, got {batch_size!r}")
-    return batch_size

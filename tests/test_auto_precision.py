@@ -347,6 +347,32 @@ def test_the_trainer_resumes_in_its_own_precision_and_workers_keep_the_rule(nati
     assert activated == ["float32", mixed.precision.name]
 
 
+def test_a_resumed_auto_run_takes_its_own_precision_in_one_place_and_its_scaler_sees_it(native, monkeypatch):
+    """MixedPrecision decides a resumed auto run's precision from the record alone: no rule, no timing, no second
+    resolution; a precision asked for by name ignores the record, and the scaler holds the settled precision."""
+    from mxfp16 import mixed as mixed_module
+
+    asked = _timed(monkeypatch, {"float32": 500.0, "amp-bfloat16": 900.0})
+    activated, resolved = [], []
+    monkeypatch.setattr(mixed_module, "activate", lambda precision, lists: activated.append(precision.name))
+    real_resolve = mixed_module.resolve_precision
+    monkeypatch.setattr(mixed_module, "resolve_precision",
+                        lambda name, *a, **k: resolved.append(name) or real_resolve(name, *a, **k))
+    mp = mxfp16.MixedPrecision("auto", CPU, own_precision=("float32", "runs/x/config.json"), log=print)
+    assert not mp.pending and asked == [] and resolved == ["float32"] and activated == ["float32"]
+    assert (mp.precision.name, mp.precision.requested) == ("float32", "auto")
+    assert mp.precision.reason == mp.verdict.reason == "the run's own (runs/x/config.json)"
+    assert mp.scaler.precision is mp.precision
+    named = mxfp16.MixedPrecision("float32", CPU, own_precision=("amp-bfloat16", "runs/x/config.json"))
+    assert named.precision.requested == "float32" and named.verdict is None
+    # A pending auto that loads a run's state settles through the scaler's own method, not by assignment.
+    pending = mxfp16.MixedPrecision("auto", CPU, log=lambda line: None)
+    assert pending.pending
+    pending.load_state_dict(dict(mp.state_dict(), precision="float32", reason="ruled: x"))
+    assert pending.precision.reason == "the run's own (ruled: x)" and pending.scaler.precision is pending.precision
+    assert asked == []
+
+
 def test_this_machine_times_where_timing_applies():
     """Whatever this CPU is: MixedPrecision('auto') waits for a network exactly where timing can change the answer."""
     mp = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)

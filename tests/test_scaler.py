@@ -111,6 +111,21 @@ def test_precision_defaults_and_bad_settings():
             make_loss_scaler(fp16, bad)
 
 
+def test_the_precision_is_settled_by_a_method_and_not_assigned_from_outside():
+    float32, bf16 = resolve_precision("float32", "cpu"), resolve_precision("amp-bfloat16", "gpu:0")
+    scaler = make_loss_scaler(float32, growth_interval=3)
+    scaler.update(overflow=False)
+    before = scaler.state_dict()
+    assert scaler.precision is float32
+    with pytest.raises(AttributeError):
+        scaler.precision = bf16
+    scaler.settle_precision(bf16)
+    assert scaler.precision is bf16 and scaler.state_dict() == before  # the scale and its record stay
+    with pytest.raises(TypeError, match="resolved mxfp16.Precision"):
+        scaler.settle_precision("amp-bfloat16")
+    assert scaler.precision is bf16 and LossScaler().precision is None
+
+
 def test_one_parser_for_the_setting_and_the_trainer_agrees():
     from mxfp16.scaler import parse_loss_scale
     from mxfp16.train import ConfigError, TrainConfig

@@ -320,7 +320,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     return verdict
 
 
-def adopt(name, ctx, amp_lists, nets=(), **fields):
+def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
     """The precision ``name`` switched on here: resolved for ``ctx``, AMP activated, ``nets`` traced again under AMP.
 
     :class:`mxfp16.MixedPrecision` adopts ``auto``'s verdict this way, and the
@@ -335,6 +335,8 @@ def adopt(name, ctx, amp_lists, nets=(), **fields):
         As :func:`mxfp16.activate` takes it.
     nets : iterable of gluon.Block
         Networks whose graphs may have been traced before AMP (they would stay float32).
+    allow_cpu_float16 : bool
+        As :func:`mxfp16.resolve_precision` takes it.
     **fields
         Replaced in the resolved :class:`~mxfp16.Precision` (``requested``, ``reason``).
 
@@ -345,7 +347,7 @@ def adopt(name, ctx, amp_lists, nets=(), **fields):
     from .._internals import rebuild_graphs
     from ..precision import activate, resolve_precision
 
-    precision = resolve_precision(name, ctx)
+    precision = resolve_precision(name, ctx, allow_cpu_float16=allow_cpu_float16)
     precision = replace(precision, **fields) if fields else precision
     activate(precision, amp_lists)
     if precision.amp:

@@ -19,7 +19,7 @@ record and a checkpoint. :class:`Run` only holds what the two share.
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,7 +33,6 @@ from ..mixed import MixedPrecision
 from ..optim import check_compression, lr_schedule
 from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
 from ..plumbing.locking import Output, PathBusyError, read_lock
-from ..precision import resolve_precision
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
 from .config import ConfigError, TrainConfig
@@ -398,19 +397,19 @@ def _mixed_precision(config, ctx, saved, log):
     """The run's one :class:`~mxfp16.MixedPrecision`: the precision resolved once, the README's set-up.
 
     ``--precision auto`` resumes in the run's own precision (``config.json``),
-    whatever a new measurement would say. Otherwise, on a CPU with native
+    whatever a new measurement would say: this hands MixedPrecision the
+    record (``own_precision``), which decides. Otherwise, on a CPU with native
     bfloat16, the network is timed in both precisions when the parts are
     built (:mod:`mxfp16.measure.auto`, cached), so ``auto`` is never slower than
     float32 here. Workers of a parameter-server job keep the rule: each would
     time on its own machine under the others' load and could choose
     differently.
     """
-    precision = config.precision
-    if precision == "auto" and config.resume and saved and saved.get("resolved_precision"):
-        own = resolve_precision(saved["resolved_precision"], ctx, allow_cpu_float16=config.allow_cpu_float16)
-        precision = replace(own, requested="auto", reason=f"the run's own ({config.out}/config.json)")
-    return MixedPrecision(precision, ctx, loss_scale=config.loss_scale, allow_cpu_float16=config.allow_cpu_float16,
-                          amp_lists=config.amp_lists, time_auto=not str(config.kvstore).startswith("dist"), log=log)
+    resumed = config.resume and saved and saved.get("resolved_precision")
+    own = (saved["resolved_precision"], f"{config.out}/config.json") if resumed else None
+    return MixedPrecision(config.precision, ctx, loss_scale=config.loss_scale,
+                          allow_cpu_float16=config.allow_cpu_float16, amp_lists=config.amp_lists,
+                          time_auto=not str(config.kvstore).startswith("dist"), log=log, own_precision=own)
 
 
 def _start(run, changes):
