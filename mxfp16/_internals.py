@@ -8,7 +8,10 @@ effect or to read a layer's operator arguments (or a recurrent layer's
 settings), to renew a parameter's cached symbol, to start a trainer's kvstore
 while a parameter awaits its deferred initialisation, to ask a softmax
 cross-entropy loss whether its labels are class indices, nor to ask AMP
-whether it is active. MXNet's ONNX exporter
+whether it is active or where it binds an operator's functions
+(:func:`legacy_operator_functions`); MXNet's symbols none to rebuild a graph
+node on new inputs (:func:`rebuild_symbol`) nor to name the class of
+numpy-mode graph nodes (:func:`numpy_symbol_class`). MXNet's ONNX exporter
 has no public way to build a graph without writing a file, nor to say which
 node it failed on (:func:`mx2onnx_graph`), and GluonCV none to list the
 models its zoo registers (:func:`gluoncv_model_modules`). If one of these
@@ -335,6 +338,57 @@ def numpy_operator_functions(name):
                 homes.append((module, attribute))
         return homes
     return []
+
+
+def legacy_operator_functions(name):
+    """The functions MXNet generated for legacy operator ``name``: ``[(module, attribute)]``, as AMP finds them.
+
+    One home in ``mx.sym`` and one in ``mx.nd`` (plus ``op``, which binds
+    the top-level ones a second time); a namespace whose MXNet build lacks the
+    operator adds none. Where a name lands (``_contrib_foo`` is
+    ``contrib.foo``, ``_foo`` is in ``_internal``) is decided by AMP's private
+    ``_get_fun_to_wrap`` over ``mxnet.base``'s private prefix list; MXNet has
+    no public way to ask, and mxfp16 wraps exactly the bindings AMP wraps.
+    """
+    from mxnet import base, ndarray, symbol
+    from mxnet.contrib.amp.amp import _get_fun_to_wrap
+
+    homes = []
+    for namespace in (symbol, ndarray):
+        try:
+            submodules = {p: getattr(namespace, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
+            attribute, where = _get_fun_to_wrap(name, namespace, submodules)
+            targets = [where] + ([namespace.op] if where is namespace else [])
+            for target in targets:
+                getattr(target, attribute)
+        except AttributeError:
+            continue  # not an operator of this MXNet build
+        homes += [(target, attribute) for target in targets]
+    return homes
+
+
+def numpy_symbol_class():
+    """The class of numpy-mode graph nodes (``mxnet.symbol.numpy._Symbol``), what ``F.np`` builds when hybridized.
+
+    It subclasses the legacy ``Symbol``, so ``isinstance(x, mx.sym.Symbol)``
+    cannot tell the two modes apart, and MXNet exports it under no public name.
+    """
+    from mxnet.symbol.numpy import _Symbol
+
+    return _Symbol
+
+
+def rebuild_symbol(node, inputs):
+    """Legacy graph node ``node``'s operator, with its arguments and name, built again on ``inputs``.
+
+    What AMP's symbol wrapper does to cast a node's inputs, including the
+    ones the call created itself (its weight variables): ``Symbol`` has no
+    public way to apply a node's operator to new inputs
+    (``_gen_atomic_symbol``) nor to rename a node once built (``_set_attr``).
+    """
+    rebuilt = node._gen_atomic_symbol()(*inputs)
+    rebuilt._set_attr(name=node.name)
+    return rebuilt
 
 
 # GluonCV: its model zoo's registry.

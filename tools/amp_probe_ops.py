@@ -263,22 +263,15 @@ def scan_clients(sources):
 
 def _function(name, kind="nd"):
     """The ``mx.nd`` (``kind='nd'``) or ``mx.sym`` function of operator ``name``, as AMP finds it, or None."""
-    from mxfp16._internals import numpy_operator_functions
+    from mxfp16._internals import legacy_operator_functions, numpy_operator_functions
 
-    from mxnet import base, ndarray, symbol
-    from mxnet.contrib.amp.amp import _get_fun_to_wrap
-
+    root = "mxnet.ndarray" if kind == "nd" else "mxnet.symbol"
     if name.startswith(NUMPY_PREFIXES):
-        prefix = "mxnet.ndarray." if kind == "nd" else "mxnet.symbol."
-        found = [getattr(m, a) for m, a in numpy_operator_functions(name) if m.__name__.startswith(prefix)]
-        return found[0] if found else None
-    module = ndarray if kind == "nd" else symbol
-    submodules = {p: getattr(module, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
-    try:
-        fun_name, where = _get_fun_to_wrap(name, module, submodules)
-        return getattr(where, fun_name)
-    except AttributeError:
-        return None
+        homes = numpy_operator_functions(name)
+    else:
+        homes = legacy_operator_functions(name)  # the namespace's own home comes before its ``op`` twin
+    found = [getattr(m, a) for m, a in homes if m.__name__ == root or m.__name__.startswith(root + ".")]
+    return found[0] if found else None
 
 
 def _numpy_scope(name):

@@ -60,6 +60,7 @@ Which dtype each Gluon layer then runs in is generated from executed graphs
 """
 import warnings
 
+from .._internals import legacy_operator_functions
 from ..float_formats import BFLOAT16
 from . import wrappers as w
 from .deconvolution import single_channel_as_convolution
@@ -434,20 +435,11 @@ def _mxnet_version():
 
 def _wrap_legacy(names, make):
     """Replace each operator in ``names`` by ``make(f, name)``, in ``mx.sym`` and ``mx.nd``, as AMP does."""
-    from mxnet import base, ndarray, symbol
-    from mxnet.contrib.amp.amp import _get_fun_to_wrap
-
-    for module in (symbol, ndarray):
-        submodules = {p: getattr(module, p[1:-1]) for p in base._OP_NAME_PREFIX_LIST}
-        for name in names:
-            try:
-                fun_name, where = _get_fun_to_wrap(name, module, submodules)
-                targets = [where] + ([module.op] if where is module else [])
-                current = [getattr(t, fun_name) for t in targets]
-            except AttributeError:
-                continue  # not an operator of this MXNet build
-            for target, f in zip(targets, current):
-                setattr(target, fun_name, make(f, name))
+    for name in names:
+        homes = legacy_operator_functions(name)
+        current = [getattr(target, attribute) for target, attribute in homes]  # all read before any is replaced
+        for (target, attribute), f in zip(homes, current):
+            setattr(target, attribute, make(f, name))
 
 
 #: The 16-bit dtype :func:`init_amp` switched AMP on for in this process (AMP is process-global), else None.

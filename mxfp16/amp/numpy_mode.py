@@ -45,7 +45,9 @@ NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 #: function: ``{operator: [(module, function)]}``. In MXNet 1.9.1 only
 #: ``tensordot`` (and ``zeros``, which takes no tensor); ``tests/test_amp_numpy.py``
 #: reads MXNet's source to keep this complete.
-FFI_FUNCTIONS = {"_npi_tensordot": [("mxnet.ndarray.numpy._op", "tensordot")]}
+#: Each is named by its public home: every binding of the function under
+#: ``mxnet.*`` (``mxnet.ndarray.numpy._op`` too) is replaced.
+FFI_FUNCTIONS = {"_npi_tensordot": [("mxnet.ndarray.numpy", "tensordot")]}
 
 #: Set once any numpy-mode function has cast its inputs to the target dtype
 #: (:func:`ran_in_target_dtype`): a numpy-mode network for which it stays

@@ -17,6 +17,7 @@ from mxnet import gluon
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
+from .._internals import numpy_symbol_class
 from ..float_formats import BFLOAT16
 from . import recurrent
 from .wrappers import cast, dtype_name
@@ -149,9 +150,8 @@ class StemJoin(gluon.HybridBlock):
 
 def _is_numpy(x):
     from mxnet import numpy as mnp
-    from mxnet.symbol.numpy import _Symbol
 
-    return isinstance(x, (mnp.ndarray, _Symbol))
+    return isinstance(x, (mnp.ndarray, numpy_symbol_class()))
 
 
 _SEQ = (2, 5, 6)

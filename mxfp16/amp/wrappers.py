@@ -16,6 +16,7 @@ job (:mod:`mxfp16.amp.lists`).
 """
 import numpy as np
 
+from .._internals import numpy_symbol_class, rebuild_symbol
 from ..float_formats import BFLOAT16
 
 __all__ = ["dtype_name", "is_low_precision", "cast", "named_like", "target_call", "target_rebuild",
@@ -39,9 +40,8 @@ def is_low_precision(dtype):
 
 def _kinds():
     from mxnet import ndarray, numpy, symbol
-    from mxnet.symbol.numpy import _Symbol
 
-    return ndarray, symbol, numpy.ndarray, _Symbol
+    return ndarray, symbol, numpy.ndarray, numpy_symbol_class()
 
 
 def _is_tensor(x):
@@ -129,9 +129,7 @@ def target_rebuild(f, name, target_dtype):
             return cast_first(*args, **kwargs)
         sym = f(*args, **kwargs)
         inputs = [cast(x, target_dtype) for x in sym.get_children()]
-        rebuilt = sym._gen_atomic_symbol()(*inputs)
-        rebuilt._set_attr(name=sym.name)
-        return rebuilt
+        return rebuild_symbol(sym, inputs)
 
     return named_like(target_op, f, name)
 
