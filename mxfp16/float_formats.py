@@ -14,7 +14,6 @@ say whether it flushes them to zero or keeps them, and which instruction
 decides it.
 """
 import functools
-import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -269,10 +268,6 @@ def bfloat16_roundtrip(values):
     return mx.nd.amp_cast(mx.nd.amp_cast(x, dtype=BFLOAT16), dtype="float32").asnumpy().astype(np.float64)
 
 
-_CHILD = ("import json, mxfp16, mxfp16.float_formats as f; "
-          "print(json.dumps(f.bfloat16_roundtrip(f.SUBNORMAL_PROBES).tolist()))")
-
-
 def measure_bfloat16_cast(in_process=False, timeout=300):
     """Measure what MXNet's float32 -> bfloat16 cast does with bfloat16's subnormals on this CPU.
 
@@ -307,5 +302,10 @@ def _cast_probes(in_process, timeout):
             return None, f"{type(err).__name__}: {err}".strip().splitlines()[-1]
     from .machine.hardware import python_child
 
-    out, error = python_child(_CHILD, timeout)
-    return (None, error) if out is None else (tuple(json.loads(out)), None)
+    out, error = python_child(_probes_roundtrip, timeout)
+    return (None, error) if out is None else (tuple(out), None)
+
+
+def _probes_roundtrip():
+    """In :func:`_cast_probes`' child: :data:`SUBNORMAL_PROBES` through the cast, as a list."""
+    return bfloat16_roundtrip(SUBNORMAL_PROBES).tolist()

@@ -1,5 +1,7 @@
-"""The one child-process protocol: ``python -m MODULE ARGS --result FILE``, read by ``run_json_child``."""
-from mxfp16.plumbing.child import run_json_child
+"""The one child-process protocol: ``call_in_child`` (a function in a fresh process) over ``run_json_child``."""
+import sys
+
+from mxfp16.plumbing.child import call_in_child, run_json_child
 
 CHILD = """import json, os, sys
 if sys.argv[1] == "fail":
@@ -22,3 +24,60 @@ def test_a_failed_child_is_a_problem_not_an_exception(tmp_path):
     (tmp_path / "echo_child.py").write_text(CHILD)
     record, problem = run_json_child("echo_child", ["fail"], env={"PYTHONPATH": str(tmp_path)})
     assert record is None and problem.startswith("exit status 3") and "something broke" in problem
+
+
+FUNCTIONS = """import os
+from dataclasses import dataclass
+
+
+@dataclass
+class Spec:
+    name: str
+    count: int = 1
+
+
+class Parsed(Spec):
+    @classmethod
+    def from_json(cls, text):
+        import json
+        return cls(**dict(json.loads(text), name="from_json"))
+
+
+def describe(spec):
+    return {"type": type(spec).__name__, "spec": vars(spec) if hasattr(spec, "name") else spec,
+            "A": os.environ.get("A")}
+
+
+def nothing():
+    return 42
+
+
+def broken(spec):
+    raise ValueError(f"no good: {spec}")
+"""
+
+
+def test_call_in_child_returns_the_value_and_rebuilds_a_dataclass_spec(tmp_path):
+    (tmp_path / "child_functions.py").write_text(FUNCTIONS)
+    env = {"PYTHONPATH": str(tmp_path), "A": "set"}
+    value, problem = call_in_child("child_functions:describe", [1, "two"], env=env)
+    assert problem is None and value == {"type": "list", "spec": [1, "two"], "A": "set"}
+    assert call_in_child("child_functions:nothing", env=env) == (42, None)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import child_functions
+    finally:
+        sys.path.remove(str(tmp_path))
+    value, problem = call_in_child(child_functions.describe, child_functions.Spec("x", 3), env=env)
+    assert problem is None and value["type"] == "Spec" and value["spec"] == {"name": "x", "count": 3}
+    value, _ = call_in_child(child_functions.describe, child_functions.Parsed("x"), env=env)
+    assert value["type"] == "Parsed" and value["spec"]["name"] == "from_json"
+
+
+def test_a_function_that_raises_gives_its_traceback_not_an_exception(tmp_path):
+    (tmp_path / "child_functions.py").write_text(FUNCTIONS)
+    value, problem = call_in_child("child_functions:broken", "spec", env={"PYTHONPATH": str(tmp_path)})
+    assert value is None and problem.startswith("Traceback")
+    assert problem.splitlines()[-1] == "ValueError: no good: spec"
+    value, problem = call_in_child("child_functions:nothing", timeout=0.01, env={"PYTHONPATH": str(tmp_path)})
+    assert value is None and problem == "timed out after 0.01 s"

@@ -513,6 +513,8 @@ def scan(names, mode="probe", python=sys.executable):
     pending = list(names)
     while pending:
         batch, pending = pending[:BATCH], pending[BATCH:]
+        # Not mxfp16.plumbing.child's call_in_child (one record at the end): verdicts stream out one line each,
+        # so an operator that kills the process is found where the lines stop, and the others keep theirs.
         proc = subprocess.run([python, __file__, "--child", mode, *batch], capture_output=True, text=True)
         for line in proc.stdout.splitlines():
             if line.startswith("["):

@@ -22,8 +22,8 @@ Usage (from a checkout, in the project's venv)::
 
 It writes ``amx-check.json`` (every difference, the tolerances, a verdict per
 check). Each side's oneDNN trace (``DNNL_VERBOSE=1``) is read, in its child, for
-which kernels ran. The children are ``python -m amx_check --child KIND ...
---result FILE``, run by :func:`mxfp16.plumbing.child.run_json_child`. On a CPU
+which kernels ran. Each side is :func:`_side` in a child of its own, run by
+:func:`mxfp16.plumbing.child.call_in_child`. On a CPU
 without AMX it says so and exits 0 without running.
 tests/test_amx_kernels.py runs a short version on AMX CPUs.
 """
@@ -46,17 +46,31 @@ DENSE_RTOL = 2 ** -6
 TRAIN_RTOL = 0.05
 
 
-def _child(kind, args, amx_on, trace):
+def _child(spec, amx_on, trace):
     """``{'result', 'amx', 'kernels'}`` of one side, run in its own process (AMX is decided once per process)."""
-    from mxfp16.plumbing.child import run_json_child
+    from mxfp16.plumbing.child import call_in_child
 
     # DNNL_MAX_CPU_ISA removed: each side's mxfp16 sets it from MXFP16_AMX, as a user's run would.
     env = {"PYTHONPATH": os.pathsep.join((TOOLS, REPO)), "MXFP16_AMX": "1" if amx_on else "0",
            "DNNL_MAX_CPU_ISA": None, "DNNL_VERBOSE": "1" if trace else None}
-    record, problem = run_json_child("amx_check", ["--child", kind, *args], env=env, tail_lines=40)
+    record, problem = call_in_child("amx_check:_side", spec, env=env, tail_lines=40)
     if record is None:
-        raise RuntimeError(f"{kind} with AMX {'on' if amx_on else 'off'} failed: {problem}")
+        raise RuntimeError(f"{spec['kind']} with AMX {'on' if amx_on else 'off'} failed: {problem}")
     return record
+
+
+def _side(spec):
+    """In a side's child: ``spec``'s work, with the AMX state and the kernels oneDNN ran.
+
+    ``spec`` is ``{'kind': 'dense', 'sizes'}`` or ``{'kind': 'train', 'model', 'image_size', 'steps'}``.
+    """
+    from mxfp16.machine import amx
+
+    if spec["kind"] == "dense":
+        result, kernels = _kernels_run(lambda: _dense(spec["sizes"]))
+    else:
+        result, kernels = _kernels_run(lambda: _train(spec["model"], spec["image_size"], spec["steps"]))
+    return {"result": result, "amx": amx.status().as_dict(), "kernels": kernels}
 
 
 def _kernels_run(work):
@@ -158,14 +172,14 @@ def compare_train(on, off):
 def check(models, steps, trace=True, sizes=DENSE_SIZES):
     """Run every check; ``{'dense': {...}, 'train': {...}, 'ok': bool}``."""
     report = {"dense_rtol": DENSE_RTOL, "train_rtol": TRAIN_RTOL, "steps": steps}
-    on = _child("dense", ["--sizes", ",".join(map(str, sizes))], True, trace)
-    off = _child("dense", ["--sizes", ",".join(map(str, sizes))], False, trace)
+    dense = {"kind": "dense", "sizes": list(sizes)}
+    on, off = _child(dense, True, trace), _child(dense, False, trace)
     report["dense"] = compare_dense(on["result"], off["result"])
     report["kernels"] = {"amx_on": on["kernels"], "amx_off": off["kernels"]}
     report["train"] = {}
     for model in models:
-        args = ["--model", model, "--image-size", str(MODELS[model]), "--steps", str(steps)]
-        on, off = _child("train", args, True, trace), _child("train", args, False, trace)
+        train = {"kind": "train", "model": model, "image_size": MODELS[model], "steps": steps}
+        on, off = _child(train, True, trace), _child(train, False, trace)
         report["train"][model] = dict(compare_train(on["result"], off["result"]),
                                       amx_on=on["result"], amx_off=off["result"],
                                       kernels={"amx_on": on["kernels"], "amx_off": off["kernels"]})
@@ -179,22 +193,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="folder for amx-check.json (default: print only)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per model (default: 200)")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default: {','.join(MODELS)})")
-    parser.add_argument("--child", choices=("dense", "train"), help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--image-size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        from mxfp16.machine import amx
-        from mxfp16.plumbing.fileio import write_json
-
-        if args.child == "dense":
-            result, kernels = _kernels_run(lambda: _dense([int(s) for s in args.sizes.split(",")]))
-        else:
-            result, kernels = _kernels_run(lambda: _train(args.model, args.image_size, args.steps))
-        write_json(args.result, {"result": result, "amx": amx.status().as_dict(), "kernels": kernels})
-        return 0
     sys.path.insert(0, REPO)
     from mxfp16.machine import amx
 

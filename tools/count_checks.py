@@ -366,6 +366,7 @@ def totals(result):
 
 def collect(root):
     """``(collected, {file: collected})`` from ``pytest --collect-only -q`` run in ``root``."""
+    # pytest's own command line, not a function of mxfp16's: not mxfp16.plumbing.child's call_in_child.
     run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
                          cwd=root, capture_output=True, text=True)
     per_file = collections.Counter(line.split("::", 1)[0] for line in run.stdout.splitlines() if "::" in line)

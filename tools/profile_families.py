@@ -30,11 +30,9 @@ import ctypes
 import json
 import os
 import re
-import subprocess
 import sys
+import tempfile
 import time
-
-MARK = "PROFILE-MARK"
 
 
 def _spec(args):
@@ -90,21 +88,24 @@ def part_mxnet(args):
                                "percent_of_operator_time": 100.0 * t / total} for name, (t, calls) in top]}
 
 
-def _libc_print(text):
-    """A line through C's stdout, in order with oneDNN's own verbose lines (Python's buffer is another)."""
-    libc = ctypes.CDLL(None)
-    libc.printf(f"{text}\n".encode())
-    libc.fflush(None)
-
-
 def part_dnnl(args):
+    """oneDNN's log of the timed steps, summed: this process's C stdout, where oneDNN prints, read back."""
     step = _mxnet_step(args)
     for _ in range(args.warmup):
         step()
-    _libc_print(f"{MARK} start")
-    ms = _timed(step, args.steps)
-    _libc_print(f"{MARK} end {ms}")
-    return None  # the parent reads the log
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)
+        try:
+            ms = _timed(step, args.steps)
+        finally:
+            ctypes.CDLL(None).fflush(None)  # C's buffer: oneDNN's lines written before the file is read
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        lines = log.read().decode("utf-8", "replace").splitlines()
+    return dict(ms_per_step=ms, **summarise_dnnl(lines, args.steps, 2 * args.top))
 
 
 def _conv_kind(problem):
@@ -176,28 +177,23 @@ PARTS = {"mxnet": part_mxnet, "dnnl": part_dnnl, "torch": part_torch}
 
 
 def _child(args, part):
-    env = dict(os.environ, MXNET_EXEC_BULK_EXEC_TRAIN="0") if part == "mxnet" else dict(os.environ)
-    if part == "dnnl":
-        env["DNNL_VERBOSE"] = "1"
-    argv = [sys.executable, __file__, "--part", part, "--model", args.model, "--image-size", str(args.image_size),
-            "--warmup", str(args.warmup), "--steps", str(args.steps), "--top", str(args.top),
-            "--threads", str(args.threads), "--torch-dtype", args.torch_dtype]
-    argv += [f"--model-option={o}" for o in args.model_option or []]
-    argv += (["--batch-size", str(args.batch_size)] if args.batch_size else []) + \
-        (["--channels-last"] if args.channels_last else [])
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    if proc.returncode:
-        return {"error": (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]}
-    if part == "dnnl":
-        lines, inside, ms = [], False, None
-        for line in proc.stdout.splitlines():
-            if line.startswith(MARK):
-                inside = line.split()[1] == "start"
-                ms = None if inside else float(line.split()[2])
-            elif inside:
-                lines.append(line)
-        return dict(ms_per_step=ms, **summarise_dnnl(lines, args.steps, 2 * args.top))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """One part in a fresh process (:func:`part`): its summary, or ``{'error': why}``."""
+    from mxfp16.plumbing.child import call_in_child
+
+    tools = os.path.dirname(os.path.abspath(__file__))
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (tools, os.path.dirname(tools), os.environ.get("PYTHONPATH")) if p),
+           **({"MXNET_EXEC_BULK_EXEC_TRAIN": "0"} if part == "mxnet" else {}),
+           **({"DNNL_VERBOSE": "1"} if part == "dnnl" else {})}
+    result, problem = call_in_child("profile_families:part", dict(vars(args), part=part), env=env)
+    return result if problem is None else {"error": problem.strip().splitlines()[-1]}
+
+
+def part(spec):
+    """In a part's child: ``PARTS[spec['part']]`` of ``spec`` (the command's arguments), every core for MXNet."""
+    from mxfp16.machine.environment import set_threads
+
+    set_threads()  # as mxfp16 bench does
+    return PARTS[spec["part"]](argparse.Namespace(**spec))
 
 
 def main():
@@ -214,17 +210,8 @@ def main():
     parser.add_argument("--torch-dtype", choices=("bfloat16", "float32"), default="bfloat16",
                         help="the PyTorch step's precision: autocast bfloat16 (default) or float32")
     parser.add_argument("--parts", default="mxnet,dnnl,torch")
-    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help="folder for profile.json (required)")
     args = parser.parse_args()
-    if args.part:
-        from mxfp16.machine.environment import set_threads
-
-        set_threads()  # as mxfp16 bench does: every core for MXNet
-        result = PARTS[args.part](args)
-        if result is not None:
-            print(json.dumps(result))
-        return 0
     if not args.out:
         parser.error("--out is required: the folder profile.json goes into")
     from mxfp16.machine.hardware import cpu_identity

@@ -29,10 +29,8 @@ step is printed, with each row's ratio to the case's float32 row:
 A row whose process fails is printed with the end of its error.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 #: case -> [(row label, precision, amp lists, route)]
@@ -122,12 +120,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=5, help="timed steps per row and round (default: 5)")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, float32 rows only: checks the tool runs")
-    parser.add_argument("--child", nargs=4, metavar=("CASE", "PRECISION", "LISTS", "ROUTE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        case, precision, lists, route = args.child
-        print(json.dumps(child(case, precision, lists, None if route == "none" else route, args.smoke, args.iters)))
-        return 0
     cases = args.case or sorted(CASES)
     lines = []
     for case in cases:
@@ -154,36 +147,33 @@ def main(argv=None):
 
 
 def _row(case, precision, lists, route, args):
-    """One row in a fresh process: milliseconds per step, or why it failed.
+    """One row in a fresh process (:func:`row`): milliseconds per step, or why it failed."""
+    tools = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(tools))
+    from mxfp16.plumbing.child import call_in_child
 
-    ``shape-float32`` is mxfp16's lists with the shape operators back in
-    float32 (as MXNet's lists have them).
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (tools, os.path.dirname(tools), os.environ.get("PYTHONPATH")) if p)}
+    spec = {"case": case, "precision": precision, "amp_lists": lists, "route": route, "smoke": args.smoke,
+            "iters": args.iters}
+    ms, problem = call_in_child("route_timing:row", spec, env=env)
+    return ms if problem is None else problem.strip().splitlines()[-1].replace("|", "/")[:160]
+
+
+def row(spec):
+    """In a row's child: :func:`child` of ``spec`` (its arguments by name).
+
+    Route ``shape-float32`` is mxfp16's lists with the shape operators back in
+    float32 (as MXNet's lists have them): AMP is switched on with those lists
+    first, and MixedPrecision then finds it on.
     """
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
-    if route == "shape-float32":  # AMP switched on with these lists first; MixedPrecision then finds it on
-        command = [sys.executable, "-c", _SHAPE_FLOAT32.format(case=case, precision=precision, iters=args.iters,
-                                                               smoke=args.smoke, tool=__file__)]
-    else:
-        command = [sys.executable, __file__, "--child", case, precision, lists, route or "none", "--iters",
-                   str(args.iters)] + (["--smoke"] if args.smoke else [])
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        last = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit status {proc.returncode}"]
-        return last[-1].replace("|", "/")[:160]
-    return float(json.loads(proc.stdout.strip().splitlines()[-1]))
+    if spec["route"] == "shape-float32":
+        from mxfp16.amp.lists import SHAPE_OPERATORS, operator_lists
+        from mxfp16.precision import activate, resolve_precision
 
-
-_SHAPE_FLOAT32 = """
-import json, runpy
-import mxfp16
-from mxfp16.amp.lists import SHAPE_OPERATORS, operator_lists
-from mxfp16.precision import activate, resolve_precision
-lists = operator_lists("bfloat16")
-activate(resolve_precision("{precision}", "cpu"), fp32_ops=lists["fp32_ops"] + list(SHAPE_OPERATORS))
-tool = runpy.run_path("{tool}")
-print(json.dumps(tool["child"]("{case}", "{precision}", "mxfp16", None, {smoke}, {iters})))
-"""
+        fp32_ops = operator_lists("bfloat16")["fp32_ops"] + list(SHAPE_OPERATORS)
+        activate(resolve_precision(spec["precision"], "cpu"), fp32_ops=fp32_ops)
+        spec = dict(spec, route=None)
+    return child(**spec)
 
 
 if __name__ == "__main__":

@@ -402,32 +402,26 @@ def generate(target="bfloat16"):
     RuntimeError
         The child failed; the message ends with its error output.
     """
-    from ..plumbing.child import run_json_child
+    from ..plumbing.child import call_in_child
 
-    record, problem = run_json_child("mxfp16.amp.table", [target])
-    if record is None:
+    markdown, problem = call_in_child(_markdown_under, target)
+    if markdown is None:
         raise RuntimeError(f"generating the AMP table failed: {problem}")
     if target != "bfloat16":
-        return record["markdown"]
+        return markdown
     from .operators import render as render_operators
 
-    return record["markdown"] + "\n" + render_operators()
+    return markdown + "\n" + render_operators()
 
 
-if __name__ == "__main__":
-    import argparse
+def _markdown_under(target):
+    """In generate's child: :func:`_render` of :func:`_table` with AMP on for ``target``."""
     import warnings
 
-    import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
-    from mxfp16.amp.lists import init_amp
-    from mxfp16.plumbing.fileio import write_json
+    from .lists import init_amp
 
-    parser = argparse.ArgumentParser(description="The AMP layer table under one target (generate's child).")
-    parser.add_argument("target", nargs="?", default="bfloat16", choices=("bfloat16", "float16"))
-    parser.add_argument("--result", required=True, help="the JSON file {'markdown': text} is written to")
-    args = parser.parse_args()
     warnings.simplefilter("ignore")
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
-    init_amp(args.target)
-    write_json(args.result, {"markdown": _render(_table(args.target), args.target)})
+    init_amp(target)
+    return _render(_table(target), target)

@@ -217,34 +217,26 @@ def generate(targets=("bfloat16", "float16"), names=None):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..plumbing.child import run_json_child
+    from ..plumbing.child import call_in_child
 
     # Threads only wait: each child is its own process, and they build side by side.
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-        done = dict(zip(targets, pool.map(lambda t: run_json_child("mxfp16.amp.zoo", [t, *(names or [])]), targets)))
-    rows = {}
-    for target, (record, problem) in done.items():
-        if record is None:
+        done = dict(zip(targets, pool.map(lambda t: call_in_child(_rows_under, [t, names or None]), targets)))
+    for target, (rows, problem) in done.items():
+        if rows is None:
             raise RuntimeError(f"building the zoo under amp-{target} failed: {problem}")
-        rows[target] = record["rows"]
-    return rows
+    return {target: rows for target, (rows, _) in done.items()}
 
 
-if __name__ == "__main__":
-    import argparse
+def _rows_under(spec):
+    """In generate's child: :func:`_table` under ``spec``'s target, ``[target, names or None]``."""
     import warnings
 
-    import mxfp16  # noqa: F401 (the numpy names MXNet needs, before it loads)
-    from mxfp16.amp.lists import init_amp
-    from mxfp16.plumbing.fileio import write_json
+    from .lists import init_amp
 
-    parser = argparse.ArgumentParser(description="The models view under one target (generate's child).")
-    parser.add_argument("target", choices=("bfloat16", "float16"))
-    parser.add_argument("names", nargs="*", help="models to build (default: every classification model)")
-    parser.add_argument("--result", required=True, help="the JSON file {'rows': [...]} is written to")
-    args = parser.parse_args()
+    target, names = spec
     warnings.simplefilter("ignore")
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
-    init_amp(args.target)
-    write_json(args.result, {"rows": _table(args.names or None)})
+    init_amp(target)
+    return _table(names)

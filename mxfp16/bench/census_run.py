@@ -17,13 +17,12 @@ The census is taken where oneDNN runs the step: MXNet built with it (the
 ``MKLDNN`` feature, as every pip wheel for CPUs is), not switched off
 (``MXNET_MKLDNN_ENABLED=0``), on CPU devices, in MXNet (not onnxruntime).
 """
-import argparse
 import ctypes
 import os
 import sys
-import traceback
+import tempfile
 
-from ..plumbing.child import run_json_child
+from ..plumbing.child import call_in_child
 from .census import isa_line, summarise
 
 __all__ = ["CENSUS_WARMUP", "CENSUS_STEPS", "census_applies", "take_census"]
@@ -70,8 +69,7 @@ def take_census(spec, timeout=None, python=None):
         ``status`` ``'failed'`` and ``reason``. It never raises for a failing child.
     """
     env = {"DNNL_VERBOSE": "1", "MKLDNN_VERBOSE": None}
-    record, problem = run_json_child("mxfp16.bench.census_run", ["--spec", spec.to_json()], timeout=timeout,
-                                     env=env, python=python)
+    record, problem = call_in_child(census_of, spec, timeout=timeout, env=env, python=python)
     return record if record is not None else {"status": "failed", "reason": problem}
 
 
@@ -92,47 +90,30 @@ def _flushed_size():
     return os.fstat(1).st_size
 
 
-def census_of(spec, log_path):
+def census_of(spec):
     """In the census child: build ``spec``'s step, run the warm-up and the census steps, read their log lines."""
     import mxnet as mx
 
     from .runner import build_step
 
-    _log_to(log_path)
-    step = build_step(spec)[0]
-    warmup = max(CENSUS_WARMUP, spec.warmup)
-    for _ in range(warmup):
-        step()
-        mx.nd.waitall()  # MXNet is asynchronous: a step not waited for would spill into the window
-    start = _flushed_size()
-    for _ in range(CENSUS_STEPS):
-        step()
-        mx.nd.waitall()
-    _flushed_size()
-    with open(log_path, "rb") as handle:  # bytes: ``start`` counts bytes
-        head = handle.read(start).decode("utf-8", "replace").splitlines()
-        window = handle.read().decode("utf-8", "replace").splitlines()
+    handle, log_path = tempfile.mkstemp(prefix="mxfp16-dnnl-", suffix=".log")
+    os.close(handle)
+    try:
+        _log_to(log_path)
+        step = build_step(spec)[0]
+        warmup = max(CENSUS_WARMUP, spec.warmup)
+        for _ in range(warmup):
+            step()
+            mx.nd.waitall()  # MXNet is asynchronous: a step not waited for would spill into the window
+        start = _flushed_size()
+        for _ in range(CENSUS_STEPS):
+            step()
+            mx.nd.waitall()
+        _flushed_size()
+        with open(log_path, "rb") as log:  # bytes: ``start`` counts bytes
+            head = log.read(start).decode("utf-8", "replace").splitlines()
+            window = log.read().decode("utf-8", "replace").splitlines()
+    finally:
+        os.unlink(log_path)
     return {"status": "ok", "warmup": warmup, "isa": isa_line(head),
             **summarise(window, steps=CENSUS_STEPS)}
-
-
-def main(argv=None):
-    """Child entry point: take the census of one spec and write it to ``--result``."""
-    from ..plumbing.fileio import write_json
-    from .runner import BenchSpec
-
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.census_run")
-    parser.add_argument("--spec", required=True, help="the BenchSpec as JSON")
-    parser.add_argument("--result", required=True, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    try:
-        record = census_of(BenchSpec.from_json(args.spec), args.result + ".dnnl.log")
-    except Exception:  # the parent records why, beside the row's timing
-        write_json(args.result, {"status": "failed", "reason": traceback.format_exc(limit=4).strip()})
-        return 1
-    write_json(args.result, record)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -288,6 +288,8 @@ def run_child(step, argv, allowance, folder, repo=None):
     (str, str or None)
         ``('ok', None)``, ``('failed', why)`` or ``('timed-out', why)``.
     """
+    # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool), its
+    # output a log, and a step stopped at its allowance takes every process of its session with it.
     repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
     log_path = os.path.join(folder, f"{step.name}.log")

@@ -46,14 +46,11 @@ rows in the faster layout (``channels_last`` for convolutions).
 
 The child imports torch only, never MXNet.
 """
-import argparse
 import importlib.util
 import json
 import os
 import resource
-import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -205,13 +202,13 @@ def _torch_missing():
 
 
 def run_in_subprocess(spec, timeout=None):
-    """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.run_json_child`)."""
-    from ..plumbing.child import run_json_child
+    """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.call_in_child`)."""
+    from ..plumbing.child import call_in_child
 
     missing = _torch_missing()
     if missing:
         return not_run(spec, "skipped", missing)
-    record, problem = run_json_child("mxfp16.bench.peer", ["--spec", spec.to_json()], timeout=timeout)
+    record, problem = call_in_child(_measure, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)
 
 
@@ -455,24 +452,3 @@ def _measure(spec):
                 peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10,
                 iters=spec.iters, warmup=warmup, repeats=spec.repeats, compile_seconds=compile_seconds,
                 load_average=list(os.getloadavg()))
-
-
-def main(argv=None):
-    """Child entry point: measure one PyTorch spec and write its record to ``--result``."""
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.peer")
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--result", required=True)
-    args = parser.parse_args(argv)
-    spec = PeerSpec(**json.loads(args.spec))
-    try:
-        record = _measure(spec)
-    except Exception:  # the parent reports it and carries on with the other rows
-        record = not_run(spec, "failed", traceback.format_exc(limit=6).strip())
-    from ..plumbing.fileio import write_json
-
-    write_json(args.result, record)
-    return 0 if record["status"] == "ok" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

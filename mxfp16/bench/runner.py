@@ -1,9 +1,9 @@
 """One benchmark measurement: one precision, one batch size, one process.
 
 AMP patches MXNet once per process and cannot be undone, so every
-measurement runs in a fresh Python process (:func:`run_in_subprocess`), which
-executes this module (``python -m mxfp16.bench.runner``) and writes one JSON
-record. The measurement itself (:func:`measure`) times what the user runs:
+measurement runs in a fresh Python process (:func:`run_in_subprocess`, by
+:func:`mxfp16.plumbing.child.call_in_child`), which returns one JSON record.
+The measurement itself (:func:`measure`) times what the user runs:
 
 ``train``
     the run built with the trainer's builder (:func:`mxfp16.train.parts.build_parts`)
@@ -20,25 +20,20 @@ record. The measurement itself (:func:`measure`) times what the user runs:
     ``precision='float16'``) and run by onnxruntime, with mxfp16's thread
     count, numpy batches in.
 """
-import argparse
 import json
 import os
-import sys
-import traceback
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from ..machine.environment import mxnet_threads
-from ..plumbing.child import run_json_child
+from ..plumbing.child import call_in_child
 from ..plumbing.fileio import parse_json
 from .families import family, record_fields, throughput_fields
 
 MODES = ("train", "inference")
 #: What runs an inference measurement: MXNet (the export's own format) or onnxruntime (the ONNX export).
 RUNTIMES = ("mxnet", "onnxruntime")
-#: Exit status of a child whose precision cannot run on these devices.
-EXIT_SKIPPED = 3
 
 
 @dataclass(frozen=True)
@@ -398,33 +393,16 @@ def run_in_subprocess(spec, timeout=None, python=None):
         (the child crashed or timed out; ``reason`` holds the end of its
         error output). It never raises for a failing child.
     """
-    record, problem = run_json_child("mxfp16.bench.runner", ["--spec", spec.to_json()], timeout=timeout,
-                                     python=python)
+    record, problem = call_in_child(_measure_or_skip, spec, timeout=timeout, python=python)
     return record if record is not None else not_run(spec, "failed", problem)
 
 
-def main(argv=None):
-    """Child entry point: measure one spec and write its record to ``--result``."""
+def _measure_or_skip(spec):
+    """In the child: :func:`measure`, or a ``'skipped'`` record where the precision cannot run on these devices."""
     from ..devices import DeviceError
-    from ..plumbing.fileio import write_json
     from ..precision import PrecisionError
 
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.runner")
-    parser.add_argument("--spec", required=True, help="the BenchSpec as JSON")
-    parser.add_argument("--result", required=True, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    spec = BenchSpec.from_json(args.spec)
     try:
-        record = measure(spec)
+        return measure(spec)
     except (PrecisionError, DeviceError) as err:
-        write_json(args.result, not_run(spec, "skipped", str(err)))
-        return EXIT_SKIPPED
-    except Exception:  # the parent reports it and carries on with the other runs
-        write_json(args.result, not_run(spec, "failed", traceback.format_exc(limit=6).strip()))
-        return 1
-    write_json(args.result, record)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return not_run(spec, "skipped", str(err))

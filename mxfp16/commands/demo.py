@@ -47,6 +47,7 @@ def resolve_auto(log=print):
 
 def _mxfp16(*args):
     """Run ``mxfp16 ARGS`` in its own process, its output streaming here; True when it succeeded."""
+    # The commands the demo shows a user typing, their output live: not plumbing.child's call_in_child.
     return subprocess.run([sys.executable, "-m", "mxfp16", *args]).returncode == 0
 
 

@@ -305,39 +305,36 @@ def bfloat16_support(flags=None, environ=None, amx_state=None):
     return BFloat16Support("native", "this CPU has avx512_bf16, which oneDNN's avx512_core_bf16 kernels use")
 
 
-_DENSE_PROBE = """
-import mxfp16, mxnet as mx
-from mxfp16.float_formats import BFLOAT16
-x, w = (mx.nd.amp_cast(mx.nd.ones(shape), dtype=BFLOAT16) for shape in ((2, 4), (3, 4)))
-out = mx.nd.FullyConnected(x, w, num_hidden=3, no_bias=True)
-print(float(mx.nd.amp_cast(out, dtype="float32").sum().asscalar()))
-"""
+def _bfloat16_dense():
+    """In the probe's child: the sum of a bfloat16 Dense of ones, 2x4 by 3x4 (24.0 where bfloat16 runs right)."""
+    import mxnet as mx
+    import numpy as np
+
+    bfloat16 = np.dtype([("bfloat16", np.uint16)])  # mxfp16.float_formats.BFLOAT16, which imports this module
+    x, w = (mx.nd.amp_cast(mx.nd.ones(shape), dtype=bfloat16) for shape in ((2, 4), (3, 4)))
+    out = mx.nd.FullyConnected(x, w, num_hidden=3, no_bias=True)
+    return float(mx.nd.amp_cast(out, dtype="float32").sum().asscalar())
 
 
-def python_child(code, timeout=300):
-    """Run ``code`` in a fresh Python process (this interpreter, this checkout's mxfp16 first on the path).
+def python_child(function, timeout=300):
+    """Call ``function()`` in a fresh Python process (this interpreter, this checkout's mxfp16 first on the path).
 
     For what MXNet does on this CPU, measured where an MXNet failure (which is
     asynchronous and can leave a process unusable) cannot reach the caller.
 
     Returns
     -------
-    (str or None, str or None)
-        The child's last line of output and ``None``; or ``None`` and why
-        there is none (its last line of error output, or what stopped it).
+    (object or None, str or None)
+        What ``function`` returned and ``None``; or ``None`` and why there is
+        none (the last line of the child's error, or what stopped it).
     """
+    from ..plumbing.child import call_in_child
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-               PYTHONWARNINGS="ignore")
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.SubprocessError) as err:
-        return None, f"the child process failed: {err}"
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and lines:
-        return lines[-1], None
-    last = [line.strip() for line in proc.stderr.splitlines() if line.strip()][-1:]
-    return None, last[0] if last else f"exit status {proc.returncode}"
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+           "PYTHONWARNINGS": "ignore"}
+    value, problem = call_in_child(function, timeout=timeout, env=env)
+    return value, None if problem is None else problem.strip().splitlines()[-1]
 
 
 def probe_bfloat16_arithmetic(timeout=300):
@@ -353,8 +350,8 @@ def probe_bfloat16_arithmetic(timeout=300):
     (bool, str)
         Whether it ran and gave the right sum, and what happened (the child's last error line where it failed).
     """
-    out, error = python_child(_DENSE_PROBE, timeout)
-    if out == "24.0":
+    out, error = python_child(_bfloat16_dense, timeout)
+    if out == 24.0:
         return True, "a bfloat16 Dense ran in a child process"
     return False, f"a bfloat16 Dense failed in a child process: {error or f'it returned {out}, not 24.0'}"
 

@@ -29,18 +29,15 @@ GPU runs with ``NVIDIA_TF32_OVERRIDE=0`` so it is float32, not TF32.
 ``--inject-fault PRECISION`` adds noise to that precision's parameters once,
 half-way: the verdict must then be FAIL, which shows the check can fail.
 """
-import argparse
 import json
 import os
-import sys
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ..plumbing.child import run_json_child
+from ..plumbing.child import call_in_child
 from ..plumbing.fileio import parse_json
 
 #: What every run trains.
@@ -195,8 +192,7 @@ def run_in_subprocess(spec, timeout=None, env=None):
         The child's record, with ``status`` ``'ok'`` or ``'failed'`` (then
         ``reason`` holds the end of its error output).
     """
-    record, problem = run_json_child("mxfp16.train.selftest", ["--spec", spec.to_json()], timeout=timeout, env=env,
-                                     tail_lines=8)
+    record, problem = call_in_child(train_run, spec, timeout=timeout, env=env, tail_lines=8)
     if record is None:
         record = {"status": "failed", "reason": problem, "precision": spec.precision, "ctx": spec.ctx}
     return record
@@ -414,26 +410,3 @@ def tolerances_text(steps=STEPS):
             f"pass: loss falls, final loss (mean of the last {WINDOW} steps) within {LOSS_ATOL:g} + "
             f"{LOSS_RTOL:.0%} of the float32 control's, every parameter within {PARAM_RTOL:.0%} of the control's "
             "(relative to the parameter's largest value)")
-
-
-def main(argv=None):
-    """Child entry point: train one :class:`RunSpec` and write its record to ``--result``."""
-    from ..plumbing.fileio import write_json
-
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.train.selftest")
-    parser.add_argument("--spec", required=True, help="the RunSpec as JSON")
-    parser.add_argument("--result", required=True, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    spec = RunSpec.from_json(args.spec)
-    try:
-        record = train_run(spec)
-    except Exception:  # the parent reports it and carries on with the other runs
-        write_json(args.result, {"status": "failed", "reason": traceback.format_exc(limit=4).strip(),
-                                 "precision": spec.precision, "ctx": spec.ctx})
-        return 1
-    write_json(args.result, record)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

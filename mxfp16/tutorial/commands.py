@@ -62,6 +62,7 @@ def mxfp16_command(*args, show=None, env=None, echo=True, timeout=3600):
     if echo:
         print("$ mxfp16", " ".join(args))
     start = time.monotonic()
+    # The command line a reader would type, not a function: hence not plumbing.child's call_in_child.
     # MXNet 1.9.1 prints numpy deprecation warnings on import; they are not the command's output.
     proc = subprocess.run([sys.executable, "-m", "mxfp16", *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, PYTHONWARNINGS="ignore", **(env or {})))

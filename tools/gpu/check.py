@@ -171,6 +171,8 @@ def check_ldd(check, library, folders, standin):
 
 def check_import(check, statuses, folders, env):
     """Step 4: plain ``import mxnet`` (a note), then ``import mxfp16`` maps every needed library."""
+    # Plain processes, not mxfp16.plumbing.child's: the imports themselves are under test (that child imports
+    # mxfp16 before anything), in the gpu venv before mxfp16 is known to import there.
     plain = subprocess.run([sys.executable, "-c", "import mxnet"], capture_output=True, text=True, env=env,
                            check=False)
     plain_error = (plain.stderr.strip().splitlines() or ["(no error)"])[-1]
