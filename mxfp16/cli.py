@@ -188,7 +188,7 @@ def _run(args):
         print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # no permission, a name too long, a full disk, a file where a folder belongs ...
-        from .plumbing.fileio import describe_os_error
+        from .plumbing.output import describe_os_error
 
         print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
         return 2

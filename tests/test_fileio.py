@@ -2,15 +2,8 @@
 import json
 import os
 
-from mxfp16.plumbing.fileio import (
-    append_jsonl,
-    atomic_path,
-    atomic_write,
-    default_mode,
-    read_jsonl,
-    sha256_file,
-    write_json,
-)
+from mxfp16.plumbing.fileio import append_jsonl, read_jsonl, sha256_file, write_json
+from mxfp16.plumbing.output import atomic_path, atomic_write, default_mode
 
 import pytest
 

@@ -4,15 +4,9 @@ import math
 import os
 
 from mxfp16.cli import main
-from mxfp16.plumbing.fileio import (
-    JSONFileError,
-    OutputFolderError,
-    check_output_folder,
-    read_json,
-    read_jsonl,
-    write_json,
-)
+from mxfp16.plumbing.fileio import JSONFileError, read_json, read_jsonl, write_json
 from mxfp16.plumbing.limits import LimitError, check, max_batch, memory_bytes
+from mxfp16.plumbing.output import OutputFolderError, check_output_folder
 
 import pytest
 

@@ -26,7 +26,8 @@ MOVED = {
     "mxfp16.amp_zoo": "mxfp16.amp.zoo",
     "mxfp16._amp_op_probe": "mxfp16.amp._op_probe",
     "mxfp16.fileio": "mxfp16.plumbing.fileio",
-    "mxfp16.locking": "mxfp16.plumbing.locking",
+    "mxfp16.locking": "mxfp16.plumbing.output",
+    "mxfp16.plumbing.locking": "mxfp16.plumbing.output",
     "mxfp16.ndarray_file": "mxfp16.plumbing.ndarray_file",
     "mxfp16.symbol_file": "mxfp16.plumbing.symbol_file",
     "mxfp16.console": "mxfp16.plumbing.console",
@@ -50,6 +51,11 @@ RENAMED = {
     "mxfp16.data.fetch.sha256_of": "mxfp16.plumbing.fileio.sha256_file",
     "mxfp16.train.checkpoint.save_checkpoint": "mxfp16.train.checkpoint.write_checkpoint",
 }
+#: What a command writes moved from fileio to output with the locks (issue 50); fileio keeps JSON and digests.
+RENAMED.update({f"mxfp16.plumbing.fileio.{name}": f"mxfp16.plumbing.output.{name}" for name in (
+    "shown", "default_mode", "NAME_MAX", "PATH_MAX", "temporary_prefix", "temporary_file", "temporary_folder",
+    "atomic_write", "atomic_path", "naming", "failed_write", "describe_os_error", "OutputFolderError",
+    "check_output_folder", "check_output_path", "rename_noreplace", "exchange")})
 
 
 def _split(dotted):

@@ -1,6 +1,6 @@
 """One writer per output, for every command that writes (issue 42, cases 1-4 and 13).
 
-The rule (:class:`mxfp16.plumbing.locking.Output`): the output is locked
+The rule (:class:`mxfp16.plumbing.output.Output`): the output is locked
 before anything decides whether it exists, published in one step that
 never replaces what appeared meanwhile, refused when it exists (without
 ``--overwrite``) or is an input of the same command, and ``--overwrite``
@@ -49,9 +49,18 @@ from mxfp16.data.split import split_folder
 from mxfp16.inference import bundle
 from mxfp16.inference.bundle import ExportError
 from mxfp16.inference.export import export_run
-from mxfp16.plumbing import fileio
-from mxfp16.plumbing.fileio import OutputFolderError, exchange, rename_noreplace, write_json
-from mxfp16.plumbing.locking import Contents, Output, PathBusyError, PathLock, lock_file, read_lock
+from mxfp16.plumbing.fileio import write_json
+from mxfp16.plumbing.output import (
+    Contents,
+    Output,
+    OutputFolderError,
+    PathBusyError,
+    PathLock,
+    exchange,
+    lock_file,
+    read_lock,
+    rename_noreplace,
+)
 
 import numpy as np
 import pytest
@@ -82,10 +91,7 @@ def _busy(outcome, target):
 
 
 # ---- the plumbing -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kernel", [True, False], ids=["renameat2", "fallback"])
-def test_rename_noreplace_never_replaces_a_file_or_a_folder(tmp_path, monkeypatch, kernel):
-    if not kernel:
-        monkeypatch.setattr(fileio, "_renameat2", lambda *args: False)
+def test_rename_noreplace_never_replaces_a_file_or_a_folder(tmp_path):
     for make in (lambda p: p.write_text("mine"), lambda p: (p.mkdir(), (p / "f").write_text("mine"))):
         for name in ("file", "folder"):
             source, target = tmp_path / f"new-{name}", tmp_path / "target"
@@ -103,10 +109,7 @@ def test_rename_noreplace_never_replaces_a_file_or_a_folder(tmp_path, monkeypatc
     assert (tmp_path / "placed").read_text() == "new" and not source.exists()
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["renameat2", "fallback"])
-def test_exchange_puts_the_new_folder_in_place_and_hands_back_the_old(tmp_path, monkeypatch, kernel):
-    if not kernel:
-        monkeypatch.setattr(fileio, "_renameat2", lambda *args: False)
+def test_exchange_puts_the_new_folder_in_place_and_hands_back_the_old(tmp_path):
     new, out = tmp_path / "new", tmp_path / "out"
     new.mkdir()
     (new / "model-symbol.json").write_text("new")

@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from mxfp16.cli import main
-from mxfp16.plumbing.fileio import NAME_MAX, describe_os_error, temporary_file, temporary_folder, write_json
+from mxfp16.plumbing.fileio import write_json
+from mxfp16.plumbing.output import NAME_MAX, describe_os_error, temporary_file, temporary_folder
 
 import pytest
 from conftest import REPO
@@ -213,7 +214,7 @@ def test_predict_given_a_file_in_a_folder_it_may_not_enter_skips_it(public, caps
 def test_an_os_error_deep_in_a_command_is_one_line_naming_the_folder(monkeypatch, capsys, tmp_path):
     from mxfp16.commands import info
 
-    temporary = tmp_path / "sub" / ".summary.json.k2j4h1ab.tmp"  # fileio's temporary names: name the folder
+    temporary = tmp_path / "sub" / ".summary.json.k2j4h1ab.tmp"  # output's temporary names: name the folder
 
     def fails(args):
         raise OSError(28, "No space left on device", str(temporary))

@@ -7,7 +7,7 @@ training split, where ``checkpoints/`` then counted as a class folder.
 import os
 
 from mxfp16.cli import main
-from mxfp16.plumbing.fileio import OutputFolderError, check_output_folder
+from mxfp16.plumbing.output import OutputFolderError, check_output_folder
 
 import pytest
 from train_support import QUICK, tiny_dataset

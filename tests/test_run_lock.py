@@ -23,7 +23,7 @@ from mxfp16.cli import main
 from mxfp16.data.pack import pack_recordio
 from mxfp16.data.validate import DataError
 from mxfp16.inference.export import export_run
-from mxfp16.plumbing.locking import PathBusyError, PathLock, lock_file
+from mxfp16.plumbing.output import PathBusyError, PathLock, lock_file
 from mxfp16.train import checkpoint as ckpt
 
 import pytest
@@ -72,7 +72,7 @@ def test_a_train_on_a_folder_another_process_trains_in_is_refused_and_changes_no
 
 def test_the_lock_ends_with_its_process_even_after_kill_9(tmp_path):
     folder = tmp_path / "run"
-    code = ("import sys, time\nfrom mxfp16.plumbing.locking import PathLock\n"
+    code = ("import sys, time\nfrom mxfp16.plumbing.output import PathLock\n"
             f"lock = PathLock({str(folder)!r}, 'training').acquire()\nprint('locked', flush=True)\ntime.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
                               stdout=subprocess.PIPE, text=True)

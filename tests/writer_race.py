@@ -1,7 +1,7 @@
 """Two commands on one output at once, the overlap forced rather than timed; not part of the package.
 
 :func:`race` runs the first command in a thread and holds it inside its
-publishing step (:meth:`mxfp16.plumbing.locking.Output.publish`, or
+publishing step (:meth:`mxfp16.plumbing.output.Output.publish`, or
 ``publish_files`` for a pack): its work is done and the output's lock is
 held. The second command runs meanwhile, in the test's own thread, and
 then the first goes on. ``flock`` locks of two open files conflict within
@@ -9,7 +9,7 @@ one process too, so this is the same contest as two processes, in order.
 """
 import threading
 
-from mxfp16.plumbing.locking import Output
+from mxfp16.plumbing.output import Output
 
 #: The longest a step of the race may take (a first command that never reaches publish fails the test).
 SECONDS = 600
@@ -23,7 +23,7 @@ def race(monkeypatch, first, second, step="publish"):
     first, second : callable
         Each runs one command; what it returns (or raises) is its outcome.
     step : str
-        The :class:`~mxfp16.plumbing.locking.Output` method the first is held in.
+        The :class:`~mxfp16.plumbing.output.Output` method the first is held in.
 
     Returns
     -------

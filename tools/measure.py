@@ -89,7 +89,7 @@ def _document(args, facts, notes, records, stage, seconds):
 
 def _publish(stage, out):
     """Put the finished ``stage`` at ``out``, replacing an earlier measurement there whole."""
-    from mxfp16.plumbing.fileio import exchange, rename_noreplace
+    from mxfp16.plumbing.output import exchange, rename_noreplace
 
     if os.path.exists(out):
         shutil.rmtree(exchange(stage, out))
@@ -129,7 +129,8 @@ def main(argv=None):
     sys.path.insert(0, REPO)  # a checkout with nothing installed: mxfp16 is this folder's
     from mxfp16.bench import measure_plan
     from mxfp16.machine.hardware import describe_cpu
-    from mxfp16.plumbing.fileio import temporary_folder, write_json
+    from mxfp16.plumbing.fileio import write_json
+    from mxfp16.plumbing.output import temporary_folder
 
     facts = measure_plan.machine_facts()
     out = os.path.abspath(args.out or (os.path.join(REPO, "runs", facts["slug"] + "-quick") if args.quick

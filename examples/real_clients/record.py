@@ -42,7 +42,7 @@ def main():
     args = parser.parse_args()
     sys.path.insert(0, REPO)
     from mxfp16.machine.hardware import bfloat16_support
-    from mxfp16.plumbing.fileio import atomic_write
+    from mxfp16.plumbing.output import atomic_write
 
     precisions = ["float32"] + (["amp-bfloat16"] if bfloat16_support().runs else [])
     os.makedirs(args.out, exist_ok=True)

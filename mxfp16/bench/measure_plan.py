@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..plumbing.fileio import atomic_write
+from ..plumbing.output import atomic_write
 from .families import FAMILIES
 
 __all__ = ["Measured", "MODELS", "Step", "ALLOWANCE", "machine_facts", "cpu_slug", "plan_steps", "run_steps",

@@ -15,7 +15,8 @@ import csv
 import io
 import statistics
 
-from ..plumbing.fileio import atomic_write, write_json
+from ..plumbing.fileio import write_json
+from ..plumbing.output import atomic_write
 
 #: Fields every result record has (``None`` where a run was skipped or failed).
 RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",

@@ -111,7 +111,7 @@ def _add_timing(timing):
 
 
 def run(args):
-    from ..plumbing.locking import Contents
+    from ..plumbing.output import Contents
 
     contents = Contents("a benchmark", ("bench.json", "bench.csv", "*.png", "round_ratios.json"))
     with open_output(args.out, f"benchmarking {args.model}", args.overwrite,

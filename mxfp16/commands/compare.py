@@ -59,7 +59,7 @@ def _default_out(first):
 
 def _output(args, out, runs):
     """The comparison's folder, opened (:func:`open_output`): never a run folder, one writer at a time."""
-    from ..plumbing.locking import Contents
+    from ..plumbing.output import Contents
 
     contents = Contents("a comparison", ("compare.json", "compare.md", "compare.png", "parity.json", "parity.txt",
                                          "parity.png"))

@@ -152,7 +152,7 @@ def _forward_check(args, diagnosis, net, batch, ctx):
 
 
 def run(args):
-    from ..plumbing.locking import Contents
+    from ..plumbing.output import Contents
 
     _validate(args)
     contents = Contents("a diagnosis", ("diagnose.txt", "diagnose.json", "gradient_histogram.png"))
@@ -167,7 +167,8 @@ def _diagnose(args, output):
     from mxnet import gluon
 
     from .. import diagnostics as dg
-    from ..plumbing.fileio import atomic_write, write_json
+    from ..plumbing.fileio import write_json
+    from ..plumbing.output import atomic_write
 
     ctx, net, batches = _setup(args)
     if not batches:

@@ -66,7 +66,8 @@ def _predict(args, files, skipped, output):
     from ..devices import DeviceError
     from ..inference.bundle import ExportError
     from ..inference.predict import Predictor, escape_text, to_csv, to_document
-    from ..plumbing.fileio import atomic_write, write_json
+    from ..plumbing.fileio import write_json
+    from ..plumbing.output import atomic_write
 
     try:
         predictor = Predictor(args.model, ctx=args.ctx, dtype=args.onnx_dtype)

@@ -39,7 +39,7 @@ def run(args):
 
 def _selftest(args, output):
     """Run the self-test, print its table, and write it to ``output`` (an Output, or ``None``)."""
-    from ..plumbing.fileio import atomic_write
+    from ..plumbing.output import atomic_write
     from ..train import selftest
 
     steps = selftest.STEPS if args.steps is None else args.steps

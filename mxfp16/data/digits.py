@@ -10,15 +10,15 @@ is the classic sequential-MNIST task at a size a CPU trains in seconds.
 and ``manifest.json`` (``augment: none``: a crop or a flip would change a
 digit's meaning), the layout every mxfp16 command reads. The split is
 stratified and fixed by ``seed``. The folder is an output like any other
-(:class:`mxfp16.plumbing.locking.Output`): locked, staged beside its place
+(:class:`mxfp16.plumbing.output.Output`): locked, staged beside its place
 and moved there in one step.
 """
 from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import OutputFolderError, write_json
-from ..plumbing.locking import Output, PathBusyError
+from ..plumbing.fileio import write_json
+from ..plumbing.output import Output, OutputFolderError, PathBusyError
 from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError
 

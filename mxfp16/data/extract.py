@@ -41,7 +41,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..plumbing.fileio import temporary_prefix
+from ..plumbing.output import temporary_prefix
 from .validate import DataError
 
 __all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size",

@@ -10,7 +10,7 @@ extracted size and each member's compression ratio) and renames the result
 to ``<root>/caltech101``. Until that last rename nothing looks like a complete
 data set: an interrupted fetch leaves only the ``.part`` file (resumed next
 time) or a hidden staging folder (deleted). ``<root>/caltech101`` is an
-output like any other (:class:`mxfp16.plumbing.locking.Output`), locked from
+output like any other (:class:`mxfp16.plumbing.output.Output`), locked from
 before the download to the rename: a second fetch into the same root
 meanwhile is refused at once, naming the first, and never appends to its
 ``.part`` file.
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..plumbing.fileio import OutputFolderError, sha256_file, write_json
-from ..plumbing.locking import Output, PathBusyError
+from ..plumbing.fileio import sha256_file, write_json
+from ..plumbing.output import Output, OutputFolderError, PathBusyError
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
 from .validate import DataError

@@ -23,7 +23,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from ..plumbing.fileio import JSONFileError, read_json
-from ..plumbing.locking import Contents
+from ..plumbing.output import Contents
 
 __all__ = ["CALTECH101_TRAIN_PER_CLASS", "Caltech101Paths", "caltech101_paths", "caltech101_commands",
            "split_problem", "pack_problem", "PIPELINES", "MANIFEST",
@@ -210,7 +210,7 @@ def read_manifest(folder):
 
 def data_set_contents(kind, what):
     """What a data set folder of ``kind`` holds (:data:`MANIFEST`, ``train/``, ``test/``), as
-    :class:`~mxfp16.plumbing.locking.Contents`: one is what ``--overwrite`` may replace when its manifest says
+    :class:`~mxfp16.plumbing.output.Contents`: one is what ``--overwrite`` may replace when its manifest says
     ``kind``, never another folder.
 
     Parameters

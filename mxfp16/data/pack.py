@@ -13,7 +13,7 @@ skipped files, the settings, that every record carries a checksum
 and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
 files are skipped by the same scan the folder pipeline uses.
 
-The pack is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+The pack is an output like any other (:class:`mxfp16.plumbing.output.Output`):
 its prefix is locked for the whole pack (``.PREFIX.lock`` beside the files)
 before anything decides whether a pack is there, so a second pack into it
 is refused at once, naming the first, and so is a pack over the one a
@@ -37,8 +37,8 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, OutputFolderError, failed_write, read_json, shown, write_json
-from ..plumbing.locking import Contents, Output, PathBusyError
+from ..plumbing.fileio import JSONFileError, read_json, write_json
+from ..plumbing.output import Contents, Output, OutputFolderError, PathBusyError, failed_write, shown
 from .layout import split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, record_checksum
@@ -111,7 +111,7 @@ def _write_split(output, items, classes, root, split, resize, quality, workers):
     -------
     (int, list, dict, dict)
         The records written, the files skipped, the count per class, and
-        ``{end of the name: staged file}`` for :meth:`~mxfp16.plumbing.locking.Output.publish_files`.
+        ``{end of the name: staged file}`` for :meth:`~mxfp16.plumbing.output.Output.publish_files`.
     """
     rec_name, idx_name, lst_name = f"_{split}.rec", f"_{split}.idx", f"_{split}.lst"
     tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}

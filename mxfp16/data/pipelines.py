@@ -64,7 +64,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from ..plumbing.fileio import JSONFileError, read_json, shown
+from ..plumbing.fileio import JSONFileError, read_json
+from ..plumbing.output import shown
 from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import PIPELINES, pack_problem, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM

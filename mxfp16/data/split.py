@@ -6,7 +6,7 @@ class's split depends only on its own files and the seed -- not on which
 other classes exist or are excluded. The first ``train_per_class`` (or all
 but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
 Files are hard-linked when the file system allows it, copied otherwise. The
-split is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+split is an output like any other (:class:`mxfp16.plumbing.output.Output`):
 locked before anything decides whether it exists, built in a staging
 folder beside it with a ``manifest.json`` of the settings, per-class counts
 and skipped files, and moved into place in one step. The same split already
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plumbing.fileio import OutputFolderError, write_json
-from ..plumbing.locking import Output, PathBusyError
+from ..plumbing.fileio import write_json
+from ..plumbing.output import Output, OutputFolderError, PathBusyError
 from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError, scan_classes
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..plumbing.fileio import OutputFolderError, write_json
-from ..plumbing.locking import Output, PathBusyError
+from ..plumbing.fileio import write_json
+from ..plumbing.output import Output, OutputFolderError, PathBusyError
 from .layout import MANIFEST, data_set_contents, read_manifest
 from .validate import DataError
 
@@ -165,7 +165,7 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
                   overwrite=False):
     """Generate the shapes set into ``out`` (``train/<class>/*.jpg``, ``test/...``, ``manifest.json``).
 
-    ``out`` is an output like any other (:class:`mxfp16.plumbing.locking.Output`):
+    ``out`` is an output like any other (:class:`mxfp16.plumbing.output.Output`):
     locked before anything decides whether it exists, built in a staging
     folder beside it and moved into place in one step, so an interrupted or
     concurrent run never leaves a set that looks complete. If ``out``

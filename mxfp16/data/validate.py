@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from ..plumbing.fileio import shown
+from ..plumbing.output import shown
 
 __all__ = ["DataError", "IMAGE_EXTENSIONS", "DECODABLE_FORMATS", "FolderScan", "scan_image", "scan_classes"]
 

@@ -14,7 +14,7 @@ Each format's writer and reader live in :mod:`mxfp16.inference.formats`.
 The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
 so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
 written into a staging folder beside ``DIR`` and moved into place only when
-it is complete and checked (:class:`mxfp16.plumbing.locking.Output`), so a
+it is complete and checked (:class:`mxfp16.plumbing.output.Output`), so a
 refused export leaves nothing behind. ``--overwrite`` replaces ``DIR``
 whole, in one step: no file of the old export stays (a ``model.onnx`` under
 a new MXNet export, say). A ``DIR`` holding anything but the files of
@@ -39,19 +39,10 @@ import re
 import stat
 from pathlib import Path
 
-from ..plumbing.fileio import (
-    JSONFileError,
-    atomic_path,
-    atomic_write,
-    failed_write,
-    parse_json,
-    sha256_file,
-    shown,
-    write_json,
-)
+from ..plumbing.fileio import JSONFileError, parse_json, sha256_file, write_json
 from ..plumbing.limits import MAX_IMAGE_SIDE
-from ..plumbing.locking import Contents
 from ..plumbing.ndarray_file import NDArrayFileError, read_header
+from ..plumbing.output import Contents, atomic_path, atomic_write, failed_write, shown
 from ..plumbing.symbol_file import GraphFileError, check_graph
 
 __all__ = ["SYMBOL_FILE", "PARAMS_FILE", "INFO_FILE", "CHECKSUM_FILE", "FILES", "REQUIRED", "FORMAT", "VERSION",

@@ -5,7 +5,7 @@ The story of :func:`export_run`, each step refusing bad input before the next:
 1. the run: its ``config.json`` (model, image size, classes, data) and the
    checkpoint asked for (last, best, or a ``.params`` file), which must
    belong to that model;
-2. the output folder, locked (:class:`mxfp16.plumbing.locking.Output`)
+2. the output folder, locked (:class:`mxfp16.plumbing.output.Output`)
    before anything decides whether it exists: refused when it exists,
    unless ``overwrite``, and when it holds anything an export does not
    write; then devices and precision (float16 on a CPU is allowed: writing
@@ -38,7 +38,7 @@ format: each one's refusals, default precision, writer and check are its
 module's (:mod:`mxfp16.inference.formats` lists what a format defines).
 
 Export holds the run folder's lock shared while it reads
-(:class:`mxfp16.plumbing.locking.PathLock`), so no ``train --overwrite`` or
+(:class:`mxfp16.plumbing.output.PathLock`), so no ``train --overwrite`` or
 ``--resume`` starts on it meanwhile. A run that is still training holds it
 itself; export then goes on with what the run has written so far. Either
 way it reads the checkpoint once, into a copy checked against the sha256
@@ -60,10 +60,10 @@ from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..devices import format_ctx, resolve_devices
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_path, shown
+from ..plumbing.fileio import JSONFileError
 from ..plumbing.limits import MAX_IMAGE_SIDE
-from ..plumbing.locking import Output, PathBusyError, PathLock
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
+from ..plumbing.output import Output, OutputFolderError, PathBusyError, PathLock, check_output_path, shown
 from ..precision import PrecisionError, resolve_precision
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import CHECKPOINT_CHOICES
@@ -327,7 +327,7 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
 
 
 def _output(request, inputs):
-    """The export folder, locked and checked (:class:`~mxfp16.plumbing.locking.Output`), as an :class:`ExportError`."""
+    """The export folder, locked and checked (:class:`~mxfp16.plumbing.output.Output`), as an :class:`ExportError`."""
     output = Output(request.out, f"exporting {request.run}", overwrite=request.overwrite, inputs=inputs,
                     contents=bundle.CONTENTS)
     try:

@@ -1,8 +1,8 @@
 """Files, locks, child processes and the console: what every command needs and no user imports.
 
-:mod:`~mxfp16.plumbing.fileio` (atomic writes, the output-folder rule, OS
-errors as one line), :mod:`~mxfp16.plumbing.locking` (one writer per
-folder), :mod:`~mxfp16.plumbing.ndarray_file` and
+:mod:`~mxfp16.plumbing.output` (atomic writes, one writer per output, the
+output rule, OS errors as one line), :mod:`~mxfp16.plumbing.fileio` (JSON
+files read with every check, digests), :mod:`~mxfp16.plumbing.ndarray_file` and
 :mod:`~mxfp16.plumbing.symbol_file` (MXNet's files checked before MXNet
 reads them), :mod:`~mxfp16.plumbing.child` (a function run in a fresh process,
 what it returned read back), :mod:`~mxfp16.plumbing.console` (a standard

@@ -113,7 +113,7 @@ def read_header(path):
         Not an NDArray file, a structure that does not parse, or arrays that
         need more bytes than the file holds.
     """
-    from .fileio import shown
+    from .output import shown
 
     where = shown(path)
     size = os.path.getsize(path)
@@ -147,7 +147,7 @@ def check_shapes(path, expected, what="the network"):
     ------
     NDArrayFileError
     """
-    from .fileio import shown
+    from .output import shown
 
     declared = {}
     for name, shape, _ in read_header(path):

@@ -12,7 +12,7 @@ tensor outside itself: initializers, sparse initializers, constants in node
 attributes, in subgraphs (``If``, ``Loop``), functions and training graphs.
 Nothing named there is opened. Messages name the file, never its content.
 """
-from .fileio import shown
+from .output import shown
 
 __all__ = ["ONNXFileError", "check_model_bytes"]
 

@@ -8,7 +8,7 @@ atomically. A notebook displays the returned figure like any other.
 from matplotlib import rcParams
 from matplotlib.figure import Figure
 
-from .fileio import atomic_path
+from .output import atomic_path
 
 __all__ = ["new_figure", "save_png", "color_cycle"]
 

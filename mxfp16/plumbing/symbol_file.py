@@ -14,7 +14,8 @@ bounded. Its messages name the file and what is wrong, never its content.
 """
 import os
 
-from .fileio import JSONFileError, parse_json, shown
+from .fileio import JSONFileError, parse_json
+from .output import shown
 
 __all__ = ["GraphFileError", "check_graph", "MAX_GRAPH_BYTES", "MAX_NODES", "MAX_DEPTH"]
 

@@ -47,8 +47,9 @@ from .._internals import (
     trainer_updater_states,
 )
 from .._lazy import module
-from ..plumbing.fileio import JSONFileError, atomic_path, read_json, sha256_file, write_json
+from ..plumbing.fileio import JSONFileError, read_json, sha256_file, write_json
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes, read_header
+from ..plumbing.output import atomic_path
 from .progress import Progress
 
 mx = module("mxnet")

@@ -10,7 +10,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..plumbing.fileio import JSONFileError, atomic_write, read_json, read_jsonl, shown, write_json
+from ..plumbing.fileio import JSONFileError, read_json, read_jsonl, write_json
+from ..plumbing.output import atomic_write, shown
 from .outputs import METRIC_FIELDS, SUMMARY_FIELDS
 
 #: The range of each number a comparison reads, ``(low, high)`` inclusive; ``None`` is allowed where noted.

@@ -15,7 +15,7 @@ from ..distributed.heartbeat import beating
 from ..float_formats import format_scale
 from ..machine.environment import mxnet_threads
 from ..machine.hardware import peak_memory_mb
-from ..plumbing.fileio import shown
+from ..plumbing.output import shown
 from . import checkpoint as ckpt
 from .callbacks import tensorboard_folder
 from .loop import evaluate

@@ -2,7 +2,7 @@
 
 Under a distributed kvstore only rank 0 writes the shared files; every
 worker writes ``summary.rank<R>.json``. All writes are atomic
-(:mod:`mxfp16.plumbing.fileio`).
+(:func:`mxfp16.plumbing.output.atomic_write`).
 """
 import hashlib
 import json
@@ -13,7 +13,8 @@ import mxnet as mx
 import numpy as np
 
 from ..measure.per_layer import LAYERS_FILE
-from ..plumbing.fileio import atomic_write, read_json, read_jsonl, write_json
+from ..plumbing.fileio import read_json, read_jsonl, write_json
+from ..plumbing.output import atomic_write
 from .checkpoint import is_checkpoint_file, restore_missing_record
 
 __all__ = ["RunOutputs", "params_digest", "structural_names", "METRIC_FIELDS", "SUMMARY_FIELDS"]
@@ -139,7 +140,7 @@ class RunOutputs:
         removed = []
         for folder in (self.out, self.checkpoints):
             if folder.is_dir():
-                removed += [p for p in folder.glob(".*.tmp") if p.is_file()]  # mxfp16.plumbing.fileio's temporary names
+                removed += [p for p in folder.glob(".*.tmp") if p.is_file()]  # mxfp16.plumbing.output's temporary names
         if self.checkpoints.is_dir():
             recorded = {p.stem for p in self.checkpoints.glob("epoch-*.json")}
             removed += [p for p in self.checkpoints.iterdir()

@@ -36,7 +36,8 @@ import os
 
 import numpy as np
 
-from ..plumbing.fileio import atomic_write, shown, write_json
+from ..plumbing.fileio import write_json
+from ..plumbing.output import atomic_write, shown
 from .compare import RunDirError, load_runs
 
 __all__ = ["seeds_needed", "parity", "format_parity", "write_parity", "check_groups", "RUN_ONLY",

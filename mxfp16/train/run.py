@@ -7,7 +7,7 @@ links resolve) and its lock, devices and precision, the kvstore, the data
 loss: the builder the benchmark uses too), and in a distributed job that
 every worker runs the same settings; only then does ``--overwrite`` remove an
 old run, ``--resume`` load the checkpoint and ``config.json`` get written.
-The run folder is an output like any other (:class:`mxfp16.plumbing.locking.Output`,
+The run folder is an output like any other (:class:`mxfp16.plumbing.output.Output`,
 written in place): the run holds its lock from before it reads the folder
 until :func:`fit` ends, so a second command on the same folder is refused at
 once, naming this one. It holds its data set's lock shared as long, so no
@@ -31,8 +31,15 @@ from ..float_formats import format_scale
 from ..machine.environment import check_threads, plan_threads
 from ..mixed import MixedPrecision
 from ..optim import check_compression, lr_schedule
-from ..plumbing.fileio import JSONFileError, OutputFolderError, check_output_folder, check_output_path
-from ..plumbing.locking import Output, PathBusyError, read_lock
+from ..plumbing.fileio import JSONFileError
+from ..plumbing.output import (
+    Output,
+    OutputFolderError,
+    PathBusyError,
+    check_output_folder,
+    check_output_path,
+    read_lock,
+)
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
 from .config import ConfigError, TrainConfig
@@ -94,9 +101,9 @@ class Run:
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
-    lock : mxfp16.plumbing.locking.Output or None
+    lock : mxfp16.plumbing.output.Output or None
         The run folder, locked by the process that writes it (rank 0); :func:`fit` releases it.
-    data_lock : mxfp16.plumbing.locking.PathLock or None
+    data_lock : mxfp16.plumbing.output.PathLock or None
         The data set's lock, held shared while the run reads it; :func:`fit` releases it.
     """
 
@@ -210,7 +217,7 @@ def prepare(config, log=None, given=None, command=None):
 
 
 def _lock_run(config):
-    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.locking.Output`, written in
+    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.output.Output`, written in
     place), or :class:`ConfigError` naming the problem or the holder."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
@@ -270,7 +277,7 @@ def _data_inputs(config):
 
 
 def _check_out_is_not_data(config):
-    """The writing rule (:func:`~mxfp16.plumbing.fileio.check_output_folder`): ``--out`` is, holds or sits in no data.
+    """The writing rule (:func:`~mxfp16.plumbing.output.check_output_folder`): ``--out`` is, holds or sits in no data.
 
     Links are resolved on both sides, however many steps they take: a run
     folder that is a link into the training split would put ``checkpoints/``

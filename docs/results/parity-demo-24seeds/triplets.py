@@ -13,9 +13,10 @@ Run from the repository root::
 import json
 import os
 
-import numpy as np
+from mxfp16.plumbing.fileio import write_json
+from mxfp16.plumbing.output import atomic_write
 
-from mxfp16.plumbing.fileio import atomic_write, write_json
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOAL = 0.3  # points: the bound on a three-seed mean gap

@@ -328,7 +328,7 @@ def write(folder, model, options):
     import onnx
     import onnxruntime
 
-    from ...plumbing.fileio import atomic_path
+    from ...plumbing.output import atomic_path
 
     check_request(model.precision.name, options.dtypes)  # a direct call gets the refusals export_run gives
     wanted = ["float32"] + [d for d in DTYPES if d in options.dtypes and d != "float32"]
@@ -458,7 +458,7 @@ class Model:
         import onnxruntime
 
         from ...machine.environment import plan_threads
-        from ...plumbing.fileio import shown
+        from ...plumbing.output import shown
 
         providers = execution_providers(ctx)
         options = onnxruntime.SessionOptions()
