@@ -233,19 +233,17 @@ def _decide(where, rounds):
                        tuple(ratios))
 
 
-def _probe_rounds(probe, log):
+def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
     """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``.
 
     The first round is short. It decides alone when its repeats were long
-    (at least :data:`MIN_REPEAT_MS` of steps) and its ratio clear (beyond
+    (at least ``repeat_ms`` of steps) and its ratio clear (beyond
     :data:`CLEAR` either way). A close call gets :data:`CONFIRM_ROUNDS` more
     rounds. A first round of short steps is only a measure of the step: on
     a shared or virtual machine a burst from a neighbour can move a short
     step by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
-    instead, and the short round is left out. "Long" is :func:`min_repeat_ms`.
+    instead, and the short round is left out. "Long" is ``repeat_ms`` (:func:`min_repeat_ms` in :func:`decide_auto`).
     """
-    repeat_ms = min_repeat_ms()
-
     def one_round(iters):
         return probe.time("float32", iters), probe.time(CANDIDATE, iters)
 
@@ -306,12 +304,12 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         verdict = _from_cache(verdicts[key])
         if verdict is not None:
             return verdict
-    min_repeat_ms()  # a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
+    repeat_ms = min_repeat_ms()  # read once; a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
         f"the verdict is kept in {store.path}")
     tic = time.perf_counter()
-    verdict = _decide(probe.where, _probe_rounds(probe, log))
+    verdict = _decide(probe.where, _probe_rounds(probe, log, repeat_ms))
     log(f"auto: {verdict.precision} ({time.perf_counter() - tic:.0f} s): {verdict.reason}")
     if verdict.measured:
         store.keep_unless_busy({key: _record(verdict)}, busy, log=lambda line: log(f"auto: {line}"))
