@@ -30,6 +30,7 @@ import sys
 from . import commands as _commands
 from ._version import __version__
 from .commands import CommandError
+from .plumbing.child import end_process
 from .plumbing.console import guarded_stdout, reopen_closed_streams
 
 
@@ -235,3 +236,12 @@ def main(argv=None):
     if line:
         print(line, file=sys.stderr)
     return status
+
+
+def console():
+    """The ``mxfp16`` console script and ``python -m mxfp16``: :func:`main`, then the process ends with its status.
+
+    Through :func:`mxfp16.plumbing.child.end_process`: MXNet can abort a
+    process in its C++ static destructors after the command has done its work.
+    """
+    end_process(main())

@@ -81,3 +81,63 @@ def test_a_function_that_raises_gives_its_traceback_not_an_exception(tmp_path):
     assert problem.splitlines()[-1] == "ValueError: no good: spec"
     value, problem = call_in_child("child_functions:nothing", timeout=0.01, env={"PYTHONPATH": str(tmp_path)})
     assert value is None and problem == "timed out after 0.01 s"
+
+
+ENDING = """import atexit, sys, threading, time
+from mxfp16.plumbing.child import end_process
+
+
+class Teardown:
+    def __del__(self):  # module teardown, after the atexit handlers: what end_process leaves before
+        print("teardown ran", flush=True)
+
+
+kept = Teardown()
+atexit.register(print, "atexit ran")
+worker = threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished")))
+worker.start()
+sys.stdout.write("unflushed")  # in the buffer when the process ends
+end_process(int(sys.argv[1]))
+"""
+
+
+def test_end_process_runs_what_shutdown_runs_then_leaves_before_teardown(tmp_path):
+    import subprocess
+
+    from conftest import child_env
+
+    (tmp_path / "ending.py").write_text(ENDING)
+    for code in (0, 3):
+        proc = subprocess.run([sys.executable, str(tmp_path / "ending.py"), str(code)], capture_output=True,
+                              text=True, env=child_env(), timeout=120)
+        assert proc.returncode == code, proc.stderr
+        # The thread joined first, the atexit handler after it, the buffered write flushed; the object that
+        # only module teardown would collect was not (the process left before teardown and C++'s destructors).
+        assert proc.stdout.splitlines() == ["unflushedthread finished", "atexit ran"], proc.stdout
+
+
+ABORTS_ONCE = """import os, sys
+marker = {marker!r}
+print("done")
+if {every_time} or not os.path.exists(marker):
+    open(marker, "w").close()
+    print({last_line!r}, file=sys.stderr, flush=True)
+    os.abort()
+"""
+
+
+def test_the_suite_reruns_a_snippet_only_for_mxnets_abort_at_exit(tmp_path):
+    import pytest
+    from conftest import MXNET_EXIT_ABORT, MXNetExitAbort, run_python
+
+    with pytest.warns(MXNetExitAbort):
+        proc = run_python(ABORTS_ONCE.format(marker=str(tmp_path / "once"), every_time=False,
+                                             last_line=MXNET_EXIT_ABORT))
+    assert proc.returncode == 0 and proc.stdout == "done\n"
+    with pytest.warns(MXNetExitAbort):  # every time: re-run once, then reported as it is
+        proc = run_python(ABORTS_ONCE.format(marker=str(tmp_path / "always"), every_time=True,
+                                             last_line=MXNET_EXIT_ABORT), check=False)
+    assert proc.returncode < 0
+    proc = run_python(ABORTS_ONCE.format(marker=str(tmp_path / "other"), every_time=False,
+                                         last_line="some other abort"), check=False)
+    assert proc.returncode < 0  # not re-run: a second run would have found the marker and ended well

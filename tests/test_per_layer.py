@@ -223,14 +223,13 @@ def test_a_timing_process_that_dies_costs_only_its_layer(monkeypatch):
 
     specs = [LayerSpec.of("Convolution", {"kernel": str((k, k))}, [(1, 1, 4, 4), (1, 1, k, k)]) for k in (1, 3)]
 
-    def run(module, args, timeout=None):
-        with open(args[0], encoding="utf-8") as handle:
-            keys = json.load(handle)
+    def run(function, keys, timeout=None):
+        assert function is layer_timing.time_keys
         if specs[1].key in keys:
             return None, "exit status -6: double free or corruption"
         return {key: LayerTiming(1.0, 0.5, 0.1).record() for key in keys}, None
 
-    monkeypatch.setattr(child, "run_json_child", run)
+    monkeypatch.setattr(child, "call_in_child", run)
     found = layer_timing.time_layers(specs)
     assert found[specs[0].key] == LayerTiming(1.0, 0.5, 0.1)
     assert "double free" in found[specs[1].key].failed

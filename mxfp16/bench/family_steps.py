@@ -27,10 +27,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon, init
 
-from ..models.encoder import BertEncoderClassifier
-from ..models.gan import DiscriminatorPass, dcgan_discriminator, dcgan_generator
-from ..models.language import WordLanguageModel
 from .families import FAMILIES, TOKENS
+from .networks import BertEncoderClassifier, DiscriminatorPass, WordLanguageModel, dcgan_discriminator, dcgan_generator
 
 __all__ = ["build_networks", "synthetic_batch", "family_step"]
 

@@ -2,11 +2,11 @@
 
 Each network has its MXNet twin's layers and sizes (the tests check the
 parameter counts against each other): :func:`word_language_model` is
-:class:`mxfp16.models.language.WordLanguageModel`, :func:`bert_encoder_classifier`
-is :class:`mxfp16.models.encoder.BertEncoderClassifier`, :func:`mobilenet_v2`
+:class:`mxfp16.bench.networks.WordLanguageModel`, :func:`bert_encoder_classifier`
+is :class:`mxfp16.bench.networks.BertEncoderClassifier`, :func:`mobilenet_v2`
 is GluonCV's ``mobilenetv2_1.0`` (torchvision does not import beside every
 torch wheel, and its network differs in the head), and :func:`dcgan_generator`
-and :func:`dcgan_discriminator` are :mod:`mxfp16.models.gan`'s. The sizes,
+and :func:`dcgan_discriminator` are in :mod:`mxfp16.bench.networks`. The sizes,
 the optimizer and the clipping come from :mod:`mxfp16.bench.families`, as
 on the MXNet side. PyTorch's own layers are used where they exist
 (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch user

@@ -1,8 +1,8 @@
 """Layers timed alone, in a fresh process: what the ``measured`` AMP lists decide by.
 
-:func:`time_layers` runs ``python -m mxfp16.measure.layer_timing SPECS.json
---result OUT.json``, where AMP is off and each operator is given its dtypes
-explicitly, so the process asking may have AMP on or not, and a kernel that
+:func:`time_layers` runs :func:`time_keys` in a fresh process
+(:func:`mxfp16.plumbing.child.call_in_child`), where AMP is off and each
+operator is given its dtypes explicitly, so the process asking may have AMP on or not, and a kernel that
 crashes costs only that process. Each :class:`LayerSpec` (an operator's type,
 attributes and input shapes) is timed forward and backward in float32 and in
 bfloat16 as AMP runs it inside a bfloat16 part of the network, through
@@ -11,13 +11,11 @@ timed apart (:class:`LayerTiming`). The choice that reads these times is
 :mod:`mxfp16.measure.per_layer`.
 """
 import json
-import os
-import sys
 from dataclasses import dataclass
 
 from .margin import speed_ratio
 
-__all__ = ["LayerSpec", "LayerTiming", "time_layers", "WARMUP", "ITERS", "REPEATS", "TIMEOUT"]
+__all__ = ["LayerSpec", "LayerTiming", "time_layers", "time_keys", "WARMUP", "ITERS", "REPEATS", "TIMEOUT"]
 
 #: Per layer and precision: untimed calls, then repeats of a few timed calls each.
 WARMUP, ITERS, REPEATS = 2, 3, 3
@@ -94,27 +92,24 @@ def time_layers(specs, timeout=TIMEOUT):
     again in a process of its own, and the one that died is recorded as
     failed: its layers stay float32.
     """
-    import tempfile
+    from ..plumbing.child import call_in_child
 
-    from ..plumbing.child import run_json_child
-
-    def run(batch):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-            json.dump([s.key for s in batch], handle)
-        try:
-            return run_json_child("mxfp16.measure.layer_timing", [handle.name], timeout=timeout)
-        finally:
-            os.unlink(handle.name)
-
-    record, why = run(specs)
+    record, why = call_in_child(time_keys, [s.key for s in specs], timeout=timeout)
     if record is not None:
         return {key: LayerTiming(**value) for key, value in record.items()}
     if len(specs) == 1:
-        return {specs[0].key: LayerTiming(failed=f"the timing process ended: {why.splitlines()[0]}")}
+        lines = why.strip().splitlines()  # a traceback ends with its exception; a crash starts with its status
+        line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+        return {specs[0].key: LayerTiming(failed=f"the timing process ended: {line}")}
     found = {}
     for spec in specs:
         found.update(time_layers([spec], timeout))
     return found
+
+
+def time_keys(keys):
+    """``{key: LayerTiming.record()}`` of :class:`LayerSpec` keys, timed here (a process without AMP on)."""
+    return {key: _time_spec(LayerSpec.from_key(key)).record() for key in keys}
 
 
 def _time_spec(spec):
@@ -168,25 +163,3 @@ def _time_spec(spec):
         lines = [line for line in str(err).splitlines() if line.strip()]
         return LayerTiming(float32_ms, failed=(lines[-1] if lines else "MXNetError")[:200])
     return LayerTiming(float32_ms, bfloat16_ms, timed(casts_step))
-
-
-def _main(argv):
-    import argparse
-
-    import mxfp16  # noqa: F401 -- the numpy names MXNet needs, before it loads
-
-    from ..plumbing.fileio import write_json
-
-    parser = argparse.ArgumentParser(prog="python -m mxfp16.measure.layer_timing",
-                                     description="time layer shapes (a child)")
-    parser.add_argument("specs", help="a JSON list of LayerSpec keys")
-    parser.add_argument("--result", required=True)
-    args = parser.parse_args(argv)
-    with open(args.specs, encoding="utf-8") as handle:
-        keys = json.load(handle)
-    write_json(args.result, {key: _time_spec(LayerSpec.from_key(key)).record() for key in keys})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

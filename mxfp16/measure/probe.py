@@ -15,13 +15,9 @@ timed that way, so a ratio is compared with a ratio; the casts amp-bfloat16
 adds are MXNet kernels, so the probe errs towards float32, never towards a
 slowdown.
 """
+import functools
 import hashlib
 import json
-import os
-import select
-import signal
-import time
-import traceback
 
 __all__ = ["NetworkProbe", "network_signature", "PROBE_WARMUP", "PROBE_REPEATS", "PROBE_TIMEOUT"]
 
@@ -116,19 +112,14 @@ class NetworkProbe:
         """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
         import mxnet as mx
 
+        from ..plumbing.child import call_in_child
+
         mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: time, send one JSON line, leave without running the parent's exit handlers
-            os.close(read_end)
-            try:
-                record = {"status": "ok", "ms_per_step": self._time_here(precision, iters, warmup, repeats)}
-            except BaseException:  # noqa: B036 -- a child must report anything and exit, whatever happened
-                record = {"status": "failed", "reason": traceback.format_exc(limit=4).strip()}
-            os.write(write_end, (json.dumps(record) + "\n").encode())
-            os._exit(0)
-        os.close(write_end)
-        return _read_child(pid, read_end, precision, timeout)
+        ms, problem = call_in_child(functools.partial(self._time_here, precision, iters, warmup, repeats),
+                                    timeout=timeout, fork=True)
+        if problem is not None:
+            return {"status": "failed", "precision": precision, "reason": problem}
+        return {"status": "ok", "precision": precision, "ms_per_step": ms}
 
     def _time_here(self, name, iters, warmup, repeats):
         from ..optim import make_trainer
@@ -143,30 +134,3 @@ class NetworkProbe:
         times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
                            iters, repeats, warmup)
         return times.ms_per_step
-
-
-def _read_child(pid, read_end, precision, timeout):
-    """The record a probe child sent, waiting at most ``timeout`` seconds; the child is reaped either way."""
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                return {"status": "failed", "precision": precision, "reason": f"timed out after {timeout:g} s"}
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    text = b"".join(chunks).decode(errors="replace").strip()
-    try:
-        record = json.loads(text)
-    except ValueError:
-        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
-        return {"status": "failed", "precision": precision, "reason": f"the probe process ended ({code}) with no "
-                                                                      "record"}
-    return dict(record, precision=precision)
-

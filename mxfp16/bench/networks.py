@@ -1,0 +1,241 @@
+"""The networks only the benchmark runs: MXNet's DCGAN, its word language model, and a BERT-sized encoder.
+
+The PyTorch peer (:mod:`mxfp16.bench.peer_families`) builds the same layers;
+:mod:`mxfp16.bench.family_steps` times one training step of each.
+
+The DCGAN
+---------
+The DCGAN of MXNet's ``example/gluon/dc_gan``: a 64 px generator and discriminator, and the discriminator's pass.
+
+:func:`dcgan_generator` and :func:`dcgan_discriminator` have the example's
+layers (MXNet 1.9.1: ``Conv2DTranspose`` 4x4 with BatchNorm and ReLU up from
+a ``(nz, 1, 1)`` noise vector to 64x64 RGB with ``tanh``; ``Conv2D`` 4x4
+with BatchNorm and LeakyReLU 0.2 down to two scores, real and fake, read by
+softmax cross-entropy). The discriminator ends in a ``Flatten``, which the
+example does with a ``reshape`` after the call.
+
+:class:`DiscriminatorPass` is the forward pass of the example's
+discriminator update: the discriminator on the real batch and on a
+generated one whose gradient stops at the generator (``detach``). It also
+returns the generated batch, which the generator's update then feeds to the
+discriminator again, as the example does: the generator runs once per
+iteration and its update back-propagates through that same forward pass.
+
+Under AMP on a CPU, ``Deconvolution`` stays float32 (it is in MXNet's
+float32 list), so the generator runs in float32 apart from its BatchNorm
+and activations; the discriminator's convolutions run in bfloat16.
+
+The word language model
+-----------------------
+A word-level language model: the network of MXNet's ``example/gluon/word_language_model``.
+
+:class:`WordLanguageModel` is that example's ``RNNModel`` (MXNet 1.9.1):
+an embedding, dropout, a fused multi-layer LSTM or GRU (MXNet's ``RNN``
+operator) with dropout between its layers, dropout, and a decoder to the
+vocabulary whose weight can be the embedding's own (``--tied``, weight
+tying). Two things differ, neither of them in the layers: it reads a batch
+as ``(batch, time)`` token ids, batch first as every mxfp16 batch is, and
+it starts each segment from a zero state, where the example carries the
+(detached) state from one 35-token segment to the next; the work per step
+is the same.
+
+Under AMP on a CPU the recurrent layers stay float32 (MXNet 1.9.1's ``RNN``
+operator has no bfloat16 CPU kernel) and the embedding and decoder follow
+the operator lists.
+
+The encoder
+-----------
+A BERT-sized encoder over token ids, with BERT's classification head.
+
+:class:`BertEncoderClassifier` is BERT's encoder as GluonNLP builds it for
+sentence classification: word and learned position embeddings, LayerNorm
+and dropout, post-LayerNorm encoder blocks (:class:`~mxfp16.models.sequence.EncoderBlock`:
+attention from ``Dense`` and ``batch_dot``, GELU feed-forward), then the
+pooler (``tanh`` Dense on the first token) and a Dense classifier. The
+defaults are BERT-base's widths (768 units, 12 heads, feed-forward 3072,
+30,522 words, 512 positions, dropout 0.1) with 2 blocks instead of 12, so
+one training step fits a small CPU's minutes. One input only: BERT's
+two-row segment table is left out (a single-segment task adds a constant
+row to every token).
+
+Under AMP on a CPU the Dense layers run in bfloat16; ``batch_dot``,
+softmax, LayerNorm and the embeddings' lookups follow the operator lists
+(``batch_dot`` has no bfloat16 CPU kernel in MXNet 1.9.1).
+"""
+import mxnet as mx
+from mxnet import gluon, init
+
+from ..models.sequence import EncoderBlock
+
+__all__ = ["dcgan_generator", "dcgan_discriminator", "DiscriminatorPass", "IMAGE_SIZE",
+           "WordLanguageModel", "RECURRENT_MODES", "BertEncoderClassifier"]
+
+#: The side of the images: the layer sizes fix it (4 -> 8 -> 16 -> 32 -> 64 and back).
+IMAGE_SIZE = 64
+
+
+def dcgan_generator(nz=100, ngf=64, channels=3, prefix="generator_"):
+    """Noise ``(batch, nz, 1, 1)`` -> images ``(batch, channels, 64, 64)`` in [-1, 1].
+
+    Parameters
+    ----------
+    nz : int
+        Length of the noise vector.
+    ngf : int
+        Channels of the last hidden layer; the earlier ones have 2, 4 and 8 times as many.
+    channels : int
+        Of the generated images.
+
+    Returns
+    -------
+    gluon.nn.HybridSequential
+        Not initialised (the example draws every weight from N(0, 0.02)).
+    """
+    net = gluon.nn.HybridSequential(prefix=prefix)
+    with net.name_scope():
+        for i, width in enumerate((ngf * 8, ngf * 4, ngf * 2, ngf)):
+            stride, pad = (1, 0) if i == 0 else (2, 1)  # 1x1 -> 4x4, then doubling
+            net.add(gluon.nn.Conv2DTranspose(width, 4, stride, pad, use_bias=False), gluon.nn.BatchNorm(),
+                    gluon.nn.Activation("relu"))
+        net.add(gluon.nn.Conv2DTranspose(channels, 4, 2, 1, use_bias=False), gluon.nn.Activation("tanh"))
+    return net
+
+
+def dcgan_discriminator(ndf=64, prefix="discriminator_"):
+    """Images ``(batch, channels, 64, 64)`` -> ``(batch, 2)`` scores (fake, real) for softmax cross-entropy.
+
+    Parameters
+    ----------
+    ndf : int
+        Channels of the first layer; the later ones have 2, 4 and 8 times as many.
+
+    Returns
+    -------
+    gluon.nn.HybridSequential
+        Not initialised.
+    """
+    net = gluon.nn.HybridSequential(prefix=prefix)
+    with net.name_scope():
+        net.add(gluon.nn.Conv2D(ndf, 4, 2, 1, use_bias=False), gluon.nn.LeakyReLU(0.2))
+        for width in (ndf * 2, ndf * 4, ndf * 8):
+            net.add(gluon.nn.Conv2D(width, 4, 2, 1, use_bias=False), gluon.nn.BatchNorm(), gluon.nn.LeakyReLU(0.2))
+        net.add(gluon.nn.Conv2D(2, 4, 1, 0, use_bias=False), gluon.nn.Flatten())
+    return net
+
+
+class DiscriminatorPass(gluon.Block):
+    """The discriminator update's forward pass: ``(real, noise) -> (D(real), D(fake), fake)``.
+
+    ``fake = generator(noise)``; the discriminator sees it detached, so the
+    update's backward pass stops at the generator, and ``fake`` itself is
+    returned with its history, for the generator's update. Not hybridized
+    itself (the detach is between two graphs); the generator and
+    discriminator inside it are.
+
+    Parameters
+    ----------
+    generator, discriminator : gluon.Block
+    """
+
+    def __init__(self, generator, discriminator, **kwargs):
+        super().__init__(**kwargs)
+        self.generator, self.discriminator = generator, discriminator
+
+    def forward(self, real, noise):
+        fake = self.generator(noise)
+        return self.discriminator(real), self.discriminator(fake.detach()), fake
+
+
+#: The recurrent layer of each mode, with its number of gate blocks per unit (what its weights hold).
+RECURRENT_MODES = {"lstm": (gluon.rnn.LSTM, 4), "gru": (gluon.rnn.GRU, 3)}
+
+
+class WordLanguageModel(gluon.HybridBlock):
+    """Embedding -> dropout -> LSTM or GRU -> dropout -> decoder: next-word scores at every step.
+
+    Parameters
+    ----------
+    mode : str
+        ``'lstm'`` or ``'gru'``.
+    vocab_size : int
+        Words in the vocabulary: the embedding's rows and the decoder's outputs.
+    embed_size, hidden_size : int
+        Embedding width and recurrent units per layer (equal when tied).
+    num_layers : int
+    dropout : float
+        On the embedding, between recurrent layers and on the recurrent
+        output, as in the example.
+    tie_weights : bool
+        The decoder's weight is the embedding's (Press and Wolf's weight
+        tying); the decoder keeps a bias of its own.
+
+    Raises
+    ------
+    ValueError
+        An unknown mode, or tied weights with ``embed_size != hidden_size``.
+    """
+
+    def __init__(self, mode, vocab_size, embed_size=650, hidden_size=650, num_layers=2, dropout=0.5,
+                 tie_weights=True, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in RECURRENT_MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(RECURRENT_MODES)}")
+        if tie_weights and embed_size != hidden_size:
+            raise ValueError(f"tied weights need embed_size == hidden_size, got {embed_size} and {hidden_size}: "
+                             "the decoder's weight is the embedding's")
+        layer, _ = RECURRENT_MODES[mode]
+        with self.name_scope():
+            self.drop = gluon.nn.Dropout(dropout)
+            self.encoder = gluon.nn.Embedding(vocab_size, embed_size, weight_initializer=mx.init.Uniform(0.1))
+            self.rnn = layer(hidden_size, num_layers, layout="NTC", dropout=dropout, input_size=embed_size)
+            shared = dict(params=self.encoder.params) if tie_weights else {}
+            self.decoder = gluon.nn.Dense(vocab_size, flatten=False, in_units=hidden_size, **shared)
+
+    def hybrid_forward(self, F, tokens):
+        """``(batch, time)`` token ids -> ``(batch, time, vocab_size)`` scores for the next word."""
+        return self.decoder(self.drop(self.rnn(self.drop(self.encoder(tokens)))))
+
+
+class BertEncoderClassifier(gluon.HybridBlock):
+    """Token ids -> embeddings -> ``num_layers`` encoder blocks -> pooler on the first token -> class scores.
+
+    Parameters
+    ----------
+    classes : int
+    vocab_size : int
+        Rows of the word embedding (BERT's uncased WordPiece vocabulary: 30,522).
+    units, heads, ffn_units, num_layers : int
+        Width, attention heads, feed-forward width and blocks.
+    max_length : int
+        Rows of the position embedding: the longest sequence it reads.
+    dropout : float
+        After the embeddings, on the attention weights and on each block's
+        two residual branches, as BERT.
+
+    Raises
+    ------
+    ValueError
+        ``units`` not a multiple of ``heads``.
+    """
+
+    def __init__(self, classes=2, vocab_size=30522, units=768, heads=12, ffn_units=3072, num_layers=2,
+                 max_length=512, dropout=0.1, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.word_embed = gluon.nn.Embedding(vocab_size, units, weight_initializer=init.Normal(0.02))
+            self.position_embed = gluon.nn.Embedding(max_length, units, weight_initializer=init.Normal(0.02))
+            self.embed_norm = gluon.nn.LayerNorm()
+            self.embed_drop = gluon.nn.Dropout(dropout)
+            self.blocks = gluon.nn.HybridSequential()
+            for _ in range(num_layers):
+                self.blocks.add(EncoderBlock(units, heads, ffn_units, dropout))
+            self.pooler = gluon.nn.Dense(units, activation="tanh", flatten=False)
+            self.output = gluon.nn.Dense(classes)
+
+    def hybrid_forward(self, F, tokens):
+        """``(batch, time)`` token ids -> ``(batch, classes)`` scores."""
+        positions = self.position_embed(F.contrib.arange_like(tokens, axis=1))  # (time, units)
+        x = F.broadcast_add(self.word_embed(tokens), F.expand_dims(positions, axis=0))
+        x = self.blocks(self.embed_drop(self.embed_norm(x)))
+        first = F.squeeze(F.slice_axis(x, axis=1, begin=0, end=1), axis=1)  # BERT's [CLS] position
+        return self.output(self.pooler(first))
