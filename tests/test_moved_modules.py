@@ -42,6 +42,9 @@ MOVED = {
     "mxfp16.per_layer": "mxfp16.measure.per_layer",
     "mxfp16.timing": "mxfp16.measure.timing",
     "mxfp16.plumbing.cache": "mxfp16.measure.cache",
+    "mxfp16.models.gan": "mxfp16.bench.networks",
+    "mxfp16.models.language": "mxfp16.bench.networks",
+    "mxfp16.models.encoder": "mxfp16.bench.networks",
 }
 
 #: Old name -> the one definition it became (docs/api.md lists the same renames).
