@@ -108,15 +108,13 @@ def _cuda_text(cuda):
         lines.append(f"GPU kernels of {kernels['source']['distribution']} {kernels['source']['version']}: "
                      f"SASS {', '.join(kernels['sass']) or 'none'}; PTX {', '.join(kernels['ptx']) or 'none'} "
                      "(docs/gpu.md has the table per GPU generation)")
+    said = {coverage.NATIVE: ("", "native, "), coverage.PTX_JIT: ("WARNING ", "no native kernels; runs only through the "
+                                                                   "driver's PTX JIT: "),
+            coverage.UNSUPPORTED: ("WARNING ", "this MXNet build cannot run on it, not even through PTX JIT: ")}
     for gpu in cuda["gpu_support"]:
-        if gpu["status"] == coverage.NATIVE:
-            lines.append(f"  gpu:{gpu['index']} ({gpu['capability']}): native, {gpu['detail']}")
-        elif gpu["status"] == coverage.PTX_JIT:
-            lines.append(f"  WARNING gpu:{gpu['index']} ({gpu['capability']}): no native kernels; runs only "
-                         f"through the driver's PTX JIT: {gpu['detail']}")
-        elif gpu["status"] == coverage.UNSUPPORTED:
-            lines.append(f"  WARNING gpu:{gpu['index']} ({gpu['capability']}): this MXNet build cannot run on "
-                         f"it, not even through PTX JIT: {gpu['detail']}")
+        if gpu["status"] in said:
+            warning, what = said[gpu["status"]]
+            lines.append(f"  {warning}gpu:{gpu['index']} ({gpu['capability']}): {what}{gpu['detail']}")
         else:
             lines.append(f"  gpu:{gpu['index']}: coverage unknown: {gpu['detail']}")
     return lines

@@ -160,21 +160,22 @@ def plan_threads(requested=None, environ=None):
     """
     environ = os.environ if environ is None else environ
     available = available_cores()
+
+    def capped(threads, source, shown):
+        if threads > available:
+            note = f"{shown}: this process may run on {available} core(s); using {available}"
+            return ThreadSetting(available, source, available, note)
+        return ThreadSetting(threads, source, available)
+
     if requested is not None:
         threads = _whole(requested, "--threads")
-        if threads > available:
-            note = f"--threads {threads}: this process may run on {available} core(s); using {available}"
-            return ThreadSetting(available, "--threads", available, note)
-        return ThreadSetting(threads, "--threads", available)
+        return capped(threads, "--threads", f"--threads {threads}")
     for name in THREAD_VARIABLES:
         if environ.get(name, "").strip():
             # OMP_NUM_THREADS may be a list per nesting level; MXNet's operators run at the first.
             threads = (_thread_list if name == "OMP_NUM_THREADS" else _whole)(environ[name], name)
             threads = threads[0] if isinstance(threads, list) else threads
-            if threads > available:
-                note = f"{name}={environ[name].strip()}: this process may run on {available} core(s); using {available}"
-                return ThreadSetting(available, name, available, note)
-            return ThreadSetting(threads, name, available)
+            return capped(threads, name, f"{name}={environ[name].strip()}")
     return ThreadSetting(available, "default", available)
 
 
