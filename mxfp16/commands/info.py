@@ -108,8 +108,8 @@ def _cuda_text(cuda):
         lines.append(f"GPU kernels of {kernels['source']['distribution']} {kernels['source']['version']}: "
                      f"SASS {', '.join(kernels['sass']) or 'none'}; PTX {', '.join(kernels['ptx']) or 'none'} "
                      "(docs/gpu.md has the table per GPU generation)")
-    said = {coverage.NATIVE: ("", "native, "), coverage.PTX_JIT: ("WARNING ", "no native kernels; runs only through the "
-                                                                   "driver's PTX JIT: "),
+    said = {coverage.NATIVE: ("", "native, "),
+            coverage.PTX_JIT: ("WARNING ", "no native kernels; runs only through the driver's PTX JIT: "),
             coverage.UNSUPPORTED: ("WARNING ", "this MXNet build cannot run on it, not even through PTX JIT: ")}
     for gpu in cuda["gpu_support"]:
         if gpu["status"] in said:
