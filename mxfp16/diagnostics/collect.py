@@ -1,26 +1,11 @@
 """Gradients of a network on real batches, summarised per parameter and per layer.
 
-The gradients are computed in float32: the question is what *would* happen
-to them in float16 at a loss scale S, and a float32 backward pass answers it
-for every S at once (see :mod:`mxfp16.diagnostics.stats`). That is why the
-diagnostics run on a CPU with real convolutional networks.
-
-The gradient is the one :func:`mxfp16.train_step` produces before the
-optimizer divides by ``batch_size * S``: the backward pass of the per-sample
-losses, i.e. the gradient of their *sum*. Larger batches give proportionally
-larger parameter gradients.
-
-Activation gradients (the gradient arriving at each layer's output, the
-quantity plotted in "Mixed Precision Training") are read with a probe: each
-leaf layer's output ``y`` is replaced by ``y + p``, where ``p`` is a zero
-array with ``attach_grad()``, so after backward ``p.grad`` is exactly
-dL/dy. An ``autograd.Function`` identity that inspects its incoming
-gradient would be the obvious alternative, but MXNet 1.9.1 does not track the
-operators such a function issues in ``backward``: the gradient it passes on
-can be read before it is written (measured: garbage values up to 1e31 in
-cifar_resnet20_v1), unless every layer waits for the engine. The probe needs
-no waits; it costs one addition per layer and one activation-sized gradient
-buffer per layer for the batch.
+The gradients are computed in float32: a float32 backward pass answers what *would* happen to them in float16 at
+every loss scale S at once (:mod:`mxfp16.diagnostics.stats`), so the diagnostics run on a CPU with real convolutional
+networks. The gradient is the one :func:`mxfp16.train_step` produces before the optimizer divides by ``batch_size *
+S``: that of the *sum* of the per-sample losses, so larger batches give proportionally larger parameter gradients.
+Activation gradients are read with a probe (``y + p``, then ``p.grad``), not an ``autograd.Function`` identity, whose
+``backward`` MXNet 1.9.1 does not wait for: docs/diagnostics.md ("Definitions and limits") says why, as measured.
 """
 import contextlib
 

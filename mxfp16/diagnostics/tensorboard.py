@@ -1,39 +1,11 @@
 """TensorBoard events for a mixed-precision run, under tag names that do not depend on the precision.
 
-:class:`TensorBoardLogger` writes what mixed precision adds to a run (the loss
-scale, the skipped steps, where the gradients fall in the binary exponents)
-beside the usual loss, learning rate, speed and accuracy, with tensorboardX.
-One object serves a loop of your own (:meth:`~TensorBoardLogger.log_step`),
-``mxfp16 train`` (its ``TensorBoard`` callback) and MXNet's Estimator
-(:class:`mxfp16.estimator.TensorBoardHandler`)::
-
-    tb = mxfp16.TensorBoardLogger("runs/my-run/tensorboard")
-    for step, (x, y) in enumerate(loader, 1):
-        result = mp.train_step(net, loss_fn, trainer, *mp.cast_batch(x, y))
-        if step % 20 == 0:
-            tb.log_step(step, result, mp, trainer)     # reads the loss: one wait per 20 steps
-    tb.log_epoch(step, {"val_top1": top1})
-    tb.log_gradients(net, step, result.loss_scale)
-    tb.close()
-
-The tags:
-
-``train/loss``, ``train/lr``, ``precision/loss_scale``, ``precision/skipped_steps``, ``speed/images_per_second``
-    Every logged step: the loss (of the steps that updated the
-    parameters), the learning rate, the loss scale after the step (1 without
-    loss scaling), the steps skipped so far, images per second.
-``epoch/<name>``
-    Every epoch: each number of the epoch's record (``epoch/val_top1`` ...).
-``gradients/all``, ``gradients/<parameter>``, ``gradients/zero_fraction``
-    Every epoch: histograms of the binary exponents of the parameter
-    gradients (the binades ``mxfp16 diagnose`` counts,
-    :mod:`mxfp16.diagnostics.stats`), all of them together and one per
-    parameter, and the share of exact zeros.
-``config``
-    The run's configuration, as text.
-
-Two runs of different precisions in sibling folders (``tensorboard --logdir
-runs``) share every tag, so TensorBoard draws them on the same charts.
+:class:`TensorBoardLogger` writes what mixed precision adds to a run (the loss scale, the skipped steps, where the
+gradients fall in the binary exponents) beside the usual loss, learning rate, speed and accuracy, with tensorboardX,
+for a loop of your own (:meth:`~TensorBoardLogger.log_step`), ``mxfp16 train`` (its ``TensorBoard`` callback) and
+MXNet's Estimator (:class:`mxfp16.estimator.TensorBoardHandler`). docs/training.md (``tensorboard/``) lists the tags
+and docs/porting-gluoncv.md ("TensorBoard") shows a loop that writes them. Runs of different precisions in sibling
+folders (``tensorboard --logdir runs``) share every tag, so TensorBoard draws them on the same charts.
 """
 import importlib.util
 import json

@@ -1,20 +1,10 @@
 """Workers say they are making progress; ``mxfp16 launch`` stops a job whose workers all stopped saying it.
 
-A synchronous job hangs as a whole: one worker that waits forever for the
-others' gradients (another batch size, a lost server, a worker stuck in its
-data) holds every other worker at the same step, and nothing fails. The
-launcher cannot tell a slow step from a stalled one by looking at the
-processes, so the workers tell it: ``launch`` names a folder in
-:data:`VARIABLE`, and each worker's trainer rewrites ``worker-<rank>`` there
-after its steps and evaluation batches (at most once a second; the file
-holds what the worker last did). :class:`Watch` reads the files' times; once
-every worker has beaten at least once, no beat from any of them for the
-stall timeout stops the job, and its message says what each worker did last.
-
-Before its first beat a worker may still be loading MXNet or scanning a large
-data set: that is not counted. A command that never beats (not a trainer) is
-never stopped for it. Local jobs only: over ssh the workers' files are on
-other machines.
+A synchronous job hangs as a whole, and the launcher cannot tell a slow step from a stalled one by looking at the
+processes, so the workers tell it: ``launch`` names a folder in :data:`VARIABLE`, and each worker's trainer rewrites
+``worker-<rank>`` there after its steps and evaluation batches (at most once a second, with what it last did).
+:class:`Watch` reads the files' times; docs/distributed.md ("stalled") gives the rule it applies. Local jobs only:
+over ssh the workers' files are on other machines.
 """
 import os
 import time

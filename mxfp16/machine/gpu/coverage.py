@@ -1,21 +1,11 @@
 """Which GPUs a build runs on, from the kernels it carries.
 
-Two rules of CUDA decide it (CUDA C++ Programming Guide, "Binary
-Compatibility" and "PTX Compatibility"):
-
-* SASS (a cubin) built for ``sm_XY`` runs on GPUs of compute capability
-  ``X.Z`` with ``Z >= Y``: the same major version, the same or a later minor
-  one. An ``sm_80`` cubin runs on 8.0, 8.6, 8.7 and 8.9, never on 9.0.
-* PTX for ``compute_XY`` is compiled by the driver, when the program loads,
-  for any GPU of capability ``X.Y`` or later (the first run is slower; the
-  driver caches the result).
-
-A GPU is *native* when some cubin fits it, *PTX JIT* when none does but some
-PTX is old enough, and *unsupported* otherwise: then every MXNet operator
-fails with "no kernel image is available for execution on the device".
-
-The kernels of the ``mxnet-cu112`` 1.9.1 wheel, read once from the wheel, are
-in :mod:`mxfp16.machine.gpu.wheel_kernels`.
+Two rules of CUDA decide it (CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility"; docs/gpu.md,
+"Which GPUs run it"): SASS for ``sm_XY`` runs on compute capability ``X.Z`` with ``Z >= Y``; PTX for ``compute_XY``
+is compiled by the driver for any GPU of capability ``X.Y`` or later. A GPU is *native* when some cubin fits it, *PTX
+JIT* when none does but some PTX is old enough, and *unsupported* otherwise (every MXNet operator then fails with "no
+kernel image is available for execution on the device"). The ``mxnet-cu112`` 1.9.1 wheel's kernels are in
+:mod:`mxfp16.machine.gpu.wheel_kernels`.
 """
 from dataclasses import dataclass
 from importlib import metadata

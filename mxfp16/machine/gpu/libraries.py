@@ -1,23 +1,10 @@
 """Load the CUDA 11 libraries of MXNet's GPU build from pip's NVIDIA wheels.
 
-``mxnet-cu112`` links ``libmxnet.so`` against CUDA 11 libraries it does not
-bundle. NVIDIA publishes them as wheels (``nvidia-cudnn-cu11`` ...), which
-unpack into ``site-packages/nvidia/<name>/lib/``, a folder the dynamic loader
-never searches. :func:`preload` finds each one there and loads it with
-``RTLD_GLOBAL`` before MXNet loads ``libmxnet.so``; the loader then finds the
-sonames ``libmxnet.so`` asks for already in the process, so ``import mxnet``
-works with no ``LD_LIBRARY_PATH`` (PyTorch and JAX do the same with their
-CUDA wheels).
-
-What gets loaded is decided by ``libmxnet.so`` itself: its ``DT_NEEDED``
-entries (read with :mod:`mxfp16.machine.gpu.elf`, without loading it). The CPU wheel
-needs none of :data:`LIBRARIES`, so with it :func:`preload` reads a few
-hundred bytes of one file and returns. A library not found in any wheel is
-left to the system loader (``LD_LIBRARY_PATH``, a CUDA toolkit registered
-with ``ldconfig``); a wheel's copy, when present, wins.
-
-This module uses the standard library only and never imports MXNet: it runs
-inside ``import mxfp16``, before MXNet exists in the process.
+``mxnet-cu112`` links ``libmxnet.so`` against CUDA 11 libraries it does not bundle; NVIDIA's wheels
+(``nvidia-cudnn-cu11`` ...) unpack them where the dynamic loader never searches. :func:`preload` loads the ones
+``libmxnet.so``'s ``DT_NEEDED`` entries name (read with :mod:`mxfp16.machine.gpu.elf`, without loading it) with
+``RTLD_GLOBAL`` first, as docs/gpu.md ("How mxfp16 loads them") describes. Standard library only, never MXNet: it
+runs inside ``import mxfp16``, before MXNet exists in the process.
 """
 import ctypes
 import importlib.util
