@@ -1,20 +1,10 @@
 """One measurement of this CPU: docs/benchmarks.md's table of families, planned, run in budgeted steps, summarised.
 
-``make measure`` (``tools/measure.py``) is a thin command over this module. It runs, in order, each step a child
-process with its share of one time budget:
-
-1. ``mxfp16 info --json``: the CPU class (:data:`mxfp16.machine.hardware.CPU_CLASSES`), AMX's state, threads;
-2. ``tools/amx_check.py`` where the CPU's class is AMX (oneDNN 2.4.4's AMX kernels against AVX-512's);
-3. ``mxfp16 bench`` of each model of :data:`MODELS` (ResNet-50 v2 224 px batch 16, the word LM, the BERT encoder,
-   DCGAN, MobileNet v2 224 px batch 16): float32, amp-bfloat16 and (image classifiers) auto where bfloat16 runs,
-   float32 alone where it does not; ``--peer pytorch`` where torch is installed; ``--rounds 3``; and the kernel
-   census that ``mxfp16 bench`` takes of every row (where oneDNN's time goes, per class of kernel).
-
-What is more than glue lives here: the machine's facts and the folder's name (:func:`machine_facts`,
-:func:`cpu_slug`), the plan (:func:`plan_steps`), the budget (:func:`run_steps`), the table of ratios
-(:func:`summarise`, :func:`markdown`) and the figures the docs may quote (:func:`figure_entries`,
-:func:`update_registry`). Importing it loads neither MXNet nor torch, and nothing here needs more than MXNet's
-wheel and a checkout: no network, no gluoncv (ResNet-50 v2 then comes from MXNet's own zoo), no matplotlib.
+``make measure`` (``tools/measure.py``) is a thin command over this module. Each step is a child process with its
+share of one time budget: ``mxfp16 info --json``; ``tools/amx_check.py`` where the CPU's class is AMX; ``mxfp16
+bench`` of each model of :data:`MODELS` (float32, amp-bfloat16 and, for image classifiers, auto where bfloat16 runs;
+``--peer pytorch`` where torch is installed; ``--rounds 3``; the kernel census of every row). Importing it loads
+neither MXNet nor torch, and nothing here needs more than MXNet's wheel and a checkout.
 """
 import contextlib
 import importlib.util
@@ -44,29 +34,15 @@ QUICK_TIMING = ("--iters", "1", "--warmup", "0", "--repeats", "1")
 FLOOR_SECONDS = {"info": 5.0, "full": 120.0, "quick": 20.0}
 #: ``mxfp16 info --json``'s allowance: it takes seconds (MXNet's import), and it comes before any share.
 INFO_SECONDS = 60.0
-#: The ratios of a summary row, with the format docs quote them in.
-RATIOS = ("bf16_over_fp32", "bf16_over_pytorch_bf16", "fp32_over_pytorch_fp32", "auto_over_fp32")
 #: The oneDNN census classes the summary keeps, as :mod:`mxfp16.bench.census` names them.
 CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reorder")
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One model of the table.
-
-    Attributes
-    ----------
-    model : str
-        The ``mxfp16 bench --model`` name.
-    weight : float
-        Its share of the budget against the others' (a ResNet-50 step with its peer takes longest).
-    image_size, batch_size : int or None
-        An image classifier's sizes (a family has its own).
-    quick : tuple of str
-        The flags that make it tiny for ``--quick`` (tests/test_bench_families.py's sizes).
-    needs : str or None
-        A module it cannot be built without (MobileNet v2 comes from gluoncv's zoo only).
-    """
+    """One model of the table: its ``--model`` name, its ``weight`` (share of the budget against the others'), an
+    image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick``, and
+    the module it ``needs`` (MobileNet v2 comes from gluoncv's zoo only)."""
 
     model: str
     weight: float
@@ -106,19 +82,13 @@ class Step:
         Also the name of its log (``<name>.log``) and, for a benchmark, of its folder.
     argv : list of str
         The command; :data:`ALLOWANCE` stands for its share of the budget.
-    weight : float
-        Its share of the budget against the later steps'.
-    floor : float
-        Seconds below which it is skipped instead of started.
+    weight, floor : float
+        Its share of the budget against the later steps'; seconds below which it is skipped instead of started.
     seconds : float or None
-        A fixed allowance instead of a share (``mxfp16 info``: a few seconds, and every later step's plan
-        reads it), as much of it as the budget has left.
-    stdout : str or None
-        A file its standard output goes to (``info.json``); else it goes to the log with its errors.
-    skip : str or None
-        Why it is not run at all, decided before the budget is (no AMX, no torch, no gluoncv).
-    model : str or None
-        The benchmark's model.
+        A fixed allowance instead of a share (``mxfp16 info``), as much of it as the budget has left.
+    stdout, skip, model : str or None
+        A file its standard output goes to (else the log); why it is not run at all (no AMX, torch, gluoncv); the
+        benchmark's model.
     notes : list of str
         What its record says beside its status (the peer it could not run).
     """

@@ -1,24 +1,9 @@
 """One benchmark measurement: one precision, one batch size, one process.
 
-AMP patches MXNet once per process and cannot be undone, so every
-measurement runs in a fresh Python process (:func:`run_in_subprocess`, by
-:func:`mxfp16.plumbing.child.call_in_child`), which returns one JSON record.
-The measurement itself (:func:`measure`) times what the user runs:
-
-``train``
-    the run built with the trainer's builder (:func:`mxfp16.train.parts.build_parts`)
-    and :func:`mxfp16.train_step`, the step the trainer uses, so the speed
-    measured here is the speed a training run gets;
-``inference``
-    the network converted as ``mxfp16 export`` converts it
-    (:func:`mxfp16.inference.convert.deployable`) and loaded as
-    ``mxfp16 predict`` loads it, float32 images in. Every call is timed on
-    its own (its output waited for), which gives the latency distribution
-    (median, p90, p99) beside the throughput. With ``runtime='onnxruntime'``
-    the same float32 network is converted as ``mxfp16 export --format onnx``
-    converts it (:mod:`mxfp16.inference.formats.onnx`, float16 from it with
-    ``precision='float16'``) and run by onnxruntime, with mxfp16's thread
-    count, numpy batches in.
+AMP patches MXNet once per process and cannot be undone, so every measurement runs in a fresh Python process
+(:func:`run_in_subprocess`), which returns one JSON record. :func:`measure` times what the user runs: the trainer's
+own step (``train``), or the network as ``mxfp16 export`` converts it and ``mxfp16 predict`` loads it, every call
+timed on its own for the latency (``inference``; with ``runtime='onnxruntime'`` the ONNX export in onnxruntime).
 """
 import json
 import os
@@ -43,47 +28,29 @@ class BenchSpec:
     Attributes
     ----------
     model : str
-        A gluoncv model-zoo name (``resnet50_v2``, ``cifar_resnet20_v1`` ...),
-        or a family of :mod:`mxfp16.bench.families` (``word-lm-lstm``,
-        ``bert-encoder``, ``dcgan`` ...: training only, synthetic data).
+        A gluoncv model-zoo name, or a family of :mod:`mxfp16.bench.families` (training only, synthetic data).
     image_size : int or None
-        Height and width of the square input images; ``None`` for a family
-        whose input is token ids.
-    batch_size : int
+        Side of the square input images; ``None`` for a family whose input is token ids.
+    batch_size, iters, warmup, repeats, seed : int
+        ``iters`` steps per timed repeat, after ``warmup`` untimed steps; median and spread over the ``repeats``.
     precision : str
         A name from :data:`mxfp16.PRECISIONS` (``auto`` is resolved in the child).
     mode : str
         ``'train'`` (forward, backward, update) or ``'inference'`` (the exported network's forward pass).
-    iters : int
-        Steps per timed repeat.
-    warmup : int
-        Untimed steps first (graph build, oneDNN primitive creation, allocation).
-    repeats : int
-        Timed repeats; the median and spread are over these.
-    data : str
-        ``'synthetic'`` (random tensors), or a data set for
-        ``mxfp16.data.make_loaders``: a folder (``pipeline='folder'``) or a
-        ``mxfp16 data pack`` prefix (``pipeline='recordio'``).
-    pipeline : str
-        ``'folder'`` or ``'recordio'``, as ``mxfp16 train --pipeline``.
-    workers : int
-        Data-loading processes (folder) or decoding threads (recordio), as
-        ``mxfp16 train --workers``.
+    data, pipeline, workers
+        ``'synthetic'`` (random tensors), or a folder or ``mxfp16 data pack`` prefix read as ``mxfp16 train
+        --data/--pipeline/--workers`` read them.
     ctx : str
         ``'auto'`` (every visible GPU, else the CPU), ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
     classes : int
         Output classes of the model (synthetic data only; a folder sets its own).
     amp_lists : str
-        Which AMP operator lists an AMP precision uses: ``'mxfp16'`` (the
-        tuned lists in :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
-    seed : int
+        ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
     requested : str, optional
-        What the user asked for when ``precision`` was resolved before the
-        run (``'auto'``, decided by timing the model); recorded as the
-        record's ``requested_precision``.
+        What the user asked for when ``precision`` was resolved before the run (``'auto'``, decided by timing);
+        recorded as ``requested_precision``.
     runtime : str
-        ``'mxnet'``, or ``'onnxruntime'`` (inference only; ``precision`` is
-        then the ONNX file's dtype, ``'float32'`` or ``'float16'``).
+        ``'mxnet'``, or ``'onnxruntime'`` (inference only; ``precision`` is then the ONNX file's dtype).
     options : dict, optional
         A family's sizes, resolved (:func:`mxfp16.bench.families.resolve_options`).
     """
@@ -114,13 +81,10 @@ class BenchSpec:
             raise ValueError(f"runtime {self.runtime!r}: {', '.join(RUNTIMES)}, and onnxruntime in inference mode only")
         if self.image_size is None and family(self.model) is None:
             raise ValueError(f"image_size is needed for {self.model!r}, which reads images")
-        for name in ("image_size", "batch_size", "iters", "repeats", "classes"):
-            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        if int(self.warmup) < 0:
-            raise ValueError(f"warmup must be 0 or more, got {self.warmup!r}")
-        if int(self.workers) < 0:
-            raise ValueError(f"workers must be 0 or more, got {self.workers!r}")
+        for name, low in (("image_size", 1), ("batch_size", 1), ("iters", 1), ("repeats", 1), ("classes", 1),
+                          ("warmup", 0), ("workers", 0)):
+            if getattr(self, name) is not None and int(getattr(self, name)) < low:
+                raise ValueError(f"{name} must be {'at least 1' if low else '0 or more'}, got {getattr(self, name)!r}")
 
     def to_json(self):
         return json.dumps(asdict(self))
@@ -177,14 +141,8 @@ class _Batches:
 
 
 def measure(spec):
-    """Build what ``spec.mode`` runs and time it, in this process.
-
-    Training: :func:`mxfp16.train.parts.build_parts` makes what the trainer
-    makes, through the same :class:`~mxfp16.MixedPrecision` set-up (precision,
-    environment, AMP, network cast and hybridized with static memory, loss
-    scaler, trainer, loss), with SGD at a constant rate; every step casts its
-    batch and calls :func:`mxfp16.train_step`, timed by
-    :func:`mxfp16.measure.timing.time_steps`. Inference: see :func:`_inference_step`.
+    """Build what ``spec.mode`` runs (:func:`build_step`) and time it (:func:`mxfp16.measure.timing.time_steps`), in
+    this process.
 
     Parameters
     ----------
@@ -225,6 +183,7 @@ def build_step(spec):
     kernel census (:mod:`mxfp16.bench.census_run`) builds the same step.
     """
     from ..devices import resolve_devices
+    from ..precision import resolve_precision
 
     contexts = resolve_devices(spec.ctx)
     if spec.mode == "inference":
@@ -233,27 +192,18 @@ def build_step(spec):
     provider = None
     if spec.runtime == "onnxruntime":
         step, provider = _onnxruntime_step(spec, contexts, batches)
-        precision = _resolved("float32", contexts)  # the float32 network's ONNX file (float16 is made from it)
+        precision = resolve_precision("float32", contexts)  # the float32 network's ONNX file (float16 is made from it)
     elif spec.mode == "inference":
-        precision = _resolved(spec.precision, contexts)
+        precision = resolve_precision(spec.precision, contexts)
         step = _inference_step(spec, precision, contexts, batches)
     else:
         step, precision = _train_step(spec, contexts, batches)
     return step, precision, contexts, provider
 
 
-def _resolved(name, contexts):
-    from ..precision import resolve_precision
-
-    return resolve_precision(name, contexts)
-
-
 def _train_step(spec, contexts, batches):
-    """One training step of the run :func:`mxfp16.train.parts.build_parts` builds; returns ``(step, precision)``.
-
-    A family's step is its own (:func:`mxfp16.bench.family_steps.family_step`),
-    built through the same :class:`~mxfp16.MixedPrecision`.
-    """
+    """One training step of the trainer's run (:func:`mxfp16.train.parts.build_parts`, SGD at a constant rate), or a
+    family's own (:func:`mxfp16.bench.family_steps.family_step`); returns ``(step, precision)``."""
     from ..mixed import MixedPrecision
     from ..train.parts import PartsSpec, build_parts
 
@@ -299,12 +249,7 @@ def _inference_step(spec, precision, contexts, batches):
 def _onnxruntime_step(spec, contexts, batches):
     """One onnxruntime call on the network as ``mxfp16 export --format onnx`` writes it; returns ``(step, provider)``.
 
-    The network is built as the trainer builds it (random weights), converted
-    from its float32 graph (:func:`mxfp16.inference.formats.onnx.to_onnx`,
-    and :func:`~mxfp16.inference.formats.onnx.to_float16` for float16) and
-    run in an ``InferenceSession`` with mxfp16's thread count. A synthetic
-    batch is read to numpy once; real batches are read on every call, as a
-    server would receive them.
+    A synthetic batch is read to numpy once; real batches on every call, as a server would receive them.
     """
     from ..devices import format_ctx
     from ..inference.convert import deployable
@@ -339,33 +284,19 @@ def latency_fields(latencies):
 def _record(spec, precision, times, peak_mb, ctx):
     median = times.ms_per_step / 1000.0
     return {
-        "framework": "mxfp16",
-        "precision": precision.name,
-        "requested_precision": spec.requested or spec.precision,
-        "amp_lists": spec.amp_lists if precision.amp else None,
-        "batch_size": spec.batch_size,
-        "image_size": spec.image_size,
-        "model": spec.model,
-        "mode": spec.mode,
-        "data": spec.data,
-        "pipeline": None if spec.data == "synthetic" else spec.pipeline,
-        "ctx": ctx,
-        "status": "ok",
-        "reason": None,
+        "framework": "mxfp16", "precision": precision.name, "requested_precision": spec.requested or spec.precision,
+        "amp_lists": spec.amp_lists if precision.amp else None, "batch_size": spec.batch_size,
+        "image_size": spec.image_size, "model": spec.model, "mode": spec.mode, "data": spec.data,
+        "pipeline": None if spec.data == "synthetic" else spec.pipeline, "ctx": ctx, "status": "ok", "reason": None,
         **record_fields(spec.model, spec.options),
         **throughput_fields(spec.model, spec.batch_size, spec.options, median),
-        "ms_per_step": times.ms_per_step,
-        "ms_per_step_spread": times.ms_per_step_spread,
+        "ms_per_step": times.ms_per_step, "ms_per_step_spread": times.ms_per_step_spread,
         "ms_per_step_repeats": [1000.0 * t for t in times.wall],
-        # Process CPU time per step: less sensitive than wall time to other
-        # programs on a shared machine (it still counts their cache pressure).
-        "cpu_ms_per_step": 1000.0 * float(np.median(times.cpu)),
-        "peak_memory_mb": peak_mb,
-        "iters": spec.iters,
-        "warmup": spec.warmup,
-        "repeats": spec.repeats,
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "threads": mxnet_threads(),
+        # Process CPU time per step: less sensitive than wall time to other programs on a shared machine (it still
+        # counts their cache pressure).
+        "cpu_ms_per_step": 1000.0 * float(np.median(times.cpu)), "peak_memory_mb": peak_mb, "iters": spec.iters,
+        "warmup": spec.warmup, "repeats": spec.repeats,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None, "threads": mxnet_threads(),
     }
 
 
