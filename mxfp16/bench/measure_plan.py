@@ -1,10 +1,10 @@
 """One measurement of this CPU: docs/benchmarks.md's table of families, planned, run in budgeted steps, summarised.
 
 ``make measure`` (``tools/measure.py``) is a thin command over this module. Each step is a child process with its
-share of one time budget: ``mxfp16 info --json``; ``tools/amx_check.py`` where the CPU's class is AMX; ``mxfp16
-bench`` of each model of :data:`MODELS` (float32, amp-bfloat16 and, for image classifiers, auto where bfloat16 runs;
-``--peer pytorch`` where torch is installed; ``--rounds 3``; the kernel census of every row). Importing it loads
-neither MXNet nor torch, and nothing here needs more than MXNet's wheel and a checkout.
+share of one time budget: ``mxfp16 info --json``; ``tools/amx_check.py`` where the CPU's class is AMX;
+``mxfp16 bench`` of each model of :data:`MODELS` (float32, amp-bfloat16 and, for image classifiers, auto where
+bfloat16 runs; ``--peer pytorch`` where torch is installed; ``--rounds 3``; the kernel census of every row).
+Importing it loads neither MXNet nor torch, and nothing here needs more than MXNet's wheel and a checkout.
 """
 import contextlib
 import importlib.util
@@ -34,6 +34,8 @@ QUICK_TIMING = ("--iters", "1", "--warmup", "0", "--repeats", "1")
 FLOOR_SECONDS = {"info": 5.0, "full": 120.0, "quick": 20.0}
 #: ``mxfp16 info --json``'s allowance: it takes seconds (MXNet's import), and it comes before any share.
 INFO_SECONDS = 60.0
+#: The checkout this module is in.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The oneDNN census classes the summary keeps, as :mod:`mxfp16.bench.census` names them.
 CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reorder")
 
@@ -198,7 +200,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         (:func:`run_child`): the commands recorded read the same wherever that folder is made.
     """
     python = python or sys.executable
-    repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = repo or REPO
     kind = "quick" if quick else "full"
     notes, bf16 = [], facts["bfloat16"]
     if not bf16["runs"]:
@@ -240,11 +242,9 @@ def _stop(proc, grace=10.0):
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
             return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_child(step, argv, allowance, folder, repo=None):
@@ -260,7 +260,7 @@ def run_child(step, argv, allowance, folder, repo=None):
     """
     # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool), its
     # output a log, and a step stopped at its allowance takes every process of its session with it.
-    repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = repo or REPO
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
     log_path = os.path.join(folder, f"{step.name}.log")
     with contextlib.ExitStack() as stack:
@@ -370,10 +370,11 @@ def summary_row(document):
     dict
         ``unit``, ``input`` (``224px``, ``35tok``), ``batch_size``, ``rounds``; throughputs ``float32`` and
         ``bfloat16`` (mxfp16's amp-bfloat16 row), ``pytorch_best_fp32`` and ``pytorch_best_bf16`` (the fastest
-        PyTorch rows, compiled or not, with their ``*_label``); the ratios of :data:`RATIOS` (each the median
-        of the rounds' own ratios); ``auto`` (what it trained in); ``census_bf16`` and ``census_fp32`` (share
-        of oneDNN's time per class of kernel); ``bfloat16_status`` (why there is no bfloat16 figure, where
-        there is none). ``None`` where not measured.
+        PyTorch rows, compiled or not, with their ``*_label``); the ratios ``bf16_over_fp32``,
+        ``bf16_over_pytorch_bf16``, ``fp32_over_pytorch_fp32``, ``auto_over_fp32`` (medians of the rounds' own);
+        ``auto`` (what it trained in); ``census_bf16`` and ``census_fp32`` (share of oneDNN's time per class of
+        kernel); ``bfloat16_status`` (why there is no bfloat16 figure, where there is none). ``None`` where not
+        measured.
     """
     from .report import UNITS, input_size, throughput_field
 
@@ -418,11 +419,10 @@ def _number(value, fmt="{:.2f}"):
 
 
 def _census_text(census):
-    if not census:
-        return "—"
-    labels = {"amx": "AMX", "avx512_bf16": "avx512_bf16", "bf16_other": "other bf16", "float32": "float32",
-              "reference": "reference", "reorder": "reorders"}
-    return ", ".join(f"{census[name]:.0f}% {labels[name]}" for name in CENSUS_KEPT if name in census)
+    from .census import CLASS_LABELS  # loads neither MXNet nor torch
+
+    return ", ".join(f"{census[name]:.0f}% {CLASS_LABELS[name]}" for name in CENSUS_KEPT if name in census) \
+        if census else "—"
 
 
 #: The table's columns: its header and how each cell is read from a summary row.
@@ -491,32 +491,21 @@ def figure_entries(slug, summary):
     """
     entries, rows = {}, []
     for model, row in summary.items():
-        cells = [row_title(model, row)]
         for name, fmt in FIGURES.items():
-            key = f"measure.{slug}.{model}.{name}"
             if row.get(name) is not None:
-                entries[key] = {"file": f"{slug}/measure.json", "path": f"summary[{model}].{name}", "format": fmt}
-                cells.append({"fig": key})
-            else:
-                cells.append("—")
-        rows.append(cells)
-    header = ["model", "mxfp16 fp32", "mxfp16 bf16", "bf16/own fp32", "bf16/PyTorch best bf16",
-              "fp32/PyTorch best fp32", "auto/fp32"]
+                entries[f"measure.{slug}.{model}.{name}"] = {"file": f"{slug}/measure.json",
+                                                             "path": f"summary[{model}].{name}", "format": fmt}
+        rows.append([row_title(model, row)] + [{"fig": f"measure.{slug}.{model}.{name}"} if row.get(name) is not None
+                                               else "—" for name in FIGURES])
+    header = ["model"] + [name for name, _ in COLUMNS[:len(FIGURES)]]  # the table's columns the figures fill
     entries[f"measure.{slug}"] = {"table": [header, *rows]}
     return entries
 
 
 def update_registry(path, slug, entries):
-    """Put ``entries`` into the figures registry at ``path``, replacing every earlier entry of ``slug``.
-
-    Written atomically, in the registry's own layout (one-space indent, a final newline), so a diff shows
-    only what changed.
-
-    Returns
-    -------
-    dict
-        The registry as written.
-    """
+    """Put ``entries`` into the figures registry at ``path``, replacing every earlier entry of ``slug``; return the
+    registry as written (atomically, in its own layout: one-space indent, a final newline, so a diff shows only what
+    changed)."""
     with open(path, encoding="utf-8") as handle:
         registry = json.load(handle)
     prefix = f"measure.{slug}"
