@@ -1,33 +1,15 @@
 """The benchmark's own model registry: the families whose input is not a classifier's image.
 
-``mxfp16 bench --model NAME`` takes a model-zoo name (an image classifier,
-built by :func:`mxfp16.models.build_model`) or one of the families below,
-whose input is token ids or noise and whose training step is not one
-classifier's: each names its layers' sizes (``--model-option KEY=VALUE``
-changes one), the batch its example trains with, what its throughput
-counts, and the optimizer its example uses. Both sides of a comparison read
-them from here: the MXNet step (:mod:`mxfp16.bench.family_steps`) and the
-PyTorch peer (:mod:`mxfp16.bench.peer_families`). Importing this module
-imports neither framework.
+``mxfp16 bench --model NAME`` takes a model-zoo name or one of :data:`FAMILIES`, whose input is token ids or noise:
+each names its layers' sizes (``--model-option KEY=VALUE`` changes one), its example's batch and optimizer, and what
+its throughput counts. The MXNet step (:mod:`mxfp16.bench.family_steps`) and the PyTorch peer
+(:mod:`mxfp16.bench.peer_families`) both read them here; importing this module imports neither framework.
 
-- ``word-lm-lstm``, ``word-lm-gru``: MXNet's ``example/gluon/word_language_model``
-  at the size of its 650-unit run (2 layers, 650 units, embedding 650, tied
-  weights, dropout 0.5, 35-step truncated backprop, SGD with the gradient's
-  global norm clipped to 0.25), batch 32. The vocabulary is Penn Treebank's
-  10,000 words, the corpus the example was written for and the 650-unit
-  configuration comes from (Zaremba et al., 2014); the 1.9.1 example reads
-  WikiText-2 (33,278 words), whose decoder would be three quarters of the
-  step's arithmetic and bury the recurrent layers this family is about. With
-  10,000 words the decoder and the two recurrent layers are about equal.
-- ``bert-encoder``: BERT-base's widths (768 units, 12 heads, feed-forward
-  3072, 30,522 words, dropout 0.1) with 2 blocks, sequences of 128 tokens,
-  batch 8, BERT's pooler and a two-class head, Adam.
-- ``dcgan``: MXNet's ``example/gluon/dc_gan`` (nz 100, ngf and ndf 64,
-  64 px, Adam 2e-4 with beta1 0.5), batch 64, timed as one GAN iteration:
-  the discriminator's update on a real and a generated batch, then the
-  generator's. That is the unit a GAN user waits for; either network alone
-  leaves out the other's half of the work, and the generator's update runs
-  backward through the discriminator anyway.
+The word language models read Penn Treebank's 10,000 words, the corpus the 650-unit configuration comes from
+(Zaremba et al., 2014), not the 1.9.1 example's WikiText-2 (33,278 words), whose decoder would be three quarters of
+the step's arithmetic and bury the recurrent layers; with 10,000 words the two are about equal. ``dcgan`` is timed as
+one GAN iteration (the discriminator's update on a real and a generated batch, then the generator's): the unit a GAN
+user waits for; either network alone leaves out the other's half of the work.
 """
 from dataclasses import dataclass
 
@@ -48,21 +30,16 @@ class Family:
 
     Attributes
     ----------
-    name : str
-        The ``--model`` name.
-    title : str
-        What is trained, as the report says it.
+    name, title : str
+        The ``--model`` name; what is trained, as the report says it.
     unit : str
-        :data:`TOKENS` (throughput in tokens: batch x ``seq_len`` per step) or
-        :data:`IMAGES` (the batch's images per step).
+        :data:`TOKENS` (batch x ``seq_len`` per step) or :data:`IMAGES` (the batch's images per step).
     batch_size : int
         The batch its example trains with (``--batch-sizes`` by default).
     options : dict
         Every size the layers take, with its documented value.
-    optimizer : str
-        An MXNet optimizer name (PyTorch's peer uses the same algorithm).
-    optimizer_params : dict
-        MXNet's names (``learning_rate``, ``momentum``, ``wd``, ``beta1``).
+    optimizer, optimizer_params
+        An MXNet optimizer name (the peer uses the same algorithm) and its settings in MXNet's names.
     clip_grad_norm : float or None
         The global gradient norm the step clips to.
     image_size : int or None

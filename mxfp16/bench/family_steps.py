@@ -1,25 +1,10 @@
 """The MXNet side of each benchmark family: its networks, its synthetic batch and its timed step.
 
-The step is what a user of the family's example runs, built from the
-library's own pieces: the networks are hybridized with static memory and
-prepared by the run's :class:`~mxfp16.MixedPrecision` (cast, trainer beside
-its loss scaler), each batch goes through :meth:`~mxfp16.MixedPrecision.cast_batch`
-and every update is :meth:`~mxfp16.MixedPrecision.train_step`, the
-trainer's step. The sizes, optimizer and clipping come from
-:mod:`mxfp16.bench.families`, which the PyTorch peer reads too.
-
-- language models: token ids ``(batch, seq_len)`` in, the next token at
-  every position as the label, softmax cross-entropy over the vocabulary,
-  the global gradient norm clipped;
-- the encoder: token ids in, one class per sequence;
-- the GAN: a real batch in; each iteration draws its noise on the device
-  (as the example does), updates the discriminator on the real and the
-  generated batch, then the generator through the discriminator on the same
-  generated batch. Two ``train_step`` calls, one per trainer, sharing the
-  run's loss scaler (as one ``GradScaler`` serves several optimizers).
-
-Token ids are int32: :func:`mxfp16.cast_batch` leaves integer arrays alone,
-where float16 would round ids above 2048.
+The step is what a user of the family's example runs, built from the library's own pieces: networks hybridized with
+static memory and prepared by the run's :class:`~mxfp16.MixedPrecision`, batches through
+:meth:`~mxfp16.MixedPrecision.cast_batch`, every update :meth:`~mxfp16.MixedPrecision.train_step`. The GAN's two
+``train_step`` calls share the run's loss scaler (as one ``GradScaler`` serves several optimizers). Token ids are
+int32: :func:`mxfp16.cast_batch` leaves integer arrays alone, where float16 would round ids above 2048.
 """
 import random
 

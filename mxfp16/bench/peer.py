@@ -1,50 +1,17 @@
 """A peer in the benchmark: the same training step in PyTorch, timed the same way, in its own process.
 
-``mxfp16 bench --peer pytorch`` adds rows beside mxfp16's: the PyTorch
-network of the same shape as the mxfp16 model, trained in float32 and with
-``torch.autocast`` bfloat16, each eagerly and through ``torch.compile``
-(inductor, PyTorch's fastest CPU mode; its first steps compile, untimed,
-and the record keeps ``compile_seconds``). ``--peer pytorch-eager`` leaves
-the compiled rows out (they cost minutes of compiling per row). What is
-the same as the mxfp16 rows: image size,
-batch size, class count, synthetic data, SGD with momentum 0.9 and weight
-decay 1e-4, the thread count (``torch.set_num_threads`` with the count
-mxfp16 gives MXNet), warm-up steps, repeats of ``iters`` steps with the
-median taken, one process per row, peak resident memory. Each record names
-the PyTorch network in ``network`` (:data:`NETWORKS`), so ``bench.json``
-says what ran. The models that have a peer (:func:`peer_network`):
+``mxfp16 bench --peer pytorch`` adds rows beside mxfp16's: the PyTorch network of the mxfp16 model's shape
+(:data:`NETWORKS`, named in each record's ``network``), in float32 and ``torch.autocast`` bfloat16, eagerly and through
+``torch.compile`` (its first steps compile, untimed; the record keeps ``compile_seconds``); ``--peer pytorch-eager``
+leaves the compiled rows out. The same as mxfp16's rows: sizes, synthetic data, SGD with momentum 0.9 and weight decay
+1e-4 (a family: its own optimizer), threads, warm-up, repeats, one process per row, peak resident memory.
+:func:`variants` says which layouts run.
 
-- ResNet-50 (``--model resnet50_v2``, ``resnet50_v1``, ``resnet50_v1b`` ...):
-  four rows, float32 and bfloat16 each in NCHW and in ``channels_last``
-  memory layout. The network is ResNet-50 v1.5 (torchvision's layout:
-  post-activation blocks, stride in the 3x3 convolution) where mxfp16's
-  default is gluoncv's ResNet-50 v2 (pre-activation); the two have the same
-  convolutions and nearly the same work per image (about 4.1 GFLOPs forward
-  at 224 px), and the report says which ran. torchvision's ``resnet50`` is
-  used when it imports; otherwise (torchvision has no CPU wheel matching
-  every torch release) :func:`_resnet50_v1_5` builds the same network.
-- ``lstm-classifier`` and ``transformer-encoder``: float32 and
-  bfloat16 in NCHW. :func:`_lstm_classifier` and
-  :func:`_transformer_encoder_classifier` have exactly the layers of
-  :class:`mxfp16.models.LSTMClassifier` and
-  :class:`mxfp16.models.TransformerEncoderClassifier` (the same parameter
-  count, which the tests check against the MXNet models), and read the same
-  (N, 3, H, W) images as H rows of 3*W features. One difference stays in the
-  arithmetic, not the shape: under autocast PyTorch runs ``nn.LSTM`` in
-  bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MXNet's ``RNN`` operator
-  in float32 on a CPU (see ``docs/amp-table.md``).
-- ``mobilenetv2_1.0`` and the families of :mod:`mxfp16.bench.families`
-  (``word-lm-lstm``, ``word-lm-gru``, ``bert-encoder``, ``dcgan``): their
-  twins in :mod:`mxfp16.bench.peer_families`, with the family's sizes
-  (``--model-option`` included), optimizer and clipping. The convolution
-  networks (MobileNet v2, the GAN) run in NCHW and ``channels_last`` as
-  ResNet-50 does; the token models have no layout to choose.
-
-Rows of the four layouts and two modes (:func:`variants`): the eager rows
-in NCHW and ``channels_last`` where the layout applies, and the compiled
-rows in the faster layout (``channels_last`` for convolutions).
-
-The child imports torch only, never MXNet.
+A ResNet-50 peer is ResNet-50 v1.5 (torchvision's layout) where mxfp16's default is ResNet-50 v2: the same
+convolutions and nearly the same work per image (about 4.1 GFLOPs forward at 224 px). torchvision has no CPU wheel for
+every torch release, so :func:`_resnet50_v1_5` builds the same network when it does not import. Under autocast
+PyTorch runs ``nn.LSTM`` in bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MXNet's ``RNN`` in float32 on a CPU
+(``docs/amp-table.md``). The child imports torch only, never MXNet.
 """
 import importlib.util
 import json
@@ -104,18 +71,7 @@ def _key(model):
 
 
 def peer_network(model):
-    """The PyTorch network that stands beside mxfp16's ``model``, or ``None`` when there is none.
-
-    Parameters
-    ----------
-    model : str
-        An mxfp16 ``--model`` name.
-
-    Returns
-    -------
-    str or None
-        A description from :data:`NETWORKS`.
-    """
+    """The description (:data:`NETWORKS`) of the PyTorch network beside mxfp16's ``model``, or ``None``."""
     key = _key(model)
     return None if key is None else NETWORKS[key]
 
@@ -129,10 +85,8 @@ def peer_models():
 def variants(model, compiled=True):
     """The rows timed for ``model``: ``(dtype, layout, compiled)``, eager ones first.
 
-    Eager: :data:`VARIANTS` for a convolution network, :data:`SEQUENCE_VARIANTS`
-    for an image read as rows, float32 and bfloat16 with no layout for token
-    ids. Compiled (with ``compiled``): float32 and bfloat16, each in the
-    faster layout (``channels_last`` for convolutions).
+    Eager: :data:`VARIANTS` for a convolution network, :data:`SEQUENCE_VARIANTS` for an image read as rows, no layout
+    for token ids. Compiled (with ``compiled``): each dtype in the faster layout (``channels_last`` for convolutions).
     """
     key = _key(model)
     if key in CONVOLUTIONAL:
@@ -259,24 +213,10 @@ def _rows(x):
 
 
 def _lstm_classifier(classes, in_shape, hidden=128):
-    """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch.
+    """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch, reading an image of ``in_shape`` ``(C, H, W)``
+    as ``H`` steps of ``C * W`` features (PyTorch has no deferred shapes: the embedding needs its width up front).
 
-    Parameters
-    ----------
-    classes : int
-    in_shape : tuple of int
-        ``(channels, height, width)`` of one image: a sequence of ``height``
-        steps of ``channels * width`` features (PyTorch has no deferred
-        shape inference, so the embedding needs its input width up front).
-    hidden : int
-        Embedding and LSTM units, mxfp16's default.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``Linear+ReLU -> LSTM (one layer, batch_first) -> mean over time ->
-        Dropout(0) -> Linear``: two LSTM biases per gate as MXNet's ``i2h``
-        and ``h2h`` biases, so the parameter count is the MXNet model's.
+    Two LSTM biases per gate, as MXNet's ``i2h`` and ``h2h``, so the parameter count is the MXNet model's.
     """
     from torch import nn
 
@@ -298,26 +238,11 @@ def _lstm_classifier(classes, in_shape, hidden=128):
 
 
 def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
-    """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch.
+    """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch (mxfp16's default sizes), reading
+    an image of ``in_shape`` ``(C, H, W)`` as ``H`` tokens of ``C * W`` features.
 
-    Parameters
-    ----------
-    classes : int
-    in_shape : tuple of int
-        ``(channels, height, width)`` of one image: ``height`` tokens of
-        ``channels * width`` features; ``height`` sizes the learned positions.
-    units, heads, ffn_units, num_layers : int
-        mxfp16's defaults: width 64, 4 heads, feed-forward 128, 2 blocks.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``Linear + positions -> num_layers x TransformerEncoderLayer -> mean
-        over tokens -> Linear``. ``nn.TransformerEncoderLayer`` with
-        ``norm_first=False`` and GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`
-        (post-LayerNorm, as BERT): its packed q/k/v projection holds the
-        same weights as MXNet's three Dense layers, so the parameter count is
-        the MXNet model's. Dropout 0, as mxfp16's default.
+    ``nn.TransformerEncoderLayer`` post-LN with GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`: its packed
+    q/k/v projection holds the weights of MXNet's three Dense layers, so the parameter count is the MXNet model's.
     """
     import torch
     from torch import nn
@@ -344,25 +269,9 @@ def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_un
 
 
 def build_network(model, classes, image_size):
-    """The PyTorch network that stands beside mxfp16's ``model`` (see :func:`peer_network`).
+    """The PyTorch network beside mxfp16's ``model`` (:func:`peer_network`) for square images of ``image_size``.
 
-    Parameters
-    ----------
-    model : str
-        An mxfp16 ``--model`` name that has a peer.
-    classes : int
-    image_size : int
-        Side of the square (N, 3, H, W) images both frameworks train on.
-
-    Returns
-    -------
-    torch.nn.Module
-
-    Raises
-    ------
-    ValueError
-        ``model`` has no PyTorch peer, or is a family (its networks come from
-        :func:`mxfp16.bench.peer_families.build_networks`).
+    Raises ``ValueError`` where ``model`` has none, or is a family (:func:`mxfp16.bench.peer_families.build_networks`).
     """
     key = _key(model)
     in_shape = (3, image_size, image_size)
