@@ -86,25 +86,13 @@ def _round_entry(record):
 
 
 def merge_rounds(records):
-    """One record per measurement from records of several rounds (unchanged when there is one round).
+    """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds (unchanged
+    with one round), in the order the measurements first appear.
 
-    The merged record is the first successful round's with ``ms_per_step``,
-    ``cpu_ms_per_step`` and the latency fields replaced by their medians over
-    the successful rounds, the throughput (``images_per_second`` or
-    ``tokens_per_second``) from that median,
-    ``ms_per_step_spread`` half the range of the rounds' medians, the largest
-    ``peak_memory_mb``, and ``rounds``: each round's own figures. A
-    measurement that failed in every round keeps its first record.
-
-    Parameters
-    ----------
-    records : list of dict
-        As :func:`mxfp16.bench.suite.run_suite` returns them.
-
-    Returns
-    -------
-    list of dict
-        In the order the measurements first appear.
+    The merged record is the first successful round's with ``ms_per_step``, ``cpu_ms_per_step`` and the latency
+    fields replaced by their medians over the successful rounds, the throughput from that median,
+    ``ms_per_step_spread`` half the range of the rounds' medians, the largest ``peak_memory_mb``, and ``rounds``: each
+    round's own figures. A measurement that failed in every round keeps its first record.
     """
     if all(r.get("round", 1) == 1 for r in records):
         return records
@@ -184,18 +172,11 @@ def _speedup_key(record):
 
 
 def add_speedups(records):
-    """Set ``speedup`` and ``memory_ratio`` on each record against mxfp16's float32 run of its group.
+    """Set ``speedup`` and ``memory_ratio`` on each record (in place) against mxfp16's float32 run of its group.
 
-    Only the records passed in are used, so a speedup always compares runs of
-    one invocation; with rounds (see :func:`merge_rounds`) it is the median
-    of each round's ratio. A group without a successful float32 run gets ``None``.
-    Peer rows (PyTorch) and onnxruntime rows are measured against the same
+    A speedup compares runs of one invocation (the records passed in); with rounds it is the median of each round's
+    ratio. A group without a successful float32 run gets ``None``; peer and onnxruntime rows are measured against the
     mxfp16 float32 row.
-
-    Parameters
-    ----------
-    records : list of dict
-        Result records; changed in place.
 
     Returns
     -------
@@ -305,15 +286,10 @@ def format_peer_comparison(comparison):
 def bench_document(machine, records, config=None, tensor_cores=None):
     """The content of ``bench.json``: machine, results (rounds merged), speedups and the peer comparison."""
     records = merge_rounds(records)
-    speedup = add_speedups(records)
-    doc = {"machine": machine, "results": records, "speedup": speedup}
-    comparison = _peer_comparison(records)
-    if comparison:
+    doc = {"machine": machine, "results": records, "speedup": add_speedups(records)}
+    if comparison := _peer_comparison(records):
         doc["peer"] = comparison
-    if config is not None:
-        doc["config"] = config
-    if tensor_cores is not None:
-        doc["tensor_cores"] = tensor_cores
+    doc.update((k, v) for k, v in (("config", config), ("tensor_cores", tensor_cores)) if v is not None)
     return doc
 
 
@@ -321,8 +297,7 @@ def write_outputs(out_dir, document):
     """Write ``bench.json`` and ``bench.csv`` into ``out_dir`` (atomically); return their paths."""
     import os
     os.makedirs(out_dir, exist_ok=True)
-    json_path = os.path.join(out_dir, "bench.json")
-    csv_path = os.path.join(out_dir, "bench.csv")
+    json_path, csv_path = os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.csv")
     write_json(json_path, document)
     with atomic_write(csv_path, "w") as handle:
         handle.write(_to_csv(document["results"]))
@@ -353,6 +328,10 @@ def _num(value, fmt):
     return format(value, fmt) if value is not None else "-"
 
 
+def _times(value):
+    return _num(value, ".2f") + ("x" if value else "")
+
+
 def _short_reason(record, width=90):
     """The gist of why a run did not produce timings: a skip's first sentence, a crash's last line."""
     text = (record.get("reason") or "").strip()
@@ -365,10 +344,8 @@ def _short_reason(record, width=90):
 def format_table(records):
     """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first).
 
-    ``cpu ms`` is the process's CPU time per step (both cores count) and
-    ``cpu x`` the speedup by that measure; on a busy shared machine it is the
-    steadier of the two. Inference rows add the per-call latency: median,
-    p90 and p99 in ms.
+    ``cpu ms`` is the process's CPU time per step (all cores count) and ``cpu x`` the speedup by that measure: on a
+    busy shared machine the steadier of the two. Inference rows add the per-call latency (p50, p90, p99).
     """
     latency = any(r.get("latency_ms_median") is not None for r in records)
     fields = {throughput_field(r) for r in records}
@@ -385,20 +362,13 @@ def format_table(records):
         lines.append(row + f"{_num(r.get(field), '.2f'):>10}{_num(r['ms_per_step'], '.1f'):>10}"
                      f"{_num(r['ms_per_step_spread'], '.1f'):>8}{_num(r.get('cpu_ms_per_step'), '.0f'):>9}"
                      f"{_num(r['peak_memory_mb'], '.0f'):>9}"
-                     f"{_num(r.get('speedup'), '.2f') + ('x' if r.get('speedup') else ''):>9}"
-                     f"{_num(r.get('cpu_speedup'), '.2f') + ('x' if r.get('cpu_speedup') else ''):>7}"
-                     f"{_num(r.get('memory_ratio'), '.2f') + ('x' if r.get('memory_ratio') else ''):>8}"
+                     f"{_times(r.get('speedup')):>9}{_times(r.get('cpu_speedup')):>7}{_times(r.get('memory_ratio')):>8}"
                      + ("".join(f"{_num(r.get(k), '.1f'):>9}" for k in LATENCY_FIELDS[:3]) if latency else ""))
     return "\n".join(lines)
 
 
 def format_census(records):
-    """Lines for the terminal: each row's kernel census (:mod:`mxfp16.bench.census`), empty where none was taken.
-
-    A row's first line gives the share of oneDNN's time per class of kernel
-    (AMX, avx512_bf16, float32, reference ...), the next ones the largest
-    passes' own split and the primitives that took most.
-    """
+    """Lines for the terminal: each row's kernel census (:func:`mxfp16.bench.census.format_census`), if taken."""
     from .census import format_census as census_lines
 
     lines = []
@@ -414,26 +384,17 @@ def format_census(records):
 
 
 def round_ratios(document):
-    """The spread of every ratio in a ``bench.json`` document, derived from its rows' ``rounds``.
+    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds``.
 
-    A file written before ``bench.json`` recorded the spread has every
-    round's figures but not the ratios within each round; this derives them
-    with the functions that write them today (:func:`add_speedups`,
-    :func:`_peer_comparison`, :func:`round_spread`), so the medians come out
-    as recorded and the spread as a new run would record it.
-
-    Parameters
-    ----------
-    document : dict
-        A loaded ``bench.json`` (not changed).
+    For a file written before ``bench.json`` recorded the spread: derived by the functions that write it today, so
+    the medians come out as recorded.
 
     Returns
     -------
     dict
-        ``{"speedup": {key: {"speedup", "round_ratios", "round_min",
-        "round_max"}}, "peer": {key: {"mixed_ratio", "mixed_round_ratios",
-        ..., "float32_round_max"}}}``, keyed as in ``bench.json``; a ratio
-        without rounds is left out.
+        ``{"speedup": {key: {"speedup", "round_ratios", "round_min", "round_max"}}, "peer": {key: {"mixed_ratio",
+        "mixed_round_ratios", ..., "float32_round_max"}}}``, keyed as in ``bench.json``; a ratio without rounds is
+        left out.
     """
     import copy
 
