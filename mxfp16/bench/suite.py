@@ -13,26 +13,21 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     ----------
     base : BenchSpec
         Everything except precision, batch size and AMP lists.
-    precisions : sequence of str
-        Precision names as the user gave them (``auto`` included).
-    batch_sizes : sequence of int
+    precisions, batch_sizes
+        Precision names as the user gave them (``auto`` included), and the batch sizes.
     amp_lists : sequence of str
         Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``);
         the others run once.
     auto : dict, optional
-        ``{batch size: precision name}``: what ``auto`` is at each batch size
-        when it was decided by timing the model (:func:`mxfp16.measure.auto.decide_auto`);
-        else the rule of :func:`mxfp16.resolve_precision` decides.
+        ``{batch size: precision name}`` where ``auto`` was decided by timing the model; else the rule of
+        :func:`mxfp16.resolve_precision` decides.
     onnxruntime : bool
-        Inference: after mxfp16's rows of each batch size, onnxruntime float32
-        and float16 (:data:`ONNXRUNTIME_DTYPES`), as ``mxfp16 export --format
-        onnx`` writes them.
+        Inference: after mxfp16's rows of each batch size, onnxruntime's of :data:`ONNXRUNTIME_DTYPES`.
 
     Returns
     -------
     list of BenchSpec
-        ``auto`` and the name it resolves to are one run: where ``auto`` is
-        float32, float32 is measured once, never compared with itself.
+        ``auto`` and the name it resolves to are one run: float32 is never compared with itself.
     """
     from ..precision import PrecisionError, resolve_precision
 
@@ -93,26 +88,18 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
 
     Parameters
     ----------
-    specs : list of BenchSpec or mxfp16.bench.peer.PeerSpec
+    specs : list of BenchSpec or PeerSpec
     timeout : float, optional
         Seconds one measurement may take before it is stopped and reported failed.
     on_result : callable, optional
         Called with each record as it arrives (progress output).
     rounds : int
-        Run the whole list this many times, in turn (float32, mixed, ...,
-        float32, mixed, ...). A machine whose speed drifts from minute to
-        minute then meets every spec at every stage of the drift, and
-        :func:`mxfp16.bench.report.merge_rounds` pairs the runs of one round.
-        A spec that failed or timed out is not run again in the later
-        rounds (it would fail again, at the cost of up to ``timeout`` each
-        time: PyTorch's bfloat16 where the CPU only emulates it); those
-        rounds record it as skipped, naming the round it failed in.
+        Run the whole list this many times, in turn, so a machine whose speed drifts meets every spec at every stage
+        of the drift. A spec that failed or timed out is not run again (it would fail again, at the cost of up to
+        ``timeout`` each time: PyTorch's emulated bfloat16); later rounds record it as skipped.
     census : bool
-        After each mxfp16 row of the first round that ran where oneDNN runs
-        it (:func:`mxfp16.bench.census_run.census_applies`), take its kernel
-        census in a separate short process and record it as the row's
-        ``census`` (:func:`mxfp16.bench.census_run.take_census`); the kernels
-        do not change from round to round.
+        Take the kernel census (:func:`mxfp16.bench.census_run.take_census`) of each mxfp16 row of the first round
+        where oneDNN runs it, as the row's ``census``: the kernels do not change from round to round.
 
     Returns
     -------
@@ -128,12 +115,14 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
         for index, spec in enumerate(specs):
             record = _run_once(spec, timeout, failed.get(index))
             if census and round_ == 1 and record.get("status") == "ok" and not isinstance(spec, peer.PeerSpec):
-                _add_census(record, spec, timeout)
+                from .census_run import census_applies, take_census
+
+                if census_applies(spec):  # where oneDNN runs the step
+                    record["census"] = take_census(spec, timeout=timeout)
             if record.get("status") == "failed" and index not in failed:
                 last = (record.get("reason") or "").strip().splitlines()
                 failed[index] = f"failed in round {round_} ({last[-1] if last else 'no reason given'}); not run again"
-            record["invocation"] = invocation
-            record["round"] = round_
+            record.update(invocation=invocation, round=round_)
             records.append(record)
             if on_result is not None:
                 on_result(record)
@@ -147,14 +136,6 @@ def _run_once(spec, timeout, not_again=None):
     if reason:
         return peer.not_run(spec, "skipped", reason) if is_peer else not_run(spec, "skipped", reason)
     return peer.run_in_subprocess(spec, timeout=timeout) if is_peer else run_in_subprocess(spec, timeout=timeout)
-
-
-def _add_census(record, spec, timeout):
-    """Record ``spec``'s kernel census in ``record`` where oneDNN runs its step."""
-    from .census_run import census_applies, take_census
-
-    if census_applies(spec):
-        record["census"] = take_census(spec, timeout=timeout)
 
 
 def _cannot_run(spec):
