@@ -1,21 +1,11 @@
 """The kernel census of one bench row: its step run again under ``DNNL_VERBOSE=1``, in a process of its own.
 
-oneDNN reads ``DNNL_VERBOSE`` once, when it first runs, and from then on
-times every primitive it executes and prints a line for it (a system call
-each). In the timed process that would cost a few microseconds per
-primitive, more where primitives are small and many, and more for bfloat16,
-which runs more reorders than float32: the speedup would be biased. So
-``mxfp16 bench`` times each row without it and, after the timing, takes the
-census in a separate short pass (:func:`take_census`): a fresh process
-builds the row's step again (:func:`mxfp16.bench.runner.build_step`), runs
-the row's warm-up steps untimed (at least :data:`CENSUS_WARMUP`: primitive
-creation, first touches of memory), then :data:`CENSUS_STEPS` steps whose log lines
-:func:`mxfp16.bench.census.summarise` reads. That child sends oneDNN's lines
-(C's stdout) into a file of its own, so nothing else it prints mixes in.
-
-The census is taken where oneDNN runs the step: MXNet built with it (the
-``MKLDNN`` feature, as every pip wheel for CPUs is), not switched off
-(``MXNET_MKLDNN_ENABLED=0``), on CPU devices, in MXNet (not onnxruntime).
+oneDNN reads ``DNNL_VERBOSE`` once and then prints a line for every primitive it runs (a system call each): in the
+timed process that would cost microseconds per primitive, more for bfloat16 (more reorders), and bias the speedup. So
+``mxfp16 bench`` takes the census after the timing, in a fresh process (:func:`take_census`) that builds the row's step
+again, runs its warm-up untimed (at least :data:`CENSUS_WARMUP`), then :data:`CENSUS_STEPS` steps whose lines
+:func:`mxfp16.bench.census.summarise` reads from a file of the child's own. It is taken where oneDNN runs the step
+(:func:`census_applies`).
 """
 import ctypes
 import os
@@ -35,15 +25,8 @@ CENSUS_STEPS = 2
 
 
 def census_applies(spec):
-    """Whether oneDNN runs ``spec``'s step here, so a census can be taken.
-
-    Parameters
-    ----------
-    spec : mxfp16.bench.runner.BenchSpec
-
-    Returns
-    -------
-    bool
+    """Whether oneDNN runs ``spec``'s step here, so a census can be taken: MXNet built with it (``MKLDNN``, as every
+    pip wheel for CPUs is), not switched off (``MXNET_MKLDNN_ENABLED=0``), on CPU devices, in MXNet (not onnxruntime).
     """
     if spec.runtime != "mxnet" or os.environ.get("MXNET_MKLDNN_ENABLED", "").strip() == "0":
         return False
@@ -74,10 +57,7 @@ def take_census(spec, timeout=None, python=None):
 
 
 def _log_to(path):
-    """Send this process's stdout (where oneDNN prints, through C's stdio) into ``path``.
-
-    Whatever else is printed there lands in the file too; the reader skips every line that is not oneDNN's.
-    """
+    """Send this process's stdout (where oneDNN prints, through C's stdio) into ``path`` (its reader skips the rest)."""
     sys.stdout.flush()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
@@ -102,18 +82,15 @@ def census_of(spec):
         _log_to(log_path)
         step = build_step(spec)[0]
         warmup = max(CENSUS_WARMUP, spec.warmup)
-        for _ in range(warmup):
+        for i in range(warmup + CENSUS_STEPS):
+            if i == warmup:
+                start = _flushed_size()
             step()
             mx.nd.waitall()  # MXNet is asynchronous: a step not waited for would spill into the window
-        start = _flushed_size()
-        for _ in range(CENSUS_STEPS):
-            step()
-            mx.nd.waitall()
         _flushed_size()
         with open(log_path, "rb") as log:  # bytes: ``start`` counts bytes
             head = log.read(start).decode("utf-8", "replace").splitlines()
             window = log.read().decode("utf-8", "replace").splitlines()
     finally:
         os.unlink(log_path)
-    return {"status": "ok", "warmup": warmup, "isa": isa_line(head),
-            **summarise(window, steps=CENSUS_STEPS)}
+    return {"status": "ok", "warmup": warmup, "isa": isa_line(head), **summarise(window, steps=CENSUS_STEPS)}
