@@ -1,11 +1,8 @@
 """One ``mxfp16 bench`` invocation as a library call: check the request, plan the runs, record the results.
 
-:func:`plan_invocation` checks everything a user can get wrong before any
-run starts (precision and list names, batch sizes, the data set, the model,
-the PyTorch peer's conditions) and returns the runs to make;
-:func:`record_invocation` writes ``bench.json``, ``bench.csv`` and the plots.
-``mxfp16 bench`` parses flags, calls these two around
-:func:`mxfp16.bench.suite.run_suite`, and prints.
+:func:`plan_invocation` checks everything a user can get wrong before any run starts and returns the runs to make;
+:func:`record_invocation` writes ``bench.json``, ``bench.csv`` and the plots. ``mxfp16 bench`` calls these two around
+:func:`mxfp16.bench.suite.run_suite`.
 """
 import os
 from dataclasses import dataclass, field
@@ -39,7 +36,6 @@ class Invocation:
     load_start: tuple
     peer_network: str = None
     input_size: str = ""
-    config: dict = field(default_factory=dict)
     auto: dict = field(default_factory=dict)
 
 
@@ -240,8 +236,7 @@ def _family_request(fam, image_size, classes, mode, data, model_options):
 def _family_auto(fam, precisions, ctx):
     """Refuse ``auto`` for a family where timing would decide it (a CPU with native bfloat16).
 
-    Checked after the family's sizes and its network were (so a wrong option is named first, on every CPU):
-    ``auto`` is in the default precisions, so this refusal would otherwise hide any other mistake there.
+    Checked after the family's sizes and network, so a wrong option is named first on every CPU.
     """
     if "auto" in precisions:
         from ..devices import resolve_devices
@@ -253,12 +248,9 @@ def _family_auto(fam, precisions, ctx):
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):
-    """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model: training on a CPU.
+    """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model (training on a CPU), else ``{}``.
 
-    What the trainer would train in for this model, shape and batch
-    (:func:`mxfp16.train.parts.auto_verdict`, cached), so ``auto``'s row is
-    the precision a training run gets here. Elsewhere (GPUs, inference) the
-    rule of :func:`mxfp16.resolve_precision` decides and this is empty.
+    What the trainer would train in for this model, shape and batch (:func:`mxfp16.train.parts.auto_verdict`, cached).
     """
     from ..devices import resolve_devices
     from ..train.parts import PartsSpec, auto_verdict
@@ -293,11 +285,9 @@ def record_invocation(out, invocation, records, config, plots=True):
     from . import report
 
     config = dict(config, batch_sizes=",".join(map(str, invocation.batch_sizes)), iters=invocation.iters,
-                  auto=invocation.auto,
-                  threads=invocation.threads, load_average_start=list(invocation.load_start),
+                  auto=invocation.auto, threads=invocation.threads, load_average_start=list(invocation.load_start),
                   load_average_end=list(os.getloadavg()))
-    document = report.bench_document(invocation.machine, records, config=config,
-                                     tensor_cores=invocation.tensor_cores)
+    document = report.bench_document(invocation.machine, records, config=config, tensor_cores=invocation.tensor_cores)
     paths = list(report.write_outputs(out, document))
     if plots:
         # Imported only here: --no-plots runs where matplotlib is not installed (MXNet's wheel and a checkout).
