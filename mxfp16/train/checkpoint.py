@@ -3,33 +3,22 @@
 A checkpoint is three files in ``<out>/checkpoints/``, named by its tag
 (``epoch-0003``, or ``epoch-0003-batch-00017`` mid-epoch)::
 
-    <tag>.params      the network's parameters (``net.save_parameters``: MXNet's
-                      NDArray format, arrays and names only)
-    <tag>.optimizer   the optimizer's state arrays (momentum, Adam's moments, the
-                      float32 master weights of float16 parameters), also in
-                      MXNet's NDArray format
-    <tag>.json        the record: the state's structure and the optimizer's
-                      update counts (the learning-rate schedule's position),
-                      the precision and the loss scaler's state
-                      (:meth:`mxfp16.MixedPrecision.state_dict`), the run's progress with every
-                      epoch's metrics, the run's fingerprint, and the sha256
-                      of the two array files
+    <tag>.params      the network's parameters (``net.save_parameters``, MXNet's NDArray format)
+    <tag>.optimizer   the optimizer's state arrays (momentum, Adam's moments, float16 parameters' float32
+                      master weights), NDArray format too
+    <tag>.json        the record: the states' structure, the optimizer's update counts (the learning-rate
+                      schedule's position), :meth:`mxfp16.MixedPrecision.state_dict`, the progress with every
+                      epoch's metrics, the run's fingerprint, and the two array files' sha256
 
-and ``latest.json``, a copy of the newest record: the commit point. Gluon's
-own ``Trainer.save_states`` pickles the optimizer, and unpickling a file can
-run any code in it, so mxfp16 never writes or reads that format: nothing on
-the load path is a pickle, and a folder written by an older mxfp16 (record
-versions 1 and 2, ``.states`` pickles) is refused with an explanation.
+and ``latest.json``, a copy of the newest record: the commit point. Gluon's ``Trainer.save_states`` pickles the
+optimizer, and unpickling can run any code, so nothing on the load path is a pickle, and an older mxfp16's folder
+(record versions 1 and 2, ``.states`` pickles) is refused with an explanation.
 
-Each file is written atomically, the record after its files and
-``latest.json`` last, so a crash at any moment leaves the previous checkpoint
-complete. The last ``keep`` checkpoints stay (default 2); before loading,
-every file is checked against the sha256 in its record, and a damaged
-checkpoint falls back to the one before it, with a warning. A damaged
-``latest.json`` (it is only a copy) does the same: the newest intact
-checkpoint by its own record is used. Files of a write
-that was interrupted before its record existed are not a checkpoint and are
-removed when the run starts.
+Each file is written atomically, the record after its files and ``latest.json`` last, so a crash at any moment
+leaves the previous checkpoint complete. The last ``keep`` checkpoints stay (default 2); every file is checked
+against its record's sha256 before loading, and a damaged checkpoint (or ``latest.json``, only a copy) falls back
+to the newest intact one, with a warning. Files of a write interrupted before its record existed are not a
+checkpoint and are removed when the run starts.
 """
 import contextlib
 import functools
@@ -68,6 +57,8 @@ FINGERPRINT_FIELDS = ("model", "precision", "param_dtype", "image_size", "classe
                       "num_workers", "parameters")
 #: Files a checkpoint writes (``.states``: the pickles of mxfp16 before format 3, removed by --overwrite).
 _FILE = re.compile(r"^epoch-\d{4}(-batch-\d{5})?\.(params|optimizer|json|states)$")
+_MISMATCH = ("does not match the sha256 its checkpoint record lists (truncated or changed since it was written); "
+             "export another epoch (--checkpoint) or retrain")
 _OLD_FORMAT = ("it was written by an older mxfp16 whose optimizer states are a Python pickle, and loading a "
                "pickle can run any code in it, so this mxfp16 does not load it. Start a new run with another "
                "--out (or --overwrite), or continue it with the mxfp16 version that wrote it")
@@ -83,15 +74,9 @@ class CheckpointMismatchError(CheckpointError):
 
 def describe_mismatch(saved, wanted):
     """Human-readable differences between two fingerprints, ``[]`` when they match."""
-    lines = []
-    for key in FINGERPRINT_FIELDS:
-        a, b = saved.get(key), wanted.get(key)
-        if a != b:
-            if key == "parameters":
-                lines.append("parameters: the network's parameter names or shapes differ")
-            else:
-                lines.append(f"{key}: checkpoint {a!r}, this run {b!r}")
-    return lines
+    return [("parameters: the network's parameter names or shapes differ" if key == "parameters"
+             else f"{key}: checkpoint {saved.get(key)!r}, this run {wanted.get(key)!r}")
+            for key in FINGERPRINT_FIELDS if saved.get(key) != wanted.get(key)]
 
 
 def is_checkpoint_file(name):
@@ -122,12 +107,8 @@ def _read_json(path):
 def _read_latest(folder):
     """``latest.json`` of a checkpoint folder, ``None`` when there is none.
 
-    Raises
-    ------
-    _DamagedRecord
-        It cannot be read as a record.
-    CheckpointError
-        It is of another format version (an older mxfp16's pickles are refused by name).
+    Raises :class:`_DamagedRecord` when it cannot be read as a record, :class:`CheckpointError` when it is of
+    another format version (an older mxfp16's pickles are refused by name).
     """
     path = folder / RECORD
     if not path.exists():
@@ -141,12 +122,9 @@ def _read_latest(folder):
 
 
 def read_record(out):
-    """The current checkpoint record of run folder ``out``, or ``None`` when there is none.
+    """The current checkpoint record of run folder ``out`` (``latest.json``), or ``None`` when there is none.
 
-    That is ``latest.json``, the commit point. It is only a copy of the
-    newest per-checkpoint record, so when it is damaged (not JSON, cut
-    short, emptied) the newest per-checkpoint record of this format stands
-    in for it, with a warning naming the damage.
+    A damaged ``latest.json`` is only a copy: the newest per-checkpoint record stands in, with a warning.
 
     Raises
     ------
@@ -166,10 +144,7 @@ def read_record(out):
 
 
 def params_file(out, epoch=None, verify=True):
-    """The network parameters of a checkpoint of run folder ``out``, for reading them outside the trainer.
-
-    While the run still trains, the file may be pruned at any moment: read
-    it with :func:`copy_params`.
+    """The network parameters of a checkpoint of run folder ``out`` (while it trains, use :func:`copy_params`).
 
     Parameters
     ----------
@@ -184,16 +159,13 @@ def params_file(out, epoch=None, verify=True):
     Returns
     -------
     (Path, dict)
-        The ``.params`` file (``net.save_parameters`` format) and the current
-        record, whose ``fingerprint`` says which model, precision and image
-        size wrote it.
+        The ``.params`` file and the current record (its ``fingerprint`` names model, precision, image size).
 
     Raises
     ------
     CheckpointError
-        No checkpoint, a record that cannot be read, or the file asked for is
-        not on disk (the message lists the checkpoints that are), or (with
-        ``verify``) does not match its sha256.
+        No checkpoint, an unreadable record, the file is not on disk (the message lists those that are), or
+        (with ``verify``) it does not match its sha256.
     """
     folder = _folder(out)
     record = read_record(out)
@@ -213,8 +185,7 @@ def params_file(out, epoch=None, verify=True):
     digest = record.get("files", {}).get(path.name)
     try:
         if verify and digest is not None and sha256_file(path) != digest:
-            raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or "
-                                  "changed since it was written); export another epoch (--checkpoint) or retrain")
+            raise CheckpointError(f"{path} {_MISMATCH}")
     except FileNotFoundError:
         raise CheckpointError(f"{path} was removed while it was read: its run is still training and pruned it; "
                               "read it with mxfp16.train.checkpoint.copy_params") from None
@@ -224,11 +195,8 @@ def params_file(out, epoch=None, verify=True):
 def copy_params(out, into, epoch=None, attempts=5):
     """Copy a checkpoint's parameters into the folder ``into``, checked against its record; safe while it trains.
 
-    A run that is still training writes new checkpoints and prunes old ones
-    (``--keep-checkpoints``) while a reader works. The file is opened before
-    it is read, and read once, hashed as it is copied: pruning it meanwhile
-    removes only its name. A checkpoint pruned between reading its record
-    and opening the file is looked up again (the run moved on to a newer one).
+    A training run prunes old checkpoints while a reader works. The file is opened, then read once and hashed as
+    it is copied: pruning it meanwhile removes only its name. One pruned before it was opened is looked up again.
 
     Parameters
     ----------
@@ -263,12 +231,15 @@ def copy_params(out, into, epoch=None, attempts=5):
                 target.write(block)
         wanted = record.get("files", {}).get(path.name)
         if wanted is not None and digest.hexdigest() != wanted:
-            raise CheckpointError(f"{path} does not match the sha256 its checkpoint record lists (truncated or "
-                                  "changed since it was written); export another epoch (--checkpoint) or retrain")
+            raise CheckpointError(f"{path} {_MISMATCH}")
         return copy, record
     raise CheckpointError(f"the run in {out} replaced its checkpoint {attempts} times while it was being read; "
                           "export it when it has finished, or with --keep-checkpoints above 1")
 
+
+def _last_line(err):
+    """The last line of an MXNet or OS error's message (MXNet's carry a C++ stack trace above it)."""
+    return str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
 
 
 # ---- optimizer states as arrays + a JSON structure ------------------------------------------------
@@ -342,13 +313,11 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
             "files": {name: sha256_file(folder / name) for name in (f"{tag}.params", f"{tag}.optimizer")},
             "optimizer": {"states": structure, "update_counts": optimizer_update_counts(parts.trainer)},
             "fingerprint": fingerprint, "mixed_precision": parts.mixed.state_dict(),
-            "progress": progress.state_dict(),
-            "config_digest": config_digest,
-        }
+            "progress": progress.state_dict(), "config_digest": config_digest}
         write_json(folder / f"{tag}.json", record)
         write_json(folder / RECORD, record)  # the commit point
     except (OSError, mx.base.MXNetError) as err:
-        detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        detail = _last_line(err)
         if had_previous:
             state = ("The previous checkpoint is kept and current; free some space (or fix the folder's "
                      "permissions) and continue with --resume")
@@ -365,8 +334,7 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
 def _space_note(folder, out):
     """Why a write may have failed: the file-size limit (``ulimit -f``) when one is set, else the free space.
 
-    MXNet reports both a full disk and a file-size limit as "FileStream.Write
-    incomplete"; under a limit the disk may have plenty of room.
+    MXNet reports both as "FileStream.Write incomplete"; under a limit the disk may have plenty of room.
     """
     try:
         import resource
@@ -405,18 +373,14 @@ def _prune(folder, keep):
 def restore_missing_record(out):
     """Write the current checkpoint's own record from ``latest.json`` when only that copy is left.
 
-    ``latest.json`` is a copy of the newest per-tag record. When the per-tag
-    file is gone (deleted by hand, lost on a damaged disk) but ``latest.json``
-    is readable and the files it lists match their sha256, the checkpoint is
-    intact: its record is written back, so neither the clean-up at start-up
-    nor the pruning after the next checkpoint mistakes its files for
-    leftovers.
+    When the per-tag record is gone (deleted, lost on a damaged disk) but the files ``latest.json`` lists match
+    their sha256, the checkpoint is intact: its record is written back, so neither the clean-up at start-up nor
+    the next pruning mistakes its files for leftovers.
 
     Returns
     -------
     Path or None
-        The record written, or ``None`` when nothing was missing (or the
-        files do not match: then they are not trusted, and not restored).
+        The record written; ``None`` when nothing was missing, or the files do not match (then none is trusted).
     """
     folder = _folder(out)
     try:
@@ -520,13 +484,10 @@ def _mismatch(folder, differences):
 def check_known_settings(out, settings):
     """Refuse a resume whose settings differ from the newest checkpoint's, before anything is built.
 
-    :func:`load_checkpoint` compares the whole fingerprint, which needs the
-    built network. The fields a command line already fixes (the model, the
-    image size, the batch size, an explicit precision) are compared here with
-    ``latest.json``'s fingerprint first, so a wrong flag is refused at once,
-    not after the data set was read and ``auto`` timed the network. A record
-    that cannot be read is left to :func:`load_checkpoint` (it falls back to
-    the older checkpoints).
+    :func:`load_checkpoint` compares the whole fingerprint, which needs the built network; the fields a command
+    line fixes (model, image size, batch size, an explicit precision) are compared with ``latest.json``'s here,
+    so a wrong flag is refused before the data is read and ``auto`` times the network. An unreadable record is
+    left to :func:`load_checkpoint` (it falls back to older checkpoints).
 
     Parameters
     ----------
@@ -569,8 +530,7 @@ def _restore(folder, record, parts, fingerprint):
         parts.mixed.load_state_dict(record["mixed_precision"])
         parts.net.load_parameters(str(folder / f"{record['tag']}.params"), ctx=parts.ctx)
     except (KeyError, TypeError, ValueError, mx.base.MXNetError) as err:
-        detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({detail})") from None
+        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({_last_line(err)})") from None
     set_trainer_updater_states(parts.trainer, states)
     set_optimizer_update_counts(parts.trainer, optimizer["update_counts"])
     return progress

@@ -1,33 +1,20 @@
 """Accuracy parity over several seeds: is the gap between two precisions bigger than the noise?
 
-One run per precision cannot answer it: on a small test set one image is a
-fraction of a point, and two seeds of the same precision differ by more than
-that. :func:`parity` takes several finished runs per side (``a``, usually
-float32; ``b``, usually mixed precision) and reports for each side the mean
-final top-1, the seed-to-seed spread (sample standard deviation and range)
-and img/s; then the gap (``b`` minus ``a``), its confidence interval by
-Welch's t-test (unequal variances), and, when the two sides ran the same
-seeds, the paired interval over per-seed differences, which removes the
-share of the noise the seed explains.
+One run per precision cannot answer it: two seeds of one precision differ by more than one test image's fraction
+of a point. :func:`parity` takes several finished runs per side (``a``, usually float32; ``b``, usually mixed
+precision) and reports each side's mean final top-1, seed-to-seed spread (sample sd and range) and img/s; then the
+gap (``b`` minus ``a``), its Welch's t-interval (unequal variances) and, when both sides ran the same seeds, the
+paired interval over per-seed differences, which removes the noise the seed explains. The gap *exceeds the
+noise* when its interval excludes 0 and it is larger than the larger side's sd.
 
-The verdict: the gap *exceeds the noise* when its confidence interval
-excludes 0 and it is larger than the larger side's standard deviation;
-otherwise the runs cannot tell the precisions apart.
+Statistics over seeds mean something only when each run is another seed of one experiment, so
+:func:`check_groups` first refuses the same folder twice, two runs of a side with the same seed and settings (or
+the same final parameters: copies), and runs whose settings differ in more than the seed (between the sides: and
+the precision), runs that stopped early included; ``allow_differences`` reports those differences instead.
+Every number is checked when the runs are read (:mod:`mxfp16.train.compare`).
 
-Statistics over seeds mean something only when each run is another seed of
-the same experiment, so :func:`check_groups` refuses, before anything is
-computed: the same folder twice, two runs of one side with the same seed and
-settings (or the same final parameters: copies), and runs whose settings
-differ in more than the seed (between the sides: the seed and the
-precision), which includes runs that stopped after fewer epochs; with
-``allow_differences`` the differences are reported instead. Every number is
-checked when the runs are read (:mod:`mxfp16.train.compare`).
-
-Within the noise is not the same as equal: the interval may be several
-points wide. :func:`seeds_needed` answers the next question, how many seeds
-per side would narrow it to ``+-resolve`` points at the spread measured
-(the t-interval's half-width, ``t(n - 1) * sd / sqrt(n)``, solved for ``n``;
-paired differences when the seeds pair, else both sides' variances).
+Within the noise is not equal: the interval may be points wide. :func:`seeds_needed` says how many seeds per
+side would narrow it to ``+-resolve`` points at the measured spread.
 """
 import glob
 import json
@@ -46,9 +33,8 @@ __all__ = ["seeds_needed", "parity", "format_parity", "write_parity", "check_gro
 #: config.json fields that say how a run was executed or recorded, not what it trained: they may differ.
 #: (``ctx`` and ``precision`` are compared as resolved; ``data_dir``/``data_root`` as the ``source`` read.)
 RUN_ONLY = frozenset({"out", "seed", "command", "resumed", "resume", "overwrite", "accept_changed_data", "progress",
-                      "log_every",
-                      "keep_checkpoints", "threads", "resolved_threads", "workers", "ctx", "data_dir", "data_root",
-                      "augment", "precision", "auto"})
+                      "log_every", "keep_checkpoints", "threads", "resolved_threads", "workers", "ctx", "data_dir",
+                      "data_root", "augment", "precision", "auto"})
 #: What may differ between the two sides besides RUN_ONLY: the precision and what it decides.
 PRECISION_SETTINGS = frozenset({"resolved_precision", "loss_scale", "allow_cpu_float16"})
 
@@ -61,10 +47,7 @@ MAX_SEEDS = 1000
 def _expand_paths(patterns):
     """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded).
 
-    Raises
-    ------
-    RunDirError
-        A pattern that matches nothing.
+    Raises :class:`RunDirError` for a pattern that matches nothing.
     """
     paths = []
     for pattern in patterns:
@@ -168,14 +151,8 @@ def _side_summary(runs):
 
 
 def _welch_interval(a, b, confidence=0.95):
-    """Welch's interval for ``mean(b) - mean(a)``.
-
-    Returns
-    -------
-    dict or None
-        ``gap``, ``low``, ``high``, ``df``, ``se``; ``None`` with fewer than
-        two values on a side (no spread to estimate).
-    """
+    """Welch's interval for ``mean(b) - mean(a)``: ``gap``, ``low``, ``high``, ``df``, ``se``; ``None`` with fewer
+    than two values on a side (no spread to estimate)."""
     from scipy import stats
 
     a, b = np.asarray(a, float), np.asarray(b, float)

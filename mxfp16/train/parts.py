@@ -1,26 +1,19 @@
 """The parts of a training run, built through :class:`mxfp16.MixedPrecision`: the README's path.
 
-A run needs the same few objects whatever drives it: the devices, the
-resolved precision, the network (built, cast, hybridized), the loss scaler,
-the ``gluon.Trainer`` and the loss. :func:`build_parts` makes them with the
-set-up a user writes from the README, so ``mxfp16 train``, ``bench`` and
-``selftest`` get the parts and the environment a script gets, and what
-``mxfp16 bench`` times is what ``mxfp16 train`` runs:
+:func:`build_parts` makes the network, loss scaler, ``gluon.Trainer`` and loss with the set-up a user writes from
+the README, so ``mxfp16 train`` and ``bench`` get what a script gets, and what ``bench`` times is what ``train``
+runs:
 
-1. the caller's :class:`~mxfp16.MixedPrecision`: devices and precision
-   resolved once, the float16 environment set, AMP on (or, for ``auto`` on a
-   CPU with native bfloat16, pending until the network is timed);
-2. seeds, then the network: built, initialised (every parameter
-   materialised for the image size), hybridized with static memory;
-3. :meth:`MixedPrecision.prepare`: ``auto`` (and the ``measured`` lists'
-   layers) timed on a synthetic batch of the run's shape where pending, the
-   network cast with BatchNorm kept in float32, the trainer
-   (``multi_precision`` for float16 weights) beside the run's loss scaler;
+1. the caller's :class:`~mxfp16.MixedPrecision`: devices and precision resolved once, the float16 environment
+   set, AMP on (or, for ``auto`` on a CPU with native bfloat16, pending until the network is timed);
+2. seeds, then the network: built, every parameter materialised for the image size, hybridized (static memory);
+3. :meth:`MixedPrecision.prepare`: ``auto`` (and the ``measured`` lists' layers) timed on a synthetic batch of
+   the run's shape where pending, the network cast with BatchNorm in float32, the trainer (``multi_precision``
+   for float16 weights) beside the loss scaler;
 4. the loss (softmax cross-entropy on float32 outputs).
 
-:func:`build_network` builds step 2 alone, cast to a dtype, for the
-inference paths (``mxfp16 export`` rebuilding a finished run, the
-benchmark's inference mode): they need no trainer, no loss scaler and no AMP.
+:func:`build_network` is step 2 alone, cast to a dtype, for the inference paths (``mxfp16 export``, the
+benchmark's inference mode): no trainer, no loss scaler, no AMP.
 """
 import random
 from dataclasses import dataclass
@@ -45,18 +38,13 @@ class PartsSpec:
     Attributes
     ----------
     model : str
-        A gluoncv model-zoo name, a sequence model or ``'elementwise-mlp'``
-        (see :func:`mxfp16.models.build_model`).
-    classes : int
+        A name :func:`mxfp16.models.build_model` takes (gluoncv zoo, sequence model, ``'elementwise-mlp'``).
     image_size : int
         Side of the square input images (the network is materialised for it).
     batch_size : int
         Samples per step over all devices: the shape ``auto`` is timed at.
-    optimizer : str
-        A registered MXNet optimizer name.
     lr, momentum, wd : float
         ``momentum`` only reaches optimizers that take one.
-    label_smoothing : float
     pretrained : bool
         Start from local gluoncv ImageNet weights (nothing is downloaded).
     seed : int or None
@@ -122,11 +110,8 @@ def _seeded_model(spec, ctx):
 
 
 def build_network(spec, ctx, param_dtype):
-    """Step 2 of :func:`build_parts` alone, cast to ``param_dtype``: an inference network.
-
-    ``mxfp16 export`` rebuilds a finished run's network with it (in float32,
-    without AMP, which a training set-up would switch on for the whole
-    process) before loading the checkpoint into it.
+    """Step 2 of :func:`build_parts` alone, cast to ``param_dtype``: an inference network, without AMP (which a
+    training set-up switches on for the whole process).
 
     Parameters
     ----------
@@ -199,10 +184,9 @@ def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvst
 def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
     """What ``auto`` trains a run of ``spec`` in on ``ctx``, decided as :func:`build_parts` decides it.
 
-    The benchmark and the demo ask before they start their runs: the same
-    network and synthetic batch go to the same probe (:mod:`mxfp16.measure.auto`), so
-    the verdict, cached, is the one the run then gets. This process stays
-    free of AMP: the network is timed in forked copies of it.
+    The benchmark and the demo ask before their runs: the same network and batch go to the same probe
+    (:mod:`mxfp16.measure.auto`), so the cached verdict is the run's. This process stays free of AMP: the network
+    is timed in forked copies of it.
 
     Parameters
     ----------

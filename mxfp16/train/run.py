@@ -1,21 +1,15 @@
 """A training run from start to finish: :func:`train` = :func:`prepare`, then :func:`fit`.
 
-:func:`prepare` is the set-up story, and checks everything before it changes
-anything on disk: configuration, the run folder (never an input, however its
-links resolve) and its lock, devices and precision, the kvstore, the data
-(its test split must hold images), the parts (network, trainer, loss scaler,
-loss: the builder the benchmark uses too), and in a distributed job that
-every worker runs the same settings; only then does ``--overwrite`` remove an
-old run, ``--resume`` load the checkpoint and ``config.json`` get written.
-The run folder is an output like any other (:class:`mxfp16.plumbing.output.Output`,
-written in place): the run holds its lock from before it reads the folder
-until :func:`fit` ends, so a second command on the same folder is refused at
-once, naming this one. It holds its data set's lock shared as long, so no
-``data pack``, ``data split`` or ``data synth`` replaces the data under it.
-:func:`fit` trains the remaining epochs: for each, :func:`~mxfp16.train.loop.train_epoch`,
-then BatchNorm statistics averaged across workers, evaluation, a metrics
-record and a checkpoint. :class:`Run` only holds what the two share.
+:func:`prepare` checks everything before it changes anything on disk: configuration, the run folder (never an
+input, however its links resolve) and its lock, devices and precision, the kvstore, the data (its test split must
+hold images), the parts (:func:`~mxfp16.train.parts.build_parts`, the benchmark's builder too), and in a
+distributed job that every worker runs the same settings; only then does ``--overwrite`` remove an old run,
+``--resume`` load the checkpoint and ``config.json`` get written. The run holds the run folder's lock
+(:class:`mxfp16.plumbing.output.Output`, written in place) and its data set's lock, shared, until :func:`fit` ends:
+a second command on the folder is refused at once, naming this one, and no ``data pack``, ``split`` or ``synth``
+replaces the data under it. :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each one).
 """
+import contextlib
 import hashlib
 import itertools
 import json
@@ -53,13 +47,7 @@ __all__ = ["train", "prepare", "fit", "Run", "Cluster", "TrainingInterrupted", "
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM (or the ``interrupt_at_step`` testing aid): a checkpoint was written first.
-
-    Attributes
-    ----------
-    exit_status : int
-        130 after Ctrl-C (and the testing aid), 143 after SIGTERM.
-    """
+    """Ctrl-C or SIGTERM (``exit_status`` 130 or 143): a checkpoint was written first."""
 
     def __init__(self, message, exit_status=130):
         super().__init__(message)
@@ -87,24 +75,17 @@ class Run:
     ----------
     config : TrainConfig
         Resolved.
-    parts : mxfp16.train.parts.Parts
     loaders : mxfp16.data.Loaders
         Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``,
         ``classes``, ``num_train``, ``num_test`` and ``skipped``.
-    outputs : RunOutputs
-    steps_per_epoch : int
-    cluster : Cluster
-    progress : Progress
     source : str
         Where the data came from (for the log and config.json).
     profile_fields : set of str
         Fields the profile filled in (for the log).
     log : callable
         Receives each log line (rank 0 only).
-    lock : mxfp16.plumbing.output.Output or None
-        The run folder, locked by the process that writes it (rank 0); :func:`fit` releases it.
-    data_lock : mxfp16.plumbing.output.PathLock or None
-        The data set's lock, held shared while the run reads it; :func:`fit` releases it.
+    lock, data_lock : mxfp16.plumbing.output.Output, PathLock or None
+        The run folder's lock (held by rank 0) and the data set's (shared); :func:`fit` releases both.
     """
 
     config: TrainConfig
@@ -171,12 +152,6 @@ def train(config, log=None):
 def prepare(config, log=None, given=None, command=None):
     """Check and build everything a run needs; see the module docstring for the order.
 
-    Four steps, each its own function: :func:`_check_settings` (the
-    configuration, resumed or not), :func:`_build` (devices, precision,
-    kvstore, data and parts, nothing on disk changed yet), :func:`_start`
-    (``--overwrite``'s removal, ``--resume``'s checkpoint, the workers'
-    common start) and :func:`_record` (``config.json``).
-
     Parameters
     ----------
     config : TrainConfig or dict
@@ -216,29 +191,21 @@ def prepare(config, log=None, given=None, command=None):
     return run
 
 
-def _lock_run(config):
-    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.output.Output`, written in
-    place), or :class:`ConfigError` naming the problem or the holder."""
-    doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
-             if config.overwrite else "training")
+@contextlib.contextmanager
+def _refused():
+    """The output rules' refusals (a folder that cannot be written, a path another command holds) as ConfigError."""
     try:
-        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
+        yield
     except (OutputFolderError, PathBusyError) as err:
         raise ConfigError(str(err)) from None
 
 
-def _lock_data(source, flag):
-    """The data set's lock (a folder, or a pack's prefix), shared, for as long as the run reads it.
-
-    Raises
-    ------
-    ConfigError
-        A command is writing the data set now (a ``data pack`` into the prefix, say).
-    """
-    try:
-        return read_lock(source, "training on it", flag=flag)
-    except PathBusyError as err:
-        raise ConfigError(str(err)) from None
+def _lock_run(config):
+    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.output.Output`, in place)."""
+    doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
+             if config.overwrite else "training")
+    with _refused():
+        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
 
 
 def _check_settings(config, given, log):
@@ -279,14 +246,10 @@ def _data_inputs(config):
 def _check_out_is_not_data(config):
     """The writing rule (:func:`~mxfp16.plumbing.output.check_output_folder`): ``--out`` is, holds or sits in no data.
 
-    Links are resolved on both sides, however many steps they take: a run
-    folder that is a link into the training split would put ``checkpoints/``
-    there, where it becomes one more class folder.
+    Links are resolved: a run folder linked into the training split would make ``checkpoints/`` a class there.
     """
-    try:
+    with _refused():
         check_output_folder(config.out, _data_inputs(config))
-    except OutputFolderError as err:
-        raise ConfigError(str(err)) from None
 
 
 def _check_tensorboard(config):
@@ -296,21 +259,16 @@ def _check_tensorboard(config):
     if not tensorboard_available():
         raise ConfigError(f"--tensorboard {config.tensorboard_dir}: writing TensorBoard events needs tensorboardX; "
                           f"{INSTALL_HINT}, or drop --tensorboard")
-    try:
+    with _refused():
         check_output_path(config.tensorboard_dir, flag="--tensorboard")
         check_output_folder(config.tensorboard_dir, _data_inputs(config), flag="--tensorboard")
-    except OutputFolderError as err:
-        raise ConfigError(str(err)) from None
 
 
 def _build(config, saved, profile_fields, log, locks):
     """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
 
-    ``locks`` holds the run folder's lock when this process took it already;
-    in a distributed job rank 0 takes it here, once it knows its rank. The
-    data set's lock joins them.
-    Returns the :class:`Run` and what ``config.json`` records about this
-    process (its threads, the data's fingerprint).
+    In a distributed job rank 0 adds the run folder's lock to ``locks`` here, once it knows its rank; the data
+    set's lock joins it. Returns the :class:`Run` and what ``config.json`` records of this process (threads, data).
     """
     if config.resume:  # a flag another run's checkpoint refuses is refused now, before auto times the network
         ckpt.check_known_settings(config.out, {
@@ -373,16 +331,16 @@ def _check_thread_count(config):
 
 
 def _open_data(config, saved, shard, log):
-    """The data set, held shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``.
+    """The data set, locked shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``.
 
-    Refused when its test split is empty (every epoch ends in an evaluation)
-    or, on ``--resume``, when it changed since the run started (unless
-    ``--accept-changed-data``).
+    Refused while a command writes the data set, when its test split is empty, or on ``--resume`` when it
+    changed since the run started (unless ``--accept-changed-data``).
     """
     from ..data import demo_dataset, make_loaders
 
     source = config.data_dir or str(demo_dataset(config.data_root))
-    data_lock = _lock_data(source, "--data-dir" if config.data_dir else None)
+    with _refused():
+        data_lock = read_lock(source, "training on it", flag="--data-dir" if config.data_dir else None)
     try:
         loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size,
                                workers=config.workers, pipeline=config.pipeline, seed=config.seed, shard=shard,
@@ -403,14 +361,10 @@ def _open_data(config, saved, shard, log):
 def _mixed_precision(config, ctx, saved, log):
     """The run's one :class:`~mxfp16.MixedPrecision`: the precision resolved once, the README's set-up.
 
-    ``--precision auto`` resumes in the run's own precision (``config.json``),
-    whatever a new measurement would say: this hands MixedPrecision the
-    record (``own_precision``), which decides. Otherwise, on a CPU with native
-    bfloat16, the network is timed in both precisions when the parts are
-    built (:mod:`mxfp16.measure.auto`, cached), so ``auto`` is never slower than
-    float32 here. Workers of a parameter-server job keep the rule: each would
-    time on its own machine under the others' load and could choose
-    differently.
+    ``--precision auto`` resumes in the run's own precision (``config.json``'s, handed over as ``own_precision``),
+    whatever a new measurement would say; else on a CPU with native bfloat16 the parts' build times the network
+    (:mod:`mxfp16.measure.auto`). Workers of a parameter-server job keep the rule: each would time on its own
+    machine under the others' load and could choose differently.
     """
     resumed = config.resume and saved and saved.get("resolved_precision")
     own = (saved["resolved_precision"], f"{config.out}/config.json") if resumed else None
@@ -492,18 +446,12 @@ def _check_same_data(saved, now, source, accept, log):
 
 def _check_out(config):
     """Refuse an ``--out`` that cannot be made or written, or overlaps the data, before anything is built."""
-    try:
+    with _refused():
         Output(config.out, "training", inputs=_data_inputs(config), in_place=True).check()
-    except OutputFolderError as err:
-        raise ConfigError(str(err)) from None
 
 
 def restore(run, changes=None):
-    """Load the newest intact checkpoint of ``run.config.out`` into the run's parts and progress.
-
-    ``metrics.jsonl`` is rewritten from the checkpoint, so it matches the
-    position the run continues from.
-    """
+    """Load the newest intact checkpoint into the run's parts and progress; rewrite ``metrics.jsonl`` from it."""
     import warnings
 
     config = run.config
@@ -533,8 +481,8 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), then those
-        :func:`callbacks_from_environment` names.
+        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), before
+        :func:`callbacks_from_environment`'s.
     """
     try:
         return _fit(run, callbacks)
@@ -549,14 +497,12 @@ def _fit(run, callbacks):
     # The signal handler first: a signal from the first line of the log on is handled.
     with StopOnSignal(say=run.say) as stop, open_tensorboard(run) as tensorboard:
         describe(run)
-        if run.cluster.num_workers > 1:  # workers stop together, or one waits forever for the others
-            stop_hook = AgreedStop(stop, StopVote(run.cluster.kvstore))
-        else:
-            stop_hook = stop
+        # Workers stop together, or one waits forever for the others.
+        stop_hook = AgreedStop(stop, StopVote(run.cluster.kvstore)) if run.cluster.num_workers > 1 else stop
         hooks = [ProgressBar(config.epochs, run.steps_per_epoch, run.parts.scaler, run.cluster.num_workers,
-                             enabled=config.progress and run.cluster.rank == 0), stop_hook]
-        hooks += [tensorboard] if tensorboard else []
-        hooks += list(callbacks) + callbacks_from_environment(run) + [Heartbeat(run.cluster.rank)]
+                             enabled=config.progress and run.cluster.rank == 0), stop_hook,
+                 *([tensorboard] if tensorboard else []), *callbacks, *callbacks_from_environment(run),
+                 Heartbeat(run.cluster.rank)]
         while progress.epoch < config.epochs:
             start = progress.batch
             batches = itertools.islice(run.loaders.train_batches(progress.epoch, start),

@@ -1,33 +1,19 @@
 """``mxfp16 selftest``: does each precision that runs here train like float32?
 
-A one-minute check for a user's own machine. Each precision that can run here
-trains a small convolutional network (:func:`mxfp16.models.small_convnet`:
-Conv2D, BatchNorm, Dense) for a few steps on random but learnable images,
-through the library's own calls (``resolve_precision``, ``activate``,
-``cast_net``, ``cast_batch``, ``make_loss_scaler``, ``make_trainer``,
-``train_step``), and is compared with a float32 control trained from the same
-initial weights on the same batches:
-
-* float16 (the cast network with float32 BatchNorm, ``multi_precision``
-  master weights, dynamic loss scaling) and amp-float16 on the first GPU;
-* amp-bfloat16 on the CPU when it has native bfloat16 (avx512_bf16 or AMX);
-  without it AMP would emulate bfloat16, and the precision is reported as not
-  run, with the reason.
-
-A precision passes when its loss falls, its final loss is within
-:data:`LOSS_ATOL` + :data:`LOSS_RTOL` x the control's, and no parameter moved
-away from the control's by more than :data:`PARAM_RTOL` of that parameter's
+A one-minute check for a user's own machine. Each precision that runs here (float16 and amp-float16 on the first
+GPU, amp-bfloat16 on the CPU; :func:`plan` says why one does not) trains a small convolutional network
+(:func:`mxfp16.models.small_convnet`) for a few steps on random but learnable images through the README's set-up
+(:class:`~mxfp16.MixedPrecision`), and is compared with a float32 control trained from the same initial weights
+on the same batches. It passes when its loss falls, its final loss is within :data:`LOSS_ATOL` + :data:`LOSS_RTOL`
+x the control's, and no parameter moved from the control's by more than :data:`PARAM_RTOL` of that parameter's
 largest value. The control must learn too, or nothing is being checked.
 
-Each run is its own process (AMP patches MXNet for the life of a process).
-A dynamic loss scale skips the steps whose gradients overflow, typically the
-first few; the control of such a run skips the same steps (it still runs
-their forward pass, which updates BatchNorm's statistics as the skipped step
-did), so both have applied exactly the same updates. The float32 control on a
-GPU runs with ``NVIDIA_TF32_OVERRIDE=0`` so it is float32, not TF32.
-
-``--inject-fault PRECISION`` adds noise to that precision's parameters once,
-half-way: the verdict must then be FAIL, which shows the check can fail.
+Each run is its own process (AMP patches MXNet for the life of a process). A dynamic loss scale skips the steps
+whose gradients overflow, typically the first few; the control of such a run skips the same steps (running their
+forward pass, which updates BatchNorm's statistics as the skipped step did), so both applied the same updates.
+The float32 control on a GPU runs with ``NVIDIA_TF32_OVERRIDE=0`` so it is float32, not TF32.
+``--inject-fault PRECISION`` adds noise to that precision's parameters once, half-way: the verdict must then be
+FAIL, which shows the check can fail.
 """
 import json
 import os
@@ -66,21 +52,16 @@ class RunSpec:
 
     Attributes
     ----------
-    precision : str
     ctx : str
         ``'cpu'`` or ``'gpu:0'``.
     params_out : str
         Where the final parameters go (``.npz``, float32).
-    save_init : str or None
-        Write the initial parameters here (the first control on a device).
-    init_params : str or None
-        Start from these parameters (every other run on the device).
+    save_init, init_params : str or None
+        Write the initial parameters here (the first control on a device); start from these (every other run).
     skip_steps : tuple of int
-        Steps to run forward only, without an update (a control matching a
-        run whose loss scaler skipped them).
+        Steps to run forward only (a control matching a run whose loss scaler skipped them).
     fault_step : int or None
         After this step, add noise to the parameters (``--inject-fault``).
-    steps, seed : int
     """
 
     precision: str
@@ -214,9 +195,8 @@ class Planned:
 def plan(n_gpus, bfloat16):
     """What to check on a machine with ``n_gpus`` GPUs and a CPU whose bfloat16 is ``bfloat16``.
 
-    amp-bfloat16 is checked wherever it runs, emulated included (the
-    selftest checks that it trains right, not that it is fast); where it
-    cannot run, the row says why (:func:`mxfp16.machine.hardware.bfloat16_support`).
+    amp-bfloat16 is checked wherever it runs, emulated included (it must train right, not fast); where it cannot,
+    the row says why (:func:`mxfp16.machine.hardware.bfloat16_support`).
 
     Returns
     -------
@@ -262,10 +242,7 @@ def verdict(record, control):
         ``param_difference``, ``images_per_second``, ``verdict`` (``'PASS'`` or
         ``'FAIL'``) and ``reason``.
     """
-    row = {"precision": record["precision"], "ctx": record["ctx"], "steps": record.get("steps"),
-           "skipped": len(record.get("skipped_steps") or []), "first_loss": None, "final_loss": None,
-           "control_loss": None, "loss_gap": None, "param_difference": None,
-           "images_per_second": record.get("images_per_second"), "verdict": "FAIL", "reason": None}
+    row = _row(record, record["precision"], "FAIL", None)
     if record["status"] != "ok":
         row["reason"] = record["reason"]
         return row
@@ -293,11 +270,16 @@ def verdict(record, control):
     return row
 
 
+def _row(record, precision, verdict, reason):
+    """A table row of ``record`` with no loss or parameter numbers yet."""
+    return {"precision": precision, "ctx": record["ctx"], "steps": record.get("steps"),
+            "skipped": len(record.get("skipped_steps") or []), "first_loss": None, "final_loss": None,
+            "control_loss": None, "loss_gap": None, "param_difference": None,
+            "images_per_second": record.get("images_per_second"), "verdict": verdict, "reason": reason}
+
+
 def _control_row(record, note):
-    row = {"precision": "float32", "ctx": record["ctx"], "steps": record.get("steps"),
-           "skipped": len(record.get("skipped_steps") or []), "first_loss": None, "final_loss": None,
-           "control_loss": None, "loss_gap": None, "param_difference": None,
-           "images_per_second": record.get("images_per_second"), "verdict": "control", "reason": note}
+    row = _row(record, "float32", "control", note)
     if record["status"] == "ok":
         row["first_loss"], row["final_loss"] = _loss_ends(record)
         if not row["final_loss"] < row["first_loss"]:  # float32 itself must learn, or nothing below means anything
@@ -336,14 +318,16 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloa
     say = progress or (lambda line: None)
     rows, controls = [], {}
     with tempfile.TemporaryDirectory(prefix="mxfp16-selftest-") as tmp:
+        def init(ctx):  # the initial weights every run on ctx starts from
+            return os.path.join(tmp, f"init-{ctx.replace(':', '')}.params")
+
         def control_for(ctx, skip_steps=()):
             key = (ctx, tuple(skip_steps))
             if key not in controls:
                 first = (ctx, ()) not in controls
                 name = f"{ctx.replace(':', '')}-{len(controls)}"
                 spec = RunSpec("float32", ctx, os.path.join(tmp, f"control-{name}.npz"), steps=steps,
-                               save_init=os.path.join(tmp, f"init-{ctx.replace(':', '')}.params") if first else None,
-                               init_params=None if first else os.path.join(tmp, f"init-{ctx.replace(':', '')}.params"),
+                               save_init=init(ctx) if first else None, init_params=None if first else init(ctx),
                                skip_steps=tuple(skip_steps))
                 say(f"float32 control on {ctx}" + (f", skipping steps {list(skip_steps)}" if skip_steps else ""))
                 record = run_in_subprocess(spec, timeout, env={"NVIDIA_TF32_OVERRIDE": "0"})
@@ -367,8 +351,8 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloa
                                      "precision": planned.precision, "ctx": planned.ctx}, base))
                 continue
             spec = RunSpec(planned.precision, planned.ctx, os.path.join(tmp, f"{planned.precision}.npz"),
-                           init_params=os.path.join(tmp, f"init-{planned.ctx.replace(':', '')}.params"),
-                           steps=steps, fault_step=steps // 2 if inject_fault == planned.precision else None)
+                           init_params=init(planned.ctx), steps=steps,
+                           fault_step=steps // 2 if inject_fault == planned.precision else None)
             say(f"{planned.precision} on {planned.ctx}" + (" (with an injected fault)" if spec.fault_step else ""))
             record = run_in_subprocess(spec, timeout)
             skipped = tuple(record.get("skipped_steps") or ())
