@@ -35,13 +35,9 @@ class ProgressBar(Callback):
     """
 
     def __init__(self, epochs, steps_per_epoch, scaler, workers=1, enabled=True):
-        self.epochs = epochs
-        self.steps = steps_per_epoch
-        self.scaler = scaler
-        self.workers = workers
-        self.enabled = enabled
-        self._bar = None
-        self._tic = 0.0
+        self.epochs, self.steps, self.scaler, self.workers, self.enabled = (epochs, steps_per_epoch, scaler, workers,
+                                                                            enabled)
+        self._bar, self._tic = None, 0.0
 
     def on_epoch_begin(self, progress):
         self._bar = tqdm(total=self.steps, initial=progress.batch, desc=f"epoch {progress.epoch + 1}/{self.epochs}",
@@ -67,12 +63,10 @@ class ProgressBar(Callback):
 class StopOnSignal(Callback):
     """Turn the first Ctrl-C or SIGTERM into a request to stop after the current step; a second one aborts.
 
-    SIGTERM is what ``kill``, job schedulers and ``mxfp16 launch`` send; it
-    gets the same treatment as Ctrl-C. Stopping between steps keeps the
-    parameters, the optimizer state and the loss scale consistent for the
-    checkpoint the trainer then writes. Use as a context manager around
-    training; outside the main thread (where signals cannot be handled) it
-    installs nothing. ``requested`` is the signal's name once one arrived.
+    SIGTERM is what ``kill``, job schedulers and ``mxfp16 launch`` send. Stopping between steps keeps parameters,
+    optimizer state and loss scale consistent for the checkpoint then written. A context manager around training;
+    outside the main thread (where signals cannot be handled) it installs nothing. ``requested`` is the signal's
+    name once one arrived.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -120,9 +114,7 @@ class AgreedStop(Callback):
     """
 
     def __init__(self, signals, vote):
-        self.signals = signals
-        self.vote = vote
-        self.agreed = False
+        self.signals, self.vote, self.agreed = signals, vote, False
 
     def on_read(self, progress):
         # Every worker reads at the same steps (the same log_every, the same batches per epoch).
@@ -138,23 +130,19 @@ class Heartbeat(Callback):
     def __init__(self, rank):
         self.rank = rank
 
-    def on_step_end(self, progress, result):
+    def on_read(self, progress, result=None):
         beat(self.rank, f"epoch {progress.epoch + 1} step {progress.global_step}")
 
-    def on_read(self, progress):
-        beat(self.rank, f"epoch {progress.epoch + 1} step {progress.global_step}")
+    on_step_end = on_read
 
 
 class TensorBoard(Callback):
     """The run's numbers as TensorBoard events (:class:`~mxfp16.diagnostics.tensorboard.TensorBoardLogger`).
 
-    It reads nothing from the device in a step. At each read of the queued
-    numbers (every ``log_every`` steps, :func:`~mxfp16.train.loop.train_epoch`)
-    it logs, from the epoch's sums, the mean loss and the images per second
-    of the steps read since the previous read, with the learning rate, the
-    loss scale and the skipped steps, which are host numbers. After each
-    epoch's evaluation: the epoch's metrics record and the histograms of the
-    last step's gradients (one read of a small table, between epochs).
+    It reads nothing from the device in a step. At each read of the queued numbers (every ``log_every`` steps) it
+    logs the mean loss and images per second of the steps read since the previous read, with the host's learning
+    rate, loss scale and skipped steps; after each epoch's evaluation, the metrics record and the histograms of
+    the last step's gradients (one read of a small table, between epochs).
 
     Parameters
     ----------
@@ -204,8 +192,7 @@ class TensorBoard(Callback):
 def tensorboard_folder(config):
     """Where the run's TensorBoard events go: ``--tensorboard``, else ``<out>/tensorboard``; ``None`` when off.
 
-    Off with ``--no-tensorboard``, and by default when tensorboardX is not
-    installed (``--tensorboard DIR`` then is refused, :func:`mxfp16.train.prepare`).
+    Off with ``--no-tensorboard``, and by default without tensorboardX (which refuses ``--tensorboard DIR``).
     """
     if not config.tensorboard:
         return None
@@ -218,9 +205,8 @@ def tensorboard_folder(config):
 def open_tensorboard(run):
     """The run's :class:`TensorBoard` callback while it trains (``None`` when off, or on a rank other than 0).
 
-    It starts with the run's ``config.json`` as text; steps a resumed run
-    logged after its checkpoint are hidden from TensorBoard (``purge_step``),
-    as they are logged again. The event file is closed on the way out.
+    It starts with ``config.json`` as text; steps a resumed run logged after its checkpoint are hidden
+    (``purge_step``), as they are logged again.
     """
     folder = tensorboard_folder(run.config) if run.cluster.rank == 0 else None
     if folder is None:

@@ -1,11 +1,10 @@
 """Compare finished training runs: accuracy, loss and speed of float32 against mixed precision.
 
-A run directory is what ``mxfp16 train --out DIR`` writes: ``config.json``,
-``metrics.jsonl`` (one record per epoch) and ``summary.json``. Every number
-a comparison uses is checked when the run is read (:data:`RANGES`): a NaN,
-an infinity or a value outside its range refuses the run, naming the file
-and the field, instead of printing ``nan`` or a 300-digit number.
+A run directory is what ``mxfp16 train --out DIR`` writes (:mod:`mxfp16.train.outputs`). Every number a
+comparison uses is checked when the run is read (:data:`RANGES`): a NaN, an infinity or a value outside its range
+refuses the run, naming the file and the field, instead of printing ``nan`` or a 300-digit number.
 """
+import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -61,56 +60,35 @@ class FinishedRun:
     @property
     def wall_seconds(self):
         """Cumulative training time at the end of each epoch."""
-        total, out = 0.0, []
-        for m in self.metrics:
-            total += float(m["seconds"])
-            out.append(total)
-        return out
+        return list(itertools.accumulate(float(m["seconds"]) for m in self.metrics))
 
 
-def _read_json(path, what):
+def _read(path, what, reader=read_json, fix=None):
+    """``reader(path, fix or what)``, refused as :class:`RunDirError` when the file is missing (``what``) or damaged."""
     if not os.path.exists(path):
         raise RunDirError(f"{shown(path)} is missing: {what}")
     try:
-        return read_json(path, what)
+        return reader(path, fix or what)
     except JSONFileError as err:
         raise RunDirError(str(err)) from None
 
 
 def _load_run(path):
-    """Read one run directory.
-
-    Raises
-    ------
-    RunDirError
-        When the folder, a file or a documented field is missing, naming which
-        and what to do.
-    """
+    """Read one run directory; :class:`RunDirError` names a missing folder, file or field and what to do."""
     if not os.path.isdir(path):
         raise RunDirError(f"{shown(path)!r} is not a folder; pass the --out folder of an `mxfp16 train` run")
     unfinished = "the run has not finished an epoch (train it, or resume it with mxfp16 train --resume)"
-    config = _read_json(os.path.join(path, "config.json"), "not an mxfp16 train output folder?")
+    config = _read(os.path.join(path, "config.json"), "not an mxfp16 train output folder?")
     summary_path = os.path.join(path, "summary.json")
-    summary = _read_json(summary_path, unfinished)
+    summary = _read(summary_path, unfinished)
     metrics_path = os.path.join(path, "metrics.jsonl")
-    metrics = _read_metrics(metrics_path, unfinished)
+    metrics = _read(metrics_path, unfinished, read_jsonl, "re-run or leave this run out")
+    if not metrics:
+        raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
     _check_summary(summary, summary_path)
     _check_metrics(metrics, metrics_path)
     name = os.path.basename(os.path.normpath(path))
     return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
-
-
-def _read_metrics(metrics_path, unfinished):
-    """The epoch records of ``metrics.jsonl``, refused where there is none."""
-    if not os.path.exists(metrics_path):
-        raise RunDirError(f"{shown(metrics_path)} is missing: {unfinished}")
-    try:
-        metrics = read_jsonl(metrics_path, "re-run or leave this run out")
-    except JSONFileError as err:
-        raise RunDirError(str(err)) from None
-    if not metrics:
-        raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
-    return metrics
 
 
 def _check_metrics(metrics, metrics_path):
@@ -249,9 +227,7 @@ def compare(paths, out_dir):
     runs = load_runs(paths)
     rows = comparison_table(runs)
     os.makedirs(out_dir, exist_ok=True)
-    json_path = os.path.join(out_dir, "compare.json")
-    md_path = os.path.join(out_dir, "compare.md")
-    png_path = os.path.join(out_dir, "compare.png")
+    json_path, md_path, png_path = (os.path.join(out_dir, f"compare.{ext}") for ext in ("json", "md", "png"))
     write_json(json_path, {"runs": rows, "metrics": {r.name: r.metrics for r in runs}})
     with atomic_write(md_path) as handle:
         handle.write(_to_markdown(rows))

@@ -1,22 +1,12 @@
 """The trainer's configuration: one dataclass whose fields are also the command line's flags.
 
-Each field carries its flag's metadata (group, help, choices), so a new field
-appears in ``mxfp16 train --help``, in ``config.json`` and in the CLI
-reference at once (``mxfp16/commands/train.py`` generates the flags).
+Each field carries its flag's metadata (group, help, choices), so a new field appears in ``mxfp16 train --help``,
+``config.json`` and the CLI reference at once (``mxfp16/commands/train.py`` generates the flags).
 
-Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of
-two profiles:
-
-``dataset``
-    A real data set (``data_dir`` given): the tutorial's run, ResNet-50 v2 at
-    224 px (Caltech-101 on a GPU).
-``demo``
-    No ``data_dir``: the generated demo set (ten shape classes, 1,000 training
-    and 1,000 test images, so one test image is 0.1 point) with a network and
-    image size a 2-core CPU trains in about two minutes: ``resnet18_v1`` at
-    48 px with Adam. ``docs/training.md`` ("Two profiles") gives the candidates
-    that were timed and why this one was kept; the figures live there and in
-    ``docs/results/``, not here.
+Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of two profiles: ``dataset`` (with
+``data_dir``: the tutorial's run, ResNet-50 v2 at 224 px, Caltech-101 on a GPU) or ``demo`` (the generated demo
+set, 1,000 test images so one is 0.1 point, with what a 2-core CPU trains in about two minutes: ``resnet18_v1``
+at 48 px with Adam; ``docs/training.md``, "Two profiles", gives the candidates timed and why this one was kept).
 """
 import hashlib
 import json
@@ -67,9 +57,8 @@ class ConfigError(ValueError):
 def _option(default, group, help, **flag):
     """A dataclass field with its command-line metadata (see ``mxfp16/commands/train.py``).
 
-    ``flag`` may hold ``choices``, ``metavar``, ``flag`` (the option string,
-    for inverted booleans such as ``--no-progress``) and ``default_text``
-    (what the help says the default is, when the value alone would not say it).
+    ``flag`` may hold ``choices``, ``metavar``, ``flag`` (the option string, e.g. ``--no-progress``) and
+    ``default_text`` (what the help says the default is, when the value alone would not say it).
     """
     return field(default=default, metadata=dict(group=group, help=help, **flag))
 
@@ -92,10 +81,8 @@ def default_text(name):
 class TrainConfig:
     """Everything one training run needs. ``None`` means "from the profile" (see module docstring).
 
-    Each field's ``help`` metadata is its documentation (``mxfp16 train --help``
-    shows it with the default). The groups: data, model, precision,
-    optimisation and run. Nothing here exists only for tests: faults are
-    injected through callbacks (:data:`mxfp16.train.callbacks.CALLBACKS_VARIABLE`).
+    Each field's ``help`` metadata is its documentation (``mxfp16 train --help``). Nothing here exists only for
+    tests: faults are injected through callbacks (:data:`mxfp16.train.callbacks.CALLBACKS_VARIABLE`).
     """
 
     # data
@@ -254,8 +241,8 @@ class TrainConfig:
              f"image_size={self.image_size}: must be between 8 and {MAX_IMAGE_SIDE} pixels")
         for name, high in (("epochs", MAX_COUNT), ("log_every", MAX_COUNT), ("keep_checkpoints", 1000),
                            ("max_batches", MAX_COUNT)):
-            value = getattr(self, name)
-            need(value is None or value <= high, f"{name}={value}: must be at most {high}")
+            need(getattr(self, name) is None or getattr(self, name) <= high,
+                 f"{name}={getattr(self, name)}: must be at most {high}")
         if self.batch_size is not None:
             largest = max_batch(self.image_size or 224)
             need(self.batch_size <= largest, f"batch_size={self.batch_size}: at most {largest} images of "
@@ -287,9 +274,7 @@ class TrainConfig:
     def _check_step_epochs(self, need):
         """Refuse ``--step-epochs`` that would be ignored or could not act as written: each one must be a drop.
 
-        The schedule divides the rate after each listed epoch, counted from
-        the start of the run; it can only do so after the warm-up and before
-        the last epoch ends, once per epoch, and only under ``--lr-schedule step``.
+        A drop can act only under ``--lr-schedule step``, after the warm-up, before the last epoch, once an epoch.
         """
         if self.step_epochs is None:
             return
@@ -369,9 +354,7 @@ class TrainConfig:
     def to_dict(self):
         """Plain JSON-ready values (tuples become lists)."""
         out = asdict(self)
-        if out["step_epochs"] is not None:
-            out["step_epochs"] = list(out["step_epochs"])
-        return out
+        return dict(out, step_epochs=None if out["step_epochs"] is None else list(out["step_epochs"]))
 
     @classmethod
     def from_dict(cls, values):

@@ -33,20 +33,16 @@ def finish_epoch(run):
     test = beating(itertools.islice(run.loaders.test_batches(), config.max_batches), run.cluster.rank)
     val_top1, val_top5 = evaluate(parts, test, len(run.loaders.classes))
     sums = progress.sums
-    record = {
+    record = missing_marked({
         "epoch": progress.epoch + 1,
         "train_loss": sums.loss_sum / sums.images if sums.images else float("nan"),
         "train_top1": sums.correct / sums.images if sums.images else float("nan"),
-        "val_top1": val_top1,
-        "val_top5": val_top5,
+        "val_top1": val_top1, "val_top5": val_top5,
         "images_per_second": sums.seen * run.cluster.num_workers / sums.train_seconds if sums.train_seconds else 0.0,
         "loss_scale": parts.scaler.scale,
         # counted once, by the loss scaler: its skips since this epoch's first step
         "skipped_steps": sum(1 for n in parts.scaler.skipped_at if n >= progress.epoch_first_step),
-        "lr": float(parts.trainer.learning_rate),
-        "seconds": sums.train_seconds + time.perf_counter() - tic,
-    }
-    record = missing_marked(record)
+        "lr": float(parts.trainer.learning_rate), "seconds": sums.train_seconds + time.perf_counter() - tic})
     progress.epoch_finished(record, peak_memory_mb(parts.ctx))
     save_checkpoint(run)
     run.outputs.write_metrics(progress.metrics)  # after the checkpoint, which holds the same records
@@ -54,9 +50,8 @@ def finish_epoch(run):
 
 
 def missing_marked(record):
-    """``record`` with every metric that is not a finite number (``0/0``: an epoch whose steps were all
-    skipped has no training loss) set to ``None``, JSON's ``null``: the record and the checkpoint that holds it
-    are written whole, where a NaN would fail the write (JSON has no NaN) and lose the epoch."""
+    """``record`` with every metric that is not a finite number (``0/0``: an epoch whose steps were all skipped)
+    set to ``None``: JSON has no NaN, and one would fail the record's and the checkpoint's write and lose the epoch."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
@@ -74,10 +69,7 @@ def epoch_line(record, epochs):
 
 
 def save_checkpoint(run):
-    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters).
-
-    :func:`mxfp16.train.checkpoint.write_checkpoint` writes the files; this decides which worker does, from the run.
-    """
+    """Checkpoint the run's current position (rank 0 only: every worker holds the same parameters)."""
     if run.cluster.rank == 0:
         ckpt.write_checkpoint(run.config.out, run.parts, run.progress, run.fingerprint(), run.config.digest(),
                              keep=run.config.keep_checkpoints)
@@ -132,23 +124,15 @@ def summarise(run):
     # The first epoch includes graph construction and first-touch allocation.
     steady = speeds[1:] if len(speeds) > 1 else speeds
     summary = {
-        "precision": parts.precision.name,
-        "model": config.model,
-        "epochs": len(records),
+        "precision": parts.precision.name, "model": config.model, "epochs": len(records),
         "final_val_top1": records[-1]["val_top1"] if records else None,
         "best_val_top1": max((r["val_top1"] for r in records if r["val_top1"] is not None), default=None),
         "images_per_second": sum(steady) / len(steady) if steady else None,
         "peak_memory_mb": max(progress.peak_memory_mb, peak_memory_mb(parts.ctx)),
-        "skipped_steps": parts.scaler.skipped_steps,
-        "final_loss_scale": parts.scaler.scale,
-        "params_digest": digest,
-        "requested_precision": parts.precision.requested,
-        "image_size": config.image_size,
-        "batch_size": config.batch_size,
-        "final_val_top5": records[-1]["val_top5"] if records else None,
-        "seconds": sum(r["seconds"] for r in records),
-        "num_workers": cluster.num_workers,
-        "threads": mxnet_threads(),
+        "skipped_steps": parts.scaler.skipped_steps, "final_loss_scale": parts.scaler.scale, "params_digest": digest,
+        "requested_precision": parts.precision.requested, "image_size": config.image_size,
+        "batch_size": config.batch_size, "final_val_top5": records[-1]["val_top5"] if records else None,
+        "seconds": sum(r["seconds"] for r in records), "num_workers": cluster.num_workers, "threads": mxnet_threads(),
     }
     run.outputs.write_summary(summary)
     run.outputs.write_rank_summary({

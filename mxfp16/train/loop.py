@@ -33,18 +33,12 @@ __all__ = ["Callback", "train_epoch", "evaluate", "TrainingDivergedError"]
 
 
 class TrainingDivergedError(FloatingPointError):
-    """The loss became NaN/inf (without a loss scaler), or the loss scale diverged.
-
-    Attributes
-    ----------
-    step, epoch : int
-        Where: the global step (from 1) and the 0-based epoch.
-    """
+    """The loss became NaN/inf (without a loss scaler), or the loss scale diverged, at global ``step`` (from 1) of
+    0-based ``epoch``."""
 
     def __init__(self, message, step=None, epoch=None):
         super().__init__(message)
-        self.step = step
-        self.epoch = epoch
+        self.step, self.epoch = step, epoch
 
 
 class Callback:

@@ -28,11 +28,9 @@ SUMMARY_FIELDS = ("precision", "model", "epochs", "final_val_top1", "best_val_to
 
 
 def structural_names(net):
-    """``{name without the network's prefix: Parameter}`` sorted by name.
+    """``{name without the network's prefix: Parameter}`` sorted by name: the same in every process.
 
-    Gluon prefixes parameter names with a per-process counter
-    (``resnetv20_``, ``resnetv21_`` ...); without it the names are the same in
-    every process that builds the same network.
+    (Gluon prefixes parameter names with a per-process counter: ``resnetv20_``, ``resnetv21_`` ...)
     """
     prefix = net.prefix
     params = net.collect_params()
@@ -52,11 +50,8 @@ def _digest_arrays(arrays):
 
 
 def params_digest(net):
-    """sha256 over the network's parameters as :meth:`Block.save_parameters` names and stores them.
-
-    The names are Gluon's structural ones (``features.0.weight``), the same
-    in every process; the digest of a ``.params`` file written by
-    ``save_parameters`` (``mx.nd.load``) equals the digest of the network.
+    """sha256 over the network's parameters as :meth:`Block.save_parameters` names (``features.0.weight``, the
+    same in every process) and stores them: a ``.params`` file's arrays have the network's digest.
 
     Returns
     -------
@@ -74,9 +69,7 @@ class RunOutputs:
 
     def __init__(self, out, rank=0, distributed=False):
         self.out = Path(out)
-        self.rank = rank
-        self.distributed = distributed
-        self.is_writer = rank == 0
+        self.join(rank, distributed)
 
     def join(self, rank, distributed):
         """Set this worker's place in the job, known once the kvstore is open (rank 0 writes the shared files)."""
@@ -93,9 +86,7 @@ class RunOutputs:
     def has_run(self):
         """Whether the folder holds a run: metrics, a summary or a checkpoint record.
 
-        Array files without a record are the leftovers of a write that was
-        interrupted before its first checkpoint existed; they are not a run
-        (see :meth:`remove_leftovers`).
+        Array files without a record are leftovers of an interrupted write, not a run (:meth:`remove_leftovers`).
         """
         if any((self.out / name).exists() for name in ("metrics.jsonl", "summary.json")):
             return True
@@ -155,10 +146,7 @@ class RunOutputs:
             write_json(self.out / "config.json", config_dict)
 
     def write_amp_layers(self, record):
-        """``amp-layers.json``: each layer's dtype and times under ``--amp-lists measured``.
-
-        (:mod:`mxfp16.measure.per_layer`.)
-        """
+        """``amp-layers.json``: each layer's dtype and times (:mod:`mxfp16.measure.per_layer`)."""
         if self.is_writer:
             write_json(self.out / LAYERS_FILE, record)
 
