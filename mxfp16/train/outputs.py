@@ -33,20 +33,8 @@ def structural_names(net):
     (Gluon prefixes parameter names with a per-process counter: ``resnetv20_``, ``resnetv21_`` ...)
     """
     prefix = net.prefix
-    params = net.collect_params()
-    return dict(sorted((name[len(prefix):] if name.startswith(prefix) else name, p) for name, p in params.items()))
-
-
-def _digest_arrays(arrays):
-    """sha256 over ``{name: array}`` in sorted-name order: name, shape, then the float32 bytes."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        value = arrays[name]
-        value = np.ascontiguousarray((value.asnumpy() if hasattr(value, "asnumpy") else value).astype(np.float32))
-        h.update(name.encode())
-        h.update(str(value.shape).encode())
-        h.update(value.tobytes())
-    return h.hexdigest()
+    return dict(sorted((name[len(prefix):] if name.startswith(prefix) else name, p)
+                       for name, p in net.collect_params().items()))
 
 
 def params_digest(net):
@@ -58,10 +46,14 @@ def params_digest(net):
     str
         64 hex digits; equal digests mean bit-identical parameters.
     """
+    h = hashlib.sha256()
     with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/params"
-        net.save_parameters(path)
-        return _digest_arrays(mx.nd.load(path))
+        net.save_parameters(f"{tmp}/params")
+        arrays = mx.nd.load(f"{tmp}/params")
+        for name in sorted(arrays):  # name, shape, then the float32 bytes
+            value = np.ascontiguousarray(arrays[name].asnumpy().astype(np.float32))
+            h.update(name.encode() + str(value.shape).encode() + value.tobytes())
+    return h.hexdigest()
 
 
 class RunOutputs:
