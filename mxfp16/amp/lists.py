@@ -26,7 +26,7 @@ and :func:`init_amp` repairs each (and one slows every CNN):
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
   reach (``dot``, ``batch_dot`` in attention). ``tools/amp_probe_ops.py``
-  runs every such operator in both dtypes (``mxfp16/amp/_op_probe.py`` holds
+  runs every such operator in both dtypes (``mxfp16/amp/op_verdicts.json`` holds
   its verdicts); the ones that fail or disagree, and the unlisted ones no
   generic input could run, go to the float32 list (:func:`float32_fallbacks`),
   and each warns once, naming itself, the first time it is used.
@@ -58,6 +58,10 @@ and :func:`init_amp` repairs each (and one slows every CNN):
 Which dtype each Gluon layer then runs in is generated from executed graphs
 (:mod:`mxfp16.amp.table`, ``mxfp16 info --amp-table``).
 """
+import functools
+import json
+import os
+import types
 import warnings
 
 from .._internals import legacy_operator_functions
@@ -85,6 +89,21 @@ LIST_SETS = {
 _NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
 
+@functools.lru_cache(maxsize=None)
+def op_verdicts():
+    """``tools/amp_probe_ops.py``'s verdicts, read from ``op_verdicts.json`` beside this module (once).
+
+    Returns
+    -------
+    types.SimpleNamespace
+        One attribute per key of the file (``BFLOAT16``, ``FLOAT32``,
+        ``UNPROBED``, ``MXNET_FLOAT32``, ``JOINS``, ``CLIENT_OPERATORS``,
+        ``MXNET_VERSION``; the tool's ``render`` says what each holds).
+    """
+    with open(os.path.join(os.path.dirname(__file__), "op_verdicts.json"), encoding="utf-8") as handle:
+        return types.SimpleNamespace(**json.load(handle))
+
+
 def _mxnet(target_dtype):
     """MXNet's own list module for ``target_dtype``, imported when asked (importing this module loads no MXNet)."""
     from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
@@ -103,7 +122,7 @@ def _mxnet(target_dtype):
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
-    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/_op_probe.py``):
+    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/op_verdicts.json``):
     every operator whose bfloat16 run failed, crashed or disagreed with
     float32, and every operator MXNet's lists leave unlisted that the probe
     could not run (float32 is the safe side: slower, never a crash).
@@ -116,7 +135,7 @@ def float32_fallbacks():
     list of str
         Sorted operator names.
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     symbol_bf16 = _mxnet("bfloat16")
     listed = set(symbol_bf16.WIDEST_TYPE_CASTS) | set(symbol_bf16.BF16_FP32_FUNCS)
@@ -151,7 +170,7 @@ def _mxfp16_fp16():
 #: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
 #: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
 #: ``Dense``); following their input, they cost no cast. Only those whose bfloat16 kernel ran and matched float32
-#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/_op_probe.py``), or where the probe
+#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/op_verdicts.json``), or where the probe
 #: knew no input for one, MXNet 1.9.1's source (generic kernels for every dtype in ``slice_channel.cc``,
 #: ``swapaxis.cc``, ``matrix_op.cc``'s slice and expand_dims, oneDNN's reshape, which takes bfloat16) and a
 #: forward and backward run of each in both dtypes agreeing on this project's CPUs. ``transpose`` is among the
@@ -168,7 +187,7 @@ def follow_input_operators():
     -------
     list of str
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     failed = {name for name, (verdict, _) in probe.MXNET_FLOAT32.items() if verdict == "float32"} | set(probe.FLOAT32)
     return [name for name in SHAPE_OPERATORS if name not in failed]
@@ -360,7 +379,7 @@ def join_operators(target_dtype):
     are joins is not written by hand: ``tools/amp_probe_ops.py`` gives every
     operator whose dtype follows its inputs one input of the other dtype and
     records those whose type inference or bfloat16 run then fails
-    (``mxfp16/amp/_op_probe.py``, ``JOINS``). Each gets AMP's own rule for
+    (``mxfp16/amp/op_verdicts.json``, ``JOINS``). Each gets AMP's own rule for
     ``WIDEST_TYPE_CASTS``: float32 when any input is float32, so nothing is
     rounded that would not be anyway. Operators that run in float32 anyway
     (a fallback, MXNet's float32 list) are left out.
@@ -370,7 +389,7 @@ def join_operators(target_dtype):
     list of str
         Sorted operator names (legacy and numpy-mode).
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     lists = _mxnet(target_dtype)
     cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
@@ -541,8 +560,6 @@ def float32_layers(symbol, target_dtype, which="mxfp16"):
     -------
     list of str
     """
-    import json
-
     rules = float32_rules(target_dtype, which)
     nodes = json.loads(symbol.tojson())["nodes"]
     return [n["name"] for n in nodes if n["op"] in rules and rules[n["op"]](w.LayerCall.of_node(n, nodes))]

@@ -13,7 +13,7 @@ Most heavy ones are the same registered operators under another name
 each the rule its legacy name has on the lists ``init_amp`` used. The
 numpy-only operators (``_np_dot``, ``_npi_add``, ``_npi_concatenate`` ...)
 are on no list; ``tools/amp_probe_ops.py`` runs them as it runs MXNet's
-unlisted operators, and its verdicts (``mxfp16/amp/_op_probe.py``) decide:
+unlisted operators, and its verdicts (``mxfp16/amp/op_verdicts.json``) decide:
 bfloat16 where a bfloat16 kernel agrees with float32, float32 where there is
 none, the widest input dtype where the inputs must share one (a join).
 :func:`wrap_numpy_functions` then replaces every binding of each function
