@@ -25,35 +25,24 @@ Beyond the CNN, six things in MXNet 1.9.1's AMP stop other Gluon models,
 and :func:`init_amp` repairs each (and one slows every CNN):
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
-  reach (``dot``, ``batch_dot`` in attention). ``tools/amp_probe_ops.py``
-  runs every such operator in both dtypes (``mxfp16/amp/op_verdicts.json`` holds
-  its verdicts); the ones that fail or disagree, and the unlisted ones no
-  generic input could run, go to the float32 list (:func:`float32_fallbacks`),
+  reach (``dot``, ``batch_dot`` in attention) run in float32
+  (:func:`float32_fallbacks`, from ``tools/amp_probe_ops.py``'s verdicts),
   and each warns once, naming itself, the first time it is used.
 * AMP's float32 wrapper for symbols builds the operator, then rebuilds it on
   cast inputs: with no inputs (``zeros`` in an RNN's ``begin_state``) it
   raises ``TypeError``, and for ``Deconvolution`` the rebuilt node crashes
-  the process. mxfp16 wraps the float32 list itself, casting the inputs
-  before the call.
+  the process. mxfp16 wraps the float32 list itself, casting before the call.
 * PReLU (``LeakyReLU`` with ``act_type='prelu'``) gets float32 ``gamma``
   beside bfloat16 data and fails type inference: it runs in float32.
-* Joins whose inputs must share one dtype but which MXNet's lists let
-  follow their inputs (``Concat``): where a float32 branch meets a bfloat16
-  one, type inference fails (DenseNet, whose float32 stem feeds a
-  ``Concat``). :func:`join_operators` casts their inputs to the widest
-  dtype first, as AMP does for its own ``WIDEST_TYPE_CASTS``.
-* MXNet 1.9.1's oneDNN ``Deconvolution`` (``Conv2DTranspose``) with one
-  output channel fails its backward pass (in float32 too): under bfloat16
-  AMP such layers run as the equivalent ``Convolution``
-  (:mod:`mxfp16.amp.deconvolution`), in bfloat16.
-* MXNet 1.9.1's oneDNN global average pooling (``GlobalAvgPool2D``) hands
-  its gradient on in a layout no JIT kernel takes, so its backward and the
-  ``BatchNorm`` backward before it run oneDNN's reference code (most of a
-  small ResNet's step): under bfloat16 AMP it runs as a float32 ``mean``
-  (:mod:`mxfp16.amp.pooling`).
+* Joins whose inputs must share one dtype (DenseNet's ``Concat`` of a float32
+  stem and a bfloat16 branch): :func:`join_operators`.
+* oneDNN's ``Deconvolution`` with one output channel cannot train:
+  :mod:`mxfp16.amp.deconvolution` runs it as a ``Convolution``, in bfloat16.
+* oneDNN's global average pooling sends its backward, and the ``BatchNorm``
+  backward before it, to reference code (most of a small ResNet's step):
+  :mod:`mxfp16.amp.pooling` runs it as a float32 ``mean``.
 * ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
-  (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp.numpy_mode` gives the
-  ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
+  (``npx.set_np()``) ran in float32: :mod:`mxfp16.amp.numpy_mode`.
 
 Which dtype each Gluon layer then runs in is generated from executed graphs
 (:mod:`mxfp16.amp.table`, ``mxfp16 info --amp-table``).
@@ -66,6 +55,7 @@ import warnings
 
 from .._internals import legacy_operator_functions
 from ..float_formats import BFLOAT16
+from . import numpy_mode as amp_numpy
 from . import wrappers as w
 from .deconvolution import single_channel_as_convolution
 from .pooling import global_average_as_mean
@@ -85,8 +75,6 @@ LIST_SETS = {
     "mxfp16+depthwise32+pointwise32": ("mxfp16", ("stem", "depthwise32", "pointwise32")),
     "mxfp16+batchnorm32": ("mxfp16", ("stem", "batchnorm32")),
 }
-#: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp.numpy_mode` wraps them.
-_NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,7 +186,7 @@ def _mxfp16_bf16():
     conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
     follow = set(follow_input_operators())
     fp32 = [name for name in symbol_bf16.FP32_FUNCS if name not in follow]
-    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(_NUMPY_PREFIXES)]
+    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
     return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
             "conditional_fp32_ops": conditional,
             "fp32_ops": fp32}
@@ -411,8 +399,10 @@ def _warn_fallback(name, target_dtype):
     if name in _warned:
         return
     _warned.add(name)
+    import mxnet
+
     warnings.warn(f"mxfp16: {name} has no working {target_dtype} path on this CPU in MXNet "
-                  f"{_mxnet_version()}, so AMP runs it in float32 (inputs cast up, output "
+                  f"{mxnet.__version__}, so AMP runs it in float32 (inputs cast up, output "
                   "float32). See docs/amp-table.md for every layer's dtype.",
                   Float32Fallback, stacklevel=4)
 
@@ -434,7 +424,6 @@ def warn_if_numpy_mode(output):
     import mxnet as mx
 
     from .._internals import amp_initialized
-    from . import numpy_mode as amp_numpy
 
     outputs = output if isinstance(output, (list, tuple)) else [output]
     numpy_mode = any(isinstance(o, mx.np.ndarray) for o in outputs)
@@ -444,12 +433,6 @@ def warn_if_numpy_mode(output):
                       "under AMP: it trains in float32. Only functions looked up after mxfp16.activate() "
                       "are wrapped (not one bound earlier by `from mxnet.numpy_extension import ...`); see "
                       "docs/amp-table.md.", Float32Fallback, stacklevel=3)
-
-
-def _mxnet_version():
-    import mxnet
-
-    return mxnet.__version__
 
 
 def _wrap_legacy(names, make):
@@ -499,8 +482,6 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     """
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
-
-    from . import numpy_mode as amp_numpy
 
     if lists is None:
         lists = operator_lists(target_dtype, which)
