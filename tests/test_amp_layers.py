@@ -199,8 +199,9 @@ def test_an_operator_without_a_bfloat16_kernel_runs_in_float32_and_warns_once():
 
 
 def test_fallbacks_come_from_the_probe_and_exclude_what_bfloat16_runs():
-    from mxfp16.amp import _op_probe as probe
-    from mxfp16.amp.lists import float32_fallbacks, operator_lists
+    from mxfp16.amp.lists import float32_fallbacks, op_verdicts, operator_lists
+
+    probe = op_verdicts()
 
     fallbacks = set(float32_fallbacks())
     assert {"dot", "batch_dot"} <= fallbacks
@@ -226,7 +227,9 @@ def test_probe_verdicts_hold_on_the_installed_wheel():
         import amp_probe_ops
     finally:
         sys.path.pop(0)
-    from mxfp16.amp import _op_probe as probe
+    from mxfp16.amp.lists import op_verdicts
+
+    probe = op_verdicts()
 
     results = amp_probe_ops.scan(PROBE_SAMPLE)
     for name in PROBE_SAMPLE:

@@ -7,6 +7,7 @@ newest-Python leg of ``make test`` runs the same file on a real numpy 2.
 """
 import configparser
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -16,7 +17,7 @@ import sys
 import warnings
 
 from mxfp16.machine import stack
-from mxfp16.machine._mxnet_numpy_names import NAMES
+from mxfp16.machine.stack import MXNET_NUMPY_NAMES as NAMES
 
 import numpy as np
 import pytest
@@ -62,10 +63,14 @@ def _resolve(module, dotted):
 
 
 def test_the_name_list_is_what_the_installed_mxnet_uses():
-    scanned = _scanner().scan()
+    scanner = _scanner()
+    scanned = scanner.scan()
     assert sorted(scanned) == sorted(NAMES), (
         "MXNet's numpy names changed; regenerate: "
-        "python tools/mxnet_numpy_names.py > mxfp16/machine/_mxnet_numpy_names.py")
+        "python tools/mxnet_numpy_names.py > mxfp16/machine/mxnet_numpy_names.json")
+    # The file is exactly what the tool writes (its text, not only its names).
+    with open(os.path.join(REPO, "mxfp16", "machine", "mxnet_numpy_names.json"), encoding="utf-8") as handle:
+        assert handle.read() == scanner.render(scanned, f"mxnet {importlib.metadata.version('mxnet')}")
     # The scan reads all three ways MXNet reaches numpy, not only attribute access.
     assert "PZERO" in scanned and "compat.basestring" in scanned  # np.PZERO, _np.compat.basestring
     assert "mirr" in scanned and "linalg.norm" in scanned  # fallback.py; a dispatch-protocol list entry

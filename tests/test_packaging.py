@@ -105,3 +105,18 @@ def test_find_python_falls_back_to_pyenv_when_the_shim_refuses(tmp_path):
         script.chmod(0o755)
     found = _find_python("python3.99", f"{bin_dir}:/usr/bin:/bin")
     assert found == sys.executable  # the newest 3.99.x, not 3.990.1 and not the refusing shim
+
+
+def test_every_data_file_of_the_package_is_shipped():
+    """A non-editable install copies only what setup.cfg's package_data names besides the modules."""
+    import configparser
+    import fnmatch
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO, "setup.cfg"))
+    patterns = [p.strip() for p in cfg["options.package_data"]["mxfp16"].split(",")]
+    root = os.path.join(REPO, "mxfp16")
+    data = [os.path.relpath(os.path.join(folder, name), root) for folder, dirs, files in os.walk(root)
+            if "__pycache__" not in folder for name in files if not name.endswith((".py", ".pyc"))]
+    assert {"amp/op_verdicts.json", "machine/mxnet_numpy_names.json"} <= set(data)
+    assert [path for path in data if not any(fnmatch.fnmatch(path, p) for p in patterns)] == []

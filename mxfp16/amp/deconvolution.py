@@ -25,7 +25,7 @@ channels is no route.
 around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run
 without AMP is MXNet's own.
 """
-from .wrappers import as_tuple, named_like
+from .wrappers import as_tuple, module_of, named_like
 
 __all__ = ["single_channel_as_convolution", "routed"]
 
@@ -64,14 +64,8 @@ def single_channel_as_convolution(f):
     return named_like(deconvolution, f, "Deconvolution")
 
 
-def _module(x):
-    from mxnet import ndarray, symbol
-
-    return symbol if isinstance(x, symbol.Symbol) else ndarray
-
-
 def _as_convolution(data, weight, bias, kwargs):
-    F = _module(data)
+    F = module_of(data)
     kernel = as_tuple(kwargs["kernel"])
     stride = as_tuple(kwargs.get("stride", "")) or (1, 1)
     pad = as_tuple(kwargs.get("pad", "")) or (0, 0)

@@ -164,9 +164,7 @@ def trace(net, shapes, numpy_mode=False):
 
 def _shape(shape):
     """A shape inference result, ``None`` when unknown (MXNet gives ``()`` or zeros then)."""
-    if not shape or 0 in shape:
-        return None
-    return tuple(int(s) for s in shape)
+    return None if not shape or 0 in shape else tuple(int(s) for s in shape)
 
 
 def _dtype(dtype):

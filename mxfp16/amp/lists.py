@@ -25,43 +25,37 @@ Beyond the CNN, six things in MXNet 1.9.1's AMP stop other Gluon models,
 and :func:`init_amp` repairs each (and one slows every CNN):
 
 * Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
-  reach (``dot``, ``batch_dot`` in attention). ``tools/amp_probe_ops.py``
-  runs every such operator in both dtypes (``mxfp16/amp/_op_probe.py`` holds
-  its verdicts); the ones that fail or disagree, and the unlisted ones no
-  generic input could run, go to the float32 list (:func:`float32_fallbacks`),
+  reach (``dot``, ``batch_dot`` in attention) run in float32
+  (:func:`float32_fallbacks`, from ``tools/amp_probe_ops.py``'s verdicts),
   and each warns once, naming itself, the first time it is used.
 * AMP's float32 wrapper for symbols builds the operator, then rebuilds it on
   cast inputs: with no inputs (``zeros`` in an RNN's ``begin_state``) it
   raises ``TypeError``, and for ``Deconvolution`` the rebuilt node crashes
-  the process. mxfp16 wraps the float32 list itself, casting the inputs
-  before the call.
+  the process. mxfp16 wraps the float32 list itself, casting before the call.
 * PReLU (``LeakyReLU`` with ``act_type='prelu'``) gets float32 ``gamma``
   beside bfloat16 data and fails type inference: it runs in float32.
-* Joins whose inputs must share one dtype but which MXNet's lists let
-  follow their inputs (``Concat``): where a float32 branch meets a bfloat16
-  one, type inference fails (DenseNet, whose float32 stem feeds a
-  ``Concat``). :func:`join_operators` casts their inputs to the widest
-  dtype first, as AMP does for its own ``WIDEST_TYPE_CASTS``.
-* MXNet 1.9.1's oneDNN ``Deconvolution`` (``Conv2DTranspose``) with one
-  output channel fails its backward pass (in float32 too): under bfloat16
-  AMP such layers run as the equivalent ``Convolution``
-  (:mod:`mxfp16.amp.deconvolution`), in bfloat16.
-* MXNet 1.9.1's oneDNN global average pooling (``GlobalAvgPool2D``) hands
-  its gradient on in a layout no JIT kernel takes, so its backward and the
-  ``BatchNorm`` backward before it run oneDNN's reference code (most of a
-  small ResNet's step): under bfloat16 AMP it runs as a float32 ``mean``
-  (:mod:`mxfp16.amp.pooling`).
+* Joins whose inputs must share one dtype (DenseNet's ``Concat`` of a float32
+  stem and a bfloat16 branch): :func:`join_operators`.
+* oneDNN's ``Deconvolution`` with one output channel cannot train:
+  :mod:`mxfp16.amp.deconvolution` runs it as a ``Convolution``, in bfloat16.
+* oneDNN's global average pooling sends its backward, and the ``BatchNorm``
+  backward before it, to reference code (most of a small ResNet's step):
+  :mod:`mxfp16.amp.pooling` runs it as a float32 ``mean``.
 * ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
-  (``npx.set_np()``) ran in float32. :mod:`mxfp16.amp.numpy_mode` gives the
-  ``mx.np`` / ``mx.npx`` functions the same lists and repairs.
+  (``npx.set_np()``) ran in float32: :mod:`mxfp16.amp.numpy_mode`.
 
 Which dtype each Gluon layer then runs in is generated from executed graphs
 (:mod:`mxfp16.amp.table`, ``mxfp16 info --amp-table``).
 """
+import functools
+import json
+import os
+import types
 import warnings
 
 from .._internals import legacy_operator_functions
 from ..float_formats import BFLOAT16
+from . import numpy_mode as amp_numpy
 from . import wrappers as w
 from .deconvolution import single_channel_as_convolution
 from .pooling import global_average_as_mean
@@ -81,8 +75,21 @@ LIST_SETS = {
     "mxfp16+depthwise32+pointwise32": ("mxfp16", ("stem", "depthwise32", "pointwise32")),
     "mxfp16+batchnorm32": ("mxfp16", ("stem", "batchnorm32")),
 }
-#: Registered-name prefixes of numpy-mode operators (``mxnet/base.py``); :mod:`mxfp16.amp.numpy_mode` wraps them.
-_NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
+
+
+@functools.lru_cache(maxsize=None)
+def op_verdicts():
+    """``tools/amp_probe_ops.py``'s verdicts, read from ``op_verdicts.json`` beside this module (once).
+
+    Returns
+    -------
+    types.SimpleNamespace
+        One attribute per key of the file (``BFLOAT16``, ``FLOAT32``,
+        ``UNPROBED``, ``MXNET_FLOAT32``, ``JOINS``, ``CLIENT_OPERATORS``,
+        ``MXNET_VERSION``; the tool's ``render`` says what each holds).
+    """
+    with open(os.path.join(os.path.dirname(__file__), "op_verdicts.json"), encoding="utf-8") as handle:
+        return types.SimpleNamespace(**json.load(handle))
 
 
 def _mxnet(target_dtype):
@@ -103,7 +110,7 @@ def _mxnet(target_dtype):
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
-    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/_op_probe.py``):
+    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/op_verdicts.json``):
     every operator whose bfloat16 run failed, crashed or disagreed with
     float32, and every operator MXNet's lists leave unlisted that the probe
     could not run (float32 is the safe side: slower, never a crash).
@@ -116,7 +123,7 @@ def float32_fallbacks():
     list of str
         Sorted operator names.
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     symbol_bf16 = _mxnet("bfloat16")
     listed = set(symbol_bf16.WIDEST_TYPE_CASTS) | set(symbol_bf16.BF16_FP32_FUNCS)
@@ -151,7 +158,7 @@ def _mxfp16_fp16():
 #: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
 #: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
 #: ``Dense``); following their input, they cost no cast. Only those whose bfloat16 kernel ran and matched float32
-#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/_op_probe.py``), or where the probe
+#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/op_verdicts.json``), or where the probe
 #: knew no input for one, MXNet 1.9.1's source (generic kernels for every dtype in ``slice_channel.cc``,
 #: ``swapaxis.cc``, ``matrix_op.cc``'s slice and expand_dims, oneDNN's reshape, which takes bfloat16) and a
 #: forward and backward run of each in both dtypes agreeing on this project's CPUs. ``transpose`` is among the
@@ -168,7 +175,7 @@ def follow_input_operators():
     -------
     list of str
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     failed = {name for name, (verdict, _) in probe.MXNET_FLOAT32.items() if verdict == "float32"} | set(probe.FLOAT32)
     return [name for name in SHAPE_OPERATORS if name not in failed]
@@ -179,7 +186,7 @@ def _mxfp16_bf16():
     conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
     follow = set(follow_input_operators())
     fp32 = [name for name in symbol_bf16.FP32_FUNCS if name not in follow]
-    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(_NUMPY_PREFIXES)]
+    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
     return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
             "conditional_fp32_ops": conditional,
             "fp32_ops": fp32}
@@ -360,7 +367,7 @@ def join_operators(target_dtype):
     are joins is not written by hand: ``tools/amp_probe_ops.py`` gives every
     operator whose dtype follows its inputs one input of the other dtype and
     records those whose type inference or bfloat16 run then fails
-    (``mxfp16/amp/_op_probe.py``, ``JOINS``). Each gets AMP's own rule for
+    (``mxfp16/amp/op_verdicts.json``, ``JOINS``). Each gets AMP's own rule for
     ``WIDEST_TYPE_CASTS``: float32 when any input is float32, so nothing is
     rounded that would not be anyway. Operators that run in float32 anyway
     (a fallback, MXNet's float32 list) are left out.
@@ -370,7 +377,7 @@ def join_operators(target_dtype):
     list of str
         Sorted operator names (legacy and numpy-mode).
     """
-    from . import _op_probe as probe
+    probe = op_verdicts()
 
     lists = _mxnet(target_dtype)
     cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
@@ -392,8 +399,10 @@ def _warn_fallback(name, target_dtype):
     if name in _warned:
         return
     _warned.add(name)
+    import mxnet
+
     warnings.warn(f"mxfp16: {name} has no working {target_dtype} path on this CPU in MXNet "
-                  f"{_mxnet_version()}, so AMP runs it in float32 (inputs cast up, output "
+                  f"{mxnet.__version__}, so AMP runs it in float32 (inputs cast up, output "
                   "float32). See docs/amp-table.md for every layer's dtype.",
                   Float32Fallback, stacklevel=4)
 
@@ -415,7 +424,6 @@ def warn_if_numpy_mode(output):
     import mxnet as mx
 
     from .._internals import amp_initialized
-    from . import numpy_mode as amp_numpy
 
     outputs = output if isinstance(output, (list, tuple)) else [output]
     numpy_mode = any(isinstance(o, mx.np.ndarray) for o in outputs)
@@ -425,12 +433,6 @@ def warn_if_numpy_mode(output):
                       "under AMP: it trains in float32. Only functions looked up after mxfp16.activate() "
                       "are wrapped (not one bound earlier by `from mxnet.numpy_extension import ...`); see "
                       "docs/amp-table.md.", Float32Fallback, stacklevel=3)
-
-
-def _mxnet_version():
-    import mxnet
-
-    return mxnet.__version__
 
 
 def _wrap_legacy(names, make):
@@ -480,8 +482,6 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     """
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
-
-    from . import numpy_mode as amp_numpy
 
     if lists is None:
         lists = operator_lists(target_dtype, which)
@@ -541,8 +541,6 @@ def float32_layers(symbol, target_dtype, which="mxfp16"):
     -------
     list of str
     """
-    import json
-
     rules = float32_rules(target_dtype, which)
     nodes = json.loads(symbol.tojson())["nodes"]
     return [n["name"] for n in nodes if n["op"] in rules and rules[n["op"]](w.LayerCall.of_node(n, nodes))]

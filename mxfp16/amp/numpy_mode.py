@@ -13,7 +13,7 @@ Most heavy ones are the same registered operators under another name
 each the rule its legacy name has on the lists ``init_amp`` used. The
 numpy-only operators (``_np_dot``, ``_npi_add``, ``_npi_concatenate`` ...)
 are on no list; ``tools/amp_probe_ops.py`` runs them as it runs MXNet's
-unlisted operators, and its verdicts (``mxfp16/amp/_op_probe.py``) decide:
+unlisted operators, and its verdicts (``mxfp16/amp/op_verdicts.json``) decide:
 bfloat16 where a bfloat16 kernel agrees with float32, float32 where there is
 none, the widest input dtype where the inputs must share one (a join).
 :func:`wrap_numpy_functions` then replaces every binding of each function
@@ -40,18 +40,13 @@ __all__ = ["NUMPY_PREFIXES", "FFI_FUNCTIONS", "numpy_operators", "numpy_rules", 
 #: The registered-name prefixes of numpy-mode operators (``mxnet/base.py``).
 NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
-#: Python functions of ``mxnet.ndarray.numpy`` that reach an operator through
-#: MXNet's C++ function table (``_api_internal``), not through its generated
-#: function: ``{operator: [(module, function)]}``. In MXNet 1.9.1 only
-#: ``tensordot`` (and ``zeros``, which takes no tensor); ``tests/test_amp_numpy.py``
-#: reads MXNet's source to keep this complete.
-#: Each is named by its public home: every binding of the function under
-#: ``mxnet.*`` (``mxnet.ndarray.numpy._op`` too) is replaced.
+#: The functions that reach an operator through ``_api_internal`` (see the module docstring), by their public
+#: home: ``{operator: [(module, function)]}``; every binding under ``mxnet.*`` is replaced. In MXNet 1.9.1 only
+#: ``tensordot`` (and ``zeros``, which takes no tensor); ``tests/test_amp_numpy.py`` reads MXNet's source for more.
 FFI_FUNCTIONS = {"_npi_tensordot": [("mxnet.ndarray.numpy", "tensordot")]}
 
-#: Set once any numpy-mode function has cast its inputs to the target dtype
-#: (:func:`ran_in_target_dtype`): a numpy-mode network for which it stays
-#: False ran nothing in 16-bit.
+#: Counts numpy-mode calls cast to the target dtype (:func:`ran_in_target_dtype`): a numpy-mode network for which
+#: it stays 0 ran nothing in 16-bit.
 _state = {"target_calls": 0}
 
 

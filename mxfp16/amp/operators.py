@@ -5,14 +5,15 @@ this shows the rules behind it, operator by operator, from three sources
 and nothing written by hand: MXNet's own lists
 (``mxnet/contrib/amp/lists/symbol_bf16.py``), mxfp16's repairs
 (:mod:`mxfp16.amp.lists`) and the verdicts of ``tools/amp_probe_ops.py``
-(``mxfp16/amp/_op_probe.py``), which ran every operator in float32 and in
+(``mxfp16/amp/op_verdicts.json``), which ran every operator in float32 and in
 bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
 :func:`render` after the layer table.
 """
 from mxnet.contrib.amp.lists import symbol_bf16
 
-from . import _op_probe as probe
-from .lists import float32_fallbacks, follow_input_operators, join_operators, operator_lists
+from .lists import float32_fallbacks, follow_input_operators, join_operators, op_verdicts, operator_lists
+
+probe = op_verdicts()
 
 __all__ = ["render"]
 

@@ -33,7 +33,7 @@ one), and so does everything else. :func:`mxfp16.amp.lists.init_amp` puts
 :func:`global_average_as_mean` around ``mx.nd.Pooling`` and
 ``mx.sym.Pooling`` for bfloat16; a float32 run without AMP is MXNet's own.
 """
-from .wrappers import named_like
+from .wrappers import module_of, named_like
 
 __all__ = ["global_average_as_mean", "routed"]
 
@@ -63,14 +63,8 @@ def global_average_as_mean(f):
         data = args[0] if args else kwargs.get("data")
         if data is None or len(args) > 1 or not routed(kwargs):
             return f(*args, **kwargs)
-        F = _module(data)
+        F = module_of(data)
         # Every axis but batch and channel, whatever the input's rank: the output keeps them as 1 (Pooling's shape).
         return F.mean(data, axis=(0, 1), exclude=True, keepdims=True, name=kwargs.get("name"))
 
     return named_like(pooling, f, "Pooling")
-
-
-def _module(x):
-    from mxnet import ndarray, symbol
-
-    return symbol if isinstance(x, symbol.Symbol) else ndarray

@@ -275,15 +275,14 @@ class _Cast(gluon.HybridBlock):
 
 
 def _numpy_scope(on):
+    """MXNet's numpy shape and array semantics while it is entered, when ``on`` (else nothing)."""
     import contextlib
 
     import mxnet as mx
 
-    if not on:
-        return contextlib.nullcontext()
     stack = contextlib.ExitStack()
-    stack.enter_context(mx.util.np_shape(True))
-    stack.enter_context(mx.util.np_array(True))
+    for scope in (mx.util.np_shape, mx.util.np_array) if on else ():
+        stack.enter_context(scope(True))
     return stack
 
 
@@ -313,17 +312,13 @@ def layer_dtypes(layer, input_dtype="float32"):
             data = mx.sym.var("data")
             if layer.numpy_mode:
                 data = data.as_np_ndarray()
-            begin = []
-            if layer.states:
-                begin = [mx.sym.var(f"state{i}") for i in range(2)]
+            begin = [mx.sym.var(f"state{i}") for i in range(2 if layer.states else 0)]
             out = block(data, *begin)
             out = out[0] if isinstance(out, (list, tuple)) else out
             if layer.numpy_mode:
                 out = out.as_nd_ndarray()
             internals = out.get_internals()
-            known = {"data": "float32"}
-            known.update({f"state{i}": "float32" for i in range(len(begin))})
-            _, types, _ = internals.infer_type_partial(**known)
+            _, types, _ = internals.infer_type_partial(data="float32", **{s.name: "float32" for s in begin})
         except mx.MXNetError as err:
             # A layer AMP cannot type is a finding for the table, not a crash of it.
             lines = [line for line in str(err).splitlines() if line.strip()]
@@ -371,11 +366,7 @@ def _table(target="bfloat16"):
 
 def _cell(rows):
     """``'FullyConnected bfloat16, LayerNorm float32'``: each operator once, in graph order."""
-    seen = []
-    for op, dtype in rows:
-        if (op, dtype) not in seen:
-            seen.append((op, dtype))
-    return ", ".join(f"{op} {dtype}" for op, dtype in seen) or "(no operator)"
+    return ", ".join(f"{op} {dtype}" for op, dtype in dict.fromkeys(map(tuple, rows))) or "(no operator)"
 
 
 def _render(rows, target="bfloat16"):

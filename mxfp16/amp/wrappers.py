@@ -10,9 +10,6 @@ works on legacy arrays and symbols and on their numpy-mode twins
 MXNet's ``amp_cast`` and ``amp_multicast`` are legacy operators, so a
 numpy-mode input goes through ``as_nd_ndarray`` and back (the same array,
 viewed as the other class, with its autograd history).
-
-Nothing here decides which operator gets which wrapper: that is the lists'
-job (:mod:`mxfp16.amp.lists`).
 """
 import numpy as np
 
@@ -21,7 +18,7 @@ from ..float_formats import BFLOAT16
 
 __all__ = ["dtype_name", "is_low_precision", "cast", "named_like", "target_call", "target_rebuild",
            "float32_call", "widest_call", "conditional_float32_call", "LayerCall", "float32_where",
-           "as_tuple"]
+           "as_tuple", "module_of"]
 
 _FLOAT16 = np.dtype(np.float16)
 _FLOAT32 = np.dtype(np.float32)
@@ -44,6 +41,12 @@ def _kinds():
     return ndarray, symbol, numpy.ndarray, numpy_symbol_class()
 
 
+def module_of(x):
+    """``mx.sym`` for a Symbol, else ``mx.nd``: the operators a call on ``x`` takes."""
+    ndarray, symbol, _, _ = _kinds()
+    return symbol if isinstance(x, symbol.Symbol) else ndarray
+
+
 def _is_tensor(x):
     ndarray, symbol, _, _ = _kinds()
     return isinstance(x, (ndarray.NDArray, symbol.Symbol))
@@ -55,14 +58,10 @@ def cast(x, dtype):
     ``amp_cast`` leaves integer inputs alone, so indices pass through.
     """
     ndarray, symbol, np_ndarray, np_symbol = _kinds()
-    if isinstance(x, np_symbol):
-        return symbol.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
-    if isinstance(x, symbol.Symbol):
-        return symbol.amp_cast(x, dtype=dtype)
-    if isinstance(x, np_ndarray):
-        return ndarray.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
-    if isinstance(x, ndarray.NDArray):
-        return ndarray.amp_cast(x, dtype=dtype)
+    if isinstance(x, (np_symbol, np_ndarray)):  # subclasses of the legacy classes: tested first
+        return cast(x.as_nd_ndarray(), dtype).as_np_ndarray()
+    if isinstance(x, (symbol.Symbol, ndarray.NDArray)):
+        return module_of(x).amp_cast(x, dtype=dtype)
     return x
 
 

@@ -99,10 +99,9 @@ def _gemm_flops(node, input_shapes, output_shape):
     """Floating-point operations (2 per multiply-add) of a Convolution, Deconvolution or FullyConnected node."""
     if not output_shape or len(input_shapes) < 2 or not input_shapes[1]:
         return 0
-    weight = input_shapes[1]
-    if node["op"] == "Deconvolution":
-        return 2 * int(np.prod(input_shapes[0])) * int(np.prod(weight[1:]))
-    return 2 * int(np.prod(output_shape)) * int(np.prod(weight[1:]))
+    # Each input pixel of a Deconvolution, each output pixel of the others, meets one weight row.
+    pixels = input_shapes[0] if node["op"] == "Deconvolution" else output_shape
+    return 2 * int(np.prod(pixels)) * int(np.prod(input_shapes[1][1:]))
 
 
 def model_dtypes(name):
