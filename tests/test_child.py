@@ -83,7 +83,7 @@ def test_a_function_that_raises_gives_its_traceback_not_an_exception(tmp_path):
     assert value is None and problem == "timed out after 0.01 s"
 
 
-ENDING = """import atexit, sys, threading, time
+ENDING = """import atexit, concurrent.futures, sys, threading, time
 from mxfp16.plumbing.child import end_process
 
 
@@ -96,6 +96,8 @@ kept = Teardown()
 atexit.register(print, "atexit ran")
 worker = threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished")))
 worker.start()
+pool = concurrent.futures.ThreadPoolExecutor(1)  # never shut down: its idle worker must not hold the exit
+pool.submit(time.sleep, 0.1)
 sys.stdout.write("unflushed")  # in the buffer when the process ends
 end_process(int(sys.argv[1]))
 """
@@ -111,8 +113,9 @@ def test_end_process_runs_what_shutdown_runs_then_leaves_before_teardown(tmp_pat
         proc = subprocess.run([sys.executable, str(tmp_path / "ending.py"), str(code)], capture_output=True,
                               text=True, env=child_env(), timeout=120)
         assert proc.returncode == code, proc.stderr
-        # The thread joined first, the atexit handler after it, the buffered write flushed; the object that
-        # only module teardown would collect was not (the process left before teardown and C++'s destructors).
+        # The thread joined first (the executor's idle worker stopped, as Python's shutdown stops it), the atexit
+        # handler after it, the buffered write flushed; the object that only module teardown would collect was
+        # not (the process left before teardown and C++'s destructors).
         assert proc.stdout.splitlines() == ["unflushedthread finished", "atexit ran"], proc.stdout
 
 

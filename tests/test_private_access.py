@@ -29,10 +29,11 @@ INTERNALS = os.path.join("mxfp16", "_internals.py")
 GUARDED = ("mxnet", "gluoncv", "onnx")
 
 #: Underscored names of the standard library, not of the guarded libraries: those it documents as public (a
-#: namedtuple's methods, ``os._exit``, ``sys._getframe``), and ``atexit._run_exitfuncs``, what CPython's own
-#: shutdown calls, which :func:`mxfp16.plumbing.child.end_process` calls the same way before ``os._exit``.
+#: namedtuple's methods, ``os._exit``, ``sys._getframe``), and ``threading._shutdown`` and
+#: ``atexit._run_exitfuncs``, what CPython's own shutdown calls, which :func:`mxfp16.plumbing.child.end_process`
+#: calls the same way before ``os._exit``.
 PUBLIC_UNDERSCORED = {"_asdict", "_replace", "_fields", "_field_defaults", "_make", "_exit", "_getframe",
-                      "_run_exitfuncs"}
+                      "_shutdown", "_run_exitfuncs"}
 
 #: ``(file, name)`` accesses in files other helpers are editing right now (issue 50): move each into
 #: ``_internals.py`` and delete its line when the file settles. Keep this list empty otherwise.

@@ -228,8 +228,8 @@ def end_process(code=0):
     "terminate called without an active exception", exit status 134 (2
     exits in 741 of a ten-line MXNet script under Python 3.13 on a 2-core
     Zen 5). So mxfp16's commands and children end here: what Python's own
-    shutdown runs first runs (it waits for the non-daemon threads, then the
-    ``atexit`` handlers: MXNet's ``MXNotifyShutdown``, logging's flush,
+    shutdown runs first runs (it stops idle executor workers and waits for
+    the non-daemon threads, then the ``atexit`` handlers: MXNet's ``MXNotifyShutdown``, logging's flush,
     multiprocessing's pools), the standard streams are flushed, and the
     process leaves with ``os._exit``. A library user's process ends as
     Python and MXNet end it: only mxfp16's entry points call this.
@@ -239,10 +239,10 @@ def end_process(code=0):
     code : int or None
         The exit status (``None``: 0, as ``sys.exit`` reads it).
     """
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # CPython's own: the handlers its shutdown would run, in its order
+    # CPython's own shutdown, in its order: threading's (its exit hooks, concurrent.futures stopping idle workers,
+    # then every non-daemon thread joined), then the atexit handlers.
+    threading._shutdown()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
