@@ -168,13 +168,7 @@ def rebuild_graphs(block):
     before AMP was switched on stays float32 however AMP is set up afterwards.
     The blocks stay hybridized, with their flags.
     """
-    def clear(b):
-        for child in block_children(b):
-            clear(child)
-        if hasattr(b, "_clear_cached_op"):
-            b._clear_cached_op()
-
-    clear(block)
+    block.apply(lambda b: b._clear_cached_op() if hasattr(b, "_clear_cached_op") else None)
     renew_parameter_symbols(block)
 
 

@@ -8,6 +8,7 @@ float32. LayerNorm, InstanceNorm and GroupNorm have no such mixed-dtype
 kernel in MXNet 1.9.1 (their operators require one dtype), so their
 parameters follow the network.
 """
+import itertools
 from collections import OrderedDict
 
 import numpy as np
@@ -225,9 +226,7 @@ def _split_and_load(a, ctx_list):
     if len(ctx_list) == 1:
         return [a.as_in_context(ctx_list[0])]
     each, extra = divmod(int(a.shape[0]), len(ctx_list))
-    bounds = [0]
-    for i in range(len(ctx_list)):
-        bounds.append(bounds[-1] + each + (1 if i < extra else 0))
+    bounds = [0, *itertools.accumulate(each + (i < extra) for i in range(len(ctx_list)))]
     return [a[bounds[i]:bounds[i + 1]].as_in_context(ctx) for i, ctx in enumerate(ctx_list)]
 
 

@@ -63,10 +63,8 @@ def parse_devices(text, gpu_count=None):
     if text == "auto":
         count = (gpu_count or hardware.gpu_count)()
         return [("gpu", i) for i in range(count)] if count else [("cpu", 0)]
-    if text == "cpu":
-        return [("cpu", 0)]
-    if text == "gpu":
-        return [("gpu", 0)]
+    if text in ("cpu", "gpu"):
+        return [(text, 0)]
     if text.startswith("gpu:"):
         try:
             devices = [("gpu", int(i)) for i in text[4:].split(",") if i.strip()]

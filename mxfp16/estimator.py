@@ -223,28 +223,26 @@ class MixedPrecisionCheckpointHandler(CheckpointHandler):
                 "scale then restarts at its initial value), or start without resume_from_checkpoint"))
 
     def batch_end(self, estimator, *args, **kwargs):
-        before = self._position()
-        stop = super().batch_end(estimator, *args, **kwargs)
-        self._write_new(before)
-        return stop
+        return self._saving(super().batch_end, estimator, *args, **kwargs)
 
     def epoch_end(self, estimator, *args, **kwargs):
-        before = self._position()
-        stop = super().epoch_end(estimator, *args, **kwargs)
-        self._write_new(before)
-        return stop
+        return self._saving(super().epoch_end, estimator, *args, **kwargs)
 
     def _position(self):
         """The newest checkpoint's prefix and the best value so far: what changes when the base class saves."""
         return (self.saved_checkpoints[-1] if self.saved_checkpoints else None), getattr(self, "best", None)
 
-    def _write_new(self, before):
+    def _saving(self, event, *args, **kwargs):
+        """The base class's ``event``, then the state file beside each checkpoint it wrote."""
+        before, best_before = self._position()
+        stop = event(*args, **kwargs)
         newest, best = self._position()
         state = self.mp.state_dict()
-        if newest is not None and newest != before[0]:
+        if newest is not None and newest != before:
             write_json(self.state_path(newest), state)
-        if self.save_best and best != before[1]:
+        if self.save_best and best != best_before:
             write_json(self.state_path(f"{self.model_prefix}-best"), state)
+        return stop
 
 
 class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
