@@ -320,14 +320,9 @@ def numpy_operator_functions(name):
         sub = _get_op_submodule_name(name, prefix, list(submodules))
         attribute = name[len(prefix) + len(sub):]
         homes = []
-        for namespace in namespaces:
-            if sub:
-                module_name = f"{namespace}.{sub[1:-1]}"
-            elif namespace.endswith("._internal"):
-                module_name = namespace
-            else:
-                module_name = f"{namespace}._op"
-            module = importlib.import_module(module_name)
+        for namespace in namespaces:  # _npi_ names are in ._internal itself, others in their submodule or ._op
+            module = importlib.import_module(
+                namespace if namespace.endswith("._internal") else f"{namespace}.{sub[1:-1] or '_op'}")
             if hasattr(module, attribute):
                 homes.append((module, attribute))
         return homes
