@@ -1,20 +1,8 @@
 """Private MXNet, ONNX and GluonCV names: the module where mxfp16 reaches them, each behind a named helper.
 
-Gluon 1.9.1 has no public way to ask a Trainer for its parameters or whether
-it updates on the kvstore, to ask whether a parameter's gradient is fresh
-from this step's backward pass, to list a Block's direct children or the
-graphs its hybridized blocks built, to ask whether ``hybridize()`` took
-effect or to read a layer's operator arguments (or a recurrent layer's
-settings), to renew a parameter's cached symbol, to start a trainer's kvstore
-while a parameter awaits its deferred initialisation, to ask a softmax
-cross-entropy loss whether its labels are class indices, nor to ask AMP
-whether it is active or where it binds an operator's functions
-(:func:`legacy_operator_functions`); MXNet's symbols none to rebuild a graph
-node on new inputs (:func:`rebuild_symbol`) nor to name the class of
-numpy-mode graph nodes (:func:`numpy_symbol_class`). MXNet's ONNX exporter
-has no public way to build a graph without writing a file, nor to say which
-node it failed on (:func:`mx2onnx_graph`), and GluonCV none to list the
-models its zoo registers (:func:`gluoncv_model_modules`). If one of these
+Gluon 1.9.1, AMP, MXNet's symbols and ONNX exporter, and GluonCV's model
+zoo have no public way to ask several things mxfp16 needs; each helper's
+docstring says what it reads. If one of these
 libraries ever changes such a name, the helper here is what to fix; code
 that needs another private name adds a helper here instead of reaching in.
 

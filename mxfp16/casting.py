@@ -106,18 +106,10 @@ def cast_batch(data, label, dtype, ctx_list, keep=()):
     - **Labels** are never cast to ``dtype``: integer labels keep their dtype,
       floating labels become (or stay) float32, with the same check.
 
-    Why a check and not only ``keep``: a user who does not know that float16
-    rounds integers would not know to pass ``keep`` either, so the default
-    must not be silent; ``keep`` is the way to say "these are ids, pass them
-    as they are" for an input the check would refuse. The check is cheap
-    where it is not needed: it reads a strided sample of at most
-    :data:`SAMPLE` values of each floating input on the host, and an
-    input with a fraction among them (a normalised image) is real-valued
-    data, cast at once (unless the sample already leaves the dtype's range).
-    Only an input whose sample is all whole numbers is checked whole. Reading
-    the sample waits for that input to be computed (normally the data
-    pipeline's output on the CPU, not the devices' work); nothing is checked
-    when nothing is narrowed (float32 data for float32, integers).
+    The check reads a strided sample of at most :data:`SAMPLE` values of
+    each floating input on the host (waiting for that input to be computed);
+    only an input whose sample is all whole numbers is read whole. Nothing
+    is checked when nothing is narrowed (float32 data for float32, integers).
 
     Parameters
     ----------

@@ -1,26 +1,15 @@
 """MXNet's own training loop, ``gluon.contrib.estimator.Estimator``, in mixed precision: one argument to ``fit``.
 
-An Estimator splits a step in two: its batch processor runs the forward and
-backward passes, then a ``GradientUpdateHandler`` calls ``trainer.step`` at
-the end of the batch. Loss scaling cannot be cut there (the update must be
-divided by the scale, and skipped when the reduced gradients overflow), so
-the whole step is :meth:`mxfp16.MixedPrecision.train_step`, run by
+Each batch is one :meth:`mxfp16.MixedPrecision.train_step`, run by
 :class:`MixedPrecisionProcessor`; :class:`MixedPrecisionHandler` takes the
-place of Estimator's update handler (whose ``trainer.step`` would update the
-parameters a second time) and puts its processor in the Estimator::
+place of Estimator's update handler and puts its processor in the Estimator
+(why: docs/porting-gluoncv.md, "MXNet's Estimator")::
 
     mp = mxfp16.MixedPrecision("auto")                      # before the network
     net = build_my_net(); net.initialize(ctx=mp.ctx)
     trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
     est = Estimator(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=mp.ctx)
     est.fit(train_data, val_data, epochs=3, event_handlers=[MixedPrecisionHandler(mp)])
-
-Everything ``train_step`` does happens there: the batch cast for the
-precision (labels kept), the scaled backward, the overflow check, the
-skipped step, the scale's update, ``auto`` timed on the first batch; the
-validation runs through :meth:`~mxfp16.MixedPrecision.eval_step` (float32
-outputs for the metrics). A skipped step reaches the metrics as an empty
-batch: its loss is inf by design and it changed nothing.
 
 :class:`MixedPrecisionCheckpointHandler` is Estimator's ``CheckpointHandler``
 with the precision and loss-scaler state beside each checkpoint, so a resumed

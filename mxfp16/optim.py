@@ -275,7 +275,7 @@ def _float32_arrays(state):
 
 
 def _small_update(name, multi_precision):
-    """Apply one small update to float16 ones; return (weight, state)."""
+    """An optimizer, float16 ones, a float16 gradient of ones and the state: ``(opt, weight, grad, state)``."""
     opt = mx.optimizer.create(name, learning_rate=1e-4, multi_precision=multi_precision, rescale_grad=1.0)
     # 2-D because group-wise optimizers (groupadagrad) need rows.
     weight = mx.nd.ones((4, 4), dtype="float16")

@@ -14,14 +14,10 @@ amp-float16   float16       float32      yes    dynamic       no (already)
 amp-bfloat16  bfloat16      float32      yes    no            no (already)
 ============  ============  ===========  =====  ============  ==============
 
-``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows a
-rule backed by recorded measurements per class of CPU (:func:`auto_rule`);
-given a network, :mod:`mxfp16.measure.auto` goes further on a CPU with native
-bfloat16: it times the network in both precisions and keeps the faster, so
-``auto`` is never slower than float32 on the machine it runs on.
-:class:`mxfp16.MixedPrecision` (and with it the trainer, the benchmark and
-the demo) does that. Either way the resolved :class:`Precision` says why
-(:attr:`Precision.reason`: ``ruled: ...`` or ``timed on this CPU: ...``).
+``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows
+:func:`auto_rule`; given a network, :class:`mxfp16.MixedPrecision` times it
+instead (:mod:`mxfp16.measure.auto`). Either way the resolved
+:class:`Precision` says why (:attr:`Precision.reason`).
 
 bfloat16 on a CPU needs AVX-512: the oneDNN 2.4.4 in MXNet 1.9.1 has no
 bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
