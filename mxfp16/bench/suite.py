@@ -63,23 +63,21 @@ ONNXRUNTIME_CPU_FLOAT16 = (
 
 
 def _onnxruntime_cannot_run(spec):
-    """Why an onnxruntime spec cannot run here, or ``None``."""
-    import importlib.util
+    """Why an onnxruntime spec cannot run here (what ``export --format onnx`` refuses, float16 on a CPU), or None."""
+    from ..devices import DeviceError, parse_devices
+    from ..inference.bundle import ExportError
+    from ..inference.formats import onnx as onnx_format
 
-    missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
-    if missing:
-        return f"{' and '.join(missing)} not installed: pip install -c constraints.txt 'mxfp16[onnx]'"
-    if spec.precision != "float16":
-        return None
-    import onnxruntime
-
-    from ..devices import parse_devices
-
-    if all(kind == "cpu" for kind, _ in parse_devices(spec.ctx)):
-        return ONNXRUNTIME_CPU_FLOAT16
-    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-        return (f"this onnxruntime ({onnxruntime.__version__}) has no CUDA execution provider for float16; "
-                "pip install onnxruntime-gpu")
+    try:
+        onnx_format.check_exporter()
+        if spec.precision != "float16":
+            return None
+        devices = parse_devices(spec.ctx)
+        if all(kind == "cpu" for kind, _ in devices):
+            return ONNXRUNTIME_CPU_FLOAT16
+        onnx_format.execution_providers(f"gpu:{devices[0][1]}")
+    except (ExportError, DeviceError) as err:
+        return str(err)
     return None
 
 

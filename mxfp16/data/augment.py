@@ -2,7 +2,7 @@
 
 Imports nothing of MXNet, so the trainer's flags (``--augment``) and the
 configuration check are built without it; :mod:`mxfp16.data.pipelines`
-applies them. See its module docstring for when to pick which.
+applies them. ``docs/training.md`` ("Which augmentation") says when to pick which.
 """
 from dataclasses import dataclass
 
@@ -13,7 +13,7 @@ __all__ = ["Augmentation", "augmentation", "resolve_augment", "AUGMENTATIONS", "
 
 DEFAULT_MIN_CROP_AREA = 0.08
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
-#: The training augmentations ``make_loaders`` offers (see the module docstring for when to pick which).
+#: The training augmentations ``make_loaders`` offers (``docs/training.md`` says when to pick which).
 AUGMENTATIONS = ("imagenet", "light", "none")
 #: What ``augment=`` accepts: an augmentation, or ``auto`` (:func:`resolve_augment`).
 AUGMENT_CHOICES = ("auto",) + AUGMENTATIONS

@@ -1,55 +1,17 @@
-"""Training and evaluation batches from a folder split or from RecordIO.
+"""Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
-Two pipelines yield the same thing -- float32 NCHW batches normalised with
-the ImageNet mean and standard deviation, float32 labels of shape ``(N,)``:
-
-``folder``
-    ``gluon.data.vision.ImageFolderDataset`` + ``gluon.data.DataLoader``
-    (``workers`` processes). Training: random resized crop (MXNet's
-    ``mx.image.random_size_crop``, area ``min_crop_area``-1, aspect
-    3/4-4/3) + random horizontal flip; evaluation: resize the short side to
-    ``image_size / 0.875`` + center crop. Normalisation runs once per batch.
-    The epoch's order is a permutation seeded by ``(seed, epoch)`` and each
-    image's crop and flip are seeded by ``(seed, epoch, image index)``, so the
-    batches are a deterministic function of ``(seed, epoch)`` for ANY number
-    of workers, and ``train_batches(epoch, start_batch)`` resumes exactly.
-``recordio``
-    ``mx.io.ImageRecordIter`` (C++ decoding, ``max(1, workers)`` threads)
-    on the files ``mxfp16 data pack`` writes: ``PREFIX_train.rec/.idx``,
-    ``PREFIX_test.rec/.idx`` and ``PREFIX_classes.json``. Same augmentation
-    and normalisation. The order is seeded by ``(seed, epoch)`` (a new
-    iterator per epoch); the augmentation is seeded too (``seed_aug``). With
-    one thread the batches repeat exactly; with two they did in our runs,
-    but MXNet does not promise it. Resuming at ``start_batch``
-    reads and discards the earlier batches.
-
-Training augmentation is one of :data:`~mxfp16.data.augment.AUGMENTATIONS` (``augment=``), or
-``auto`` (the default, :func:`~mxfp16.data.augment.resolve_augment`: what the data set's manifest
-asks for, else ``light`` below 64 px and ``imagenet`` otherwise):
-``imagenet`` (random-resized crop of ``min_crop_area``-100% of
-the area, aspect 3/4-4/3, horizontal flip: for photos of objects, such as
-Caltech-101), ``light`` (64-100% of the area, aspect 0.9-1.11, flip: small
-images, or objects that fill the frame, where an 8% crop often cuts the
-object out) or ``none`` (the evaluation transform: for images whose class a
-crop or a flip can change, such as digits or text, and for checking that a
-network can fit the data at all).
-
-For ``imagenet``, ``min_crop_area`` is 0.08 (the ImageNet recipe) unless the data set says
-otherwise: a ``min_crop_area`` in ``<source>/manifest.json`` (folder) or
-``PREFIX_classes.json`` (recordio, copied there by ``data pack``) is used
-when the argument is ``None``. The synthetic shapes set asks for 0.4, since
-its shapes are small and an 8% crop would often cut them out.
-
-Sharding (``shard=(rank, num_workers)``, distributed training): every worker
-gets the same number of training images per epoch, so every worker
-runs the same number of steps (a worker with one more step would deadlock a
-synchronous kvstore). ``folder`` deals the epoch's permutation round-robin
-(``perm[rank::num_workers]``, truncated to ``floor(N / num_workers)``), so shards differ every epoch;
-``recordio`` uses ImageRecordIter's ``part_index``/``num_parts`` (a fixed,
-contiguous slice of ``ceil(N / num_workers)`` records; every worker stops at
-the size of the last, smallest slice, ``N - (num_workers - 1) *
-ceil(N / num_workers)``). Test data is not sharded. The last partial
-training batch is kept.
+Both pipelines yield float32 NCHW batches normalised with the ImageNet mean
+and standard deviation (once per batch in ``folder``) and float32 labels of
+shape ``(N,)``; ``recordio`` reads the files ``mxfp16 data pack`` writes
+(``PREFIX_train.rec/.idx``, ``PREFIX_test.rec/.idx``,
+``PREFIX_classes.json``). How each reads, augments, orders, resumes and
+shards is the table of ``docs/data.md`` ("The pipelines"). Every shard has
+as many training images, so every worker runs as many steps: one more step
+on one worker would deadlock a synchronous kvstore. The training
+augmentations (:data:`~mxfp16.data.augment.AUGMENTATIONS`, or ``auto``)
+and when to pick which are ``docs/training.md`` ("Which augmentation").
+``min_crop_area=None`` takes the data set's own (``manifest.json``, or
+``PREFIX_classes.json``, copied there by ``data pack``), else 0.08.
 """
 import contextlib
 import hashlib

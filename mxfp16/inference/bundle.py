@@ -1,25 +1,14 @@
 """An export folder on disk: the model files of its format, ``export.json`` and the checksums of all of them.
 
-::
-
-    DIR/model-symbol.json   the graph (MXNet JSON, amp_cast nodes kept)            } the MXNet format
-    DIR/model-0000.params   the parameters (arg:/aux: names, as HybridBlock.export writes them)
-    DIR/model.onnx          float32, opset 13 (and model-float16.onnx)             } the ONNX format
-    DIR/export.json         what a user of the model needs to know: format, classes, image size,
-                            preprocessing, precision, source run, agreement check, sha256 and size of
-                            each model file
-    DIR/SHA256SUMS          the sha256 of every file above (``sha256sum -c SHA256SUMS`` checks them)
-
-Each format's writer and reader live in :mod:`mxfp16.inference.formats`.
-The MXNet format's two files are what ``HybridBlock.export(DIR/model)`` would write,
-so plain MXNet loads them with ``gluon.SymbolBlock.imports``. An export is
-written into a staging folder beside ``DIR`` and moved into place only when
-it is complete and checked (:class:`mxfp16.plumbing.output.Output`), so a
-refused export leaves nothing behind. ``--overwrite`` replaces ``DIR``
-whole, in one step: no file of the old export stays (a ``model.onnx`` under
-a new MXNet export, say). A ``DIR`` holding anything but the files of
-:data:`FILES` (:data:`CONTENTS`) is refused, ``--overwrite`` or not: the
-command never deletes a file it did not write.
+``docs/inference.md`` describes the files of each format ("What an export
+is"; "ONNX: deploy without MXNet"), how an export is published or replaced
+("The agreement check") and what a reader refuses. Each format's writer and
+reader live in :mod:`mxfp16.inference.formats`; this module holds what
+they share. An export is written into a staging folder beside ``DIR`` and
+moved into place complete and checked
+(:class:`mxfp16.plumbing.output.Output`). A ``DIR`` holding anything but
+the files of :data:`FILES` (:data:`CONTENTS`) is refused, ``--overwrite``
+or not: the command never deletes a file it did not write.
 
 Reading an export trusts nothing in it (:func:`read_info`,
 :func:`read_model`): every file :data:`FILES` names must be a regular file

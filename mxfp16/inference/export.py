@@ -1,15 +1,13 @@
 """``mxfp16 export``: a finished run's checkpoint as a deployable model, checked against float32 first.
 
-The story of :func:`export_run`, each step refusing bad input before the next:
+The story of :func:`export_run`, each step refusing bad input before the next
+(``docs/inference.md``, "The agreement check", gives the rules each applies):
 
 1. the run: its ``config.json`` (model, image size, classes, data) and the
    checkpoint asked for (last, best, or a ``.params`` file), which must
    belong to that model;
 2. the output folder, locked (:class:`mxfp16.plumbing.output.Output`)
-   before anything decides whether it exists: refused when it exists,
-   unless ``overwrite``, and when it holds anything an export does not
-   write; then devices and precision (float16 on a CPU is allowed: writing
-   it needs no float16 arithmetic);
+   before anything decides whether it exists; then devices and precision;
 3. the network rebuilt as the trainer built it
    (:func:`mxfp16.train.parts.build_network`) in float32, the checkpoint loaded
    into it (and a float16 copy for a float16 export);
@@ -17,25 +15,16 @@ The story of :func:`export_run`, each step refusing bad input before the next:
    a staging folder beside the output by the model format's ``write``
    (:mod:`mxfp16.inference.formats`);
 5. the format's agreement check: the staged files, loaded back the way a
-   user loads them, against the float32 network on the run's test set.
-   Where this machine cannot run the export's precision (float16 on a CPU)
-   the MXNet format's check runs the float32 graph with the export's
-   float16-rounded weights, and ``export.json`` says so;
+   user loads them, against the float32 network on the run's test set
+   (emulated where this machine cannot run the export's precision, and
+   ``export.json`` says so);
 6. a top-1 drop beyond the margin refuses the export; otherwise
    ``export.json`` and ``SHA256SUMS`` are written and the folder moved into
-   place in one step: where nothing is, or (``overwrite``) in place of the
-   old export, which goes whole (no model file of another format stays).
-   A second export to the same folder meanwhile is refused at once, naming
-   this one.
+   place in one step.
 
-``model_format="onnx"`` writes the float32 graph as ONNX instead
-(:mod:`mxfp16.inference.formats.onnx`; a float16 copy with
-``onnx_dtypes=("float32", "float16")``), and checks every file in
-onnxruntime against the float32 network: the top-1 margin as above, and
-the scores within the file's dtype tolerance
-(:func:`mxfp16.inference.agreement.check_scores`). This module names no
-format: each one's refusals, default precision, writer and check are its
-module's (:mod:`mxfp16.inference.formats` lists what a format defines).
+This module names no format: each one's refusals, default precision, writer
+and check are its module's (:mod:`mxfp16.inference.formats` lists what a
+format defines; ONNX is :mod:`mxfp16.inference.formats.onnx`).
 
 Export holds the run folder's lock shared while it reads
 (:class:`mxfp16.plumbing.output.PathLock`), so no ``train --overwrite`` or

@@ -1,24 +1,17 @@
 """``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
-Images go through the evaluation view of training (short side resized,
-central square, ImageNet normalisation; the numbers come from
-``export.json``), computed by :mod:`mxfp16.inference.preprocess` to the bit
-as the test loader computes it, in numpy, so an ONNX export predicts with
-onnxruntime alone and never loads MXNet. Every file is checked before it is
-decoded (:func:`mxfp16.data.scan_image`: corrupt, truncated and non-image
-files, and anything that is not a regular file) and a decoder failure is
-caught too: such a file is reported with its reason and skipped, never fatal.
-The model is the format's reader (:mod:`mxfp16.inference.formats`).
+Images go through the evaluation view of training, computed in numpy by
+:mod:`mxfp16.inference.preprocess` to the bit as the test loader computes
+it, so an ONNX export predicts with onnxruntime alone and never loads
+MXNet. Every file is checked before it is decoded
+(:func:`mxfp16.data.scan_image`); one that fails that check or the decoder
+is reported with its reason and skipped, never fatal. The model is the
+format's reader (:mod:`mxfp16.inference.formats`).
 
-Names in the outputs (file names, and class names from ``export.json``)
-are written so that each stays one line, shows what it is and gives its
-bytes back (:func:`escape_text`, :func:`unescape_text`): a newline in a
-file name cannot start a false row of the CSV or a false line of the
-printout, and a byte that is not UTF-8 stays that byte rather than
-becoming U+FFFD. In the CSV, a cell a spreadsheet would run as a formula
-(one starting with ``=``, ``+``, ``-`` or ``@``) starts with ``'``, as
-does one that starts with ``'`` itself, so one leading quote is always
-mxfp16's (:func:`csv_cell`). The JSON holds every name exactly, in JSON's escapes.
+Names in the outputs stay one line each and give their bytes back
+(:func:`escape_text`, :func:`unescape_text`); a CSV cell a spreadsheet
+would run as a formula is quoted (:func:`csv_cell`). ``docs/inference.md``
+("Predicting") gives the escapes and why.
 """
 import csv
 import errno

@@ -16,25 +16,22 @@ A format module defines:
     :class:`~mxfp16.inference.bundle.ExportError`.
 ``write(folder, model, options)``
     Writes the model files of a :class:`~mxfp16.inference.convert.Deployable`
-    (float32 graph and parameters, or one converted to a precision) into a
-    staging folder, as :class:`WriteOptions` asks, and returns
+    into a staging folder, as :class:`WriteOptions` asks, and returns
     ``(files, section)``: the ``files`` table of ``export.json``
     (``{name: {"sha256", "bytes", ...}}``, the entries the bundle's checksum
-    covers) and what ``export.json`` records under the format's name, with
-    ``load_with`` (how a user loads it). It needs MXNet.
+    covers) and the format's own section, with ``load_with`` (how a user
+    loads it). It needs MXNet.
 ``check(folder, files, section, inputs)``
-    The agreement check of what ``write`` staged: the files loaded back
-    the way a user loads them, against the float32 network on the run's
-    test split (:class:`CheckInputs`). Returns ``export.json``'s
+    The agreement check of what ``write`` staged, loaded back the way a user
+    loads it, against :class:`CheckInputs`. Returns ``export.json``'s
     ``agreement`` record; raises
     :class:`~mxfp16.inference.agreement.AgreementError` on a miss.
 ``seconds(writing, checking)``
     ``export.json``'s ``seconds`` from the time spent writing and checking.
 ``load(folder, info, ctx="auto", dtype=None)``
-    The reader: the export's model ready to run, a callable from a float32
-    NCHW numpy batch to float32 logits, with ``device`` (where it runs) and
-    ``dtype`` (what it computes in). It checks its files against ``info``
-    first and imports only what that format needs to run.
+    The reader: a callable from a float32 NCHW numpy batch to float32
+    logits, with ``device`` and ``dtype``. It checks its files against
+    ``info`` first and imports only what that format needs to run.
 
 A later format is one new module here; :func:`get` finds it by name, and
 :mod:`mxfp16.inference.export` calls it through these names only.

@@ -1,27 +1,18 @@
 """The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
 
-Writing (needs MXNet, onnx and onnxruntime):
-
-1. the float32 graph (:func:`mxfp16.inference.convert.deployable` in
-   float32) is checked operator by operator against the converters of
-   MXNet 1.9.1's exporter (``mxnet.onnx``, "mx2onnx") before anything is
-   converted: an operator without one is refused with its layer's name.
-   AMP's ``amp_cast`` nodes and numpy-mode (``mx.np``) operators have none,
-   so the float32 graph is what is exported and float16 is made from it;
-2. the exporter builds the graph for opset 13 (:data:`OPSET`), declared as
-   such: it would otherwise declare the installed onnx's newest opset, where
-   reductions no longer take an ``axes`` attribute. Its own check of the
-   bare graph judges by that newest opset too, so it is skipped and the
-   whole model is checked for opset 13 afterwards (``onnx.checker``). The
-   exporter's private graph builder, and both changes to it, are
-   ``mxfp16._internals.mx2onnx_graph``'s;
-3. the weights become initializers only (the exporter also lists them as
-   graph inputs, which stops onnxruntime from folding constants), stored as
-   raw bytes; the output is renamed ``logits``;
-4. float16 (:func:`to_float16`): onnxruntime's own converter
-   (``onnxruntime.transformers.float16.convert_float_to_float16``) with
-   float32 inputs and outputs (``keep_io_types``), so a caller feeds and
-   reads the same arrays as for ``model.onnx``.
+Writing needs MXNet, onnx and onnxruntime. The float32 graph
+(:func:`mxfp16.inference.convert.deployable` in float32) is checked
+operator by operator against the converters of MXNet 1.9.1's exporter
+(``mxnet.onnx``, "mx2onnx") before anything is converted: an operator
+without one is refused with its layer's name. AMP's ``amp_cast`` nodes and
+numpy-mode (``mx.np``) operators have none, so the float32 graph is what is
+exported and float16 is made from it by onnxruntime's own converter, with
+float32 inputs and outputs (:func:`to_float16`). What else the exporter
+needs (opset 13, declared; the whole model checked afterwards; weights as
+raw-byte initializers only; onnx below 1.19, :func:`check_exporter`) is
+``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs"); the
+exporter's private graph builder, and both changes to it, are
+``mxfp16._internals.mx2onnx_graph``'s.
 
 The agreement check (:func:`check`) runs every file written in onnxruntime
 beside the float32 MXNet network: the top-1 margin of an MXNet export, and
@@ -29,20 +20,12 @@ every score within the file's dtype tolerance
 (:func:`mxfp16.inference.agreement.check_scores`).
 
 Reading needs only onnxruntime and numpy (and protobuf, which onnxruntime
-brings): :func:`load` hashes the file's bytes, compares them with
-``export.json``, checks them as a protocol buffer
-(:func:`mxfp16.plumbing.onnx_file.check_model_bytes`: one that does not
-parse, or keeps a tensor in another file, is refused and nothing it names
-is read) and hands those same bytes to an ``onnxruntime.InferenceSession``.
-Then the model runs one blank image: it must give one score per class of
-``export.json``, as the MXNet format's reader checks by shape inference
-(an ``export.json`` listing 4 classes for a 3-output model, its checksums
-updated, would otherwise label every image wrong). Whatever onnxruntime
-refuses, loading or running, becomes an :class:`ExportError` naming the
-file. ``onnx.mapping``, which the exporter uses
-57 times, is gone from onnx 1.19, so the ``onnx`` extra pins onnx below it
-(``constraints.txt``); :func:`check_exporter` says so when another onnx is
-installed.
+brings): :func:`load` checks the file's bytes against ``export.json`` and
+as a protocol buffer (:func:`mxfp16.plumbing.onnx_file.check_model_bytes`)
+before onnxruntime sees them, then runs one blank image, which must give
+one score per class of ``export.json``. Whatever onnxruntime refuses,
+loading or running, becomes an :class:`ExportError` naming the file.
+``docs/inference.md`` ("Predicting") says why each check.
 """
 import time
 
