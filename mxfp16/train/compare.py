@@ -168,32 +168,32 @@ def comparison_table(runs):
     return rows
 
 
-def _fmt(value, spec, suffix=""):
-    return "-" if value is None else format(value, spec) + suffix
+#: (row key, text header, text alignment or None: Markdown only, Markdown header, format); ``.21`` cuts long names.
+_COLUMNS = (
+    ("run", "run", "<22.21", "run", "{}"), ("precision", "precision", "<14", "precision", "{}"),
+    ("epochs", "epochs", ">7", "epochs", "{}"), ("final_val_top1", "final top1", ">11", "final val top-1", "{:.4f}"),
+    ("best_val_top1", "best top1", ">10", "best val top-1", "{:.4f}"),
+    ("val_top1_delta", "vs fp32", ">9", "top-1 vs float32", "{:+.4f}"),
+    ("images_per_second", "img/s", ">9", "img/s", "{:.2f}"), ("speedup", "speedup", ">9", "speedup", "{:.2f}x"),
+    ("train_seconds", "train s", ">9", "train time (s)", "{:.1f}"),
+    ("peak_memory_mb", None, None, "peak memory (MB)", "{:.0f}"),
+)
+
+
+def _cells(row, columns):
+    return ["-" if row[c[0]] is None else c[4].format(row[c[0]]) for c in columns]
 
 
 def format_table(rows):
-    head = f"{'run':<22}{'precision':<14}{'epochs':>7}{'final top1':>11}{'best top1':>10}{'vs fp32':>9}" \
-           f"{'img/s':>9}{'speedup':>9}{'train s':>9}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['run'][:21]:<22}{r['precision']:<14}{r['epochs']:>7}{_fmt(r['final_val_top1'], '.4f'):>11}"
-                     f"{_fmt(r['best_val_top1'], '.4f'):>10}{_fmt(r['val_top1_delta'], '+.4f'):>9}"
-                     f"{_fmt(r['images_per_second'], '.2f'):>9}{_fmt(r['speedup'], '.2f', 'x'):>9}"
-                     f"{_fmt(r['train_seconds'], '.1f'):>9}")
-    return "\n".join(lines)
+    cols = [c for c in _COLUMNS if c[2]]
+    head = "".join(format(c[1], c[2]) for c in cols)
+    lines = ["".join(format(cell, c[2]) for cell, c in zip(_cells(r, cols), cols)) for r in rows]
+    return "\n".join([head, "-" * len(head), *lines])
 
 
 def _to_markdown(rows):
-    cols = [("run", "run", "{}"), ("precision", "precision", "{}"), ("epochs", "epochs", "{}"),
-            ("final_val_top1", "final val top-1", "{:.4f}"), ("best_val_top1", "best val top-1", "{:.4f}"),
-            ("val_top1_delta", "top-1 vs float32", "{:+.4f}"), ("images_per_second", "img/s", "{:.2f}"),
-            ("speedup", "speedup", "{:.2f}x"), ("train_seconds", "train time (s)", "{:.1f}"),
-            ("peak_memory_mb", "peak memory (MB)", "{:.0f}")]
-    lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join("-" if r[k] is None else fmt.format(r[k]) for k, _, fmt in cols) + " |")
-    return "\n".join(lines) + "\n"
+    lines = ["| " + " | ".join(c[3] for c in _COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(_cells(r, _COLUMNS)) + " |" for r in rows]) + "\n"
 
 
 def _plot_runs(runs, path):

@@ -7,6 +7,7 @@ worker writes ``summary.rank<R>.json``. All writes are atomic
 import hashlib
 import json
 import tempfile
+from functools import partialmethod
 from pathlib import Path
 
 import mxnet as mx
@@ -133,14 +134,15 @@ class RunOutputs:
             path.unlink(missing_ok=True)
         return removed
 
-    def write_config(self, config_dict):
+    def _write_shared(self, name, document):
+        """Write the shared JSON file ``name`` (on rank 0 only)."""
         if self.is_writer:
-            write_json(self.out / "config.json", config_dict)
+            write_json(self.out / name, document)
 
-    def write_amp_layers(self, record):
-        """``amp-layers.json``: each layer's dtype and times (:mod:`mxfp16.measure.per_layer`)."""
-        if self.is_writer:
-            write_json(self.out / LAYERS_FILE, record)
+    write_config = partialmethod(_write_shared, "config.json")
+    write_summary = partialmethod(_write_shared, "summary.json")
+    #: ``amp-layers.json``: each layer's dtype and times (:mod:`mxfp16.measure.per_layer`).
+    write_amp_layers = partialmethod(_write_shared, LAYERS_FILE)
 
     def read_config(self):
         """The run's ``config.json``, or ``None`` when there is none.
@@ -163,10 +165,6 @@ class RunOutputs:
         with atomic_write(self.metrics_path) as handle:
             for r in records:
                 handle.write(json.dumps(r) + "\n")
-
-    def write_summary(self, summary):
-        if self.is_writer:
-            write_json(self.out / "summary.json", summary)
 
     def write_rank_summary(self, summary):
         if self.distributed:
