@@ -117,23 +117,20 @@ def _replacements(numpy):
 
     Each value is what numpy's own deprecation message said to use instead.
     """
-    table = {
+    table = {name: (getattr(value, "__name__", repr(value)), value) for name, value in {
         # numpy 1.24 (deprecated in 1.20): the builtin-type aliases.
-        "bool": ("bool", bool), "int": ("int", int), "float": ("float", float), "complex": ("complex", complex),
-        "object": ("object", object), "str": ("str", str), "long": ("int", int), "unicode": ("str", str),
-        # numpy 2.0: constants and aliases.
-        "PZERO": ("0.0", 0.0), "NZERO": ("-0.0", -0.0), "PINF": ("inf", math.inf), "NINF": ("-inf", -math.inf),
-        "Inf": ("inf", math.inf), "Infinity": ("inf", math.inf), "infty": ("inf", math.inf),
-        "NaN": ("nan", math.nan), "NAN": ("nan", math.nan),
-        "float_": ("numpy.float64", numpy.float64), "complex_": ("numpy.complex128", numpy.complex128),
-        "cfloat": ("numpy.complex128", numpy.complex128), "longfloat": ("numpy.longdouble", numpy.longdouble),
-        "singlecomplex": ("numpy.complex64", numpy.complex64),
-        "clongfloat": ("numpy.clongdouble", numpy.clongdouble),
-        "longcomplex": ("numpy.clongdouble", numpy.clongdouble),
-        "string_": ("numpy.bytes_", numpy.bytes_), "unicode_": ("numpy.str_", numpy.str_),
-        "alltrue": ("numpy.all", numpy.all), "sometrue": ("numpy.any", numpy.any),
-        "product": ("numpy.prod", numpy.prod), "cumproduct": ("numpy.cumprod", numpy.cumprod),
-        "round_": ("numpy.round", numpy.round),
+        "bool": bool, "int": int, "float": float, "complex": complex, "object": object, "str": str, "long": int,
+        "unicode": str,
+        # numpy 2.0: constants.
+        "PZERO": 0.0, "NZERO": -0.0, "PINF": math.inf, "NINF": -math.inf, "Inf": math.inf, "Infinity": math.inf,
+        "infty": math.inf, "NaN": math.nan, "NAN": math.nan}.items()}
+    # numpy 2.0: aliases of numpy's own types and functions.
+    for old, new in {"float_": "float64", "complex_": "complex128", "cfloat": "complex128", "longfloat": "longdouble",
+                     "singlecomplex": "complex64", "clongfloat": "clongdouble", "longcomplex": "clongdouble",
+                     "string_": "bytes_", "unicode_": "str_", "alltrue": "all", "sometrue": "any", "product": "prod",
+                     "cumproduct": "cumprod", "round_": "round"}.items():
+        table[old] = ("numpy." + new, getattr(numpy, new))
+    table.update({
         "msort": ("numpy.sort(a, axis=0)", lambda a: numpy.sort(a, axis=0)),
         "asfarray": ("numpy.asarray(a, dtype=float64)",
                      lambda a, dtype=numpy.float64: numpy.asarray(a, dtype=dtype if numpy.issubdtype(
@@ -143,7 +140,7 @@ def _replacements(numpy):
         # numpy 2.4 (deprecated in 2.0): MXNet's numpy front end (mxnet/numpy/fallback.py) takes both at import.
         "in1d": ("numpy.ravel(numpy.isin(ar1, ar2, ...))", _in1d(numpy)),
         "trapz": ("numpy.trapezoid", _trapz(numpy)),
-    }
+    })
     for name in ("fv", "ipmt", "irr", "mirr", "nper", "npv", "pmt", "ppmt", "pv", "rate"):
         table[name] = ("numpy_financial." + name + " (when installed)", _financial(name))
     return table
