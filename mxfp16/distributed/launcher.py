@@ -185,10 +185,8 @@ def _kill(pid, signum):
 
 
 def _signal_group(pgid, signum):
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Pump(threading.Thread):
@@ -323,8 +321,7 @@ class _Job:
             if not running:
                 return "ok", 0, None, "every process finished"
             names = ", ".join(slot.name for slot in running)
-            stopped = early.check(self.procs, self.grace, self.watch_stall, self.log)
-            if stopped:
+            if stopped := early.check(self.procs, self.grace, self.watch_stall, self.log):
                 return "failed", 1, early.name, stopped
             if not any(slot.role == "worker" for slot in running):
                 # Servers and the scheduler end on their own once the workers
@@ -338,8 +335,7 @@ class _Job:
                                                           f"stopping {names}")
             if self.watch_stall is not None and time.monotonic() - stall_checked > 1.0:
                 stall_checked = time.monotonic()
-                stalled = self.watch_stall.stalled()
-                if stalled:
+                if stalled := self.watch_stall.stalled():
                     return "stalled", _TIMEOUT_STATUS, None, stalled
             time.sleep(_POLL)
 
@@ -390,12 +386,11 @@ class _Job:
         get SIGTERM afterwards (they run MXNet's C++ loop, which ignores
         SIGINT). Processes that left their group get SIGTERM with them.
         """
-        workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
-        others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
+        phases = [(self.procs, first_signal, True)]
         if workers_first:
+            workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
+            others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
             phases = [(workers, first_signal, False), (others, signal.SIGTERM, True)]
-        else:
-            phases = [(self.procs, first_signal, True)]
         for procs, signum, strays in phases:
             self._poll_all()
             for _, proc in procs:
