@@ -171,10 +171,8 @@ def _group_alive(pgid, table=None):
 def _hosts_own(pgid):
     """Whether a child in process group ``pgid`` is this process's own, not an orphan of the job it adopted.
 
-    Every process the job starts gets a group of its own, and its descendants keep that group or leave
-    for a session of their own; a child still in this process's group was started here, by whatever else
-    runs in this process (``launch`` called as a library, a notebook pool beside it), and is none of the
-    job's business.
+    The job's processes and their descendants never stay in this process's group: a child there was
+    started by whatever else runs here (``launch`` called as a library, a notebook pool beside it).
     """
     return pgid == os.getpgrp()
 
@@ -379,12 +377,10 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first`` (the launcher itself got a signal) the workers
-        get ``first_signal`` and up to ``grace`` seconds to finish the step
-        and write a checkpoint: the step's gradient exchange and the
-        kvstore's shutdown still need the servers and the scheduler, which
-        get SIGTERM afterwards (they run MXNet's C++ loop, which ignores
-        SIGINT). Processes that left their group get SIGTERM with them.
+        With ``workers_first``, the workers before the others, as the module
+        docstring says: the step's gradient exchange and the kvstore's
+        shutdown still need the servers and the scheduler (whose C++ loop
+        ignores SIGINT).
         """
         phases = [(self.procs, first_signal, True)]
         if workers_first:

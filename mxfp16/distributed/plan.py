@@ -157,23 +157,11 @@ def _check_counts(workers, servers, port):
 
 
 def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
-    """The ``DMLC_*`` variables for one process.
+    """The ``DMLC_*`` variables for one process; the scheduler listens at ``root_uri:root_port``.
 
-    Parameters
-    ----------
-    role : str
-        ``'scheduler'``, ``'server'`` or ``'worker'``.
-    root_uri, root_port : str, int
-        Where the scheduler listens; every process connects there first.
-    workers, servers : int
-    node_host : str, optional
-        The address this process advertises to the others
-        (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
-        interface, which in local mode would leave loopback.
-
-    Returns
-    -------
-    dict of str
+    ``node_host`` is the address the process advertises to the others
+    (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
+    interface, which in local mode would leave loopback.
     """
     if role not in ROLES:
         raise LaunchPlanError(f"unknown role {role!r}; one of {', '.join(ROLES)}")

@@ -342,9 +342,8 @@ def probe_bfloat16_arithmetic(timeout=300):
     """Run one small bfloat16 Dense (``FullyConnected``) in a child process: does bfloat16 arithmetic run here?
 
     :func:`bfloat16_support` reads the CPU's flags; where there are none to
-    read (``'unknown'``: macOS, Windows) only running MXNet tells. The child
-    keeps an MXNet failure, which is asynchronous and can leave a process
-    unusable, out of the caller's process.
+    read (``'unknown'``: macOS, Windows) only running MXNet tells (in a
+    child: :func:`python_child`).
 
     Returns
     -------

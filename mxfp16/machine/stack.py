@@ -76,15 +76,12 @@ def _financial(name):
 
 
 def _in1d(numpy):
-    """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened.
+    """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened, as numpy's own was.
 
-    numpy's own ``in1d`` was exactly that: ``isin`` keeps the shape of its
-    first argument, ``in1d`` always answered in one dimension. Both steps
-    are numpy functions that honour ``__array_function__``, as numpy's
-    ``in1d`` did: ``mx.np.in1d`` (which is ``numpy.in1d``) hands MXNet arrays
-    straight in, and MXNet's ndarray converts them there. ``numpy.asarray``
-    does not convert one: it reads it as a nested sequence (numpy 2 then
-    fails; numpy 1.23 builds a 32-deep array).
+    Both steps honour ``__array_function__``, as numpy's ``in1d`` did, so
+    the MXNet arrays ``mx.np.in1d`` hands in are converted by MXNet's
+    ndarray; ``numpy.asarray`` would read one as a nested sequence (numpy 2
+    then fails; numpy 1.23 builds a 32-deep array).
     """
     def in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
         # numpy before 1.24 has no `kind`; pass it only when asked, so the same function serves every numpy.

@@ -163,14 +163,7 @@ def _nvidia_roots(paths=None):
 
 
 def _find(soname, paths=None):
-    """The first ``<sys.path entry>/nvidia/*/lib/<soname>``, or None.
-
-    Parameters
-    ----------
-    soname : str
-    paths : list of str, optional
-        Folders to search instead of ``sys.path`` (tests).
-    """
+    """The first ``<entry>/nvidia/*/lib/<soname>`` for the entries of ``paths`` (default ``sys.path``), or None."""
     for root in _nvidia_roots(paths):
         try:
             subfolders = sorted(os.listdir(root))
