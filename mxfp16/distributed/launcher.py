@@ -171,10 +171,8 @@ def _group_alive(pgid, table=None):
 def _hosts_own(pgid):
     """Whether a child in process group ``pgid`` is this process's own, not an orphan of the job it adopted.
 
-    Every process the job starts gets a group of its own, and its descendants keep that group or leave
-    for a session of their own; a child still in this process's group was started here, by whatever else
-    runs in this process (``launch`` called as a library, a notebook pool beside it), and is none of the
-    job's business.
+    The job's processes and their descendants never stay in this process's group: a child there was
+    started by whatever else runs here (``launch`` called as a library, a notebook pool beside it).
     """
     return pgid == os.getpgrp()
 
@@ -185,10 +183,8 @@ def _kill(pid, signum):
 
 
 def _signal_group(pgid, signum):
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Pump(threading.Thread):
@@ -323,8 +319,7 @@ class _Job:
             if not running:
                 return "ok", 0, None, "every process finished"
             names = ", ".join(slot.name for slot in running)
-            stopped = early.check(self.procs, self.grace, self.watch_stall, self.log)
-            if stopped:
+            if stopped := early.check(self.procs, self.grace, self.watch_stall, self.log):
                 return "failed", 1, early.name, stopped
             if not any(slot.role == "worker" for slot in running):
                 # Servers and the scheduler end on their own once the workers
@@ -338,8 +333,7 @@ class _Job:
                                                           f"stopping {names}")
             if self.watch_stall is not None and time.monotonic() - stall_checked > 1.0:
                 stall_checked = time.monotonic()
-                stalled = self.watch_stall.stalled()
-                if stalled:
+                if stalled := self.watch_stall.stalled():
                     return "stalled", _TIMEOUT_STATUS, None, stalled
             time.sleep(_POLL)
 
@@ -383,19 +377,16 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first`` (the launcher itself got a signal) the workers
-        get ``first_signal`` and up to ``grace`` seconds to finish the step
-        and write a checkpoint: the step's gradient exchange and the
-        kvstore's shutdown still need the servers and the scheduler, which
-        get SIGTERM afterwards (they run MXNet's C++ loop, which ignores
-        SIGINT). Processes that left their group get SIGTERM with them.
+        With ``workers_first``, the workers before the others, as the module
+        docstring says: the step's gradient exchange and the kvstore's
+        shutdown still need the servers and the scheduler (whose C++ loop
+        ignores SIGINT).
         """
-        workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
-        others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
+        phases = [(self.procs, first_signal, True)]
         if workers_first:
+            workers = [(slot, proc) for slot, proc in self.procs if slot.role == "worker"]
+            others = [(slot, proc) for slot, proc in self.procs if slot.role != "worker"]
             phases = [(workers, first_signal, False), (others, signal.SIGTERM, True)]
-        else:
-            phases = [(self.procs, first_signal, True)]
         for procs, signum, strays in phases:
             self._poll_all()
             for _, proc in procs:

@@ -83,14 +83,16 @@ def ephemeral_range(path="/proc/sys/net/ipv4/ip_local_port_range"):
         return 32768, 60999
 
 
-def _bindable(port, host):
+def _bind_error(port, host):
+    """The ``OSError`` a bind to ``host:port`` raises (``None`` when it binds), as the scheduler binds."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the scheduler binds (see check_port_free)
+        # As the scheduler binds: a port left in TIME_WAIT by an ended job is free, a listening one is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as err:
+            return err
+    return None
 
 
 def free_port(host=LOOPBACK, rng=None):
@@ -117,7 +119,7 @@ def free_port(host=LOOPBACK, rng=None):
     with _HANDED_OUT_LOCK:
         for _ in range(200):
             port = rng.randrange(PORT_FLOOR, low)
-            if port not in _HANDED_OUT and _bindable(port, host):
+            if port not in _HANDED_OUT and _bind_error(port, host) is None:
                 _HANDED_OUT.add(port)
                 return port
     raise LaunchPlanError(f"no free TCP port found on {host} in {PORT_FLOOR}..{low - 1} after 200 tries; "
@@ -134,18 +136,14 @@ def check_port_free(port, host=LOOPBACK):
     ------
     LaunchPlanError
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As the scheduler binds: a port left in TIME_WAIT by an ended job is free, a listening one is not.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, int(port)))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise LaunchPlanError(f"--port {port} is taken: another process listens on {host}:{port} "
-                                      f"(`ss -ltnp 'sport = :{port}'` names it). Choose another --port, or leave "
-                                      "--port out to take a free one") from None
-            raise LaunchPlanError(f"--port {port} cannot be used on {host} ({err.strerror}); choose another "
-                                  "--port, or leave it out to take a free one") from None
+    err = _bind_error(int(port), host)
+    if err is not None and err.errno == errno.EADDRINUSE:
+        raise LaunchPlanError(f"--port {port} is taken: another process listens on {host}:{port} "
+                              f"(`ss -ltnp 'sport = :{port}'` names it). Choose another --port, or leave "
+                              "--port out to take a free one")
+    if err is not None:
+        raise LaunchPlanError(f"--port {port} cannot be used on {host} ({err.strerror}); choose another "
+                              "--port, or leave it out to take a free one")
 
 
 def _check_counts(workers, servers, port):
@@ -159,23 +157,11 @@ def _check_counts(workers, servers, port):
 
 
 def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
-    """The ``DMLC_*`` variables for one process.
+    """The ``DMLC_*`` variables for one process; the scheduler listens at ``root_uri:root_port``.
 
-    Parameters
-    ----------
-    role : str
-        ``'scheduler'``, ``'server'`` or ``'worker'``.
-    root_uri, root_port : str, int
-        Where the scheduler listens; every process connects there first.
-    workers, servers : int
-    node_host : str, optional
-        The address this process advertises to the others
-        (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
-        interface, which in local mode would leave loopback.
-
-    Returns
-    -------
-    dict of str
+    ``node_host`` is the address the process advertises to the others
+    (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
+    interface, which in local mode would leave loopback.
     """
     if role not in ROLES:
         raise LaunchPlanError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
@@ -191,17 +177,13 @@ def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
     return env
 
 
-def _server_argv(python):
-    return (python or sys.executable, "-c", SERVER_CODE)
-
-
 def _slots(command, workers, servers, port, hosts, addresses, python):
     """Scheduler on ``hosts[0]``, then servers and workers dealt to the hosts; ``addresses`` maps host to IP."""
     command = tuple(command)
     if not command:
         raise LaunchPlanError("no worker command; put it after `--`, e.g. "
                               "`mxfp16 launch --workers 2 --servers 1 -- python train.py`")
-    server_argv = _server_argv(python)
+    server_argv = (python or sys.executable, "-c", SERVER_CODE)
     root = addresses[hosts[0]]
     slots = [Slot("scheduler", 0, hosts[0], server_argv, _role_env("scheduler", root, port, workers, servers, root))]
     for role, count, argv in (("server", servers, server_argv), ("worker", workers, command)):

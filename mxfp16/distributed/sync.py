@@ -107,11 +107,7 @@ def average_aux_states(trainer, kvstore=None, num_workers=1):
 
 def grad_bytes_per_step(params):
     """Bytes of gradient one worker pushes per step: size x itemsize over trained parameters."""
-    total = 0
-    for p in params:
-        if p.grad_req != "null":
-            total += int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
-    return total
+    return sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in params if p.grad_req != "null")
 
 
 class StopVote:

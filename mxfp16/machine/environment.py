@@ -173,8 +173,7 @@ def plan_threads(requested=None, environ=None):
     for name in THREAD_VARIABLES:
         if environ.get(name, "").strip():
             # OMP_NUM_THREADS may be a list per nesting level; MXNet's operators run at the first.
-            threads = (_thread_list if name == "OMP_NUM_THREADS" else _whole)(environ[name], name)
-            threads = threads[0] if isinstance(threads, list) else threads
+            threads = _thread_list(environ[name], name)[0] if name == "OMP_NUM_THREADS" else _whole(environ[name], name)
             return capped(threads, name, f"{name}={environ[name].strip()}")
     return ThreadSetting(available, "default", available)
 

@@ -6,6 +6,7 @@ The CPU half (flags, identity, :func:`bfloat16_support`) does not load
 MXNet, so ``import mxfp16`` can read it before MXNet loads
 (:mod:`mxfp16.machine.amx`); the MXNet half imports it on first use.
 """
+import contextlib
 import os
 import platform
 import re
@@ -341,9 +342,8 @@ def probe_bfloat16_arithmetic(timeout=300):
     """Run one small bfloat16 Dense (``FullyConnected``) in a child process: does bfloat16 arithmetic run here?
 
     :func:`bfloat16_support` reads the CPU's flags; where there are none to
-    read (``'unknown'``: macOS, Windows) only running MXNet tells. The child
-    keeps an MXNet failure, which is asynchronous and can leave a process
-    unusable, out of the caller's process.
+    read (``'unknown'``: macOS, Windows) only running MXNet tells (in a
+    child: :func:`python_child`).
 
     Returns
     -------
@@ -384,12 +384,9 @@ def _nvidia_smi():
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
-    rows = {}
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4 and parts[0].isdigit():
-            rows[int(parts[0])] = {"name": parts[1], "memory_mb": float(parts[2]), "compute_capability": parts[3]}
-    return rows
+    rows = ([part.strip() for part in line.split(",")] for line in out.strip().splitlines())
+    return {int(row[0]): {"name": row[1], "memory_mb": float(row[2]), "compute_capability": row[3]}
+            for row in rows if len(row) == 4 and row[0].isdigit()}
 
 
 def _gpus():
@@ -404,13 +401,9 @@ def _gpus():
     smi = _nvidia_smi() if count else {}
     found = []
     for index in range(count):
-        row = {"index": index, "name": None, "memory_mb": None, "compute_capability": None}
-        row.update(smi.get(index, {}))
-        try:
-            free, total = mx.context.gpu_memory_info(index)
-            row["memory_mb"] = total / 2 ** 20
-        except mx.base.MXNetError:
-            pass
+        row = {"index": index, "name": None, "memory_mb": None, "compute_capability": None, **smi.get(index, {})}
+        with contextlib.suppress(mx.base.MXNetError):
+            row["memory_mb"] = mx.context.gpu_memory_info(index)[1] / 2 ** 20
         cap = row["compute_capability"]
         row["tensor_cores"] = None if not cap else float(cap) >= 7.0
         found.append(row)
@@ -426,13 +419,9 @@ def peak_memory_mb(ctx_list):
     """
     import mxnet as mx
 
-    gpus = [c for c in ctx_list if c.device_type == "gpu"]
+    gpus = [mx.context.gpu_memory_info(c.device_id) for c in ctx_list if c.device_type == "gpu"]
     if gpus:
-        used = []
-        for c in gpus:
-            free, total = mx.context.gpu_memory_info(c.device_id)
-            used.append((total - free) / 2 ** 20)
-        return max(used)
+        return max((total - free) / 2 ** 20 for free, total in gpus)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2 ** 20 if sys.platform == "darwin" else rss / 2 ** 10  # bytes on macOS, KiB on Linux
 

@@ -76,15 +76,12 @@ def _financial(name):
 
 
 def _in1d(numpy):
-    """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened.
+    """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened, as numpy's own was.
 
-    numpy's own ``in1d`` was exactly that: ``isin`` keeps the shape of its
-    first argument, ``in1d`` always answered in one dimension. Both steps
-    are numpy functions that honour ``__array_function__``, as numpy's
-    ``in1d`` did: ``mx.np.in1d`` (which is ``numpy.in1d``) hands MXNet arrays
-    straight in, and MXNet's ndarray converts them there. ``numpy.asarray``
-    does not convert one: it reads it as a nested sequence (numpy 2 then
-    fails; numpy 1.23 builds a 32-deep array).
+    Both steps honour ``__array_function__``, as numpy's ``in1d`` did, so
+    the MXNet arrays ``mx.np.in1d`` hands in are converted by MXNet's
+    ndarray; ``numpy.asarray`` would read one as a nested sequence (numpy 2
+    then fails; numpy 1.23 builds a 32-deep array).
     """
     def in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
         # numpy before 1.24 has no `kind`; pass it only when asked, so the same function serves every numpy.
@@ -117,23 +114,20 @@ def _replacements(numpy):
 
     Each value is what numpy's own deprecation message said to use instead.
     """
-    table = {
+    table = {name: (getattr(value, "__name__", repr(value)), value) for name, value in {
         # numpy 1.24 (deprecated in 1.20): the builtin-type aliases.
-        "bool": ("bool", bool), "int": ("int", int), "float": ("float", float), "complex": ("complex", complex),
-        "object": ("object", object), "str": ("str", str), "long": ("int", int), "unicode": ("str", str),
-        # numpy 2.0: constants and aliases.
-        "PZERO": ("0.0", 0.0), "NZERO": ("-0.0", -0.0), "PINF": ("inf", math.inf), "NINF": ("-inf", -math.inf),
-        "Inf": ("inf", math.inf), "Infinity": ("inf", math.inf), "infty": ("inf", math.inf),
-        "NaN": ("nan", math.nan), "NAN": ("nan", math.nan),
-        "float_": ("numpy.float64", numpy.float64), "complex_": ("numpy.complex128", numpy.complex128),
-        "cfloat": ("numpy.complex128", numpy.complex128), "longfloat": ("numpy.longdouble", numpy.longdouble),
-        "singlecomplex": ("numpy.complex64", numpy.complex64),
-        "clongfloat": ("numpy.clongdouble", numpy.clongdouble),
-        "longcomplex": ("numpy.clongdouble", numpy.clongdouble),
-        "string_": ("numpy.bytes_", numpy.bytes_), "unicode_": ("numpy.str_", numpy.str_),
-        "alltrue": ("numpy.all", numpy.all), "sometrue": ("numpy.any", numpy.any),
-        "product": ("numpy.prod", numpy.prod), "cumproduct": ("numpy.cumprod", numpy.cumprod),
-        "round_": ("numpy.round", numpy.round),
+        "bool": bool, "int": int, "float": float, "complex": complex, "object": object, "str": str, "long": int,
+        "unicode": str,
+        # numpy 2.0: constants.
+        "PZERO": 0.0, "NZERO": -0.0, "PINF": math.inf, "NINF": -math.inf, "Inf": math.inf, "Infinity": math.inf,
+        "infty": math.inf, "NaN": math.nan, "NAN": math.nan}.items()}
+    # numpy 2.0: aliases of numpy's own types and functions.
+    for old, new in {"float_": "float64", "complex_": "complex128", "cfloat": "complex128", "longfloat": "longdouble",
+                     "singlecomplex": "complex64", "clongfloat": "clongdouble", "longcomplex": "clongdouble",
+                     "string_": "bytes_", "unicode_": "str_", "alltrue": "all", "sometrue": "any", "product": "prod",
+                     "cumproduct": "cumprod", "round_": "round"}.items():
+        table[old] = ("numpy." + new, getattr(numpy, new))
+    table.update({
         "msort": ("numpy.sort(a, axis=0)", lambda a: numpy.sort(a, axis=0)),
         "asfarray": ("numpy.asarray(a, dtype=float64)",
                      lambda a, dtype=numpy.float64: numpy.asarray(a, dtype=dtype if numpy.issubdtype(
@@ -143,7 +137,7 @@ def _replacements(numpy):
         # numpy 2.4 (deprecated in 2.0): MXNet's numpy front end (mxnet/numpy/fallback.py) takes both at import.
         "in1d": ("numpy.ravel(numpy.isin(ar1, ar2, ...))", _in1d(numpy)),
         "trapz": ("numpy.trapezoid", _trapz(numpy)),
-    }
+    })
     for name in ("fv", "ipmt", "irr", "mirr", "nper", "npv", "pmt", "ppmt", "pv", "rate"):
         table[name] = ("numpy_financial." + name + " (when installed)", _financial(name))
     return table

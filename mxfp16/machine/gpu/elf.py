@@ -23,6 +23,7 @@ aarch64) Linux builds. The layout relied on is the System V gABI's:
 * Section header (64 bytes): ``sh_name`` (offset into the section-name
   table), ``sh_type``, ``sh_flags``, ``sh_addr``, ``sh_offset``, ``sh_size``.
 """
+import itertools
 import struct
 
 __all__ = ["ElfError", "DynamicInfo", "dynamic_info", "section_ranges"]
@@ -121,12 +122,8 @@ def dynamic_info(path):
         if dynamic is None:
             return DynamicInfo((), None, ())
         table = _read(handle, dynamic[0], dynamic[1])
-        entries = []
-        for i in range(0, len(table) - 15, 16):
-            tag, value = struct.unpack_from("<qQ", table, i)
-            if tag == _DT_NULL:
-                break
-            entries.append((tag, value))
+        whole = struct.iter_unpack("<qQ", table[:len(table) - len(table) % 16])
+        entries = list(itertools.takewhile(lambda entry: entry[0] != _DT_NULL, whole))
         strtab_addr = next((v for t, v in entries if t == _DT_STRTAB), None)
         if strtab_addr is None:
             raise ElfError(f"{path}: dynamic section without a string table")

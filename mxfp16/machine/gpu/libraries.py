@@ -145,10 +145,7 @@ def is_cuda_build(needed):
 def _wanted(needed):
     """The :data:`LIBRARIES` that ``needed`` asks for, with what they need, in load order."""
     names = {name for name in needed if name in _BY_SONAME}
-    grew = True
-    while grew:
-        extra = {dep for name in names for dep in _BY_SONAME[name].needs} - names
-        grew = bool(extra)
+    while extra := {dep for name in names for dep in _BY_SONAME[name].needs} - names:
         names |= extra
     return [lib for lib in LIBRARIES if lib.soname in names]
 
@@ -166,14 +163,7 @@ def _nvidia_roots(paths=None):
 
 
 def _find(soname, paths=None):
-    """The first ``<sys.path entry>/nvidia/*/lib/<soname>``, or None.
-
-    Parameters
-    ----------
-    soname : str
-    paths : list of str, optional
-        Folders to search instead of ``sys.path`` (tests).
-    """
+    """The first ``<entry>/nvidia/*/lib/<soname>`` for the entries of ``paths`` (default ``sys.path``), or None."""
     for root in _nvidia_roots(paths):
         try:
             subfolders = sorted(os.listdir(root))
@@ -238,14 +228,13 @@ def preload(paths=None):
         return _REPORT
     report = []
     for found in status(paths=paths):
-        if found.path is None:
-            report.append(found)
-            continue
-        try:
-            _HANDLES[found.library.soname] = ctypes.CDLL(found.path, mode=ctypes.RTLD_GLOBAL)
-            report.append(LibraryStatus(found.library, found.path, loaded=True))
-        except OSError as err:
-            report.append(LibraryStatus(found.library, found.path, loaded=False, error=str(err)))
+        if found.path is not None:
+            try:
+                _HANDLES[found.library.soname] = ctypes.CDLL(found.path, mode=ctypes.RTLD_GLOBAL)
+                found = LibraryStatus(found.library, found.path, loaded=True)
+            except OSError as err:
+                found = LibraryStatus(found.library, found.path, loaded=False, error=str(err))
+        report.append(found)
     _REPORT = report
     return report
 
