@@ -118,8 +118,10 @@ def test_the_repeat_length_can_be_set_and_a_bad_one_is_refused_before_timing(nat
 def test_the_verdict_is_cached_per_network(native):
     first_probe = FakeProbe({"float32": 1000.0, "amp-bfloat16": 500.0})
     first = decide(first_probe, native)
-    again = decide(FakeProbe({}), native)
+    lines = []
+    again = decide(FakeProbe({}), native, log=lines.append)
     assert again.cached and again.precision == first.precision
+    assert len(lines) == 1 and "measured earlier" in lines[0] and native in lines[0]  # nothing timed, and it says so
     other = FakeProbe({"float32": 1000.0, "amp-bfloat16": 2000.0}, key="net-b")
     assert not decide(other, native).cached and other.runs  # another network is another verdict
     doc = json.loads(open(native).read())

@@ -281,7 +281,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         The network to time; without one the rule decides, and says the
         network was not timed.
     log : callable
-        Told, in one line each, that a measurement starts and ends.
+        Told, in one line each, that a measurement starts and ends, or that the verdict is the cache's.
     cache : str, optional
         The cache file (default :func:`cache_file`).
 
@@ -302,7 +302,9 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     verdicts = store.read()
     if key in verdicts:
         verdict = _from_cache(verdicts[key])
-        if verdict is not None:
+        if verdict is not None:  # said, so a reader knows nothing was timed now and how to time again
+            log(f"auto: {verdict.precision} for {probe.where}, as measured earlier on this machine and kept in "
+                f"{store.path} (delete it to measure again)")
             return verdict
     repeat_ms = min_repeat_ms()  # read once; a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
