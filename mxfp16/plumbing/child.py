@@ -225,14 +225,15 @@ def end_process(code=0):
     MXNet 1.9.1's engine threads still run when the C++ runtime destroys
     static objects at exit (apache/mxnet#17653, #19379), and now and then
     the process aborts there, its work done and its output written:
-    "terminate called without an active exception", exit status 134 (2
-    exits in 741 of a ten-line MXNet script under Python 3.13 on a 2-core
-    Zen 5). So mxfp16's commands and children end here: what Python's own
-    shutdown runs first runs (it stops idle executor workers and waits for
-    the non-daemon threads, then the ``atexit`` handlers: MXNet's ``MXNotifyShutdown``, logging's flush,
-    multiprocessing's pools), the standard streams are flushed, and the
-    process leaves with ``os._exit``. A library user's process ends as
-    Python and MXNet end it: only mxfp16's entry points call this.
+    "terminate called without an active exception", exit status 134
+    (docs/getting-started.md, "MXNet's abort at exit", says how often).
+    So mxfp16's commands and children end here: what Python's own shutdown
+    runs first runs (it stops idle executor workers and waits for the
+    non-daemon threads, then the ``atexit`` handlers: MXNet's
+    ``MXNotifyShutdown``, logging's flush, multiprocessing's pools), the
+    standard streams are flushed, and the process leaves with ``os._exit``.
+    A library user's process ends as Python and MXNet end it: only
+    mxfp16's entry points call this.
 
     Parameters
     ----------
