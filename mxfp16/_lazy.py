@@ -47,7 +47,13 @@ def exports(package, table, mxnet_free=()):
 
 
 class _Deferred:
-    """A module imported on first attribute access, after :func:`mxfp16.machine.stack.import_mxnet`."""
+    """A stand-in for module ``name`` (``'mxnet'``, ``'mxnet.gluon'``) that imports it when first used.
+
+    For modules that use MXNet only inside their functions: ``mx =
+    module("mxnet")`` in place of ``import mxnet as mx`` keeps importing them
+    free of MXNet, and the first ``mx.nd`` loads it, after
+    :func:`mxfp16.machine.stack.import_mxnet`.
+    """
 
     def __init__(self, name):
         self.__dict__["_name"] = name
@@ -64,11 +70,4 @@ class _Deferred:
         return f"<{self._name}, imported on first use>"
 
 
-def module(name):
-    """A stand-in for module ``name`` (``'mxnet'``, ``'mxnet.gluon'``) that imports it when first used.
-
-    For modules that use MXNet only inside their functions: ``mx =
-    module("mxnet")`` in place of ``import mxnet as mx`` keeps importing them
-    free of MXNet, and the first ``mx.nd`` loads it.
-    """
-    return _Deferred(name)
+module = _Deferred

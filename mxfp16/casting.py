@@ -14,7 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._lazy import module
-from .float_formats import FORMATS
+from .float_formats import FORMATS, format_scale
 
 mx = module("mxnet")
 gluon = module("mxnet.gluon")
@@ -269,21 +269,15 @@ def _check_cast(x, target, name, fix):
     changed = values[cast != values] if whole and _whole(values) else values[np.isinf(cast)]
     if changed.size:
         shown = np.unique(changed)[:3]
-        examples = ", ".join(f"{_number(v)} -> {_number(float(np.asarray(v).astype(target)))}" for v in shown)
+        examples = ", ".join(f"{format_scale(v)} -> {format_scale(float(np.asarray(v).astype(target)))}" for v in shown)
         exact = 2.0 ** (fmt.mantissa_bits + 1)  # every integer up to here has a representation
         raise ValueError(f"cast_batch(): the cast to {fmt.name} would change values of {name}: {examples} "
-                         f"({fmt.name} holds every integer only up to {_number(exact)}, and nothing beyond "
-                         f"{_number(fmt.max)}). {fix}")
+                         f"({fmt.name} holds every integer only up to {format_scale(exact)}, and nothing beyond "
+                         f"{format_scale(fmt.max)}). {fix}")
 
 
 def _whole(values):
     return bool(values.size) and bool(np.all(np.isfinite(values) & (values == np.round(values))))
-
-
-def _number(value):
-    """``value`` as a person reads it: whole numbers in full up to 2**53 (all exact there), others with ``%g``."""
-    value = float(value)
-    return str(int(value)) if value.is_integer() and abs(value) <= 2.0 ** 53 else f"{value:g}"
 
 
 def to_float32(output):

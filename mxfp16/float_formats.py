@@ -94,7 +94,7 @@ FORMATS = {f.name: f for f in (FLOAT16, BF16, FLOAT32)}
 
 
 def format_scale(scale):
-    """A loss scale as a person reads it: exactly, never rounded by ``%g``.
+    """A number (a loss scale, a value a cast changes) as a person reads it: exactly, never rounded by ``%g``.
 
     ``%g`` prints 2**24 as ``1.67772e+07``, which is neither the number nor
     recognisably a power of two. Whole numbers up to 2**53 (every float64

@@ -462,10 +462,6 @@ class GradientSums:
     def __bool__(self):
         return bool(self._sums)
 
-    def clear(self):
-        """Forget every sum (the scaler's update() ends the iteration)."""
-        self._sums = {}
-
     def add(self, trainer, params):
         """Add ``params``' gradients (fresh from a backward pass) to the trainer's sums; return how many it holds.
 

@@ -136,7 +136,8 @@ class MixedPrecision:
         # The one place a resumed auto run's precision is decided: taken from its record, never ruled or timed.
         own = self._own_verdict(*own_precision) if precision == "auto" and own_precision else None
         if own is not None:
-            self.precision = self._settled_precision(own)
+            self.precision = replace(resolve_precision(own.precision, self.ctx, allow_cpu_float16=allow_cpu_float16),
+                                     requested="auto", reason=own.reason)
         else:
             self.precision = precision if isinstance(precision, Precision) else resolve_precision(
                 precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
@@ -200,7 +201,7 @@ class MixedPrecision:
             if self.pending:
                 self._decide(net, data, label, loss_fn, None)
         # While auto is pending its candidates share everything but AMP: float32 parameters, this trainer.
-        settled = self._float32() if self.pending else self.precision
+        settled = resolve_precision("float32", self.ctx) if self.pending else self.precision
         cast_net(net, settled)
         return make_trainer(net.collect_params(), optimizer, optimizer_params, settled, self.scaler,
                             **trainer_options)
@@ -274,14 +275,6 @@ class MixedPrecision:
     def _own_verdict(name, where):
         """``auto``'s verdict for a resumed run: its own precision ``name``, as recorded in ``where``."""
         return _auto.AutoVerdict(name, f"the run's own ({where})")
-
-    def _settled_precision(self, verdict):
-        """The precision ``auto``'s verdict names, resolved for these devices."""
-        return replace(resolve_precision(verdict.precision, self.ctx, allow_cpu_float16=self._allow_cpu_float16),
-                       requested="auto", reason=verdict.reason)
-
-    def _float32(self):
-        return resolve_precision("float32", self.ctx)
 
     def _choose_layers(self, net, data):
         """Time ``net``'s layers (:mod:`mxfp16.measure.per_layer`), keep those that do not gain in float32, retrace."""

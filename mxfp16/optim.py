@@ -331,9 +331,8 @@ def _float16_alone(name):
 
 
 def _one_line(err):
-    text = str(err).strip().splitlines()
-    detail = next((line for line in reversed(text) if line.strip()), "")
-    return f"{type(err).__name__}: {detail.strip()}"
+    lines = str(err).strip().splitlines() or [""]
+    return f"{type(err).__name__}: {lines[-1].strip()}"
 
 
 def optimizer_support(names=None):

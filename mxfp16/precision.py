@@ -122,14 +122,6 @@ _TABLE = {
                          master_weights=False),
 }
 
-_CPU_FLOAT16_MESSAGE = (
-    "precision {name!r} was asked for on a CPU, but MXNet has no float16 convolution or "
-    "dense (FullyConnected) layer on CPU (\"FP16 gemm on cpu not implemented\"), so a real "
-    "network would fail mid-step. Use --precision amp-bfloat16 (bfloat16 through MXNet's AMP, "
-    "fast on CPUs with avx512_bf16/AMX) or run on a GPU (--ctx gpu:0). Networks built only "
-    "from elementwise ops can opt in with allow_cpu_float16=True."
-)
-
 
 def check_precision_name(name):
     """Normalise a precision name (``' AMP-BFloat16 '`` -> ``'amp-bfloat16'``).
@@ -190,12 +182,6 @@ def auto_rule(on_gpu, support=None):
                       "so the rule keeps float32; MixedPrecision times your network"
 
 
-def _bfloat16_refusal(name, support):
-    return (f"precision {name!r} cannot run on this CPU: {support.reason}. Use --precision float32 "
-            "(or auto, which resolves to float32 here), or a machine with AVX-512 (bfloat16 natively with "
-            "avx512_bf16 or AMX).")
-
-
 def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     """Validate a precision name against the devices and return a :class:`Precision`.
 
@@ -232,18 +218,23 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     if requested == "auto":  # resolve_precision has no network to time (mxfp16.measure.auto does, given one)
         reason = f"ruled: {reason}"
     if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
-        raise PrecisionError(_CPU_FLOAT16_MESSAGE.format(name=resolved))
+        raise PrecisionError(
+            f"precision {resolved!r} was asked for on a CPU, but MXNet has no float16 convolution or "
+            "dense (FullyConnected) layer on CPU (\"FP16 gemm on cpu not implemented\"), so a real "
+            "network would fail mid-step. Use --precision amp-bfloat16 (bfloat16 through MXNet's AMP, "
+            "fast on CPUs with avx512_bf16/AMX) or run on a GPU (--ctx gpu:0). Networks built only "
+            "from elementwise ops can opt in with allow_cpu_float16=True.")
     if resolved == "amp-bfloat16" and not on_gpu:
         support = hardware.bfloat16_support()
         if not support.runs:
-            raise PrecisionError(_bfloat16_refusal(resolved, support))
+            raise PrecisionError(f"precision {resolved!r} cannot run on this CPU: {support.reason}. Use --precision "
+                                 "float32 (or auto, which resolves to float32 here), or a machine with AVX-512 "
+                                 "(bfloat16 natively with avx512_bf16 or AMX).")
     return Precision(name=resolved, requested=requested, reason=reason, **_TABLE[resolved])
 
 
-# --------------------------------------------------------------------------
 # AMP is process-global: amp.init() patches mx.nd / mx.sym once and cannot be
 # undone, so the process remembers which target it was initialised for.
-# --------------------------------------------------------------------------
 _amp_target = None
 
 

@@ -109,8 +109,6 @@ def check_loss(loss, source="scale_loss()"):
     ValueError
         For an empty list.
     """
-    import mxnet as mx
-
     items = loss if isinstance(loss, (list, tuple)) else [loss]
     if not items:
         raise ValueError(f"{source} got an empty list of losses: pass the loss array(s) of the forward pass")
@@ -325,13 +323,9 @@ class LossScaler:
 
     @staticmethod
     def _scaled(loss, scale):
-        if scale == 1.0:
-            return loss
-        from mxnet import autograd
-
-        if autograd.is_recording():
+        if mx.autograd.is_recording():
             return loss * scale
-        with autograd.record():  # the product must be in the graph for backward to reach the loss
+        with mx.autograd.record():  # the product must be in the graph for backward to reach the loss
             return loss * scale
 
     def accumulate(self, trainer):
@@ -791,10 +785,8 @@ def parse_loss_scale(setting):
         return None
     if isinstance(setting, str):
         text = setting.strip().lower()
-        if text in ("dynamic", "none"):
-            return text
-        if text == "off":
-            return "none"
+        if text in ("dynamic", "none", "off"):
+            return "none" if text == "off" else text
         try:
             value = float(text)
         except ValueError:
@@ -843,9 +835,6 @@ def make_loss_scaler(precision, setting=None, **options):
     value = parse_loss_scale(setting)
     if value is None:
         value = "dynamic" if precision.loss_scaling else "none"
-    if value == "dynamic":
-        return LossScaler(dynamic=True, precision=precision, **options)
-    if value == "none":
-        return LossScaler(enabled=False, precision=precision, **options)
-    return LossScaler(init_scale=value, dynamic=False, precision=precision, **options)
+    settings = {"dynamic": {"dynamic": True}, "none": {"enabled": False}}
+    return LossScaler(precision=precision, **settings.get(value, {"init_scale": value, "dynamic": False}), **options)
 
