@@ -1,13 +1,7 @@
 """Private MXNet, ONNX and GluonCV names: the module where mxfp16 reaches them, each behind a named helper.
 
-Gluon 1.9.1, AMP, MXNet's symbols and ONNX exporter, and GluonCV's model
-zoo have no public way to ask several things mxfp16 needs; each helper's
-docstring says what it reads. If one of these
-libraries ever changes such a name, the helper here is what to fix; code
-that needs another private name adds a helper here instead of reaching in.
-
-Importing this module imports none of the three libraries: each helper
-imports what it needs when it runs.
+If one of these libraries changes such a name, the helper here is what to
+fix. Importing this module imports none of them.
 """
 import contextlib
 
@@ -32,9 +26,7 @@ def trainer_params(trainer):
 def grad_is_fresh(param):
     """Whether a backward pass wrote ``param``'s gradient (on every device) since its last update.
 
-    The flag Gluon's own stale-gradient check reads; a host-side flag, so
-    asking costs no synchronisation. A parameter still waiting for its
-    deferred initialisation has no gradient at all: ``False``.
+    Gluon's host-side stale-gradient flag; ``False`` for a deferred parameter.
     """
     if param_is_deferred(param):
         return False
@@ -47,11 +39,7 @@ def param_is_deferred(param):
 
 
 def set_grads_fresh(params, fresh):
-    """Mark the parameters' gradients as written by this step's backward (``True``) or as applied (``False``).
-
-    ``False`` is what ``Trainer.update`` does after applying a gradient; a
-    skipped step and gradient accumulation need the same without an update.
-    """
+    """Mark the parameters' gradients as written by this step's backward (``True``) or as applied (``False``)."""
     for param in params:
         for data in param.list_data():
             data._fresh_grad = fresh
@@ -67,11 +55,9 @@ def _init_kvstore(trainer):
     """Gluon's lazy kvstore set-up, made now, also while some parameters await their deferred initialisation.
 
     ``Trainer._init_kvstore`` asks every parameter for its data to size the
-    kvstore, and a parameter no forward pass has reached yet (an unused head)
-    has none: a raw ``DeferredInitializationError``. Those parameters are
-    lent a one-element stand-in for the moment of that question (only the
-    ``local`` kvstore reads it, for the largest size); Gluon's own
-    ``_init_params`` already leaves them out until they are initialised.
+    kvstore, and a deferred one (an unused head) raises
+    ``DeferredInitializationError``; they are lent a one-element stand-in
+    for that question (only the ``local`` kvstore reads it).
     """
     if trainer._kv_initialized:
         return
@@ -113,10 +99,9 @@ def block_children(block):
 def built_graphs(block):
     """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built and run on.
 
-    A hybridized block whose graph is built is not searched further: its
-    children are inside that graph. A block that is not hybridized may hold
-    a graph too (Gluon builds one to infer deferred shapes), but it runs
-    imperatively, so that graph does not count.
+    A block that is not hybridized may hold a graph too (Gluon builds one to
+    infer deferred shapes), but it runs imperatively, so that graph does not
+    count.
     """
     graph = getattr(block, "_cached_graph", ())
     if graph and block_is_hybridized(block):
@@ -133,9 +118,7 @@ def block_is_hybridized(block):
 def hybridization_paused(blocks):
     """Within the context, ``blocks`` run imperatively; afterwards each is hybridized as before.
 
-    ``hybridize(False)`` drops a block's flags (``static_alloc`` ...), so the
-    flags are kept here and put back, and the cached graph is rebuilt on the
-    next call.
+    ``hybridize(False)`` would drop a block's flags (``static_alloc`` ...).
     """
     saved = [(block, block._active, list(block._flags)) for block in blocks if block_is_hybridized(block)]
     for block, _, _ in saved:
@@ -152,9 +135,8 @@ def hybridization_paused(blocks):
 def rebuild_graphs(block):
     """Drop the graphs the hybridized blocks in ``block`` built, so the next forward pass traces them again.
 
-    Gluon keeps a hybridized block's graph from its first call; a graph traced
-    before AMP was switched on stays float32 however AMP is set up afterwards.
-    The blocks stay hybridized, with their flags.
+    A graph traced before AMP was switched on stays float32 otherwise. The
+    blocks stay hybridized, with their flags.
     """
     block.apply(lambda b: b._clear_cached_op() if hasattr(b, "_clear_cached_op") else None)
     renew_parameter_symbols(block)
@@ -293,10 +275,9 @@ _NUMPY_NAMESPACES = {
 def numpy_operator_functions(name):
     """The functions MXNet generated for numpy-mode operator ``name``: ``[(module, attribute)]``.
 
-    One per namespace it is registered in: imperative (``mx.np``, ``mx.npx``),
-    Gluon without hybridization (``mxnet.ndarray.numpy(_extension)``) and
-    with it (``mxnet.symbol.numpy(_extension)``). ``_npi_`` operators are the
-    internals the Python functions of ``mx.np`` call. Empty for any other name.
+    One per namespace it is registered in (``mx.np``, ``mxnet.ndarray.numpy``,
+    ``mxnet.symbol.numpy`` and their ``_extension`` twins, or ``_internal``
+    for ``_npi_``). Empty for any other name.
     """
     import importlib
 
@@ -321,11 +302,8 @@ def legacy_operator_functions(name):
     """The functions MXNet generated for legacy operator ``name``: ``[(module, attribute)]``, as AMP finds them.
 
     One home in ``mx.sym`` and one in ``mx.nd`` (plus ``op``, which binds
-    the top-level ones a second time); a namespace whose MXNet build lacks the
-    operator adds none. Where a name lands (``_contrib_foo`` is
-    ``contrib.foo``, ``_foo`` is in ``_internal``) is decided by AMP's private
-    ``_get_fun_to_wrap`` over ``mxnet.base``'s private prefix list; MXNet has
-    no public way to ask, and mxfp16 wraps exactly the bindings AMP wraps.
+    the top-level ones a second time), where AMP's private
+    ``_get_fun_to_wrap`` puts them: mxfp16 wraps exactly the bindings AMP wraps.
     """
     from mxnet import base, ndarray, symbol
     from mxnet.contrib.amp.amp import _get_fun_to_wrap
@@ -358,10 +336,8 @@ def numpy_symbol_class():
 def rebuild_symbol(node, inputs):
     """Legacy graph node ``node``'s operator, with its arguments and name, built again on ``inputs``.
 
-    What AMP's symbol wrapper does to cast a node's inputs, including the
-    ones the call created itself (its weight variables): ``Symbol`` has no
-    public way to apply a node's operator to new inputs
-    (``_gen_atomic_symbol``) nor to rename a node once built (``_set_attr``).
+    What AMP's symbol wrapper does to cast a node's inputs: ``Symbol`` has
+    no public way to do it (``_gen_atomic_symbol``, ``_set_attr``).
     """
     rebuilt = node._gen_atomic_symbol()(*inputs)
     rebuilt._set_attr(name=node.name)
@@ -374,9 +350,8 @@ def rebuild_symbol(node, inputs):
 def gluoncv_model_modules():
     """``{model name: the module that builds it}`` for every model GluonCV's model zoo registers, in its order.
 
-    ``gluoncv.model_zoo.get_model`` builds a model by name, but only the
-    zoo's private ``_models`` table lists the names (``get_model_list`` is
-    a hand-kept subset) and which module builds each.
+    Only the zoo's private ``_models`` table lists them all (``get_model_list``
+    is a hand-kept subset).
     """
     from .models.gluoncv import import_gluoncv
 
@@ -390,11 +365,9 @@ def gluoncv_model_modules():
 def mx2onnx_graph(symbol, weights, input_shape, opset, on_node):
     """The ONNX graph MXNet 1.9.1's exporter (mx2onnx) builds for a float32 ``symbol``, batch axis left free.
 
-    ``mx.onnx.export_model``, the public way, writes a file and builds the
-    graph for the installed onnx's newest opset; its private ``MXNetGraph``
-    returns the ``GraphProto`` itself, built for ``opset``, so the caller
-    can set the initializers and the opset the model declares. Two of its
-    habits are changed while it converts, and restored after:
+    ``mx.onnx.export_model`` writes a file for onnx's newest opset; the
+    private ``MXNetGraph`` returns the ``GraphProto``, built for ``opset``.
+    Two of its habits are changed while it converts, and restored after:
 
     - every node is handed to ``on_node`` before its converter runs, so a
       converter's failure can be blamed on its layer;

@@ -2,12 +2,8 @@
 
 MXNet fixes its thread count and loads its CUDA libraries when it is first
 imported; ``mxfp16``, ``mxfp16.train`` and ``mxfp16.bench`` must be importable
-before that (``python -m mxfp16.train --threads N``, the PyTorch peer's
-process), and every command's flags are built without it, so ``--help`` and
-``--version`` answer at once whatever MXNet's environment holds. Each package
-hands its ``{name: module}`` table to :func:`exports`; a module that uses
-MXNet only inside its functions names it with :func:`module` instead of
-``import mxnet as mx``.
+before that (``python -m mxfp16.train --threads N``), and ``--help`` answers
+whatever MXNet's environment holds.
 """
 import importlib
 

@@ -21,22 +21,16 @@ gluon = module("mxnet.gluon")
 
 
 def cast_net(net, precision):
-    """Cast ``net`` in place for ``precision`` and return it.
-
-    BatchNorm layers (and their subclasses) keep float32 parameters; see the
-    module docstring for why the other normalisation layers cannot.
+    """Cast ``net`` in place for ``precision`` and return it; BatchNorm layers keep float32 parameters.
 
     Parameters
     ----------
     net : gluon.Block
     precision : Precision or str
-        A resolved :class:`~mxfp16.Precision` (its ``param_dtype``; for an
-        AMP precision this also checks that :func:`mxfp16.activate` came
-        first, :func:`mxfp16.precision.check_activated`), or a dtype name,
-        ``'float16'`` or ``'float32'``: an AMP precision's ``param_dtype`` is
-        checked as the precision itself would be. bfloat16 is not a Gluon
-        parameter dtype in MXNet 1.9.1: use the ``amp-bfloat16`` precision
-        instead.
+        A resolved :class:`~mxfp16.Precision` (an AMP one is checked with
+        :func:`mxfp16.precision.check_activated`, and so is its
+        ``param_dtype``), or ``'float16'`` or ``'float32'``. bfloat16 is not a
+        Gluon parameter dtype in MXNet 1.9.1: use ``amp-bfloat16``.
 
     Returns
     -------
@@ -86,30 +80,17 @@ def dtype_report(net):
 def cast_batch(data, label, dtype, ctx_list, keep=()):
     """Split a batch across devices and cast its floating-point data to ``dtype``, changing no value silently.
 
-    What is cast:
-
-    - **Integer arrays are never cast**, whatever holds them (an NDArray, a
-      numpy array, a Python list): token ids, lengths and masks keep their
-      integer dtype. float16 holds integers exactly only up to 2048, so id
-      2049 would become 2048 and 70001 inf. numpy arrays and lists become
-      NDArrays of their own dtype (``mx.nd.array`` alone would make them
-      float32 first).
-    - **Floating-point data is cast**, after a check that the cast keeps what
-      the values mean. Token ids often arrive as float32 (``mx.nd.array``'s
-      default dtype, GluonNLP's ``batchify.Pad``), and float16 rounds them
-      (30521 becomes 30528). An input whose values are all whole numbers is
-      taken for ids or counts: it is refused, naming it, when the cast would
-      change one of them; any input is refused when a finite value lies
-      beyond the dtype's range (it would become inf). The message gives the
-      two fixes: pass ids as integers (``x.astype('int32')``), or name the
-      input in ``keep``.
-    - **Labels** are never cast to ``dtype``: integer labels keep their dtype,
-      floating labels become (or stay) float32, with the same check.
-
-    The check reads a strided sample of at most :data:`SAMPLE` values of
-    each floating input on the host (waiting for that input to be computed);
-    only an input whose sample is all whole numbers is read whole. Nothing
-    is checked when nothing is narrowed (float32 data for float32, integers).
+    - **Integer arrays are never cast** (NDArray, numpy array or list):
+      float16 holds integers exactly only up to 2048, so id 2049 would
+      become 2048 and 70001 inf.
+    - **Floating-point data is cast**, after a check: token ids often arrive
+      as float32 (GluonNLP's ``batchify.Pad``), and float16 rounds them
+      (30521 becomes 30528). An input of whole numbers is refused when the
+      cast would change one; any input is refused when a finite value would
+      become inf. The check reads a strided sample of at most :data:`SAMPLE`
+      values on the host (the whole input when the sample is whole numbers).
+    - **Labels** keep an integer dtype; floating labels become float32, with
+      the same check.
 
     Parameters
     ----------
@@ -173,10 +154,7 @@ def _positions(keep, data):
 
 
 def _split(batch, what, ctx_list, dtype, keep, labels=False):
-    """``batch`` as one entry per device: each input converted, checked, split, then cast to ``dtype`` (or kept).
-
-    ``labels`` only changes what a refusal suggests (labels have no ``keep``).
-    """
+    """``batch`` as one entry per device: each input converted, checked, split, then cast to ``dtype`` (or kept)."""
     several = _several(batch)
     if several and not batch:
         raise ValueError(f"cast_batch() got an empty {type(batch).__name__} as {what}: pass the batch's array(s)")
@@ -250,10 +228,7 @@ def _target(x, dtype):
 
 
 def _check_cast(x, target, name, fix):
-    """Refuse a cast of ``x`` to ``target`` that would change whole numbers or overflow (see :func:`cast_batch`).
-
-    ``name`` is the input's name in the message, ``fix`` what to do instead.
-    """
+    """Refuse a cast of ``x`` to ``target`` that would change whole numbers or overflow (see :func:`cast_batch`)."""
     fmt, source = FORMATS.get(np.dtype(target).name), FORMATS.get(np.dtype(x.dtype).name)
     if fmt is None or (source is not None and source.mantissa_bits <= fmt.mantissa_bits and source.max <= fmt.max):
         return  # a widening cast changes nothing

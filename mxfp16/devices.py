@@ -1,12 +1,8 @@
 """The devices a run uses: parse ``--ctx``, format it back, and check it against what MXNet sees.
 
 ``'auto'`` is every GPU MXNet can see, else the CPU. :func:`parse_devices` reads the text without MXNet
-(``import mxfp16.devices`` does not load it), for what runs devices other than MXNet's (onnxruntime);
-:func:`parse_ctx` makes MXNet contexts of the same list. A device list is
-checked once, where a command or :func:`mxfp16.train.run.prepare` first
-reads it (:func:`resolve_devices`); what is built afterwards takes the
-checked list. Errors are :class:`DeviceError`, never a precision error: a
-missing GPU is a device problem whatever the precision.
+(for onnxruntime); :func:`parse_ctx` makes MXNet contexts of the same list. A device list is checked once,
+where it is first read (:func:`resolve_devices`). Errors are :class:`DeviceError`, whatever the precision.
 """
 from ._lazy import module
 from .machine import hardware

@@ -11,10 +11,8 @@ place of Estimator's update handler and puts its processor in the Estimator
     est = Estimator(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=mp.ctx)
     est.fit(train_data, val_data, epochs=3, event_handlers=[MixedPrecisionHandler(mp)])
 
-:class:`MixedPrecisionCheckpointHandler` is Estimator's ``CheckpointHandler``
-with the precision and loss-scaler state beside each checkpoint, so a resumed
-run continues at its loss scale; :class:`TensorBoardHandler` feeds a
-:class:`mxfp16.TensorBoardLogger`.
+:class:`MixedPrecisionCheckpointHandler` and :class:`TensorBoardHandler` add
+checkpoints that keep the loss scale, and TensorBoard.
 """
 from pathlib import Path
 
@@ -37,9 +35,7 @@ __all__ = ["MixedPrecisionProcessor", "MixedPrecisionHandler", "MixedPrecisionCh
 class MixedPrecisionProcessor(BatchProcessor):
     """Estimator's batch processor, through :class:`~mxfp16.MixedPrecision`: one ``train_step`` per batch.
 
-    Used with its :class:`MixedPrecisionHandler` (``handler.processor``),
-    which installs it; pass it to ``Estimator(batch_processor=...)``
-    yourself only to evaluate before the first ``fit``.
+    :class:`MixedPrecisionHandler` installs it (``handler.processor``).
 
     Parameters
     ----------
@@ -62,7 +58,7 @@ class MixedPrecisionProcessor(BatchProcessor):
         self._handler = None  # the MixedPrecisionHandler of the fit() in progress
 
     def fit_batch(self, estimator, train_batch, batch_axis=0):
-        """One :meth:`MixedPrecision.train_step` on ``train_batch`` with the Estimator's net, loss and trainer.
+        """One :meth:`MixedPrecision.train_step` on ``train_batch``.
 
         Returns
         -------
@@ -115,11 +111,8 @@ class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
     """The one argument an Estimator needs: ``fit(..., event_handlers=[MixedPrecisionHandler(mp)])``.
 
     At the start of ``fit`` it puts its :class:`MixedPrecisionProcessor`
-    (``processor``) in ``estimator.batch_processor``, where Estimator looks
-    for ``fit_batch`` and ``evaluate_batch``, and it stays there for later
-    ``evaluate`` calls. Being a ``GradientUpdateHandler``, it takes the place
-    of Estimator's default one: the processor's ``train_step`` has already
-    applied or skipped the update when a batch ends.
+    (``processor``) in ``estimator.batch_processor``, and as a
+    ``GradientUpdateHandler`` it takes the place of Estimator's own.
 
     Parameters
     ----------
@@ -165,15 +158,10 @@ class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
 class MixedPrecisionCheckpointHandler(CheckpointHandler):
     """Estimator's ``CheckpointHandler``, with ``mp.state_dict()`` beside each checkpoint.
 
-    Beside each ``<prefix>-epoch<E>batch<B>.params`` and ``.states`` it
-    writes ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (atomically): the
-    precision and the loss scaler's state (scale, clean-step count, skipped
-    steps). ``max_checkpoints`` removes it with its checkpoint (the same
-    prefix); with ``save_best`` the best checkpoint gets
-    ``<prefix>-best.mxfp16.json``. With ``resume_from_checkpoint=True``,
-    after the parameters and trainer states, the state of the same checkpoint
-    goes into ``mp``: the run continues at its loss scale instead of
-    relearning it through skipped steps.
+    Beside each ``<prefix>-epoch<E>batch<B>.params`` it writes
+    ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (``<prefix>-best.mxfp16.json``
+    with ``save_best``). With ``resume_from_checkpoint=True`` the state of
+    the same checkpoint goes into ``mp``: the run continues at its loss scale.
 
     Parameters
     ----------
@@ -238,10 +226,8 @@ class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """An Estimator's run in TensorBoard, through a :class:`mxfp16.TensorBoardLogger`.
 
     Every ``log_every`` batches :meth:`~mxfp16.TensorBoardLogger.log_step`
-    with the processor's last step (the loss it reads was computed for
-    Estimator's loss metric already); at the end of each epoch, after the
-    validation, every training and validation metric as ``epoch/<name>``
-    and the gradient histograms. Steps count the batches of this ``fit``.
+    with the processor's last step; at the end of each epoch every metric as
+    ``epoch/<name>`` and the gradient histograms.
 
     Parameters
     ----------

@@ -1,17 +1,12 @@
 """The numbers behind float16, bfloat16 and float32.
 
-Every figure here is derived from a format's bit layout (exponent and
-mantissa widths), and the widths of float16 and float32 are read from numpy's
-``finfo`` rather than typed in. bfloat16 has float32's exponent and 7 mantissa
-bits; numpy has no bfloat16 type, so MXNet's own bfloat16 dtype is exposed as
-:data:`BFLOAT16` for casts, and the tests check the derived figures against
-MXNet's cast.
+Every figure here is derived from a format's bit layout, with the widths of
+float16 and float32 read from numpy's ``finfo``. numpy has no bfloat16 type,
+so MXNet's own is :data:`BFLOAT16`.
 
 What MXNet's float32 -> bfloat16 cast does with bfloat16's *subnormals*
-depends on the CPU, so it is measured, not stated: :func:`measure_bfloat16_cast`
-(for tests, notebooks and ``mxfp16 info``) and :func:`classify_bfloat16_cast`
-say whether it flushes them to zero or keeps them, and which instruction
-decides it.
+depends on the CPU, so it is measured, not stated:
+:func:`measure_bfloat16_cast`.
 """
 import functools
 from dataclasses import asdict, dataclass
@@ -96,10 +91,8 @@ FORMATS = {f.name: f for f in (FLOAT16, BF16, FLOAT32)}
 def format_scale(scale):
     """A number (a loss scale, a value a cast changes) as a person reads it: exactly, never rounded by ``%g``.
 
-    ``%g`` prints 2**24 as ``1.67772e+07``, which is neither the number nor
-    recognisably a power of two. Whole numbers up to 2**53 (every float64
-    integer is exact there) print in full, other powers of two as ``2^k``,
-    anything else with ``%g``.
+    Whole numbers up to 2**53 print in full (``%g`` prints 2**24 as
+    ``1.67772e+07``), other powers of two as ``2^k``, anything else with ``%g``.
 
     >>> format_scale(2.0 ** 24), format_scale(0.5 ** 30), format_scale(1.5)
     ('16777216', '2^-30', '1.5')
@@ -113,9 +106,7 @@ def format_scale(scale):
     return f"{scale:g}"
 
 
-# --------------------------------------------------------------------------
 # bfloat16's subnormals through MXNet's cast: measured per CPU.
-# --------------------------------------------------------------------------
 
 #: bfloat16 subnormals (below its smallest normal, 2**-126), each exactly representable in bfloat16, down to its
 #: smallest, 2**-133: a cast that keeps subnormals returns each unchanged, one that flushes them returns 0.
@@ -271,15 +262,13 @@ def bfloat16_roundtrip(values):
 def measure_bfloat16_cast(in_process=False, timeout=300):
     """Measure what MXNet's float32 -> bfloat16 cast does with bfloat16's subnormals on this CPU.
 
-    The cast runs once per process and way (the CPU does not change); the
-    classification reads the CPU's flags at each call.
+    The cast runs once per process and way (the CPU does not change).
 
     Parameters
     ----------
     in_process : bool
-        Cast in this process (it loads MXNet) instead of a child process.
-        The child is the default: an MXNet error is asynchronous and can leave
-        the process that met it unusable.
+        Cast in this process (it loads MXNet) instead of a child process: an
+        MXNet error is asynchronous and can leave the process unusable.
     timeout : float
         Seconds the child may take.
 

@@ -8,21 +8,9 @@ optimizer divides instead (``trainer.update(batch_size * S)``, in float32
 with ``multi_precision``), and whatever reads the gradients before it
 divides by the same number: :class:`Gradients` carries it.
 
-Every function here runs on the devices and returns device arrays, or reads
-Gluon's host-side flags; nothing waits for the host.
-
-Below them is the Gluon bookkeeping the loss scaler's seams rest on: which
-of a trainer's parameters a step applies (:func:`param_use`; unused ones,
-and those never initialised, which sit out of the reduction and the update),
-the reduction itself (:func:`reduce_gradients`), micro-batches summed for
-gradient accumulation (:class:`GradientSums`), and trainers whose kvstore
-applies the updates (:func:`refuse_kvstore_updates`).
-
-Anything that touches the gradients before they are unscaled gets them
-scaled: ``gluon.utils.clip_global_norm(grads, max_norm)`` there clips them to
-``max_norm`` while they carry ``batch_size * S``, so the update shrinks by
-that factor and training crawls without an error. :class:`GradientWatch`
-notices such a change between the scaled backward pass and ``unscale()``.
+Below them is the Gluon bookkeeping the loss scaler's seams rest on:
+:func:`param_use`, :func:`reduce_gradients`, :class:`GradientSums` and
+:func:`refuse_kvstore_updates`. Nothing here waits for the host.
 """
 import contextlib
 import weakref
@@ -58,12 +46,7 @@ def _chunks(arrays):
 
 
 def grads_are_finite(grads):
-    """Device-side check that every gradient is finite.
-
-    Returns an NDArray of shape (1,) holding 1.0 when all are finite; nothing
-    is copied to the host. MXNet's ``multi_all_finite`` requires one dtype per
-    call, so gradients are grouped by dtype.
-    """
+    """Device-side check that every gradient is finite: an NDArray of shape (1,), 1.0 when all are."""
     grads = [_legacy(g) for g in grads]
     flags = [mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=True) for chunk in _chunks(grads)]
     if len(flags) == 1:
@@ -74,18 +57,13 @@ def grads_are_finite(grads):
 def _global_norm(grads, divisor=1.0):
     """The global L2 norm of ``grads / divisor``, shape (1,), float32, on the first gradient's device.
 
-    The gradients may live on several devices; each device sums its own
-    squares and the first device adds them up.
-
     ``gluon.utils.clip_global_norm`` cannot serve float16 gradients: it sums
     ``dot(x, x)`` in the gradient's dtype, which overflows float16 and has no
-    float16 kernel on CPU. Here the sum of squares is accumulated in float32
-    (``multi_sum_sq`` on float32 views).
+    float16 kernel on CPU. ``multi_sum_sq`` also accumulates in its input
+    dtype, so float16 gradients are widened to float32 first.
     """
     grads = [_legacy(g) for g in grads]
     ctx = grads[0].ctx
-    # multi_sum_sq accumulates in its input dtype, so float16 groups are
-    # widened first: squared scaled gradients overflow float16 easily.
     sums = [mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum().as_in_context(ctx)
             for chunk in _chunks([g if g.dtype == np.float32 else g.astype("float32") for g in grads])]
     return mx.nd.sqrt(mx.nd.add_n(*sums) if len(sums) > 1 else sums[0]).reshape((1,)) / divisor
@@ -109,8 +87,7 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
     -------
     NDArray
         The global norm of ``grads / scale`` before clipping, shape (1,),
-        float32. No host synchronisation: an overflowing step gives an
-        infinite or NaN norm (and gradients), which the skip discards.
+        float32, not read (inf or NaN on an overflowing step).
     """
     norm = _global_norm(grads, scale)
     ctx = norm.ctx
@@ -154,8 +131,6 @@ class Gradients:
     def clip_(self, max_norm):
         """Clip in place so the unscaled global norm is at most ``max_norm``; return the norm before clipping.
 
-        On every device, with one factor. On a step that overflowed the norm
-        is inf or NaN and so are the clipped gradients; the step skips them.
         The norm is an ``mx.np`` float32 array of shape (1,), not read.
         """
         return clip_global_norm_(self.arrays, max_norm, self.divisor, self.replicas).as_np_ndarray()
@@ -174,22 +149,13 @@ class Gradients:
 class GradientWatch:
     """Notices gradients changed between the scaled backward pass and ``unscale()``: clipped while still scaled.
 
-    The loss scaler keeps one. A scaled loss it hands out reports its
-    ``backward()`` here (:meth:`watched`); the global norm of each known
-    trainer's gradients is then taken on the device (the reference), and
-    taken again when the trainer's gradients are accumulated or unscaled.
-    Nothing legitimate changes them in between, so two different readings
-    mean something touched them while they still carried the scale.
-
-    The same reduction of the same numbers gives the same result (the
-    tolerance only allows for a device whose reduction order may vary), and
-    a clip changes the norm by the factor it clips by. It costs two passes
-    over the gradients on the device per step and no host read of its own:
-    the readings travel to the host with the overflow flag, in the read the
-    step makes anyway. What it cannot see it does not judge: a
-    backward pass started another way (``autograd.backward(heads)``), a
-    trainer on its first step (it is learnt at its first accumulate,
-    unscale or step), and an unscaled loss (scale 1, nothing to get wrong).
+    A scaled loss the loss scaler hands out reports its ``backward()`` here
+    (:meth:`watched`); each known trainer's global gradient norm is taken on
+    the device then, and again when its gradients are accumulated or
+    unscaled. Nothing legitimate changes them in between. It costs two
+    passes over the gradients per step and no host read of its own (the
+    readings ride with the overflow flag). Not judged: a backward pass
+    started another way, a trainer on its first step, an unscaled loss.
     """
 
     #: Relative difference of two readings taken as a change (far above the rounding of a reordered float32 sum).
@@ -213,13 +179,10 @@ class GradientWatch:
     def watched(self, scaled, report=True):
         """``scaled`` (a loss, or a list or tuple of them) as an object whose ``backward()`` reports here.
 
-        An array keeps its memory and its graph (its class becomes a
-        subclass of its own that adds the report); a list or tuple becomes
-        one of a subclass with a ``backward()`` of its own. Any other type
-        is returned as it is, unwatched. With ``report=False`` (a loss scale
-        of 1: nothing to watch) a list or tuple still gets its
-        ``backward()``, which reports nothing, and an array is returned as
-        it is.
+        An array keeps its memory and graph (its class becomes a subclass
+        that adds the report); a list or tuple gets a ``backward()`` of its
+        own. With ``report=False`` (scale 1) only a list or tuple changes,
+        to get its ``backward()``.
         """
         if not report:
             kind = self._kind(type(scaled), False) if isinstance(scaled, (list, tuple)) else None
@@ -271,9 +234,8 @@ class GradientWatch:
         ----------
         trainer : gluon.Trainer
         keep : bool
-            Keep the new reading as the reference: :meth:`LossScaler.accumulate`
-            leaves the gradient arrays as they are until the next backward or
-            ``unscale()``, which may compare again.
+            Keep the new reading as the reference (after
+            :meth:`LossScaler.accumulate`, ``unscale()`` may compare again).
         """
         reference = self._references.pop(id(trainer), None)
         if reference is None or self._unreported:  # a backward this watch did not see may have come after
@@ -334,10 +296,9 @@ class ParamUse:
     unused : list of gluon.Parameter
         Trainable, with no gradient since their last update.
     sitting_out : list of gluon.Parameter
-        The unused ones no forward pass has reached yet (an unused head,
-        deferred initialisation): they have no gradient array at all, and
-        Gluon's reduction and update fail on them, so they sit out of both
-        (:func:`params_sitting_out`) until a forward pass initialises them.
+        The unused ones no forward pass has initialised yet: they have no
+        gradient array, so they sit out of Gluon's reduction and update
+        (:func:`params_sitting_out`).
     """
 
     applied: list
@@ -381,9 +342,7 @@ def param_use(params):
 def params_sitting_out(params):
     """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by.
 
-    Setting ``grad_req`` on a parameter without data changes only the flag,
-    and the first forward pass that reaches it later creates its gradient
-    with the flag put back.
+    On a parameter without data this changes only the flag.
     """
     saved = [(param, param.grad_req) for param in params]
     for param, _ in saved:
@@ -450,10 +409,7 @@ def fresh_params(trainer):
 class GradientSums:
     """Micro-batches' gradients summed per trainer on the devices, until the step folds them into the gradients.
 
-    :meth:`mxfp16.LossScaler.accumulate` adds each micro-batch (one extra
-    copy of the gradients, nothing read on the host); ``unscale()`` and
-    ``step()`` fold the sums back, so the reduction and the update see
-    the gradient of every micro-batch.
+    :meth:`mxfp16.LossScaler.accumulate` adds; ``unscale()`` and ``step()`` fold.
     """
 
     def __init__(self):
@@ -463,11 +419,7 @@ class GradientSums:
         return bool(self._sums)
 
     def add(self, trainer, params):
-        """Add ``params``' gradients (fresh from a backward pass) to the trainer's sums; return how many it holds.
-
-        The parameters' gradients then count as applied, so the next
-        backward's gradients count as new.
-        """
+        """Add ``params``' fresh gradients to the trainer's sums (then marked applied); return how many it holds."""
         from ._internals import set_grads_fresh
 
         sums = self._sums.setdefault(id(trainer), {})

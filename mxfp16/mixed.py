@@ -2,41 +2,19 @@
 
 :class:`MixedPrecision` resolves the precision for the devices, sets the
 environment float16 wants and switches AMP on, so the set-up cannot be left
-half done (AMP after the network, or not at all);
-:meth:`MixedPrecision.prepare` casts a network and builds its trainer beside
-the run's loss scaler. The loop body is then two calls::
-
-    mp = mxfp16.MixedPrecision("auto")                       # before the network
-    net = build_my_net(); net.initialize(ctx=mp.ctx)
-    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
-    for x, y in loader:
-        data, label = mp.cast_batch(x, y)
-        result = mp.train_step(net, loss_fn, trainer, data, label)
-
-It is the one set-up path: ``mxfp16 train``, ``bench``, ``export``,
-``selftest`` and ``demo`` build through it (:func:`mxfp16.train.parts.build_parts`),
-so a README user's run and the reference trainer get the same parts and the
-same environment for each precision.
+half done; :meth:`MixedPrecision.prepare` casts a network and builds its
+trainer beside the run's loss scaler (the example: :mod:`mxfp16`). It is the
+one set-up path: ``mxfp16 train``, ``bench``, ``export``, ``selftest`` and
+``demo`` build through it (:func:`mxfp16.train.parts.build_parts`).
 
 ``auto`` on a CPU with native bfloat16 is decided by timing the network
-(:mod:`mxfp16.measure.auto`): with the batch given to :meth:`~MixedPrecision.prepare`
-as ``example``, or else with the first batch :meth:`~MixedPrecision.train_step`
-sees. Until then the object holds the rule's answer and AMP is off: on a CPU
-float32 and amp-bfloat16 differ only in AMP (float32 parameters, no loss
-scaling, the same trainer), so nothing built before the verdict changes.
-
-With ``amp_lists="measured"`` the layers AMP would run in bfloat16 are
-timed alone in both precisions, at the same moment (the example batch, or
-the first batch), and those that do not gain run in float32
-(:mod:`mxfp16.measure.per_layer`; :attr:`MixedPrecision.layer_choice` holds the
-table). For ``auto`` this comes first, so ``auto`` times the network as it
-would train.
-
-Each method passes the object's precision, devices and scaler to the
-library function of the same name (:func:`mxfp16.cast_net`,
-:func:`mxfp16.make_trainer`, :func:`mxfp16.cast_batch`,
-:func:`mxfp16.train_step`, :func:`mxfp16.eval_step`), which remain the pieces
-for a set-up this object does not cover.
+(:mod:`mxfp16.measure.auto`) on the ``example`` batch given to
+:meth:`~MixedPrecision.prepare`, or else the first batch
+:meth:`~MixedPrecision.train_step` sees. Until then the object holds the
+rule's answer and AMP is off: on a CPU float32 and amp-bfloat16 differ only
+in AMP, so nothing built before the verdict changes. With
+``amp_lists="measured"`` the layers AMP would run in bfloat16 are timed the
+same way first (:mod:`mxfp16.measure.per_layer`).
 """
 import weakref
 from dataclasses import replace
@@ -85,18 +63,14 @@ class MixedPrecision:
         float32 (``'mxfp16+depthwise32'`` ...).
     time_auto : bool, default True
         Decide ``auto`` by timing the network where that can change the
-        answer (a CPU with native bfloat16). ``False`` keeps the rule: the
-        distributed trainer does, since each worker would time under the
-        others' load and could choose differently.
+        answer (a CPU with native bfloat16). ``False`` keeps the rule (each
+        distributed worker would time under the others' load).
     log : callable, default print
         Told, in a line each, when ``auto`` times the network and what it chose.
     own_precision : tuple, optional
         ``(name, where)``: the resolved precision of the run this one
-        continues, and where that run recorded it (a file, say). With
-        ``'auto'`` it is the precision, as it was, instead of the rule or a
-        timing: a resumed run keeps what it started with (the reason says
-        ``the run's own (where)``). A precision asked for by name ignores it
-        (the run's checkpoint then checks that the two agree).
+        continues, and where that run recorded it. With ``'auto'`` it is the
+        precision instead of the rule or a timing; a name ignores it.
     **scaler_options
         Passed to :class:`~mxfp16.LossScaler` (``growth_interval`` ...).
 
@@ -213,15 +187,10 @@ class MixedPrecision:
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
-        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss` (one loss
-        over every device's outputs at once), or ``None`` for a network that
-        returns its own loss. A step of your own (several trainers, a clip of
-        your own) uses :attr:`scaler`'s seams instead.
-
-        For a pending ``auto``, the first call times ``net`` on this batch
-        first (:mod:`mxfp16.measure.auto`), then trains in the faster precision; with
-        ``amp_lists='measured'`` it times the layers first
-        (:mod:`mxfp16.measure.per_layer`).
+        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss`, or
+        ``None`` for a network that returns its own loss. For a pending
+        ``auto`` (or ``amp_lists='measured'``) the first call times ``net`` on
+        this batch first.
         """
         if self.layers_pending:
             self._choose_layers(net, data)
@@ -248,10 +217,7 @@ class MixedPrecision:
                 "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state):
-        """Continue a run from :meth:`state_dict`: its loss scale, and for ``auto`` its precision.
-
-        A pending ``auto`` takes the run's own precision instead of timing
-        again (a resumed run keeps what it started with).
+        """Continue a run from :meth:`state_dict`: its loss scale, and for a pending ``auto`` its precision.
 
         Raises
         ------

@@ -111,10 +111,8 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     precision : Precision, optional
         ``multi_precision=True`` is set when its parameters are float16.
     loss_scaler : LossScaler, optional
-        When it is enabled, updates cannot run on the kvstore: the step must
-        see the reduced gradients to check them for overflow and divide a
-        scale that may change every step. ``update_on_kvstore`` is then False.
-        ``None`` means no scaling.
+        When it is enabled, ``update_on_kvstore`` is False: the step must see
+        the reduced gradients. ``None`` means no scaling.
     kvstore : str
         Passed to Gluon (``'device'``, ``'local'``, ``'nccl'``, ``'dist_sync'`` ...).
     update_on_kvstore : bool or None
@@ -314,10 +312,7 @@ def _probe(name):
 
 
 def _float16_alone(name):
-    """Whether the same small update changes a float16 weight without master weights.
-
-    ``None`` when the optimizer cannot update float16 weights at all without them.
-    """
+    """Whether the same small update changes a float16 weight without master weights (``None``: it cannot run)."""
     import warnings
 
     with warnings.catch_warnings():
@@ -338,9 +333,8 @@ def _one_line(err):
 def optimizer_support(names=None):
     """Run every registered optimizer with ``multi_precision=True`` and report what happened.
 
-    Nothing in the table is typed in: each row comes from creating the
-    optimizer, updating a float16 weight of ones with a 1e-4 step, and
-    reading MXNet's profiler for the operators that ran.
+    Each row comes from updating a float16 weight of ones with a 1e-4 step
+    and reading MXNet's profiler for the operators that ran.
 
     Parameters
     ----------

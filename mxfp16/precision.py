@@ -40,11 +40,9 @@ class PrecisionError(ValueError):
 class AMPDtypeName(str):
     """The dtype name of an AMP precision's parameters and batches (``'float32'``), which knows its precision.
 
-    Under AMP the parameters stay float32, so ``precision.param_dtype`` is the
-    same string a float32 run has, and ``cast_net(net, precision.param_dtype)``
-    could not tell that the run needs :func:`activate`. This string can:
-    it equals and works as ``'float32'`` everywhere, and :func:`precision_of`
-    reads its precision back.
+    It works as ``'float32'`` everywhere, yet ``cast_net(net,
+    precision.param_dtype)`` can tell (:func:`precision_of`) that the run
+    needs :func:`activate`.
     """
 
     precision = None
@@ -124,10 +122,7 @@ _TABLE = {
 
 
 def check_precision_name(name):
-    """Normalise a precision name (``' AMP-BFloat16 '`` -> ``'amp-bfloat16'``).
-
-    The one place precision names are validated: the trainer's configuration,
-    the benchmark's flags and :func:`resolve_precision` all call it.
+    """Normalise a precision name (``' AMP-BFloat16 '`` -> ``'amp-bfloat16'``): the one place names are validated.
 
     Raises
     ------
@@ -199,9 +194,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     -------
     Precision
         With :attr:`Precision.reason` saying why; ``auto`` follows
-        :func:`auto_rule` (``ruled: ...``): there is no network here to time
-        (:class:`mxfp16.MixedPrecision` times the one it prepares, through
-        :mod:`mxfp16.measure.auto`).
+        :func:`auto_rule` (``ruled: ...``): there is no network here to time.
 
     Raises
     ------
@@ -250,12 +243,9 @@ class AMPStateError(RuntimeError):
 def activate(precision, amp_lists="mxfp16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
     """Prepare the process for ``precision``; call before the network's first forward pass.
 
-    For AMP precisions this calls ``mx.contrib.amp.init`` (once per process)
-    with mxfp16's measured operator lists (:func:`mxfp16.amp.lists.init_amp`),
-    or MXNet's own with ``amp_lists='mxnet'``; lists given here replace them
-    (with the same repairs, no stem rule). For the others it checks that AMP
-    has not already patched MXNet, because then a "float32" run would not be
-    float32.
+    For AMP precisions this calls ``mx.contrib.amp.init`` once per process
+    (:func:`mxfp16.amp.lists.init_amp`); for the others it checks that AMP
+    has not already patched MXNet, or a "float32" run would not be float32.
 
     Parameters
     ----------
@@ -263,14 +253,14 @@ def activate(precision, amp_lists="mxfp16", target_precision_ops=None, condition
     amp_lists : str
         ``'mxfp16'`` (the tuned lists) or ``'mxnet'`` (MXNet's own), for an AMP precision.
     target_precision_ops, conditional_fp32_ops, fp32_ops : list of str, optional
-        Explicit lists, as ``amp.init`` takes them.
+        Explicit lists, as ``amp.init`` takes them, in place of ``amp_lists``'s
+        (with the same repairs, no stem rule).
 
     Raises
     ------
     AMPStateError
         When the process already ran AMP for another target, or AMP is active
-        and a non-AMP precision is asked for. Run each precision in its own
-        process (the benchmark and ``mxfp16 compare`` do).
+        and a non-AMP precision is asked for.
     ValueError
         An unknown ``amp_lists``.
     """
@@ -300,8 +290,6 @@ def activate(precision, amp_lists="mxfp16", target_precision_ops=None, condition
     given = {key: value for key, value in (("target_precision_ops", target_precision_ops),
                                            ("conditional_fp32_ops", conditional_fp32_ops),
                                            ("fp32_ops", fp32_ops)) if value is not None}
-    # mxfp16's measured operator lists (see mxfp16/amp/lists.py and docs/benchmarks.md), MXNet's own,
-    # or the lists given; either way with the repairs that let any Gluon model run.
     init_amp(target, which=amp_lists, lists=given or None)
     _amp_target = target
 
@@ -314,11 +302,8 @@ _ALWAYS_CAST = frozenset({"Convolution", "FullyConnected"})
 def check_activated(precision, net=None):
     """Refuse a set-up that would train an AMP precision in float32 without saying so.
 
-    :func:`mxfp16.cast_net` (given the precision or its ``param_dtype``),
-    :func:`mxfp16.make_trainer` and :func:`mxfp16.train_step` call this, the
-    first of them that sees the precision (and the network) decides. A plain
-    ``gluon.Trainer`` and ``train_step`` without a scaler know no precision;
-    ``cast_net`` on the way to them does. Host-side only.
+    :func:`mxfp16.cast_net`, :func:`mxfp16.make_trainer` and
+    :func:`mxfp16.train_step` call this. Host-side only.
 
     Parameters
     ----------
@@ -326,8 +311,7 @@ def check_activated(precision, net=None):
         Nothing is checked for ``None`` or a precision without AMP.
     net : gluon.Block, optional
         Its hybridized blocks' graphs, when already built, must contain
-        AMP's casts: a graph built before :func:`activate` stays float32
-        (Gluon keeps it), however AMP is set up afterwards.
+        AMP's casts (one built before :func:`activate` stays float32).
 
     Raises
     ------

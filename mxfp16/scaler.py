@@ -6,41 +6,17 @@ out (``trainer.update(batch_size * S)``). A *dynamic* scaler starts high, backs
 off whenever a gradient overflows (and that step is skipped), and grows again
 after a run of clean steps.
 
-A step has four seams, as in PyTorch's ``GradScaler``, and the scaler is the
-state machine that keeps them in order (each trainer: ready, unscaled,
-stepped; then :meth:`LossScaler.update` ends the iteration for all of them):
-
-1. :meth:`LossScaler.scale_loss` -- the loss times S, for ``backward``
-   (with :meth:`LossScaler.accumulate` after each micro-batch when several
-   make one step);
-2. :meth:`LossScaler.unscale` -- reduce the gradients across devices and
-   workers, check them for overflow on the device, and hand them out as
-   :class:`~mxfp16.gradients.Gradients` that read unscaled (for clipping,
-   also :meth:`LossScaler.clip_global_norm`, or any other look at them);
-3. :meth:`LossScaler.step` -- apply the update, or skip it on overflow;
-4. :meth:`LossScaler.update` -- adjust the scale, once per iteration.
-
-Several trainers share one scaler as optimizers share PyTorch's GradScaler
-(a GAN's discriminator and generator): between two updates, any number of
-``scale_loss`` / ``unscale`` / ``step`` calls, each trainer unscaled and
-stepped at most once. Each trainer's step is skipped when *its* reduced
-gradients overflowed, so a finite trainer never loses its update to
-another's overflow; the iteration counts as one step of the scale, which
-backs off when any trainer overflowed, and the iteration is recorded as
-skipped. The scale stays the same from the first ``scale_loss`` to
-``update``, so every loss of an iteration is scaled alike.
-
-Out of order they raise :class:`StepOrderError` naming the mistake, and so
-does a trainer whose gradients changed between the scaled backward and
-``unscale()`` (clipped while still scaled, :class:`~mxfp16.gradients.GradientWatch`).
-A disabled scaler keeps the same order (so a float32 run catches what a
-float16 run would), with scale 1 and no overflow check.
-
-The Gluon bookkeeping under the seams -- which of a trainer's parameters a
-step applies, the reduction, the micro-batches summed by ``accumulate``, a
-trainer whose kvstore applies the updates -- is :mod:`mxfp16.gradients`'s;
-the scaler keeps the scale, the record of skipped steps and the order of
-the seams.
+A step has four seams, as in PyTorch's ``GradScaler``, and
+:class:`LossScaler` is the state machine that keeps them in order:
+:meth:`~LossScaler.scale_loss` (with :meth:`~LossScaler.accumulate` after each
+micro-batch), :meth:`~LossScaler.unscale`, :meth:`~LossScaler.step` and
+:meth:`~LossScaler.update`; docs/getting-started.md ("Your own step") walks
+through them. Several trainers share one scaler (a GAN's two networks):
+each trainer's step is skipped only when *its* reduced gradients overflowed,
+and the scale backs off when any did. Out of order the seams raise
+:class:`StepOrderError`; a disabled scaler keeps the same order, with scale 1
+and no overflow check. The Gluon bookkeeping under the seams is
+:mod:`mxfp16.gradients`'s.
 """
 import math
 from collections import deque
@@ -158,18 +134,14 @@ class LossScaler:
     history_size : int, default 1000
         How many recent scales :attr:`history` keeps.
     precision : Precision, optional
-        The run's precision (:func:`make_loss_scaler` sets it), so a step can
-        refuse an AMP precision whose :func:`mxfp16.activate` was not called.
-        Not part of the state; read it as :attr:`precision`, and
-        :meth:`settle_precision` replaces it once ``auto`` is decided.
+        The run's precision, so a step can refuse an AMP precision whose
+        :func:`mxfp16.activate` was not called. Not part of the state.
 
     Attributes
     ----------
     skipped_at : list of int
-        The steps skipped, numbered by :attr:`steps` (from 1). In the trainer
-        the scaler sees every step, so these are the run's global step
-        numbers; :attr:`skipped_steps` counts them. The trainer keeps no count
-        of its own.
+        The steps skipped, numbered by :attr:`steps` (from 1);
+        :attr:`skipped_steps` counts them.
     """
 
     STATE_VERSION = 1
@@ -244,10 +216,8 @@ class LossScaler:
     def settle_precision(self, precision):
         """Take the precision ``auto`` settled on, once it is decided (:class:`mxfp16.MixedPrecision` calls it).
 
-        Until then the scaler holds the rule's answer. Only the precision
-        changes (a step refuses its AMP unless activated): the scale, its
-        settings and the record stay, since ``auto``'s candidates share
-        them, and a resumed run's state brings its own.
+        Only the precision changes: the scale, its settings and the record
+        stay, since ``auto``'s candidates share them.
 
         Raises
         ------
@@ -262,7 +232,7 @@ class LossScaler:
 
     @property
     def skipped_steps(self):
-        """How many steps were skipped: the one count of skipped steps (the trainer reads it too)."""
+        """How many steps were skipped."""
         return self._earlier_skips + len(self.skipped_at)
 
     @property
@@ -280,27 +250,19 @@ class LossScaler:
     def scale_loss(self, loss):
         """The first seam: ``loss`` times the scale, to call ``backward`` on.
 
-        Recorded for autograd even when called outside ``autograd.record()``,
-        so ``scaler.scale_loss(loss).backward()`` works after the forward
-        pass's scope has closed. Call it once per loss and micro-batch, and
-        for each trainer of an iteration (a GAN scales the discriminator's
-        loss, steps it, then scales the generator's): the scale stays the same
-        until :meth:`update`.
-
-        Call ``.backward()`` on what it returns (a list of losses has one too):
-        the scaler then reads the gradients as the backward pass left them and
-        refuses, at :meth:`step`, a trainer whose gradients were changed before
-        :meth:`unscale` -- clipped while still scaled, the mistake a ported
-        ``gluon.utils.clip_global_norm`` line makes. ``autograd.backward(...)``
-        on it works too, unchecked.
+        Recorded for autograd even outside ``autograd.record()``. Call it
+        once per loss and micro-batch, and for each trainer of an iteration:
+        the scale stays the same until :meth:`update`. Call ``.backward()``
+        on what it returns (a list has one too), so that :meth:`step` can
+        refuse gradients changed before :meth:`unscale`
+        (:class:`~mxfp16.gradients.GradientWatch`).
 
         Parameters
         ----------
         loss : NDArray, mx.np.ndarray, or a list or tuple of them
             Per-sample losses from the forward pass (one array per device
-            or per loss term, or per-device losses computed over all devices
-            at once, as SSD's ``SSDMultiBoxLoss`` returns them); the optimizer
-            later divides by the batch size given to :meth:`unscale`.
+            or per loss term); the optimizer later divides by the batch size
+            given to :meth:`unscale`.
 
         Returns
         -------
@@ -331,17 +293,11 @@ class LossScaler:
     def accumulate(self, trainer):
         """Keep the gradients of the micro-batch just back-propagated, and make room for the next.
 
-        Gradient accumulation in every precision: call it after each
-        micro-batch's ``backward`` (parameters keep ``grad_req='write'``),
-        then :meth:`unscale` / :meth:`step` with the samples of all
-        micro-batches apply the sum. The sums are kept on the devices (one
-        extra copy of the gradients) and nothing is read on the host.
-
-        ``grad_req='add'`` does the same where nothing casts a parameter on
-        its way into the graph, but not under AMP: MXNet 1.9.1's ``amp_cast``
-        ignores it in its backward pass, and every parameter behind one (all
-        of them, in practice) receives a zero gradient; :meth:`unscale`
-        refuses that combination.
+        Call it after each micro-batch's ``backward`` (parameters keep
+        ``grad_req='write'``); :meth:`unscale` / :meth:`step` with the samples
+        of all micro-batches apply the sum, kept on the devices. Not
+        ``grad_req='add'``: under AMP, MXNet 1.9.1's ``amp_cast`` ignores it in
+        its backward pass (every parameter behind one gets a zero gradient).
 
         Parameters
         ----------
@@ -373,13 +329,11 @@ class LossScaler:
     def unscale(self, trainer, batch_size, skip_unused_params=False):
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
 
-        ``trainer.allreduce_grads()`` sums the gradients over devices and
-        workers; the overflow check then runs on the reduced gradients (on
-        the device, no host read), so every device and worker sees the same
-        verdict. The gradients stay scaled in memory (float16 would flush
-        small ones if divided in place); the returned
-        :class:`~mxfp16.gradients.Gradients` reads and clips them unscaled.
-        Optional: :meth:`step` calls it when it was not called.
+        The overflow check runs on the device after ``allreduce_grads()``, so
+        every device and worker sees the same verdict. The gradients stay
+        scaled in memory; the returned :class:`~mxfp16.gradients.Gradients`
+        reads and clips them unscaled. :meth:`step` calls it when it was not
+        called.
 
         Parameters
         ----------
@@ -388,8 +342,7 @@ class LossScaler:
             does that when the scaler is enabled).
         batch_size : int or float
             The samples whose summed losses made the gradients (all devices,
-            all workers, all accumulated micro-batches); the optimizer
-            divides by it, as in ``trainer.step(batch_size)``.
+            workers and micro-batches), as in ``trainer.step(batch_size)``.
         skip_unused_params : bool
             Leave parameters that received no gradient in this step unchanged
             (and out of the overflow check and the norm) instead of raising.
@@ -435,11 +388,9 @@ class LossScaler:
     def clip_global_norm(self, trainer, max_norm):
         """Clip the trainer's unscaled gradients to a global L2 norm of ``max_norm``, after :meth:`unscale`.
 
-        The scale-aware form of ``gluon.utils.clip_global_norm``: the norm is
-        that of the gradient the optimizer applies (unscaled and averaged
-        over the batch), on every device with one factor, whatever the scale.
-        A threshold written for Gluon's summed gradients (a script that calls
-        ``trainer.step(batch_size)`` and clips before it) becomes
+        The scale-aware ``gluon.utils.clip_global_norm``: the norm is that of
+        the gradient the optimizer applies (unscaled, averaged over the
+        batch), so a threshold written for Gluon's summed gradients becomes
         ``max_norm / batch_size`` here. Nothing is read on the host.
 
         Parameters
@@ -478,12 +429,9 @@ class LossScaler:
         """The third seam: apply the trainer's update, or skip it when its reduced gradients overflowed.
 
         With an enabled scaler this is the step's one host synchronisation:
-        reading the overflow flag (one float, with the gradient watch's two
-        readings when it has them). The skip is a Python branch, so the flag
-        must reach the host; it was computed after the reduction, so every
-        worker takes the same branch (a kvstore deadlocks otherwise). A
-        disabled scaler reads nothing. With several trainers each one's
-        step is decided by its own gradients (see the module docstring).
+        the skip is a Python branch on the overflow flag, computed after the
+        reduction so every worker takes the same branch (a kvstore deadlocks
+        otherwise). A disabled scaler reads nothing.
 
         Parameters
         ----------
@@ -542,11 +490,7 @@ class LossScaler:
 
     @staticmethod
     def _read(flags, readings):
-        """The overflow flag and the gradient watch's readings on the host, in one transfer (or none when empty).
-
-        With an enabled scaler this is the step's one host synchronisation
-        (see :meth:`step`); the readings ride along with the flag.
-        """
+        """The overflow flag and the gradient watch's readings on the host, in one transfer (or none when empty)."""
         arrays = list(flags) + list(readings)
         if not arrays:
             return []
@@ -576,11 +520,9 @@ class LossScaler:
         Parameters
         ----------
         overflow : bool, optional
-            Only for a step checked by other means (no :meth:`step` in it):
-            whether a gradient was inf or NaN, given once per step. By default
-            the outcome :meth:`step` found, for every trainer stepped since
-            the last update: the iteration counts as skipped, and the scale
-            backs off, when any of them overflowed.
+            Only for a step checked by other means (no :meth:`step` in it).
+            By default the outcome :meth:`step` found: the iteration counts as
+            skipped, and the scale backs off, when any trainer overflowed.
 
         Returns
         -------
@@ -593,9 +535,7 @@ class LossScaler:
         StepOrderError
             A second update in one iteration (``train_step`` updates the scale
             itself), an update before :meth:`step` or with a trainer unscaled
-            but not stepped, ``overflow`` given while a step is in progress, or
-            given for a step whose outcome an update already recorded (an
-            ``update(overflow=False)`` after ``train_step``).
+            but not stepped, or ``overflow`` given during or after a step.
         LossScaleDivergedError
             After ``max_overflows_at_min`` consecutive overflows at the
             minimum (or static) scale.
@@ -763,7 +703,7 @@ class LossScaler:
 
 
 def parse_loss_scale(setting):
-    """Read a loss-scale setting; the one parser the trainer's flags and :func:`make_loss_scaler` share.
+    """Read a loss-scale setting (the trainer's flags, :func:`make_loss_scaler`).
 
     Parameters
     ----------

@@ -1,12 +1,10 @@
 """The training step shared by the trainer and the benchmark, and its evaluation twin.
 
-One function serves float32, float16, amp-float16 and amp-bfloat16: the
-precision decides what the batch was cast to and whether the loss scaler is
-enabled, and a disabled scaler costs nothing. :func:`train_step` is built
-from the loss scaler's public seams (:meth:`~mxfp16.LossScaler.scale_loss`,
-:meth:`~mxfp16.LossScaler.unscale`, :meth:`~mxfp16.LossScaler.step`,
-:meth:`~mxfp16.LossScaler.update`); a step it does not cover is written
-from the same seams (docs/getting-started.md, "Your own step").
+One function serves every precision: the precision decides what the batch
+was cast to and whether the loss scaler is enabled, and a disabled scaler
+costs nothing. :func:`train_step` is built from the loss scaler's public
+seams; a step it does not cover is written from the same seams
+(docs/getting-started.md, "Your own step").
 """
 import weakref
 from dataclasses import dataclass
@@ -34,12 +32,9 @@ _LABELS_CHECKED = weakref.WeakKeyDictionary()
 class BatchLoss:
     """A loss computed over the whole batch at once, every device's outputs together, for :func:`train_step`.
 
-    ``train_step`` calls a plain ``loss_fn`` once per device. Some losses need
-    all devices at once: GluonCV's ``SSDMultiBoxLoss`` takes the lists of all
-    devices' predictions and targets and divides by the number of positive
-    anchors in the whole batch (YOLO's and Faster R-CNN's losses normalise
-    across devices the same way); called per device, each device would
-    divide by its own count. Wrap such a loss in ``BatchLoss``::
+    ``train_step`` calls a plain ``loss_fn`` once per device. GluonCV's
+    ``SSDMultiBoxLoss`` (and YOLO's, Faster R-CNN's) divides by the number
+    of positive anchors in the whole batch, so it needs all devices at once::
 
         def ssd_loss(outputs, labels):   # one entry per device in each
             cls_preds, box_preds = [o[0] for o in outputs], [o[1] for o in outputs]
@@ -48,11 +43,9 @@ class BatchLoss:
 
         result = mp.train_step(net, mxfp16.BatchLoss(ssd_loss), trainer, data, label, batch_size=1)
 
-    ``batch_size`` is the number the optimizer divides the summed losses by,
-    as in ``trainer.step(batch_size)``: GluonCV's SSD script steps with 1
-    because its loss is already normalised, so its port passes
-    ``batch_size=1`` (the default, the number of samples, would divide by it
-    again).
+    ``batch_size=1`` because the loss is already normalised (GluonCV's SSD
+    script steps with 1); the default, the number of samples, would divide
+    again.
 
     Parameters
     ----------
@@ -122,12 +115,10 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     loss_fn : callable, BatchLoss or None
         ``loss_fn(outputs, *labels)`` on each device's float32 outputs (see
         :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
-        returning per-sample losses, or a tuple of such arrays to sum. A
-        :class:`BatchLoss` sees every device's outputs and labels at once
-        (losses normalised over the whole batch, as SSD's). With ``None`` the
-        network returns its own loss (or a tuple of losses). A softmax
-        cross-entropy's class labels are checked against the output's width
-        on the network's first step with it (one host read).
+        returning per-sample losses, or a tuple of such arrays to sum; a
+        :class:`BatchLoss`; or ``None`` when the network returns its own
+        loss(es). A softmax cross-entropy's class labels are checked against
+        the output's width on the network's first step with it.
     trainer : gluon.Trainer
         From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
         it must not update on the kvstore (refused, with the reason).
@@ -176,9 +167,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     Host synchronisation points:
 
     * With an enabled scaler, exactly one: reading the overflow flag in
-      :meth:`LossScaler.step` (``asscalar`` on one float). The skip-or-update
-      decision is a Python branch, so it must be on the host; it is taken
-      after ``allreduce_grads`` so every device and worker decides the same.
+      :meth:`LossScaler.step`.
     * With a disabled scaler, none: the loss and the gradient norm are
       returned as device arrays for the caller to read when it wants.
     * On a network's first step with a class-index loss, one more: the
@@ -222,9 +211,7 @@ def eval_step(net, data):
     """The network's outputs for one batch, in inference mode, as float32: what a metric reads.
 
     Under AMP a network's outputs can be bfloat16 or float16, which metrics
-    and ``argmax`` comparisons do not expect; here they are float32 in every
-    precision. Nothing is recorded for autograd and BatchNorm and Dropout
-    run in inference mode.
+    do not expect. Nothing is recorded for autograd.
 
     Parameters
     ----------
