@@ -146,24 +146,18 @@ class LossScaler:
 
     STATE_VERSION = 1
     _COUNTERS = ("clean_steps", "overflows_left", "overflows_at_min", "steps", "skipped_steps")
-    _CONFIG = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "hysteresis",
-               "min_scale", "max_scale", "dynamic", "enabled", "max_overflows_at_min")
+    #: The settings, each with the type it is kept as.
+    _CONFIG = {"init_scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int,
+               "hysteresis": int, "min_scale": float, "max_scale": float, "dynamic": bool, "enabled": bool,
+               "max_overflows_at_min": int}
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, hysteresis=1, min_scale=1.0, max_scale=2.0 ** 24,
                  dynamic=True, enabled=True, max_overflows_at_min=50, history_size=1000, precision=None):
-        self._check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
-                    dynamic, enabled, max_overflows_at_min)
-        self.init_scale = float(init_scale)
-        self.growth_factor = float(growth_factor)
-        self.backoff_factor = float(backoff_factor)
-        self.growth_interval = int(growth_interval)
-        self.hysteresis = int(hysteresis)
-        self.min_scale = float(min_scale)
-        self.max_scale = float(max_scale)
-        self.dynamic = bool(dynamic)
-        self.enabled = bool(enabled)
-        self.max_overflows_at_min = int(max_overflows_at_min)
+        arguments = locals()
+        self._check(*(arguments[name] for name in self._CONFIG))
+        for name, kind in self._CONFIG.items():
+            setattr(self, name, kind(arguments[name]))
         self.history = deque(maxlen=history_size)
         self._precision = precision
         self._watch = GradientWatch()
@@ -663,7 +657,7 @@ class LossScaler:
         if version != self.STATE_VERSION:
             raise ValueError(f"loss-scaler state version {version!r} is not {self.STATE_VERSION}; "
                              "it was written by another mxfp16 version")
-        missing = [name for name in self._CONFIG + self._COUNTERS + ("scale", "last_step_skipped")
+        missing = [name for name in (*self._CONFIG, *self._COUNTERS, "scale", "last_step_skipped")
                    if name not in state]
         if missing:
             raise ValueError(f"loss-scaler state lacks field(s) {', '.join(missing)}")
@@ -676,9 +670,8 @@ class LossScaler:
                if not (isinstance(state[name], int) and not isinstance(state[name], bool) and state[name] >= 0)]
         if bad or not isinstance(state["last_step_skipped"], bool):
             raise ValueError(f"loss-scaler state has malformed field(s) {', '.join(bad) or 'last_step_skipped'}")
-        for name in self._CONFIG:
-            setattr(self, name,
-                    state[name] if isinstance(state[name], bool) else type(getattr(self, name))(state[name]))
+        for name, kind in self._CONFIG.items():
+            setattr(self, name, kind(state[name]))
         self._scale = float(scale)
         self._clean_steps, self._overflows_left, self._overflows_at_min, self.steps, skipped = (
             state[name] for name in self._COUNTERS)
