@@ -15,6 +15,7 @@ import numpy as np
 
 from ._lazy import module
 from .float_formats import FORMATS, format_scale
+from .precision import Precision, check_activated, precision_of
 
 mx = module("mxnet")
 gluon = module("mxnet.gluon")
@@ -43,8 +44,6 @@ def cast_net(net, precision):
         An AMP precision whose ``activate`` is missing or came after the
         network's graph was built.
     """
-    from .precision import Precision, check_activated, precision_of
-
     if isinstance(precision, Precision):
         precision = precision.param_dtype
     check_activated(precision_of(precision), net)

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .machine import hardware
+
 #: MXNet 1.9.1 represents bfloat16 as this structured numpy dtype; pass it as
 #: ``dtype=`` to ``mx.nd.amp_cast``.
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
@@ -74,13 +76,8 @@ class FloatFormat:
         return asdict(self)
 
 
-def _from_numpy(dtype):
-    info = np.finfo(dtype)
-    return FloatFormat.from_layout(np.dtype(dtype).name, info.nexp, info.nmant)
-
-
-FLOAT16 = _from_numpy(np.float16)
-FLOAT32 = _from_numpy(np.float32)
+FLOAT16, FLOAT32 = (FloatFormat.from_layout(np.dtype(t).name, np.finfo(t).nexp, np.finfo(t).nmant)
+                    for t in (np.float16, np.float32))
 # bfloat16 is the top half of a float32: the same exponent, 7 of its 23
 # mantissa bits.
 BF16 = FloatFormat.from_layout("bfloat16", FLOAT32.exponent_bits, 7)
@@ -136,8 +133,6 @@ def bfloat16_cast_path(flags=None):
     flags : set of str, optional
         The CPU's flags (default: ``/proc/cpuinfo``'s; ``'unknown'`` where they cannot be read).
     """
-    from .machine import hardware
-
     if flags is None:
         fields = hardware.cpuinfo_fields()
         if fields is None:
@@ -233,8 +228,6 @@ def classify_bfloat16_cast(inputs, outputs, error=None, flags=None, support=None
     support : BFloat16Support, optional
         Default :func:`mxfp16.machine.hardware.bfloat16_support` (of ``flags``, when given).
     """
-    from .machine import hardware
-
     inputs = tuple(float(v) for v in inputs)
     outputs = () if outputs is None else tuple(float(v) for v in np.asarray(outputs, dtype=np.float64).ravel())
     if error is not None or len(outputs) != len(inputs):
@@ -289,9 +282,7 @@ def _cast_probes(in_process, timeout):
             return tuple(bfloat16_roundtrip(SUBNORMAL_PROBES)), None
         except Exception as err:  # MXNetError, or no MXNet: reported, not raised
             return None, f"{type(err).__name__}: {err}".strip().splitlines()[-1]
-    from .machine.hardware import python_child
-
-    out, error = python_child(_probes_roundtrip, timeout)
+    out, error = hardware.python_child(_probes_roundtrip, timeout)
     return (None, error) if out is None else (tuple(out), None)
 
 

@@ -18,6 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._internals import (
+    amp_initialized,
+    grad_is_fresh,
+    param_is_deferred,
+    set_grads_fresh,
+    trainer_params,
+    trainer_update_on_kvstore_setting,
+    trainer_updates_on_kvstore,
+)
 from ._lazy import module
 
 mx = module("mxnet")
@@ -219,8 +228,6 @@ class GradientWatch:
         return self._classes[base, report]
 
     def _reported(self, head):
-        from ._internals import grad_is_fresh
-
         self._unreported.discard(head)
         for key, trainer in list(self._trainers.items()):
             params = _watched_params(trainer)
@@ -269,8 +276,6 @@ def _norm_of(params):
 
 def _watched_params(trainer):
     """The trainer's parameters that hold a gradient: trainable and initialised."""
-    from ._internals import param_is_deferred, trainer_params
-
     return [p for p in trainer_params(trainer) if p.grad_req != "null" and not param_is_deferred(p)]
 
 
@@ -322,8 +327,6 @@ def param_use(params):
         No parameter to train (every ``grad_req`` is ``'null'``), or
         ``grad_req='add'`` under AMP, whose ``amp_cast`` ignores it.
     """
-    from ._internals import amp_initialized, grad_is_fresh, param_is_deferred
-
     trainable = [p for p in params if p.grad_req != "null"]
     if not trainable:
         raise ValueError("this trainer has no parameter to train (every grad_req is 'null')")
@@ -374,8 +377,6 @@ def reduce_gradients(trainer, use, divisor):
 
 def kvstore_applies_updates(trainer):
     """Whether the trainer's kvstore applies the updates (``update_on_kvstore``): no reduced gradient to read."""
-    from ._internals import trainer_update_on_kvstore_setting, trainer_updates_on_kvstore
-
     # Asked for explicitly counts even where Gluon has no kvstore (one device): there it fails later
     # with "'NoneType' object has no attribute 'is_capable'".
     return trainer_update_on_kvstore_setting(trainer) is True or trainer_updates_on_kvstore(trainer)
@@ -401,8 +402,6 @@ def refuse_kvstore_updates(trainer, why, checks_overflow):
 
 def fresh_params(trainer):
     """The trainer's trainable parameters that a backward pass reached since their last update (or accumulation)."""
-    from ._internals import grad_is_fresh, trainer_params
-
     return [p for p in trainer_params(trainer) if p.grad_req != "null" and grad_is_fresh(p)]
 
 
@@ -420,8 +419,6 @@ class GradientSums:
 
     def add(self, trainer, params):
         """Add ``params``' fresh gradients to the trainer's sums (then marked applied); return how many it holds."""
-        from ._internals import set_grads_fresh
-
         sums = self._sums.setdefault(id(trainer), {})
         for param in params:
             if id(param) in sums:
@@ -434,8 +431,6 @@ class GradientSums:
 
     def fold(self, trainer):
         """Put the trainer's sums into its gradient arrays (plus any micro-batch not yet added), and forget them."""
-        from ._internals import grad_is_fresh, set_grads_fresh
-
         sums = self._sums.pop(id(trainer), {})
         for param, totals in sums.values():
             newest = grad_is_fresh(param)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._lazy import module
 from .models.gluoncv import import_gluoncv
+from .precision import Precision, check_activated
 
 mx = module("mxnet")
 gluon = module("mxnet.gluon")
@@ -134,8 +135,6 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     mxfp16.precision.AMPStateError
         An AMP precision whose :func:`mxfp16.activate` was not called.
     """
-    from .precision import Precision, check_activated
-
     if precision is not None and not isinstance(precision, Precision):
         raise TypeError(f"precision must be a Precision, not {precision!r}: pass "
                         f"mxfp16.resolve_precision({precision!r}, ctx), which also checks it can run on ctx")

@@ -22,6 +22,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from ._internals import set_grads_fresh, trainer_params
 from ._lazy import module
 from .float_formats import format_scale
 from .gradients import (
@@ -29,12 +30,14 @@ from .gradients import (
     GradientWatch,
     check_batch_size,
     fresh_params,
+    grads_are_finite,
     kvstore_applies_updates,
     param_use,
     params_sitting_out,
     reduce_gradients,
     refuse_kvstore_updates,
 )
+from .precision import Precision
 
 mx = module("mxnet")
 
@@ -218,8 +221,6 @@ class LossScaler:
         TypeError
             For anything but a :class:`~mxfp16.Precision`.
         """
-        from .precision import Precision
-
         if not isinstance(precision, Precision):
             raise TypeError(f"settle_precision() takes a resolved mxfp16.Precision, got {precision!r}")
         self._precision = precision
@@ -356,8 +357,6 @@ class LossScaler:
         ValueError
             The trainer updates on the kvstore, which cannot be checked first.
         """
-        from .gradients import grads_are_finite
-
         state = self._open.get(id(trainer))
         if state is not None:
             raise StepOrderError(
@@ -471,8 +470,6 @@ class LossScaler:
             self._refuse_changed_gradients(state, *changed)
         state.overflow = state.finite is not None and bool(values[0] < 1.0)
         if state.overflow:
-            from ._internals import set_grads_fresh
-
             # A skipped update leaves the gradients unapplied; without this they would count as fresh
             # next step, and a parameter unused then would carry this step's inf into its check.
             set_grads_fresh(state.params, False)
@@ -493,8 +490,6 @@ class LossScaler:
         return [float(v) for v in joined.asnumpy()]
 
     def _refuse_changed_gradients(self, state, before, after):
-        from ._internals import set_grads_fresh
-
         # Nothing is applied; the trainer's iteration ends here, so a retried step() cannot apply them either.
         set_grads_fresh(state.params, False)
         del self._open[id(state.trainer)]
@@ -581,8 +576,6 @@ class LossScaler:
     @staticmethod
     def _param_use(trainer, skip_unused_params):
         """The trainer's :class:`~mxfp16.gradients.ParamUse` for this step; unused parameters refused unless skipped."""
-        from ._internals import trainer_params
-
         use = param_use(trainer_params(trainer))
         if not use.applied:
             raise StepOrderError(
@@ -758,8 +751,6 @@ def make_loss_scaler(precision, setting=None, **options):
         When ``precision`` is not a :class:`~mxfp16.Precision` (the order
         of the arguments is precision first).
     """
-    from .precision import Precision
-
     if not isinstance(precision, Precision):
         swapped = " (the Precision came second: swap the two)" if isinstance(setting, Precision) else ""
         raise TypeError(f"make_loss_scaler(precision, setting=None) takes the resolved precision first, got "
