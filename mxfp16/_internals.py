@@ -4,9 +4,12 @@ If one of these libraries changes such a name, the helper here is what to
 fix. Importing this module imports none of them.
 """
 import contextlib
+import ctypes
+import importlib
 
 from ._lazy import module
 
+mx = module("mxnet")
 _amp = module("mxnet.contrib.amp")
 
 
@@ -61,8 +64,6 @@ def _init_kvstore(trainer):
     """
     if trainer._kv_initialized:
         return
-    import mxnet as mx
-
     deferred = [param for param in trainer._params if param_is_deferred(param)]
     for param in deferred:
         param.data = lambda ctx=None: mx.nd.zeros((1,))  # an attribute of this object, hiding the method
@@ -249,9 +250,6 @@ def operator_aliases():
     MXNet registers one operator under several names (``add_alias``); the
     names share one handle, which the C API hands out by name.
     """
-    import ctypes
-
-    import mxnet as mx
     from mxnet.base import _LIB, OpHandle, c_str, check_call
 
     by_handle = {}
@@ -279,8 +277,6 @@ def numpy_operator_functions(name):
     ``mxnet.symbol.numpy`` and their ``_extension`` twins, or ``_internal``
     for ``_npi_``). Empty for any other name.
     """
-    import importlib
-
     from mxnet.base import _get_op_submodule_name
 
     for prefix, (namespaces, submodules) in _NUMPY_NAMESPACES.items():

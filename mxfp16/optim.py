@@ -10,6 +10,7 @@ optimizer and watching which kernels it calls.
 import inspect
 import re
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -282,23 +283,19 @@ def _small_update(name, multi_precision):
 
 
 def _probe(name):
-    import warnings
-
-    from mxnet import profiler
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the float16-without-master warning is the point here
         try:
             opt, weight, grad, state = _small_update(name, multi_precision=True)
             masters_before = [m.copy() for m in _float32_arrays(state)]
             mx.nd.waitall()
-            profiler.set_state("run")
+            mx.profiler.set_state("run")
             try:
                 opt.update_multi_precision(0, weight, grad, state)
                 mx.nd.waitall()
             finally:
-                profiler.set_state("stop")
-            table = profiler.dumps(reset=True)
+                mx.profiler.set_state("stop")
+            table = mx.profiler.dumps(reset=True)
         except Exception as err:  # every failure is a finding for the table
             return OptimizerSupport(name, False, "-", False, _float16_alone(name), (), _one_line(err))
     operators = tuple(sorted({op for op in _OPERATOR_ROW.findall(table) if not _NOT_OPERATORS.match(op)}))
@@ -312,8 +309,6 @@ def _probe(name):
 
 def _float16_alone(name):
     """Whether the same small update changes a float16 weight without master weights (``None``: it cannot run)."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -344,11 +339,9 @@ def optimizer_support(names=None):
     -------
     list of OptimizerSupport
     """
-    from mxnet import profiler
-
     names = registered_optimizers() if names is None else [_check_optimizer(n) for n in names]
     with tempfile.TemporaryDirectory() as tmp:
-        profiler.set_config(profile_imperative=True, aggregate_stats=True, filename=f"{tmp}/profile.json")
+        mx.profiler.set_config(profile_imperative=True, aggregate_stats=True, filename=f"{tmp}/profile.json")
         return [_probe(name) for name in names]
 
 

@@ -24,9 +24,10 @@ bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
 :class:`PrecisionError` that names the missing instructions
 (:func:`mxfp16.machine.hardware.bfloat16_support`).
 """
+import json
 from dataclasses import asdict, dataclass
 
-from ._internals import amp_initialized
+from ._internals import amp_initialized, built_graphs
 from .devices import as_context_list as _as_context_list
 from .machine import hardware
 
@@ -331,10 +332,6 @@ def check_activated(precision, net=None):
                             "run each precision in its own process")
     if net is None:
         return
-    import json
-
-    from ._internals import built_graphs
-
     # numpy-mode graphs too: mxfp16 wraps their operators as AMP wraps mx.nd's (mxfp16.amp.numpy_mode).
     for block, symbol in built_graphs(net):
         ops = {node["op"] for node in json.loads(symbol.tojson(remove_amp_cast=False))["nodes"]}
