@@ -54,12 +54,8 @@ def _check_optimizer(name):
 def check_compression(kind, kvstore, precision):
     """Gradient compression for Gluon, or ``None``; refuses what MXNet cannot compress.
 
-    MXNet's ``2bit`` compression quantises float32 gradients only; float16
-    parameters have float16 gradients. And with Gluon 1.9.1 it works on the
-    ``device`` kvstore only (checked): the ``local`` kvstore refuses it, and
-    every ``dist_*`` kvstore fails at the first step with "Compression not
-    supported with PushPull", because Gluon exchanges dense gradients with
-    ``pushpull``.
+    MXNet's ``2bit`` compression quantises float32 gradients only, and with
+    Gluon 1.9.1 it works on the ``device`` kvstore only (checked).
 
     Parameters
     ----------
