@@ -57,10 +57,8 @@ class MixedPrecision:
         As for :func:`mxfp16.resolve_precision`.
     amp_lists : str, default 'mxfp16'
         Which operator lists an AMP precision uses (:data:`mxfp16.amp.lists.LIST_SETS`):
-        mxfp16's, ``'mxnet'`` (MXNet's own), ``'measured'`` (mxfp16's, with
-        the layers that do not gain on this machine kept in float32, timed
-        once and cached), or mxfp16's with depthwise or 1x1 convolutions in
-        float32 (``'mxfp16+depthwise32'`` ...).
+        mxfp16's, ``'mxnet'``, ``'measured'`` (mxfp16's, with the layers that
+        do not gain here kept in float32) or ``'mxfp16+depthwise32'`` ...
     time_auto : bool, default True
         Decide ``auto`` by timing the network where that can change the
         answer (a CPU with native bfloat16). ``False`` keeps the rule (each
@@ -81,14 +79,11 @@ class MixedPrecision:
         this CPU: ...``. While :attr:`pending`, the rule's answer.
     ctx : list of mx.Context
     scaler : LossScaler
-        Shared by every trainer :meth:`prepare` builds; :meth:`state_dict`
-        carries its state into the checkpoint.
+        Shared by every trainer :meth:`prepare` builds.
     verdict : mxfp16.measure.auto.AutoVerdict or None
-        For ``auto``: what decided it (the rule, or the times when the
-        network was timed); ``None`` for a precision asked for by name.
+        For ``auto``: what decided it; ``None`` for a precision asked for by name.
     layer_choice : mxfp16.measure.per_layer.LayerChoice or None
-        With ``amp_lists='measured'``, once a batch was seen: each layer's
-        dtype and times (or why nothing was timed).
+        With ``amp_lists='measured'``, once a batch was seen: each layer's dtype and times.
     environment : dict
         What :func:`mxfp16.machine.environment.set_float16_environment` set.
 

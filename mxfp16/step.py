@@ -76,21 +76,18 @@ class StepResult:
     Attributes
     ----------
     loss : mx.np.ndarray
-        The weighted total loss averaged over the batch (the objective the
-        optimizer descends), float32, shape (1,), on the first device. Not
-        synchronised: ``result.loss.item()`` waits for the forward pass.
+        The weighted total loss averaged over the batch, float32, shape
+        (1,), on the first device, not read (``result.loss.item()`` waits).
     skipped : bool
         The update was skipped because a gradient overflowed.
     loss_scale : float
         The scale used for this step's backward pass.
     grad_norm : mx.np.ndarray or None
         Global L2 norm of the unscaled, batch-averaged gradients before
-        clipping (only when clipping), shape (1,), unsynchronised; inf or
-        NaN on a skipped step.
+        clipping (only when clipping), shape (1,), not read.
     outputs : tuple
         The network's float32 outputs, one per device (a tuple of them for
-        a network with several), as the loss saw them (for accuracy counts
-        on the device; reading them waits for the forward).
+        a network with several), as the loss saw them.
     losses : tuple of mx.np.ndarray
         Each loss term averaged over the batch, unweighted, shape (1,): one
         entry for a single loss.
@@ -132,10 +129,9 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     scaler : LossScaler or None
         ``None`` (or a disabled scaler) is a plain step without scaling.
     batch_size : int or float, optional
-        Total samples across devices (and workers); by default the sum of
-        the slices' lengths. The optimizer divides the summed losses by it,
-        as ``trainer.step(batch_size)`` does: 1 for a loss that is already
-        normalised (GluonCV's SSD script).
+        What the optimizer divides the summed losses by, as in
+        ``trainer.step(batch_size)``; by default the sum of the slices'
+        lengths (1 for a loss already normalised, see :class:`BatchLoss`).
     clip_grad_norm : float, optional
         Clip the global norm of the gradient the optimizer applies (unscaled,
         averaged over the batch) to this value.
@@ -168,10 +164,9 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 
     * With an enabled scaler, exactly one: reading the overflow flag in
       :meth:`LossScaler.step`.
-    * With a disabled scaler, none: the loss and the gradient norm are
-      returned as device arrays for the caller to read when it wants.
+    * With a disabled scaler, none.
     * On a network's first step with a class-index loss, one more: the
-      labels' range, read to check it against the output's width.
+      labels' range.
     * Whatever a :class:`BatchLoss` reads itself (``SSDMultiBoxLoss`` reads
       its count of positive anchors).
     """
