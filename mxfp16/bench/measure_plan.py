@@ -174,7 +174,7 @@ def _bench_argv(python, measured, precisions, quick, rounds, threads, peer, out)
     return argv
 
 
-def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=None, missing=module_missing):
+def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missing):
     """The measurement's steps, in order, and the lines that say what it leaves out and why.
 
     Parameters
@@ -188,8 +188,6 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         ``mxfp16 bench --rounds`` of a full run.
     threads : int, optional
         ``mxfp16 bench --threads`` (default: the bench's, every core).
-    python, repo : str, optional
-        The interpreter and the checkout (default: this one and the one this module is in).
     missing : callable
         ``missing(module) -> bool``; torch and gluoncv are looked for with it.
 
@@ -199,9 +197,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         Each step names its outputs relative to the measurement's folder, where it runs
         (:func:`run_child`): the commands recorded read the same wherever that folder is made.
     """
-    python = python or sys.executable
-    repo = repo or REPO
-    kind = "quick" if quick else "full"
+    python, floor = sys.executable, FLOOR_SECONDS["quick" if quick else "full"]
     notes, bf16 = [], facts["bfloat16"]
     if not bf16["runs"]:
         notes.append(f"bfloat16 does not run on this CPU ({facts['cpu_class']}: {bf16['reason']}): float32 rows only")
@@ -210,9 +206,9 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         notes.append("PyTorch peer: skipped: torch not installed (pip install -c constraints.txt 'mxfp16[peer]')")
     steps = [Step("info", [python, "-m", "mxfp16", "info", "--json"], 0.0, FLOOR_SECONDS["info"],
                   stdout="info.json", seconds=INFO_SECONDS)]
-    amx = [python, os.path.join(repo, "tools", "amx_check.py"), "--out", "amx-check",
+    amx = [python, os.path.join(REPO, "tools", "amx_check.py"), "--out", "amx-check",
            "--steps", "2" if quick else "50"] + (["--models", "lstm-classifier"] if quick else [])
-    steps.append(Step("amx-check", amx, 1.0 if quick else 6.0, FLOOR_SECONDS[kind],
+    steps.append(Step("amx-check", amx, 1.0 if quick else 6.0, floor,
                       skip=None if facts["cpu_class"] == "AMX" else
                       f"the CPU's class is {facts['cpu_class']}, not AMX: no AMX kernels to check"))
     for measured in MODELS:
@@ -220,7 +216,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
             if bf16["runs"] else "float32"
         name = f"bench-{measured.model}"
         argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
-        step = Step(name, argv, measured.weight, FLOOR_SECONDS[kind], model=measured.model)
+        step = Step(name, argv, measured.weight, floor, model=measured.model)
         if measured.needs and missing(measured.needs):
             step.skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
                          f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)")
@@ -247,7 +243,7 @@ def _stop(proc, grace=10.0):
             return
 
 
-def run_child(step, argv, allowance, folder, repo=None):
+def run_child(step, argv, allowance, folder):
     """Run ``argv`` in ``folder`` for at most ``allowance`` seconds; its output goes to ``<step.name>.log`` there.
 
     The child runs in a session of its own, so a step stopped at its allowance takes the processes it started
@@ -260,8 +256,7 @@ def run_child(step, argv, allowance, folder, repo=None):
     """
     # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool), its
     # output a log, and a step stopped at its allowance takes every process of its session with it.
-    repo = repo or REPO
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     log_path = os.path.join(folder, f"{step.name}.log")
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_path, "w", encoding="utf-8"))

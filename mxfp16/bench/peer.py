@@ -148,20 +148,12 @@ def not_run(spec, status, reason):
                 ms_per_step_spread=None, peak_memory_mb=None)
 
 
-def _torch_missing():
-    """Why the PyTorch rows cannot run here, or ``None`` when torch is installed."""
-    if importlib.util.find_spec("torch") is None:
-        return f"PyTorch is not installed: {INSTALL}"
-    return None
-
-
 def run_in_subprocess(spec, timeout=None):
     """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.call_in_child`)."""
     from ..plumbing.child import call_in_child
 
-    missing = _torch_missing()
-    if missing:
-        return not_run(spec, "skipped", missing)
+    if importlib.util.find_spec("torch") is None:
+        return not_run(spec, "skipped", f"PyTorch is not installed: {INSTALL}")
     record, problem = call_in_child(_measure, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)
 

@@ -13,6 +13,7 @@ spread for a file recorded before ``bench.json`` held it, into
 """
 import csv
 import io
+import os
 import statistics
 
 from ..plumbing.fileio import write_json
@@ -161,11 +162,6 @@ def round_spread(a, b, key):
     return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)}
 
 
-def _prefixed(spread, prefix):
-    """``round_spread``'s fields named for one ratio of several (``mixed_round_min``), ``{}`` for ``None``."""
-    return {f"{prefix}{name}": value for name, value in (spread or {}).items()}
-
-
 def _speedup_key(record):
     return (f"{label(record)} vs float32, {record['model']} {input_size(record)} bs{record['batch_size']} "
             f"{record['mode']}")
@@ -248,7 +244,7 @@ def _peer_comparison(records):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
             entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], field) if a and b else None
             if a and b:
-                entry.update(_prefixed(round_spread(a["row"], b["row"], field), f"{kind}_"))
+                entry.update({f"{kind}_{k}": v for k, v in (round_spread(a["row"], b["row"], field) or {}).items()})
         for side in entry.values():
             if isinstance(side, dict):
                 del side["row"]  # the row is in the results already
@@ -295,7 +291,6 @@ def bench_document(machine, records, config=None, tensor_cores=None):
 
 def write_outputs(out_dir, document):
     """Write ``bench.json`` and ``bench.csv`` into ``out_dir`` (atomically); return their paths."""
-    import os
     os.makedirs(out_dir, exist_ok=True)
     json_path, csv_path = os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.csv")
     write_json(json_path, document)
@@ -415,7 +410,6 @@ def main(argv=None):
     """``python -m mxfp16.bench.report --round-ratios BENCH_JSON``: write ``round_ratios.json`` beside it."""
     import argparse
     import json
-    import os
 
     parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.report",
                                      description="Derive the ratio within each round, and its lowest and highest "

@@ -191,10 +191,6 @@ def _amp_already_active():
 # --------------------------------------------------------------------------
 # The decision: rounds, margin, cache.
 # --------------------------------------------------------------------------
-def _verdicts(path):
-    return MachineCache(path, _CACHE_VERSION, "verdicts", "probe")
-
-
 def _from_cache(entry):
     try:
         verdict = AutoVerdict(**{k: v for k, v in entry.items() if k != "ratio"})
@@ -227,10 +223,8 @@ def _decide(where, rounds):
     over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
     measured = (f"timed on this CPU: {CANDIDATE} at {ratio:.2f}x float32's speed for {where} "
                 f"({bf16:.0f} against {f32:.0f} ms/step{over}")
-    if pays(ratio):
-        return AutoVerdict(CANDIDATE, measured + ")", True, False, f32, bf16, tuple(ratios))
-    return AutoVerdict("float32", measured + f"; {requirement('it')} to be chosen)", True, False, f32, bf16,
-                       tuple(ratios))
+    chosen, tail = (CANDIDATE, ")") if pays(ratio) else ("float32", f"; {requirement('it')} to be chosen)")
+    return AutoVerdict(chosen, measured + tail, True, False, f32, bf16, tuple(ratios))
 
 
 def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
@@ -297,15 +291,13 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     settled = _amp_already_active()
     if settled is not None:
         return settled
-    store = _verdicts(cache or cache_file())
+    store = MachineCache(cache or cache_file(), _CACHE_VERSION, "verdicts", "probe")
     key = store.key(probe.key)
-    verdicts = store.read()
-    if key in verdicts:
-        verdict = _from_cache(verdicts[key])
-        if verdict is not None:  # said, so a reader knows nothing was timed now and how to time again
-            log(f"auto: {verdict.precision} for {probe.where}, as measured earlier on this machine and kept in "
-                f"{store.path} (delete it to measure again)")
-            return verdict
+    verdict = _from_cache(store.read().get(key, {}))
+    if verdict is not None:  # said, so a reader knows nothing was timed now and how to time again
+        log(f"auto: {verdict.precision} for {probe.where}, as measured earlier on this machine and kept in "
+            f"{store.path} (delete it to measure again)")
+        return verdict
     repeat_ms = min_repeat_ms()  # read once; a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "

@@ -11,7 +11,7 @@ timed apart (:class:`LayerTiming`). The choice that reads these times is
 :mod:`mxfp16.measure.per_layer`.
 """
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .margin import speed_ratio
 
@@ -81,8 +81,7 @@ class LayerTiming:
         return None if self.failed else speed_ratio(self.float32_ms, self.bfloat16_ms)
 
     def record(self):
-        return {"float32_ms": self.float32_ms, "bfloat16_ms": self.bfloat16_ms, "casts_ms": self.casts_ms,
-                "failed": self.failed}
+        return asdict(self)
 
 
 def time_layers(specs, timeout=TIMEOUT):

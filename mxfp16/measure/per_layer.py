@@ -37,7 +37,7 @@ Where bfloat16 cannot run (no AVX-512) nothing is timed: the choice says so
 and the lists stay mxfp16's.
 """
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .cache import MachineCache, cache_folder, machine_busy
 from .layer_timing import LayerSpec, LayerTiming, time_layers
@@ -93,10 +93,8 @@ class LayerRow:
         return LayerSpec.of(self.op, self.attrs, self.shapes)
 
     def record(self):
-        return {"name": self.name, "op": self.op, "attrs": self.attrs, "weight": self.weight,
-                "shapes": [list(s) if s is not None else None for s in self.shapes], "dtype": self.dtype,
-                "why": self.why, "timing": self.timing.record() if self.timing else None,
-                "ratio": self.timing.ratio if self.timing else None}
+        return dict(asdict(self), shapes=[list(s) if s is not None else None for s in self.shapes],
+                    ratio=self.timing.ratio if self.timing else None)
 
 
 @dataclass(frozen=True)
@@ -191,13 +189,9 @@ def network_layers(net, shapes):
             continue
         row = LayerRow(node.name, node.op, node.attrs, node.call.weight, node.shapes)
         if node.op in rules and rules[node.op](node.call):
-            row = _with(row, "float32", "mxfp16's rule (the 7x7 stem)")
+            row = replace(row, dtype="float32", why="mxfp16's rule (the 7x7 stem)")
         rows.append(row)
     return rows
-
-
-def _with(row, dtype, why, timing=None):
-    return LayerRow(row.name, row.op, row.attrs, row.weight, row.shapes, dtype, why, timing or row.timing)
 
 
 # --------------------------------------------------------------------------
@@ -310,5 +304,5 @@ def _decide(rows, timings):
             dtype = "bfloat16" if pays(ratio) else "float32"
             why = f"measured: bfloat16 at {ratio or 0:.2f}x float32's speed{shared}"
         for i, t in zip(members, times):
-            rows[i] = _with(rows[i], dtype, why, t)
+            rows[i] = replace(rows[i], dtype=dtype, why=why, timing=t)
     return rows
