@@ -333,10 +333,6 @@ def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
     return records
 
 
-def _mxfp16_rows(document):
-    return [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
-
-
 def _census(row):
     census = (row or {}).get("census") or {}
     if census.get("status") != "ok":
@@ -373,7 +369,7 @@ def summary_row(document):
     """
     from .report import UNITS, input_size, throughput_field
 
-    rows = _mxfp16_rows(document)
+    rows = [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
     config = document.get("config", {})
     fp32 = next((r for r in rows if r.get("precision") == "float32" and r.get("status") == "ok"), None)
     bf16_any = next((r for r in rows if str(r.get("precision", "")).startswith("amp-bfloat16")), None)

@@ -14,11 +14,10 @@ PyTorch runs ``nn.LSTM`` in bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MX
 (``docs/amp-table.md``). The child imports torch only, never MXNet.
 """
 import importlib.util
-import json
 import os
 import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,9 +119,6 @@ class PeerSpec:
     @property
     def precision(self):
         return f"pytorch-{self.dtype}"
-
-    def to_json(self):
-        return json.dumps(asdict(self))
 
 
 def plan_peer(base, batch_sizes, threads, compiled=True):

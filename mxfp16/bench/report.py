@@ -58,11 +58,6 @@ def _is_mxfp16(record):
     return record.get("framework", "mxfp16") == "mxfp16"
 
 
-def _is_peer(record):
-    """A PyTorch row: another framework training the same shape (onnxruntime rows run mxfp16's own export)."""
-    return not _is_mxfp16(record) and record.get("framework") != ONNXRUNTIME
-
-
 def label(record):
     """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (NCHW)``,
     ``pytorch-float32 (channels_last, compiled)``, ``onnxruntime float32``."""
@@ -79,11 +74,6 @@ def _identity(record):
     """What one measurement is, whatever its round: framework, precision, lists, layout, compilation and group."""
     return (record.get("framework", "mxfp16"), record.get("precision"), record.get("requested_precision"),
             record.get("amp_lists"), record.get("layout"), bool(record.get("compiled"))) + _group(record)
-
-
-def _round_entry(record):
-    return {k: record.get(k) for k in ("round", "status", throughput_field(record), "ms_per_step", "cpu_ms_per_step",
-                                       "peak_memory_mb", "load_average")}
 
 
 def merge_rounds(records):
@@ -105,7 +95,8 @@ def merge_rounds(records):
         ok = [r for r in rows if r.get("status") == "ok"]
         m = dict(ok[0] if ok else rows[0])
         m.pop("round", None)
-        m["rounds"] = [_round_entry(r) for r in rows]
+        m["rounds"] = [{k: r.get(k) for k in ("round", "status", throughput_field(r), "ms_per_step", "cpu_ms_per_step",
+                                              "peak_memory_mb", "load_average")} for r in rows]
         if ok:
             ms = [r["ms_per_step"] for r in ok]
             m["ms_per_step"] = statistics.median(ms)
@@ -162,11 +153,6 @@ def round_spread(a, b, key):
     return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)}
 
 
-def _speedup_key(record):
-    return (f"{label(record)} vs float32, {record['model']} {input_size(record)} bs{record['batch_size']} "
-            f"{record['mode']}")
-
-
 def add_speedups(records):
     """Set ``speedup`` and ``memory_ratio`` on each record (in place) against mxfp16's float32 run of its group.
 
@@ -177,8 +163,8 @@ def add_speedups(records):
     Returns
     -------
     dict
-        ``{_speedup_key(row): {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
-        "batch_size", "image_size", "model", "mode"}}`` for every successful
+        ``{"<label> vs float32, <model> <input> bs<batch> <mode>": {"speedup", "cpu_speedup", "memory_ratio",
+        "precision", "amp_lists", "batch_size", "image_size", "model", "mode"}}`` for every successful
         non-float32 record that has a baseline; with rounds also
         ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
         (:func:`round_spread`).
@@ -198,7 +184,7 @@ def add_speedups(records):
         r["cpu_speedup"] = _ratio(base, r, "cpu_ms_per_step")
         r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
         if r is not base:
-            table[_speedup_key(r)] = {
+            table[f"{label(r)} vs float32, {r['model']} {input_size(r)} bs{r['batch_size']} {r['mode']}"] = {
                 "speedup": r["speedup"], "cpu_speedup": r["cpu_speedup"], "memory_ratio": r["memory_ratio"],
                 **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
                 **(round_spread(base, r, "ms_per_step") or {}),
@@ -233,7 +219,9 @@ def _peer_comparison(records):
     out = {}
     for rows in groups.values():
         field = throughput_field(rows[0])
-        mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
+        mine = [r for r in rows if _is_mxfp16(r)]
+        # PyTorch's rows: onnxruntime rows run mxfp16's own export.
+        peer = [r for r in rows if not _is_mxfp16(r) and r.get("framework") != ONNXRUNTIME]
         if not peer:
             continue
         entry = {"mxfp16_mixed": _fastest([r for r in mine if r["precision"] != BASELINE], field),

@@ -300,10 +300,10 @@ def _record(spec, precision, times, peak_mb, ctx):
     }
 
 
-def not_run(spec, status, reason, precision_name=None):
+def not_run(spec, status, reason):
     """The record of a measurement that did not produce timings."""
     return {
-        "framework": "mxfp16", "precision": precision_name or spec.precision,
+        "framework": "mxfp16", "precision": spec.precision,
         "requested_precision": spec.requested or spec.precision,
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
