@@ -1,15 +1,10 @@
 """Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``.
 
-With several rounds (``mxfp16 bench --rounds N``) every measurement ran N
-times in turn; :func:`merge_rounds` makes one row of each (the median over
-rounds, each round kept in ``rounds``) and a speedup is the median of the
-rounds' own ratios, each comparing two processes that ran minutes apart,
-rather than the ratio of two medians; :func:`round_spread` keeps each
-round's ratio and their range beside it.
-
-``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives that
-spread for a file recorded before ``bench.json`` held it, into
-``DIR/round_ratios.json`` (:func:`round_ratios`).
+With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own
+ratios, each comparing two processes that ran minutes apart, rather than the
+ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
+``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the
+spread for a file recorded before ``bench.json`` held it.
 """
 import csv
 import io
@@ -80,10 +75,8 @@ def merge_rounds(records):
     """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds (unchanged
     with one round), in the order the measurements first appear.
 
-    The merged record is the first successful round's with ``ms_per_step``, ``cpu_ms_per_step`` and the latency
-    fields replaced by their medians over the successful rounds, the throughput from that median,
-    ``ms_per_step_spread`` half the range of the rounds' medians, the largest ``peak_memory_mb``, and ``rounds``: each
-    round's own figures. A measurement that failed in every round keeps its first record.
+    The first successful round's record, its times the medians over the successful rounds, ``ms_per_step_spread``
+    half their range, the largest ``peak_memory_mb`` and ``rounds`` (each round's figures); else the first record.
     """
     if all(r.get("round", 1) == 1 for r in records):
         return records
@@ -127,25 +120,19 @@ def _ratio(a, b, key):
 
 
 def round_spread(a, b, key):
-    """The ratio ``a[key] / b[key]`` measured within each round, and its lowest and highest value.
-
-    A ratio over rounds is their median (:func:`add_speedups`,
-    :func:`_peer_comparison`); this says how far the rounds it came from
-    moved. A round in which either row failed is left out.
+    """The ratio ``a[key] / b[key]`` within each round both rows ran, and its lowest and highest value.
 
     Parameters
     ----------
     a, b : dict
-        Two merged rows (:func:`merge_rounds`), each with its ``rounds``.
+        Merged rows (:func:`merge_rounds`) with their ``rounds``.
     key : str
-        ``ms_per_step`` (``a`` the baseline, for a speedup) or
-        ``images_per_second`` (``a`` the faster-is-higher side).
+        ``ms_per_step`` (``a`` the baseline) or a throughput.
 
     Returns
     -------
     dict or None
-        ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` when
-        the rows have no rounds (one round) or no round both ran.
+        ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` without a round both ran.
     """
     ratios = _paired_ratios(a, b, key)
     if not ratios:
@@ -156,9 +143,7 @@ def round_spread(a, b, key):
 def add_speedups(records):
     """Set ``speedup`` and ``memory_ratio`` on each record (in place) against mxfp16's float32 run of its group.
 
-    A speedup compares runs of one invocation (the records passed in); with rounds it is the median of each round's
-    ratio. A group without a successful float32 run gets ``None``; peer and onnxruntime rows are measured against the
-    mxfp16 float32 row.
+    With rounds a speedup is the median of each round's ratio; a group without a successful float32 run gets ``None``.
 
     Returns
     -------
@@ -367,10 +352,8 @@ def format_census(records):
 
 
 def round_ratios(document):
-    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds``.
-
-    For a file written before ``bench.json`` recorded the spread: derived by the functions that write it today, so
-    the medians come out as recorded.
+    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds`` by the
+    functions that write it today, so the medians come out as recorded.
 
     Returns
     -------
