@@ -81,16 +81,14 @@ class Step:
     Attributes
     ----------
     name : str
-        Also the name of its log (``<name>.log``) and, for a benchmark, of its folder.
+        Also its log's name (``<name>.log``) and a benchmark's folder.
     argv : list of str
         The command; :data:`ALLOWANCE` stands for its share of the budget.
-    weight, floor : float
-        Its share of the budget against the later steps'; seconds below which it is skipped instead of started.
-    seconds : float or None
-        A fixed allowance instead of a share (``mxfp16 info``), as much of it as the budget has left.
+    weight, floor, seconds : float
+        Its share of the budget against the later steps'; the seconds below which it is skipped; a fixed allowance
+        instead of a share (``mxfp16 info``), as far as the budget goes.
     stdout, skip, model : str or None
-        A file its standard output goes to (else the log); why it is not run at all (no AMX, torch, gluoncv); the
-        benchmark's model.
+        Its standard output's file (else the log); why it is not run at all; the benchmark's model.
     notes : list of str
         What its record says beside its status (the peer it could not run).
     """
