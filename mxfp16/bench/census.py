@@ -6,42 +6,16 @@ line per executed primitive::
     dnnl_verbose,exec,cpu,convolution,jit:avx512_core_amx_bf16,backward_weights,src_bf16::blocked:aBcd16b:f0 ...,
     <attributes>,<auxiliary: alg:convolution_direct>,<problem: mb16_ic64oc64_ih56...>,<milliseconds>
 
-(its ``info`` line ``prim_template`` names the fields: operation, engine,
-primitive, implementation, prop_kind, memory_descriptors, attributes,
-auxiliary, problem_desc, exec_time). :func:`exec_lines` reads those lines
-and :func:`summarise` files each one's time under one class
-(:data:`CLASSES`), in this order of precedence:
-
-``reorder``
-    a layout or data-type conversion (a ``reorder`` primitive), whatever its kernel;
-``reference``
-    oneDNN's portable C++ code instead of a JIT kernel: an implementation
-    whose ISA is ``any`` (``ref:any``, ``bnorm_ref:any``, ``ncsp_bnorm:any``,
-    ``simple:any``, ``nchw_pooling:any``) or whose name says ``ref``
-    (``gemm:ref``); MXNet's fused LSTM runs ``rnn ref:any`` in float32 even
-    under amp-bfloat16;
-``amx``
-    an implementation for AMX tiles (``jit:avx512_core_amx_bf16``,
-    ``brgconv:avx512_core_amx_bf16``, ``jit_1x1:avx512_core_amx_bf16``);
-``avx512_bf16``
-    bfloat16 data in a kernel built for the ``avx512_bf16`` instructions
-    (``jit_bf16:avx512_core_bf16``, ``jit:avx512_core_bf16``);
-``bf16_other``
-    bfloat16 data in a JIT kernel that names no bfloat16 ISA: the bfloat16
-    GEMM (``x64:gemm:jit``: MXNet's inner products and some convolutions),
-    ``jit:avx512_core`` pooling, and every bfloat16 kernel where oneDNN
-    emulates bfloat16 (``jit_bf16:avx512_core``). The GEMM uses the
-    ``avx512_bf16`` dot products where the CPU has them, so where the census
-    is ``native``'s this time is native too, but never AMX;
-``float32``
-    float32 data in a JIT kernel;
-``other``
-    anything else (int8, a data type this reader does not know).
-
-A primitive's data type is bfloat16 when any of its memory descriptors is
-(``src_bf16``, ``diff_dst_bf16`` ...), else float32 when one is. Shares are
-of the summed time of the lines read (oneDNN's own time, not the step's: AMP's
-casts, the optimizer and MXNet's own operators run outside oneDNN).
+:func:`exec_lines` reads those lines and :func:`classify` files each one's
+time under one class of :data:`CLASSES`, first match wins: ``reorder``;
+``reference`` (an implementation whose ISA is ``any`` or whose name says
+``ref``); ``amx``; ``avx512_bf16``; ``bf16_other`` (bfloat16 in a JIT kernel
+that names no bfloat16 ISA: the GEMM, pooling, emulation); ``float32``;
+``other``. docs/benchmarks.md, "The kernel census in every run", says what
+each means. A primitive's data type is bfloat16 when any of its memory
+descriptors is (``src_bf16`` ...), else float32 when one is. Shares are of
+oneDNN's own time, not the step's (AMP's casts, the optimizer and MXNet's
+own operators run outside oneDNN).
 """
 import collections
 import re

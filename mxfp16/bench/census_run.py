@@ -41,7 +41,7 @@ def census_applies(spec):
     return all(c.device_type == "cpu" for c in contexts) and mx.runtime.Features().is_enabled("MKLDNN")
 
 
-def take_census(spec, timeout=None, python=None):
+def take_census(spec, timeout=None):
     """The census of ``spec``'s step, taken in a fresh process with ``DNNL_VERBOSE=1``.
 
     Returns
@@ -51,8 +51,7 @@ def take_census(spec, timeout=None, python=None):
         fields, ``warmup``, and ``isa`` (what oneDNN says of the CPU); or
         ``status`` ``'failed'`` and ``reason``. It never raises for a failing child.
     """
-    env = {"DNNL_VERBOSE": "1", "MKLDNN_VERBOSE": None}
-    record, problem = call_in_child(census_of, spec, timeout=timeout, env=env, python=python)
+    record, problem = call_in_child(census_of, spec, timeout=timeout, env={"DNNL_VERBOSE": "1", "MKLDNN_VERBOSE": None})
     return record if record is not None else {"status": "failed", "reason": problem}
 
 

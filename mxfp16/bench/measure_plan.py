@@ -81,16 +81,14 @@ class Step:
     Attributes
     ----------
     name : str
-        Also the name of its log (``<name>.log``) and, for a benchmark, of its folder.
+        Also its log's name (``<name>.log``) and a benchmark's folder.
     argv : list of str
         The command; :data:`ALLOWANCE` stands for its share of the budget.
-    weight, floor : float
-        Its share of the budget against the later steps'; seconds below which it is skipped instead of started.
-    seconds : float or None
-        A fixed allowance instead of a share (``mxfp16 info``), as much of it as the budget has left.
+    weight, floor, seconds : float
+        Its share of the budget against the later steps'; the seconds below which it is skipped; a fixed allowance
+        instead of a share (``mxfp16 info``), as far as the budget goes.
     stdout, skip, model : str or None
-        A file its standard output goes to (else the log); why it is not run at all (no AMX, torch, gluoncv); the
-        benchmark's model.
+        Its standard output's file (else the log); why it is not run at all; the benchmark's model.
     notes : list of str
         What its record says beside its status (the peer it could not run).
     """
@@ -174,7 +172,7 @@ def _bench_argv(python, measured, precisions, quick, rounds, threads, peer, out)
     return argv
 
 
-def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=None, missing=module_missing):
+def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missing):
     """The measurement's steps, in order, and the lines that say what it leaves out and why.
 
     Parameters
@@ -188,8 +186,6 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         ``mxfp16 bench --rounds`` of a full run.
     threads : int, optional
         ``mxfp16 bench --threads`` (default: the bench's, every core).
-    python, repo : str, optional
-        The interpreter and the checkout (default: this one and the one this module is in).
     missing : callable
         ``missing(module) -> bool``; torch and gluoncv are looked for with it.
 
@@ -199,9 +195,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         Each step names its outputs relative to the measurement's folder, where it runs
         (:func:`run_child`): the commands recorded read the same wherever that folder is made.
     """
-    python = python or sys.executable
-    repo = repo or REPO
-    kind = "quick" if quick else "full"
+    python, floor = sys.executable, FLOOR_SECONDS["quick" if quick else "full"]
     notes, bf16 = [], facts["bfloat16"]
     if not bf16["runs"]:
         notes.append(f"bfloat16 does not run on this CPU ({facts['cpu_class']}: {bf16['reason']}): float32 rows only")
@@ -210,9 +204,9 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
         notes.append("PyTorch peer: skipped: torch not installed (pip install -c constraints.txt 'mxfp16[peer]')")
     steps = [Step("info", [python, "-m", "mxfp16", "info", "--json"], 0.0, FLOOR_SECONDS["info"],
                   stdout="info.json", seconds=INFO_SECONDS)]
-    amx = [python, os.path.join(repo, "tools", "amx_check.py"), "--out", "amx-check",
+    amx = [python, os.path.join(REPO, "tools", "amx_check.py"), "--out", "amx-check",
            "--steps", "2" if quick else "50"] + (["--models", "lstm-classifier"] if quick else [])
-    steps.append(Step("amx-check", amx, 1.0 if quick else 6.0, FLOOR_SECONDS[kind],
+    steps.append(Step("amx-check", amx, 1.0 if quick else 6.0, floor,
                       skip=None if facts["cpu_class"] == "AMX" else
                       f"the CPU's class is {facts['cpu_class']}, not AMX: no AMX kernels to check"))
     for measured in MODELS:
@@ -220,7 +214,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, python=None, repo=Non
             if bf16["runs"] else "float32"
         name = f"bench-{measured.model}"
         argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
-        step = Step(name, argv, measured.weight, FLOOR_SECONDS[kind], model=measured.model)
+        step = Step(name, argv, measured.weight, floor, model=measured.model)
         if measured.needs and missing(measured.needs):
             step.skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
                          f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)")
@@ -247,7 +241,7 @@ def _stop(proc, grace=10.0):
             return
 
 
-def run_child(step, argv, allowance, folder, repo=None):
+def run_child(step, argv, allowance, folder):
     """Run ``argv`` in ``folder`` for at most ``allowance`` seconds; its output goes to ``<step.name>.log`` there.
 
     The child runs in a session of its own, so a step stopped at its allowance takes the processes it started
@@ -260,8 +254,7 @@ def run_child(step, argv, allowance, folder, repo=None):
     """
     # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool), its
     # output a log, and a step stopped at its allowance takes every process of its session with it.
-    repo = repo or REPO
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     log_path = os.path.join(folder, f"{step.name}.log")
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_path, "w", encoding="utf-8"))
@@ -338,10 +331,6 @@ def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
     return records
 
 
-def _mxfp16_rows(document):
-    return [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
-
-
 def _census(row):
     census = (row or {}).get("census") or {}
     if census.get("status") != "ok":
@@ -378,7 +367,7 @@ def summary_row(document):
     """
     from .report import UNITS, input_size, throughput_field
 
-    rows = _mxfp16_rows(document)
+    rows = [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
     config = document.get("config", {})
     fp32 = next((r for r in rows if r.get("precision") == "float32" and r.get("status") == "ok"), None)
     bf16_any = next((r for r in rows if str(r.get("precision", "")).startswith("amp-bfloat16")), None)

@@ -3,64 +3,27 @@
 The PyTorch peer (:mod:`mxfp16.bench.peer_families`) builds the same layers;
 :mod:`mxfp16.bench.family_steps` times one training step of each.
 
-The DCGAN
----------
-The DCGAN of MXNet's ``example/gluon/dc_gan``: a 64 px generator and discriminator, and the discriminator's pass.
+The DCGAN has the layers of MXNet 1.9.1's ``example/gluon/dc_gan`` (64 px);
+the discriminator ends in a ``Flatten``, which the example does with a
+``reshape`` after the call. Under AMP on a CPU, ``Deconvolution`` stays
+float32 (it is in MXNet's float32 list), so the generator runs in float32
+apart from its BatchNorm and activations; the discriminator's convolutions
+run in bfloat16.
 
-:func:`dcgan_generator` and :func:`dcgan_discriminator` have the example's
-layers (MXNet 1.9.1: ``Conv2DTranspose`` 4x4 with BatchNorm and ReLU up from
-a ``(nz, 1, 1)`` noise vector to 64x64 RGB with ``tanh``; ``Conv2D`` 4x4
-with BatchNorm and LeakyReLU 0.2 down to two scores, real and fake, read by
-softmax cross-entropy). The discriminator ends in a ``Flatten``, which the
-example does with a ``reshape`` after the call.
-
-:class:`DiscriminatorPass` is the forward pass of the example's
-discriminator update: the discriminator on the real batch and on a
-generated one whose gradient stops at the generator (``detach``). It also
-returns the generated batch, which the generator's update then feeds to the
-discriminator again, as the example does: the generator runs once per
-iteration and its update back-propagates through that same forward pass.
-
-Under AMP on a CPU, ``Deconvolution`` stays float32 (it is in MXNet's
-float32 list), so the generator runs in float32 apart from its BatchNorm
-and activations; the discriminator's convolutions run in bfloat16.
-
-The word language model
------------------------
-A word-level language model: the network of MXNet's ``example/gluon/word_language_model``.
-
-:class:`WordLanguageModel` is that example's ``RNNModel`` (MXNet 1.9.1):
-an embedding, dropout, a fused multi-layer LSTM or GRU (MXNet's ``RNN``
-operator) with dropout between its layers, dropout, and a decoder to the
-vocabulary whose weight can be the embedding's own (``--tied``, weight
-tying). Two things differ, neither of them in the layers: it reads a batch
-as ``(batch, time)`` token ids, batch first as every mxfp16 batch is, and
-it starts each segment from a zero state, where the example carries the
-(detached) state from one 35-token segment to the next; the work per step
-is the same.
-
-Under AMP on a CPU the recurrent layers stay float32 (MXNet 1.9.1's ``RNN``
-operator has no bfloat16 CPU kernel) and the embedding and decoder follow
-the operator lists.
-
-The encoder
------------
-A BERT-sized encoder over token ids, with BERT's classification head.
+:class:`WordLanguageModel` is the ``RNNModel`` of
+``example/gluon/word_language_model`` with two differences outside the
+layers: it reads ``(batch, time)`` token ids, batch first as every mxfp16
+batch is, and starts each segment from a zero state where the example
+carries the detached state on; the work per step is the same. Under AMP on a
+CPU the recurrent layers stay float32 (MXNet 1.9.1's ``RNN`` operator has no
+bfloat16 CPU kernel).
 
 :class:`BertEncoderClassifier` is BERT's encoder as GluonNLP builds it for
-sentence classification: word and learned position embeddings, LayerNorm
-and dropout, post-LayerNorm encoder blocks (:class:`~mxfp16.models.sequence.EncoderBlock`:
-attention from ``Dense`` and ``batch_dot``, GELU feed-forward), then the
-pooler (``tanh`` Dense on the first token) and a Dense classifier. The
-defaults are BERT-base's widths (768 units, 12 heads, feed-forward 3072,
-30,522 words, 512 positions, dropout 0.1) with 2 blocks instead of 12, so
-one training step fits a small CPU's minutes. One input only: BERT's
-two-row segment table is left out (a single-segment task adds a constant
-row to every token).
-
-Under AMP on a CPU the Dense layers run in bfloat16; ``batch_dot``,
-softmax, LayerNorm and the embeddings' lookups follow the operator lists
-(``batch_dot`` has no bfloat16 CPU kernel in MXNet 1.9.1).
+sentence classification, at BERT-base's widths with 2 blocks instead of 12,
+so one training step fits a small CPU's minutes, and without the two-row
+segment table (a single-segment task adds a constant row to every token).
+Under AMP on a CPU its Dense layers run in bfloat16; ``batch_dot`` has no
+bfloat16 CPU kernel in MXNet 1.9.1.
 """
 import mxnet as mx
 from mxnet import gluon, init

@@ -14,11 +14,10 @@ PyTorch runs ``nn.LSTM`` in bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MX
 (``docs/amp-table.md``). The child imports torch only, never MXNet.
 """
 import importlib.util
-import json
 import os
 import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -121,9 +120,6 @@ class PeerSpec:
     def precision(self):
         return f"pytorch-{self.dtype}"
 
-    def to_json(self):
-        return json.dumps(asdict(self))
-
 
 def plan_peer(base, batch_sizes, threads, compiled=True):
     """The PyTorch specs for ``base``'s model shape at every batch size (rows as :func:`variants` says)."""
@@ -148,20 +144,12 @@ def not_run(spec, status, reason):
                 ms_per_step_spread=None, peak_memory_mb=None)
 
 
-def _torch_missing():
-    """Why the PyTorch rows cannot run here, or ``None`` when torch is installed."""
-    if importlib.util.find_spec("torch") is None:
-        return f"PyTorch is not installed: {INSTALL}"
-    return None
-
-
 def run_in_subprocess(spec, timeout=None):
     """Measure ``spec`` in a fresh process; never raises (see :func:`mxfp16.plumbing.child.call_in_child`)."""
     from ..plumbing.child import call_in_child
 
-    missing = _torch_missing()
-    if missing:
-        return not_run(spec, "skipped", missing)
+    if importlib.util.find_spec("torch") is None:
+        return not_run(spec, "skipped", f"PyTorch is not installed: {INSTALL}")
     record, problem = call_in_child(_measure, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)
 

@@ -1,20 +1,15 @@
 """The PyTorch twins of the benchmark families and of MobileNet v2, and the families' training steps (torch only).
 
 Each network has its MXNet twin's layers and sizes (the tests check the
-parameter counts against each other): :func:`word_language_model` is
-:class:`mxfp16.bench.networks.WordLanguageModel`, :func:`bert_encoder_classifier`
-is :class:`mxfp16.bench.networks.BertEncoderClassifier`, :func:`mobilenet_v2`
-is GluonCV's ``mobilenetv2_1.0`` (torchvision does not import beside every
-torch wheel, and its network differs in the head), and :func:`dcgan_generator`
-and :func:`dcgan_discriminator` are in :mod:`mxfp16.bench.networks`. The sizes,
-the optimizer and the clipping come from :mod:`mxfp16.bench.families`, as
-on the MXNet side. PyTorch's own layers are used where they exist
-(``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch user
-would write them.
-
-:func:`family_step` builds a family's step: forward under
-``torch.autocast`` (bfloat16 rows), float32 loss, backward, optimizer;
-the GAN's is one iteration of both updates, as the MXNet side times it.
+parameter counts against each other), with PyTorch's own layers where they
+exist (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch
+user would write them; :func:`mobilenet_v2` is built here because
+torchvision does not import beside every torch wheel, and its network
+differs in the head. The sizes, the optimizer and the clipping come from
+:mod:`mxfp16.bench.families`. :func:`family_step` builds a family's step:
+forward under ``torch.autocast`` (bfloat16 rows), float32 loss, backward,
+optimizer; the GAN's is one iteration of both updates, as the MXNet side
+times it.
 """
 import torch
 import torch.nn.functional as F

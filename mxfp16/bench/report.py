@@ -1,18 +1,14 @@
 """Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``.
 
-With several rounds (``mxfp16 bench --rounds N``) every measurement ran N
-times in turn; :func:`merge_rounds` makes one row of each (the median over
-rounds, each round kept in ``rounds``) and a speedup is the median of the
-rounds' own ratios, each comparing two processes that ran minutes apart,
-rather than the ratio of two medians; :func:`round_spread` keeps each
-round's ratio and their range beside it.
-
-``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives that
-spread for a file recorded before ``bench.json`` held it, into
-``DIR/round_ratios.json`` (:func:`round_ratios`).
+With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own
+ratios, each comparing two processes that ran minutes apart, rather than the
+ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
+``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the
+spread for a file recorded before ``bench.json`` held it.
 """
 import csv
 import io
+import os
 import statistics
 
 from ..plumbing.fileio import write_json
@@ -57,11 +53,6 @@ def _is_mxfp16(record):
     return record.get("framework", "mxfp16") == "mxfp16"
 
 
-def _is_peer(record):
-    """A PyTorch row: another framework training the same shape (onnxruntime rows run mxfp16's own export)."""
-    return not _is_mxfp16(record) and record.get("framework") != ONNXRUNTIME
-
-
 def label(record):
     """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (NCHW)``,
     ``pytorch-float32 (channels_last, compiled)``, ``onnxruntime float32``."""
@@ -80,19 +71,12 @@ def _identity(record):
             record.get("amp_lists"), record.get("layout"), bool(record.get("compiled"))) + _group(record)
 
 
-def _round_entry(record):
-    return {k: record.get(k) for k in ("round", "status", throughput_field(record), "ms_per_step", "cpu_ms_per_step",
-                                       "peak_memory_mb", "load_average")}
-
-
 def merge_rounds(records):
     """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds (unchanged
     with one round), in the order the measurements first appear.
 
-    The merged record is the first successful round's with ``ms_per_step``, ``cpu_ms_per_step`` and the latency
-    fields replaced by their medians over the successful rounds, the throughput from that median,
-    ``ms_per_step_spread`` half the range of the rounds' medians, the largest ``peak_memory_mb``, and ``rounds``: each
-    round's own figures. A measurement that failed in every round keeps its first record.
+    The first successful round's record, its times the medians over the successful rounds, ``ms_per_step_spread``
+    half their range, the largest ``peak_memory_mb`` and ``rounds`` (each round's figures); else the first record.
     """
     if all(r.get("round", 1) == 1 for r in records):
         return records
@@ -104,7 +88,8 @@ def merge_rounds(records):
         ok = [r for r in rows if r.get("status") == "ok"]
         m = dict(ok[0] if ok else rows[0])
         m.pop("round", None)
-        m["rounds"] = [_round_entry(r) for r in rows]
+        m["rounds"] = [{k: r.get(k) for k in ("round", "status", throughput_field(r), "ms_per_step", "cpu_ms_per_step",
+                                              "peak_memory_mb", "load_average")} for r in rows]
         if ok:
             ms = [r["ms_per_step"] for r in ok]
             m["ms_per_step"] = statistics.median(ms)
@@ -135,25 +120,19 @@ def _ratio(a, b, key):
 
 
 def round_spread(a, b, key):
-    """The ratio ``a[key] / b[key]`` measured within each round, and its lowest and highest value.
-
-    A ratio over rounds is their median (:func:`add_speedups`,
-    :func:`_peer_comparison`); this says how far the rounds it came from
-    moved. A round in which either row failed is left out.
+    """The ratio ``a[key] / b[key]`` within each round both rows ran, and its lowest and highest value.
 
     Parameters
     ----------
     a, b : dict
-        Two merged rows (:func:`merge_rounds`), each with its ``rounds``.
+        Merged rows (:func:`merge_rounds`) with their ``rounds``.
     key : str
-        ``ms_per_step`` (``a`` the baseline, for a speedup) or
-        ``images_per_second`` (``a`` the faster-is-higher side).
+        ``ms_per_step`` (``a`` the baseline) or a throughput.
 
     Returns
     -------
     dict or None
-        ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` when
-        the rows have no rounds (one round) or no round both ran.
+        ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` without a round both ran.
     """
     ratios = _paired_ratios(a, b, key)
     if not ratios:
@@ -161,28 +140,16 @@ def round_spread(a, b, key):
     return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)}
 
 
-def _prefixed(spread, prefix):
-    """``round_spread``'s fields named for one ratio of several (``mixed_round_min``), ``{}`` for ``None``."""
-    return {f"{prefix}{name}": value for name, value in (spread or {}).items()}
-
-
-def _speedup_key(record):
-    return (f"{label(record)} vs float32, {record['model']} {input_size(record)} bs{record['batch_size']} "
-            f"{record['mode']}")
-
-
 def add_speedups(records):
     """Set ``speedup`` and ``memory_ratio`` on each record (in place) against mxfp16's float32 run of its group.
 
-    A speedup compares runs of one invocation (the records passed in); with rounds it is the median of each round's
-    ratio. A group without a successful float32 run gets ``None``; peer and onnxruntime rows are measured against the
-    mxfp16 float32 row.
+    With rounds a speedup is the median of each round's ratio; a group without a successful float32 run gets ``None``.
 
     Returns
     -------
     dict
-        ``{_speedup_key(row): {"speedup", "cpu_speedup", "memory_ratio", "precision", "amp_lists",
-        "batch_size", "image_size", "model", "mode"}}`` for every successful
+        ``{"<label> vs float32, <model> <input> bs<batch> <mode>": {"speedup", "cpu_speedup", "memory_ratio",
+        "precision", "amp_lists", "batch_size", "image_size", "model", "mode"}}`` for every successful
         non-float32 record that has a baseline; with rounds also
         ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
         (:func:`round_spread`).
@@ -202,7 +169,7 @@ def add_speedups(records):
         r["cpu_speedup"] = _ratio(base, r, "cpu_ms_per_step")
         r["memory_ratio"] = r["peak_memory_mb"] / base["peak_memory_mb"] if base["peak_memory_mb"] else None
         if r is not base:
-            table[_speedup_key(r)] = {
+            table[f"{label(r)} vs float32, {r['model']} {input_size(r)} bs{r['batch_size']} {r['mode']}"] = {
                 "speedup": r["speedup"], "cpu_speedup": r["cpu_speedup"], "memory_ratio": r["memory_ratio"],
                 **{k: r[k] for k in ("precision", "amp_lists", "batch_size", "image_size", "model", "mode")},
                 **(round_spread(base, r, "ms_per_step") or {}),
@@ -237,7 +204,9 @@ def _peer_comparison(records):
     out = {}
     for rows in groups.values():
         field = throughput_field(rows[0])
-        mine, peer = [r for r in rows if _is_mxfp16(r)], [r for r in rows if _is_peer(r)]
+        mine = [r for r in rows if _is_mxfp16(r)]
+        # PyTorch's rows: onnxruntime rows run mxfp16's own export.
+        peer = [r for r in rows if not _is_mxfp16(r) and r.get("framework") != ONNXRUNTIME]
         if not peer:
             continue
         entry = {"mxfp16_mixed": _fastest([r for r in mine if r["precision"] != BASELINE], field),
@@ -248,7 +217,7 @@ def _peer_comparison(records):
             a, b = entry[f"mxfp16_{kind}"], entry[f"peer_{kind}"]
             entry[f"{kind}_ratio"] = _ratio(a["row"], b["row"], field) if a and b else None
             if a and b:
-                entry.update(_prefixed(round_spread(a["row"], b["row"], field), f"{kind}_"))
+                entry.update({f"{kind}_{k}": v for k, v in (round_spread(a["row"], b["row"], field) or {}).items()})
         for side in entry.values():
             if isinstance(side, dict):
                 del side["row"]  # the row is in the results already
@@ -295,7 +264,6 @@ def bench_document(machine, records, config=None, tensor_cores=None):
 
 def write_outputs(out_dir, document):
     """Write ``bench.json`` and ``bench.csv`` into ``out_dir`` (atomically); return their paths."""
-    import os
     os.makedirs(out_dir, exist_ok=True)
     json_path, csv_path = os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.csv")
     write_json(json_path, document)
@@ -384,10 +352,8 @@ def format_census(records):
 
 
 def round_ratios(document):
-    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds``.
-
-    For a file written before ``bench.json`` recorded the spread: derived by the functions that write it today, so
-    the medians come out as recorded.
+    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds`` by the
+    functions that write it today, so the medians come out as recorded.
 
     Returns
     -------
@@ -415,7 +381,6 @@ def main(argv=None):
     """``python -m mxfp16.bench.report --round-ratios BENCH_JSON``: write ``round_ratios.json`` beside it."""
     import argparse
     import json
-    import os
 
     parser = argparse.ArgumentParser(prog="python -m mxfp16.bench.report",
                                      description="Derive the ratio within each round, and its lowest and highest "

@@ -97,12 +97,8 @@ class BenchSpec:
 
 
 class _Batches:
-    """An endless source of (data, label) batches of one shape.
-
-    Images with float32 class labels, or for a family its own batch
-    (:func:`mxfp16.bench.family_steps.synthetic_batch`: token ids, or real
-    images with the GAN's labels).
-    """
+    """An endless source of (data, label) batches of one shape: images with float32 class labels, or a family's
+    own (:func:`mxfp16.bench.family_steps.synthetic_batch`)."""
 
     def __init__(self, spec):
         import mxnet as mx
@@ -223,13 +219,8 @@ def _train_step(spec, contexts, batches):
 
 
 def _inference_step(spec, precision, contexts, batches):
-    """One forward pass of the network as ``mxfp16 export`` writes it and ``mxfp16 predict`` loads it.
-
-    The network is built as the trainer builds it (random weights: speed does
-    not depend on them), converted by :func:`mxfp16.inference.convert.deployable`
-    (no ``amp.init``: the casts are in the graph) and loaded into a hybridized
-    ``SymbolBlock`` on the first device; batches go in as float32.
-    """
+    """One forward pass of the network as ``mxfp16 export`` writes it (random weights: speed does not depend on
+    them) and ``mxfp16 predict`` loads it, on the first device; batches go in as float32."""
     from ..inference.convert import deployable, load_block
     from ..train.parts import PartsSpec, build_network
 
@@ -300,10 +291,10 @@ def _record(spec, precision, times, peak_mb, ctx):
     }
 
 
-def not_run(spec, status, reason, precision_name=None):
+def not_run(spec, status, reason):
     """The record of a measurement that did not produce timings."""
     return {
-        "framework": "mxfp16", "precision": precision_name or spec.precision,
+        "framework": "mxfp16", "precision": spec.precision,
         "requested_precision": spec.requested or spec.precision,
         "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
         "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,

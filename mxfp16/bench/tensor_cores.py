@@ -13,13 +13,8 @@ from .._internals import block_op_kwargs
 MULTIPLE = 8
 
 
-def _kind(block):
-    if isinstance(block, gluon.nn.Dense):
-        return "Dense"
-    if isinstance(block, (gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
-                          gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)):
-        return "Conv"
-    return None
+_CONVOLUTIONS = (gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
+                 gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)
 
 
 def _layer_shapes(net):
@@ -30,16 +25,14 @@ def _layer_shapes(net):
     rows = []
 
     def visit(block):
-        kind = _kind(block)
-        if kind is not None:
+        if isinstance(block, gluon.nn.Dense):
             shape = block.weight.shape
-            if kind == "Dense":
-                n_in, n_out = shape[1], shape[0]
-            else:
-                groups = block_op_kwargs(block).get("num_group", 1)
-                transposed = "Transpose" in type(block).__name__
-                n_in, n_out = (shape[0], shape[1] * groups) if transposed else (shape[1] * groups, shape[0])
-            rows.append((block.name, kind, int(n_in), int(n_out)))
+            rows.append((block.name, "Dense", int(shape[1]), int(shape[0])))
+        elif isinstance(block, _CONVOLUTIONS):
+            shape, groups = block.weight.shape, block_op_kwargs(block).get("num_group", 1)
+            transposed = "Transpose" in type(block).__name__
+            n_in, n_out = (shape[0], shape[1] * groups) if transposed else (shape[1] * groups, shape[0])
+            rows.append((block.name, "Conv", int(n_in), int(n_out)))
 
     net.apply(visit)
     return rows

@@ -1,50 +1,22 @@
 """``auto``: one decision procedure for the library and the commands alike.
 
-Whether amp-bfloat16 beats float32 depends on the CPU and on the model. On
-the same AMD Zen 4 CPU ResNet-50 at 224 px gains 1.8x while MobileNet v2 and
-a Transformer encoder lose (the casts around each operator outweigh the
-faster arithmetic: docs/benchmarks.md). A rule per CPU class
-(:func:`mxfp16.precision.auto_rule`) cannot know the model; a probe of the
-model can. So ``auto`` is decided here, in one way:
+Whether amp-bfloat16 beats float32 depends on the CPU and on the model.
+Where timing cannot change the answer, the rule per CPU class
+(:func:`mxfp16.precision.auto_rule`) decides and the reason says so
+(``ruled: ...``): GPUs, CPUs that cannot run bfloat16 or only emulate it,
+and a call without a network at hand (:func:`mxfp16.resolve_precision`). On
+a CPU with native bfloat16 the network is timed (``timed on this CPU: ...``)
+in a forked copy of this process
+(:class:`~mxfp16.measure.probe.NetworkProbe`), a close or short first round
+is confirmed by more (:func:`min_repeat_ms`), and amp-bfloat16 is kept only
+when it is faster by :data:`~mxfp16.measure.margin.MARGIN`. Verdicts are
+cached per machine, network and batch (:func:`cache_file`,
+:mod:`mxfp16.measure.cache`). docs/benchmarks.md, "What auto picks on each
+kind of CPU", tells the whole procedure.
 
-* where timing cannot change the answer, the rule decides and the reason
-  says so (``ruled: ...``): GPUs (float16), CPUs that cannot run bfloat16 (no
-  AVX-512) and CPUs that only emulate it;
-* on a CPU with native bfloat16 (``avx512_bf16``, AMX), the network itself is
-  timed when it is at hand (``timed on this CPU: ...``): a few training steps
-  in float32 and in amp-bfloat16, each in a forked copy of this process
-  (:class:`~mxfp16.measure.probe.NetworkProbe`), so AMP, which patches MXNet for the whole process,
-  and the steps' updates never touch the caller's network. amp-bfloat16 is
-  kept only when it is faster by
-  :data:`~mxfp16.measure.margin.MARGIN`. A first ratio near 1
-  (between ``1/CLEAR`` and :data:`CLEAR`), or one taken from steps too short
-  to time reliably on a shared or virtual machine, is confirmed by more
-  rounds, each repeat at least :data:`MIN_REPEAT_MS` long
-  (``MXFP16_AUTO_REPEAT_MS`` sets another length: :func:`min_repeat_ms`),
-  and the median of the rounds' ratios decides;
-* without a network at hand (:func:`mxfp16.resolve_precision` alone), the
-  rule decides and the reason says the network was not timed.
-
-:class:`mxfp16.MixedPrecision` times the network it prepares, with the
-example batch given to ``prepare`` or the first batch of ``train_step``;
-``mxfp16 train``, ``bench`` and ``demo`` go through it. The same network
-and batch shape on the same machine therefore get the same verdict whichever
-path asks.
-
-The verdict is cached per machine and software (the CPU's identity, the AMX
-state, ``DNNL_MAX_CPU_ISA``, MXNet's and mxfp16's versions, the thread
-count) and per network (its layers and parameter shapes) and batch, in
-``$XDG_CACHE_HOME/mxfp16/auto-precision.json`` (``~/.cache`` by default;
-``MXFP16_CACHE_DIR`` names another folder). Delete the file to measure again.
-A verdict measured while other programs kept the CPU busy (a one-minute load
-average of at least one per core before the probe) is used once and not
-kept: wall-clock times taken under load say little about the next run.
-
-The probe itself, a forked copy of this process timing the network's
-step, is :mod:`mxfp16.measure.probe`; the margin, shared with the per-layer
-choice, is :mod:`mxfp16.measure.margin`; the cache is
-:mod:`mxfp16.measure.cache`. A verdict is adopted by :func:`adopt`, which
-:class:`mxfp16.MixedPrecision` and the probe's child both call.
+:func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
+the probe's child alike, so the same network and batch get the same verdict
+whichever path asks.
 """
 import math
 import os
@@ -121,10 +93,7 @@ def min_repeat_ms(environ=None):
     """How long each timed repeat of a probe lasts at least, in milliseconds: :data:`MIN_REPEAT_MS` by default.
 
     ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the
-    probe's length. A quiet, dedicated machine can time shorter repeats;
-    a test suite that only needs *a* verdict times its networks in a tenth
-    of the time (mxfp16's own suite uses 100); a noisy shared machine may
-    need longer ones. The rounds and the margin stay the same.
+    probe's length (mxfp16's own suite uses 100).
 
     Raises
     ------
@@ -188,13 +157,6 @@ def _amp_already_active():
                                   "run this network in a fresh process to let timing choose)")
 
 
-# --------------------------------------------------------------------------
-# The decision: rounds, margin, cache.
-# --------------------------------------------------------------------------
-def _verdicts(path):
-    return MachineCache(path, _CACHE_VERSION, "verdicts", "probe")
-
-
 def _from_cache(entry):
     try:
         verdict = AutoVerdict(**{k: v for k, v in entry.items() if k != "ratio"})
@@ -227,22 +189,17 @@ def _decide(where, rounds):
     over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
     measured = (f"timed on this CPU: {CANDIDATE} at {ratio:.2f}x float32's speed for {where} "
                 f"({bf16:.0f} against {f32:.0f} ms/step{over}")
-    if pays(ratio):
-        return AutoVerdict(CANDIDATE, measured + ")", True, False, f32, bf16, tuple(ratios))
-    return AutoVerdict("float32", measured + f"; {requirement('it')} to be chosen)", True, False, f32, bf16,
-                       tuple(ratios))
+    chosen, tail = (CANDIDATE, ")") if pays(ratio) else ("float32", f"; {requirement('it')} to be chosen)")
+    return AutoVerdict(chosen, measured + tail, True, False, f32, bf16, tuple(ratios))
 
 
 def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
     """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``.
 
-    The first round is short. It decides alone when its repeats were long
-    (at least ``repeat_ms`` of steps) and its ratio clear (beyond
-    :data:`CLEAR` either way). A close call gets :data:`CONFIRM_ROUNDS` more
-    rounds. A first round of short steps is only a measure of the step: on
-    a shared or virtual machine a burst from a neighbour can move a short
-    step by half, so :data:`CONFIRM_ROUNDS` + 1 rounds of long repeats decide
-    instead, and the short round is left out. "Long" is ``repeat_ms`` (:func:`min_repeat_ms` in :func:`decide_auto`).
+    A short first round decides alone when its repeats lasted ``repeat_ms`` and
+    its ratio is beyond :data:`CLEAR` either way; a close call gets
+    :data:`CONFIRM_ROUNDS` more rounds, and a round of short steps is replaced
+    by one more than that.
     """
     def one_round(iters):
         return probe.time("float32", iters), probe.time(CANDIDATE, iters)
@@ -297,15 +254,13 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     settled = _amp_already_active()
     if settled is not None:
         return settled
-    store = _verdicts(cache or cache_file())
+    store = MachineCache(cache or cache_file(), _CACHE_VERSION, "verdicts", "probe")
     key = store.key(probe.key)
-    verdicts = store.read()
-    if key in verdicts:
-        verdict = _from_cache(verdicts[key])
-        if verdict is not None:  # said, so a reader knows nothing was timed now and how to time again
-            log(f"auto: {verdict.precision} for {probe.where}, as measured earlier on this machine and kept in "
-                f"{store.path} (delete it to measure again)")
-            return verdict
+    verdict = _from_cache(store.read().get(key, {}))
+    if verdict is not None:  # said, so a reader knows nothing was timed now and how to time again
+        log(f"auto: {verdict.precision} for {probe.where}, as measured earlier on this machine and kept in "
+            f"{store.path} (delete it to measure again)")
+        return verdict
     repeat_ms = min_repeat_ms()  # read once; a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
     log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "

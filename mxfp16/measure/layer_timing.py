@@ -1,17 +1,13 @@
 """Layers timed alone, in a fresh process: what the ``measured`` AMP lists decide by.
 
-:func:`time_layers` runs :func:`time_keys` in a fresh process
-(:func:`mxfp16.plumbing.child.call_in_child`), where AMP is off and each
-operator is given its dtypes explicitly, so the process asking may have AMP
-on or not, and a kernel that crashes costs only that process. Each :class:`LayerSpec` (an operator's type,
-attributes and input shapes) is timed forward and backward in float32 and in
+Each :class:`LayerSpec` is timed forward and backward in float32 and in
 bfloat16 as AMP runs it inside a bfloat16 part of the network, through
 :func:`mxfp16.measure.timing.time_steps`; casting the data in and out is
-timed apart (:class:`LayerTiming`). The choice that reads these times is
+timed apart (:class:`LayerTiming`). The choice is
 :mod:`mxfp16.measure.per_layer`.
 """
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .margin import speed_ratio
 
@@ -81,8 +77,7 @@ class LayerTiming:
         return None if self.failed else speed_ratio(self.float32_ms, self.bfloat16_ms)
 
     def record(self):
-        return {"float32_ms": self.float32_ms, "bfloat16_ms": self.bfloat16_ms, "casts_ms": self.casts_ms,
-                "failed": self.failed}
+        return asdict(self)
 
 
 def time_layers(specs, timeout=TIMEOUT):

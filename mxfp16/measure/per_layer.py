@@ -1,43 +1,22 @@
 """Precision per layer, chosen by measurement: the ``measured`` AMP lists.
 
-Whether bfloat16 pays depends on the layer as much as on the CPU: on the same
-CPU a ResNet's 3x3 convolutions gain while a MobileNet's small depthwise ones
-and a Transformer's narrow projections may lose (docs/benchmarks.md). With
-``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16 train
---amp-lists measured``) mxfp16 times each layer AMP would run in bfloat16
-(each ``Convolution`` and ``FullyConnected`` of the network's graph: its
-attributes and input shapes) alone, forward and backward, in float32 and in
-bfloat16, once on this machine, and keeps in float32 those that do not gain
-by :data:`mxfp16.measure.margin.MARGIN`, the rule ``auto`` decides by too:
-
-* the timing runs in a fresh process
-  (:func:`mxfp16.measure.layer_timing.time_layers`), where AMP is off
-  and each operator is given its dtypes explicitly, so the process asking
-  may have AMP on or not, and a kernel that crashes costs only that process;
-* bfloat16 is timed as AMP runs a layer inside a bfloat16 part of the
-  network: its data arrives and leaves in bfloat16, and its weight and bias
-  are cast from their float32 parameters at every call. Casting the data in
-  and out (what a layer between two float32 neighbours adds) is timed apart
-  and shown, not counted: whether a layer pays for it depends on its
-  neighbours, which a measurement of one operator cannot see;
-* each layer type-and-shape's times are cached per machine
-  (:func:`mxfp16.measure.cache.machine_key`, as ``auto``'s verdicts: the CPU,
-  its ISA settings, the software, the thread count) in
-  ``$XDG_CACHE_HOME/mxfp16/amp-layers.json``
-  (``MXFP16_CACHE_DIR`` names another folder); delete it to measure again;
-* layers that share a weight are decided together, on their summed times;
-* the verdict is applied through mxfp16's wrappers: a layer kept in float32
-  is matched by its weight's name in a traced graph and by its attributes
-  and input shapes on arrays (:func:`mxfp16.amp.lists.keep_float32_measured`).
+With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16
+train --amp-lists measured``) each layer AMP would run in bfloat16 (each
+``Convolution`` and ``FullyConnected`` of the network's graph) is timed
+alone in a fresh process (:func:`mxfp16.measure.layer_timing.time_layers`),
+its times cached per machine (:func:`cache_file`), and kept in float32
+unless it gains by :data:`mxfp16.measure.margin.MARGIN`, the rule ``auto``
+decides by too; layers that share a weight are decided together.
+docs/amp-table.md, "Precision per layer, chosen by measurement", tells the
+details.
 
 :class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is
 the table ``mxfp16 info --amp-table layers`` prints, and the trainer writes
 its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder.
-Where bfloat16 cannot run (no AVX-512) nothing is timed: the choice says so
-and the lists stay mxfp16's.
+The verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
 """
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .cache import MachineCache, cache_folder, machine_busy
 from .layer_timing import LayerSpec, LayerTiming, time_layers
@@ -93,10 +72,8 @@ class LayerRow:
         return LayerSpec.of(self.op, self.attrs, self.shapes)
 
     def record(self):
-        return {"name": self.name, "op": self.op, "attrs": self.attrs, "weight": self.weight,
-                "shapes": [list(s) if s is not None else None for s in self.shapes], "dtype": self.dtype,
-                "why": self.why, "timing": self.timing.record() if self.timing else None,
-                "ratio": self.timing.ratio if self.timing else None}
+        return dict(asdict(self), shapes=[list(s) if s is not None else None for s in self.shapes],
+                    ratio=self.timing.ratio if self.timing else None)
 
 
 @dataclass(frozen=True)
@@ -158,9 +135,6 @@ def _describe(op, attrs):
     return op
 
 
-# --------------------------------------------------------------------------
-# The layers of a network.
-# --------------------------------------------------------------------------
 def input_shapes(data):
     """The shapes of one device's batch: ``data`` as :func:`mxfp16.train_step` takes it (one entry per device)."""
     first = data[0] if isinstance(data, list) else data
@@ -191,18 +165,11 @@ def network_layers(net, shapes):
             continue
         row = LayerRow(node.name, node.op, node.attrs, node.call.weight, node.shapes)
         if node.op in rules and rules[node.op](node.call):
-            row = _with(row, "float32", "mxfp16's rule (the 7x7 stem)")
+            row = replace(row, dtype="float32", why="mxfp16's rule (the 7x7 stem)")
         rows.append(row)
     return rows
 
 
-def _with(row, dtype, why, timing=None):
-    return LayerRow(row.name, row.op, row.attrs, row.weight, row.shapes, dtype, why, timing or row.timing)
-
-
-# --------------------------------------------------------------------------
-# The decision.
-# --------------------------------------------------------------------------
 def layers_apply(amp_lists, precision=None):
     """Whether the layers are timed: ``amp_lists='measured'`` and AMP in bfloat16 runs, or may (``auto``).
 
@@ -310,5 +277,5 @@ def _decide(rows, timings):
             dtype = "bfloat16" if pays(ratio) else "float32"
             why = f"measured: bfloat16 at {ratio or 0:.2f}x float32's speed{shared}"
         for i, t in zip(members, times):
-            rows[i] = _with(rows[i], dtype, why, t)
+            rows[i] = replace(rows[i], dtype=dtype, why=why, timing=t)
     return rows

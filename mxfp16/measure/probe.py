@@ -1,19 +1,15 @@
 """The probe: a network's training step timed in a forked copy of this process.
 
 ``auto`` (:mod:`mxfp16.measure.auto`) asks a :class:`NetworkProbe` for
-milliseconds per step in float32 and in amp-bfloat16. Each answer comes from
-a forked child, so AMP, which patches MXNet for the whole process, and the
-steps' updates never touch the caller's network. The child sets its
-precision up as :class:`mxfp16.MixedPrecision` adopts a verdict
-(:func:`mxfp16.measure.auto.adopt`) and times through
-:func:`mxfp16.measure.timing.time_steps`, as the benchmark does.
+milliseconds per step in float32 and in amp-bfloat16, timed through
+:func:`mxfp16.measure.timing.time_steps` as the benchmark does.
 
 Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
 fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
-``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions are
-timed that way, so a ratio is compared with a ratio; the casts amp-bfloat16
-adds are MXNet kernels, so the probe errs towards float32, never towards a
-slowdown.
+``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions
+are timed that way, so a ratio is compared with a ratio; the casts
+amp-bfloat16 adds are MXNet kernels, so the probe errs towards float32,
+never towards a slowdown.
 """
 import functools
 import hashlib
@@ -30,11 +26,7 @@ PROBE_TIMEOUT = 600.0
 def _probe_loss(outputs, *labels):
     """Stands in for a loss the caller did not give: the cost of a step is the network's, not its loss's."""
     outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    total = None
-    for out in outputs:
-        term = out.reshape((out.shape[0], -1)).sum(axis=1)
-        total = term if total is None else total + term
-    return total
+    return functools.reduce(lambda a, b: a + b, (out.reshape((out.shape[0], -1)).sum(axis=1) for out in outputs))
 
 
 def network_signature(net):
