@@ -93,10 +93,6 @@ class LaunchResult:
     pids: dict = field(default_factory=dict)
 
 
-def _exit_status(code):
-    return 128 - code if code < 0 else code
-
-
 def _describe(code):
     if code < 0:
         try:
@@ -168,39 +164,20 @@ def _group_alive(pgid, table=None):
     return True
 
 
-def _hosts_own(pgid):
-    """Whether a child in process group ``pgid`` is this process's own, not an orphan of the job it adopted.
-
-    The job's processes and their descendants never stay in this process's group: a child there was
-    started by whatever else runs here (``launch`` called as a library, a notebook pool beside it).
-    """
-    return pgid == os.getpgrp()
-
-
-def _kill(pid, signum):
+def _send(send, target, signum):
+    """``send(target, signum)`` (``os.kill`` or ``os.killpg``), to a process or group that may be gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
+        send(target, signum)
 
 
-def _signal_group(pgid, signum):
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-class _Pump(threading.Thread):
+def _pump(pipe, stream, prefix, lock):
     """Copy one pipe to a stream, line by line, with a prefix."""
-
-    def __init__(self, pipe, stream, prefix, lock):
-        super().__init__(daemon=True)
-        self.pipe, self.stream, self.prefix, self.lock = pipe, stream, prefix, lock
-
-    def run(self):
-        with self.pipe:
-            for raw in iter(self.pipe.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                with self.lock:
-                    self.stream.write(f"{self.prefix}{line}\n")
-                    self.stream.flush()
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with lock:
+                stream.write(f"{prefix}{line}\n")
+                stream.flush()
 
 
 class _EarlyExit:
@@ -262,11 +239,10 @@ class _Job:
         self.env[JOB_VARIABLE] = f"{outer}:{self.token}" if outer else self.token
         self.adopt_orphans = adopt_orphans
         self.log = log
-        self.beats = tempfile.mkdtemp(prefix="mxfp16-heartbeat-") if stall else None
-        if self.beats:
-            self.env[heartbeat.VARIABLE] = self.beats
-        self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"),
-                                           stall) if stall else None
+        self.beats = self.watch_stall = None
+        if stall:
+            self.beats = self.env[heartbeat.VARIABLE] = tempfile.mkdtemp(prefix="mxfp16-heartbeat-")
+            self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"), stall)
         self.procs = []      # (slot, Popen)
         self.pumps = []
         self._lock = threading.Lock()
@@ -292,7 +268,7 @@ class _Job:
         for slot, proc in self.procs:
             prefix = f"{'[' + slot.name + ']':<{width + 2}} "  # aligned: "[worker 0]  ", "[scheduler] "
             for pipe, stream in ((proc.stdout, self.stdout), (proc.stderr, self.stderr)):
-                pump = _Pump(pipe, stream, prefix, self._lock)
+                pump = threading.Thread(target=_pump, args=(pipe, stream, prefix, self._lock), daemon=True)
                 pump.start()
                 self.pumps.append(pump)
 
@@ -313,7 +289,7 @@ class _Job:
             for slot, proc in self.procs:
                 code = proc.poll()
                 if code not in (None, 0):
-                    return "failed", _exit_status(code), slot.name, \
+                    return "failed", (128 - code if code < 0 else code), slot.name, \
                         f"{slot.name} (pid {proc.pid}) {_describe(code)}; stopping the others"
             running = [slot for slot, proc in self.procs if proc.returncode is None]
             if not running:
@@ -342,13 +318,15 @@ class _Job:
         """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
 
         Found by the inherited :data:`JOB_VARIABLE`, and, when this process
-        adopts orphans, as any other child of it.
+        adopts orphans, as any other child of it outside its own process group
+        (a child there was started by whatever else runs here: ``launch``
+        called as a library, a notebook pool beside it).
         """
         groups = {proc.pid for _, proc in self.procs}
         me = os.getpid()
         return [pid for pid, ppid, pgid, zombie in (_process_table() if table is None else table) or []
                 if not zombie and pgid not in groups and pid != me
-                and ((self.adopt_orphans and ppid == me and not _hosts_own(pgid)) or _in_job(pid, self.token))]
+                and ((self.adopt_orphans and ppid == me and pgid != os.getpgrp()) or _in_job(pid, self.token))]
 
     def _poll_all(self):
         """Update every Popen's status, and reap dead adopted orphans so no zombie is left behind.
@@ -360,7 +338,7 @@ class _Job:
         if self.adopt_orphans:
             ours, me = {proc.pid for _, proc in self.procs}, os.getpid()
             for pid, ppid, pgid, zombie in _process_table() or []:
-                if zombie and ppid == me and pid not in ours and not _hosts_own(pgid):
+                if zombie and ppid == me and pid not in ours and pgid != os.getpgrp():
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(pid, os.WNOHANG)
 
@@ -390,13 +368,13 @@ class _Job:
         for procs, signum, strays in phases:
             self._poll_all()
             for _, proc in procs:
-                _signal_group(proc.pid, signum)
+                _send(os.killpg, proc.pid, signum)
             for pid in self._strays() if strays else ():
-                _kill(pid, signum)
+                _send(os.kill, pid, signum)
             self._wait_gone(procs, strays)
         for _, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
-                _signal_group(proc.pid, signal.SIGKILL)
+                _send(os.killpg, proc.pid, signal.SIGKILL)
             proc.wait()
         # A stray may fork while we look: repeat until none is left (for at most `grace` seconds).
         deadline = time.monotonic() + self.grace
@@ -406,7 +384,7 @@ class _Job:
             if not strays:
                 break
             for pid in strays:
-                _kill(pid, signal.SIGKILL)
+                _send(os.kill, pid, signal.SIGKILL)
             time.sleep(_POLL)
         self._poll_all()
         for pump in self.pumps:
