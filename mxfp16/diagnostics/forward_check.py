@@ -23,7 +23,6 @@ mx, autograd, gluon = module("mxnet"), module("mxnet.autograd"), module("mxnet.g
 __all__ = ["ForwardCheck", "forward_check", "float16_forward_runs_here"]
 
 
-
 def _gemm_layers():
     """Layers backed by GEMM kernels that MXNet 1.9.1 lacks in float16 on CPU."""
     nn = gluon.nn

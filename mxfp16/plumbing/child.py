@@ -174,13 +174,7 @@ def _child_env(env):
     """This process's environment with ``env``'s variables set (``None``: removed), or ``None`` to inherit it."""
     if env is None:
         return None
-    full = dict(os.environ)
-    for name, value in env.items():
-        if value is None:
-            full.pop(name, None)
-        else:
-            full[name] = value
-    return full
+    return {name: value for name, value in {**os.environ, **env}.items() if value is not None}
 
 
 def _named(text):

@@ -77,9 +77,8 @@ def allocation_message(batch_size=None, image_size=None):
     """
     memory = memory_bytes()
     limit = _address_space_limit()
-    flags = [f"--batch-size (now {batch_size})" if batch_size else None,
-             f"--image-size (now {image_size})" if image_size else None]
-    flags = [f for f in flags if f] or ["--batch-size", "--image-size"]
+    flags = [f"{flag} (now {value})" for flag, value in (("--batch-size", batch_size), ("--image-size", image_size))
+             if value] or ["--batch-size", "--image-size"]
     size = image_size or 224
     text = (f"out of memory: an allocation failed. Lower {' or '.join(flags)}: at {size} px at most "
             f"{max_batch(size, min(memory, limit or memory))} images fit in a quarter of the "
