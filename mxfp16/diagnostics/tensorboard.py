@@ -87,11 +87,9 @@ class TensorBoardLogger:
             Each is written under its tag in :data:`STEP_TAGS`; ``None``, inf
             and NaN are left out (a skipped step's loss is inf by design).
         """
-        values = {"loss": loss, "lr": lr, "loss_scale": loss_scale, "skipped_steps": skipped_steps,
-                  "images_per_second": images_per_second}
-        for name, value in values.items():
+        for tag, value in zip(STEP_TAGS.values(), (loss, lr, loss_scale, skipped_steps, images_per_second)):
             if value is not None and math.isfinite(value):
-                self._writer.add_scalar(STEP_TAGS[name], float(value), step)
+                self._writer.add_scalar(tag, float(value), step)
 
     def log_step(self, step, result, mp, trainer=None):
         """One step of a loop of your own, from its :class:`~mxfp16.StepResult`.
