@@ -1,37 +1,15 @@
 """Run the processes of a parameter-server job and never leave one behind.
 
-Every process starts in its own session (its own process group), so a
-signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
-the terminal reaches only the launcher, which forwards it. The launcher
-stops the whole job when any process fails, when a worker ends early (see
-below), when the run outlasts its timeout, when no worker has made progress
-for the stall timeout (the workers' heartbeats,
-:mod:`mxfp16.distributed.heartbeat`), or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
-SIGTERM to every process at once; after a signal to the launcher, the
-workers first (SIGINT after a Ctrl-C, SIGTERM otherwise) so they can write a
-checkpoint, and SIGTERM to the scheduler and servers once the workers are
-gone; then SIGKILL to whatever is left after a grace period. A ``finally``
-block and an ``atexit`` hook do the same on any other way out, and on Linux
-each child is also told to die with the launcher.
-
-A process that ends with status 0 while a worker still runs has ended
-early unless the workers follow at once: every process of a parameter-server
-job passes the kvstore's last barrier together (``ps::Finalize``, in
-asynchronous jobs too), so a worker, server or scheduler that left without
-it leaves the workers waiting for it forever, at their next step, at
-start-up or at that barrier. The workers get ``grace`` seconds to end too;
-if they still run then and have beaten since (they can make progress
-without it: an asynchronous job), they go on while they do, and the stall
-timeout stops them once they do not. Otherwise the job is stopped with a
-message naming the process that left (exit status 1).
-
-A process that leaves its group (``setsid``, a daemon's double fork) is
-still found on Linux: every process of the job inherits the variable
-``MXFP16_LAUNCH_JOB`` naming the job, and the launcher looks for it in
-``/proc/<pid>/environ``. The command line also makes the launcher a "child
-subreaper" (``PR_SET_CHILD_SUBREAPER``), so orphaned descendants are
-re-parented to it rather than to init, and stops every child it has at the
-end -- which catches even a process that cleared its environment.
+docs/distributed.md says when the launcher stops a job and how: a process
+that fails, one that ends early (status 0 while a worker still runs: every
+process passes the kvstore's last barrier together, so the workers would
+wait for it forever), the timeout, a stall (the workers' heartbeats,
+:mod:`mxfp16.distributed.heartbeat`) or a signal to the launcher (the
+workers first, so they can write a checkpoint); SIGKILL after a grace
+period. Each process runs in its own session, and on Linux dies with the
+launcher; one that left its group is found by :data:`JOB_VARIABLE` and, from
+the command line, as an orphan of a child subreaper ("What the launcher
+cleans up").
 """
 import atexit
 import contextlib
@@ -121,9 +99,8 @@ except OSError:
 def _process_table():
     """``(pid, ppid, pgid, zombie)`` of every process, from /proc; ``None`` without /proc.
 
-    A killed process stays a zombie until its parent reaps it, and some
-    container inits are slow at that; a zombie holds nothing, so callers
-    count it as gone.
+    Callers count a zombie as gone: it holds nothing, and some container
+    inits are slow to reap one.
     """
     if not os.path.isdir("/proc/self"):
         return None
@@ -407,10 +384,8 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         no limit.
     stall : float
         Stop the job (status 124) when every worker has made progress once
-        and then none for this many seconds (their heartbeats,
-        :mod:`mxfp16.distributed.heartbeat`; a command that never beats is
-        never stopped for it). 0: never; ``mxfp16 launch`` passes
-        :data:`~mxfp16.distributed.heartbeat.DEFAULT_STALL` for a job on this machine.
+        and then none for this many seconds (:mod:`mxfp16.distributed.heartbeat`).
+        0: never.
     grace : float
         Seconds a signalled process gets before SIGKILL, and that servers get
         to exit after the last worker finished.
@@ -422,12 +397,9 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         Receives the launcher's own messages (default: ``stderr`` with a
         ``mxfp16 launch:`` prefix).
     adopt_orphans : bool
-        Make this process a child subreaper while the job runs (Linux), so
-        descendants orphaned on the way re-parent to it, and stop *every*
-        child of it at the end. Only for a process that runs nothing but
-        this job (``mxfp16 launch``); without it, processes that left their
-        group are still found by :data:`JOB_VARIABLE` unless they cleared
-        their environment.
+        Make this process a child subreaper while the job runs (Linux) and
+        stop every child of it at the end: only for a process that runs
+        nothing but this job (``mxfp16 launch``).
 
     Returns
     -------
