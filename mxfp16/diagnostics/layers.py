@@ -2,10 +2,8 @@
 
 Gluon 1.x forward hooks see a layer's output but cannot replace it, and a
 hybridized network runs as one cached graph in which no Python code sees
-per-layer outputs. So this module pauses hybridization (any HybridBlock runs
-imperatively too, with the same results), temporarily replaces each leaf
-block's ``forward`` with one that passes the output through a function, and
-restores both afterwards.
+per-layer outputs: :func:`tap_outputs` pauses hybridization and patches each
+leaf's ``forward`` instead.
 
 The private Gluon attributes this needs (a block's children, whether and how
 ``hybridize()`` took effect) are reached through :mod:`mxfp16._internals`.

@@ -1,13 +1,9 @@
 """The ranges every numeric setting must fall in, so a typo fails at once with its flag named.
 
-A flag such as ``--batch-size 10000000000`` or ``data synth --size 100000``
-would otherwise be accepted and fail minutes later as a 112 GiB allocation,
-a hang or an ``UnboundLocalError``; a ``NaN`` would switch a check off
-silently (``nan < x`` is always false). Each command's argparse flags take
-their type from :func:`integer` and :func:`number`, and the trainer's
-configuration checks its fields with :func:`check`, so every route into the
-library meets the same bounds. The bounds are documented in
-docs/getting-started.md ("Limits").
+docs/getting-started.md ("Limits") lists the bounds and why. A ``NaN`` would
+switch a check off silently (``nan < x`` is always false). Each command's
+argparse flags take their type from :func:`integer` and :func:`number`, and
+the trainer's configuration checks its fields with :func:`check`.
 """
 import argparse
 import math
