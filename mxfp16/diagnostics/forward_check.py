@@ -4,12 +4,8 @@ A float16 forward pass that overflows poisons everything after it, so the
 useful answer is the *first* layer, in execution order, whose output is not
 finite. The network runs in whatever dtype it has (cast it with
 :func:`mxfp16.cast_net` first); every layer's finiteness flag stays on the
-device until one copy at the end.
-
-Where it can run: on a GPU, any network. On a CPU, only networks without
-convolution or dense layers (MXNet has no float16 GEMM on CPU; the failure
-is asynchronous and poisons the process), such as
-:func:`mxfp16.models.elementwise_mlp`.
+device until one copy at the end. On a CPU, MXNet has no float16 GEMM (the
+failure is asynchronous and poisons the process): :func:`float16_forward_runs_here`.
 """
 from dataclasses import dataclass
 
@@ -21,7 +17,6 @@ from .layers import leaf_blocks, tap_outputs
 mx, autograd, gluon = module("mxnet"), module("mxnet.autograd"), module("mxnet.gluon")
 
 __all__ = ["ForwardCheck", "forward_check", "float16_forward_runs_here"]
-
 
 
 def _gemm_layers():

@@ -2,10 +2,8 @@
 
 Gluon 1.x forward hooks see a layer's output but cannot replace it, and a
 hybridized network runs as one cached graph in which no Python code sees
-per-layer outputs. So this module pauses hybridization (any HybridBlock runs
-imperatively too, with the same results), temporarily replaces each leaf
-block's ``forward`` with one that passes the output through a function, and
-restores both afterwards.
+per-layer outputs: :func:`tap_outputs` pauses hybridization and patches each
+leaf's ``forward`` instead.
 
 The private Gluon attributes this needs (a block's children, whether and how
 ``hybridize()`` took effect) are reached through :mod:`mxfp16._internals`.
@@ -21,22 +19,24 @@ mx = module("mxnet")
 __all__ = ["leaf_blocks", "tap_outputs"]
 
 
-def leaf_blocks(net):
-    """The blocks of ``net`` without children (convolutions, BatchNorm, activations ...), depth first, once each."""
-    leaves, seen = [], set()
+def _blocks(net):
+    """Every block of ``net``, itself included, depth first, once each."""
+    blocks, seen = [], set()
 
     def visit(block):
-        if id(block) in seen:
-            return
-        seen.add(id(block))
-        kids = _children(block)
-        if not kids:
-            leaves.append(block)
-        for kid in kids:
-            visit(kid)
+        if id(block) not in seen:
+            seen.add(id(block))
+            blocks.append(block)
+            for kid in _children(block):
+                visit(kid)
 
     visit(net)
-    return leaves
+    return blocks
+
+
+def leaf_blocks(net):
+    """The blocks of ``net`` without children (convolutions, BatchNorm, activations ...), depth first, once each."""
+    return [block for block in _blocks(net) if not _children(block)]
 
 
 @contextlib.contextmanager
@@ -54,35 +54,19 @@ def tap_outputs(net, fn):
     """
     leaves = leaf_blocks(net)
     patched = []
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(hybridization_paused(_all_blocks(net)))
-        stack.enter_context(_restored(patched))
-        for block in leaves:
-            original = block.forward
+    with hybridization_paused(_blocks(net)):
+        try:
+            for block in leaves:
+                original = block.forward
 
-            def forward(*args, _block=block, _original=original, **kwargs):
-                out = _original(*args, **kwargs)
-                return fn(_block, out) if isinstance(out, mx.nd.NDArray) else out
+                def forward(*args, _block=block, _original=original, **kwargs):
+                    out = _original(*args, **kwargs)
+                    return fn(_block, out) if isinstance(out, mx.nd.NDArray) else out
 
-            # An instance attribute shadows the class's forward; Block.__call__ looks it up on self.
-            block.forward = forward
-            patched.append(block)
-        yield leaves
-
-
-def _all_blocks(net):
-    blocks, stack = [], [net]
-    while stack:
-        block = stack.pop()
-        blocks.append(block)
-        stack.extend(_children(block))
-    return blocks
-
-
-@contextlib.contextmanager
-def _restored(patched):
-    try:
-        yield
-    finally:
-        for block in patched:
-            del block.forward
+                # An instance attribute shadows the class's forward; Block.__call__ looks it up on self.
+                block.forward = forward
+                patched.append(block)
+            yield leaves
+        finally:
+            for block in patched:
+                del block.forward

@@ -1,11 +1,4 @@
-"""A static loss scale read off the measured gradient range.
-
-The rule: the largest power of two ``S`` with ``max|g| * S * margin <= FLOAT16.max``.
-The margin leaves room for gradients larger than any seen in the few
-diagnosed batches (they grow when the loss spikes, and early in training);
-the default 8 is three binades of headroom. The recommendation reports what
-the scale buys: the underflow fraction at ``S`` against scale 1.
-"""
+"""A static loss scale read off the measured gradient range (docs/diagnostics.md gives the rule and the margin)."""
 import math
 from dataclasses import asdict, dataclass
 

@@ -11,22 +11,10 @@ With those edges, the flush-to-zero, subnormal and overflow counts at *any*
 power-of-two loss scale are sums of whole bins, so they are exact and need no
 second pass over the data: multiplying by ``2**s`` only moves every value
 ``s`` binades up. That is why loss scales here must be powers of two (they
-are in practice: dynamic loss scaling doubles and halves).
-
-Definitions at a loss scale ``S`` (those of the issue and of the paper
-"Mixed Precision Training"):
-
-* underflow (lost): ``0 < |g| * S < FLOAT16.smallest_subnormal``
-* subnormal: ``FLOAT16.smallest_subnormal <= |g| * S < FLOAT16.smallest_normal``
-* overflow: ``|g| * S > FLOAT16.max``
-
-Fractions are of the non-zero finite values: exact zeros lose nothing when
-they stay zero, so they are counted apart (``zeros``), as are inf and NaN
-(``nonfinite``). float16 rounds to nearest: an underflowing value at or
-below ``2**-25`` becomes zero, one above it becomes ``2**-24``, the smallest
-subnormal, keeping no digit of its own; both are lost, so both count. The
-overflow rule is conservative: values in ``(65504, 65520)`` round down to
-65504.
+are in practice: dynamic loss scaling doubles and halves). docs/diagnostics.md
+defines underflow, subnormal and overflow at a scale ``S`` and says why exact
+zeros, inf and NaN are counted apart ("How to read it", "Definitions and
+limits").
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -119,21 +107,8 @@ def _edges_on(ctx):
 
 
 def _device_summary(array):
-    """One tensor's statistics as a float64 NDArray on its device, without a host sync.
-
-    Parameters
-    ----------
-    array : NDArray or mx.np.ndarray
-        Any dtype; it is read through a float32 copy (a numpy-mode array
-        through its legacy view, which shares the memory).
-
-    Returns
-    -------
-    NDArray
-        Shape ``(_WIDTH,)``: the bin counts of ``|array|`` over
-        :func:`histogram_edges`, then the largest finite ``|value|``, then the
-        smallest non-zero finite ``|value|`` (inf when there is none).
-    """
+    """``array``'s (any dtype, read through a float32 copy) bin counts of ``|array|`` over :func:`histogram_edges`,
+    then its largest finite and smallest non-zero finite ``|value|`` (inf when none): float64, on its device."""
     if isinstance(array, mx.np.ndarray):
         array = array.as_nd_ndarray()
     magnitude = array.reshape((-1,)).astype("float32").abs()

@@ -1,11 +1,8 @@
 """TensorBoard events for a mixed-precision run, under tag names that do not depend on the precision.
 
-:class:`TensorBoardLogger` writes what mixed precision adds to a run (the loss scale, the skipped steps, where the
-gradients fall in the binary exponents) beside the usual loss, learning rate, speed and accuracy, with tensorboardX,
-for a loop of your own (:meth:`~TensorBoardLogger.log_step`), ``mxfp16 train`` (its ``TensorBoard`` callback) and
-MXNet's Estimator (:class:`mxfp16.estimator.TensorBoardHandler`). docs/training.md (``tensorboard/``) lists the tags
-and docs/porting-gluoncv.md ("TensorBoard") shows a loop that writes them. Runs of different precisions in sibling
-folders (``tensorboard --logdir runs``) share every tag, so TensorBoard draws them on the same charts.
+:class:`TensorBoardLogger` writes the loss scale, the skipped steps and the gradients' binary exponents beside the
+usual loss, learning rate, speed and accuracy, with tensorboardX, for a loop of your own, ``mxfp16 train`` and MXNet's
+Estimator. docs/training.md (``tensorboard/``) lists the tags; docs/porting-gluoncv.md ("TensorBoard") shows a loop.
 """
 import importlib.util
 import json
@@ -87,11 +84,9 @@ class TensorBoardLogger:
             Each is written under its tag in :data:`STEP_TAGS`; ``None``, inf
             and NaN are left out (a skipped step's loss is inf by design).
         """
-        values = {"loss": loss, "lr": lr, "loss_scale": loss_scale, "skipped_steps": skipped_steps,
-                  "images_per_second": images_per_second}
-        for name, value in values.items():
+        for tag, value in zip(STEP_TAGS.values(), (loss, lr, loss_scale, skipped_steps, images_per_second)):
             if value is not None and math.isfinite(value):
-                self._writer.add_scalar(STEP_TAGS[name], float(value), step)
+                self._writer.add_scalar(tag, float(value), step)
 
     def log_step(self, step, result, mp, trainer=None):
         """One step of a loop of your own, from its :class:`~mxfp16.StepResult`.
@@ -130,14 +125,11 @@ class TensorBoardLogger:
 
         The gradients are divided by ``loss_scale`` (the scale of the step
         that made them) first, so a float16 run's histograms lie where a
-        float32 run's do: the gradient of the summed loss, the quantity
-        ``mxfp16 diagnose`` measures. In a histogram, ``k .. k+1`` on the x
-        axis counts the magnitudes in ``[2**k, 2**(k+1))``, the binades
-        ``diagnose`` counts, over float32's whole range (a magnitude within a
-        rounding of ``2**k`` may count in the binade beside it); exact zeros,
-        inf and NaN are not in it (``gradients/zero_fraction`` gives the
-        zeros). The counts are made on the device, one pass of ``log2`` per
-        element, and read to the host once for all parameters.
+        float32 run's do. ``k .. k+1`` on the x axis counts the binade
+        ``[2**k, 2**(k+1))`` (a magnitude within a rounding of ``2**k`` may
+        count in the one beside it); exact zeros, inf and NaN are not in it
+        (``gradients/zero_fraction`` gives the zeros). One pass of ``log2``
+        on the device, one read to the host for all parameters.
 
         Parameters
         ----------
@@ -217,11 +209,7 @@ def _exponent_counts(grad, loss_scale):
 
 
 def _exponent_histogram(counts):
-    """``add_histogram_raw``'s arguments for counts per :data:`EXPONENTS`; ``None`` when all are zero.
-
-    Bucket ``k .. k+1`` holds the binade ``[2**k, 2**(k+1))``; empty buckets
-    at both ends are dropped.
-    """
+    """``add_histogram_raw``'s arguments for counts per :data:`EXPONENTS`, empty ends dropped; ``None`` if all are."""
     filled = np.flatnonzero(counts)
     if not len(filled):
         return None

@@ -1,22 +1,13 @@
 """The workers of a job agree on their settings before the first step, or all stop, naming what differs.
 
-Workers started with different flags (``--batch-size 8`` on one, ``16`` on
-another) run different numbers of steps, push gradients of different
-meaning, and a synchronous kvstore then waits forever for a push that never
-comes. Before the first step every worker publishes a fingerprint of its
-settings: the resolved configuration without the fields that may differ
-from worker to worker (:data:`PER_WORKER_FIELDS`: where each reads and
-writes, how many threads and loader processes it runs, what it prints),
-what they resolved to (precision, classes, steps per epoch, the network's
-parameter shapes) and the data's fingerprint. :func:`agree_settings` sums,
-over the workers, the first 64 bits of its digest, one bit per number (one
-``pushpull`` of 64 values): the digests are equal when every sum is 0 or the
-number of workers. Small integers stay exact whatever the kvstore sums in
-(it was seen to round float64 values of 2**37 and more). Only when they
-differ do the workers exchange the fingerprints themselves, so that each can name the fields that differ and
-every worker's value; every worker then raises the same
-:class:`SettingsMismatchError` and exits, and ``mxfp16 launch`` stops the
-job within seconds.
+docs/distributed.md ("The same settings on every worker") says why and what
+the fingerprint holds. :func:`agree_settings` sums, over the workers, the
+first 64 bits of its digest, one bit per number (one ``pushpull`` of 64
+values): the digests are equal when every sum is 0 or the number of workers.
+Small integers stay exact whatever the kvstore sums in (it was seen to round
+float64 values of 2**37 and more). Only when they differ do the workers
+exchange the fingerprints themselves, so that each can name the fields that
+differ and every worker's value.
 """
 import hashlib
 import json

@@ -1,37 +1,15 @@
 """Run the processes of a parameter-server job and never leave one behind.
 
-Every process starts in its own session (its own process group), so a
-signal sent to the group also reaches whatever it spawned, and a Ctrl-C in
-the terminal reaches only the launcher, which forwards it. The launcher
-stops the whole job when any process fails, when a worker ends early (see
-below), when the run outlasts its timeout, when no worker has made progress
-for the stall timeout (the workers' heartbeats,
-:mod:`mxfp16.distributed.heartbeat`), or on Ctrl-C / SIGTERM / SIGHUP: after a failure or the timeout,
-SIGTERM to every process at once; after a signal to the launcher, the
-workers first (SIGINT after a Ctrl-C, SIGTERM otherwise) so they can write a
-checkpoint, and SIGTERM to the scheduler and servers once the workers are
-gone; then SIGKILL to whatever is left after a grace period. A ``finally``
-block and an ``atexit`` hook do the same on any other way out, and on Linux
-each child is also told to die with the launcher.
-
-A process that ends with status 0 while a worker still runs has ended
-early unless the workers follow at once: every process of a parameter-server
-job passes the kvstore's last barrier together (``ps::Finalize``, in
-asynchronous jobs too), so a worker, server or scheduler that left without
-it leaves the workers waiting for it forever, at their next step, at
-start-up or at that barrier. The workers get ``grace`` seconds to end too;
-if they still run then and have beaten since (they can make progress
-without it: an asynchronous job), they go on while they do, and the stall
-timeout stops them once they do not. Otherwise the job is stopped with a
-message naming the process that left (exit status 1).
-
-A process that leaves its group (``setsid``, a daemon's double fork) is
-still found on Linux: every process of the job inherits the variable
-``MXFP16_LAUNCH_JOB`` naming the job, and the launcher looks for it in
-``/proc/<pid>/environ``. The command line also makes the launcher a "child
-subreaper" (``PR_SET_CHILD_SUBREAPER``), so orphaned descendants are
-re-parented to it rather than to init, and stops every child it has at the
-end -- which catches even a process that cleared its environment.
+docs/distributed.md says when the launcher stops a job and how: a process
+that fails, one that ends early (status 0 while a worker still runs: every
+process passes the kvstore's last barrier together, so the workers would
+wait for it forever), the timeout, a stall (the workers' heartbeats,
+:mod:`mxfp16.distributed.heartbeat`) or a signal to the launcher (the
+workers first, so they can write a checkpoint); SIGKILL after a grace
+period. Each process runs in its own session, and on Linux dies with the
+launcher; one that left its group is found by :data:`JOB_VARIABLE` and, from
+the command line, as an orphan of a child subreaper ("What the launcher
+cleans up").
 """
 import atexit
 import contextlib
@@ -93,10 +71,6 @@ class LaunchResult:
     pids: dict = field(default_factory=dict)
 
 
-def _exit_status(code):
-    return 128 - code if code < 0 else code
-
-
 def _describe(code):
     if code < 0:
         try:
@@ -125,9 +99,8 @@ except OSError:
 def _process_table():
     """``(pid, ppid, pgid, zombie)`` of every process, from /proc; ``None`` without /proc.
 
-    A killed process stays a zombie until its parent reaps it, and some
-    container inits are slow at that; a zombie holds nothing, so callers
-    count it as gone.
+    Callers count a zombie as gone: it holds nothing, and some container
+    inits are slow to reap one.
     """
     if not os.path.isdir("/proc/self"):
         return None
@@ -168,39 +141,20 @@ def _group_alive(pgid, table=None):
     return True
 
 
-def _hosts_own(pgid):
-    """Whether a child in process group ``pgid`` is this process's own, not an orphan of the job it adopted.
-
-    The job's processes and their descendants never stay in this process's group: a child there was
-    started by whatever else runs here (``launch`` called as a library, a notebook pool beside it).
-    """
-    return pgid == os.getpgrp()
-
-
-def _kill(pid, signum):
+def _send(send, target, signum):
+    """``send(target, signum)`` (``os.kill`` or ``os.killpg``), to a process or group that may be gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
+        send(target, signum)
 
 
-def _signal_group(pgid, signum):
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-class _Pump(threading.Thread):
+def _pump(pipe, stream, prefix, lock):
     """Copy one pipe to a stream, line by line, with a prefix."""
-
-    def __init__(self, pipe, stream, prefix, lock):
-        super().__init__(daemon=True)
-        self.pipe, self.stream, self.prefix, self.lock = pipe, stream, prefix, lock
-
-    def run(self):
-        with self.pipe:
-            for raw in iter(self.pipe.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                with self.lock:
-                    self.stream.write(f"{self.prefix}{line}\n")
-                    self.stream.flush()
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with lock:
+                stream.write(f"{prefix}{line}\n")
+                stream.flush()
 
 
 class _EarlyExit:
@@ -262,11 +216,10 @@ class _Job:
         self.env[JOB_VARIABLE] = f"{outer}:{self.token}" if outer else self.token
         self.adopt_orphans = adopt_orphans
         self.log = log
-        self.beats = tempfile.mkdtemp(prefix="mxfp16-heartbeat-") if stall else None
-        if self.beats:
-            self.env[heartbeat.VARIABLE] = self.beats
-        self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"),
-                                           stall) if stall else None
+        self.beats = self.watch_stall = None
+        if stall:
+            self.beats = self.env[heartbeat.VARIABLE] = tempfile.mkdtemp(prefix="mxfp16-heartbeat-")
+            self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"), stall)
         self.procs = []      # (slot, Popen)
         self.pumps = []
         self._lock = threading.Lock()
@@ -292,7 +245,7 @@ class _Job:
         for slot, proc in self.procs:
             prefix = f"{'[' + slot.name + ']':<{width + 2}} "  # aligned: "[worker 0]  ", "[scheduler] "
             for pipe, stream in ((proc.stdout, self.stdout), (proc.stderr, self.stderr)):
-                pump = _Pump(pipe, stream, prefix, self._lock)
+                pump = threading.Thread(target=_pump, args=(pipe, stream, prefix, self._lock), daemon=True)
                 pump.start()
                 self.pumps.append(pump)
 
@@ -313,7 +266,7 @@ class _Job:
             for slot, proc in self.procs:
                 code = proc.poll()
                 if code not in (None, 0):
-                    return "failed", _exit_status(code), slot.name, \
+                    return "failed", (128 - code if code < 0 else code), slot.name, \
                         f"{slot.name} (pid {proc.pid}) {_describe(code)}; stopping the others"
             running = [slot for slot, proc in self.procs if proc.returncode is None]
             if not running:
@@ -342,13 +295,15 @@ class _Job:
         """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
 
         Found by the inherited :data:`JOB_VARIABLE`, and, when this process
-        adopts orphans, as any other child of it.
+        adopts orphans, as any other child of it outside its own process group
+        (a child there was started by whatever else runs here: ``launch``
+        called as a library, a notebook pool beside it).
         """
         groups = {proc.pid for _, proc in self.procs}
         me = os.getpid()
         return [pid for pid, ppid, pgid, zombie in (_process_table() if table is None else table) or []
                 if not zombie and pgid not in groups and pid != me
-                and ((self.adopt_orphans and ppid == me and not _hosts_own(pgid)) or _in_job(pid, self.token))]
+                and ((self.adopt_orphans and ppid == me and pgid != os.getpgrp()) or _in_job(pid, self.token))]
 
     def _poll_all(self):
         """Update every Popen's status, and reap dead adopted orphans so no zombie is left behind.
@@ -360,7 +315,7 @@ class _Job:
         if self.adopt_orphans:
             ours, me = {proc.pid for _, proc in self.procs}, os.getpid()
             for pid, ppid, pgid, zombie in _process_table() or []:
-                if zombie and ppid == me and pid not in ours and not _hosts_own(pgid):
+                if zombie and ppid == me and pid not in ours and pgid != os.getpgrp():
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(pid, os.WNOHANG)
 
@@ -390,13 +345,13 @@ class _Job:
         for procs, signum, strays in phases:
             self._poll_all()
             for _, proc in procs:
-                _signal_group(proc.pid, signum)
+                _send(os.killpg, proc.pid, signum)
             for pid in self._strays() if strays else ():
-                _kill(pid, signum)
+                _send(os.kill, pid, signum)
             self._wait_gone(procs, strays)
         for _, proc in self.procs:
             if proc.poll() is None or _group_alive(proc.pid):
-                _signal_group(proc.pid, signal.SIGKILL)
+                _send(os.killpg, proc.pid, signal.SIGKILL)
             proc.wait()
         # A stray may fork while we look: repeat until none is left (for at most `grace` seconds).
         deadline = time.monotonic() + self.grace
@@ -406,7 +361,7 @@ class _Job:
             if not strays:
                 break
             for pid in strays:
-                _kill(pid, signal.SIGKILL)
+                _send(os.kill, pid, signal.SIGKILL)
             time.sleep(_POLL)
         self._poll_all()
         for pump in self.pumps:
@@ -429,10 +384,8 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         no limit.
     stall : float
         Stop the job (status 124) when every worker has made progress once
-        and then none for this many seconds (their heartbeats,
-        :mod:`mxfp16.distributed.heartbeat`; a command that never beats is
-        never stopped for it). 0: never; ``mxfp16 launch`` passes
-        :data:`~mxfp16.distributed.heartbeat.DEFAULT_STALL` for a job on this machine.
+        and then none for this many seconds (:mod:`mxfp16.distributed.heartbeat`).
+        0: never.
     grace : float
         Seconds a signalled process gets before SIGKILL, and that servers get
         to exit after the last worker finished.
@@ -444,12 +397,9 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         Receives the launcher's own messages (default: ``stderr`` with a
         ``mxfp16 launch:`` prefix).
     adopt_orphans : bool
-        Make this process a child subreaper while the job runs (Linux), so
-        descendants orphaned on the way re-parent to it, and stop *every*
-        child of it at the end. Only for a process that runs nothing but
-        this job (``mxfp16 launch``); without it, processes that left their
-        group are still found by :data:`JOB_VARIABLE` unless they cleared
-        their environment.
+        Make this process a child subreaper while the job runs (Linux) and
+        stop every child of it at the end: only for a process that runs
+        nothing but this job (``mxfp16 launch``).
 
     Returns
     -------

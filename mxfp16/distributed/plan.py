@@ -1,11 +1,8 @@
 """Who runs where: the processes of a parameter-server job and their environment.
 
 MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W
-workers. Each process learns its part from ``DMLC_*`` environment variables;
-the scheduler and servers are ``python -c "import mxfp16; import mxnet"``
-(importing MXNet with ``DMLC_ROLE=server`` runs the server loop and exits
-when the workers finish; mxfp16 first, for the numpy names MXNet 1.9.1 needs
-on numpy 1.24 and newer). This module only plans: it builds :class:`Slot` objects,
+workers, each told its part by ``DMLC_*`` environment variables (listed in
+docs/distributed.md). This module only plans: it builds :class:`Slot` objects,
 reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher`
 runs them.
 """
@@ -22,7 +19,6 @@ from pathlib import Path
 __all__ = ["Slot", "LaunchPlanError", "free_port", "check_port_free", "local_plan", "read_hostfile",
            "host_plan", "ssh_argv", "format_plan", "SERVER_CODE", "DEFAULT_HOSTFILE_PORT"]
 
-ROLES = ("scheduler", "server", "worker")
 LOOPBACK = "127.0.0.1"
 # Importing MXNet with DMLC_ROLE=scheduler|server runs that role's loop; mxfp16 first supplies the
 # numpy names MXNet 1.9.1 needs on numpy 1.24+ (mxfp16.machine.stack) and loads nothing of MXNet itself.
@@ -98,15 +94,12 @@ def _bind_error(port, host):
 def free_port(host=LOOPBACK, rng=None):
     """A TCP port that is free on ``host`` now, for a local job's scheduler.
 
-    The scheduler binds it seconds later, once it has imported MXNet. A port
-    from the kernel's ephemeral range (a bind to port 0) could be taken in
-    those seconds: every other ps-lite process picks its own port with a
-    port-0 bind, and every outgoing connection takes one too, so with several
-    jobs starting at once one job's scheduler failed to bind and its workers
-    joined another job's scheduler. So the port is drawn at random below
-    that range (from :data:`PORT_FLOOR`), where the kernel hands out nothing
-    by itself, checked free, and never handed out twice by this process
-    (jobs launched from threads of one process).
+    The scheduler binds it seconds later, once it has imported MXNet; a port
+    of the kernel's ephemeral range (a port-0 bind, as every ps-lite process
+    and outgoing connection takes) could be taken by then: with several jobs
+    starting at once, one job's workers joined another job's scheduler. So it
+    is drawn at random below that range (from :data:`PORT_FLOOR`), checked
+    free, and never handed out twice by this process.
     """
     import random
 
@@ -159,12 +152,9 @@ def _check_counts(workers, servers, port):
 def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
     """The ``DMLC_*`` variables for one process; the scheduler listens at ``root_uri:root_port``.
 
-    ``node_host`` is the address the process advertises to the others
-    (``DMLC_NODE_HOST``). Without it ps-lite picks the first non-loopback
-    interface, which in local mode would leave loopback.
+    ``node_host``: the address it advertises (``DMLC_NODE_HOST``); without it
+    ps-lite picks the first non-loopback interface, even in local mode.
     """
-    if role not in ROLES:
-        raise LaunchPlanError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
     env = {
         "DMLC_ROLE": role,
         "DMLC_PS_ROOT_URI": str(root_uri),
@@ -221,11 +211,9 @@ def local_plan(command, workers, servers, port=None, python=None):
 def _share_cores(slots):
     """Split this machine's cores between the workers of a local job (``OMP_NUM_THREADS`` per process).
 
-    Every worker would otherwise size MXNet's thread pool to all the cores,
-    and W workers on C cores would run W x C threads. The scheduler and the
-    servers move bytes, not tensors: one thread each. A count the user
-    chose (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS`` in the launcher's
-    environment) is left to every process as it is.
+    Else W workers on C cores would run W x C threads. The scheduler and the
+    servers move bytes, not tensors: one thread each. A count the user chose
+    (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS``) is left as it is.
     """
     from ..machine.environment import available_cores, thread_report
 
@@ -291,8 +279,7 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
 
     The scheduler runs on the first host; servers and workers are dealt to
     the hosts in turn. Every process advertises its host's IP address
-    (``DMLC_NODE_HOST``), resolved here: ps-lite binds its socket to that
-    address, and ZeroMQ binds to IP addresses, not names.
+    (``DMLC_NODE_HOST``), resolved here (:func:`_ip_addresses` says why).
 
     Parameters
     ----------

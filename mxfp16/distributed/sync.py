@@ -1,19 +1,12 @@
 """Keep the workers of a kvstore job in step: who they are, the same start, the same statistics.
 
 :func:`open_kvstore` creates a dist kvstore, which tells a worker its rank.
-
-Gluon's Trainer copies rank 0's parameters to the other workers lazily,
-inside the first ``allreduce_grads`` or ``step``: after the first backward
-pass, so that step's gradients come from each worker's own initialisation.
-Worse, with ``update_on_kvstore=False`` (what loss scaling needs) the pull
-of that broadcast is not ordered against the first gradient push of the
-same key, and a worker can receive the summed gradients as its parameters
-(seen here with float16: one layer's weights became inf on a skipped step).
-:func:`sync_parameters` does the broadcast before training and waits for it.
-
-After each epoch, :func:`average_aux_states` gives every device and worker
-the mean of the BatchNorm running statistics, which are not gradients and so
-are not kept in step by anything else.
+:func:`sync_parameters` broadcasts rank 0's parameters before training and
+waits for it: Gluon's own broadcast comes after the first backward pass and,
+with ``update_on_kvstore=False``, unordered against the first gradient push
+(docs/distributed.md, "Starting from the same parameters", says what that
+did here). :func:`average_aux_states` averages the BatchNorm running
+statistics, which nothing else keeps in step.
 """
 import os
 
@@ -77,9 +70,6 @@ def sync_parameters(trainer):
 
 def average_aux_states(trainer, kvstore=None, num_workers=1):
     """Give every device and worker the same BatchNorm running statistics (their mean).
-
-    They are not gradients, so nothing else keeps them in step; averaged,
-    every worker holds identical parameters and evaluates the same network.
 
     Parameters
     ----------

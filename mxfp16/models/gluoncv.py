@@ -7,14 +7,10 @@ of ``ImportError`` when it finds ``torch>=2.0``, and ``gluoncv/__init__``
 only catches ``ImportError``, so ``import gluoncv`` fails in any environment
 that also holds torch 2 ("Legacy torch==2.x detected").
 
-mxfp16 uses gluoncv's MXNet half only (model zoo, learning-rate schedules).
-:func:`import_gluoncv` is the one place that steers its import: while
-gluoncv's ``__init__`` runs, ``sys.modules['torch']`` is set to ``None``, so
-``import torch`` raises ``ImportError`` and gluoncv takes its "no PyTorch"
-branch. Whatever ``sys.modules['torch']`` held before (the real module when
-the user imported torch first, or nothing) is put back immediately after, so
-torch imports and works as usual in the same process. Nothing else is
-patched.
+mxfp16 uses gluoncv's MXNet half only (model zoo, learning-rate schedules):
+:func:`import_gluoncv` hides torch while gluoncv's ``__init__`` runs, so it
+takes its "no PyTorch" branch, and puts back what was there, so torch works
+as usual in the same process.
 """
 import importlib
 import sys

@@ -1,11 +1,10 @@
 """The reference sequence models: an image read as a sequence of rows.
 
-:class:`LSTMClassifier` and :class:`TransformerEncoderClassifier` read an
-image as a sequence of rows (one time step, or one token, per row; the
-classic "sequential MNIST" task), so they train with the same data pipeline,
-trainer, benchmark and export as the CNNs (``--model lstm-classifier`` /
-``--model transformer-encoder``), and on scikit-learn's handwritten digits
-(``mxfp16 data digits``) with nothing to download.
+One time step, or one token, per row (the classic "sequential MNIST" task):
+:class:`LSTMClassifier` and :class:`TransformerEncoderClassifier` train with
+the same data pipeline, trainer, benchmark and export as the CNNs, and on
+scikit-learn's handwritten digits (``mxfp16 data digits``) with nothing to
+download.
 """
 from mxnet import gluon, init
 

@@ -71,10 +71,9 @@ def small_convnet(classes, width=16, prefix="smallconvnet_"):
     """Two convolutions with BatchNorm, global pooling and a dense layer.
 
     Small enough to train a few steps in seconds on a CPU, and made of the
-    layers the float16 recipe treats specially: ``Conv2D`` and ``Dense``
-    (cuDNN / cuBLAS in float16 on a GPU, oneDNN bfloat16 under AMP on a CPU)
-    and ``BatchNorm`` (whose parameters stay float32). The fixed prefix gives
-    the same parameter names in every process.
+    layers the float16 recipe treats specially (``Conv2D``, ``Dense``,
+    ``BatchNorm``). The fixed prefix gives the same parameter names in every
+    process.
 
     Parameters
     ----------

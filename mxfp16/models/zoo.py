@@ -3,6 +3,8 @@
 Importing this module does not import MXNet (the names and
 :class:`ModelError` are read by commands before MXNet loads).
 """
+import math
+
 from .gluoncv import import_gluoncv
 
 __all__ = ["build_model", "pretrained_weights_path", "ModelError", "ELEMENTWISE_MLP", "LSTM_CLASSIFIER",
@@ -121,26 +123,21 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
     from .sequence import LSTMClassifier, TransformerEncoderClassifier
     from .small import elementwise_mlp
 
-    if name == ELEMENTWISE_MLP:
-        if pretrained:
-            raise ModelError(f"{ELEMENTWISE_MLP!r} has no pretrained weights; drop --pretrained")
-        if not in_shape:
-            raise ModelError(f"{ELEMENTWISE_MLP!r} needs in_shape=(channels, height, width)")
-        units = 1
-        for n in in_shape:
-            units *= int(n)
-        net = gluon.nn.HybridSequential(prefix="elementwisemlp_")
-        with net.name_scope():
-            net.add(gluon.nn.Flatten())
-            net.add(elementwise_mlp(units, (64,), classes, prefix="mlp_"))
-        net.initialize(init.Xavier(), ctx=ctx)
-        return net
-
-    if name in SEQUENCE_MODELS:
+    if name == ELEMENTWISE_MLP or name in SEQUENCE_MODELS:
         if pretrained:
             raise ModelError(f"{name!r} has no pretrained weights; drop --pretrained")
         if not in_shape:
             raise ModelError(f"{name!r} needs in_shape=(channels, height, width)")
+
+    if name == ELEMENTWISE_MLP:
+        net = gluon.nn.HybridSequential(prefix="elementwisemlp_")
+        with net.name_scope():
+            net.add(gluon.nn.Flatten())
+            net.add(elementwise_mlp(math.prod(int(n) for n in in_shape), (64,), classes, prefix="mlp_"))
+        net.initialize(init.Xavier(), ctx=ctx)
+        return net
+
+    if name in SEQUENCE_MODELS:
         prefix = name.replace("-", "") + "_"
         if name == LSTM_CLASSIFIER:
             net = LSTMClassifier(classes, prefix=prefix)

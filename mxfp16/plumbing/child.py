@@ -3,24 +3,13 @@
 AMP patches MXNet once per process and cannot be undone, and an MXNet error is
 asynchronous and can leave the process that met it unusable; so every
 comparison of precisions (the benchmark, ``mxfp16 selftest``, the AMP tables)
-and every probe of what MXNet does on this CPU runs in a child of its own:
-
-* the parent calls :func:`call_in_child` with a function (or
-  ``'module:function'``) and its spec: a dataclass (sent as JSON and rebuilt
-  as its class, by its ``from_json`` where it has one), any JSON value, or none;
-* the child is ``python -m mxfp16.plumbing.child module:function [--spec JSON
-  | --spec-file FILE] [--spec-type module:Class] --result FILE``: :func:`main`
-  imports the function, calls it with the spec, and writes ``{"result": value}``
-  to ``FILE``, or ``{"error": traceback}`` when it raised;
-* with ``fork=True`` the child is a forked copy of this process instead, for
-  a function of what lives only here (``auto``'s probe times the caller's own
-  network): it sends the same record back on a pipe;
-* the parent gets ``(value, None)`` or ``(None, why)``: it never raises for a
-  child that fails, so a benchmark or a self-test records the failure and goes on.
-
-:func:`run_json_child` is the layer below, for a module with a main of its
-own: ``python -m module ARGS --result FILE``, the record read back.
-:func:`end_process` is how that child, and every ``mxfp16`` command, ends.
+and every probe of what MXNet does on this CPU runs in a child of its own,
+through :func:`call_in_child` (a function, run by this module's :func:`main`)
+or :func:`run_json_child` (a module with a main of its own). The child writes
+``{"result": value}`` or ``{"error": traceback}``; the parent never raises for
+a child that fails, so a benchmark or a self-test records the failure and
+goes on. :func:`end_process` is how that child, and every ``mxfp16`` command,
+ends.
 """
 import argparse
 import atexit
@@ -174,13 +163,7 @@ def _child_env(env):
     """This process's environment with ``env``'s variables set (``None``: removed), or ``None`` to inherit it."""
     if env is None:
         return None
-    full = dict(os.environ)
-    for name, value in env.items():
-        if value is None:
-            full.pop(name, None)
-        else:
-            full[name] = value
-    return full
+    return {name: value for name, value in {**os.environ, **env}.items() if value is not None}
 
 
 def _named(text):
@@ -228,10 +211,9 @@ def end_process(code=0):
     "terminate called without an active exception", exit status 134
     (docs/getting-started.md, "MXNet's abort at exit", says how often).
     So mxfp16's commands and children end here: what Python's own shutdown
-    runs first runs (it stops idle executor workers and waits for the
-    non-daemon threads, then the ``atexit`` handlers: MXNet's
-    ``MXNotifyShutdown``, logging's flush, multiprocessing's pools), the
-    standard streams are flushed, and the process leaves with ``os._exit``.
+    runs first runs (the ``atexit`` handlers: MXNet's ``MXNotifyShutdown``,
+    logging's flush ...), the standard streams are flushed, and the process
+    leaves with ``os._exit``.
     A library user's process ends as Python and MXNet end it: only
     mxfp16's entry points call this.
 

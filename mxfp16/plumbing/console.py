@@ -1,26 +1,18 @@
 """A standard output that may close or fill up under a command: printing stops, the command goes on.
 
-``mxfp16 info | head -1`` closes the pipe after one line; ``train ... | head
--1`` closes it after the first epoch; ``> /dev/full`` fails every write.
-Python raises ``BrokenPipeError`` or ``OSError`` at the next write or flush
-(which, with a pipe's block buffering, may be far from the ``print`` that
-filled the buffer), and at exit prints "Exception ignored ... BrokenPipeError"
-and exits 120. :func:`guarded_stdout` wraps ``sys.stdout`` for the length of
-a command: the first failed write is kept, standard output is pointed at
-``/dev/null`` so nothing later (nor the interpreter's last flush) fails
-again, and the command runs to its end: a training run keeps training and
-writing its files. :meth:`GuardedStdout.outcome` then says how the command
-ends: a closed pipe quietly (the reader wanted no more), any other failure
-with one line naming it.
+After ``mxfp16 info | head -1`` or ``> /dev/full`` Python raises
+``BrokenPipeError`` or ``OSError`` at the next write or flush (with a pipe's
+block buffering, perhaps far from the ``print`` that filled the buffer), and
+at exit prints "Exception ignored ... BrokenPipeError" and exits 120.
+:func:`guarded_stdout` keeps the first failure, points standard output at
+``/dev/null`` and lets the command run to its end (a training run keeps
+training); :meth:`GuardedStdout.outcome` ends a closed pipe quietly, any
+other failure with one line naming it.
 
-A standard stream closed before the command started (``mxfp16 info >&-``)
-is another matter: Python then sets ``sys.stdout`` to ``None``, and the
-next file the process opens takes its descriptor, so C code that prints
-(MXNet's log lines) would write into that file, a checkpoint say.
-:func:`reopen_closed_streams` gives each closed one ``/dev/null``, at its
-descriptor and in :mod:`sys`, before anything else: what the user closed,
-they did not want to read, and the command runs as it would with
-``> /dev/null``.
+A stream closed before the command started (``mxfp16 info >&-``) is ``None``
+in :mod:`sys`, and the next file the process opens takes its descriptor, so
+C code that prints (MXNet's log lines) would write into that file, a
+checkpoint say: :func:`reopen_closed_streams` gives it ``/dev/null`` first.
 """
 import contextlib
 import errno

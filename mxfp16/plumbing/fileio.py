@@ -35,11 +35,7 @@ def write_json(path, obj, indent=2):
 
 
 def append_jsonl(path, record):
-    """Append one JSON record as a line, atomically (the file is rewritten whole).
-
-    Files here hold one record per epoch, so rewriting is cheap and a crash
-    never leaves a half-written line.
-    """
+    """Append one JSON record as a line, atomically: the file (a record per epoch) is rewritten whole."""
     path = Path(path)
     old = path.read_bytes() if path.exists() else b""
     with atomic_write(path, "wb") as handle:

@@ -1,13 +1,9 @@
 """The ranges every numeric setting must fall in, so a typo fails at once with its flag named.
 
-A flag such as ``--batch-size 10000000000`` or ``data synth --size 100000``
-would otherwise be accepted and fail minutes later as a 112 GiB allocation,
-a hang or an ``UnboundLocalError``; a ``NaN`` would switch a check off
-silently (``nan < x`` is always false). Each command's argparse flags take
-their type from :func:`integer` and :func:`number`, and the trainer's
-configuration checks its fields with :func:`check`, so every route into the
-library meets the same bounds. The bounds are documented in
-docs/getting-started.md ("Limits").
+docs/getting-started.md ("Limits") lists the bounds and why. A ``NaN`` would
+switch a check off silently (``nan < x`` is always false). Each command's
+argparse flags take their type from :func:`integer` and :func:`number`, and
+the trainer's configuration checks its fields with :func:`check`.
 """
 import argparse
 import math
@@ -77,9 +73,8 @@ def allocation_message(batch_size=None, image_size=None):
     """
     memory = memory_bytes()
     limit = _address_space_limit()
-    flags = [f"--batch-size (now {batch_size})" if batch_size else None,
-             f"--image-size (now {image_size})" if image_size else None]
-    flags = [f for f in flags if f] or ["--batch-size", "--image-size"]
+    flags = [f"{flag} (now {value})" for flag, value in (("--batch-size", batch_size), ("--image-size", image_size))
+             if value] or ["--batch-size", "--image-size"]
     size = image_size or 224
     text = (f"out of memory: an allocation failed. Lower {' or '.join(flags)}: at {size} px at most "
             f"{max_batch(size, min(memory, limit or memory))} images fit in a quarter of the "

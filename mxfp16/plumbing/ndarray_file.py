@@ -16,8 +16,11 @@ type (0: dense), the shape (int32 ndim, int64 dimensions), the context
 (two int32), an int32 dtype flag, and the raw data; then a uint64 count of
 names, each a uint64 length and the UTF-8 bytes.
 """
+import math
 import os
 import struct
+
+from .output import shown
 
 __all__ = ["NDArrayFileError", "read_header", "check_shapes", "DTYPE_BYTES"]
 
@@ -73,10 +76,7 @@ class _Reader:
         if flag not in DTYPE_BYTES:
             raise NDArrayFileError(f"{self.where}: array {index} has an unknown dtype flag {flag}")
         name, width = DTYPE_BYTES[flag]
-        elements = 1
-        for d in shape:
-            elements *= d
-        self.skip(elements * width, f"array {index} of shape {tuple(shape)} ({name})")
+        self.skip(math.prod(shape) * width, f"array {index} of shape {tuple(shape)} ({name})")
         return tuple(shape), name
 
     def names(self, count):
@@ -113,8 +113,6 @@ def read_header(path):
         Not an NDArray file, a structure that does not parse, or arrays that
         need more bytes than the file holds.
     """
-    from .output import shown
-
     where = shown(path)
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
@@ -147,8 +145,6 @@ def check_shapes(path, expected, what="the network"):
     ------
     NDArrayFileError
     """
-    from .output import shown
-
     declared = {}
     for name, shape, _ in read_header(path):
         if name is None:

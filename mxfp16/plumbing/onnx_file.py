@@ -6,11 +6,9 @@ a tensor whose ``data_location`` is ``EXTERNAL`` names a file
 onnxruntime would go and read. An ONNX file mxfp16 writes holds every
 tensor in itself (``raw_data``), so :func:`check_model_bytes` parses the
 bytes with protobuf (a dependency of onnxruntime: no ``onnx`` package
-needed) against the part of ``onnx.proto`` that says where tensors live,
-and refuses a file that does not parse, holds no graph, or stores any
-tensor outside itself: initializers, sparse initializers, constants in node
-attributes, in subgraphs (``If``, ``Loop``), functions and training graphs.
-Nothing named there is opened. Messages name the file, never its content.
+needed) against the part of ``onnx.proto`` that leads to a tensor
+(:data:`_SCHEMA`), and refuses a file that does not parse, holds no graph,
+or stores any tensor outside itself. Nothing named there is opened.
 """
 from .output import shown
 

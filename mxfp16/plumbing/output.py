@@ -1,21 +1,11 @@
 """What a command writes: one writer at a time, published whole, never over an input, its errors in one line.
 
-- A file is written atomically (:func:`atomic_write`, :func:`atomic_path`): under a temporary name beside it
-  (:func:`temporary_prefix`: unique to one call, shortened to fit the file system's limit on a name), flushed
-  to disk, then renamed over the target. A crash leaves the old file whole and at most a stray ``.tmp``.
-- :class:`PathLock` is the lock of one path (a folder, a file, a pack's prefix): ``flock(2)`` on
-  ``.NAME.lock`` beside it, links resolved. A writer holds it exclusively, a reader shared
-  (:func:`read_lock`); a command that cannot take it is refused at once, naming the holder as the holder
-  wrote itself into the file. The kernel drops it when its process ends, however it ends (``kill -9``
-  included); the last holder removes the file while it still holds it.
-- :class:`Output` is the rule every writing command follows (docs/getting-started.md, "What mxfp16
-  writes"): checked before any work, locked before anything decides whether it exists, refused when it
-  exists (without ``--overwrite``), staged beside its place and published in one rename.
-- :func:`describe_os_error` turns an ``OSError`` into one line naming the path and the fix; :func:`naming`
-  gives an error that names no file (a full disk in ``write``) the output it was written for.
-
-Only mxfp16's commands take the lock. What a program that takes none does meanwhile is not guarded against,
-beyond this: publishing refuses to replace what it finds where the output goes.
+docs/getting-started.md ("What mxfp16 writes") gives the rule every writing command follows (:class:`Output`).
+Below it: files written atomically (:func:`atomic_write`, :func:`atomic_path`: a temporary name beside the file,
+flushed, then renamed over it), :class:`PathLock` (``flock(2)`` on ``.NAME.lock`` beside a path, links resolved;
+exclusive for a writer, shared for a reader; refused at once, naming the holder), :func:`describe_os_error` (an
+``OSError`` as one line naming the path and the fix) and :func:`naming` (an error that names no file, a full disk
+in ``write``, given the output it was written for).
 """
 import contextlib
 import datetime

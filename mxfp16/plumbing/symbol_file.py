@@ -9,8 +9,7 @@ writes (``nnvm::Graph`` saved by ``Symbol.save``): a ``nodes`` list whose
 entries name an ``op`` and list their ``inputs`` as ``[node, output,
 version]`` of *earlier* nodes (MXNet saves them in topological order, so an
 input at or after its node is a cycle), ``arg_nodes`` that are variables,
-and ``heads`` that are nodes; the number of nodes and the longest path are
-bounded. Its messages name the file and what is wrong, never its content.
+and ``heads`` that are nodes. Its messages never quote the file's content.
 """
 import os
 

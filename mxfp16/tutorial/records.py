@@ -9,12 +9,7 @@ __all__ = ["RecordedRatio", "recorded_headline_ratios", "recorded_result", "reco
 
 
 def recorded_results_folder():
-    """``docs/results`` of the source checkout this mxfp16 runs from, or ``None``.
-
-    The notebooks print a live figure beside the recorded one it can be
-    compared with; an installed wheel carries no recorded results, and then
-    the notebooks say so instead of comparing.
-    """
+    """``docs/results`` of the source checkout this mxfp16 runs from, or ``None`` (an installed wheel has none)."""
     folder = Path(__file__).resolve().parents[2] / "docs" / "results"
     return folder if folder.is_dir() else None
 
@@ -61,8 +56,7 @@ def recorded_headline_ratios():
     Returns
     -------
     list of RecordedRatio
-        One per entry of :data:`HEADLINE_RECORDS`; empty outside a source
-        checkout (an installed wheel carries no recorded results).
+        One per entry of :data:`HEADLINE_RECORDS`; empty outside a source checkout.
     """
     from ..bench.report import round_ratios
     from ..machine.hardware import describe_cpu
