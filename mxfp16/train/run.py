@@ -174,10 +174,11 @@ def prepare(config, log=None, given=None, command=None):
     log = log or tqdm.write
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    _check_out(config)  # before anything is built; again once --resume filled in the data set
-    # Outside a parameter-server job this process is the run's only writer: it locks the folder before
-    # reading it. In one, rank 0 is, and a process learns its rank when the kvstore opens (_build).
-    locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
+    # Checked before anything is built, and again once --resume filled in the data set. Outside a parameter-server
+    # job this process is the run's only writer: it locks the folder before reading it. In one, rank 0 is, and a
+    # process learns its rank when the kvstore opens (_build).
+    writer = _run_folder(config, lock=not str(config.kvstore).startswith("dist"))
+    locks = [writer] if writer else []
     try:
         config, changes, saved, profile_fields = _check_settings(config, given, log)
         _check_tensorboard(config)
@@ -200,12 +201,14 @@ def _refused():
         raise ConfigError(str(err)) from None
 
 
-def _lock_run(config):
-    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.output.Output`, in place)."""
+def _run_folder(config, lock=True):
+    """The run folder checked, and with ``lock`` locked for this process (:class:`~mxfp16.plumbing.output.Output`,
+    in place); ``None`` without."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
+    output = Output(config.out, doing, inputs=_data_inputs(config), in_place=True)
     with _refused():
-        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
+        return output.open() if lock else output.check()
 
 
 def _check_settings(config, given, log):
@@ -225,7 +228,10 @@ def _check_settings(config, given, log):
             config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
     config = config.resolve()
-    _check_out_is_not_data(config)
+    # The writing rule again, for the data set --resume filled in. Links are resolved: a run folder linked into
+    # the training split would make checkpoints/ a class there.
+    with _refused():
+        check_output_folder(config.out, _data_inputs(config))
     return config, changes, saved, profile_fields
 
 
@@ -241,15 +247,6 @@ def _data_inputs(config):
                  classes_file(config.data_dir)]
         return [("the data set's file", path) for path in files]
     return [("the data set", config.data_dir)]
-
-
-def _check_out_is_not_data(config):
-    """The writing rule (:func:`~mxfp16.plumbing.output.check_output_folder`): ``--out`` is, holds or sits in no data.
-
-    Links are resolved: a run folder linked into the training split would make ``checkpoints/`` a class there.
-    """
-    with _refused():
-        check_output_folder(config.out, _data_inputs(config))
 
 
 def _check_tensorboard(config):
@@ -287,7 +284,7 @@ def _build(config, saved, profile_fields, log, locks):
     cluster = Cluster(kvstore, rank, num_workers)
     outputs.join(rank, cluster.distributed)
     if not locks and rank == 0:  # the job's writer; the other ranks write only their own summary
-        locks.append(_lock_run(config))
+        locks.append(_run_folder(config))
 
     threads = _check_thread_count(config)
     source, data_lock, loaders, fingerprint = _open_data(config, saved, (rank, num_workers), log)
@@ -442,12 +439,6 @@ def _check_same_data(saved, now, source, accept, log):
                           "pass --accept-changed-data to continue anyway")
     log(f"resume: the data at {source} changed since the run started ({listed}); continuing "
         "(--accept-changed-data)")
-
-
-def _check_out(config):
-    """Refuse an ``--out`` that cannot be made or written, or overlaps the data, before anything is built."""
-    with _refused():
-        Output(config.out, "training", inputs=_data_inputs(config), in_place=True).check()
 
 
 def restore(run, changes=None):
