@@ -15,16 +15,14 @@ The float32 control on a GPU runs with ``NVIDIA_TF32_OVERRIDE=0`` so it is float
 ``--inject-fault PRECISION`` adds noise to that precision's parameters once, half-way: the verdict must then be
 FAIL, which shows the check can fail.
 """
-import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..plumbing.child import call_in_child
-from ..plumbing.fileio import parse_json
 
 #: What every run trains.
 STEPS, BATCH_SIZE, IMAGE_SIZE, CLASSES = 20, 32, 16, 4
@@ -73,15 +71,6 @@ class RunSpec:
     fault_step: int = None
     steps: int = STEPS
     seed: int = 0
-
-    def to_json(self):
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text):
-        values = parse_json(text, "the self-test spec")
-        values["skip_steps"] = tuple(values.get("skip_steps") or ())
-        return cls(**{k: v for k, v in values.items() if k in {f.name for f in fields(cls)}})
 
 
 def batches(steps, seed):
@@ -215,13 +204,10 @@ def plan(n_gpus, bfloat16):
     return planned
 
 
-def _mean(values):
-    return float(np.mean(values)) if values else float("nan")
-
-
 def _loss_ends(record):
+    """The mean loss of the first and of the last :data:`WINDOW` steps (NaN without steps)."""
     losses = record["losses"]
-    return _mean(losses[:WINDOW]), _mean(losses[-WINDOW:])
+    return tuple(float(np.mean(part)) if part else float("nan") for part in (losses[:WINDOW], losses[-WINDOW:]))
 
 
 def max_param_difference(params, control):
