@@ -1,24 +1,9 @@
 """Checkpoints that load no code, prove their files intact, and survive damage.
 
-A checkpoint is three files in ``<out>/checkpoints/``, named by its tag
-(``epoch-0003``, or ``epoch-0003-batch-00017`` mid-epoch)::
-
-    <tag>.params      the network's parameters (``net.save_parameters``, MXNet's NDArray format)
-    <tag>.optimizer   the optimizer's state arrays (momentum, Adam's moments, float16 parameters' float32
-                      master weights), NDArray format too
-    <tag>.json        the record: the states' structure, the optimizer's update counts (the learning-rate
-                      schedule's position), :meth:`mxfp16.MixedPrecision.state_dict`, the progress with every
-                      epoch's metrics, the run's fingerprint, and the two array files' sha256
-
-and ``latest.json``, a copy of the newest record: the commit point. Gluon's ``Trainer.save_states`` pickles the
-optimizer, and unpickling can run any code, so nothing on the load path is a pickle, and an older mxfp16's folder
-(record versions 1 and 2, ``.states`` pickles) is refused with an explanation.
-
-Each file is written atomically, the record after its files and ``latest.json`` last, so a crash at any moment
-leaves the previous checkpoint complete. The last ``keep`` checkpoints stay (default 2); every file is checked
-against its record's sha256 before loading, and a damaged checkpoint (or ``latest.json``, only a copy) falls back
-to the newest intact one, with a warning. Files of a write interrupted before its record existed are not a
-checkpoint and are removed when the run starts.
+A checkpoint is ``<tag>.params``, ``<tag>.optimizer`` (NDArray files, no pickle: unpickling can run any code) and
+``<tag>.json``, the record with their sha256, in ``<out>/checkpoints/``; ``latest.json``, a copy of the newest
+record written last, is the commit point. The format and its guarantees: docs/training.md, ``checkpoints/`` and
+"What a run folder may contain".
 """
 import contextlib
 import functools
@@ -105,11 +90,8 @@ def _read_json(path):
 
 
 def _read_latest(folder):
-    """``latest.json`` of a checkpoint folder, ``None`` when there is none.
-
-    Raises :class:`_DamagedRecord` when it cannot be read as a record, :class:`CheckpointError` when it is of
-    another format version (an older mxfp16's pickles are refused by name).
-    """
+    """``latest.json`` of a checkpoint folder, ``None`` when there is none; :class:`_DamagedRecord` when it cannot
+    be read as a record, :class:`CheckpointError` when of another format version."""
     path = folder / RECORD
     if not path.exists():
         return None

@@ -2,12 +2,10 @@
 
 :func:`prepare` checks everything before it changes anything on disk: configuration, the run folder (never an
 input, however its links resolve) and its lock, devices and precision, the kvstore, the data (its test split must
-hold images), the parts (:func:`~mxfp16.train.parts.build_parts`, the benchmark's builder too), and in a
-distributed job that every worker runs the same settings; only then does ``--overwrite`` remove an old run,
-``--resume`` load the checkpoint and ``config.json`` get written. The run holds the run folder's lock
-(:class:`mxfp16.plumbing.output.Output`, written in place) and its data set's lock, shared, until :func:`fit` ends:
-a second command on the folder is refused at once, naming this one, and no ``data pack``, ``split`` or ``synth``
-replaces the data under it. :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each one).
+hold images), the parts (:func:`~mxfp16.train.parts.build_parts`), and in a distributed job that every worker runs
+the same settings; only then does ``--overwrite`` remove an old run, ``--resume`` load the checkpoint and
+``config.json`` get written. The run folder's lock and the data set's (shared) are held until :func:`fit` ends
+(docs/training.md, ``.NAME.lock``). :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each).
 """
 import contextlib
 import hashlib
