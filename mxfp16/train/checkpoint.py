@@ -155,15 +155,15 @@ def params_file(out, epoch=None, verify=True):
         raise CheckpointError(f"{out} has no checkpoint ({folder / RECORD} not found): it is not a run folder, or "
                               "its run stopped before the first epoch ended. Point at a finished run, or train one "
                               f"with `mxfp16 train --out {out}`")
-    name = f"{record.get('tag')}.params" if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
-    path = folder / name
+    tag = record.get("tag") if epoch is None else Progress(epoch=epoch).tag()
+    path = folder / f"{tag}.params"
     if not path.is_file():
         kept = sorted(p.stem for p in folder.glob("*.params")) or ["none"]
         what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
         raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
     if epoch is not None:
         with contextlib.suppress(CheckpointError):
-            record = _read_json(folder / f"{Progress(epoch=epoch).tag()}.json")
+            record = _read_json(folder / f"{tag}.json")
     digest = record.get("files", {}).get(path.name)
     try:
         if verify and digest is not None and sha256_file(path) != digest:
@@ -423,10 +423,10 @@ def load_checkpoint(out, parts, fingerprint):
     except _DamagedRecord as err:  # only a copy of the newest record: the records themselves are the checkpoints
         latest = None
         damaged.append(str(err))
-    candidates = _records(folder) if folder.is_dir() else []
+    candidates = _records(folder)
     if latest is not None:
         candidates = [latest] + [r for r in candidates if r["tag"] != latest["tag"]]
-    old = [p.name for p in folder.glob("*.states")] if folder.is_dir() else []
+    old = [p.name for p in folder.glob("*.states")]
     if not candidates:
         if old:
             raise CheckpointError(f"{folder} holds {', '.join(sorted(old))}: " + _OLD_FORMAT)

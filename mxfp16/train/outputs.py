@@ -69,10 +69,6 @@ class RunOutputs:
         self.rank, self.distributed, self.is_writer = rank, distributed, rank == 0
 
     @property
-    def metrics_path(self):
-        return self.out / "metrics.jsonl"
-
-    @property
     def checkpoints(self):
         return self.out / "checkpoints"
 
@@ -156,13 +152,13 @@ class RunOutputs:
                          "see docs/training.md, \"A run without its config.json\"", default=None)
 
     def metrics(self):
-        return read_jsonl(self.metrics_path)
+        return read_jsonl(self.out / "metrics.jsonl")
 
     def write_metrics(self, records):
         """Write ``metrics.jsonl`` whole (atomically) from the epoch records a checkpoint holds."""
         if not self.is_writer:
             return
-        with atomic_write(self.metrics_path) as handle:
+        with atomic_write(self.out / "metrics.jsonl") as handle:
             for r in records:
                 handle.write(json.dumps(r) + "\n")
 
