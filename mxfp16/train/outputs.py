@@ -107,10 +107,6 @@ class RunOutputs:
     def remove_leftovers(self):
         """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
 
-        Files that a readable record describes are never removed: the per-tag
-        records, and ``latest.json``, whose per-tag copy is first written back
-        when its files match their sha256 (:func:`~mxfp16.train.checkpoint.restore_missing_record`).
-
         Returns
         -------
         list of Path
