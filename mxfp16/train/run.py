@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -287,13 +287,9 @@ def _build(config, saved, profile_fields, log, locks):
     threads = _check_thread_count(config)
     source, data_lock, loaders, fingerprint = _open_data(config, saved, (rank, num_workers), log)
     locks.append(data_lock)  # released with the run folder's if anything below refuses the run
-    steps = loaders.train_batches_per_epoch
-    if config.max_batches:
-        steps = min(steps, config.max_batches)
-    spec = PartsSpec(model=config.model, classes=len(loaders.classes), image_size=config.image_size,
-                     batch_size=config.batch_size, optimizer=config.optimizer, lr=config.lr,
-                     momentum=config.momentum, wd=config.wd, label_smoothing=config.label_smoothing,
-                     pretrained=config.pretrained, seed=config.seed)
+    steps = min(loaders.train_batches_per_epoch, config.max_batches or loaders.train_batches_per_epoch)
+    spec = PartsSpec(**{f.name: getattr(config, f.name) for f in fields(PartsSpec) if f.name != "classes"},
+                     classes=len(loaders.classes))
     schedule = lr_schedule(config.lr, config.epochs, config.warmup_epochs, steps, config.lr_schedule,
                            config.step_epochs)
     # Updates run here, never on a kvstore: the skip decision, the LR schedule and the optimizer
@@ -316,8 +312,7 @@ def _check_thread_count(config):
     """MXNet's threads, read back; refused when ``--threads`` asked for a count MXNet can no longer take."""
     threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
     # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
-    wanted = plan_threads(config.threads).threads if config.threads is not None else None
-    if wanted is not None and threads["threads"] not in (None, wanted):
+    if config.threads is not None and threads["threads"] not in (None, plan_threads(config.threads).threads):
         raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
                           "this process and fixes the count when it loads; pass --threads on the command line, or "
                           "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
