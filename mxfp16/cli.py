@@ -1,25 +1,15 @@
 """The ``mxfp16`` command: a thin dispatcher over ``mxfp16.commands``.
 
 Each subcommand lives in its own module under ``mxfp16/commands/`` with a
-``register(subparsers)`` function that adds its parser and sets ``func``, and
-an optional ``ORDER`` number for its place in ``--help``. Modules are found by
-scanning the folder, so adding a command touches no shared file; a module that fails to import
-is still listed, and running it names the module and the error (never an
-empty "choose from" list). The library
-does the work; commands only parse flags, call it and print. This module is
-the top floor: it imports ``commands``, and nothing imports it.
+``register(subparsers)`` function and an optional ``ORDER`` for its place in
+``--help``; modules are found by scanning the folder, so adding a command
+touches no shared file. This module is the top floor: nothing imports it.
 
-Building the parsers imports nothing of MXNet (the command modules and the
-library modules they read their choices from load it only inside functions),
-so ``mxfp16 --help`` and ``mxfp16 train --help`` answer in a fraction of a
-second whatever the environment holds. A command then runs in this order:
-``--threads`` applied, the environment MXNet reads checked
-(:func:`mxfp16.machine.environment.check_environment`; a value it cannot use
-stops here with one line and the fix), MXNet loaded, the command run. Any
-``OSError`` it meets (no permission, a name too long, a full disk, a file
-where a folder belongs) and a failed allocation end it with one line, never
-a traceback, and standard output may close under it
-(:mod:`mxfp16.plumbing.console`).
+Building the parsers imports nothing of MXNet (the command modules load it
+only inside functions), so ``--help`` answers in a fraction of a second
+whatever the environment holds. A command's ``OSError`` and a failed
+allocation end it with one line, never a traceback, and standard output may
+close under it (:mod:`mxfp16.plumbing.console`).
 """
 import argparse
 import importlib

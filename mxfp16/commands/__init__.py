@@ -40,15 +40,8 @@ def add_ctx_argument(group, one=False, where=None):
 
 @contextlib.contextmanager
 def open_output(path, doing, overwrite, inputs=(), flag="--out", kind="folder", contents=None, refusal=None):
-    """The command's output (:class:`mxfp16.plumbing.output.Output`), opened before any work; its refusals as a
-    CommandError.
-
-    Checked (it can be made, and is, contains or sits inside none of
-    ``inputs``: ``(what, path)`` pairs, links resolved), locked, and refused
-    when it exists without ``overwrite`` or holds what ``contents`` does not
-    name; the block writes into :meth:`~mxfp16.plumbing.output.Output.stage`
-    and publishes.
-    """
+    """The command's output (:class:`mxfp16.plumbing.output.Output`, which says what it checks and refuses), opened
+    before any work; its refusals as a CommandError."""
     from ..plumbing.output import Output, OutputFolderError, PathBusyError
 
     try:

@@ -125,20 +125,17 @@ def _bench(args, output):
     from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
     from ..bench.suite import run_suite
 
+    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
+                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
+                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
     try:
-        plan = plan_invocation(model=args.model, image_size=args.image_size, batch_sizes=args.batch_sizes,
-                               precisions=args.precisions, amp_lists=args.amp_lists, mode=args.mode, data=args.data,
-                               pipeline=args.pipeline, workers=args.workers, classes=args.classes, ctx=args.ctx,
-                               iters=args.iters, warmup=args.warmup, repeats=args.repeats, peer=args.peer,
-                               onnxruntime=args.onnxruntime, model_options=args.model_option)
+        plan = plan_invocation(**{k: v for k, v in config.items() if k not in ("model_option", "rounds")},
+                               model_options=args.model_option)
     except BenchSetupError as err:
         raise CommandError(str(err)) from None
     _print_plan(args, plan)
     records = run_suite(plan.specs, timeout=args.timeout, on_result=lambda record: _print_row(record, args.rounds),
                         rounds=args.rounds, census=not args.no_census)
-    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
-                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
-                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
     config["census"] = not args.no_census
     config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
     staged = output.stage()

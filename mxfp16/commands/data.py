@@ -166,15 +166,12 @@ def _size(text):
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _library():
-    """Show the data code's log (skipped files, unverified checksums) and return ``mxfp16.data``."""
+def _guard(call):
+    """``call(mxfp16.data)``, its DataError a CommandError; the data code's log (skipped files, unverified
+    checksums) shown."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     from .. import data
-    return data
 
-
-def _guard(call):
-    data = _library()
     try:
         return call(data)
     except data.DataError as err:

@@ -14,10 +14,6 @@ from . import CommandError
 ORDER = 20
 
 
-def _flag(field):
-    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
-
-
 def _int_list(text):
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
@@ -44,7 +40,7 @@ def _add_config_arguments(parser):
             for key in ("choices", "metavar"):
                 if key in meta:
                     options[key] = meta[key]
-        groups[meta["group"]].add_argument(_flag(field), **options)
+        groups[meta["group"]].add_argument(meta.get("flag") or "--" + name.replace("_", "-"), **options)
 
 
 def _given_fields(args):

@@ -139,10 +139,8 @@ class Heartbeat(Callback):
 class TensorBoard(Callback):
     """The run's numbers as TensorBoard events (:class:`~mxfp16.diagnostics.tensorboard.TensorBoardLogger`).
 
-    It reads nothing from the device in a step. At each read of the queued numbers (every ``log_every`` steps) it
-    logs the mean loss and images per second of the steps read since the previous read, with the host's learning
-    rate, loss scale and skipped steps; after each epoch's evaluation, the metrics record and the histograms of
-    the last step's gradients (one read of a small table, between epochs).
+    It reads nothing from the device in a step: it logs at each read of the queued numbers and after each epoch's
+    evaluation what docs/training.md's ``tensorboard/`` lists.
 
     Parameters
     ----------

@@ -1,24 +1,9 @@
 """Checkpoints that load no code, prove their files intact, and survive damage.
 
-A checkpoint is three files in ``<out>/checkpoints/``, named by its tag
-(``epoch-0003``, or ``epoch-0003-batch-00017`` mid-epoch)::
-
-    <tag>.params      the network's parameters (``net.save_parameters``, MXNet's NDArray format)
-    <tag>.optimizer   the optimizer's state arrays (momentum, Adam's moments, float16 parameters' float32
-                      master weights), NDArray format too
-    <tag>.json        the record: the states' structure, the optimizer's update counts (the learning-rate
-                      schedule's position), :meth:`mxfp16.MixedPrecision.state_dict`, the progress with every
-                      epoch's metrics, the run's fingerprint, and the two array files' sha256
-
-and ``latest.json``, a copy of the newest record: the commit point. Gluon's ``Trainer.save_states`` pickles the
-optimizer, and unpickling can run any code, so nothing on the load path is a pickle, and an older mxfp16's folder
-(record versions 1 and 2, ``.states`` pickles) is refused with an explanation.
-
-Each file is written atomically, the record after its files and ``latest.json`` last, so a crash at any moment
-leaves the previous checkpoint complete. The last ``keep`` checkpoints stay (default 2); every file is checked
-against its record's sha256 before loading, and a damaged checkpoint (or ``latest.json``, only a copy) falls back
-to the newest intact one, with a warning. Files of a write interrupted before its record existed are not a
-checkpoint and are removed when the run starts.
+A checkpoint is ``<tag>.params``, ``<tag>.optimizer`` (NDArray files, no pickle: unpickling can run any code) and
+``<tag>.json``, the record with their sha256, in ``<out>/checkpoints/``; ``latest.json``, a copy of the newest
+record written last, is the commit point. The format and its guarantees: docs/training.md, ``checkpoints/`` and
+"What a run folder may contain".
 """
 import contextlib
 import functools
@@ -105,11 +90,8 @@ def _read_json(path):
 
 
 def _read_latest(folder):
-    """``latest.json`` of a checkpoint folder, ``None`` when there is none.
-
-    Raises :class:`_DamagedRecord` when it cannot be read as a record, :class:`CheckpointError` when it is of
-    another format version (an older mxfp16's pickles are refused by name).
-    """
+    """``latest.json`` of a checkpoint folder, ``None`` when there is none; :class:`_DamagedRecord` when it cannot
+    be read as a record, :class:`CheckpointError` when of another format version."""
     path = folder / RECORD
     if not path.exists():
         return None
@@ -173,15 +155,15 @@ def params_file(out, epoch=None, verify=True):
         raise CheckpointError(f"{out} has no checkpoint ({folder / RECORD} not found): it is not a run folder, or "
                               "its run stopped before the first epoch ended. Point at a finished run, or train one "
                               f"with `mxfp16 train --out {out}`")
-    name = f"{record.get('tag')}.params" if epoch is None else f"{Progress(epoch=epoch).tag()}.params"
-    path = folder / name
+    tag = record.get("tag") if epoch is None else Progress(epoch=epoch).tag()
+    path = folder / f"{tag}.params"
     if not path.is_file():
         kept = sorted(p.stem for p in folder.glob("*.params")) or ["none"]
         what = "the current checkpoint's parameters" if epoch is None else f"the checkpoint of epoch {epoch}"
         raise CheckpointError(f"{what} ({path}) is not on disk; checkpoints kept in {folder}: {', '.join(kept)}")
     if epoch is not None:
         with contextlib.suppress(CheckpointError):
-            record = _read_json(folder / f"{Progress(epoch=epoch).tag()}.json")
+            record = _read_json(folder / f"{tag}.json")
     digest = record.get("files", {}).get(path.name)
     try:
         if verify and digest is not None and sha256_file(path) != digest:
@@ -441,10 +423,10 @@ def load_checkpoint(out, parts, fingerprint):
     except _DamagedRecord as err:  # only a copy of the newest record: the records themselves are the checkpoints
         latest = None
         damaged.append(str(err))
-    candidates = _records(folder) if folder.is_dir() else []
+    candidates = _records(folder)
     if latest is not None:
         candidates = [latest] + [r for r in candidates if r["tag"] != latest["tag"]]
-    old = [p.name for p in folder.glob("*.states")] if folder.is_dir() else []
+    old = [p.name for p in folder.glob("*.states")]
     if not candidates:
         if old:
             raise CheckpointError(f"{folder} holds {', '.join(sorted(old))}: " + _OLD_FORMAT)

@@ -3,10 +3,9 @@
 Each field carries its flag's metadata (group, help, choices), so a new field appears in ``mxfp16 train --help``,
 ``config.json`` and the CLI reference at once (``mxfp16/commands/train.py`` generates the flags).
 
-Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of two profiles: ``dataset`` (with
-``data_dir``: the tutorial's run, ResNet-50 v2 at 224 px, Caltech-101 on a GPU) or ``demo`` (the generated demo
-set, 1,000 test images so one is 0.1 point, with what a 2-core CPU trains in about two minutes: ``resnet18_v1``
-at 48 px with Adam; ``docs/training.md``, "Two profiles", gives the candidates timed and why this one was kept).
+Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of two :data:`PROFILES`: ``dataset``
+(with ``data_dir``: the tutorial's run) or ``demo`` (what a 2-core CPU trains in about two minutes on the demo
+set; ``docs/training.md``, "Two profiles", gives the candidates timed and why this one was kept).
 """
 import hashlib
 import json

@@ -69,10 +69,6 @@ class RunOutputs:
         self.rank, self.distributed, self.is_writer = rank, distributed, rank == 0
 
     @property
-    def metrics_path(self):
-        return self.out / "metrics.jsonl"
-
-    @property
     def checkpoints(self):
         return self.out / "checkpoints"
 
@@ -110,10 +106,6 @@ class RunOutputs:
 
     def remove_leftovers(self):
         """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
-
-        Files that a readable record describes are never removed: the per-tag
-        records, and ``latest.json``, whose per-tag copy is first written back
-        when its files match their sha256 (:func:`~mxfp16.train.checkpoint.restore_missing_record`).
 
         Returns
         -------
@@ -156,13 +148,13 @@ class RunOutputs:
                          "see docs/training.md, \"A run without its config.json\"", default=None)
 
     def metrics(self):
-        return read_jsonl(self.metrics_path)
+        return read_jsonl(self.out / "metrics.jsonl")
 
     def write_metrics(self, records):
         """Write ``metrics.jsonl`` whole (atomically) from the epoch records a checkpoint holds."""
         if not self.is_writer:
             return
-        with atomic_write(self.metrics_path) as handle:
+        with atomic_write(self.out / "metrics.jsonl") as handle:
             for r in records:
                 handle.write(json.dumps(r) + "\n")
 

@@ -7,11 +7,9 @@ gap (``b`` minus ``a``), its Welch's t-interval (unequal variances) and, when bo
 paired interval over per-seed differences, which removes the noise the seed explains. The gap *exceeds the
 noise* when its interval excludes 0 and it is larger than the larger side's sd.
 
-Statistics over seeds mean something only when each run is another seed of one experiment, so
-:func:`check_groups` first refuses the same folder twice, two runs of a side with the same seed and settings (or
-the same final parameters: copies), and runs whose settings differ in more than the seed (between the sides: and
-the precision), runs that stopped early included; ``allow_differences`` reports those differences instead.
-Every number is checked when the runs are read (:mod:`mxfp16.train.compare`).
+Statistics over seeds mean something only when each run is another seed of one experiment: :func:`check_groups`
+refuses anything else (docs/training.md says what), or with ``allow_differences`` reports it. Every number is
+checked when the runs are read (:mod:`mxfp16.train.compare`).
 
 Within the noise is not equal: the interval may be points wide. :func:`seeds_needed` says how many seeds per
 side would narrow it to ``+-resolve`` points at the measured spread.
@@ -83,7 +81,8 @@ def _settings_differences(runs, allowed=frozenset()):
 
 
 def check_groups(a_runs, b_runs, allow_differences=False):
-    """Refuse groups of runs that are not several seeds of one experiment per side (see the module docstring).
+    """Refuse the same folder twice, copies of one run, and runs whose settings differ in more than the seed
+    (between the sides: and the precision), epochs finished included: not seeds of one experiment per side.
 
     Returns
     -------

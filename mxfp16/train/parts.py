@@ -17,6 +17,7 @@ benchmark's inference mode): no trainer, no loss scaler, no AMP.
 """
 import random
 from dataclasses import dataclass
+from operator import attrgetter
 
 import mxnet as mx
 import numpy as np
@@ -83,22 +84,11 @@ class Parts:
     trainer: gluon.Trainer
     loss: object
 
-    @property
-    def ctx(self):
-        return self.mixed.ctx
-
-    @property
-    def precision(self):
-        return self.mixed.precision
-
-    @property
-    def scaler(self):
-        return self.mixed.scaler
-
-    @property
-    def environment(self):
-        """What :func:`mxfp16.machine.environment.set_float16_environment` reported."""
-        return self.mixed.environment
+    ctx = property(attrgetter("mixed.ctx"))
+    precision = property(attrgetter("mixed.precision"))
+    scaler = property(attrgetter("mixed.scaler"))
+    #: What :func:`mxfp16.machine.environment.set_float16_environment` reported.
+    environment = property(attrgetter("mixed.environment"))
 
 
 def _seeded_model(spec, ctx):

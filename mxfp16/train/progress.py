@@ -2,9 +2,7 @@
 
 One epoch convention everywhere: ``epoch`` counts the epochs finished, so it
 is also the 0-based index of the epoch in progress, and ``batch`` counts the
-batches finished in it. A run that finished three epochs stands at
-``epoch=3, batch=0``; seventeen batches into the third it stands at
-``epoch=2, batch=17``. Only the checkpoint tag (:meth:`Progress.tag`) and
+batches finished in it. Only the checkpoint tag (:meth:`Progress.tag`) and
 the log count epochs from 1, as people do.
 """
 from dataclasses import asdict, dataclass, field, fields

@@ -2,18 +2,16 @@
 
 :func:`prepare` checks everything before it changes anything on disk: configuration, the run folder (never an
 input, however its links resolve) and its lock, devices and precision, the kvstore, the data (its test split must
-hold images), the parts (:func:`~mxfp16.train.parts.build_parts`, the benchmark's builder too), and in a
-distributed job that every worker runs the same settings; only then does ``--overwrite`` remove an old run,
-``--resume`` load the checkpoint and ``config.json`` get written. The run holds the run folder's lock
-(:class:`mxfp16.plumbing.output.Output`, written in place) and its data set's lock, shared, until :func:`fit` ends:
-a second command on the folder is refused at once, naming this one, and no ``data pack``, ``split`` or ``synth``
-replaces the data under it. :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each one).
+hold images), the parts (:func:`~mxfp16.train.parts.build_parts`), and in a distributed job that every worker runs
+the same settings; only then does ``--overwrite`` remove an old run, ``--resume`` load the checkpoint and
+``config.json`` get written. The run folder's lock and the data set's (shared) are held until :func:`fit` ends
+(docs/training.md, ``.NAME.lock``). :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each).
 """
 import contextlib
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -174,10 +172,11 @@ def prepare(config, log=None, given=None, command=None):
     log = log or tqdm.write
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
-    _check_out(config)  # before anything is built; again once --resume filled in the data set
-    # Outside a parameter-server job this process is the run's only writer: it locks the folder before
-    # reading it. In one, rank 0 is, and a process learns its rank when the kvstore opens (_build).
-    locks = [] if str(config.kvstore).startswith("dist") else [_lock_run(config)]
+    # Checked before anything is built, and again once --resume filled in the data set. Outside a parameter-server
+    # job this process is the run's only writer: it locks the folder before reading it. In one, rank 0 is, and a
+    # process learns its rank when the kvstore opens (_build).
+    writer = _run_folder(config, lock=not str(config.kvstore).startswith("dist"))
+    locks = [writer] if writer else []
     try:
         config, changes, saved, profile_fields = _check_settings(config, given, log)
         _check_tensorboard(config)
@@ -200,12 +199,14 @@ def _refused():
         raise ConfigError(str(err)) from None
 
 
-def _lock_run(config):
-    """The run folder, checked and locked for this process (:class:`~mxfp16.plumbing.output.Output`, in place)."""
+def _run_folder(config, lock=True):
+    """The run folder checked, and with ``lock`` locked for this process (:class:`~mxfp16.plumbing.output.Output`,
+    in place); ``None`` without."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
+    output = Output(config.out, doing, inputs=_data_inputs(config), in_place=True)
     with _refused():
-        return Output(config.out, doing, inputs=_data_inputs(config), in_place=True).open()
+        return output.open() if lock else output.check()
 
 
 def _check_settings(config, given, log):
@@ -225,7 +226,10 @@ def _check_settings(config, given, log):
             config, changes = config.for_resume(saved, given)
     profile_fields = config.open_fields()
     config = config.resolve()
-    _check_out_is_not_data(config)
+    # The writing rule again, for the data set --resume filled in. Links are resolved: a run folder linked into
+    # the training split would make checkpoints/ a class there.
+    with _refused():
+        check_output_folder(config.out, _data_inputs(config))
     return config, changes, saved, profile_fields
 
 
@@ -241,15 +245,6 @@ def _data_inputs(config):
                  classes_file(config.data_dir)]
         return [("the data set's file", path) for path in files]
     return [("the data set", config.data_dir)]
-
-
-def _check_out_is_not_data(config):
-    """The writing rule (:func:`~mxfp16.plumbing.output.check_output_folder`): ``--out`` is, holds or sits in no data.
-
-    Links are resolved: a run folder linked into the training split would make ``checkpoints/`` a class there.
-    """
-    with _refused():
-        check_output_folder(config.out, _data_inputs(config))
 
 
 def _check_tensorboard(config):
@@ -287,18 +282,14 @@ def _build(config, saved, profile_fields, log, locks):
     cluster = Cluster(kvstore, rank, num_workers)
     outputs.join(rank, cluster.distributed)
     if not locks and rank == 0:  # the job's writer; the other ranks write only their own summary
-        locks.append(_lock_run(config))
+        locks.append(_run_folder(config))
 
     threads = _check_thread_count(config)
     source, data_lock, loaders, fingerprint = _open_data(config, saved, (rank, num_workers), log)
     locks.append(data_lock)  # released with the run folder's if anything below refuses the run
-    steps = loaders.train_batches_per_epoch
-    if config.max_batches:
-        steps = min(steps, config.max_batches)
-    spec = PartsSpec(model=config.model, classes=len(loaders.classes), image_size=config.image_size,
-                     batch_size=config.batch_size, optimizer=config.optimizer, lr=config.lr,
-                     momentum=config.momentum, wd=config.wd, label_smoothing=config.label_smoothing,
-                     pretrained=config.pretrained, seed=config.seed)
+    steps = min(loaders.train_batches_per_epoch, config.max_batches or loaders.train_batches_per_epoch)
+    spec = PartsSpec(**{f.name: getattr(config, f.name) for f in fields(PartsSpec) if f.name != "classes"},
+                     classes=len(loaders.classes))
     schedule = lr_schedule(config.lr, config.epochs, config.warmup_epochs, steps, config.lr_schedule,
                            config.step_epochs)
     # Updates run here, never on a kvstore: the skip decision, the LR schedule and the optimizer
@@ -321,8 +312,7 @@ def _check_thread_count(config):
     """MXNet's threads, read back; refused when ``--threads`` asked for a count MXNet can no longer take."""
     threads = check_threads()  # warns when MXNet was loaded before the thread setting could apply
     # What --threads N becomes here: N, or the cores this process may use when N is more (plan_threads says so).
-    wanted = plan_threads(config.threads).threads if config.threads is not None else None
-    if wanted is not None and threads["threads"] not in (None, wanted):
+    if config.threads is not None and threads["threads"] not in (None, plan_threads(config.threads).threads):
         raise ConfigError(f"threads={config.threads}: MXNet is already running {threads['threads']} thread(s) in "
                           "this process and fixes the count when it loads; pass --threads on the command line, or "
                           "call mxfp16.machine.environment.set_threads() (or export OMP_NUM_THREADS) before "
@@ -442,12 +432,6 @@ def _check_same_data(saved, now, source, accept, log):
                           "pass --accept-changed-data to continue anyway")
     log(f"resume: the data at {source} changed since the run started ({listed}); continuing "
         "(--accept-changed-data)")
-
-
-def _check_out(config):
-    """Refuse an ``--out`` that cannot be made or written, or overlaps the data, before anything is built."""
-    with _refused():
-        Output(config.out, "training", inputs=_data_inputs(config), in_place=True).check()
 
 
 def restore(run, changes=None):

@@ -1,30 +1,18 @@
 """``mxfp16 selftest``: does each precision that runs here train like float32?
 
-A one-minute check for a user's own machine. Each precision that runs here (float16 and amp-float16 on the first
-GPU, amp-bfloat16 on the CPU; :func:`plan` says why one does not) trains a small convolutional network
-(:func:`mxfp16.models.small_convnet`) for a few steps on random but learnable images through the README's set-up
-(:class:`~mxfp16.MixedPrecision`), and is compared with a float32 control trained from the same initial weights
-on the same batches. It passes when its loss falls, its final loss is within :data:`LOSS_ATOL` + :data:`LOSS_RTOL`
-x the control's, and no parameter moved from the control's by more than :data:`PARAM_RTOL` of that parameter's
-largest value. The control must learn too, or nothing is being checked.
-
-Each run is its own process (AMP patches MXNet for the life of a process). A dynamic loss scale skips the steps
-whose gradients overflow, typically the first few; the control of such a run skips the same steps (running their
-forward pass, which updates BatchNorm's statistics as the skipped step did), so both applied the same updates.
-The float32 control on a GPU runs with ``NVIDIA_TF32_OVERRIDE=0`` so it is float32, not TF32.
-``--inject-fault PRECISION`` adds noise to that precision's parameters once, half-way: the verdict must then be
-FAIL, which shows the check can fail.
+Each precision that runs here (:func:`plan`) trains :func:`mxfp16.models.small_convnet` for a few steps through
+:class:`~mxfp16.MixedPrecision`, each run in its own process (AMP patches MXNet for the life of a process), beside a
+float32 control from the same initial weights and batches; :func:`verdict` says whether it passes. What it trains,
+the pass rule, the controls of skipped steps and the measured tolerances: docs/gpu.md, "mxfp16 selftest".
 """
-import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..plumbing.child import call_in_child
-from ..plumbing.fileio import parse_json
 
 #: What every run trains.
 STEPS, BATCH_SIZE, IMAGE_SIZE, CLASSES = 20, 32, 16, 4
@@ -73,15 +61,6 @@ class RunSpec:
     fault_step: int = None
     steps: int = STEPS
     seed: int = 0
-
-    def to_json(self):
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text):
-        values = parse_json(text, "the self-test spec")
-        values["skip_steps"] = tuple(values.get("skip_steps") or ())
-        return cls(**{k: v for k, v in values.items() if k in {f.name for f in fields(cls)}})
 
 
 def batches(steps, seed):
@@ -215,13 +194,10 @@ def plan(n_gpus, bfloat16):
     return planned
 
 
-def _mean(values):
-    return float(np.mean(values)) if values else float("nan")
-
-
 def _loss_ends(record):
+    """The mean loss of the first and of the last :data:`WINDOW` steps (NaN without steps)."""
     losses = record["losses"]
-    return _mean(losses[:WINDOW]), _mean(losses[-WINDOW:])
+    return tuple(float(np.mean(part)) if part else float("nan") for part in (losses[:WINDOW], losses[-WINDOW:]))
 
 
 def max_param_difference(params, control):
@@ -330,7 +306,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloa
                                save_init=init(ctx) if first else None, init_params=None if first else init(ctx),
                                skip_steps=tuple(skip_steps))
                 say(f"float32 control on {ctx}" + (f", skipping steps {list(skip_steps)}" if skip_steps else ""))
-                record = run_in_subprocess(spec, timeout, env={"NVIDIA_TF32_OVERRIDE": "0"})
+                record = run_in_subprocess(spec, timeout, env={"NVIDIA_TF32_OVERRIDE": "0"})  # float32, not TF32
                 controls[key] = record
                 note = (f"skips steps {list(skip_steps)}, as the run below did" if skip_steps
                         else "same initial weights and batches as the runs below")
