@@ -5,7 +5,7 @@ import os
 
 from mxfp16.cli import main
 from mxfp16.plumbing.fileio import JSONFileError, read_json, read_jsonl, write_json
-from mxfp16.plumbing.limits import LimitError, check, max_batch, memory_bytes
+from mxfp16.plumbing.limits import LimitError, check, is_allocation_failure, max_batch, memory_bytes
 from mxfp16.plumbing.output import OutputFolderError, check_output_folder
 
 import pytest
@@ -77,6 +77,19 @@ def test_max_batch_follows_the_input_tensor_size():
     assert max_batch(224, memory=64 << 30) == (64 << 30) // 4 // (3 * 4 * 224 * 224)
     assert max_batch(32, memory=1 << 50) == 65536 and max_batch(4096, memory=1 << 20) == 1
     assert memory_bytes() > 1 << 28
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Failed to allocate CPU memory", True),
+    ("std::bad_alloc", True),
+    ("could not create a memory object", True),  # oneDNN's own allocation, under ulimit -v
+    ("could not create a primitive descriptor for a convolution forward propagation primitive", False),
+])
+def test_an_allocation_failure_is_told_by_mxnets_and_onednns_wording(text, expected):
+    from mxnet.base import MXNetError
+
+    assert is_allocation_failure(MXNetError(f"MXNetError: {text}")) is expected
+    assert is_allocation_failure(MemoryError()) and not is_allocation_failure(RuntimeError(text))
 
 
 def test_check_names_the_setting_and_the_range():

@@ -43,7 +43,9 @@ def max_batch(image_size, memory=None):
 
 
 #: What MXNet (and the C++ runtime under it) says when an allocation fails.
-_ALLOCATION_FAILURES = ("Failed to allocate", "bad_alloc", "out of memory", "Cannot allocate memory")
+# The last is oneDNN's wording when its own allocation fails (seen under `ulimit -v` with 2 threads busy elsewhere).
+_ALLOCATION_FAILURES = ("Failed to allocate", "bad_alloc", "out of memory", "Cannot allocate memory",
+                        "could not create a memory object")
 
 
 def is_allocation_failure(err):
