@@ -14,6 +14,7 @@ bfloat16 (a layer after a Dense or convolution, which hands on bfloat16).
 import json
 
 from mxnet import gluon
+from mxnet import numpy as mnp
 from mxnet.gluon import nn, rnn
 from mxnet.gluon.contrib import nn as cnn
 
@@ -143,15 +144,9 @@ class StemJoin(gluon.HybridBlock):
         branch = self.conv(stem)
         if self._join == "add":
             return stem + branch
-        if _is_numpy(stem):
+        if isinstance(stem, (mnp.ndarray, numpy_symbol_class())):
             return F.np.concatenate([stem, branch], axis=1)
         return F.concat(stem, branch, dim=1)
-
-
-def _is_numpy(x):
-    from mxnet import numpy as mnp
-
-    return isinstance(x, (mnp.ndarray, numpy_symbol_class()))
 
 
 _SEQ = (2, 5, 6)
@@ -190,18 +185,9 @@ LAYERS = [
     Layer("nn.GroupNorm", lambda: nn.GroupNorm(num_groups=3), _IMG),
     Layer("nn.Embedding", lambda: nn.Embedding(10, 6), (2, 5), tokens=True),
     Layer("nn.Flatten", lambda: nn.Flatten(), _IMG),
-    Layer("nn.MaxPool1D", lambda: nn.MaxPool1D(), (2, 3, 8)),
-    Layer("nn.MaxPool2D", lambda: nn.MaxPool2D(), _IMG),
-    Layer("nn.MaxPool3D", lambda: nn.MaxPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.AvgPool1D", lambda: nn.AvgPool1D(), (2, 3, 8)),
-    Layer("nn.AvgPool2D", lambda: nn.AvgPool2D(), _IMG),
-    Layer("nn.AvgPool3D", lambda: nn.AvgPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.GlobalMaxPool1D", lambda: nn.GlobalMaxPool1D(), (2, 3, 8)),
-    Layer("nn.GlobalMaxPool2D", lambda: nn.GlobalMaxPool2D(), _IMG),
-    Layer("nn.GlobalMaxPool3D", lambda: nn.GlobalMaxPool3D(), (2, 3, 4, 4, 4)),
-    Layer("nn.GlobalAvgPool1D", lambda: nn.GlobalAvgPool1D(), (2, 3, 8)),
-    Layer("nn.GlobalAvgPool2D", lambda: nn.GlobalAvgPool2D(), _IMG),
-    Layer("nn.GlobalAvgPool3D", lambda: nn.GlobalAvgPool3D(), (2, 3, 4, 4, 4)),
+    *[Layer(f"nn.{pool}{d}D", getattr(nn, f"{pool}{d}D"), shape)
+      for pool in ("MaxPool", "AvgPool", "GlobalMaxPool", "GlobalAvgPool")
+      for d, shape in ((1, (2, 3, 8)), (2, _IMG), (3, (2, 3, 4, 4, 4)))],
     Layer("nn.ReflectionPad2D", lambda: nn.ReflectionPad2D(1), _IMG),
     Layer("rnn.RNN", lambda: rnn.RNN(8, layout="NTC"), _SEQ),
     Layer("rnn.LSTM", lambda: rnn.LSTM(8, layout="NTC"), _SEQ),
