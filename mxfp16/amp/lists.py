@@ -136,24 +136,6 @@ def float32_fallbacks():
 EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
 
 
-def _with_extra_conditional(rules):
-    conditional = [(name, arg, list(values)) for name, arg, values in rules]
-    for name, arg, values in EXTRA_CONDITIONAL_FP32:
-        for rule in conditional:
-            if rule[0] == name and rule[1] == arg:
-                rule[2].extend(v for v in values if v not in rule[2])
-                break
-        else:
-            conditional.append((name, arg, list(values)))
-    return conditional
-
-
-def _mxfp16_fp16():
-    lists = _mxnet_lists("float16")
-    lists["conditional_fp32_ops"] = _with_extra_conditional(_mxnet("float16").CONDITIONAL_FP32_FUNCS)
-    return lists
-
-
 #: Operators MXNet's bfloat16 lists keep in float32 that only move values (reshape, slice, split, swap axes,
 #: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
 #: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
@@ -181,25 +163,6 @@ def follow_input_operators():
     return [name for name in SHAPE_OPERATORS if name not in failed]
 
 
-def _mxfp16_bf16():
-    symbol_bf16 = _mxnet("bfloat16")
-    conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
-    follow = set(follow_input_operators())
-    fp32 = [name for name in symbol_bf16.FP32_FUNCS if name not in follow]
-    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
-    return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
-            "conditional_fp32_ops": conditional,
-            "fp32_ops": fp32}
-
-
-def _mxnet_lists(target_dtype):
-    """MXNet's own lists for ``target_dtype``, as fresh lists."""
-    lists = _mxnet(target_dtype)
-    target = lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS
-    return {"target_precision_ops": list(target), "conditional_fp32_ops": list(lists.CONDITIONAL_FP32_FUNCS),
-            "fp32_ops": list(lists.FP32_FUNCS)}
-
-
 def operator_lists(target_dtype, which="mxfp16"):
     """The keyword arguments for ``amp.init`` (and :func:`mxfp16.activate`).
 
@@ -221,9 +184,25 @@ def operator_lists(target_dtype, which="mxfp16"):
     which = check_list_set(which)[0]
     if target_dtype not in ("bfloat16", "float16"):
         raise ValueError(f"AMP has no operator lists for {target_dtype!r}; use bfloat16 or float16")
-    if which == "mxfp16":
-        return _mxfp16_bf16() if target_dtype == "bfloat16" else _mxfp16_fp16()
-    return _mxnet_lists(target_dtype)
+    mxnet = _mxnet(target_dtype)
+    target = mxnet.BF16_FUNCS if target_dtype == "bfloat16" else mxnet.FP16_FUNCS
+    conditional = [(name, arg, list(values)) for name, arg, values in mxnet.CONDITIONAL_FP32_FUNCS]
+    lists = {"target_precision_ops": list(target), "conditional_fp32_ops": conditional,
+             "fp32_ops": list(mxnet.FP32_FUNCS)}
+    if which == "mxnet":
+        return lists
+    for name, arg, values in EXTRA_CONDITIONAL_FP32:
+        rule = next((rule for rule in conditional if rule[:2] == (name, arg)), None)
+        if rule is None:
+            conditional.append((name, arg, list(values)))
+        else:
+            rule[2].extend(v for v in values if v not in rule[2])
+    if target_dtype == "bfloat16":
+        follow = set(follow_input_operators())
+        fp32 = [name for name in mxnet.FP32_FUNCS if name not in follow]
+        lists["fp32_ops"] = fp32 + [name for name in float32_fallbacks()
+                                    if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
+    return lists
 
 
 def check_list_set(which):
