@@ -47,9 +47,6 @@ with open(os.path.join(os.path.dirname(__file__), "mxnet_numpy_names.json"), enc
 TESTED_NUMPY = {(3, 8): "1.23.5", (3, 9): "1.23.5", (3, 10): "1.23.5", (3, 11): "1.23.5",
                 (3, 12): "1.26.4", (3, 13): "2.5.5"}
 
-#: Pythons the README's commands are tested on.
-TESTED_PYTHONS = sorted(TESTED_NUMPY)
-
 INSTALL_HINT = (
     "Install mxfp16 with one MXNet wheel and the constraints file:\n"
     "    pip install -c constraints.txt 'mxfp16[cpu]'   # CPU: mxnet==1.9.1\n"
