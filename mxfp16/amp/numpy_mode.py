@@ -110,16 +110,14 @@ def _counting(f):
     return counted
 
 
-def _wrapper(name, rule, detail, target_dtype, warn):
-    def make(f):
-        if rule == "target":
-            return _counting(w.target_call(f, name, target_dtype))
-        if rule == "conditional":
-            return w.conditional_float32_call(f, name, detail)
-        if rule == "widest":
-            return w.widest_call(f, name, target_dtype)
-        return w.float32_call(f, name, warn if detail else None)
-    return make
+def _wrapped(f, name, rule, detail, target_dtype, warn):
+    if rule == "target":
+        return _counting(w.target_call(f, name, target_dtype))
+    if rule == "conditional":
+        return w.conditional_float32_call(f, name, detail)
+    if rule == "widest":
+        return w.widest_call(f, name, target_dtype)
+    return w.float32_call(f, name, warn if detail else None)
 
 
 def _bindings(functions):
@@ -169,7 +167,7 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, float32_rules=None):
     bindings = _bindings([f for f, _, _, _ in plan])
     replaced = 0
     for f, name, rule, detail in plan:
-        new = _wrapper(detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)(f)
+        new = _wrapped(f, detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)
         legacy = next((op for op in twins.get(name, []) if op in float32_rules), None)
         if legacy is not None:
             new = w.float32_where(f, new, float32_rules[legacy], legacy)

@@ -38,17 +38,14 @@ from .wrappers import module_of, named_like
 __all__ = ["global_average_as_mean", "routed"]
 
 
-def _true(value):
-    return str(value).strip().lower() in ("true", "1")
-
-
 def routed(kwargs):
     """Whether a ``Pooling`` call with these arguments takes the ``mean`` route.
 
     Global (``global_pool`` true) average pooling in a channels-first
     layout (``layout`` unset, ``NCW``, ``NCHW`` or ``NCDHW``).
     """
-    return (_true(kwargs.get("global_pool", False)) and str(kwargs.get("pool_type", "max")) == "avg"
+    return (str(kwargs.get("global_pool", False)).strip().lower() in ("true", "1")
+            and str(kwargs.get("pool_type", "max")) == "avg"
             and kwargs.get("layout") in (None, "None", "NCW", "NCHW", "NCDHW"))
 
 

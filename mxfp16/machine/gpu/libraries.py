@@ -253,11 +253,6 @@ def loaded_path(soname):
     return None
 
 
-def _missing_soname(message):
-    match = re.search(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", message)
-    return match.group(1) if match else None
-
-
 def _table(statuses):
     width = max((len(s.library.soname) for s in statuses), default=0)
     lines = []
@@ -288,7 +283,8 @@ def explain_load_error(error, statuses=None):
     """
     message = str(error)
     statuses = status() if statuses is None else statuses
-    soname = _missing_soname(message)
+    missing = re.search(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", message)
+    soname = missing.group(1) if missing else None
     lines = [f"MXNet's native library could not be loaded: {message}"]
     lib = _BY_SONAME.get(soname)
     if lib is not None:
