@@ -7,18 +7,11 @@ imports nothing from MXNet, so it can run before MXNet loads.
 
 Checked before MXNet loads
 --------------------------
-MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` when it first
-needs them: ``MXNET_CPU_WORKER_NTHREADS=abc`` aborts the process on an
-engine thread (SIGABRT), ``MXNET_ENGINE_TYPE=Garbage`` fails every
-operator, a thread count of 0 hangs it, and ``OMP_NUM_THREADS=4096`` is
-obeyed: thousands of threads on two cores. :func:`check_environment` reads
-``OMP_NUM_THREADS`` and every variable of
-:data:`~mxfp16.machine._mxnet_variables.VARIABLES` (read from MXNet's own
-sources) as MXNet would, and returns one line per unusable value with its
-fix; thread counts above the cores this process may use are lowered to them,
-as ``--threads`` is. ``import mxfp16`` applies the lowered counts
-(:func:`prepare_environment`) and never raises; the commands print the
-problems and stop before anything runs, and
+MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` and fails on a
+value it cannot use, some by aborting the process (docs/getting-started.md,
+"Environment variables"). :func:`check_environment` reads them as MXNet
+would; ``import mxfp16`` applies the lowered thread counts
+(:func:`prepare_environment`) and never raises, and
 :func:`mxfp16.machine.stack.import_mxnet` refuses to load MXNet with them.
 
 Threads
@@ -278,10 +271,7 @@ def set_float16_environment():
 
 
 def float16_environment(environ=None):
-    """What :func:`set_float16_environment` would leave in the environment, without changing it.
-
-    ``mxfp16 info`` shows it, so a user can see before a run which value each
-    variable will have and whether it is mxfp16's or their own.
+    """What :func:`set_float16_environment` would leave in the environment, without changing it (``mxfp16 info``).
 
     Parameters
     ----------
