@@ -162,10 +162,6 @@ _KEEP = []       # signal stacks installed by ArchPrctl.enlarge_signal_stack
 _status = None   # what enable_amx decided in this process
 
 
-def _off(value):
-    return value.strip().lower() in ("0", "off", "false", "no")
-
-
 def _has_bit(mask, bit=XFEATURE_XTILEDATA):
     return mask is not None and bool(mask >> bit & 1)
 
@@ -245,7 +241,7 @@ def request_amx(environ=None, flags=None, calls=None, machine=None, mxnet_loaded
         return finish("not-on-this-cpu", STATES["not-on-this-cpu"])
     if machine != "Linux x86_64":
         return finish("not-on-this-cpu", f"AMX is asked for on Linux x86-64 only, not on {machine}")
-    if _off(environ.get(SWITCH, "")):
+    if environ.get(SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         # No request is made, so an ISA that allows AMX (a parent's choice, or yours) must come down.
         return finish("off", lower_isa(f"{STATES['off']}; oneDNN runs its AVX-512 bfloat16 kernels"))
     refused = _request_tiles(calls or ArchPrctl())

@@ -261,13 +261,9 @@ def set_float16_environment():
     dict
         ``{name: (value, why, set_here)}`` for the log.
     """
-    report = {}
-    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
-        set_here = name not in os.environ
-        if set_here:
-            os.environ[name] = value
-        report[name] = (os.environ[name], why, set_here)
-    return report
+    set_here = {name for name in FLOAT16_ENVIRONMENT if name not in os.environ}
+    return {name: (os.environ.setdefault(name, value), why, name in set_here)
+            for name, (value, why) in FLOAT16_ENVIRONMENT.items()}
 
 
 def float16_environment(environ=None):
@@ -286,12 +282,8 @@ def float16_environment(environ=None):
         whether it is mxfp16's default or already set in the environment.
     """
     environ = os.environ if environ is None else environ
-    report = {}
-    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
-        yours = name in environ
-        report[name] = {"value": environ[name] if yours else value, "source": "yours" if yours else "mxfp16",
-                        "default": value, "why": why}
-    return report
+    return {name: {"value": environ.get(name, value), "source": "yours" if name in environ else "mxfp16",
+                   "default": value, "why": why} for name, (value, why) in FLOAT16_ENVIRONMENT.items()}
 
 
 # ---- checking the environment before MXNet loads ------------------------------------------------
