@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from .._internals import gluoncv_model_modules
-from .table import operator_dtypes
+from .table import _amp_on, operator_dtypes
 from .wrappers import is_low_precision
 
 __all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
@@ -156,11 +156,6 @@ def model_dtypes(name):
     return row
 
 
-def _table(names=None):
-    """:func:`model_dtypes` of every classification model (or of ``names``), AMP active in this process."""
-    return [model_dtypes(name) for name in (names or classification_models())]
-
-
 def _share(part, whole):
     return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
 
@@ -207,7 +202,7 @@ def render(rows_by_target):
 
 
 def generate(targets=("bfloat16", "float16"), names=None):
-    """``{target: rows}``: :func:`_table` under each target, each in its own process, run side by side.
+    """``{target: rows}``: :func:`model_dtypes` of each model (default: all), one process per target, side by side.
 
     Raises
     ------
@@ -228,14 +223,7 @@ def generate(targets=("bfloat16", "float16"), names=None):
 
 
 def _rows_under(spec):
-    """In generate's child: :func:`_table` under ``spec``'s target, ``[target, names or None]``."""
-    import warnings
-
-    from .lists import init_amp
-
+    """In generate's child: the rows under ``spec``'s target, ``[target, names or None]``."""
     target, names = spec
-    warnings.simplefilter("ignore")
-    # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
-    # one without float16 or bfloat16 arithmetic included.
-    init_amp(target)
-    return _table(names)
+    _amp_on(target)
+    return [model_dtypes(name) for name in (names or classification_models())]
