@@ -150,24 +150,13 @@ def _wanted(needed):
     return [lib for lib in LIBRARIES if lib.soname in names]
 
 
-def _nvidia_roots(paths=None):
-    """Existing ``<entry>/nvidia`` folders, in ``sys.path`` order."""
-    seen, roots = set(), []
-    for entry in (sys.path if paths is None else paths):
-        root = os.path.join(entry or os.getcwd(), "nvidia")
-        key = os.path.realpath(root)
-        if key not in seen and os.path.isdir(root):
-            seen.add(key)
-            roots.append(root)
-    return roots
-
-
 def _find(soname, paths=None):
     """The first ``<entry>/nvidia/*/lib/<soname>`` for the entries of ``paths`` (default ``sys.path``), or None."""
-    for root in _nvidia_roots(paths):
+    for entry in (sys.path if paths is None else paths):
+        root = os.path.join(entry or os.getcwd(), "nvidia")
         try:
             subfolders = sorted(os.listdir(root))
-        except OSError:
+        except OSError:  # no such folder, or not one
             continue
         for sub in subfolders:
             candidate = os.path.join(root, sub, "lib", soname)
