@@ -1,17 +1,13 @@
 """Which dtype every GluonCV classification model computes in under mxfp16's AMP lists, read from its graph.
 
-The "models" view of ``mxfp16 info --amp-table``. The models are those
-``gluoncv.model_zoo`` registers (:func:`classification_models`: its own
-list, less the modules that build detectors, segmenters and the like), so a
-model GluonCV adds later is covered. Each is built with AMP active, traced
-on a symbol the way ``hybridize()`` traces it (no weights, no arithmetic: it
-runs on any CPU), and MXNet's type and shape inference say what dtype each
-operator computes in and how much work the convolutions and dense layers
-do. A model whose graph does not type-check under AMP is a row that says
-why (``tests/test_amp_zoo.py`` fails on it).
-
-Both AMP targets go through this, each in its own process (AMP is
-process-global): :func:`generate` starts them.
+The "models" view of ``mxfp16 info --amp-table``: every model
+``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES` (so a model
+GluonCV adds later is covered), built with AMP active and traced on a symbol
+as ``hybridize()`` traces it (no weights, no arithmetic: any CPU). MXNet's
+type and shape inference say what dtype each operator computes in and how
+much work the convolutions and dense layers do. A model whose graph does not
+type-check is a row that says why (``tests/test_amp_zoo.py`` fails on it).
+Each AMP target is built in its own process (:func:`generate`).
 """
 import json
 
