@@ -3,23 +3,17 @@
 MXNet 1.9.1's oneDNN ``Deconvolution`` (Gluon's ``Conv2DTranspose``) fails
 its backward pass with ``could not create a primitive descriptor for a
 reorder primitive`` when the layer has one output channel and its input
-gradient is needed: in float32, on this project's AVX2 CPU with 8, 16 or 32
-input channels (not with 1, 3 or 100), and on an Ice Lake for a 1x1 -> 4x4
-layer. That is the last layer of a generator of grey images (a DCGAN on
-MNIST), so such a generator could not train (a layer tried alone, whose
-input needs no gradient, runs).
+gradient is needed, in float32 too (docs/amp-table.md says where it was
+seen): the last layer of a generator of grey images could not train.
 
 The same layer is a ``Convolution`` of the input with its zeros inserted
 between pixels (stride ``s``: ``s - 1`` zeros), padded by ``k - 1 - p``,
-with the weight flipped in space and its two channel axes swapped: the
-transposed convolution written the other way round (``tests/test_amp_routes.py``
-checks it against numpy). It costs ``s * s`` times the multiply-adds of the
-direct form, which one output channel keeps small, and under AMP it runs in
-bfloat16 (``Convolution`` is on the target list; ``Deconvolution`` stays
-float32). A ``Deconvolution`` whose weight is itself computed (tried: a
-weight concatenated with zeros, or tiled, to two output channels) crashes
-the process in 1.9.1 on this CPU, so padding the layer to two output
-channels is no route.
+with the weight flipped in space and its two channel axes swapped
+(``tests/test_amp_routes.py`` checks it against numpy). It costs ``s * s``
+times the multiply-adds of the direct form, which one output channel keeps
+small, and under AMP it runs in bfloat16. A ``Deconvolution`` whose weight
+is itself computed (padded to two output channels) crashes the process in
+1.9.1, so that is no route.
 
 :func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
 around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run

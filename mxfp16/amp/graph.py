@@ -95,14 +95,6 @@ def _entry_names(internals, nodes):
     return entries
 
 
-def _data_symbols(shapes, numpy_mode):
-    import mxnet as mx
-
-    names = ["data"] if len(shapes) == 1 else [f"data{i}" for i in range(len(shapes))]
-    symbols = [mx.sym.var(name) for name in names]
-    return names, [s.as_np_ndarray() for s in symbols] if numpy_mode else symbols
-
-
 def trace(net, shapes, numpy_mode=False):
     """The operators of ``net`` called on inputs of ``shapes``, with what shape and type inference say.
 
@@ -127,13 +119,15 @@ def trace(net, shapes, numpy_mode=False):
     mx.MXNetError
         When the graph does not type or shape-check (the message says where).
     """
+    import mxnet as mx
     from mxnet import gluon
 
     if not isinstance(net, gluon.HybridBlock):
         raise TypeError(f"{type(net).__name__} is not a gluon.HybridBlock: only a HybridBlock's graph can be read "
                         "without running it (make it one, or measure its HybridBlock parts)")
-    names, inputs = _data_symbols(shapes, numpy_mode)
-    out = net(*inputs)
+    names = ["data"] if len(shapes) == 1 else [f"data{i}" for i in range(len(shapes))]
+    inputs = [mx.sym.var(name) for name in names]
+    out = net(*[s.as_np_ndarray() for s in inputs] if numpy_mode else inputs)
     out = out[0] if isinstance(out, (list, tuple)) else out
     if numpy_mode:
         out = out.as_nd_ndarray()

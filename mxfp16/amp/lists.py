@@ -9,43 +9,20 @@ bfloat16, BatchNorm, Activation, Pooling and the residual additions of a
 ResNet also run in bfloat16 downstream.
 
 :func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured
-fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists plus one
-rule, the 7x7 stem convolution in float32 (see ``docs/benchmarks.md`` for
-the figures and what still holds bfloat16 back), and the operators that only
-move values following their input instead of MXNet's float32
-(:data:`SHAPE_OPERATORS`: no cast to float32 and back between two bfloat16
-layers). Other list sets (:data:`LIST_SETS`) add float32 rules for layers:
-what a measurement on this machine found (``measured``), or depthwise and 1x1
-convolutions (options, to be measured).
-:func:`mxfp16.precision.activate` uses it unless lists are passed explicitly;
-``mxfp16 export`` converts finished networks with the same lists and rule
+fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists, the 7x7
+stem convolution in float32 (``docs/benchmarks.md``) and the
+:data:`SHAPE_OPERATORS` following their input. Other list sets
+(:data:`LIST_SETS`) add float32 rules for layers. ``mxfp16 export``
+converts finished networks with the same lists and rule
 (:func:`float32_layers`).
 
-Beyond the CNN, six things in MXNet 1.9.1's AMP stop other Gluon models,
-and :func:`init_amp` repairs each (and one slows every CNN):
-
-* Operators with no bfloat16 CPU kernel that MXNet lets a bfloat16 input
-  reach (``dot``, ``batch_dot`` in attention) run in float32
-  (:func:`float32_fallbacks`, from ``tools/amp_probe_ops.py``'s verdicts),
-  and each warns once, naming itself, the first time it is used.
-* AMP's float32 wrapper for symbols builds the operator, then rebuilds it on
-  cast inputs: with no inputs (``zeros`` in an RNN's ``begin_state``) it
-  raises ``TypeError``, and for ``Deconvolution`` the rebuilt node crashes
-  the process. mxfp16 wraps the float32 list itself, casting before the call.
-* PReLU (``LeakyReLU`` with ``act_type='prelu'``) gets float32 ``gamma``
-  beside bfloat16 data and fails type inference: it runs in float32.
-* Joins whose inputs must share one dtype (DenseNet's ``Concat`` of a float32
-  stem and a bfloat16 branch): :func:`join_operators`.
-* oneDNN's ``Deconvolution`` with one output channel cannot train:
-  :mod:`mxfp16.amp.deconvolution` runs it as a ``Convolution``, in bfloat16.
-* oneDNN's global average pooling sends its backward, and the ``BatchNorm``
-  backward before it, to reference code (most of a small ResNet's step):
-  :mod:`mxfp16.amp.pooling` runs it as a float32 ``mean``.
-* ``amp.init`` wraps ``mx.nd`` and ``mx.sym`` only, so a numpy-mode network
-  (``npx.set_np()``) ran in float32: :mod:`mxfp16.amp.numpy_mode`.
-
-Which dtype each Gluon layer then runs in is generated from executed graphs
-(:mod:`mxfp16.amp.table`, ``mxfp16 info --amp-table``).
+:func:`init_amp` also repairs what stops other Gluon models in MXNet 1.9.1's
+AMP: operators without a bfloat16 CPU kernel (:func:`float32_fallbacks`),
+AMP's float32 wrapper for symbols (:func:`mxfp16.amp.wrappers.float32_call`),
+PReLU (:data:`EXTRA_CONDITIONAL_FP32`), joins (:func:`join_operators`),
+:mod:`~mxfp16.amp.deconvolution`, :mod:`~mxfp16.amp.pooling` and
+:mod:`~mxfp16.amp.numpy_mode`. ``docs/amp-table.md`` says what each layer
+then runs in.
 """
 import functools
 import json
@@ -136,24 +113,6 @@ def float32_fallbacks():
 EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
 
 
-def _with_extra_conditional(rules):
-    conditional = [(name, arg, list(values)) for name, arg, values in rules]
-    for name, arg, values in EXTRA_CONDITIONAL_FP32:
-        for rule in conditional:
-            if rule[0] == name and rule[1] == arg:
-                rule[2].extend(v for v in values if v not in rule[2])
-                break
-        else:
-            conditional.append((name, arg, list(values)))
-    return conditional
-
-
-def _mxfp16_fp16():
-    lists = _mxnet_lists("float16")
-    lists["conditional_fp32_ops"] = _with_extra_conditional(_mxnet("float16").CONDITIONAL_FP32_FUNCS)
-    return lists
-
-
 #: Operators MXNet's bfloat16 lists keep in float32 that only move values (reshape, slice, split, swap axes,
 #: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
 #: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
@@ -181,25 +140,6 @@ def follow_input_operators():
     return [name for name in SHAPE_OPERATORS if name not in failed]
 
 
-def _mxfp16_bf16():
-    symbol_bf16 = _mxnet("bfloat16")
-    conditional = _with_extra_conditional(symbol_bf16.CONDITIONAL_FP32_FUNCS)
-    follow = set(follow_input_operators())
-    fp32 = [name for name in symbol_bf16.FP32_FUNCS if name not in follow]
-    fp32 += [name for name in float32_fallbacks() if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
-    return {"target_precision_ops": list(symbol_bf16.BF16_FUNCS),
-            "conditional_fp32_ops": conditional,
-            "fp32_ops": fp32}
-
-
-def _mxnet_lists(target_dtype):
-    """MXNet's own lists for ``target_dtype``, as fresh lists."""
-    lists = _mxnet(target_dtype)
-    target = lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS
-    return {"target_precision_ops": list(target), "conditional_fp32_ops": list(lists.CONDITIONAL_FP32_FUNCS),
-            "fp32_ops": list(lists.FP32_FUNCS)}
-
-
 def operator_lists(target_dtype, which="mxfp16"):
     """The keyword arguments for ``amp.init`` (and :func:`mxfp16.activate`).
 
@@ -221,9 +161,25 @@ def operator_lists(target_dtype, which="mxfp16"):
     which = check_list_set(which)[0]
     if target_dtype not in ("bfloat16", "float16"):
         raise ValueError(f"AMP has no operator lists for {target_dtype!r}; use bfloat16 or float16")
-    if which == "mxfp16":
-        return _mxfp16_bf16() if target_dtype == "bfloat16" else _mxfp16_fp16()
-    return _mxnet_lists(target_dtype)
+    mxnet = _mxnet(target_dtype)
+    target = mxnet.BF16_FUNCS if target_dtype == "bfloat16" else mxnet.FP16_FUNCS
+    conditional = [(name, arg, list(values)) for name, arg, values in mxnet.CONDITIONAL_FP32_FUNCS]
+    lists = {"target_precision_ops": list(target), "conditional_fp32_ops": conditional,
+             "fp32_ops": list(mxnet.FP32_FUNCS)}
+    if which == "mxnet":
+        return lists
+    for name, arg, values in EXTRA_CONDITIONAL_FP32:
+        rule = next((rule for rule in conditional if rule[:2] == (name, arg)), None)
+        if rule is None:
+            conditional.append((name, arg, list(values)))
+        else:
+            rule[2].extend(v for v in values if v not in rule[2])
+    if target_dtype == "bfloat16":
+        follow = set(follow_input_operators())
+        fp32 = [name for name in mxnet.FP32_FUNCS if name not in follow]
+        lists["fp32_ops"] = fp32 + [name for name in float32_fallbacks()
+                                    if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
+    return lists
 
 
 def check_list_set(which):
@@ -271,16 +227,10 @@ def pointwise_convolution(call):
 def batch_norm(call):
     """Every ``BatchNorm``: the ``+batchnorm32`` option keeps them all in float32 (inputs cast up, output float32).
 
-    oneDNN 2.4.4 has JIT BatchNorm kernels only for blocked layouts
-    (``nChw16c``). Where a BatchNorm gets its input in the plain layout (after
-    a convolution oneDNN ran as a GEMM because its channels are not a multiple
-    of 16, after the 3-channel stem, after MobileNet's ``clip`` ReLU6) it runs
-    ``ncsp_bnorm:any``, portable C++, which in bfloat16 took about 3x its
-    float32 time on an AMD Zen 4 with avx512_bf16. MobileNet v2 under
-    amp-bfloat16 then trained about 2x faster with this option (1.0 at 112 px,
-    0.25 at 96 px; still 0.85x to 0.91x of float32), and ``cifar_resnet20_v1``,
-    whose BatchNorms run JIT kernels in bfloat16, 0.53x as fast: an option, not
-    the default (docs/benchmarks.md, docs/results/routes-zen4).
+    oneDNN 2.4.4 has JIT BatchNorm kernels only for blocked layouts; one fed
+    the plain layout runs portable C++, about 3x slower in bfloat16 than in
+    float32. It helps MobileNet v2 and slows ``cifar_resnet20_v1``: an option,
+    not the default (docs/amp-table.md, docs/results/routes-zen4).
     """
     return call.op == "BatchNorm"
 
@@ -325,8 +275,6 @@ def measured_float32(call):
 
 #: Layers kept in float32 when they would run in bfloat16 under the operator lists, by rule name: which
 #: operators each rule looks at, and the rule (a function of :class:`~mxfp16.amp.wrappers.LayerCall`).
-#: ``stem`` is part of mxfp16's lists (measured: docs/benchmarks.md); ``measured`` holds what a measurement on
-#: this machine found (:func:`keep_float32_measured`); ``depthwise32``, ``pointwise32`` and ``batchnorm32`` are options.
 FLOAT32_RULES = {
     "stem": (("Convolution",), stem_convolution),
     "depthwise32": (("Convolution",), depthwise_convolution),
@@ -359,18 +307,11 @@ def float32_rules(target_dtype, which):
 def join_operators(target_dtype):
     """Operators mxfp16 runs in the widest dtype of their inputs, beyond MXNet's ``WIDEST_TYPE_CASTS``.
 
-    A join takes several data inputs that must share one dtype (``Concat``,
-    numpy's ``concatenate``, ``stack``, ``add`` ...). MXNet's lists let some
-    follow their inputs, which works while every input has the same dtype:
-    under mxfp16's stem rule a float32 branch meets a bfloat16 one in
-    DenseNet's first ``Concat``, and type inference fails. Which operators
-    are joins is not written by hand: ``tools/amp_probe_ops.py`` gives every
-    operator whose dtype follows its inputs one input of the other dtype and
-    records those whose type inference or bfloat16 run then fails
-    (``mxfp16/amp/op_verdicts.json``, ``JOINS``). Each gets AMP's own rule for
-    ``WIDEST_TYPE_CASTS``: float32 when any input is float32, so nothing is
-    rounded that would not be anyway. Operators that run in float32 anyway
-    (a fallback, MXNet's float32 list) are left out.
+    A join's data inputs must share one dtype (``Concat``, numpy's
+    ``concatenate``, ``add`` ...): under the stem rule DenseNet's first
+    ``Concat`` gets a float32 and a bfloat16 input, and type inference fails.
+    The joins are ``tools/amp_probe_ops.py``'s ``JOINS``; operators that run
+    in float32 anyway (a fallback, MXNet's float32 list) are left out.
 
     Returns
     -------
@@ -410,14 +351,9 @@ def _warn_fallback(name, target_dtype):
 def warn_if_numpy_mode(output):
     """Warn once when a numpy-mode network under AMP ran no operator in the 16-bit dtype.
 
-    :func:`init_amp` gives the ``mx.np`` / ``mx.npx`` functions AMP's casts
-    (:mod:`mxfp16.amp.numpy_mode`), so a numpy-mode network built from Gluon
-    layers runs its Dense and convolution layers in 16-bit. One that still
-    runs entirely in float32 (it calls only operators with no 16-bit kernel,
-    or functions bound before AMP was activated) is told so here.
-    :func:`mxfp16.train_step` calls this with each output: an array, or a
-    tuple or list of them (an ``isinstance`` check until the warning has
-    been given).
+    Such a network calls only operators with no 16-bit kernel, or functions
+    bound before AMP was activated. :func:`mxfp16.train_step` calls this with
+    each output: an array, or a tuple or list of them.
     """
     if "numpy mode" in _warned:
         return
@@ -462,13 +398,13 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 
     AMP wraps the conditional list and the target operators that keep
     float32 parameters (BatchNorm, when listed); mxfp16 wraps the rest
-    itself: the float32 list (casting first, see the module docstring), the
-    other target operators (:func:`mxfp16.amp.wrappers.target_rebuild`:
-    AMP's rule, without its quadratic cost on deep graphs), the joins
-    (:func:`join_operators`), and every numpy-mode function
-    (:mod:`mxfp16.amp.numpy_mode`). Then, for mxfp16's bfloat16 lists, the stem
-    rule and the list set's other float32 rules (:func:`float32_rules`,
-    through :func:`mxfp16.amp.wrappers.float32_where`).
+    itself: the float32 list (casting first:
+    :func:`~mxfp16.amp.wrappers.float32_call`), the other target operators
+    (:func:`~mxfp16.amp.wrappers.target_rebuild`: AMP's rule, without its
+    quadratic cost on deep graphs), the joins (:func:`join_operators`), and
+    every numpy-mode function (:mod:`mxfp16.amp.numpy_mode`). Then, for
+    mxfp16's bfloat16 lists, the list set's float32 rules
+    (:func:`float32_rules`, through :func:`~mxfp16.amp.wrappers.float32_where`).
 
     Parameters
     ----------
@@ -522,11 +458,9 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 def float32_layers(symbol, target_dtype, which="mxfp16"):
     """The layers of a graph that :func:`init_amp` keeps in float32 beyond the lists, by node name.
 
-    AMP's inference conversion (``amp.convert_model``) works on a finished
-    graph, not on patched operators, so the list set's float32 rules
-    (:func:`float32_rules`: the stem, and for ``measured`` what was measured
-    in this process) reach it as the names of the layers to leave alone (its
-    ``excluded_sym_names``).
+    ``amp.convert_model`` works on a finished graph, not on patched
+    operators: the list set's float32 rules (:func:`float32_rules`) reach it
+    as its ``excluded_sym_names``.
 
     Parameters
     ----------

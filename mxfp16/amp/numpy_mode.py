@@ -2,32 +2,20 @@
 
 MXNet 1.9.1's ``amp.init`` replaces the functions of ``mx.nd`` and ``mx.sym``
 only. A numpy-mode network (``npx.set_np()``, how d2l teaches Gluon) calls
-others: ``mx.np`` / ``mx.npx`` imperatively, and inside Gluon layers
+``mx.np`` / ``mx.npx`` imperatively, and inside Gluon layers
 ``mxnet.ndarray.numpy(_extension)`` without hybridization and
-``mxnet.symbol.numpy(_extension)`` with it. Under AMP alone all of them run
-in float32.
+``mxnet.symbol.numpy(_extension)`` with it: under AMP alone all run in float32.
 
-Most heavy ones are the same registered operators under another name
-(``_npx_fully_connected`` is ``FullyConnected``, ``_npx_convolution`` is
-``Convolution``, ``_npx_softmax`` is ``softmax``): :func:`numpy_rules` gives
-each the rule its legacy name has on the lists ``init_amp`` used. The
-numpy-only operators (``_np_dot``, ``_npi_add``, ``_npi_concatenate`` ...)
-are on no list; ``tools/amp_probe_ops.py`` runs them as it runs MXNet's
-unlisted operators, and its verdicts (``mxfp16/amp/op_verdicts.json``) decide:
-bfloat16 where a bfloat16 kernel agrees with float32, float32 where there is
-none, the widest input dtype where the inputs must share one (a join).
-:func:`wrap_numpy_functions` then replaces every binding of each function
-under ``mxnet.*`` (the ``_op`` module and the package that re-exports it),
-as ``amp.init`` does for ``mx.nd``.
-
-``np.tensordot`` is the one numpy function with tensor inputs whose Python
-function calls MXNet's C++ function table (``_api_internal``) instead of an
-operator function (:data:`FFI_FUNCTIONS`): it gets its operator's rule too.
-What this cannot reach, like ``amp.init``: a function a user bound to a name
-of their own before AMP was activated (``from mxnet.numpy_extension import
-relu``). What MXNet 1.9.1 cannot do in numpy mode at all: create a bfloat16
-array (``mx.np.empty`` has no code for it), so ``astype`` to bfloat16 and a
-slice assignment of float32 values into a bfloat16 array fail.
+:func:`numpy_rules` gives a numpy-mode operator that is a legacy one under
+another name (``_npx_fully_connected`` is ``FullyConnected``) that one's
+rule, and a numpy-only one (``_np_dot``, ``_npi_concatenate`` ...) the
+verdict of ``tools/amp_probe_ops.py`` (``mxfp16/amp/op_verdicts.json``).
+:func:`wrap_numpy_functions` replaces every binding of each function under
+``mxnet.*``, as ``amp.init`` does for ``mx.nd``; ``np.tensordot`` reaches its
+operator through MXNet's C++ function table (:data:`FFI_FUNCTIONS`). Like
+``amp.init``, it cannot reach a function a user bound to a name of their own
+before AMP was activated. What MXNet 1.9.1 cannot do in numpy mode at all
+(create a bfloat16 array) is in ``docs/amp-table.md``.
 """
 import sys
 
@@ -110,16 +98,14 @@ def _counting(f):
     return counted
 
 
-def _wrapper(name, rule, detail, target_dtype, warn):
-    def make(f):
-        if rule == "target":
-            return _counting(w.target_call(f, name, target_dtype))
-        if rule == "conditional":
-            return w.conditional_float32_call(f, name, detail)
-        if rule == "widest":
-            return w.widest_call(f, name, target_dtype)
-        return w.float32_call(f, name, warn if detail else None)
-    return make
+def _wrapped(f, name, rule, detail, target_dtype, warn):
+    if rule == "target":
+        return _counting(w.target_call(f, name, target_dtype))
+    if rule == "conditional":
+        return w.conditional_float32_call(f, name, detail)
+    if rule == "widest":
+        return w.widest_call(f, name, target_dtype)
+    return w.float32_call(f, name, warn if detail else None)
 
 
 def _bindings(functions):
@@ -169,7 +155,7 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, float32_rules=None):
     bindings = _bindings([f for f, _, _, _ in plan])
     replaced = 0
     for f, name, rule, detail in plan:
-        new = _wrapper(detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)(f)
+        new = _wrapped(f, detail if rule == "float32" and detail else name, rule, detail, target_dtype, warn)
         legacy = next((op for op in twins.get(name, []) if op in float32_rules), None)
         if legacy is not None:
             new = w.float32_where(f, new, float32_rules[legacy], legacy)

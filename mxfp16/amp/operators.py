@@ -109,12 +109,14 @@ def _joins_section():
     return lines
 
 
-def _grouped(entries):
-    """``[(reason, [operators])]``, reasons in order of how many operators share them."""
+def _rows(verdict, entries, follow=()):
+    """Table rows of ``{operator: reason}``: one per reason, in order of how many operators share it."""
     groups = {}
     for name, reason in entries.items():
-        groups.setdefault(reason, []).append(name)
-    return sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+        groups.setdefault(_shown(verdict, reason), []).append(name)
+    return [f"| {_VERDICTS[verdict]} | {_md(reason)} | "
+            + ", ".join(f"`{n}`" + (" *follows*" if n in follow else "") for n in sorted(names)) + " |"
+            for reason, names in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
 
 
 def _float32_list_section():
@@ -127,11 +129,8 @@ def _float32_list_section():
              "| probe verdict | reason | operators |",
              "| --- | --- | --- |"]
     follow = set(follow_input_operators())
-    for verdict in ("bfloat16", "float32", "unprobed"):
-        entries = {n: _shown(verdict, reason) for n, (v, reason) in probe.MXNET_FLOAT32.items() if v == verdict}
-        for reason, names in _grouped(entries):
-            shown = ", ".join(f"`{n}`" + (" *follows*" if n in follow else "") for n in sorted(names))
-            lines.append(f"| {_VERDICTS[verdict]} | {_md(reason)} | {shown} |")
+    for verdict in _VERDICTS:
+        lines += _rows(verdict, {n: reason for n, (v, reason) in probe.MXNET_FLOAT32.items() if v == verdict}, follow)
     return lines
 
 
@@ -154,10 +153,8 @@ def _followers_section():
              "",
              "| verdict | reason | operators |",
              "| --- | --- | --- |"]
-    for verdict in ("bfloat16", "float32", "unprobed"):
-        entries = {n: _shown(verdict, reason) for n, reason in getattr(probe, verdict.upper()).items()}
-        for reason, names in _grouped(entries):
-            lines.append(f"| {_VERDICTS[verdict]} | {_md(reason)} | {', '.join(f'`{n}`' for n in sorted(names))} |")
+    for verdict in _VERDICTS:
+        lines += _rows(verdict, getattr(probe, verdict.upper()))
     return lines
 
 

@@ -1,45 +1,26 @@
 """Global average pooling computed as a ``mean``: MXNet 1.9.1's oneDNN pooling sends reference kernels its gradient.
 
 The backward pass of MXNet 1.9.1's oneDNN ``Pooling`` with a 1x1 output
-(Gluon's ``GlobalAvgPool2D``, the end of every ResNet and MobileNet) lets
-oneDNN choose the layout of the input gradient from the output gradient's,
-and for a 1x1 output ``nChw16c`` and the channels-last blocked ``acdB16b``
-describe the same bytes: oneDNN picks ``acdB16b``. No JIT kernel takes that
-layout, so the pooling's backward runs oneDNN's reference code
-(``pooling_v2 ref:any backward_data``), and so does the backward of the
-``BatchNorm`` that feeds it (``bnorm_ref:any``: its data in ``nChw16c``, its
-gradient in ``acdB16b``), through the ReLU and the residual sum between them.
-On an AMD Zen 4 with avx512_bf16 those two took 61% of oneDNN's time in a
-training step of ``cifar_resnet20_v1`` (32 px, batch 64) under amp-bfloat16,
-the BatchNorm about 1000 times its JIT kernel's time; float32 has the same
-fault (41%). Which shapes oneDNN does this for depends on the channels and
-the pooled size (seen there, batch 16, a blocked bfloat16 input: 16 and 32
-channels at 4 to 14 px, 64 channels from 7 px, 128 at 14 px; not 256 up to
-14 px, nor ResNet-50's 2048 at 7 px), and where the pooling's input arrives
-in the plain layout (MobileNet v2, after its ``clip`` ReLU6) oneDNN's JIT
-pooling runs and the route only costs a few small casts.
+(Gluon's ``GlobalAvgPool2D``) hands its gradient on in the ``acdB16b``
+layout, which no JIT kernel takes: the pooling's backward and that of the
+``BatchNorm`` before it run oneDNN's reference code (``pooling_v2 ref:any``,
+``bnorm_ref:any``), in float32 as in bfloat16. ``mean`` over the spatial
+axes computes the same thing, and its backward hands them a plain gradient:
+their JIT kernels run. Under AMP ``mean`` is on the float32 list. On an AMD
+Zen 4 the two reference kernels took 61% of oneDNN's time in a
+``cifar_resnet20_v1`` step under amp-bfloat16 (41% in float32); at batch 16
+oneDNN did this for 16 and 32 channels at 4 to 14 px, 64 from 7 px and 128
+at 14 px, not for 256 up to 14 px nor 2048 at 7 px (docs/amp-table.md).
 
-``mean`` over the spatial axes computes the same thing, and its backward (a
-broadcast) hands the ReLU and the BatchNorm a plain gradient that oneDNN
-reorders once into their own layout: their JIT kernels run. Under AMP
-``mean`` is on the float32 list, so the pooled values are summed in float32
-from the bfloat16 input (no worse than bfloat16 pooling) and the tiny
-``(N, C, 1, 1)`` result is cast back by the next bfloat16 layer.
-
-Only average pooling over the whole input (``global_pool=True``,
-``pool_type='avg'``) in a channels-first layout takes the route; max pooling
-keeps oneDNN's (``max``'s gradient goes to every tied maximum, pooling's to
-one), and so does everything else. :func:`mxfp16.amp.lists.init_amp` puts
-:func:`global_average_as_mean` around ``mx.nd.Pooling`` and
-``mx.sym.Pooling`` for bfloat16; a float32 run without AMP is MXNet's own.
+Only global average pooling (``global_pool=True``, ``pool_type='avg'``) in
+a channels-first layout takes the route; max pooling keeps oneDNN's
+(``max``'s gradient goes to every tied maximum, pooling's to one).
+:func:`mxfp16.amp.lists.init_amp` puts :func:`global_average_as_mean` around
+``mx.nd.Pooling`` and ``mx.sym.Pooling`` for bfloat16.
 """
 from .wrappers import module_of, named_like
 
 __all__ = ["global_average_as_mean", "routed"]
-
-
-def _true(value):
-    return str(value).strip().lower() in ("true", "1")
 
 
 def routed(kwargs):
@@ -48,7 +29,8 @@ def routed(kwargs):
     Global (``global_pool`` true) average pooling in a channels-first
     layout (``layout`` unset, ``NCW``, ``NCHW`` or ``NCDHW``).
     """
-    return (_true(kwargs.get("global_pool", False)) and str(kwargs.get("pool_type", "max")) == "avg"
+    return (str(kwargs.get("global_pool", False)).strip().lower() in ("true", "1")
+            and str(kwargs.get("pool_type", "max")) == "avg"
             and kwargs.get("layout") in (None, "None", "NCW", "NCHW", "NCDHW"))
 
 

@@ -18,10 +18,8 @@ that do have bfloat16 kernels:
 Each is a subclass of its Gluon layer that changes only the computation: the
 same parameters with the same names, the same states and layouts, so weights
 saved from one load into the other. :func:`unfuse_rnn` switches the Gluon
-layers of an existing network in place. Whether it is faster than the fused
-float32 kernel depends on the size: each step runs a dozen operators, so the
-hidden size must be large enough (several hundred units) for the bfloat16
-products to outweigh that (docs/benchmarks.md says what was measured).
+layers of an existing network in place. Each step runs a dozen operators, so
+it pays only at large hidden sizes (docs/amp-table.md says what was measured).
 
 The unrolled graph is built for one sequence length: a layer called on
 arrays takes it from them (and builds its graph again when it changes); one

@@ -1,24 +1,20 @@
 """Which dtype every GluonCV classification model computes in under mxfp16's AMP lists, read from its graph.
 
-The "models" view of ``mxfp16 info --amp-table``. The models are those
-``gluoncv.model_zoo`` registers (:func:`classification_models`: its own
-list, less the modules that build detectors, segmenters and the like), so a
-model GluonCV adds later is covered. Each is built with AMP active, traced
-on a symbol the way ``hybridize()`` traces it (no weights, no arithmetic: it
-runs on any CPU), and MXNet's type and shape inference say what dtype each
-operator computes in and how much work the convolutions and dense layers
-do. A model whose graph does not type-check under AMP is a row that says
-why (``tests/test_amp_zoo.py`` fails on it).
-
-Both AMP targets go through this, each in its own process (AMP is
-process-global): :func:`generate` starts them.
+The "models" view of ``mxfp16 info --amp-table``: every model
+``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES` (so a model
+GluonCV adds later is covered), built with AMP active and traced on a symbol
+as ``hybridize()`` traces it (no weights, no arithmetic: any CPU). MXNet's
+type and shape inference say what dtype each operator computes in and how
+much work the convolutions and dense layers do. A model whose graph does not
+type-check is a row that says why (``tests/test_amp_zoo.py`` fails on it).
+Each AMP target is built in its own process (:func:`generate`).
 """
 import json
 
 import numpy as np
 
 from .._internals import gluoncv_model_modules
-from .table import operator_dtypes
+from .table import _amp_on, operator_dtypes
 from .wrappers import is_low_precision
 
 __all__ = ["TASK_MODULES", "BROKEN_IN_GLUONCV", "INPUT_SIZES", "CIFAR_SIZE", "classification_models", "families",
@@ -156,11 +152,6 @@ def model_dtypes(name):
     return row
 
 
-def _table(names=None):
-    """:func:`model_dtypes` of every classification model (or of ``names``), AMP active in this process."""
-    return [model_dtypes(name) for name in (names or classification_models())]
-
-
 def _share(part, whole):
     return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
 
@@ -207,7 +198,7 @@ def render(rows_by_target):
 
 
 def generate(targets=("bfloat16", "float16"), names=None):
-    """``{target: rows}``: :func:`_table` under each target, each in its own process, run side by side.
+    """``{target: rows}``: :func:`model_dtypes` of each model (default: all), one process per target, side by side.
 
     Raises
     ------
@@ -228,14 +219,7 @@ def generate(targets=("bfloat16", "float16"), names=None):
 
 
 def _rows_under(spec):
-    """In generate's child: :func:`_table` under ``spec``'s target, ``[target, names or None]``."""
-    import warnings
-
-    from .lists import init_amp
-
+    """In generate's child: the rows under ``spec``'s target, ``[target, names or None]``."""
     target, names = spec
-    warnings.simplefilter("ignore")
-    # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
-    # one without float16 or bfloat16 arithmetic included.
-    init_amp(target)
-    return _table(names)
+    _amp_on(target)
+    return [model_dtypes(name) for name in (names or classification_models())]

@@ -14,15 +14,13 @@ and backward-weights, brgemm), but leaves them off twice over:
   v2.4.4 never does. PyTorch (``init_amx`` in aten), llama.cpp and Halide ask
   themselves.
 
-So :func:`request_amx` (through :func:`enable_amx`), which ``import mxfp16`` runs before MXNet loads, makes
-the request the way v2.5 does (``arch_prctl``, syscall 158):
-``ARCH_GET_XCOMP_SUPP`` must show ``XFEATURE_XTILEDATA`` (bit 18),
-``ARCH_REQ_XCOMP_PERM`` asks for it, ``ARCH_GET_XCOMP_PERM`` confirms it; only
-then is ``DNNL_MAX_CPU_ISA`` set. The permission covers every thread of the
-process, earlier and later, and is inherited on fork but cleared on exec: a
-child process that runs MXNet asks again by importing mxfp16 first (the
-benchmark's children, ``mxfp16 launch``'s workers, spawned data workers and
-notebook kernels all do).
+So :func:`request_amx` (through :func:`enable_amx`), which ``import mxfp16``
+runs before MXNet loads, makes the request the way v2.5 does
+(``arch_prctl``) and sets ``DNNL_MAX_CPU_ISA`` only once it is granted. The
+permission covers every thread of the process, earlier and later, and is
+inherited on fork but cleared on exec: a child process that runs MXNet asks
+again by importing mxfp16 first (the benchmark's children, ``mxfp16
+launch``'s workers, spawned data workers and notebook kernels all do).
 
 The kernel refuses the request (``ENOSPC``) while any thread's alternate
 signal stack is too small for a signal frame that holds the tiles (about
@@ -164,10 +162,6 @@ _KEEP = []       # signal stacks installed by ArchPrctl.enlarge_signal_stack
 _status = None   # what enable_amx decided in this process
 
 
-def _off(value):
-    return value.strip().lower() in ("0", "off", "false", "no")
-
-
 def _has_bit(mask, bit=XFEATURE_XTILEDATA):
     return mask is not None and bool(mask >> bit & 1)
 
@@ -247,7 +241,7 @@ def request_amx(environ=None, flags=None, calls=None, machine=None, mxnet_loaded
         return finish("not-on-this-cpu", STATES["not-on-this-cpu"])
     if machine != "Linux x86_64":
         return finish("not-on-this-cpu", f"AMX is asked for on Linux x86-64 only, not on {machine}")
-    if _off(environ.get(SWITCH, "")):
+    if environ.get(SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         # No request is made, so an ISA that allows AMX (a parent's choice, or yours) must come down.
         return finish("off", lower_isa(f"{STATES['off']}; oneDNN runs its AVX-512 bfloat16 kernels"))
     refused = _request_tiles(calls or ArchPrctl())

@@ -7,18 +7,11 @@ imports nothing from MXNet, so it can run before MXNet loads.
 
 Checked before MXNet loads
 --------------------------
-MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` when it first
-needs them: ``MXNET_CPU_WORKER_NTHREADS=abc`` aborts the process on an
-engine thread (SIGABRT), ``MXNET_ENGINE_TYPE=Garbage`` fails every
-operator, a thread count of 0 hangs it, and ``OMP_NUM_THREADS=4096`` is
-obeyed: thousands of threads on two cores. :func:`check_environment` reads
-``OMP_NUM_THREADS`` and every variable of
-:data:`~mxfp16.machine._mxnet_variables.VARIABLES` (read from MXNet's own
-sources) as MXNet would, and returns one line per unusable value with its
-fix; thread counts above the cores this process may use are lowered to them,
-as ``--threads`` is. ``import mxfp16`` applies the lowered counts
-(:func:`prepare_environment`) and never raises; the commands print the
-problems and stop before anything runs, and
+MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` and fails on a
+value it cannot use, some by aborting the process (docs/getting-started.md,
+"Environment variables"). :func:`check_environment` reads them as MXNet
+would; ``import mxfp16`` applies the lowered thread counts
+(:func:`prepare_environment`) and never raises, and
 :func:`mxfp16.machine.stack.import_mxnet` refuses to load MXNet with them.
 
 Threads
@@ -268,20 +261,13 @@ def set_float16_environment():
     dict
         ``{name: (value, why, set_here)}`` for the log.
     """
-    report = {}
-    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
-        set_here = name not in os.environ
-        if set_here:
-            os.environ[name] = value
-        report[name] = (os.environ[name], why, set_here)
-    return report
+    set_here = {name for name in FLOAT16_ENVIRONMENT if name not in os.environ}
+    return {name: (os.environ.setdefault(name, value), why, name in set_here)
+            for name, (value, why) in FLOAT16_ENVIRONMENT.items()}
 
 
 def float16_environment(environ=None):
-    """What :func:`set_float16_environment` would leave in the environment, without changing it.
-
-    ``mxfp16 info`` shows it, so a user can see before a run which value each
-    variable will have and whether it is mxfp16's or their own.
+    """What :func:`set_float16_environment` would leave in the environment, without changing it (``mxfp16 info``).
 
     Parameters
     ----------
@@ -296,12 +282,8 @@ def float16_environment(environ=None):
         whether it is mxfp16's default or already set in the environment.
     """
     environ = os.environ if environ is None else environ
-    report = {}
-    for name, (value, why) in FLOAT16_ENVIRONMENT.items():
-        yours = name in environ
-        report[name] = {"value": environ[name] if yours else value, "source": "yours" if yours else "mxfp16",
-                        "default": value, "why": why}
-    return report
+    return {name: {"value": environ.get(name, value), "source": "yours" if name in environ else "mxfp16",
+                   "default": value, "why": why} for name, (value, why) in FLOAT16_ENVIRONMENT.items()}
 
 
 # ---- checking the environment before MXNet loads ------------------------------------------------

@@ -356,13 +356,6 @@ def probe_bfloat16_arithmetic(timeout=300):
     return False, f"a bfloat16 Dense failed in a child process: {error or f'it returned {out}, not 24.0'}"
 
 
-def _mxnet_features():
-    """Names of the features this MXNet build was compiled with."""
-    import mxnet as mx
-
-    return sorted(name for name, feat in mx.runtime.Features().items() if feat.enabled)
-
-
 def gpu_count():
     import mxnet as mx
 
@@ -443,6 +436,6 @@ def machine_summary():
         "amx": status().as_dict(),
         "gpus": _gpus(),
         "mxnet_version": mx.__version__,
-        "mxnet_features": _mxnet_features(),
+        "mxnet_features": sorted(name for name, feat in mx.runtime.Features().items() if feat.enabled),
         "python": platform.python_version(),
     }

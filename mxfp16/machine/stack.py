@@ -1,28 +1,14 @@
 """Prepare the numerical stack before anything imports MXNet.
 
-MXNet 1.9.1 is the final release. It predates numpy 1.24 and Python 3.12, and
-runs on both once a few names they removed exist again:
-
-* numpy 1.24 removed the aliases ``np.bool`` and ``np.int``; numpy 2.0
-  removed ``np.PZERO``, ``np.NaN``, ``np.alltrue``, ``np.compat`` and others
-  (numpy 2.0 release notes, "NumPy 2.0 Python API removals"); numpy 2.4
-  removed ``np.in1d`` and ``np.trapz`` (deprecated since 2.0 for ``np.isin``
-  and ``np.trapezoid``). MXNet uses some of them at import, others inside
-  operators.
-* Python 3.12 removed ``distutils`` (PEP 632); MXNet's numpy front end
-  imports ``distutils.version`` when it loads.
-
-:func:`prepare_stack` runs at ``import mxfp16``, before MXNet loads. It
-supplies each name MXNet uses that this numpy lacks, never replacing one that
-exists, and makes ``distutils`` importable from setuptools where Python has
-none. Which names MXNet uses is read from MXNet's own sources
-(:data:`MXNET_NUMPY_NAMES`); a name that a future numpy removes and mxfp16
-does not know how to supply fails the import here, naming it and the numpy
-that works, instead of an ``AttributeError`` deep inside MXNet.
-
-A library user who imports MXNet before mxfp16 on numpy 1.24 or newer gets
-numpy's own ``AttributeError`` from inside ``import mxnet``; the fix is one
-line before it: ``import mxfp16``.
+MXNet 1.9.1 predates numpy 1.24 and Python 3.12, and runs on both once a
+few names they removed exist again (docs/getting-started.md, "Pythons and
+numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
+MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`)
+that this numpy lacks, never replacing one that exists, and makes
+``distutils`` importable from setuptools where Python has none. A name that
+a future numpy removes and mxfp16 cannot supply fails the import here,
+naming it and the numpy that works, instead of an ``AttributeError`` deep
+inside MXNet.
 """
 import importlib
 import importlib.util
@@ -46,9 +32,6 @@ with open(os.path.join(os.path.dirname(__file__), "mxnet_numpy_names.json"), enc
 #: on 3.12 (where a user already holds it and adds MXNet with ``--no-deps``).
 TESTED_NUMPY = {(3, 8): "1.23.5", (3, 9): "1.23.5", (3, 10): "1.23.5", (3, 11): "1.23.5",
                 (3, 12): "1.26.4", (3, 13): "2.5.5"}
-
-#: Pythons the README's commands are tested on.
-TESTED_PYTHONS = sorted(TESTED_NUMPY)
 
 INSTALL_HINT = (
     "Install mxfp16 with one MXNet wheel and the constraints file:\n"
@@ -159,24 +142,10 @@ DISTUTILS = {"source": None}
 
 
 def _supply_numpy_names(numpy, names=MXNET_NUMPY_NAMES):
-    """Give ``numpy`` every name in ``names`` that it lacks and mxfp16 can supply; never replace one it has.
+    """Give ``numpy`` each dotted name (``'compat.basestring'``) it lacks that mxfp16 can supply: ``{name: what}``.
 
-    Parameters
-    ----------
-    numpy : module
-    names : iterable of str
-        Dotted names relative to ``numpy`` (``'compat.basestring'``).
-
-    Returns
-    -------
-    dict
-        ``{name: what it is now}`` for each name supplied by this call.
-
-    Raises
-    ------
-    ImportError
-        A name is still missing: this numpy is newer than any mxfp16 knows.
-        The message names the attributes and the numpy that works here.
+    Never replaces a name numpy has. A name still missing raises
+    ``ImportError`` (:func:`unknown_numpy_message`).
     """
     supplied = {}
     with warnings.catch_warnings():
@@ -216,19 +185,11 @@ def unknown_numpy_message(version, missing, python=None):
 
 
 def _ensure_distutils():
-    """Make ``import distutils`` work where Python 3.12+ removed it, from setuptools' copy.
+    """Make ``import distutils`` work where Python 3.12+ removed it, from setuptools' copy; say where it comes from.
 
-    Returns
-    -------
-    str
-        Where ``distutils`` comes from: ``'stdlib'``, ``'setuptools'``
-        (setuptools' own import hook found it) or ``'setuptools._distutils
-        (supplied by mxfp16)'``.
-
-    Raises
-    ------
-    ImportError
-        Neither the standard library nor setuptools has it.
+    ``'stdlib'``, ``'setuptools'`` (setuptools' own import hook) or
+    ``'setuptools._distutils (supplied by mxfp16)'``; ``ImportError`` where
+    neither has it.
     """
     if "distutils" in sys.modules:
         return "setuptools" if "setuptools" in (getattr(sys.modules["distutils"], "__file__", "") or "") else "stdlib"

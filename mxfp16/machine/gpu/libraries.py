@@ -150,24 +150,13 @@ def _wanted(needed):
     return [lib for lib in LIBRARIES if lib.soname in names]
 
 
-def _nvidia_roots(paths=None):
-    """Existing ``<entry>/nvidia`` folders, in ``sys.path`` order."""
-    seen, roots = set(), []
-    for entry in (sys.path if paths is None else paths):
-        root = os.path.join(entry or os.getcwd(), "nvidia")
-        key = os.path.realpath(root)
-        if key not in seen and os.path.isdir(root):
-            seen.add(key)
-            roots.append(root)
-    return roots
-
-
 def _find(soname, paths=None):
     """The first ``<entry>/nvidia/*/lib/<soname>`` for the entries of ``paths`` (default ``sys.path``), or None."""
-    for root in _nvidia_roots(paths):
+    for entry in (sys.path if paths is None else paths):
+        root = os.path.join(entry or os.getcwd(), "nvidia")
         try:
             subfolders = sorted(os.listdir(root))
-        except OSError:
+        except OSError:  # no such folder, or not one
             continue
         for sub in subfolders:
             candidate = os.path.join(root, sub, "lib", soname)
@@ -253,11 +242,6 @@ def loaded_path(soname):
     return None
 
 
-def _missing_soname(message):
-    match = re.search(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", message)
-    return match.group(1) if match else None
-
-
 def _table(statuses):
     width = max((len(s.library.soname) for s in statuses), default=0)
     lines = []
@@ -288,7 +272,8 @@ def explain_load_error(error, statuses=None):
     """
     message = str(error)
     statuses = status() if statuses is None else statuses
-    soname = _missing_soname(message)
+    missing = re.search(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", message)
+    soname = missing.group(1) if missing else None
     lines = [f"MXNet's native library could not be loaded: {message}"]
     lib = _BY_SONAME.get(soname)
     if lib is not None:
