@@ -173,13 +173,6 @@ def _verify(path, sha256, limits):
     return digest, (None if problem is None else ("damaged", f"is {problem}"))
 
 
-def _check_timeout(timeout):
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-            or timeout <= 0:
-        raise DataError(f"--timeout {timeout}: need a positive number of seconds without data before giving up, "
-                        "e.g. 60 (the default).")
-
-
 def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
     """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
 
@@ -213,7 +206,10 @@ def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
     """
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
-    _check_timeout(timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise DataError(f"--timeout {timeout}: need a positive number of seconds without data before giving up, "
+                        "e.g. 60 (the default).")
     limits = ExtractLimits() if limits is None else limits
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -296,7 +292,8 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     spec = DATASETS["caltech101"]
     limits = ExtractLimits() if limits is None else limits
     final = caltech101_paths(Path(root)).fetched
-    output = Output(final, "fetching Caltech-101", flag="--root", reuse=lambda folder: _complete(folder, spec),
+    output = Output(final, "fetching Caltech-101", flag="--root",
+                    reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),
                     refusal="it is not a complete fetch (no manifest.json). Delete it and run again")
     try:
         with output:
@@ -307,11 +304,6 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     except (OutputFolderError, PathBusyError) as err:
         raise DataError(str(err)) from None
     return final
-
-
-def _complete(folder, spec):
-    """Whether ``folder`` holds a finished fetch: its manifest and the image folder."""
-    return (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir()
 
 
 def _fetch(output, root, spec, request):

@@ -102,10 +102,6 @@ def caltech101_commands(root="data"):
             f"mxfp16 train --pipeline recordio --data-dir {_q(p.pack)}"]
 
 
-def _has_class_folders(folder):
-    return any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
-
-
 def split_problem(folder, then="train on {split} (--data-dir {split})"):
     """Why ``folder`` cannot feed the folder pipeline, with the command that fixes it; ``None`` if it can.
 
@@ -147,7 +143,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
     if folder.name in ("train", "test") and (folder.parent / "train").is_dir():
         return (f"{folder} is one half of the split {folder.parent}: {then.format(split=folder.parent)} "
                 "instead.")
-    if folder.is_dir() and _has_class_folders(folder):
+    if folder.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir()):
         out = folder.with_name(folder.name + "-split")
         return (f"{folder} has class folders but no train/ folder: it is not split into train/ and test/ yet. "
                 f"Split it with `mxfp16 data split --src {folder} --out {out} --test-fraction 0.2 --seed 0` "

@@ -37,11 +37,11 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, read_json, write_json
+from ..plumbing.fileio import write_json
 from ..plumbing.output import Contents, Output, OutputFolderError, PathBusyError, failed_write, shown
-from .layout import split_problem
+from .layout import read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
-from .records import damaged_records, record_checksum
+from .records import damaged_records, read_index, record_checksum
 from .validate import DataError, scan_classes
 
 __all__ = ["pack_recordio", "escape_name", "unescape_name", "CONTENTS"]
@@ -100,10 +100,6 @@ def _encode_image(path, resize=0, quality=95):
     return buf.tobytes() if ok else None
 
 
-def _encode_job(args):
-    return _encode_image(*args)
-
-
 def _write_split(output, items, classes, root, split, resize, quality, workers):
     """Write one split's ``.rec``, ``.idx`` and ``.lst`` as staged files of ``output``, checked record by record.
 
@@ -117,10 +113,10 @@ def _write_split(output, items, classes, root, split, resize, quality, workers):
     tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}
     index = {name: i for i, name in enumerate(classes)}
     skipped, written, per_class = [], 0, {}
-    jobs = [(path, resize, quality) for path, _ in items]
+    jobs = ([path for path, _ in items], [resize] * len(items), [quality] * len(items))
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
-        encoded = pool.map(_encode_job, jobs, chunksize=16) if pool else map(_encode_job, jobs)
+        encoded = pool.map(_encode_image, *jobs, chunksize=16) if pool else map(_encode_image, *jobs)
         record = mx.recordio.MXIndexedRecordIO(str(tmp[idx_name]), str(tmp[rec_name]), "w")
         with open(tmp[lst_name], "w", encoding="utf-8") as lst:
             for (path, name), jpeg in zip(items, encoded):
@@ -139,31 +135,17 @@ def _write_split(output, items, classes, root, split, resize, quality, workers):
                 per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
-        damaged, indexed = damaged_records(tmp[rec_name], tmp[idx_name], checksums=True), _indexed(tmp[idx_name])
-        if damaged or indexed != written:
+        entries = read_index(tmp[idx_name])
+        damaged = damaged_records(tmp[rec_name], tmp[idx_name], entries=entries, checksums=True)
+        if damaged or len(entries) != written:
             what = "; ".join(f"record {key}: {why}" for key, _, why in damaged[:3]) or (
-                f"{indexed} records indexed, {written} written")
+                f"{len(entries)} records indexed, {written} written")
             raise DataError(f"the {split} records just written for {shown(output.path)}{rec_name} do not check out "
                             f"({what}); nothing was replaced. Is the disk full or failing? Pack again")
     finally:
         if pool:
             pool.shutdown()
     return written, skipped, per_class, tmp
-
-
-def _indexed(idx):
-    """How many records an ``.idx`` file lists."""
-    with open(idx, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
-def _manifest_hints(src):
-    """The training hints of the source's manifest (``min_crop_area``, ``augment``) that it sets."""
-    try:
-        manifest = read_json(Path(src) / "manifest.json")
-    except JSONFileError:
-        return {}
-    return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
 
 
 def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False):
@@ -233,7 +215,8 @@ def _pack(output, src, resize, quality, workers):
             per_class[name][column] = count
     meta = {"classes": train.classes, "counts": counts, "per_class": per_class, "source": str(src), "resize": resize,
             "quality": quality, "skipped": [list(s) for s in skipped], "record_checksum": RECORD_CHECKSUM}
-    meta.update(_manifest_hints(src))
+    hints = read_manifest(src) or {}  # the training hints of the source's manifest that it sets
+    meta.update({k: hints[k] for k in ("min_crop_area", "augment") if hints.get(k) is not None})
     staged[_MARKER] = output.stage(_MARKER)
     write_json(staged[_MARKER], meta)
     output.publish_files(staged, last=_MARKER)

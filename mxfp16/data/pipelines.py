@@ -13,7 +13,6 @@ and when to pick which are ``docs/training.md`` ("Which augmentation").
 ``min_crop_area=None`` takes the data set's own (``manifest.json``, or
 ``PREFIX_classes.json``, copied there by ``data pack``), else 0.08.
 """
-import contextlib
 import hashlib
 import logging
 import math
@@ -29,7 +28,7 @@ from mxnet import gluon
 from ..plumbing.fileio import JSONFileError, read_json
 from ..plumbing.output import shown
 from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
-from .layout import PIPELINES, pack_problem, split_problem
+from .layout import MANIFEST, PIPELINES, pack_problem, read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
@@ -40,12 +39,6 @@ LOG = logging.getLogger("mxfp16.data")
 
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
-def _read_manifest(path):
-    """A data set's manifest as a dict (``{}`` when there is none or it cannot be read: it only holds hints)."""
-    try:
-        return read_json(path)
-    except JSONFileError:
-        return {}
 
 
 def read_image(path):
@@ -102,17 +95,6 @@ def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
     return mx.nd.image.normalize(mx.nd.image.to_tensor(batch_hwc), mean=mean, std=std)
 
 
-@contextlib.contextmanager
-def _python_random_seeded(key):
-    """Seed Python's ``random`` (which ``mx.image.random_size_crop`` draws from) for one image, then restore it."""
-    state = random.getstate()
-    random.seed(key)
-    try:
-        yield random
-    finally:
-        random.setstate(state)
-
-
 class _FolderImages(gluon.data.Dataset):
     """One view of a folder split: decode with ImageFolderDataset, crop, flip; uint8 HWC out.
 
@@ -140,13 +122,17 @@ class _FolderImages(gluon.data.Dataset):
                             "normally skips such files.") from None
         if self._epoch is None:
             return center_view(img, self._size), label
-        augment = self._augment
-        with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
+        augment, state = self._augment, random.getstate()
+        # Python's random is what mx.image.random_size_crop draws from: seeded per image, then restored.
+        random.seed(f"{self._seed}/{self._epoch}/{idx}")
+        try:
             if augment.crop:
                 img = mx.image.random_size_crop(img, (self._size, self._size), augment.area, augment.ratio)[0]
             else:
                 img = center_view(img, self._size)
-            flip = augment.flip and rng.random() < 0.5
+            flip = augment.flip and random.random() < 0.5
+        finally:
+            random.setstate(state)
         if flip:
             img = mx.nd.flip(img, axis=1)
         return img, label
@@ -243,8 +229,8 @@ class _FolderLoaders(Loaders):
         problem = split_problem(root)  # the raw download, a pack prefix, ...: name the command that fixes it
         if problem:
             raise DataError(problem)
-        manifest = _read_manifest(root / "manifest.json")
-        self.min_crop_area = _crop_area(min_crop_area, manifest, root / "manifest.json")
+        manifest = read_manifest(root) or {}  # it only holds hints
+        self.min_crop_area = _crop_area(min_crop_area, manifest, root / MANIFEST)
         self.augment = augmentation(resolve_augment(augment, image_size, manifest), self.min_crop_area)
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")

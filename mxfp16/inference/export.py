@@ -99,17 +99,6 @@ class ExportRequest:
             raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
 
 
-@dataclass(frozen=True)
-class _Written:
-    """What the format wrote and how its check went: its part of ``export.json``."""
-
-    model_format: str
-    files: dict
-    section: dict
-    agreement: dict
-    seconds: dict
-
-
 def _run_config(run):
     try:
         config = RunOutputs(run).read_config()
@@ -315,16 +304,6 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
             lock.release()
 
 
-def _output(request, inputs):
-    """The export folder, locked and checked (:class:`~mxfp16.plumbing.output.Output`), as an :class:`ExportError`."""
-    output = Output(request.out, f"exporting {request.run}", overwrite=request.overwrite, inputs=inputs,
-                    contents=bundle.CONTENTS)
-    try:
-        return output.open()
-    except (OutputFolderError, PathBusyError) as err:
-        raise ExportError(str(err)) from None
-
-
 def _export(request, writer, log, started):
     """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
     run, checkpoint = request.run, request.checkpoint
@@ -333,8 +312,13 @@ def _export(request, writer, log, started):
     dataset = request.data or config["source"]
     # The writing rule: nothing written, and nothing --overwrite removes, may be an input; the folder is
     # locked before anything decides whether it exists, and refused then, before minutes of work.
-    with _output(request, [("the run folder", run), ("the checkpoint", params_path),
-                           ("the data set", dataset)]) as output:
+    inputs = [("the run folder", run), ("the checkpoint", params_path), ("the data set", dataset)]
+    try:
+        opened = Output(request.out, f"exporting {run}", overwrite=request.overwrite, inputs=inputs,
+                        contents=bundle.CONTENTS).open()
+    except (OutputFolderError, PathBusyError) as err:
+        raise ExportError(str(err)) from None
+    with opened as output:
         return _export_into(output, request, writer, log, started, (config, params_path, source, dataset))
 
 
@@ -370,9 +354,8 @@ def _export_into(output, request, writer, log, started, read):
     agreement = writer.check(staged, files, section, formats.CheckInputs(
         reference=reference, net=net, precision=wanted, image_size=size, classes=list(config["classes"]),
         loaders=loaders, data=dataset, device=contexts[0], margin=request.margin, log=log))
-    record = _Written(model_format=writer.NAME, files=files, section=section,
-                      agreement={"data": str(dataset), **agreement},
-                      seconds=writer.seconds(written - started, time.perf_counter() - written))
+    record = dict(model_format=writer.NAME, files=files, section=section, agreement={"data": str(dataset), **agreement},
+                  seconds=writer.seconds(written - started, time.perf_counter() - written))
     info = _info(config, _source(run, source, params_path, params_copy, config), model, record)
     return _publish(copies, staged, output, info, log)
 
@@ -432,13 +415,13 @@ def _info(config, source, model, written):
                        "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
         "conversion": model.notes,
         "source": source,
-        "agreement": written.agreement,
-        "files": written.files,
+        "agreement": written["agreement"],
+        "files": written["files"],
         "mxnet_version": mx.__version__,
         "mxfp16_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model_format": written.model_format,
-        written.model_format: written.section,
-        "seconds": written.seconds,
-        "load_with": written.section["load_with"],
+        "model_format": written["model_format"],
+        written["model_format"]: written["section"],
+        "seconds": written["seconds"],
+        "load_with": written["section"]["load_with"],
     }

@@ -315,15 +315,12 @@ def write(folder, model, options):
 
     check_request(model.precision.name, options.dtypes)  # a direct call gets the refusals export_run gives
     wanted = ["float32"] + [d for d in DTYPES if d in options.dtypes and d != "float32"]
-    start = time.perf_counter()
-    models = {"float32": to_onnx(model.symbol, model.params, options.input_shape)}
-    seconds = {"float32": time.perf_counter() - start}
-    if "float16" in wanted:
-        start = time.perf_counter()
-        models["float16"] = to_float16(models["float32"])
-        seconds["float16"] = time.perf_counter() - start
-    files = {}
+    models, seconds, files = {}, {}, {}
     for dtype in wanted:
+        start = time.perf_counter()
+        models[dtype] = (to_onnx(model.symbol, model.params, options.input_shape) if dtype == "float32"
+                         else to_float16(models["float32"]))
+        seconds[dtype] = time.perf_counter() - start
         path = folder / FILES[dtype]
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:
