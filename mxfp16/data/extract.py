@@ -1,25 +1,11 @@
 """Extract zip and tar archives without trusting them.
 
-``safe_extract`` refuses an archive, before writing anything, when one of its
-members
-
-* is an absolute path, climbs out with ``..``, or is a link, a device, a FIFO
-  or a sparse file (only regular files and folders are extracted);
-* would bring the extracted total past ``max_bytes`` (from the sizes the
-  headers declare, each member counted :data:`ENTRY_OVERHEAD` bytes more for
-  the file system's inode and block: 200,000 empty files are not free);
-* would bring the number of members past ``max_members``;
-* expands more than ``max_ratio`` times (a zip member's header gives both
-  sizes; a compressed tar's members share one stream, so their ratio is
-  measured while the headers are read: the compressed bytes consumed between
-  one header and the next).
-
-Headers can lie, so the same limits are enforced again while the bytes are
-written: every block is counted before it is written, and a member that
-holds more than its header declared, passes the total or expands past the
-ratio stops the extraction. Whatever a failed call wrote is removed again,
-and each member is written under a temporary name and renamed when complete,
-so a killed extraction never leaves a truncated file under a real name.
+``safe_extract`` refuses, before writing anything, an archive with a member
+that is not a regular file or folder, leaves the target folder, or passes
+``max_bytes``, ``max_members`` or ``max_ratio`` by its headers; the limits
+and their defaults are ``docs/data.md`` ("Extraction limits"). Headers can
+lie, so the same limits are enforced again while the bytes are written, and
+whatever a failed call wrote is removed again.
 
 Errors are :class:`~mxfp16.data.validate.DataError`; a damaged archive
 (bad CRC, truncated stream, a header that is not a header) raises the

@@ -1,24 +1,4 @@
-"""Download and unpack Caltech-101 safely.
-
-``fetch_caltech101`` downloads the official archive to
-``<root>/downloads/<name>.part`` (resuming a partial file with an HTTP Range
-request), checks it -- its SHA-256 when one is given, otherwise that it is a
-readable zip or tar archive -- renames it to ``<root>/downloads/<name>``,
-extracts it into a temporary folder with :func:`~mxfp16.data.extract.safe_extract`
-(refusing unsafe member paths, links and special files, and capping the
-extracted size and each member's compression ratio) and renames the result
-to ``<root>/caltech101``. Until that last rename nothing looks like a complete
-data set: an interrupted fetch leaves only the ``.part`` file (resumed next
-time) or a hidden staging folder (deleted). ``<root>/caltech101`` is an
-output like any other (:class:`mxfp16.plumbing.output.Output`), locked from
-before the download to the rename: a second fetch into the same root
-meanwhile is refused at once, naming the first, and never appends to its
-``.part`` file.
-
-A file that fails a check is never used again silently: it is renamed with a
-suffix saying why (``.sha256-mismatch``, ``.damaged``, ``.too-large``) and
-the user is told. A resumed download that fails is retried once from the
-start: the leftover ``.part`` may have belonged to another file.
+"""Download and unpack Caltech-101 safely: the steps, and what each problem does, are ``docs/data.md`` ("Fetch").
 
 The expected checksum of the official archive is NOT known to mxfp16 (no
 machine it was built on could download it). Without ``sha256`` the download
@@ -174,35 +154,11 @@ def _verify(path, sha256, limits):
 
 
 def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
-    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
+    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename; return ``(dest, sha256)``.
 
-    Parameters
-    ----------
-    url : str
-        http(s) URL, ``file://`` URL or local path.
-    dest : str or Path
-    sha256 : str, optional
-        Expected hex digest. Without one the file must be a readable zip or
-        tar archive.
-    progress : bool
-        Show a tqdm progress bar.
-    timeout : float
-        Seconds without data before giving up (the ``.part`` is kept); > 0.
-    limits : ExtractLimits, optional
-        Bound how far the archive check reads (default 2 GiB).
-
-    Returns
-    -------
-    (Path, str)
-        ``dest`` and its SHA-256.
-
-    Raises
-    ------
-    DataError
-        A bad ``sha256`` or ``timeout``, a failed download, or a download that
-        fails its check: it is then renamed to ``dest.sha256-mismatch`` or
-        ``dest.damaged`` (so a retry starts afresh). A resumed download that
-        fails is first retried once from the start.
+    A download that fails its check is renamed to ``dest.sha256-mismatch``
+    or ``dest.damaged`` (so a retry starts afresh); a resumed one is first
+    retried once from the start.
     """
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")

@@ -1,22 +1,13 @@
 """Where the documented Caltech-101 sequence puts each stage, and what to do with a folder that is not a split.
 
-The one sequence the README, ``docs/data.md``, notebook 4, the help texts and
-the error messages all name (``root`` is ``data`` unless ``fetch --root``
-says otherwise)::
-
-    mxfp16 data fetch caltech101                    # -> <root>/caltech101/101_ObjectCategories
-    mxfp16 data split --src <root>/caltech101/101_ObjectCategories \\
-                      --out <root>/caltech101-30 --train-per-class 30 --seed 0
-    mxfp16 train --data-dir <root>/caltech101-30                           # folder pipeline
-    mxfp16 data pack --src <root>/caltech101-30 --out <root>/caltech101-rec/caltech101   # optional
-    mxfp16 train --pipeline recordio --data-dir <root>/caltech101-rec/caltech101
-
-The folder names live here and nowhere else in the code: ``fetch`` prints
+The sequence is the code block of ``docs/data.md`` ("Caltech-101"), and
+:func:`caltech101_commands` gives it with the folders under any root. The
+folder names live here and nowhere else in the code: ``fetch`` prints
 :func:`caltech101_commands` as its next steps, and the loaders ask
 :func:`split_problem` / :func:`pack_problem` for an error that names the
 command which turns what they were given into what they need.
-``tests/test_caltech_path.py`` runs the documented block and checks that
-every mention of these folders agrees with :func:`caltech101_paths`.
+``tests/test_caltech_path.py`` checks that every mention of these folders
+agrees with :func:`caltech101_paths`.
 """
 import shlex
 from collections import namedtuple

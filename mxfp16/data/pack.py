@@ -1,31 +1,10 @@
 """Pack a folder split into RecordIO for ``mx.io.ImageRecordIter``.
 
-``pack_recordio(src, prefix)`` reads ``src/train/<class>/`` and
-``src/test/<class>/`` and writes, for each split, ``PREFIX_<split>.rec``
-(the JPEG records), ``PREFIX_<split>.idx`` (record offsets) and
-``PREFIX_<split>.lst`` (``index<TAB>label<TAB>relative path``, im2rec's
-format, with the path escaped by :func:`escape_name` so that any file name,
-one holding a tab, a newline or bytes that are not UTF-8, keeps its line),
-then ``PREFIX_classes.json`` (classes, counts per split and per class,
-skipped files, the settings, that every record carries a checksum
-(:func:`mxfp16.data.records.record_checksum`), and the source manifest's
-``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
-and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
-files are skipped by the same scan the folder pipeline uses.
-
-The pack is an output like any other (:class:`mxfp16.plumbing.output.Output`):
-its prefix is locked for the whole pack (``.PREFIX.lock`` beside the files)
-before anything decides whether a pack is there, so a second pack into it
-is refused at once, naming the first, and so is a pack over the one a
-running ``train`` reads (it holds the prefix shared). An existing pack is
-refused without ``overwrite``. Each file is written under a temporary name
-of its own (unique to the process, short enough for any prefix the file
-system allows) and checked record by record against its index
-(:func:`mxfp16.data.records.damaged_records`); only when both splits are
-written are they renamed into place, ``PREFIX_classes.json`` last (the old
-one removed first), and the loader refuses a pack without it, so an
-interrupted pack never looks complete and the files there are always one
-pack's, whole.
+What a pack holds, and how it is written so that an interrupted or
+concurrent pack never looks complete, is ``docs/data.md`` ("Pack
+(RecordIO)"). Every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`) and is checked against its
+index before the files are renamed into place, ``PREFIX_classes.json`` last.
 """
 import logging
 import os
@@ -78,11 +57,10 @@ def unescape_name(text):
 
 
 def _encode_image(path, resize=0, quality=95):
-    """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
+    """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size), or ``None``.
 
     The file is read by Python and decoded from memory, so any bytes in its
     name work (OpenCV's ``imread`` takes the name as UTF-8 text).
-    Returns ``None`` when the file cannot be read or OpenCV cannot decode it.
     """
     try:
         with open(path, "rb") as handle:
@@ -103,11 +81,8 @@ def _encode_image(path, resize=0, quality=95):
 def _write_split(output, items, classes, root, split, resize, quality, workers):
     """Write one split's ``.rec``, ``.idx`` and ``.lst`` as staged files of ``output``, checked record by record.
 
-    Returns
-    -------
-    (int, list, dict, dict)
-        The records written, the files skipped, the count per class, and
-        ``{end of the name: staged file}`` for :meth:`~mxfp16.plumbing.output.Output.publish_files`.
+    Returns the records written, the files skipped, the count per class and
+    ``{end of the name: staged file}``.
     """
     rec_name, idx_name, lst_name = f"_{split}.rec", f"_{split}.idx", f"_{split}.lst"
     tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}

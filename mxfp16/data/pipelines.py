@@ -1,17 +1,12 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
 Both pipelines yield float32 NCHW batches normalised with the ImageNet mean
-and standard deviation (once per batch in ``folder``) and float32 labels of
-shape ``(N,)``; ``recordio`` reads the files ``mxfp16 data pack`` writes
-(``PREFIX_train.rec/.idx``, ``PREFIX_test.rec/.idx``,
-``PREFIX_classes.json``). How each reads, augments, orders, resumes and
-shards is the table of ``docs/data.md`` ("The pipelines"). Every shard has
-as many training images, so every worker runs as many steps: one more step
-on one worker would deadlock a synchronous kvstore. The training
-augmentations (:data:`~mxfp16.data.augment.AUGMENTATIONS`, or ``auto``)
-and when to pick which are ``docs/training.md`` ("Which augmentation").
-``min_crop_area=None`` takes the data set's own (``manifest.json``, or
-``PREFIX_classes.json``, copied there by ``data pack``), else 0.08.
+and standard deviation and float32 labels of shape ``(N,)``. How each
+reads, augments, orders, resumes and shards is the table of
+``docs/data.md`` ("The pipelines"). Every shard has as many training
+images, so every worker runs as many steps: one more step on one worker
+would deadlock a synchronous kvstore. The training augmentations and when
+to pick which are ``docs/training.md`` ("Which augmentation").
 """
 import hashlib
 import logging
@@ -96,12 +91,7 @@ def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
 
 
 class _FolderImages(gluon.data.Dataset):
-    """One view of a folder split: decode with ImageFolderDataset, crop, flip; uint8 HWC out.
-
-    ``epoch`` is ``None`` for the evaluation transform. Decode errors are
-    re-raised as :class:`DataError` naming the file (with workers, in the
-    main process).
-    """
+    """One view of a folder split (``epoch`` ``None``: the evaluation transform): decode, crop, flip; uint8 HWC."""
 
     def __init__(self, base, image_size, seed=0, epoch=None, augment=None):
         self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
@@ -310,10 +300,8 @@ def classes_file(prefix):
 def _check_record_files(prefix, split, count, checksums):
     """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
 
-    Every record's frame is checked (:func:`mxfp16.data.records.damaged_records`):
-    MXNet's C++ reader aborts the process on a damaged one. With
-    ``checksums``, every record's checksum too: changed bytes inside an
-    image or a label would otherwise train without a word.
+    MXNet's C++ reader aborts the process on a damaged record; ``checksums``
+    also catches changed bytes inside an image or a label.
     """
     rec, idx = record_files(prefix, split)
     fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
@@ -335,11 +323,7 @@ def _check_record_files(prefix, split, count, checksums):
 
 
 def _record_checksums(meta, meta_path):
-    """Whether the pack's records carry checksums (``PREFIX_classes.json``'s ``record_checksum``).
-
-    A pack of an older mxfp16 has none: it is used, with a warning that
-    damage inside its records cannot be seen.
-    """
+    """Whether the pack's records carry checksums (an older mxfp16's pack has none: used, with a warning)."""
     kind = meta.get("record_checksum")
     if kind == RECORD_CHECKSUM:
         return True

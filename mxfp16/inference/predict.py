@@ -1,17 +1,11 @@
 """``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
 Images go through the evaluation view of training, computed in numpy by
-:mod:`mxfp16.inference.preprocess` to the bit as the test loader computes
-it, so an ONNX export predicts with onnxruntime alone and never loads
-MXNet. Every file is checked before it is decoded
-(:func:`mxfp16.data.scan_image`); one that fails that check or the decoder
-is reported with its reason and skipped, never fatal. The model is the
-format's reader (:mod:`mxfp16.inference.formats`).
-
-Names in the outputs stay one line each and give their bytes back
-(:func:`escape_text`, :func:`unescape_text`); a CSV cell a spreadsheet
-would run as a formula is quoted (:func:`csv_cell`). ``docs/inference.md``
-("Predicting") gives the escapes and why.
+:mod:`mxfp16.inference.preprocess`, so an ONNX export predicts with
+onnxruntime alone and never loads MXNet. A file that fails the scan
+(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped,
+never fatal. Names in the outputs stay one line each and give their bytes
+back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
 """
 import csv
 import errno

@@ -1,31 +1,14 @@
 """The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
 
-Writing needs MXNet, onnx and onnxruntime. The float32 graph
-(:func:`mxfp16.inference.convert.deployable` in float32) is checked
-operator by operator against the converters of MXNet 1.9.1's exporter
-(``mxnet.onnx``, "mx2onnx") before anything is converted: an operator
-without one is refused with its layer's name. AMP's ``amp_cast`` nodes and
-numpy-mode (``mx.np``) operators have none, so the float32 graph is what is
-exported and float16 is made from it by onnxruntime's own converter, with
-float32 inputs and outputs (:func:`to_float16`). What else the exporter
-needs (opset 13, declared; the whole model checked afterwards; weights as
-raw-byte initializers only; onnx below 1.19, :func:`check_exporter`) is
-``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs"); the
-exporter's private graph builder, and both changes to it, are
-``mxfp16._internals.mx2onnx_graph``'s.
-
-The agreement check (:func:`check`) runs every file written in onnxruntime
-beside the float32 MXNet network: the top-1 margin of an MXNet export, and
-every score within the file's dtype tolerance
-(:func:`mxfp16.inference.agreement.check_scores`).
-
-Reading needs only onnxruntime and numpy (and protobuf, which onnxruntime
-brings): :func:`load` checks the file's bytes against ``export.json`` and
-as a protocol buffer (:func:`mxfp16.plumbing.onnx_file.check_model_bytes`)
-before onnxruntime sees them, then runs one blank image, which must give
-one score per class of ``export.json``. Whatever onnxruntime refuses,
-loading or running, becomes an :class:`ExportError` naming the file.
-``docs/inference.md`` ("Predicting") says why each check.
+Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked
+operator by operator against MXNet 1.9.1's exporter (``mxnet.onnx``) before
+anything is converted, and float16 is made from it by onnxruntime's own
+converter (AMP's ``amp_cast`` nodes have no ONNX converter). What the
+exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter
+needs"); its private graph builder, and both changes to it, are
+``mxfp16._internals.mx2onnx_graph``'s. Reading needs only onnxruntime and
+numpy: :func:`load` checks the file before onnxruntime sees it and runs one
+blank image; ``docs/inference.md`` ("Predicting") says why each check.
 """
 import time
 
