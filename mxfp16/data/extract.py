@@ -91,12 +91,8 @@ def parse_size(text):
 
 def _format_size(count):
     """``'1.0 GiB (1073741824 bytes)'``: readable, and exact for comparing with a flag."""
-    value, unit = float(count), "bytes"
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({count} bytes)"
+    power = min(4, (max(count, 1).bit_length() - 1) // 10)  # 1024 ** power <= count, up to TiB
+    return f"{count / 1024 ** power:.1f} {' KMGT'[power]}iB ({count} bytes)" if power else f"{count} bytes"
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def _verify(path, sha256, limits):
     return digest, (None if problem is None else ("damaged", f"is {problem}"))
 
 
-def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
+def _download(url, dest, sha256, progress, timeout, limits):
     """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename; return ``(dest, sha256)``.
 
     A download that fails its check is renamed to ``dest.sha256-mismatch``
@@ -166,8 +166,6 @@ def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
             or timeout <= 0:
         raise DataError(f"--timeout {timeout}: need a positive number of seconds without data before giving up, "
                         "e.g. 60 (the default).")
-    limits = ExtractLimits() if limits is None else limits
-    dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         digest, problem = _verify(dest, sha256, limits)

@@ -184,12 +184,6 @@ class Loaders:
             digest.update(os.fsencode(name) + b"\0" + str(size).encode() + b"\n")
         return {"files": len(entries), "sha256": digest.hexdigest(), "per_class": self._class_counts()}
 
-    def _fingerprint_entries(self):
-        raise NotImplementedError
-
-    def _class_counts(self):
-        raise NotImplementedError
-
     def _check_start(self, start_batch):
         if not 0 <= start_batch <= self.train_batches_per_epoch:
             raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
