@@ -96,12 +96,8 @@ def caltech101_commands(root="data"):
 def split_problem(folder, then="train on {split} (--data-dir {split})"):
     """Why ``folder`` cannot feed the folder pipeline, with the command that fixes it; ``None`` if it can.
 
-    It recognises what people point ``--data-dir`` at by mistake: the raw
-    ``data fetch`` output (``<root>/caltech101``), its class folders
-    (``101_ObjectCategories``), the ``train/`` half of a split, any other
-    unsplit folder of class folders, a RecordIO prefix, and the documented
-    split when it was never made. Anything else
-    (another missing folder, an empty one) is left to the scan, which names it.
+    It recognises what people point ``--data-dir`` at by mistake; anything
+    else (a missing folder, an empty one) is left to the scan, which names it.
 
     Parameters
     ----------
@@ -153,9 +149,8 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
 def pack_problem(prefix, flag="--data-dir"):
     """Why ``prefix`` is not a RecordIO pack prefix, when it is a folder instead; ``None`` otherwise.
 
-    A folder split (``train/``) or a raw download given to the recordio
-    pipeline gets the ``data pack`` command (and the split before it) with the
-    documented folders; a missing prefix is left to the caller's own message.
+    The message gives the ``data pack`` command (and the split before it);
+    a missing prefix is left to the caller's own message.
 
     Parameters
     ----------

@@ -279,17 +279,9 @@ def _sort_nodes(graph):
 
 
 def write(folder, model, options):
-    """Write ``model.onnx`` and the other dtypes' files; returns ``(files, section)``.
+    """Write ``model.onnx`` (always) and the other ``options.dtypes``' files of a float32 ``model``.
 
-    Parameters
-    ----------
-    folder : Path
-        The staging folder.
-    model : Deployable
-        In float32 (:func:`mxfp16.inference.convert.deployable`).
-    options : mxfp16.inference.formats.WriteOptions
-        ``dtypes`` from :data:`DTYPES` (float32 is always written) and
-        ``input_shape``, ``(3, H, W)``.
+    Returns ``(files, section)``, as :mod:`mxfp16.inference.formats` says.
     """
     import onnx
     import onnxruntime
@@ -325,17 +317,9 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
 
-    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, on
-    the check's device, and must keep the top-1 margin and its dtype's
-    score tolerance (:func:`mxfp16.inference.agreement.check_scores`).
-
-    Parameters
-    ----------
-    folder : Path
-        The staging folder :func:`write` wrote to.
-    files, section : dict
-        What :func:`write` returned.
-    inputs : mxfp16.inference.formats.CheckInputs
+    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and
+    must keep the top-1 margin and its dtype's score tolerance
+    (:func:`mxfp16.inference.agreement.check_scores`).
 
     Returns
     -------
@@ -483,11 +467,8 @@ def load(folder, info, ctx="auto", dtype=None, threads=None):
     Raises
     ------
     ExportError
-        No such dtype in this export, a changed or missing file, bytes that
-        are not an ONNX model or keep tensors in other files, a model
-        onnxruntime refuses, one that fails on a blank image or gives
-        another number of scores than there are classes, or onnxruntime
-        missing.
+        No such dtype, a changed or missing file, a model onnxruntime
+        refuses or that fails the checks, or onnxruntime missing.
     mxfp16.devices.DeviceError
         See :func:`execution_providers`.
     """
