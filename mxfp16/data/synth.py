@@ -74,10 +74,8 @@ def _draw_mask(shape, draw, rng, center, r):
         d = r * rng.uniform(0.35, 0.6)
         ox, oy = cx + d * math.cos(angle), cy + d * math.sin(angle)
         draw.ellipse((ox - r, oy - r, ox + r, oy + r), fill=0)
-    elif shape == "square":
-        draw.polygon(_polygon(angle, r, center, 4), fill=255)
-    elif shape == "triangle":
-        draw.polygon(_polygon(angle, r, center, 3), fill=255)
+    elif shape in ("square", "triangle"):
+        draw.polygon(_polygon(angle, r, center, 4 if shape == "square" else 3), fill=255)
     elif shape == "lshape":
         arm = r * rng.uniform(0.3, 0.4)
         corner = [(-r, -r), (r, -r), (r, -r + arm), (-r + arm, -r + arm), (-r + arm, r), (-r, r)]
