@@ -298,8 +298,7 @@ def _open_tar(path):
 def _scan_tar(archive, limits, already):
     """The tar's members, refused on paths, kinds, declared total or measured ratio before anything is written.
 
-    Members are read one header at a time, so a header declaring a huge size
-    stops the scan before its data is decompressed.
+    A header declaring a huge size stops the scan before its data is decompressed.
     """
     tf, raw = _open_tar(archive)
     members, total, previous = [], already, None

@@ -220,9 +220,7 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
         The official URL by default; a mirror, a local file or a ``file://``
         URL of ``caltech-101.zip`` or of ``101_ObjectCategories.tar.gz``.
     sha256 : str, optional
-        Expected SHA-256 of the downloaded file. None is built in (the
-        official checksum is unknown here): without it the download is
-        accepted with a warning and its checksum recorded.
+        Expected SHA-256 of the downloaded file (none is built in: see the module docstring).
     progress : bool
     timeout : float
     limits : ExtractLimits, optional

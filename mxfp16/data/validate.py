@@ -71,10 +71,7 @@ def scan_image(path, root=None):
 
     Reads only the header and, for JPEGs, the last few KB (a truncated JPEG
     has no end-of-image marker; OpenCV would decode it silently into a
-    half-grey picture). FIFOs, sockets and device nodes are never opened;
-    an image declaring more pixels than Pillow's decompression-bomb limit
-    (``PIL.Image.MAX_IMAGE_PIXELS``, about 89 million) is refused, as its
-    decoding would take gigabytes.
+    half-grey picture); ``docs/data.md`` ("Bad input") lists what is refused.
 
     Parameters
     ----------

@@ -41,14 +41,10 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
 def escape_text(text):
     r"""``text`` as one line of printable text from which :func:`unescape_text` gives it back.
 
-    Backslash escapes: ``\\`` for a backslash; ``\n``, ``\r``, ``\t``;
-    ``\xNN`` for another ASCII control character, or for a byte of a file
-    name that is not UTF-8 (Python holds those as lone surrogates,
-    ``surrogateescape``; only bytes 80-ff can be such, and only as
-    ``\xNN``); ``\uNNNN`` (``\UNNNNNNNN``) for any other character that
-    prints nothing or breaks a line (C1 controls, line and paragraph
-    separators, bidirectional overrides). Every other character, in any
-    script, stays as it is.
+    The backslash escapes are the table of ``docs/inference.md``
+    ("Predicting"); a byte of a file name that is not UTF-8 (a lone
+    surrogate, ``surrogateescape``) is ``\xNN``. Every other character, in
+    any script, stays as it is.
     """
     out = []
     for ch in os.fspath(text):
@@ -151,8 +147,7 @@ class Predictor:
     Raises
     ------
     ExportError
-        Not an export, changed files, a dtype the export lacks, or a float16
-        MXNet export on a CPU (MXNet has no float16 convolution there).
+        Not an export, changed files, a dtype the export lacks, or a float16 MXNet export on a CPU.
     """
 
     def __init__(self, folder, ctx="auto", dtype=None):
@@ -184,8 +179,7 @@ class Predictor:
         Raises
         ------
         ExportError
-            The model gave another number of scores than ``export.json`` lists classes (each format's
-            reader checks this when it loads; this is the same rule for any model handed in).
+            The model gave another number of scores than ``export.json`` lists classes.
         """
         scores = self.model(preprocess.to_batch(views, self._mean, self._std))
         if np.ndim(scores) != 2 or np.shape(scores) != (len(views), len(self.classes)):
