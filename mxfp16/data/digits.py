@@ -1,17 +1,10 @@
 """scikit-learn's handwritten digits as an image folder: real data with nothing to download.
 
 ``sklearn.datasets.load_digits`` ships inside scikit-learn: 1,797 scans of
-handwritten digits, 8x8 pixels with 17 grey levels, from the UCI "Optical
-Recognition of Handwritten Digits" set (Alpaydin and Kaynak, 1998). The
-sequence models read each image row by row (8 time steps of 8 pixels), which
-is the classic sequential-MNIST task at a size a CPU trains in seconds.
-
-:func:`digits_dataset` writes ``train/<digit>/*.png``, ``test/<digit>/*.png``
-and ``manifest.json`` (``augment: none``: a crop or a flip would change a
-digit's meaning), the layout every mxfp16 command reads. The split is
-stratified and fixed by ``seed``. The folder is an output like any other
-(:class:`mxfp16.plumbing.output.Output`): locked, staged beside its place
-and moved there in one step.
+8x8 pixels with 17 grey levels (UCI "Optical Recognition of Handwritten
+Digits"). :func:`digits_dataset` writes them in the layout every mxfp16
+command reads, split by ``seed``, with ``augment: none`` in its manifest: a
+crop or a flip would change a digit's meaning. ``docs/data.md`` says more.
 """
 from pathlib import Path
 

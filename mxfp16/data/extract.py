@@ -1,25 +1,11 @@
 """Extract zip and tar archives without trusting them.
 
-``safe_extract`` refuses an archive, before writing anything, when one of its
-members
-
-* is an absolute path, climbs out with ``..``, or is a link, a device, a FIFO
-  or a sparse file (only regular files and folders are extracted);
-* would bring the extracted total past ``max_bytes`` (from the sizes the
-  headers declare, each member counted :data:`ENTRY_OVERHEAD` bytes more for
-  the file system's inode and block: 200,000 empty files are not free);
-* would bring the number of members past ``max_members``;
-* expands more than ``max_ratio`` times (a zip member's header gives both
-  sizes; a compressed tar's members share one stream, so their ratio is
-  measured while the headers are read: the compressed bytes consumed between
-  one header and the next).
-
-Headers can lie, so the same limits are enforced again while the bytes are
-written: every block is counted before it is written, and a member that
-holds more than its header declared, passes the total or expands past the
-ratio stops the extraction. Whatever a failed call wrote is removed again,
-and each member is written under a temporary name and renamed when complete,
-so a killed extraction never leaves a truncated file under a real name.
+``safe_extract`` refuses, before writing anything, an archive with a member
+that is not a regular file or folder, leaves the target folder, or passes
+``max_bytes``, ``max_members`` or ``max_ratio`` by its headers; the limits
+and their defaults are ``docs/data.md`` ("Extraction limits"). Headers can
+lie, so the same limits are enforced again while the bytes are written, and
+whatever a failed call wrote is removed again.
 
 Errors are :class:`~mxfp16.data.validate.DataError`; a damaged archive
 (bad CRC, truncated stream, a header that is not a header) raises the
@@ -105,12 +91,8 @@ def parse_size(text):
 
 def _format_size(count):
     """``'1.0 GiB (1073741824 bytes)'``: readable, and exact for comparing with a flag."""
-    value, unit = float(count), "bytes"
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({count} bytes)"
+    power = min(4, (max(count, 1).bit_length() - 1) // 10)  # 1024 ** power <= count, up to TiB
+    return f"{count / 1024 ** power:.1f} {' KMGT'[power]}iB ({count} bytes)" if power else f"{count} bytes"
 
 
 @dataclass(frozen=True)
@@ -316,8 +298,7 @@ def _open_tar(path):
 def _scan_tar(archive, limits, already):
     """The tar's members, refused on paths, kinds, declared total or measured ratio before anything is written.
 
-    Members are read one header at a time, so a header declaring a huge size
-    stops the scan before its data is decompressed.
+    A header declaring a huge size stops the scan before its data is decompressed.
     """
     tf, raw = _open_tar(archive)
     members, total, previous = [], already, None

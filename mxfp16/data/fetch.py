@@ -1,24 +1,4 @@
-"""Download and unpack Caltech-101 safely.
-
-``fetch_caltech101`` downloads the official archive to
-``<root>/downloads/<name>.part`` (resuming a partial file with an HTTP Range
-request), checks it -- its SHA-256 when one is given, otherwise that it is a
-readable zip or tar archive -- renames it to ``<root>/downloads/<name>``,
-extracts it into a temporary folder with :func:`~mxfp16.data.extract.safe_extract`
-(refusing unsafe member paths, links and special files, and capping the
-extracted size and each member's compression ratio) and renames the result
-to ``<root>/caltech101``. Until that last rename nothing looks like a complete
-data set: an interrupted fetch leaves only the ``.part`` file (resumed next
-time) or a hidden staging folder (deleted). ``<root>/caltech101`` is an
-output like any other (:class:`mxfp16.plumbing.output.Output`), locked from
-before the download to the rename: a second fetch into the same root
-meanwhile is refused at once, naming the first, and never appends to its
-``.part`` file.
-
-A file that fails a check is never used again silently: it is renamed with a
-suffix saying why (``.sha256-mismatch``, ``.damaged``, ``.too-large``) and
-the user is told. A resumed download that fails is retried once from the
-start: the leftover ``.part`` may have belonged to another file.
+"""Download and unpack Caltech-101 safely: the steps, and what each problem does, are ``docs/data.md`` ("Fetch").
 
 The expected checksum of the official archive is NOT known to mxfp16 (no
 machine it was built on could download it). Without ``sha256`` the download
@@ -173,49 +153,19 @@ def _verify(path, sha256, limits):
     return digest, (None if problem is None else ("damaged", f"is {problem}"))
 
 
-def _check_timeout(timeout):
+def _download(url, dest, sha256, progress, timeout, limits):
+    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename; return ``(dest, sha256)``.
+
+    A download that fails its check is renamed to ``dest.sha256-mismatch``
+    or ``dest.damaged`` (so a retry starts afresh); a resumed one is first
+    retried once from the start.
+    """
+    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
             or timeout <= 0:
         raise DataError(f"--timeout {timeout}: need a positive number of seconds without data before giving up, "
                         "e.g. 60 (the default).")
-
-
-def _download(url, dest, sha256=None, progress=True, timeout=60, limits=None):
-    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename.
-
-    Parameters
-    ----------
-    url : str
-        http(s) URL, ``file://`` URL or local path.
-    dest : str or Path
-    sha256 : str, optional
-        Expected hex digest. Without one the file must be a readable zip or
-        tar archive.
-    progress : bool
-        Show a tqdm progress bar.
-    timeout : float
-        Seconds without data before giving up (the ``.part`` is kept); > 0.
-    limits : ExtractLimits, optional
-        Bound how far the archive check reads (default 2 GiB).
-
-    Returns
-    -------
-    (Path, str)
-        ``dest`` and its SHA-256.
-
-    Raises
-    ------
-    DataError
-        A bad ``sha256`` or ``timeout``, a failed download, or a download that
-        fails its check: it is then renamed to ``dest.sha256-mismatch`` or
-        ``dest.damaged`` (so a retry starts afresh). A resumed download that
-        fails is first retried once from the start.
-    """
-    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
-        raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
-    _check_timeout(timeout)
-    limits = ExtractLimits() if limits is None else limits
-    dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         digest, problem = _verify(dest, sha256, limits)
@@ -270,9 +220,7 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
         The official URL by default; a mirror, a local file or a ``file://``
         URL of ``caltech-101.zip`` or of ``101_ObjectCategories.tar.gz``.
     sha256 : str, optional
-        Expected SHA-256 of the downloaded file. None is built in (the
-        official checksum is unknown here): without it the download is
-        accepted with a warning and its checksum recorded.
+        Expected SHA-256 of the downloaded file (none is built in: see the module docstring).
     progress : bool
     timeout : float
     limits : ExtractLimits, optional
@@ -296,7 +244,8 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     spec = DATASETS["caltech101"]
     limits = ExtractLimits() if limits is None else limits
     final = caltech101_paths(Path(root)).fetched
-    output = Output(final, "fetching Caltech-101", flag="--root", reuse=lambda folder: _complete(folder, spec),
+    output = Output(final, "fetching Caltech-101", flag="--root",
+                    reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),
                     refusal="it is not a complete fetch (no manifest.json). Delete it and run again")
     try:
         with output:
@@ -307,11 +256,6 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     except (OutputFolderError, PathBusyError) as err:
         raise DataError(str(err)) from None
     return final
-
-
-def _complete(folder, spec):
-    """Whether ``folder`` holds a finished fetch: its manifest and the image folder."""
-    return (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir()
 
 
 def _fetch(output, root, spec, request):

@@ -1,22 +1,13 @@
 """Where the documented Caltech-101 sequence puts each stage, and what to do with a folder that is not a split.
 
-The one sequence the README, ``docs/data.md``, notebook 4, the help texts and
-the error messages all name (``root`` is ``data`` unless ``fetch --root``
-says otherwise)::
-
-    mxfp16 data fetch caltech101                    # -> <root>/caltech101/101_ObjectCategories
-    mxfp16 data split --src <root>/caltech101/101_ObjectCategories \\
-                      --out <root>/caltech101-30 --train-per-class 30 --seed 0
-    mxfp16 train --data-dir <root>/caltech101-30                           # folder pipeline
-    mxfp16 data pack --src <root>/caltech101-30 --out <root>/caltech101-rec/caltech101   # optional
-    mxfp16 train --pipeline recordio --data-dir <root>/caltech101-rec/caltech101
-
-The folder names live here and nowhere else in the code: ``fetch`` prints
+The sequence is the code block of ``docs/data.md`` ("Caltech-101"), and
+:func:`caltech101_commands` gives it with the folders under any root. The
+folder names live here and nowhere else in the code: ``fetch`` prints
 :func:`caltech101_commands` as its next steps, and the loaders ask
 :func:`split_problem` / :func:`pack_problem` for an error that names the
 command which turns what they were given into what they need.
-``tests/test_caltech_path.py`` runs the documented block and checks that
-every mention of these folders agrees with :func:`caltech101_paths`.
+``tests/test_caltech_path.py`` checks that every mention of these folders
+agrees with :func:`caltech101_paths`.
 """
 import shlex
 from collections import namedtuple
@@ -102,19 +93,11 @@ def caltech101_commands(root="data"):
             f"mxfp16 train --pipeline recordio --data-dir {_q(p.pack)}"]
 
 
-def _has_class_folders(folder):
-    return any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
-
-
 def split_problem(folder, then="train on {split} (--data-dir {split})"):
     """Why ``folder`` cannot feed the folder pipeline, with the command that fixes it; ``None`` if it can.
 
-    It recognises what people point ``--data-dir`` at by mistake: the raw
-    ``data fetch`` output (``<root>/caltech101``), its class folders
-    (``101_ObjectCategories``), the ``train/`` half of a split, any other
-    unsplit folder of class folders, a RecordIO prefix, and the documented
-    split when it was never made. Anything else
-    (another missing folder, an empty one) is left to the scan, which names it.
+    It recognises what people point ``--data-dir`` at by mistake; anything
+    else (a missing folder, an empty one) is left to the scan, which names it.
 
     Parameters
     ----------
@@ -147,7 +130,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
     if folder.name in ("train", "test") and (folder.parent / "train").is_dir():
         return (f"{folder} is one half of the split {folder.parent}: {then.format(split=folder.parent)} "
                 "instead.")
-    if folder.is_dir() and _has_class_folders(folder):
+    if folder.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir()):
         out = folder.with_name(folder.name + "-split")
         return (f"{folder} has class folders but no train/ folder: it is not split into train/ and test/ yet. "
                 f"Split it with `mxfp16 data split --src {folder} --out {out} --test-fraction 0.2 --seed 0` "
@@ -166,9 +149,8 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
 def pack_problem(prefix, flag="--data-dir"):
     """Why ``prefix`` is not a RecordIO pack prefix, when it is a folder instead; ``None`` otherwise.
 
-    A folder split (``train/``) or a raw download given to the recordio
-    pipeline gets the ``data pack`` command (and the split before it) with the
-    documented folders; a missing prefix is left to the caller's own message.
+    The message gives the ``data pack`` command (and the split before it);
+    a missing prefix is left to the caller's own message.
 
     Parameters
     ----------

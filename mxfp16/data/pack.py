@@ -1,31 +1,10 @@
 """Pack a folder split into RecordIO for ``mx.io.ImageRecordIter``.
 
-``pack_recordio(src, prefix)`` reads ``src/train/<class>/`` and
-``src/test/<class>/`` and writes, for each split, ``PREFIX_<split>.rec``
-(the JPEG records), ``PREFIX_<split>.idx`` (record offsets) and
-``PREFIX_<split>.lst`` (``index<TAB>label<TAB>relative path``, im2rec's
-format, with the path escaped by :func:`escape_name` so that any file name,
-one holding a tab, a newline or bytes that are not UTF-8, keeps its line),
-then ``PREFIX_classes.json`` (classes, counts per split and per class,
-skipped files, the settings, that every record carries a checksum
-(:func:`mxfp16.data.records.record_checksum`), and the source manifest's
-``min_crop_area`` and ``augment`` if it has them). Every image is decoded with OpenCV as 3-channel colour (grayscale
-and CMYK become RGB), optionally resized and re-encoded as JPEG. Unusable
-files are skipped by the same scan the folder pipeline uses.
-
-The pack is an output like any other (:class:`mxfp16.plumbing.output.Output`):
-its prefix is locked for the whole pack (``.PREFIX.lock`` beside the files)
-before anything decides whether a pack is there, so a second pack into it
-is refused at once, naming the first, and so is a pack over the one a
-running ``train`` reads (it holds the prefix shared). An existing pack is
-refused without ``overwrite``. Each file is written under a temporary name
-of its own (unique to the process, short enough for any prefix the file
-system allows) and checked record by record against its index
-(:func:`mxfp16.data.records.damaged_records`); only when both splits are
-written are they renamed into place, ``PREFIX_classes.json`` last (the old
-one removed first), and the loader refuses a pack without it, so an
-interrupted pack never looks complete and the files there are always one
-pack's, whole.
+What a pack holds, and how it is written so that an interrupted or
+concurrent pack never looks complete, is ``docs/data.md`` ("Pack
+(RecordIO)"). Every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`) and is checked against its
+index before the files are renamed into place, ``PREFIX_classes.json`` last.
 """
 import logging
 import os
@@ -37,11 +16,11 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from ..plumbing.fileio import JSONFileError, read_json, write_json
+from ..plumbing.fileio import write_json
 from ..plumbing.output import Contents, Output, OutputFolderError, PathBusyError, failed_write, shown
-from .layout import split_problem
+from .layout import read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
-from .records import damaged_records, record_checksum
+from .records import damaged_records, read_index, record_checksum
 from .validate import DataError, scan_classes
 
 __all__ = ["pack_recordio", "escape_name", "unescape_name", "CONTENTS"]
@@ -78,11 +57,10 @@ def unescape_name(text):
 
 
 def _encode_image(path, resize=0, quality=95):
-    """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size).
+    """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size), or ``None``.
 
     The file is read by Python and decoded from memory, so any bytes in its
     name work (OpenCV's ``imread`` takes the name as UTF-8 text).
-    Returns ``None`` when the file cannot be read or OpenCV cannot decode it.
     """
     try:
         with open(path, "rb") as handle:
@@ -100,27 +78,20 @@ def _encode_image(path, resize=0, quality=95):
     return buf.tobytes() if ok else None
 
 
-def _encode_job(args):
-    return _encode_image(*args)
-
-
 def _write_split(output, items, classes, root, split, resize, quality, workers):
     """Write one split's ``.rec``, ``.idx`` and ``.lst`` as staged files of ``output``, checked record by record.
 
-    Returns
-    -------
-    (int, list, dict, dict)
-        The records written, the files skipped, the count per class, and
-        ``{end of the name: staged file}`` for :meth:`~mxfp16.plumbing.output.Output.publish_files`.
+    Returns the records written, the files skipped, the count per class and
+    ``{end of the name: staged file}``.
     """
     rec_name, idx_name, lst_name = f"_{split}.rec", f"_{split}.idx", f"_{split}.lst"
     tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}
     index = {name: i for i, name in enumerate(classes)}
     skipped, written, per_class = [], 0, {}
-    jobs = [(path, resize, quality) for path, _ in items]
+    jobs = ([path for path, _ in items], [resize] * len(items), [quality] * len(items))
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
-        encoded = pool.map(_encode_job, jobs, chunksize=16) if pool else map(_encode_job, jobs)
+        encoded = pool.map(_encode_image, *jobs, chunksize=16) if pool else map(_encode_image, *jobs)
         record = mx.recordio.MXIndexedRecordIO(str(tmp[idx_name]), str(tmp[rec_name]), "w")
         with open(tmp[lst_name], "w", encoding="utf-8") as lst:
             for (path, name), jpeg in zip(items, encoded):
@@ -139,31 +110,17 @@ def _write_split(output, items, classes, root, split, resize, quality, workers):
                 per_class[name] = per_class.get(name, 0) + 1
                 written += 1
         record.close()
-        damaged, indexed = damaged_records(tmp[rec_name], tmp[idx_name], checksums=True), _indexed(tmp[idx_name])
-        if damaged or indexed != written:
+        entries = read_index(tmp[idx_name])
+        damaged = damaged_records(tmp[rec_name], tmp[idx_name], entries=entries, checksums=True)
+        if damaged or len(entries) != written:
             what = "; ".join(f"record {key}: {why}" for key, _, why in damaged[:3]) or (
-                f"{indexed} records indexed, {written} written")
+                f"{len(entries)} records indexed, {written} written")
             raise DataError(f"the {split} records just written for {shown(output.path)}{rec_name} do not check out "
                             f"({what}); nothing was replaced. Is the disk full or failing? Pack again")
     finally:
         if pool:
             pool.shutdown()
     return written, skipped, per_class, tmp
-
-
-def _indexed(idx):
-    """How many records an ``.idx`` file lists."""
-    with open(idx, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
-def _manifest_hints(src):
-    """The training hints of the source's manifest (``min_crop_area``, ``augment``) that it sets."""
-    try:
-        manifest = read_json(Path(src) / "manifest.json")
-    except JSONFileError:
-        return {}
-    return {k: manifest[k] for k in ("min_crop_area", "augment") if manifest.get(k) is not None}
 
 
 def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False):
@@ -233,7 +190,8 @@ def _pack(output, src, resize, quality, workers):
             per_class[name][column] = count
     meta = {"classes": train.classes, "counts": counts, "per_class": per_class, "source": str(src), "resize": resize,
             "quality": quality, "skipped": [list(s) for s in skipped], "record_checksum": RECORD_CHECKSUM}
-    meta.update(_manifest_hints(src))
+    hints = read_manifest(src) or {}  # the training hints of the source's manifest that it sets
+    meta.update({k: hints[k] for k in ("min_crop_area", "augment") if hints.get(k) is not None})
     staged[_MARKER] = output.stage(_MARKER)
     write_json(staged[_MARKER], meta)
     output.publish_files(staged, last=_MARKER)

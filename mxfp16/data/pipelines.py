@@ -1,19 +1,13 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
 Both pipelines yield float32 NCHW batches normalised with the ImageNet mean
-and standard deviation (once per batch in ``folder``) and float32 labels of
-shape ``(N,)``; ``recordio`` reads the files ``mxfp16 data pack`` writes
-(``PREFIX_train.rec/.idx``, ``PREFIX_test.rec/.idx``,
-``PREFIX_classes.json``). How each reads, augments, orders, resumes and
-shards is the table of ``docs/data.md`` ("The pipelines"). Every shard has
-as many training images, so every worker runs as many steps: one more step
-on one worker would deadlock a synchronous kvstore. The training
-augmentations (:data:`~mxfp16.data.augment.AUGMENTATIONS`, or ``auto``)
-and when to pick which are ``docs/training.md`` ("Which augmentation").
-``min_crop_area=None`` takes the data set's own (``manifest.json``, or
-``PREFIX_classes.json``, copied there by ``data pack``), else 0.08.
+and standard deviation and float32 labels of shape ``(N,)``. How each
+reads, augments, orders, resumes and shards is the table of
+``docs/data.md`` ("The pipelines"). Every shard has as many training
+images, so every worker runs as many steps: one more step on one worker
+would deadlock a synchronous kvstore. The training augmentations and when
+to pick which are ``docs/training.md`` ("Which augmentation").
 """
-import contextlib
 import hashlib
 import logging
 import math
@@ -29,7 +23,7 @@ from mxnet import gluon
 from ..plumbing.fileio import JSONFileError, read_json
 from ..plumbing.output import shown
 from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
-from .layout import PIPELINES, pack_problem, split_problem
+from .layout import MANIFEST, PIPELINES, pack_problem, read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, read_index
 from .validate import DataError, scan_classes
@@ -40,12 +34,6 @@ LOG = logging.getLogger("mxfp16.data")
 
 MEAN_RGB = (0.485, 0.456, 0.406)
 STD_RGB = (0.229, 0.224, 0.225)
-def _read_manifest(path):
-    """A data set's manifest as a dict (``{}`` when there is none or it cannot be read: it only holds hints)."""
-    try:
-        return read_json(path)
-    except JSONFileError:
-        return {}
 
 
 def read_image(path):
@@ -102,24 +90,8 @@ def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
     return mx.nd.image.normalize(mx.nd.image.to_tensor(batch_hwc), mean=mean, std=std)
 
 
-@contextlib.contextmanager
-def _python_random_seeded(key):
-    """Seed Python's ``random`` (which ``mx.image.random_size_crop`` draws from) for one image, then restore it."""
-    state = random.getstate()
-    random.seed(key)
-    try:
-        yield random
-    finally:
-        random.setstate(state)
-
-
 class _FolderImages(gluon.data.Dataset):
-    """One view of a folder split: decode with ImageFolderDataset, crop, flip; uint8 HWC out.
-
-    ``epoch`` is ``None`` for the evaluation transform. Decode errors are
-    re-raised as :class:`DataError` naming the file (with workers, in the
-    main process).
-    """
+    """One view of a folder split (``epoch`` ``None``: the evaluation transform): decode, crop, flip; uint8 HWC."""
 
     def __init__(self, base, image_size, seed=0, epoch=None, augment=None):
         self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
@@ -140,13 +112,17 @@ class _FolderImages(gluon.data.Dataset):
                             "normally skips such files.") from None
         if self._epoch is None:
             return center_view(img, self._size), label
-        augment = self._augment
-        with _python_random_seeded(f"{self._seed}/{self._epoch}/{idx}") as rng:
+        augment, state = self._augment, random.getstate()
+        # Python's random is what mx.image.random_size_crop draws from: seeded per image, then restored.
+        random.seed(f"{self._seed}/{self._epoch}/{idx}")
+        try:
             if augment.crop:
                 img = mx.image.random_size_crop(img, (self._size, self._size), augment.area, augment.ratio)[0]
             else:
                 img = center_view(img, self._size)
-            flip = augment.flip and rng.random() < 0.5
+            flip = augment.flip and random.random() < 0.5
+        finally:
+            random.setstate(state)
         if flip:
             img = mx.nd.flip(img, axis=1)
         return img, label
@@ -208,12 +184,6 @@ class Loaders:
             digest.update(os.fsencode(name) + b"\0" + str(size).encode() + b"\n")
         return {"files": len(entries), "sha256": digest.hexdigest(), "per_class": self._class_counts()}
 
-    def _fingerprint_entries(self):
-        raise NotImplementedError
-
-    def _class_counts(self):
-        raise NotImplementedError
-
     def _check_start(self, start_batch):
         if not 0 <= start_batch <= self.train_batches_per_epoch:
             raise ValueError(f"start_batch={start_batch} is outside 0..{self.train_batches_per_epoch}")
@@ -243,8 +213,8 @@ class _FolderLoaders(Loaders):
         problem = split_problem(root)  # the raw download, a pack prefix, ...: name the command that fixes it
         if problem:
             raise DataError(problem)
-        manifest = _read_manifest(root / "manifest.json")
-        self.min_crop_area = _crop_area(min_crop_area, manifest, root / "manifest.json")
+        manifest = read_manifest(root) or {}  # it only holds hints
+        self.min_crop_area = _crop_area(min_crop_area, manifest, root / MANIFEST)
         self.augment = augmentation(resolve_augment(augment, image_size, manifest), self.min_crop_area)
         train_scan = scan_classes(root / "train", "training split").require_every_class()
         test_scan = scan_classes(root / "test", "test split")
@@ -324,10 +294,8 @@ def classes_file(prefix):
 def _check_record_files(prefix, split, count, checksums):
     """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
 
-    Every record's frame is checked (:func:`mxfp16.data.records.damaged_records`):
-    MXNet's C++ reader aborts the process on a damaged one. With
-    ``checksums``, every record's checksum too: changed bytes inside an
-    image or a label would otherwise train without a word.
+    MXNet's C++ reader aborts the process on a damaged record; ``checksums``
+    also catches changed bytes inside an image or a label.
     """
     rec, idx = record_files(prefix, split)
     fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
@@ -349,11 +317,7 @@ def _check_record_files(prefix, split, count, checksums):
 
 
 def _record_checksums(meta, meta_path):
-    """Whether the pack's records carry checksums (``PREFIX_classes.json``'s ``record_checksum``).
-
-    A pack of an older mxfp16 has none: it is used, with a warning that
-    damage inside its records cannot be seen.
-    """
+    """Whether the pack's records carry checksums (an older mxfp16's pack has none: used, with a warning)."""
     kind = meta.get("record_checksum")
     if kind == RECORD_CHECKSUM:
         return True

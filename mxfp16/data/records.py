@@ -1,26 +1,19 @@
 """Checking a RecordIO pack record by record, before MXNet's C++ reader meets a damaged one.
 
-``mx.io.ImageRecordIter`` decodes in C++ threads; a record whose bytes are
-not what ``mxfp16 data pack`` wrote (a truncated or overwritten ``.rec``, a
-stray byte, an ``.idx`` pointing into the middle of a record) ends the
-process with a dmlc traceback or SIGABRT. :func:`damaged_records` reads the
-frame of every record the ``.idx`` lists, without decoding an image: the
-RecordIO magic number and length (dmlc's ``recordio.h``), the image-record
-header (``mx.recordio.IRHeader``: flag, label, two ids), and the JPEG start
-and end markers of the payload.
+``mx.io.ImageRecordIter`` ends the process (a dmlc traceback or SIGABRT) on
+a record whose bytes are not what ``mxfp16 data pack`` wrote.
+:func:`damaged_records` reads the frame of every record the ``.idx`` lists,
+without decoding an image: the RecordIO magic number and length (dmlc's
+``recordio.h``), the image-record header (``mx.recordio.IRHeader``) and the
+JPEG start and end markers of the payload.
 
-Those catch a record cut short or a frame overwritten, not bytes changed
-inside an image or a label: a JPEG decoder draws changed bytes as a
-changed picture, without a word. So ``mxfp16 data pack`` gives every
-record a checksum (:func:`record_checksum`): the CRC-32 of the record
-without its second id, kept in that id (``IRHeader.id2``, which
-ImageRecordIter never reads), and says so in ``PREFIX_classes.json``
-(``record_checksum``: :data:`CHECKSUM`). With ``checksums=True``
-:func:`damaged_records` recomputes it for every record, which reads the
-whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about 500 MB/s)
-from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to
-0.06 s for the frame checks alone. Without, it reads a few bytes per record from a
-memory map, so a pack of 10,000 images is checked in well under a second.
+Bytes changed inside an image or a label pass those checks (a JPEG decoder
+draws them as a changed picture, without a word), so ``data pack`` gives
+every record a checksum (:func:`record_checksum`), kept in ``IRHeader.id2``,
+which ImageRecordIter never reads. Checking it reads the whole pack once:
+115 MB of 2,000 records in 0.19 to 0.24 s (about 500 MB/s) from the page
+cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to 0.06 s for the
+frame checks alone.
 """
 import mmap
 import struct

@@ -1,23 +1,9 @@
-"""A deterministic train/test split of a ``<class>/<image>`` folder.
+"""A deterministic train/test split of a ``<class>/<image>`` folder (``docs/data.md``, "Split").
 
-Each class's usable images (see ``validate.scan_classes``) are sorted by name
-and shuffled by a generator seeded with ``(seed, crc32(class name))``, so a
-class's split depends only on its own files and the seed -- not on which
-other classes exist or are excluded. The first ``train_per_class`` (or all
-but ``round(n * test_fraction)``) go to ``train``, the rest to ``test``.
-Files are hard-linked when the file system allows it, copied otherwise. The
-split is an output like any other (:class:`mxfp16.plumbing.output.Output`):
-locked before anything decides whether it exists, built in a staging
-folder beside it with a ``manifest.json`` of the settings, per-class counts
-and skipped files, and moved into place in one step. The same split already
-there is reused; another is refused, or replaced whole with ``overwrite``
-(a split only, never another folder); a split that a running ``train``
-reads is not replaced under it.
-
-A split whose test side would be empty (``--test-fraction 0.5`` of classes
-of one image each rounds to none) is refused, naming the fraction and the
-per-class counts: every epoch of training ends in an evaluation on it.
-``allow_empty_test`` (``--allow-empty-test``) writes it anyway.
+Each class's usable images are sorted by name and shuffled by a generator
+seeded with ``(seed, crc32(class name))``, so a class's split depends only
+on its own files and the seed -- not on which other classes exist or are
+excluded.
 """
 import collections
 import os
@@ -39,18 +25,7 @@ CONTENTS = data_set_contents("split", "a split made by `mxfp16 data split`")
 
 
 def _plan_split(files, class_name, seed, train_per_class=None, test_fraction=None):
-    """Which of one class's ``files`` train and which test: ``(train, test)`` lists of names.
-
-    Parameters
-    ----------
-    files : list of str
-        The class's usable image file names (any order).
-    class_name : str
-    seed : int
-    train_per_class : int, optional
-    test_fraction : float, optional
-        Exactly one of ``train_per_class`` and ``test_fraction``.
-    """
+    """Which of one class's usable ``files`` (names, any order) train and which test: ``(train, test)``."""
     files = sorted(files)
     order = np.random.default_rng([seed, zlib.crc32(class_name.encode("utf-8"))]).permutation(len(files))
     shuffled = [files[i] for i in order]
@@ -141,13 +116,7 @@ def _check_sizes(train_per_class, test_fraction):
 
 
 def _files_by_class(scan, src, exclude):
-    """``{class: [file name]}`` of the usable images of every class ``scan`` found that ``exclude`` does not name.
-
-    Raises
-    ------
-    DataError
-        ``exclude`` names a class that is not there, it leaves no class, or a class has no usable image.
-    """
+    """``{class: [file name]}`` of the usable images of every class ``scan`` found that ``exclude`` does not name."""
     missing = sorted(exclude - set(scan.classes))
     if missing:
         raise DataError(f"--exclude {' '.join(missing)}: no such class folder in {src} "

@@ -74,10 +74,8 @@ def _draw_mask(shape, draw, rng, center, r):
         d = r * rng.uniform(0.35, 0.6)
         ox, oy = cx + d * math.cos(angle), cy + d * math.sin(angle)
         draw.ellipse((ox - r, oy - r, ox + r, oy + r), fill=0)
-    elif shape == "square":
-        draw.polygon(_polygon(angle, r, center, 4), fill=255)
-    elif shape == "triangle":
-        draw.polygon(_polygon(angle, r, center, 3), fill=255)
+    elif shape in ("square", "triangle"):
+        draw.polygon(_polygon(angle, r, center, 4 if shape == "square" else 3), fill=255)
     elif shape == "lshape":
         arm = r * rng.uniform(0.3, 0.4)
         corner = [(-r, -r), (r, -r), (r, -r + arm), (-r + arm, -r + arm), (-r + arm, r), (-r, r)]
@@ -165,12 +163,8 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
                   overwrite=False):
     """Generate the shapes set into ``out`` (``train/<class>/*.jpg``, ``test/...``, ``manifest.json``).
 
-    ``out`` is an output like any other (:class:`mxfp16.plumbing.output.Output`):
-    locked before anything decides whether it exists, built in a staging
-    folder beside it and moved into place in one step, so an interrupted or
-    concurrent run never leaves a set that looks complete. If ``out``
-    already holds the same set (same settings, every file present) it is
-    reused, under a shared lock (two trainings on the demo set both go on).
+    ``out`` is an :class:`mxfp16.plumbing.output.Output`; the same set
+    already there (same settings, every file present) is reused.
 
     Parameters
     ----------
@@ -186,9 +180,7 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     quality : int
         JPEG quality.
     overwrite : bool
-        Replace a different synthetic set (one with a ``manifest.json`` of
-        kind ``synth``, holding nothing else) found at ``out`` instead of
-        refusing. Anything else at ``out`` is never touched.
+        Replace a different synthetic set at ``out`` (never anything else).
 
     Returns
     -------

@@ -1,15 +1,9 @@
-"""Images per second of the input pipelines, with the sizes of the images used.
+"""Images per second of the input pipelines, with the sizes of the images used (``docs/data.md``, "Benchmark").
 
-Each pipeline runs its training transform (random resized crop, flip,
-normalisation to float32 NCHW) over ``images`` images; the clock starts after
-the first batch, so start-up (worker processes, C++ threads, the first
-read) is reported separately as ``first_batch_s``. Beside wall-clock images per
-second, ``images_per_cpu_second`` divides by the CPU time this process spent
-(all its threads; not worker processes): on a busy machine it estimates what
-one otherwise idle core would do. Nothing else is computed,
-so the figure is what the pipeline can feed a network at most. The load
-average before and after is recorded: on a shared machine other processes
-take CPU from the pipeline.
+The clock starts after the first batch (start-up is ``first_batch_s``).
+``images_per_cpu_second`` divides by the CPU time this process spent (all
+its threads; not worker processes): on a busy machine it estimates what one
+otherwise idle core would do.
 """
 import os
 import tempfile

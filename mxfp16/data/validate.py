@@ -1,21 +1,12 @@
 """Finding the images of a folder data set, and the ones that cannot be used.
 
 Validation happens once, when a data set is opened (``make_loaders``,
-``data split``, ``data pack``): a fast scan reads each file's header with
-Pillow and, for JPEGs, checks the end-of-image marker, so corrupt, truncated
-and non-image files, images declaring more pixels than Pillow decodes safely
-(decompression bombs), and anything that is not a regular file (FIFOs,
-sockets, devices, dangling links, links leading out of the data set; none of
-them is opened) are skipped -- each one logged with its path and counted --
-before the first batch. Grayscale, CMYK and palette images are fine: the
-decoders convert them to 3-channel RGB. The scan's verdict is the decoder's:
-Pillow reads many formats that MXNet's decoder (OpenCV inside libmxnet,
-``mx.image.imdecode``, which the folder pipeline and ``predict`` use) does
-not, such as a GIF named ``.png`` or a WebP named ``.jpg``; only the formats
-of :data:`DECODABLE_FORMATS` are admitted, so such a file is skipped at the
-scan with one warning instead of stopping a run in its first epoch. A decode error that still happens
-inside an epoch is re-raised by the loaders as :class:`DataError` naming the
-file (see ``pipelines.py``).
+``data split``, ``data pack``): a fast scan (:func:`scan_image`) skips every
+file the decoder would fail on, each one logged with its path and counted,
+before the first batch; ``docs/data.md`` ("Bad input") lists what it skips.
+Only the formats of :data:`DECODABLE_FORMATS` are admitted: Pillow reads
+many that MXNet's decoder (OpenCV inside libmxnet) does not, such as a GIF
+named ``.png``.
 """
 import logging
 import os
@@ -80,10 +71,7 @@ def scan_image(path, root=None):
 
     Reads only the header and, for JPEGs, the last few KB (a truncated JPEG
     has no end-of-image marker; OpenCV would decode it silently into a
-    half-grey picture). FIFOs, sockets and device nodes are never opened;
-    an image declaring more pixels than Pillow's decompression-bomb limit
-    (``PIL.Image.MAX_IMAGE_PIXELS``, about 89 million) is refused, as its
-    decoding would take gigabytes.
+    half-grey picture); ``docs/data.md`` ("Bad input") lists what is refused.
 
     Parameters
     ----------

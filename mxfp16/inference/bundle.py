@@ -1,26 +1,14 @@
 """An export folder on disk: the model files of its format, ``export.json`` and the checksums of all of them.
 
-``docs/inference.md`` describes the files of each format ("What an export
-is"; "ONNX: deploy without MXNet"), how an export is published or replaced
-("The agreement check") and what a reader refuses. Each format's writer and
-reader live in :mod:`mxfp16.inference.formats`; this module holds what
-they share. An export is written into a staging folder beside ``DIR`` and
-moved into place complete and checked
-(:class:`mxfp16.plumbing.output.Output`). A ``DIR`` holding anything but
-the files of :data:`FILES` (:data:`CONTENTS`) is refused, ``--overwrite``
-or not: the command never deletes a file it did not write.
-
-Reading an export trusts nothing in it (:func:`read_info`,
-:func:`read_model`): every file :data:`FILES` names must be a regular file
-in the folder (a link may only lead to another file of the folder), its
-sha256 must be the one ``SHA256SUMS`` lists, ``export.json`` must hold
-numbers in range (:func:`check_info`), the graph is checked before MXNet
-parses it (:func:`mxfp16.plumbing.symbol_file.check_graph`), the parameters'
-names and shapes must be the graph's, and the graph's output must have one
-value per class. No message prints a file's content.
-
-A new model file kind (another format) is one entry in :data:`FILES`; the
-checksums, the link and regular-file checks and :data:`CONTENTS` cover it.
+``docs/inference.md`` describes the files ("What an export is"), how an
+export is published and what a reader refuses. Each format's writer and
+reader live in :mod:`mxfp16.inference.formats`; this module holds what they
+share. A ``DIR`` holding anything but the files of :data:`FILES` is refused,
+``--overwrite`` or not: the command never deletes a file it did not write.
+Reading an export trusts nothing in it, and no message prints a file's
+content. A new model file kind (another format) is one entry in
+:data:`FILES`; the checksums, the link and regular-file checks and
+:data:`CONTENTS` cover it.
 """
 import math
 import os

@@ -1,26 +1,11 @@
 """A trained Gluon network as a deployable graph and parameters in one precision, and back into a block.
 
-What a deployed model is here: an MXNet symbol whose one input, ``data``,
-takes float32 NCHW images (normalised as in training) and whose output is
-float32 logits, whatever precision runs inside, plus a parameter dictionary
-in the ``arg:``/``aux:`` form of ``HybridBlock.export``. Plain MXNet loads the
-pair with ``gluon.SymbolBlock.imports``; nothing of mxfp16 is needed to run it.
-
-How each precision gets there:
-
-``float32``
-    The network's graph, traced symbolically (no forward pass, no device work).
-``float16``
-    The network cast as the trainer casts it (:func:`mxfp16.cast_net`:
-    float16 parameters, BatchNorm's kept float32), traced between a cast of
-    the input to float16 and a cast of the logits back to float32.
-``amp-bfloat16`` / ``amp-float16``
-    MXNet's AMP graph pass (``amp.convert_model``, the symbol-level form of
-    ``amp.convert_hybrid_block``) on the float32 graph with mxfp16's operator
-    lists (:mod:`mxfp16.amp.lists`, stem convolution in float32) or MXNet's.
-    It inserts ``amp_cast`` nodes, so a process that loads the result needs
-    no ``amp.init()``; the weights of the low-precision layers are stored
-    converted (``cast_optional_params``), so no forward pass re-casts them.
+A deployed model is an MXNet symbol whose one input, ``data``, takes
+float32 NCHW images and whose output is float32 logits, whatever precision
+runs inside, plus its parameters in the ``arg:``/``aux:`` form of
+``HybridBlock.export``: plain MXNet loads the pair with
+``gluon.SymbolBlock.imports``. How each precision gets there is
+``docs/inference.md`` ("How each precision is converted").
 """
 from dataclasses import dataclass, field
 
@@ -113,7 +98,7 @@ def _placeable(lists, target_dtype):
 
 
 def deployable(net, precision, amp_lists="mxfp16"):
-    """Convert a trained network into a :class:`Deployable` of ``precision`` (see the module docstring).
+    """Convert a trained network into a :class:`Deployable` of ``precision`` (``docs/inference.md``).
 
     Parameters
     ----------

@@ -1,30 +1,11 @@
 """``mxfp16 export``: a finished run's checkpoint as a deployable model, checked against float32 first.
 
-The story of :func:`export_run`, each step refusing bad input before the next
-(``docs/inference.md``, "The agreement check", gives the rules each applies):
-
-1. the run: its ``config.json`` (model, image size, classes, data) and the
-   checkpoint asked for (last, best, or a ``.params`` file), which must
-   belong to that model;
-2. the output folder, locked (:class:`mxfp16.plumbing.output.Output`)
-   before anything decides whether it exists; then devices and precision;
-3. the network rebuilt as the trainer built it
-   (:func:`mxfp16.train.parts.build_network`) in float32, the checkpoint loaded
-   into it (and a float16 copy for a float16 export);
-4. the conversion (:func:`mxfp16.inference.convert.deployable`), written to
-   a staging folder beside the output by the model format's ``write``
-   (:mod:`mxfp16.inference.formats`);
-5. the format's agreement check: the staged files, loaded back the way a
-   user loads them, against the float32 network on the run's test set
-   (emulated where this machine cannot run the export's precision, and
-   ``export.json`` says so);
-6. a top-1 drop beyond the margin refuses the export; otherwise
-   ``export.json`` and ``SHA256SUMS`` are written and the folder moved into
-   place in one step.
-
-This module names no format: each one's refusals, default precision, writer
-and check are its module's (:mod:`mxfp16.inference.formats` lists what a
-format defines; ONNX is :mod:`mxfp16.inference.formats.onnx`).
+:func:`export_run` reads the run and its checkpoint, locks the output
+folder, rebuilds the network in float32 and converts it
+(:func:`mxfp16.inference.convert.deployable`), has the model format
+(:mod:`mxfp16.inference.formats`; this module names none) write it to a
+staging folder and check it against float32 on the run's test set, then
+publishes it in one step (``docs/inference.md``, "The agreement check").
 
 Export holds the run folder's lock shared while it reads
 (:class:`mxfp16.plumbing.output.PathLock`), so no ``train --overwrite`` or
@@ -97,17 +78,6 @@ class ExportRequest:
         margin = self.margin
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
             raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
-
-
-@dataclass(frozen=True)
-class _Written:
-    """What the format wrote and how its check went: its part of ``export.json``."""
-
-    model_format: str
-    files: dict
-    section: dict
-    agreement: dict
-    seconds: dict
 
 
 def _run_config(run):
@@ -315,31 +285,26 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
             lock.release()
 
 
-def _output(request, inputs):
-    """The export folder, locked and checked (:class:`~mxfp16.plumbing.output.Output`), as an :class:`ExportError`."""
-    output = Output(request.out, f"exporting {request.run}", overwrite=request.overwrite, inputs=inputs,
-                    contents=bundle.CONTENTS)
-    try:
-        return output.open()
-    except (OutputFolderError, PathBusyError) as err:
-        raise ExportError(str(err)) from None
-
-
 def _export(request, writer, log, started):
-    """:func:`export_run` once the run folder is locked (see the module docstring for the steps)."""
+    """:func:`export_run` once the run folder is locked: the run, its checkpoint, the output folder locked."""
     run, checkpoint = request.run, request.checkpoint
     config = _run_config(run)
     params_path, source = _checkpoint(run, checkpoint, config)
     dataset = request.data or config["source"]
     # The writing rule: nothing written, and nothing --overwrite removes, may be an input; the folder is
     # locked before anything decides whether it exists, and refused then, before minutes of work.
-    with _output(request, [("the run folder", run), ("the checkpoint", params_path),
-                           ("the data set", dataset)]) as output:
+    inputs = [("the run folder", run), ("the checkpoint", params_path), ("the data set", dataset)]
+    try:
+        opened = Output(request.out, f"exporting {run}", overwrite=request.overwrite, inputs=inputs,
+                        contents=bundle.CONTENTS).open()
+    except (OutputFolderError, PathBusyError) as err:
+        raise ExportError(str(err)) from None
+    with opened as output:
         return _export_into(output, request, writer, log, started, (config, params_path, source, dataset))
 
 
 def _export_into(output, request, writer, log, started, read):
-    """Steps 2-6 once the export folder is locked: devices, precision, the conversion, its check, the publishing."""
+    """Once the export folder is locked: devices, precision, the conversion, its check, the publishing."""
     run, checkpoint = request.run, request.checkpoint
     config, params_path, source, dataset = read
     unfinished = _finished(run, config) if checkpoint != "best" and source.get("tag") else None
@@ -370,9 +335,8 @@ def _export_into(output, request, writer, log, started, read):
     agreement = writer.check(staged, files, section, formats.CheckInputs(
         reference=reference, net=net, precision=wanted, image_size=size, classes=list(config["classes"]),
         loaders=loaders, data=dataset, device=contexts[0], margin=request.margin, log=log))
-    record = _Written(model_format=writer.NAME, files=files, section=section,
-                      agreement={"data": str(dataset), **agreement},
-                      seconds=writer.seconds(written - started, time.perf_counter() - written))
+    record = dict(model_format=writer.NAME, files=files, section=section, agreement={"data": str(dataset), **agreement},
+                  seconds=writer.seconds(written - started, time.perf_counter() - written))
     info = _info(config, _source(run, source, params_path, params_copy, config), model, record)
     return _publish(copies, staged, output, info, log)
 
@@ -432,13 +396,13 @@ def _info(config, source, model, written):
                        "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
         "conversion": model.notes,
         "source": source,
-        "agreement": written.agreement,
-        "files": written.files,
+        "agreement": written["agreement"],
+        "files": written["files"],
         "mxnet_version": mx.__version__,
         "mxfp16_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model_format": written.model_format,
-        written.model_format: written.section,
-        "seconds": written.seconds,
-        "load_with": written.section["load_with"],
+        "model_format": written["model_format"],
+        written["model_format"]: written["section"],
+        "seconds": written["seconds"],
+        "load_with": written["section"]["load_with"],
     }

@@ -1,17 +1,11 @@
 """``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
 Images go through the evaluation view of training, computed in numpy by
-:mod:`mxfp16.inference.preprocess` to the bit as the test loader computes
-it, so an ONNX export predicts with onnxruntime alone and never loads
-MXNet. Every file is checked before it is decoded
-(:func:`mxfp16.data.scan_image`); one that fails that check or the decoder
-is reported with its reason and skipped, never fatal. The model is the
-format's reader (:mod:`mxfp16.inference.formats`).
-
-Names in the outputs stay one line each and give their bytes back
-(:func:`escape_text`, :func:`unescape_text`); a CSV cell a spreadsheet
-would run as a formula is quoted (:func:`csv_cell`). ``docs/inference.md``
-("Predicting") gives the escapes and why.
+:mod:`mxfp16.inference.preprocess`, so an ONNX export predicts with
+onnxruntime alone and never loads MXNet. A file that fails the scan
+(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped,
+never fatal. Names in the outputs stay one line each and give their bytes
+back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
 """
 import csv
 import errno
@@ -47,14 +41,10 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
 def escape_text(text):
     r"""``text`` as one line of printable text from which :func:`unescape_text` gives it back.
 
-    Backslash escapes: ``\\`` for a backslash; ``\n``, ``\r``, ``\t``;
-    ``\xNN`` for another ASCII control character, or for a byte of a file
-    name that is not UTF-8 (Python holds those as lone surrogates,
-    ``surrogateescape``; only bytes 80-ff can be such, and only as
-    ``\xNN``); ``\uNNNN`` (``\UNNNNNNNN``) for any other character that
-    prints nothing or breaks a line (C1 controls, line and paragraph
-    separators, bidirectional overrides). Every other character, in any
-    script, stays as it is.
+    The backslash escapes are the table of ``docs/inference.md``
+    ("Predicting"); a byte of a file name that is not UTF-8 (a lone
+    surrogate, ``surrogateescape``) is ``\xNN``. Every other character, in
+    any script, stays as it is.
     """
     out = []
     for ch in os.fspath(text):
@@ -157,8 +147,7 @@ class Predictor:
     Raises
     ------
     ExportError
-        Not an export, changed files, a dtype the export lacks, or a float16
-        MXNet export on a CPU (MXNet has no float16 convolution there).
+        Not an export, changed files, a dtype the export lacks, or a float16 MXNet export on a CPU.
     """
 
     def __init__(self, folder, ctx="auto", dtype=None):
@@ -190,8 +179,7 @@ class Predictor:
         Raises
         ------
         ExportError
-            The model gave another number of scores than ``export.json`` lists classes (each format's
-            reader checks this when it loads; this is the same rule for any model handed in).
+            The model gave another number of scores than ``export.json`` lists classes.
         """
         scores = self.model(preprocess.to_batch(views, self._mean, self._std))
         if np.ndim(scores) != 2 or np.shape(scores) != (len(views), len(self.classes)):

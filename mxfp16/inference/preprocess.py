@@ -2,26 +2,13 @@
 
 ``mxfp16 predict`` prepares images as the run's test images were prepared
 (:func:`mxfp16.data.pipelines.center_view` and
-:func:`~mxfp16.data.pipelines.normalise`, which run MXNet's OpenCV). A
-deployment with onnxruntime and no MXNet needs the same arrays, so this
-module computes them without MXNet:
-
-* decoding is Pillow's, converted to RGB. MXNet's OpenCV also decodes to
-  three channels, drops alpha without compositing and ignores EXIF
-  orientation; on JPEG and PNG files the two give the same pixels (both
-  JPEG decoders are libjpeg-turbo's).
-* the short side is resized with OpenCV's bicubic filter as MXNet's build
-  computes it (``mx.image.resize_short``, interpolation 2): fixed-point
-  taps (11 bits), the horizontal pass in integers, the vertical pass in
-  float32 (its SSE2 path) for every full group of eight values of a row and
-  in integers for the rest. Pillow's own bicubic filters differently (it
-  widens the kernel when shrinking) and would change pixels by dozens of
-  levels.
-* the central square, then ``/255`` and the ImageNet normalisation in
-  float32, as ``ToTensor`` and ``Normalize`` compute them.
-
-The tests compare every step with MXNet's on random images and with the
-test loader's batches.
+:func:`~mxfp16.data.pipelines.normalise`, which run MXNet's OpenCV), without
+MXNet: Pillow decodes, the short side is resized with OpenCV's bicubic
+filter as MXNet's build computes it (``mx.image.resize_short``,
+interpolation 2), then the central square is normalised in float32.
+``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs", "Image
+decoding") says how each step matches MXNet's; the tests compare every step
+with MXNet's on random images and with the test loader's batches.
 """
 import numpy as np
 

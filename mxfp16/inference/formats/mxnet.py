@@ -48,19 +48,9 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """The staged files, read back as a user reads them, against the float32 network; refuse beyond the margin.
 
-    What the check measures is what a user will load: the graph and
-    parameters are read from ``folder``, not taken from the network. Where
-    this machine cannot run the export's precision (float16 on a CPU: MXNet
-    has no float16 convolution there), the float32 graph runs with the
+    Where this machine cannot run the export's precision (float16 on a CPU:
+    MXNet has no float16 convolution there), the float32 graph runs with the
     export's float16-rounded weights, and the record says so (``emulated``).
-
-    Parameters
-    ----------
-    folder : Path
-        The staging folder :func:`write` wrote to.
-    files, section : dict
-        What :func:`write` returned (the files are :mod:`~mxfp16.inference.bundle`'s, known by name).
-    inputs : mxfp16.inference.formats.CheckInputs
 
     Returns
     -------

@@ -1,31 +1,14 @@
 """The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
 
-Writing needs MXNet, onnx and onnxruntime. The float32 graph
-(:func:`mxfp16.inference.convert.deployable` in float32) is checked
-operator by operator against the converters of MXNet 1.9.1's exporter
-(``mxnet.onnx``, "mx2onnx") before anything is converted: an operator
-without one is refused with its layer's name. AMP's ``amp_cast`` nodes and
-numpy-mode (``mx.np``) operators have none, so the float32 graph is what is
-exported and float16 is made from it by onnxruntime's own converter, with
-float32 inputs and outputs (:func:`to_float16`). What else the exporter
-needs (opset 13, declared; the whole model checked afterwards; weights as
-raw-byte initializers only; onnx below 1.19, :func:`check_exporter`) is
-``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs"); the
-exporter's private graph builder, and both changes to it, are
-``mxfp16._internals.mx2onnx_graph``'s.
-
-The agreement check (:func:`check`) runs every file written in onnxruntime
-beside the float32 MXNet network: the top-1 margin of an MXNet export, and
-every score within the file's dtype tolerance
-(:func:`mxfp16.inference.agreement.check_scores`).
-
-Reading needs only onnxruntime and numpy (and protobuf, which onnxruntime
-brings): :func:`load` checks the file's bytes against ``export.json`` and
-as a protocol buffer (:func:`mxfp16.plumbing.onnx_file.check_model_bytes`)
-before onnxruntime sees them, then runs one blank image, which must give
-one score per class of ``export.json``. Whatever onnxruntime refuses,
-loading or running, becomes an :class:`ExportError` naming the file.
-``docs/inference.md`` ("Predicting") says why each check.
+Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked
+operator by operator against MXNet 1.9.1's exporter (``mxnet.onnx``) before
+anything is converted, and float16 is made from it by onnxruntime's own
+converter (AMP's ``amp_cast`` nodes have no ONNX converter). What the
+exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter
+needs"); its private graph builder, and both changes to it, are
+``mxfp16._internals.mx2onnx_graph``'s. Reading needs only onnxruntime and
+numpy: :func:`load` checks the file before onnxruntime sees it and runs one
+blank image; ``docs/inference.md`` ("Predicting") says why each check.
 """
 import time
 
@@ -296,17 +279,9 @@ def _sort_nodes(graph):
 
 
 def write(folder, model, options):
-    """Write ``model.onnx`` and the other dtypes' files; returns ``(files, section)``.
+    """Write ``model.onnx`` (always) and the other ``options.dtypes``' files of a float32 ``model``.
 
-    Parameters
-    ----------
-    folder : Path
-        The staging folder.
-    model : Deployable
-        In float32 (:func:`mxfp16.inference.convert.deployable`).
-    options : mxfp16.inference.formats.WriteOptions
-        ``dtypes`` from :data:`DTYPES` (float32 is always written) and
-        ``input_shape``, ``(3, H, W)``.
+    Returns ``(files, section)``, as :mod:`mxfp16.inference.formats` says.
     """
     import onnx
     import onnxruntime
@@ -315,15 +290,12 @@ def write(folder, model, options):
 
     check_request(model.precision.name, options.dtypes)  # a direct call gets the refusals export_run gives
     wanted = ["float32"] + [d for d in DTYPES if d in options.dtypes and d != "float32"]
-    start = time.perf_counter()
-    models = {"float32": to_onnx(model.symbol, model.params, options.input_shape)}
-    seconds = {"float32": time.perf_counter() - start}
-    if "float16" in wanted:
-        start = time.perf_counter()
-        models["float16"] = to_float16(models["float32"])
-        seconds["float16"] = time.perf_counter() - start
-    files = {}
+    models, seconds, files = {}, {}, {}
     for dtype in wanted:
+        start = time.perf_counter()
+        models[dtype] = (to_onnx(model.symbol, model.params, options.input_shape) if dtype == "float32"
+                         else to_float16(models["float32"]))
+        seconds[dtype] = time.perf_counter() - start
         path = folder / FILES[dtype]
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:
@@ -345,17 +317,9 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
 
-    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, on
-    the check's device, and must keep the top-1 margin and its dtype's
-    score tolerance (:func:`mxfp16.inference.agreement.check_scores`).
-
-    Parameters
-    ----------
-    folder : Path
-        The staging folder :func:`write` wrote to.
-    files, section : dict
-        What :func:`write` returned.
-    inputs : mxfp16.inference.formats.CheckInputs
+    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and
+    must keep the top-1 margin and its dtype's score tolerance
+    (:func:`mxfp16.inference.agreement.check_scores`).
 
     Returns
     -------
@@ -503,11 +467,8 @@ def load(folder, info, ctx="auto", dtype=None, threads=None):
     Raises
     ------
     ExportError
-        No such dtype in this export, a changed or missing file, bytes that
-        are not an ONNX model or keep tensors in other files, a model
-        onnxruntime refuses, one that fails on a blank image or gives
-        another number of scores than there are classes, or onnxruntime
-        missing.
+        No such dtype, a changed or missing file, a model onnxruntime
+        refuses or that fails the checks, or onnxruntime missing.
     mxfp16.devices.DeviceError
         See :func:`execution_providers`.
     """
