@@ -109,7 +109,7 @@ def _shares(ms_by_class, total):
     return {name: (100.0 * ms_by_class.get(name, 0.0) / total if total else 0.0) for name in CLASSES}
 
 
-def summarise(lines, steps=1, top=8):
+def summarise(lines, steps=1):
     """The census of a oneDNN verbose log: time per class, per pass, and the primitives that took most.
 
     Parameters
@@ -118,8 +118,6 @@ def summarise(lines, steps=1, top=8):
         The log (other lines are skipped), or :func:`exec_lines`'s result.
     steps : int
         How many steps the log covers: times are per step.
-    top : int
-        How many (primitive, implementation, pass, dtype) groups to list.
 
     Returns
     -------
@@ -128,8 +126,9 @@ def summarise(lines, steps=1, top=8):
         ``percent`` and ``ms_per_step_by_class`` (every class of :data:`CLASSES`;
         the shares sum to 100 when any time was read), ``passes`` (per pass:
         ``ms_per_step``, ``percent_of_total`` and ``percent``, the classes'
-        shares within that pass) and ``top`` (the largest groups, each with
-        its ``class``, ``ms_per_step``, ``calls_per_step`` and ``percent``).
+        shares within that pass) and ``top`` (the 8 largest groups of
+        primitive, implementation, pass and dtype, each with its ``class``,
+        ``ms_per_step``, ``calls_per_step`` and ``percent``).
     """
     lines = list(lines)
     execs = lines if all(isinstance(x, ExecLine) for x in lines) else exec_lines(lines)
@@ -145,7 +144,7 @@ def summarise(lines, steps=1, top=8):
     passes = {name: {"ms_per_step": sum(c.values()), "percent_of_total": 100.0 * sum(c.values()) / total,
                      "percent": _shares(c, sum(c.values()))}
               for name, c in sorted(by_pass.items(), key=lambda item: -sum(item[1].values()))} if total else {}
-    ranked = sorted(groups.items(), key=lambda item: -item[1][1])[:top]
+    ranked = sorted(groups.items(), key=lambda item: -item[1][1])[:8]
     return {"ms_per_step": total, "calls_per_step": len(execs) / steps, "steps": steps,
             "ms_per_step_by_class": {name: by_class.get(name, 0.0) for name in CLASSES},
             "percent": _shares(by_class, total), "passes": passes,
@@ -160,8 +159,8 @@ def _class_list(percent, always=ALWAYS_SHOWN):
                      if name in always or percent.get(name, 0.0) >= 0.5)
 
 
-def format_census(name, census, passes=3, top=3):
-    """Lines for the terminal: the classes' shares, the largest passes' own split, and the top primitives.
+def format_census(name, census):
+    """Lines for the terminal: the classes' shares, the three largest passes' own split, and the top three primitives.
 
     Parameters
     ----------
@@ -180,10 +179,10 @@ def format_census(name, census, passes=3, top=3):
         return [f"{name} census: no oneDNN primitive ran"]
     lines = [f"{name} census: {_class_list(census['percent'])} "
              f"({census['ms_per_step']:.1f} ms of oneDNN time per step)"]
-    for pass_name, entry in list(census["passes"].items())[:passes]:
+    for pass_name, entry in list(census["passes"].items())[:3]:
         shown = "no pass (reorder, sum, concat)" if pass_name == "none" else pass_name
         lines.append(f"    {shown} ({entry['percent_of_total']:.0f}%): {_class_list(entry['percent'], ())}")
-    if census["top"][:top]:
+    if census["top"]:
         lines.append("    top: " + "; ".join(f"{e['primitive']} {e['implementation']} {e['pass']} {e['dtype']} "
-                                              f"{e['percent']:.0f}%" for e in census["top"][:top]))
+                                              f"{e['percent']:.0f}%" for e in census["top"][:3]))
     return lines

@@ -43,14 +43,14 @@ CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reor
 @dataclass(frozen=True)
 class Measured:
     """One model of the table: its ``--model`` name, its ``weight`` (share of the budget against the others'), an
-    image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick``, and
-    the module it ``needs`` (MobileNet v2 comes from gluoncv's zoo only)."""
+    image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick`` (by
+    default an image classifier's: 32 px, batch 2), and the module it ``needs`` (MobileNet v2: gluoncv's zoo only)."""
 
     model: str
     weight: float
     image_size: int = None
     batch_size: int = None
-    quick: tuple = ()
+    quick: tuple = ("--image-size", "32", "--batch-sizes", "2")
     needs: str = None
 
     @property
@@ -65,12 +65,12 @@ def _tiny(*pairs):
 
 #: The table's models, in its order (/work/shared/measurements/amx-emerald-rapids/README.md, docs/benchmarks.md).
 MODELS = (
-    Measured("resnet50_v2", 10.0, 224, 16, ("--image-size", "32", "--batch-sizes", "2")),
+    Measured("resnet50_v2", 10.0, 224, 16),
     Measured("word-lm-lstm", 6.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
     Measured("bert-encoder", 5.0,
              quick=_tiny("vocab=50", "units=16", "heads=2", "ffn=32", "seq_len=6", "max_length=8")),
     Measured("dcgan", 4.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
-    Measured("mobilenetv2_1.0", 8.0, 224, 16, ("--image-size", "32", "--batch-sizes", "2"), needs="gluoncv"),
+    Measured("mobilenetv2_1.0", 8.0, 224, 16, needs="gluoncv"),
 )
 
 
@@ -214,12 +214,11 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missin
             if bf16["runs"] else "float32"
         name = f"bench-{measured.model}"
         argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
-        step = Step(name, argv, measured.weight, floor, model=measured.model)
-        if measured.needs and missing(measured.needs):
-            step.skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
-                         f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)")
-        step.notes = [] if not no_torch else ["peer skipped: torch not installed"]
-        steps.append(step)
+        skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
+                f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)"
+                if measured.needs and missing(measured.needs) else None)
+        steps.append(Step(name, argv, measured.weight, floor, skip=skip, model=measured.model,
+                          notes=["peer skipped: torch not installed"] if no_torch else []))
     return steps, notes
 
 
@@ -309,17 +308,13 @@ def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
     run = run or run_child
     start, records = clock(), []
     for index, step in enumerate(steps):
-        if step.skip:
-            records.append(_record(step, "skipped", step.skip))
-            log(f"{step.name}: skipped: {step.skip}")
-            continue
         remaining = budget - (clock() - start)
         share = min(remaining, step.seconds) if step.seconds is not None else \
             remaining * step.weight / (sum(s.weight for s in steps[index:] if not s.skip) or 1.0)
-        if share < step.floor:
-            why = (f"budget spent: its share is {max(share, 0):.0f} s of the {max(remaining, 0):.0f} s left, under "
-                   f"the {step.floor:.0f} s it needs at least")
-            records.append(_record(step, "skipped", why, allowance=max(share, 0)))
+        if step.skip or share < step.floor:
+            why = step.skip or (f"budget spent: its share is {max(share, 0):.0f} s of the {max(remaining, 0):.0f} s "
+                                f"left, under the {step.floor:.0f} s it needs at least")
+            records.append(_record(step, "skipped", why, allowance=None if step.skip else max(share, 0)))
             log(f"{step.name}: skipped: {why}")
             continue
         argv = [str(int(share)) if arg == ALLOWANCE else arg for arg in step.argv]

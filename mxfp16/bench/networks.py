@@ -30,15 +30,12 @@ from mxnet import gluon, init
 
 from ..models.sequence import EncoderBlock
 
-__all__ = ["dcgan_generator", "dcgan_discriminator", "DiscriminatorPass", "IMAGE_SIZE",
-           "WordLanguageModel", "RECURRENT_MODES", "BertEncoderClassifier"]
-
-#: The side of the images: the layer sizes fix it (4 -> 8 -> 16 -> 32 -> 64 and back).
-IMAGE_SIZE = 64
+__all__ = ["dcgan_generator", "dcgan_discriminator", "DiscriminatorPass", "WordLanguageModel", "RECURRENT_MODES",
+           "BertEncoderClassifier"]
 
 
-def dcgan_generator(nz=100, ngf=64, channels=3, prefix="generator_"):
-    """Noise ``(batch, nz, 1, 1)`` -> images ``(batch, channels, 64, 64)`` in [-1, 1].
+def dcgan_generator(nz=100, ngf=64):
+    """Noise ``(batch, nz, 1, 1)`` -> images ``(batch, 3, 64, 64)`` in [-1, 1].
 
     Parameters
     ----------
@@ -46,26 +43,24 @@ def dcgan_generator(nz=100, ngf=64, channels=3, prefix="generator_"):
         Length of the noise vector.
     ngf : int
         Channels of the last hidden layer; the earlier ones have 2, 4 and 8 times as many.
-    channels : int
-        Of the generated images.
 
     Returns
     -------
     gluon.nn.HybridSequential
         Not initialised (the example draws every weight from N(0, 0.02)).
     """
-    net = gluon.nn.HybridSequential(prefix=prefix)
+    net = gluon.nn.HybridSequential(prefix="generator_")
     with net.name_scope():
         for i, width in enumerate((ngf * 8, ngf * 4, ngf * 2, ngf)):
             stride, pad = (1, 0) if i == 0 else (2, 1)  # 1x1 -> 4x4, then doubling
             net.add(gluon.nn.Conv2DTranspose(width, 4, stride, pad, use_bias=False), gluon.nn.BatchNorm(),
                     gluon.nn.Activation("relu"))
-        net.add(gluon.nn.Conv2DTranspose(channels, 4, 2, 1, use_bias=False), gluon.nn.Activation("tanh"))
+        net.add(gluon.nn.Conv2DTranspose(3, 4, 2, 1, use_bias=False), gluon.nn.Activation("tanh"))
     return net
 
 
-def dcgan_discriminator(ndf=64, prefix="discriminator_"):
-    """Images ``(batch, channels, 64, 64)`` -> ``(batch, 2)`` scores (fake, real) for softmax cross-entropy.
+def dcgan_discriminator(ndf=64):
+    """Images ``(batch, 3, 64, 64)`` -> ``(batch, 2)`` scores (fake, real) for softmax cross-entropy.
 
     Parameters
     ----------
@@ -77,7 +72,7 @@ def dcgan_discriminator(ndf=64, prefix="discriminator_"):
     gluon.nn.HybridSequential
         Not initialised.
     """
-    net = gluon.nn.HybridSequential(prefix=prefix)
+    net = gluon.nn.HybridSequential(prefix="discriminator_")
     with net.name_scope():
         net.add(gluon.nn.Conv2D(ndf, 4, 2, 1, use_bias=False), gluon.nn.LeakyReLU(0.2))
         for width in (ndf * 2, ndf * 4, ndf * 8):
@@ -109,8 +104,8 @@ class DiscriminatorPass(gluon.Block):
         return self.discriminator(real), self.discriminator(fake.detach()), fake
 
 
-#: The recurrent layer of each mode, with its number of gate blocks per unit (what its weights hold).
-RECURRENT_MODES = {"lstm": (gluon.rnn.LSTM, 4), "gru": (gluon.rnn.GRU, 3)}
+#: The recurrent layer of each mode.
+RECURRENT_MODES = {"lstm": gluon.rnn.LSTM, "gru": gluon.rnn.GRU}
 
 
 class WordLanguageModel(gluon.HybridBlock):
@@ -146,7 +141,7 @@ class WordLanguageModel(gluon.HybridBlock):
         if tie_weights and embed_size != hidden_size:
             raise ValueError(f"tied weights need embed_size == hidden_size, got {embed_size} and {hidden_size}: "
                              "the decoder's weight is the embedding's")
-        layer, _ = RECURRENT_MODES[mode]
+        layer = RECURRENT_MODES[mode]
         with self.name_scope():
             self.drop = gluon.nn.Dropout(dropout)
             self.encoder = gluon.nn.Embedding(vocab_size, embed_size, weight_initializer=mx.init.Uniform(0.1))

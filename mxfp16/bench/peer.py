@@ -63,7 +63,7 @@ INSTALL = ("pip install -c constraints.txt 'mxfp16[peer]' --extra-index-url http
 
 def _key(model):
     """The :data:`NETWORKS` key for an mxfp16 model name, or ``None`` when the model has no peer."""
-    if model in (LSTM_CLASSIFIER, TRANSFORMER_ENCODER, MOBILENET_V2) or family(model) is not None:
+    if model in NETWORKS:
         return model
     # Every gluoncv ResNet-50 (v1, v1b, v1c, v1d, v2 ...) has ResNet-50's convolutions.
     return "resnet50" if model.lower().startswith("resnet50") else None

@@ -120,20 +120,20 @@ def mobilenet_v2(classes):
                          nn.Conv2d(1280, classes, 1, bias=False), nn.Flatten())
 
 
-def dcgan_generator(nz, ngf, channels=3):
+def dcgan_generator(nz, ngf):
     """``ConvTranspose2d`` 4x4 + BatchNorm + ReLU from ``(nz, 1, 1)`` to ``8*ngf`` at 4x4, doubling to 32x32, then
-    to ``channels`` at 64x64 with ``tanh``."""
+    to 3 channels at 64x64 with ``tanh``."""
     layers, cin = [], nz
     for i, width in enumerate((ngf * 8, ngf * 4, ngf * 2, ngf)):
         stride, pad = (1, 0) if i == 0 else (2, 1)
         layers += [nn.ConvTranspose2d(cin, width, 4, stride, pad, bias=False), nn.BatchNorm2d(width), nn.ReLU(True)]
         cin = width
-    return nn.Sequential(*layers, nn.ConvTranspose2d(cin, channels, 4, 2, 1, bias=False), nn.Tanh())
+    return nn.Sequential(*layers, nn.ConvTranspose2d(cin, 3, 4, 2, 1, bias=False), nn.Tanh())
 
 
-def dcgan_discriminator(ndf, channels=3):
+def dcgan_discriminator(ndf):
     """``Conv2d`` 4x4 stride 2 + LeakyReLU 0.2 (BatchNorm from the second) down to 4x4, then to two scores."""
-    layers, cin = [nn.Conv2d(channels, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)], ndf
+    layers, cin = [nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)], ndf
     for width in (ndf * 2, ndf * 4, ndf * 8):
         layers += [nn.Conv2d(cin, width, 4, 2, 1, bias=False), nn.BatchNorm2d(width), nn.LeakyReLU(0.2, True)]
         cin = width

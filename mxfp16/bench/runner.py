@@ -167,7 +167,7 @@ def measure(spec):
     if times.latencies:
         record.update(latency_fields(times.latencies))
     if provider:
-        record.update(framework="onnxruntime", precision=spec.precision, execution_provider=provider)
+        record.update(precision=spec.precision, execution_provider=provider)
     return record
 
 
@@ -272,15 +272,21 @@ def latency_fields(latencies):
             "latency_ms_p99": float(np.percentile(ms, 99)), "latency_samples": int(ms.size)}
 
 
-def _record(spec, precision, times, peak_mb, ctx):
-    median = times.ms_per_step / 1000.0
+def _head(spec, precision, amp_lists, ctx, status, reason):
+    """The fields every mxfp16 record starts with, timed or not, in ``bench.json``'s order."""
     return {
-        "framework": "mxfp16", "precision": precision.name, "requested_precision": spec.requested or spec.precision,
-        "amp_lists": spec.amp_lists if precision.amp else None, "batch_size": spec.batch_size,
+        "framework": "mxfp16" if spec.runtime == "mxnet" else spec.runtime, "precision": precision,
+        "requested_precision": spec.requested or spec.precision, "amp_lists": amp_lists, "batch_size": spec.batch_size,
         "image_size": spec.image_size, "model": spec.model, "mode": spec.mode, "data": spec.data,
-        "pipeline": None if spec.data == "synthetic" else spec.pipeline, "ctx": ctx, "status": "ok", "reason": None,
+        "pipeline": None if spec.data == "synthetic" else spec.pipeline, "ctx": ctx, "status": status, "reason": reason,
         **record_fields(spec.model, spec.options),
-        **throughput_fields(spec.model, spec.batch_size, spec.options, median),
+    }
+
+
+def _record(spec, precision, times, peak_mb, ctx):
+    return {
+        **_head(spec, precision.name, spec.amp_lists if precision.amp else None, ctx, "ok", None),
+        **throughput_fields(spec.model, spec.batch_size, spec.options, times.ms_per_step / 1000.0),
         "ms_per_step": times.ms_per_step, "ms_per_step_spread": times.ms_per_step_spread,
         "ms_per_step_repeats": [1000.0 * t for t in times.wall],
         # Process CPU time per step: less sensitive than wall time to other programs on a shared machine (it still
@@ -293,18 +299,11 @@ def _record(spec, precision, times, peak_mb, ctx):
 
 def not_run(spec, status, reason):
     """The record of a measurement that did not produce timings."""
-    return {
-        "framework": "mxfp16", "precision": spec.precision,
-        "requested_precision": spec.requested or spec.precision,
-        "amp_lists": None, "batch_size": spec.batch_size, "image_size": spec.image_size, "model": spec.model,
-        "mode": spec.mode, "data": spec.data, "ctx": spec.ctx, "status": status, "reason": reason,
-        **({"framework": "onnxruntime"} if spec.runtime == "onnxruntime" else {}),
-        **record_fields(spec.model, spec.options),
-        "images_per_second": None, "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None,
-    }
+    return {**_head(spec, spec.precision, None, spec.ctx, status, reason), "images_per_second": None,
+            "ms_per_step": None, "ms_per_step_spread": None, "peak_memory_mb": None}
 
 
-def run_in_subprocess(spec, timeout=None, python=None):
+def run_in_subprocess(spec, timeout=None):
     """Run :func:`measure` for ``spec`` in a fresh Python process.
 
     Returns
@@ -315,7 +314,7 @@ def run_in_subprocess(spec, timeout=None, python=None):
         (the child crashed or timed out; ``reason`` holds the end of its
         error output). It never raises for a failing child.
     """
-    record, problem = call_in_child(_measure_or_skip, spec, timeout=timeout, python=python)
+    record, problem = call_in_child(_measure_or_skip, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)
 
 

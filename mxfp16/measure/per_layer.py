@@ -252,10 +252,7 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
 def _timing(record):
     if not isinstance(record, dict):
         return None
-    try:
-        return LayerTiming(**{k: record.get(k) for k in ("float32_ms", "bfloat16_ms", "casts_ms", "failed")})
-    except TypeError:
-        return None
+    return LayerTiming(**{k: record.get(k) for k in ("float32_ms", "bfloat16_ms", "casts_ms", "failed")})
 
 
 def _decide(rows, timings):

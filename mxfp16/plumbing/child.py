@@ -66,7 +66,7 @@ def call_in_child(function, spec=None, timeout=None, env=None, python=None, tail
                 args += ["--spec-file", spec_path]
                 if is_dataclass(spec):
                     kind = type(spec)
-                    text = spec.to_json() if hasattr(spec, "to_json") else json.dumps(asdict(spec))
+                    text = json.dumps(asdict(spec))
                     args += ["--spec-type", f"{kind.__module__}:{kind.__qualname__}"]
                 else:
                     text = json.dumps(spec)
