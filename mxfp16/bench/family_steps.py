@@ -51,8 +51,6 @@ def build_networks(name, options, ctx=None):
         if o["seq_len"] > o["max_length"]:
             raise ValueError(f"seq_len={o['seq_len']} is longer than the position table (max_length="
                              f"{o['max_length']}); raise max_length or shorten seq_len")
-        if o["units"] % o["heads"]:
-            raise ValueError(f"units={o['units']} is not a multiple of heads={o['heads']}")
         net = BertEncoderClassifier(o["classes"], o["vocab"], o["units"], o["heads"], o["ffn"], o["layers"],
                                     o["max_length"], o["dropout"], prefix="bertencoder_")
         net.initialize(init.Normal(0.02), ctx=ctx)
