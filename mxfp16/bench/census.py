@@ -7,15 +7,10 @@ line per executed primitive::
     <attributes>,<auxiliary: alg:convolution_direct>,<problem: mb16_ic64oc64_ih56...>,<milliseconds>
 
 :func:`exec_lines` reads those lines and :func:`classify` files each one's
-time under one class of :data:`CLASSES`, first match wins: ``reorder``;
-``reference`` (an implementation whose ISA is ``any`` or whose name says
-``ref``); ``amx``; ``avx512_bf16``; ``bf16_other`` (bfloat16 in a JIT kernel
-that names no bfloat16 ISA: the GEMM, pooling, emulation); ``float32``;
-``other``. docs/benchmarks.md, "The kernel census in every run", says what
-each means. A primitive's data type is bfloat16 when any of its memory
-descriptors is (``src_bf16`` ...), else float32 when one is. Shares are of
-oneDNN's own time, not the step's (AMP's casts, the optimizer and MXNet's
-own operators run outside oneDNN).
+time under one class of :data:`CLASSES`, first match wins;
+docs/benchmarks.md, "The kernel census in every run", says what each means.
+A primitive's data type is bfloat16 when any of its memory descriptors is
+(``src_bf16`` ...), else float32 when one is.
 """
 import collections
 import re

@@ -1,9 +1,8 @@
 """The benchmark's own model registry: the families whose input is not a classifier's image.
 
-``mxfp16 bench --model NAME`` takes a model-zoo name or one of :data:`FAMILIES`, whose input is token ids or noise:
-each names its layers' sizes (``--model-option KEY=VALUE`` changes one), its example's batch and optimizer, and what
-its throughput counts. The MXNet step (:mod:`mxfp16.bench.family_steps`) and the PyTorch peer
-(:mod:`mxfp16.bench.peer_families`) both read them here; importing this module imports neither framework.
+``mxfp16 bench --model NAME`` takes a model-zoo name or one of :data:`FAMILIES`, whose input is token ids or noise.
+The MXNet step (:mod:`mxfp16.bench.family_steps`) and the PyTorch peer (:mod:`mxfp16.bench.peer_families`) both read
+them here; importing this module imports neither framework.
 
 The word language models read Penn Treebank's 10,000 words, the corpus the 650-unit configuration comes from
 (Zaremba et al., 2014), not the 1.9.1 example's WikiText-2 (33,278 words), whose decoder would be three quarters of

@@ -1,10 +1,8 @@
 """One measurement of this CPU: docs/benchmarks.md's table of families, planned, run in budgeted steps, summarised.
 
-``make measure`` (``tools/measure.py``) is a thin command over this module. Each step is a child process with its
-share of one time budget: ``mxfp16 info --json``; ``tools/amx_check.py`` where the CPU's class is AMX;
-``mxfp16 bench`` of each model of :data:`MODELS` (float32, amp-bfloat16 and, for image classifiers, auto where
-bfloat16 runs; ``--peer pytorch`` where torch is installed; ``--rounds 3``; the kernel census of every row).
-Importing it loads neither MXNet nor torch, and nothing here needs more than MXNet's wheel and a checkout.
+``make measure`` (``tools/measure.py``) is a thin command over this module; docs/benchmarks.md, "One command for
+the whole table", lists its steps. Importing it loads neither MXNet nor torch, and nothing here needs more than
+MXNet's wheel and a checkout.
 """
 import contextlib
 import importlib.util
@@ -289,9 +287,8 @@ def _record(step, status, reason=None, seconds=0.0, allowance=None, argv=None):
 def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
     """Run ``steps`` in order within ``budget`` seconds, each with its share of what is left.
 
-    A step's share is what remains of the budget times its weight over the weights of it and the steps after it,
-    so what one step leaves unused goes to the later ones (a step with fixed :attr:`Step.seconds` gets those,
-    as far as the budget goes). A step whose share is under its
+    A step's share is what remains of the budget times its weight over the weights of it and the steps after it
+    (a step with fixed :attr:`Step.seconds` gets those, as far as the budget goes). A step whose share is under its
     :attr:`Step.floor` is skipped with the reason recorded; one that outlasts its share is stopped.
 
     Parameters

@@ -1,29 +1,24 @@
 """The networks only the benchmark runs: MXNet's DCGAN, its word language model, and a BERT-sized encoder.
 
 The PyTorch peer (:mod:`mxfp16.bench.peer_families`) builds the same layers;
-:mod:`mxfp16.bench.family_steps` times one training step of each.
+:mod:`mxfp16.bench.family_steps` times one training step of each. Under AMP
+on a CPU, ``Deconvolution``, ``RNN`` and ``batch_dot`` stay float32
+(docs/amp-table.md): the generator and the recurrent layers run in float32.
 
 The DCGAN has the layers of MXNet 1.9.1's ``example/gluon/dc_gan`` (64 px);
 the discriminator ends in a ``Flatten``, which the example does with a
-``reshape`` after the call. Under AMP on a CPU, ``Deconvolution`` stays
-float32 (it is in MXNet's float32 list), so the generator runs in float32
-apart from its BatchNorm and activations; the discriminator's convolutions
-run in bfloat16.
+``reshape`` after the call.
 
 :class:`WordLanguageModel` is the ``RNNModel`` of
 ``example/gluon/word_language_model`` with two differences outside the
 layers: it reads ``(batch, time)`` token ids, batch first as every mxfp16
 batch is, and starts each segment from a zero state where the example
-carries the detached state on; the work per step is the same. Under AMP on a
-CPU the recurrent layers stay float32 (MXNet 1.9.1's ``RNN`` operator has no
-bfloat16 CPU kernel).
+carries the detached state on; the work per step is the same.
 
 :class:`BertEncoderClassifier` is BERT's encoder as GluonNLP builds it for
 sentence classification, at BERT-base's widths with 2 blocks instead of 12,
 so one training step fits a small CPU's minutes, and without the two-row
 segment table (a single-segment task adds a constant row to every token).
-Under AMP on a CPU its Dense layers run in bfloat16; ``batch_dot`` has no
-bfloat16 CPU kernel in MXNet 1.9.1.
 """
 import mxnet as mx
 from mxnet import gluon, init

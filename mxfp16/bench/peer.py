@@ -2,16 +2,14 @@
 
 ``mxfp16 bench --peer pytorch`` adds rows beside mxfp16's: the PyTorch network of the mxfp16 model's shape
 (:data:`NETWORKS`, named in each record's ``network``), in float32 and ``torch.autocast`` bfloat16, eagerly and through
-``torch.compile`` (its first steps compile, untimed; the record keeps ``compile_seconds``); ``--peer pytorch-eager``
-leaves the compiled rows out. The same as mxfp16's rows: sizes, synthetic data, SGD with momentum 0.9 and weight decay
-1e-4 (a family: its own optimizer), threads, warm-up, repeats, one process per row, peak resident memory.
-:func:`variants` says which layouts run.
+``torch.compile`` (:func:`variants` says which layouts run); ``--peer pytorch-eager`` leaves the compiled rows out. The
+same as mxfp16's rows: sizes, synthetic data, SGD with momentum 0.9 and weight decay 1e-4 (a family: its own
+optimizer), threads, warm-up, repeats, one process per row, peak resident memory.
 
 A ResNet-50 peer is ResNet-50 v1.5 (torchvision's layout) where mxfp16's default is ResNet-50 v2: the same
 convolutions and nearly the same work per image (about 4.1 GFLOPs forward at 224 px). torchvision has no CPU wheel for
-every torch release, so :func:`_resnet50_v1_5` builds the same network when it does not import. Under autocast
-PyTorch runs ``nn.LSTM`` in bfloat16 (oneDNN's RNN), while mxfp16's AMP keeps MXNet's ``RNN`` in float32 on a CPU
-(``docs/amp-table.md``). The child imports torch only, never MXNet.
+every torch release, so :func:`_resnet50_v1_5` builds the same network when it does not import. The child imports
+torch only, never MXNet.
 """
 import importlib.util
 import os
@@ -34,7 +32,7 @@ MOBILENET_V2 = "mobilenetv2_1.0"
 #: (written out here because ``mxfp16.models`` imports MXNet, which the child never loads).
 LSTM_CLASSIFIER = "lstm-classifier"
 TRANSFORMER_ENCODER = "transformer-encoder"
-#: What the PyTorch rows train for a ResNet-50 (kept under its old name: the first and default peer).
+#: What the PyTorch rows train for a ResNet-50.
 NETWORK = "ResNet-50 v1.5 (torchvision layout)"
 #: What the PyTorch rows train, by the mxfp16 model they stand beside (``"resnet50"``: any ResNet-50 name).
 NETWORKS = {

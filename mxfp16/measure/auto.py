@@ -1,18 +1,11 @@
 """``auto``: one decision procedure for the library and the commands alike.
 
-Whether amp-bfloat16 beats float32 depends on the CPU and on the model.
-Where timing cannot change the answer, the rule per CPU class
-(:func:`mxfp16.precision.auto_rule`) decides and the reason says so
-(``ruled: ...``): GPUs, CPUs that cannot run bfloat16 or only emulate it,
-and a call without a network at hand (:func:`mxfp16.resolve_precision`). On
-a CPU with native bfloat16 the network is timed (``timed on this CPU: ...``)
-in a forked copy of this process
-(:class:`~mxfp16.measure.probe.NetworkProbe`), a close or short first round
-is confirmed by more (:func:`min_repeat_ms`), and amp-bfloat16 is kept only
-when it is faster by :data:`~mxfp16.measure.margin.MARGIN`. Verdicts are
-cached per machine, network and batch (:func:`cache_file`,
-:mod:`mxfp16.measure.cache`). docs/benchmarks.md, "What auto picks on each
-kind of CPU", tells the whole procedure.
+Where timing cannot change the answer the rule per CPU class
+(:func:`mxfp16.precision.auto_rule`) decides (``ruled: ...``); on a CPU with
+native bfloat16 the network is timed in a forked copy of this process
+(:class:`~mxfp16.measure.probe.NetworkProbe`, ``timed on this CPU: ...``).
+docs/benchmarks.md, "What auto picks on each kind of CPU", tells the whole
+procedure.
 
 :func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
 the probe's child alike, so the same network and batch get the same verdict

@@ -2,12 +2,9 @@
 
 ``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings
 (:mod:`mxfp16.measure.per_layer`) are measured once per machine and kept
-through :class:`MachineCache`, in one format: a file
-``{"version": N, section: {key: record}}`` whose keys are JSON
-``{"machine": machine_key(), <what>: ...}``. A file that is damaged, of
-another version or missing reads as empty: what it held is measured again
-and the file rewritten whole, never patched. Times taken while other
-programs kept the CPU busy (:func:`machine_busy`) are used once and not kept.
+through :class:`MachineCache`. A file that is damaged, of another version or
+missing reads as empty: what it held is measured again and the file
+rewritten whole, never patched.
 """
 import json
 import os

@@ -1,14 +1,10 @@
 """Precision per layer, chosen by measurement: the ``measured`` AMP lists.
 
 With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16
-train --amp-lists measured``) each layer AMP would run in bfloat16 (each
-``Convolution`` and ``FullyConnected`` of the network's graph) is timed
-alone in a fresh process (:func:`mxfp16.measure.layer_timing.time_layers`),
-its times cached per machine (:func:`cache_file`), and kept in float32
-unless it gains by :data:`mxfp16.measure.margin.MARGIN`, the rule ``auto``
-decides by too; layers that share a weight are decided together.
-docs/amp-table.md, "Precision per layer, chosen by measurement", tells the
-details.
+train --amp-lists measured``) each layer AMP would run in bfloat16 is timed
+alone (:func:`mxfp16.measure.layer_timing.time_layers`) and kept in float32
+unless it gains by :data:`mxfp16.measure.margin.MARGIN`. docs/amp-table.md,
+"Precision per layer, chosen by measurement", tells the details.
 
 :class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is
 the table ``mxfp16 info --amp-table layers`` prints, and the trainer writes
