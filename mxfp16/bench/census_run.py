@@ -2,10 +2,8 @@
 
 oneDNN reads ``DNNL_VERBOSE`` once and then prints a line for every primitive it runs (a system call each): in the
 timed process that would cost microseconds per primitive, more for bfloat16 (more reorders), and bias the speedup. So
-``mxfp16 bench`` takes the census after the timing, in a fresh process (:func:`take_census`) that builds the row's step
-again, runs its warm-up untimed (at least :data:`CENSUS_WARMUP`), then :data:`CENSUS_STEPS` steps whose lines
-:func:`mxfp16.bench.census.summarise` reads from a file of the child's own. It is taken where oneDNN runs the step
-(:func:`census_applies`).
+``mxfp16 bench`` takes the census after the timing, in a fresh process (:func:`take_census`), where oneDNN runs the
+step (:func:`census_applies`); docs/benchmarks.md, "The kernel census in every run", tells the rest.
 """
 import ctypes
 import os

@@ -271,10 +271,6 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
 def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
     """The precision ``name`` switched on here: resolved for ``ctx``, AMP activated, ``nets`` traced again under AMP.
 
-    :class:`mxfp16.MixedPrecision` adopts ``auto``'s verdict this way, and the
-    probe's child (:mod:`mxfp16.measure.probe`) sets up each precision it
-    times the same way, so what was timed is what then trains.
-
     Parameters
     ----------
     name : str
