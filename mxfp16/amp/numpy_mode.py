@@ -94,8 +94,7 @@ def _counting(f):
         _state["target_calls"] += 1
         return f(*args, **kwargs)
 
-    counted.__name__, counted.__doc__ = getattr(f, "__name__", "op"), getattr(f, "__doc__", None)
-    return counted
+    return w.named_like(counted, f, "op")
 
 
 def _wrapped(f, name, rule, detail, target_dtype, warn):
