@@ -1,18 +1,12 @@
 """The process environment MXNet reads, checked and set once for every command: threads and float16 settings.
 
 MXNet takes several settings from environment variables rather than from its
-Python API. This module holds the ones mxfp16 needs and sets them the same
-way for the trainer, the benchmark, the notebooks and library users. It
-imports nothing from MXNet, so it can run before MXNet loads.
-
-Checked before MXNet loads
---------------------------
-MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` and fails on a
-value it cannot use, some by aborting the process (docs/getting-started.md,
-"Environment variables"). :func:`check_environment` reads them as MXNet
-would; ``import mxfp16`` applies the lowered thread counts
-(:func:`prepare_environment`) and never raises, and
-:func:`mxfp16.machine.stack.import_mxnet` refuses to load MXNet with them.
+Python API. This module holds the ones mxfp16 needs and sets them the same way
+for the trainer, the benchmark, the notebooks and library users. It imports
+nothing from MXNet, so it can run before MXNet loads:
+:func:`check_environment` reads MXNet's variables as MXNet would, and ``import
+mxfp16`` lowers the thread counts (:func:`prepare_environment`), as
+docs/getting-started.md ("Environment variables") says.
 
 Threads
 -------
