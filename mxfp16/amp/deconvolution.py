@@ -1,19 +1,15 @@
 """A transposed convolution with one output channel, computed as a convolution: MXNet 1.9.1's own fails.
 
-MXNet 1.9.1's oneDNN ``Deconvolution`` (Gluon's ``Conv2DTranspose``) fails
-its backward pass with ``could not create a primitive descriptor for a
-reorder primitive`` when the layer has one output channel and its input
-gradient is needed, in float32 too (docs/amp-table.md says where it was
-seen): the last layer of a generator of grey images could not train.
-
-The same layer is a ``Convolution`` of the input with its zeros inserted
-between pixels (stride ``s``: ``s - 1`` zeros), padded by ``k - 1 - p``,
-with the weight flipped in space and its two channel axes swapped
-(``tests/test_amp_routes.py`` checks it against numpy). It costs ``s * s``
-times the multiply-adds of the direct form, which one output channel keeps
-small, and under AMP it runs in bfloat16. A ``Deconvolution`` whose weight
-is itself computed (padded to two output channels) crashes the process in
-1.9.1, so that is no route.
+MXNet 1.9.1's oneDNN ``Deconvolution`` (Gluon's ``Conv2DTranspose``) with one
+output channel fails its backward pass when its input gradient is needed, in
+float32 too (docs/amp-table.md, "Conv2DTranspose"). The same layer is a
+``Convolution`` of the input with its zeros inserted between pixels (stride
+``s``: ``s - 1`` zeros), padded by ``k - 1 - p``, with the weight flipped in
+space and its two channel axes swapped (``tests/test_amp_routes.py`` checks it
+against numpy). It costs ``s * s`` times the multiply-adds of the direct form,
+which one output channel keeps small, and under AMP it runs in bfloat16. A
+``Deconvolution`` whose weight is itself computed (padded to two output
+channels) crashes the process in 1.9.1, so that is no route.
 
 :func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
 around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run

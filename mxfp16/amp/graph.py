@@ -144,12 +144,11 @@ def trace(net, shapes, numpy_mode=False):
         if node["op"] == "null":
             continue
         inputs = [entries.get((i, k)) for i, k, _ in node["inputs"]]
-        outputs = [entries.get((index, 0))]
         found.append(Node(
             name=node["name"], op=node["op"], attrs=dict(node.get("attrs", {})), inputs=tuple(inputs),
             shapes=tuple(_shape(shape_of.get(name)) for name in inputs),
             input_dtypes=tuple(_dtype(dtype_of.get(name)) for name in inputs),
-            dtype=_dtype(dtype_of.get(outputs[0])),
+            dtype=_dtype(dtype_of.get(entries.get((index, 0)))),
             parameters=tuple(nodes[i]["op"] == "null" and "__dtype__" in nodes[i].get("attrs", {})
                              for i, _, _ in node["inputs"]),
             call=LayerCall.of_node(node, nodes)))

@@ -345,7 +345,7 @@ def _warn_fallback(name, target_dtype):
     warnings.warn(f"mxfp16: {name} has no working {target_dtype} path on this CPU in MXNet "
                   f"{mxnet.__version__}, so AMP runs it in float32 (inputs cast up, output "
                   "float32). See docs/amp-table.md for every layer's dtype.",
-                  Float32Fallback, stacklevel=4)
+                  Float32Fallback, stacklevel=3)  # 1: here, 2: float32_call's wrapper, 3: the operator's caller
 
 
 def warn_if_numpy_mode(output):
@@ -436,10 +436,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     originals = {(m, op): getattr(m, op) for m in modules for op in rules}
     amp.init(target_dtype=target_dtype, target_precision_ops=by_amp,
              conditional_fp32_ops=lists["conditional_fp32_ops"], fp32_ops=[])
-
-    def warn(name):
-        _warn_fallback(name, target_dtype)
-
+    warn = functools.partial(_warn_fallback, target_dtype=target_dtype)
     _active["target"] = amp_dtype
     _wrap_legacy(by_mxfp16, lambda f, name: w.target_rebuild(f, name, amp_dtype))
     _wrap_legacy(lists["fp32_ops"], lambda f, name: w.float32_call(f, name, warn if name in fallbacks else None))

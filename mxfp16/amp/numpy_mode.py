@@ -1,21 +1,16 @@
 """AMP for numpy-mode networks: the ``mx.np`` / ``mx.npx`` functions get the casts ``amp.init`` gives ``mx.nd``.
 
 MXNet 1.9.1's ``amp.init`` replaces the functions of ``mx.nd`` and ``mx.sym``
-only. A numpy-mode network (``npx.set_np()``, how d2l teaches Gluon) calls
-``mx.np`` / ``mx.npx`` imperatively, and inside Gluon layers
+only; docs/amp-table.md ("numpy mode") says what mxfp16 does instead, and what
+MXNet cannot do in numpy mode at all. A numpy-mode network calls ``mx.np`` /
+``mx.npx`` imperatively, and inside Gluon layers
 ``mxnet.ndarray.numpy(_extension)`` without hybridization and
-``mxnet.symbol.numpy(_extension)`` with it: under AMP alone all run in float32.
-
-:func:`numpy_rules` gives a numpy-mode operator that is a legacy one under
-another name (``_npx_fully_connected`` is ``FullyConnected``) that one's
-rule, and a numpy-only one (``_np_dot``, ``_npi_concatenate`` ...) the
-verdict of ``tools/amp_probe_ops.py`` (``mxfp16/amp/op_verdicts.json``).
-:func:`wrap_numpy_functions` replaces every binding of each function under
-``mxnet.*``, as ``amp.init`` does for ``mx.nd``; ``np.tensordot`` reaches its
-operator through MXNet's C++ function table (:data:`FFI_FUNCTIONS`). Like
-``amp.init``, it cannot reach a function a user bound to a name of their own
-before AMP was activated. What MXNet 1.9.1 cannot do in numpy mode at all
-(create a bfloat16 array) is in ``docs/amp-table.md``.
+``mxnet.symbol.numpy(_extension)`` with it. :func:`numpy_rules` gives each
+operator its rule; :func:`wrap_numpy_functions` replaces every binding of each
+function under ``mxnet.*``, as ``amp.init`` does for ``mx.nd``
+(``np.tensordot`` reaches its operator through MXNet's C++ function table:
+:data:`FFI_FUNCTIONS`), and like it cannot reach a function a user bound to a
+name of their own before AMP was activated.
 """
 import sys
 
@@ -94,8 +89,7 @@ def _counting(f):
         _state["target_calls"] += 1
         return f(*args, **kwargs)
 
-    counted.__name__, counted.__doc__ = getattr(f, "__name__", "op"), getattr(f, "__doc__", None)
-    return counted
+    return w.named_like(counted, f, "op")
 
 
 def _wrapped(f, name, rule, detail, target_dtype, warn):

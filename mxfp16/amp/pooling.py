@@ -1,22 +1,17 @@
 """Global average pooling computed as a ``mean``: MXNet 1.9.1's oneDNN pooling sends reference kernels its gradient.
 
-The backward pass of MXNet 1.9.1's oneDNN ``Pooling`` with a 1x1 output
-(Gluon's ``GlobalAvgPool2D``) hands its gradient on in the ``acdB16b``
-layout, which no JIT kernel takes: the pooling's backward and that of the
-``BatchNorm`` before it run oneDNN's reference code (``pooling_v2 ref:any``,
-``bnorm_ref:any``), in float32 as in bfloat16. ``mean`` over the spatial
-axes computes the same thing, and its backward hands them a plain gradient:
-their JIT kernels run. Under AMP ``mean`` is on the float32 list. On an AMD
-Zen 4 the two reference kernels took 61% of oneDNN's time in a
-``cifar_resnet20_v1`` step under amp-bfloat16 (41% in float32); at batch 16
-oneDNN did this for 16 and 32 channels at 4 to 14 px, 64 from 7 px and 128
-at 14 px, not for 256 up to 14 px nor 2048 at 7 px (docs/amp-table.md).
+Why, and what it gained: docs/amp-table.md ("GlobalAvgPool"). On an AMD
+Zen 4 the reference kernels of the pooling's and the BatchNorm's backward
+took 61% of oneDNN's time in a ``cifar_resnet20_v1`` step under
+amp-bfloat16 (41% in float32); at batch 16 oneDNN did this for 16 and 32
+channels at 4 to 14 px, 64 from 7 px and 128 at 14 px, not for 256 up to
+14 px nor 2048 at 7 px.
 
-Only global average pooling (``global_pool=True``, ``pool_type='avg'``) in
-a channels-first layout takes the route; max pooling keeps oneDNN's
-(``max``'s gradient goes to every tied maximum, pooling's to one).
-:func:`mxfp16.amp.lists.init_amp` puts :func:`global_average_as_mean` around
-``mx.nd.Pooling`` and ``mx.sym.Pooling`` for bfloat16.
+Only global average pooling in a channels-first layout takes the route
+(:func:`routed`); max pooling keeps oneDNN's (``max``'s gradient goes to
+every tied maximum, pooling's to one). :func:`mxfp16.amp.lists.init_amp`
+puts :func:`global_average_as_mean` around ``mx.nd.Pooling`` and
+``mx.sym.Pooling`` for bfloat16.
 """
 from .wrappers import module_of, named_like
 

@@ -2,24 +2,13 @@
 
 MXNet 1.9.1's fused ``RNN`` operator has no bfloat16 CPU kernel: its oneDNN
 path takes float32 only (``SupportMKLDNNRnn``) and its own kernels reject
-bfloat16 (``Unknown type enum 12``), so AMP keeps it float32 and an LSTM gains
-nothing from bfloat16. The layers here compute the same thing from operators
-that do have bfloat16 kernels:
-
-* the input projection of every time step as **one** ``FullyConnected``
-  (``flatten=False`` over the ``(T, N, C)`` sequence: one large matrix product
-  in bfloat16), cast to float32 once and ``split`` once into its steps (a
-  ``slice_axis`` per step would cast or copy the whole sequence every step);
-* per step, the recurrent product ``FullyConnected(h, W_hh)`` in bfloat16, its
-  weight cast to bfloat16 once per call rather than once per step;
-* the gate arithmetic and the LSTM cell state in the parameters' dtype
-  (float32 under AMP): only the matrix products are rounded to bfloat16.
-
-Each is a subclass of its Gluon layer that changes only the computation: the
-same parameters with the same names, the same states and layouts, so weights
-saved from one load into the other. :func:`unfuse_rnn` switches the Gluon
-layers of an existing network in place. Each step runs a dozen operators, so
-it pays only at large hidden sizes (docs/amp-table.md says what was measured).
+bfloat16 (``Unknown type enum 12``). The layers here compute the same thing
+from operators that do have bfloat16 kernels, as docs/amp-table.md ("recurrent
+layers") describes. The input projection of all steps is cast to float32 once
+and ``split`` once into its steps (a ``slice_axis`` per step would cast or
+copy the whole sequence every step), and the recurrent weight is cast to
+bfloat16 once per call rather than once per step. Each step runs a dozen
+operators, so it pays only at large hidden sizes.
 
 The unrolled graph is built for one sequence length: a layer called on
 arrays takes it from them (and builds its graph again when it changes); one

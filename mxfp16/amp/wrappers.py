@@ -226,14 +226,17 @@ def conditional_float32_call(f, name, rules):
     ``rules`` is ``[(argument, values)]``, as AMP's ``conditional_fp32_ops``
     (``Activation`` with ``act_type='softrelu'``).
     """
-    plain = float32_call(f, name)
+    return _float32_if(f, f, lambda args, kwargs: any(kwargs.get(arg) in values for arg, values in rules), name)
+
+
+def _float32_if(original, wrapped, test, name):
+    """``wrapped``, but ``original`` on float32 inputs for a call where ``test(args, kwargs)`` holds."""
+    plain = float32_call(original, name)
 
     def conditional_op(*args, **kwargs):
-        if any(kwargs.get(arg) in values for arg, values in rules):
-            return plain(*args, **kwargs)
-        return f(*args, **kwargs)
+        return (plain if test(args, kwargs) else wrapped)(*args, **kwargs)
 
-    return named_like(conditional_op, f, name)
+    return named_like(conditional_op, wrapped, name)
 
 
 def as_tuple(value):
@@ -323,11 +326,5 @@ def float32_where(original, wrapped, keeps_float32, name="Convolution"):
     float32 case instead. ``keeps_float32`` is one of
     :data:`mxfp16.amp.lists.FLOAT32_RULES` or their union.
     """
-    plain = float32_call(original, name)
-
-    def conditional_op(*args, **kwargs):
-        if keeps_float32(LayerCall.of_call(name, args, kwargs)):
-            return plain(*args, **kwargs)
-        return wrapped(*args, **kwargs)
-
-    return named_like(conditional_op, wrapped, name)
+    return _float32_if(original, wrapped, lambda args, kwargs: keeps_float32(LayerCall.of_call(name, args, kwargs)),
+                       name)

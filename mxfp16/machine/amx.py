@@ -14,13 +14,12 @@ and backward-weights, brgemm), but leaves them off twice over:
   v2.4.4 never does. PyTorch (``init_amx`` in aten), llama.cpp and Halide ask
   themselves.
 
-So :func:`request_amx` (through :func:`enable_amx`), which ``import mxfp16``
-runs before MXNet loads, makes the request the way v2.5 does
-(``arch_prctl``) and sets ``DNNL_MAX_CPU_ISA`` only once it is granted. The
-permission covers every thread of the process, earlier and later, and is
-inherited on fork but cleared on exec: a child process that runs MXNet asks
-again by importing mxfp16 first (the benchmark's children, ``mxfp16
-launch``'s workers, spawned data workers and notebook kernels all do).
+So ``import mxfp16`` asks as v2.5 does, then lets oneDNN use AMX
+(:func:`enable_amx`; docs/benchmarks.md, "With AMX"). The permission covers
+every thread of the process, earlier and later, and is inherited on fork but
+cleared on exec: a child process that runs MXNet asks again by importing
+mxfp16 first (the benchmark's children, ``mxfp16 launch``'s workers, spawned
+data workers and notebook kernels all do).
 
 The kernel refuses the request (``ENOSPC``) while any thread's alternate
 signal stack is too small for a signal frame that holds the tiles (about
@@ -30,12 +29,10 @@ that size it from ``sysconf(_SC_MINSIGSTKSZ)`` (3.8 never got one). On
 ``ENOSPC`` the calling thread's stack is replaced by one large enough and the
 request is made once more.
 
-``MXFP16_AMX=0`` turns all of this off (for an AMX-against-AVX-512 comparison,
-or if an AMX kernel misbehaves). A ``DNNL_MAX_CPU_ISA`` the user set is left as
-it is, except that one naming AMX is lowered to ``AVX512_CORE_BF16`` when the
-kernel refuses the tiles, because oneDNN would then die of SIGILL at its first
-tile instruction. :func:`status` says what happened; ``mxfp16 info`` and
-``bench.json`` record it.
+``MXFP16_AMX=0`` (off) is for an AMX-against-AVX-512 comparison, or an AMX kernel
+that misbehaves. A ``DNNL_MAX_CPU_ISA`` that names AMX, even the user's, is
+lowered to ``AVX512_CORE_BF16`` when the kernel refuses the tiles, because
+oneDNN would then die of SIGILL at its first tile instruction.
 
 Nothing here imports MXNet.
 """

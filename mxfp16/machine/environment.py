@@ -1,18 +1,12 @@
 """The process environment MXNet reads, checked and set once for every command: threads and float16 settings.
 
 MXNet takes several settings from environment variables rather than from its
-Python API. This module holds the ones mxfp16 needs and sets them the same
-way for the trainer, the benchmark, the notebooks and library users. It
-imports nothing from MXNet, so it can run before MXNet loads.
-
-Checked before MXNet loads
---------------------------
-MXNet parses its ``MXNET_*`` variables with ``dmlc::GetEnv`` and fails on a
-value it cannot use, some by aborting the process (docs/getting-started.md,
-"Environment variables"). :func:`check_environment` reads them as MXNet
-would; ``import mxfp16`` applies the lowered thread counts
-(:func:`prepare_environment`) and never raises, and
-:func:`mxfp16.machine.stack.import_mxnet` refuses to load MXNet with them.
+Python API. This module holds the ones mxfp16 needs and sets them the same way
+for the trainer, the benchmark, the notebooks and library users. It imports
+nothing from MXNet, so it can run before MXNet loads:
+:func:`check_environment` reads MXNet's variables as MXNet would, and ``import
+mxfp16`` lowers the thread counts (:func:`prepare_environment`), as
+docs/getting-started.md ("Environment variables") says.
 
 Threads
 -------
@@ -308,17 +302,13 @@ class EnvironmentCheck:
 
 _INT32 = re.compile(r"^\s*[-+]?\d+\s*$")
 _FLOAT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
-
-
-def _parse_problem(value, kind):
-    """Why dmlc::GetEnv cannot read ``value`` as ``kind`` (``None`` when it can), as MXNet 1.9.1 parses it."""
-    if kind == "bool":
-        return None if value.lower() in ("true", "false", "1", "0") else "is not a boolean (true, false, 1 or 0)"
-    if kind == "int":
-        return None if _INT32.match(value) and -2 ** 31 <= int(value) < 2 ** 31 else "is not a whole number"
-    if kind == "float":
-        return None if _FLOAT.match(value) else "is not a number"
-    return None
+#: The kinds dmlc::GetEnv parses, as MXNet 1.9.1 does: (whether it reads a value, what is wrong, a value to set).
+_PARSED = {
+    "bool": (lambda v: v.lower() in ("true", "false", "1", "0"), "is not a boolean (true, false, 1 or 0)", "1 or 0"),
+    "int": (lambda v: _INT32.match(v) and -2 ** 31 <= int(v) < 2 ** 31, "is not a whole number",
+            "a whole number such as 1"),
+    "float": (lambda v: _FLOAT.match(v), "is not a number", "a number such as 0.5"),
+}
 
 
 def check_environment(environ=None, cores=None):
@@ -361,9 +351,8 @@ def check_environment(environ=None, cores=None):
             continue
         if kind is None or not value:  # not one MXNet reads, or empty (MXNet then takes its default)
             continue
-        problem = _parse_problem(value, kind)
-        if problem:
-            example = {"bool": "1 or 0", "int": "a whole number such as 1", "float": "a number such as 0.5"}[kind]
+        reads, problem, example = _PARSED.get(kind, (bool, None, None))
+        if not reads(value):
             errors.append(f"{name}={value!r} {problem}, which MXNet needs here (it aborts otherwise); set {example}, "
                           f"or unset {name} for MXNet's default")
         elif name in THREAD_COUNT_VARIABLES + ("MXNET_OMP_MAX_THREADS",):

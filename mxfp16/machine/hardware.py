@@ -82,20 +82,14 @@ def microarchitecture(vendor, family, model, stepping=None):
     return None
 
 
-def _platform_identity():
-    """Vendor, family, model and stepping from the platform where there is no /proc/cpuinfo.
+def _platform_fields():
+    """Vendor, family, model and stepping from the platform, as /proc/cpuinfo names them, where it has none.
 
     Windows describes the CPU as ``Intel64 Family 6 Model 143 Stepping 8,
     GenuineIntel``; elsewhere (macOS) only a name is known.
     """
-    text = platform.processor() or ""
-    found = re.search(r"Family (\d+) Model (\d+) Stepping (\d+), (\w+)", text)
-    if not found:
-        return {"vendor": None, "model_name": text or platform.machine() or None,
-                "family": None, "model": None, "stepping": None}
-    family, model, stepping, vendor = found.groups()
-    return {"vendor": vendor, "model_name": text, "family": int(family), "model": int(model),
-            "stepping": int(stepping)}
+    found = re.search(r"Family (\d+) Model (\d+) Stepping (\d+), (\w+)", platform.processor() or "")
+    return dict(zip(("cpu family", "model", "stepping", "vendor_id"), found.groups())) if found else {}
 
 
 def cpu_identity(path=None):
@@ -119,16 +113,13 @@ def cpu_identity(path=None):
         CPU, and only as right as the family and model a VM reports).
     """
     fields = cpuinfo_fields(path)
-    if fields is None:
-        identity = _platform_identity()
-        identity["bfloat16_instructions"] = None  # no flags to read: unknown, not absent
-    else:
-        identity = {"vendor": fields.get("vendor_id"),
-                    "model_name": fields.get("model name") or platform.processor() or platform.machine() or None,
-                    "family": _int(fields.get("cpu family")), "model": _int(fields.get("model")),
-                    "stepping": _int(fields.get("stepping"))}
-        flags = cpu_flags(path) or set()
-        identity["bfloat16_instructions"] = [flag for flag in BF16_INSTRUCTION_FLAGS if flag in flags]
+    flags = None if fields is None else cpu_flags(path) or set()  # no flags to read: unknown, not absent
+    fields = _platform_fields() if fields is None else fields
+    identity = {"vendor": fields.get("vendor_id"),
+                "model_name": fields.get("model name") or platform.processor() or platform.machine() or None,
+                "family": _int(fields.get("cpu family")), "model": _int(fields.get("model")),
+                "stepping": _int(fields.get("stepping")),
+                "bfloat16_instructions": None if flags is None else [f for f in BF16_INSTRUCTION_FLAGS if f in flags]}
     identity["microarchitecture"] = microarchitecture(identity["vendor"], identity["family"], identity["model"],
                                                       identity["stepping"])
     return identity

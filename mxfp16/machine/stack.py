@@ -73,13 +73,6 @@ def _in1d(numpy):
     return in1d
 
 
-def _trapz(numpy):
-    """``numpy.trapz`` (removed in numpy 2.4): ``numpy.trapezoid``, which numpy 2.0 to 2.3's ``trapz`` called."""
-    def trapz(y, x=None, dx=1.0, axis=-1):
-        return numpy.trapezoid(y, x=x, dx=dx, axis=axis)
-    return trapz
-
-
 def _compat_module():
     """The parts of ``numpy.compat`` (removed in numpy 2.0) that are plain Python 3 aliases."""
     module = types.ModuleType("numpy.compat", "Python 3 aliases that numpy.compat held; supplied by mxfp16.")
@@ -118,8 +111,9 @@ def _replacements(numpy):
         "compat": ("a module of Python 3 aliases", _compat_module()),
         "asscalar": ("a.item()", lambda a: a.item()),
         # numpy 2.4 (deprecated in 2.0): MXNet's numpy front end (mxnet/numpy/fallback.py) takes both at import.
+        # numpy 2.0 to 2.3's own trapz called trapezoid.
         "in1d": ("numpy.ravel(numpy.isin(ar1, ar2, ...))", _in1d(numpy)),
-        "trapz": ("numpy.trapezoid", _trapz(numpy)),
+        "trapz": ("numpy.trapezoid", lambda y, x=None, dx=1.0, axis=-1: numpy.trapezoid(y, x=x, dx=dx, axis=axis)),
     })
     for name in ("fv", "ipmt", "irr", "mirr", "nper", "npv", "pmt", "ppmt", "pv", "rate"):
         table[name] = ("numpy_financial." + name + " (when installed)", _financial(name))
