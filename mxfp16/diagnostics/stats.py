@@ -16,6 +16,7 @@ defines underflow, subnormal and overflow at a scale ``S`` and says why exact
 zeros, inf and NaN are counted apart ("How to read it", "Definitions and
 limits").
 """
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -97,13 +98,9 @@ def log2_of_scale(scale):
     return s
 
 
-_EDGES = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _edges_on(ctx):
-    if ctx not in _EDGES:
-        _EDGES[ctx] = mx.nd.array(histogram_edges(), ctx=ctx, dtype="float32")
-    return _EDGES[ctx]
+    return mx.nd.array(histogram_edges(), ctx=ctx, dtype="float32")
 
 
 def _device_summary(array):
@@ -285,11 +282,7 @@ class RangeCollector:
         home = tensors[0][2].context
         rows = [_device_summary(array).as_in_context(home) for _, _, array in tensors]
         table = mx.nd.concat(*rows, dim=0).asnumpy().reshape(len(rows), _WIDTH)  # the one host sync
-        seen = set()
         for (name, kind, array), row in zip(tensors, table):
-            key = (kind, name)
-            stats = self._stats.setdefault(key, RangeStats(name, kind))
-            stats.add_summary(row, array.size)
-            if key not in seen:
-                stats.batches += 1
-                seen.add(key)
+            self._stats.setdefault((kind, name), RangeStats(name, kind)).add_summary(row, array.size)
+        for key in {(kind, name) for name, kind, _ in tensors}:
+            self._stats[key].batches += 1

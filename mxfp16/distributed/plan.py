@@ -149,22 +149,15 @@ def _check_counts(workers, servers, port):
         raise LaunchPlanError(f"--port must be in 1..65535 (got {port})")
 
 
-def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
+def _role_env(role, root_uri, root_port, workers, servers, node_host):
     """The ``DMLC_*`` variables for one process; the scheduler listens at ``root_uri:root_port``.
 
     ``node_host``: the address it advertises (``DMLC_NODE_HOST``); without it
     ps-lite picks the first non-loopback interface, even in local mode.
     """
-    env = {
-        "DMLC_ROLE": role,
-        "DMLC_PS_ROOT_URI": str(root_uri),
-        "DMLC_PS_ROOT_PORT": str(int(root_port)),
-        "DMLC_NUM_WORKER": str(int(workers)),
-        "DMLC_NUM_SERVER": str(int(servers)),
-    }
-    if node_host:
-        env["DMLC_NODE_HOST"] = str(node_host)
-    return env
+    return {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": str(root_uri), "DMLC_PS_ROOT_PORT": str(int(root_port)),
+            "DMLC_NUM_WORKER": str(int(workers)), "DMLC_NUM_SERVER": str(int(servers)),
+            "DMLC_NODE_HOST": str(node_host)}
 
 
 def _slots(command, workers, servers, port, hosts, addresses, python):

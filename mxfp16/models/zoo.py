@@ -3,7 +3,10 @@
 Importing this module does not import MXNet (the names and
 :class:`ModelError` are read by commands before MXNet loads).
 """
+import difflib
 import math
+import os
+from pathlib import Path
 
 from .gluoncv import import_gluoncv
 
@@ -30,11 +33,7 @@ def pretrained_weights_path(name, root=None):
     (pathlib.Path, bool)
         The file gluoncv would load and whether it exists. Nothing is downloaded.
     """
-    import os
-    from pathlib import Path
-
     model_store = import_gluoncv().model_zoo.model_store
-
     if root is None:
         home = os.environ.get("MXNET_HOME")
         root = os.path.join(home, "models") if home else os.path.join("~", ".mxnet", "models")
@@ -55,8 +54,6 @@ MXNET_ZOO_TWINS = ("resnet50_v2",)
 
 
 def _zoo_model(name, classes):
-    import difflib
-
     try:
         zoo = import_gluoncv().model_zoo
     except ImportError:
