@@ -1,20 +1,13 @@
 """Where gradients fall in float16's range: device-side histograms, host-side totals.
 
-Every gradient is summarised by one histogram of its magnitudes over fixed
-bins: exact zeros, values below ``2**LOG2_MIN``, one bin per binade
-``[2**k, 2**(k+1))`` for ``LOG2_MIN <= k < LOG2_MAX``, and values of
-``2**LOG2_MAX`` or more. Each binade is split in two at the float32 number
-just above ``FLOAT16.max * 2**(k - 15)``, the point past which a value times
-a power-of-two loss scale would exceed float16's largest value.
-
-With those edges, the flush-to-zero, subnormal and overflow counts at *any*
-power-of-two loss scale are sums of whole bins, so they are exact and need no
-second pass over the data: multiplying by ``2**s`` only moves every value
-``s`` binades up. That is why loss scales here must be powers of two (they
-are in practice: dynamic loss scaling doubles and halves). docs/diagnostics.md
-defines underflow, subnormal and overflow at a scale ``S`` and says why exact
-zeros, inf and NaN are counted apart ("How to read it", "Definitions and
-limits").
+Every gradient is summarised by one histogram of its magnitudes: exact
+zeros, values below ``2**LOG2_MIN``, each binade ``[2**k, 2**(k+1))`` for
+``LOG2_MIN <= k < LOG2_MAX`` split in two at the float32 number just above
+``FLOAT16.max * 2**(k - 15)``, and values of ``2**LOG2_MAX`` or more.
+Multiplying by a loss scale ``2**s`` moves every value ``s`` binades up, so
+the underflow, subnormal and overflow counts at any power-of-two scale are
+sums of whole bins: exact, with no second pass. docs/diagnostics.md
+("Definitions and limits") defines them.
 """
 import functools
 from collections import OrderedDict

@@ -268,11 +268,7 @@ def _ip_addresses(hosts, resolve):
 
 
 def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=socket.gethostbyname):
-    """The processes of a job spread over ``hosts``.
-
-    The scheduler runs on the first host; servers and workers are dealt to
-    the hosts in turn. Every process advertises its host's IP address
-    (``DMLC_NODE_HOST``), resolved here (:func:`_ip_addresses` says why).
+    """The processes of a job spread over ``hosts``: the scheduler on the first, servers and workers dealt in turn.
 
     Parameters
     ----------
@@ -281,13 +277,13 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     hosts : list of str
         From :func:`read_hostfile`.
     port : int, optional
-        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`); it must be
-        free on the first host and reachable from the others.
+        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on
+        the first host, reachable from the others.
     python : str, optional
-        Interpreter for the scheduler and servers on the remote hosts
-        (default: this interpreter's path, i.e. the same environment on every host).
+        Interpreter for the scheduler and servers (default: this one's path,
+        on every host).
     resolve : callable
-        Host name to IP address (default ``socket.gethostbyname``).
+        Host name to the IP address each process advertises (``DMLC_NODE_HOST``).
 
     Returns
     -------
@@ -296,8 +292,8 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     Raises
     ------
     LaunchPlanError
-        For a host that does not resolve, or one that resolves to loopback
-        while the job spans several machines.
+        A host that does not resolve, or resolves to loopback in a job of
+        several machines.
     """
     _check_counts(workers, servers, port)
     port = DEFAULT_HOSTFILE_PORT if port is None else int(port)
