@@ -44,10 +44,7 @@ class LaunchResult:
     Attributes
     ----------
     returncode : int
-        0 when every process succeeded; the failed process's status (128 +
-        signal number when a signal killed it); 1 when a worker ended early
-        with status 0 (see the module docstring); 124 on timeout; 128 +
-        signal number when the launcher was interrupted.
+        The exit status ``mxfp16 launch`` gives (docs/distributed.md lists them).
     reason : str
         ``'ok'``, ``'failed'``, ``'timeout'``, ``'stalled'`` or ``'interrupted'``.
     message : str
