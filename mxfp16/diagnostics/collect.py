@@ -70,8 +70,7 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
     Raises
     ------
     ValueError
-        A parameter is not float32: its gradient would already have lost
-        what the diagnosis is meant to measure.
+        A parameter is not float32.
     """
     # One device is enough to measure ranges; accept the list form the rest of mxfp16 uses.
     ctx = as_context_list(ctx)[0]

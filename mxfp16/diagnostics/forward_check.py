@@ -19,12 +19,6 @@ mx, autograd, gluon = module("mxnet"), module("mxnet.autograd"), module("mxnet.g
 __all__ = ["ForwardCheck", "forward_check", "float16_forward_runs_here"]
 
 
-def _gemm_layers():
-    """Layers backed by GEMM kernels that MXNet 1.9.1 lacks in float16 on CPU."""
-    nn = gluon.nn
-    return (nn.Dense, nn.Conv1D, nn.Conv2D, nn.Conv3D, nn.Conv1DTranspose, nn.Conv2DTranspose, nn.Conv3DTranspose)
-
-
 @dataclass(frozen=True)
 class ForwardCheck:
     """Finiteness of each layer's output in one forward pass.
@@ -99,7 +93,9 @@ def float16_forward_runs_here(net, ctx):
     """
     if ctx.device_type == "gpu":
         return True, "float16 runs on GPUs"
-    gemm = sorted({type(b).__name__ for b in leaf_blocks(net) if isinstance(b, _gemm_layers())})
+    nn = gluon.nn  # the layers backed by GEMM kernels, which MXNet 1.9.1 lacks in float16 on CPU
+    layers = (nn.Dense, nn.Conv1D, nn.Conv2D, nn.Conv3D, nn.Conv1DTranspose, nn.Conv2DTranspose, nn.Conv3DTranspose)
+    gemm = sorted({type(b).__name__ for b in leaf_blocks(net) if isinstance(b, layers)})
     if gemm:
         return False, (f"the network has {', '.join(gemm)} layers, which MXNet cannot run in float16 on a CPU; "
                        "run on a GPU (--ctx gpu:0) or check an elementwise network (--model elementwise-mlp)")

@@ -26,9 +26,8 @@ class Recommendation:
         ``'largest gradient'``, ``'scale ceiling'`` (the gradients would allow
         more than ``max_scale``) or ``'no non-zero gradients'``.
     underflow_at_1, underflow_at_scale : float
-        Fraction of non-zero gradients that underflow in float16 (flush to
-        zero, or round to its smallest subnormal) without scaling and at
-        ``scale``.
+        Fraction of non-zero gradients that underflow in float16 without
+        scaling and at ``scale``.
     subnormal_at_1, subnormal_at_scale : float
         Fraction landing in float16's subnormal range (reduced precision).
     overflow_at_scale : float

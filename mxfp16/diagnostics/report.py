@@ -19,10 +19,6 @@ def _pct(fraction):
     return f"{100.0 * fraction:.2f}%"
 
 
-def _scale_name(scale):
-    return f"{format_scale(scale)} (2^{int(round(math.log2(scale)))})"
-
-
 def format_summary(diagnosis):
     """A few lines: underflow per kind at 1, at the asked scale and at the recommended one; the forward check."""
     rec, asked = diagnosis.recommendation, diagnosis.loss_scale
@@ -47,9 +43,9 @@ def format_summary(diagnosis):
         why = f"largest |g| {rec.max_abs:.4g} x {format_scale(rec.scale)} x margin {rec.margin:g} <= {FLOAT16.max:g}"
     else:
         why = f"limited by the {rec.limited_by}"
-    lines.append(f"recommended loss scale: {_scale_name(rec.scale)}; {why}; underflow {_pct(rec.underflow_at_1)} "
-                 f"-> {_pct(rec.underflow_at_scale)}, subnormal {_pct(rec.subnormal_at_1)} -> "
-                 f"{_pct(rec.subnormal_at_scale)}")
+    lines.append(f"recommended loss scale: {format_scale(rec.scale)} (2^{rec.log2_scale}); {why}; underflow "
+                 f"{_pct(rec.underflow_at_1)} -> {_pct(rec.underflow_at_scale)}, subnormal {_pct(rec.subnormal_at_1)} "
+                 f"-> {_pct(rec.subnormal_at_scale)}")
     if diagnosis.forward is not None:
         bad = diagnosis.forward.first_bad_layer
         lines.append(f"forward check ({diagnosis.forward.dtype}): " +

@@ -1,21 +1,15 @@
 """Where gradients fall in float16's range: device-side histograms, host-side totals.
 
-Every gradient is summarised by one histogram of its magnitudes over fixed
-bins: exact zeros, values below ``2**LOG2_MIN``, one bin per binade
-``[2**k, 2**(k+1))`` for ``LOG2_MIN <= k < LOG2_MAX``, and values of
-``2**LOG2_MAX`` or more. Each binade is split in two at the float32 number
-just above ``FLOAT16.max * 2**(k - 15)``, the point past which a value times
-a power-of-two loss scale would exceed float16's largest value.
-
-With those edges, the flush-to-zero, subnormal and overflow counts at *any*
-power-of-two loss scale are sums of whole bins, so they are exact and need no
-second pass over the data: multiplying by ``2**s`` only moves every value
-``s`` binades up. That is why loss scales here must be powers of two (they
-are in practice: dynamic loss scaling doubles and halves). docs/diagnostics.md
-defines underflow, subnormal and overflow at a scale ``S`` and says why exact
-zeros, inf and NaN are counted apart ("How to read it", "Definitions and
-limits").
+Every gradient is summarised by one histogram of its magnitudes: exact
+zeros, values below ``2**LOG2_MIN``, each binade ``[2**k, 2**(k+1))`` for
+``LOG2_MIN <= k < LOG2_MAX`` split in two at the float32 number just above
+``FLOAT16.max * 2**(k - 15)``, and values of ``2**LOG2_MAX`` or more.
+Multiplying by a loss scale ``2**s`` moves every value ``s`` binades up, so
+the underflow, subnormal and overflow counts at any power-of-two scale are
+sums of whole bins: exact, with no second pass. docs/diagnostics.md
+("Definitions and limits") defines them.
 """
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -97,13 +91,9 @@ def log2_of_scale(scale):
     return s
 
 
-_EDGES = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _edges_on(ctx):
-    if ctx not in _EDGES:
-        _EDGES[ctx] = mx.nd.array(histogram_edges(), ctx=ctx, dtype="float32")
-    return _EDGES[ctx]
+    return mx.nd.array(histogram_edges(), ctx=ctx, dtype="float32")
 
 
 def _device_summary(array):
@@ -285,11 +275,7 @@ class RangeCollector:
         home = tensors[0][2].context
         rows = [_device_summary(array).as_in_context(home) for _, _, array in tensors]
         table = mx.nd.concat(*rows, dim=0).asnumpy().reshape(len(rows), _WIDTH)  # the one host sync
-        seen = set()
         for (name, kind, array), row in zip(tensors, table):
-            key = (kind, name)
-            stats = self._stats.setdefault(key, RangeStats(name, kind))
-            stats.add_summary(row, array.size)
-            if key not in seen:
-                stats.batches += 1
-                seen.add(key)
+            self._stats.setdefault((kind, name), RangeStats(name, kind)).add_summary(row, array.size)
+        for key in {(kind, name) for name, kind, _ in tensors}:
+            self._stats[key].batches += 1

@@ -43,9 +43,7 @@ class TensorBoardLogger:
     Parameters
     ----------
     logdir : str or Path
-        The folder of this run's event files; created when missing. Give each
-        run its own (``runs/f32/tensorboard``, ``runs/bf16/tensorboard``) and
-        point ``tensorboard --logdir`` at their common parent.
+        The folder of this run's event files (one per run); created when missing.
     purge_step : int, optional
         Hide what earlier writers left in ``logdir`` from this step on: a
         resumed run passes the first step it logs again, a restarted one 0.
@@ -123,13 +121,10 @@ class TensorBoardLogger:
     def log_gradients(self, net, step, loss_scale=1.0):
         """Histograms of the binary exponents of ``net``'s parameter gradients as they are now (the last step's).
 
-        The gradients are divided by ``loss_scale`` (the scale of the step
-        that made them) first, so a float16 run's histograms lie where a
-        float32 run's do. ``k .. k+1`` on the x axis counts the binade
-        ``[2**k, 2**(k+1))`` (a magnitude within a rounding of ``2**k`` may
-        count in the one beside it); exact zeros, inf and NaN are not in it
-        (``gradients/zero_fraction`` gives the zeros). One pass of ``log2``
-        on the device, one read to the host for all parameters.
+        Divided by ``loss_scale``, the scale of the step that made them, as
+        docs/training.md (``tensorboard/``) says. A magnitude within a rounding
+        of ``2**k`` may count in the binade beside it; exact zeros, inf and NaN
+        count in none (``gradients/zero_fraction`` gives the zeros).
 
         Parameters
         ----------

@@ -1,15 +1,9 @@
 """Run the processes of a parameter-server job and never leave one behind.
 
-docs/distributed.md says when the launcher stops a job and how: a process
-that fails, one that ends early (status 0 while a worker still runs: every
-process passes the kvstore's last barrier together, so the workers would
-wait for it forever), the timeout, a stall (the workers' heartbeats,
-:mod:`mxfp16.distributed.heartbeat`) or a signal to the launcher (the
-workers first, so they can write a checkpoint); SIGKILL after a grace
-period. Each process runs in its own session, and on Linux dies with the
-launcher; one that left its group is found by :data:`JOB_VARIABLE` and, from
-the command line, as an orphan of a child subreaper ("What the launcher
-cleans up").
+docs/distributed.md says when the launcher stops a job, how, and what it
+cleans up. A process that ends early (status 0 while a worker still runs)
+stops the job too: every process passes the kvstore's last barrier
+together, so the workers would wait for it forever.
 """
 import atexit
 import contextlib
@@ -50,10 +44,7 @@ class LaunchResult:
     Attributes
     ----------
     returncode : int
-        0 when every process succeeded; the failed process's status (128 +
-        signal number when a signal killed it); 1 when a worker ended early
-        with status 0 (see the module docstring); 124 on timeout; 128 +
-        signal number when the launcher was interrupted.
+        The exit status ``mxfp16 launch`` gives (docs/distributed.md lists them).
     reason : str
         ``'ok'``, ``'failed'``, ``'timeout'``, ``'stalled'`` or ``'interrupted'``.
     message : str
@@ -332,8 +323,8 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first``, the workers before the others, as the module
-        docstring says: the step's gradient exchange and the kvstore's
+        With ``workers_first``, the workers before the others, so that they
+        can write a checkpoint: the step's gradient exchange and the kvstore's
         shutdown still need the servers and the scheduler (whose C++ loop
         ignores SIGINT).
         """
@@ -377,29 +368,24 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     Parameters
     ----------
     slots : list of Slot
-        From :func:`mxfp16.distributed.plan.local_plan` (or ssh commands built from
-        :func:`mxfp16.distributed.plan.host_plan`).
+        From :func:`mxfp16.distributed.plan.local_plan`, or ``host_plan``'s with
+        :func:`~mxfp16.distributed.plan.ssh_argv` as their argv.
     timeout : float, optional
-        Stop the job after this many seconds (status 124). ``None`` or 0:
-        no limit.
+        Seconds before the job is stopped (status 124); ``None`` or 0: never.
     stall : float
-        Stop the job (status 124) when every worker has made progress once
-        and then none for this many seconds (:mod:`mxfp16.distributed.heartbeat`).
-        0: never.
+        Seconds without progress from any worker before the job is stopped
+        (status 124; :mod:`mxfp16.distributed.heartbeat`); 0: never.
     grace : float
-        Seconds a signalled process gets before SIGKILL, and that servers get
-        to exit after the last worker finished.
+        Seconds a signalled process gets before SIGKILL, and the servers after
+        the last worker finished.
     stdout, stderr : text stream, optional
-        Where prefixed output goes (default ``sys.stdout`` / ``sys.stderr``).
     env : dict, optional
-        Base environment (default ``os.environ``); each slot adds its ``DMLC_*``.
+        Base environment (default ``os.environ``).
     log : callable, optional
-        Receives the launcher's own messages (default: ``stderr`` with a
-        ``mxfp16 launch:`` prefix).
+        Gets the launcher's own lines (default: ``mxfp16 launch: ...`` on stderr).
     adopt_orphans : bool
-        Make this process a child subreaper while the job runs (Linux) and
-        stop every child of it at the end: only for a process that runs
-        nothing but this job (``mxfp16 launch``).
+        Also stop every child of this process (a child subreaper, Linux): only
+        for a process that runs nothing but the job (``mxfp16 launch``).
 
     Returns
     -------

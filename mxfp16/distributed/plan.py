@@ -149,22 +149,15 @@ def _check_counts(workers, servers, port):
         raise LaunchPlanError(f"--port must be in 1..65535 (got {port})")
 
 
-def _role_env(role, root_uri, root_port, workers, servers, node_host=None):
+def _role_env(role, root_uri, root_port, workers, servers, node_host):
     """The ``DMLC_*`` variables for one process; the scheduler listens at ``root_uri:root_port``.
 
     ``node_host``: the address it advertises (``DMLC_NODE_HOST``); without it
     ps-lite picks the first non-loopback interface, even in local mode.
     """
-    env = {
-        "DMLC_ROLE": role,
-        "DMLC_PS_ROOT_URI": str(root_uri),
-        "DMLC_PS_ROOT_PORT": str(int(root_port)),
-        "DMLC_NUM_WORKER": str(int(workers)),
-        "DMLC_NUM_SERVER": str(int(servers)),
-    }
-    if node_host:
-        env["DMLC_NODE_HOST"] = str(node_host)
-    return env
+    return {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": str(root_uri), "DMLC_PS_ROOT_PORT": str(int(root_port)),
+            "DMLC_NUM_WORKER": str(int(workers)), "DMLC_NUM_SERVER": str(int(servers)),
+            "DMLC_NODE_HOST": str(node_host)}
 
 
 def _slots(command, workers, servers, port, hosts, addresses, python):
@@ -275,11 +268,7 @@ def _ip_addresses(hosts, resolve):
 
 
 def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=socket.gethostbyname):
-    """The processes of a job spread over ``hosts``.
-
-    The scheduler runs on the first host; servers and workers are dealt to
-    the hosts in turn. Every process advertises its host's IP address
-    (``DMLC_NODE_HOST``), resolved here (:func:`_ip_addresses` says why).
+    """The processes of a job spread over ``hosts``: the scheduler on the first, servers and workers dealt in turn.
 
     Parameters
     ----------
@@ -288,13 +277,13 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     hosts : list of str
         From :func:`read_hostfile`.
     port : int, optional
-        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`); it must be
-        free on the first host and reachable from the others.
+        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on
+        the first host, reachable from the others.
     python : str, optional
-        Interpreter for the scheduler and servers on the remote hosts
-        (default: this interpreter's path, i.e. the same environment on every host).
+        Interpreter for the scheduler and servers (default: this one's path,
+        on every host).
     resolve : callable
-        Host name to IP address (default ``socket.gethostbyname``).
+        Host name to the IP address each process advertises (``DMLC_NODE_HOST``).
 
     Returns
     -------
@@ -303,8 +292,8 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     Raises
     ------
     LaunchPlanError
-        For a host that does not resolve, or one that resolves to loopback
-        while the job spans several machines.
+        A host that does not resolve, or resolves to loopback in a job of
+        several machines.
     """
     _check_counts(workers, servers, port)
     port = DEFAULT_HOSTFILE_PORT if port is None else int(port)

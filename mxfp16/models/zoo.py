@@ -3,7 +3,10 @@
 Importing this module does not import MXNet (the names and
 :class:`ModelError` are read by commands before MXNet loads).
 """
+import difflib
 import math
+import os
+from pathlib import Path
 
 from .gluoncv import import_gluoncv
 
@@ -30,11 +33,7 @@ def pretrained_weights_path(name, root=None):
     (pathlib.Path, bool)
         The file gluoncv would load and whether it exists. Nothing is downloaded.
     """
-    import os
-    from pathlib import Path
-
     model_store = import_gluoncv().model_zoo.model_store
-
     if root is None:
         home = os.environ.get("MXNET_HOME")
         root = os.path.join(home, "models") if home else os.path.join("~", ".mxnet", "models")
@@ -55,8 +54,6 @@ MXNET_ZOO_TWINS = ("resnet50_v2",)
 
 
 def _zoo_model(name, classes):
-    import difflib
-
     try:
         zoo = import_gluoncv().model_zoo
     except ImportError:
@@ -86,31 +83,24 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
     Parameters
     ----------
     name : str
-        A gluoncv model-zoo name (``'resnet50_v2'``, ``'resnet50_v1d'``,
-        ``'cifar_resnet20_v1'`` ...), a sequence model (``'lstm-classifier'``,
-        ``'transformer-encoder'``: an image read row by row) or
-        ``'elementwise-mlp'``.
+        A gluoncv model-zoo name (``'resnet50_v2'`` ...), one of
+        :data:`SEQUENCE_MODELS` (an image read row by row) or ``'elementwise-mlp'``.
     classes : int
     pretrained : bool
-        Start the feature layers from gluoncv's ImageNet weights, which must
-        already be on this machine (see :func:`pretrained_weights_path`); the
-        output layer is new. Nothing is downloaded.
+        Start the feature layers from gluoncv's ImageNet weights, already on
+        this machine (:func:`pretrained_weights_path`); the output layer is new.
     ctx : mx.Context or list of mx.Context, optional
-        Where the parameters live (default: the current context).
     in_shape : tuple of int, optional
-        ``(channels, height, width)`` of one image; needed by ``'elementwise-mlp'``,
-        which has no deferred shape inference. For zoo models it finishes
-        Gluon's deferred initialisation at once (one forward pass of zeros in
-        inference mode), so every parameter has its shape before a trainer,
-        a kvstore or a checkpoint needs it.
+        ``(channels, height, width)`` of one image (optional for a zoo model);
+        it gives every parameter its shape at once (a forward pass of zeros),
+        before a trainer, a kvstore or a checkpoint needs it.
     root : str, optional
         gluoncv's model folder (default ``$MXNET_HOME/models`` or ``~/.mxnet/models``).
 
     Returns
     -------
     gluon.HybridBlock
-        Initialised (MSRA/He for the zoo, Xavier for the MLP), not hybridized,
-        float32.
+        Initialised, not hybridized, float32.
 
     Raises
     ------

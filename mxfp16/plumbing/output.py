@@ -462,11 +462,9 @@ class Contents:
 class Output:
     """One output of a command: written by one process at a time, published whole, never over anything unasked.
 
-    :meth:`open` checks it (:meth:`check`), takes its :class:`PathLock` before anything decides whether it
-    exists, then keeps one ``reuse`` accepts, refuses one without ``overwrite``, and with it one holding what
-    ``contents`` does not name (it would be lost). The command writes into :meth:`stage`; :meth:`publish`
-    renames that into place (swapping out the old output with ``overwrite``). Closing removes what was not
-    published, releases the lock and removes folders made for it; an ``OSError`` is raised naming the output.
+    docs/getting-started.md ("What mxfp16 writes") gives the rule. After :meth:`open` the command writes into
+    :meth:`stage` and :meth:`publish` moves that into place; closing removes what was not published and releases
+    the lock, and an ``OSError`` raised in the ``with`` block names the output.
 
     Parameters
     ----------
@@ -481,7 +479,7 @@ class Output:
     flag : str
         How the user named the output (``'--out'``).
     contents : Contents, optional
-        What the command writes (required for a prefix).
+        What the command writes (required for a prefix); ``overwrite`` refuses a folder holding anything else.
     reuse : callable, optional
         ``reuse(path) -> bool``: an existing output that is exactly the one asked for is kept as it is.
     refusal : str or callable, optional
