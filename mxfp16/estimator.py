@@ -26,6 +26,7 @@ from mxnet.gluon.contrib.estimator import (
     TrainEnd,
 )
 
+from .gradients import is_count
 from .plumbing.fileio import read_json, write_json
 
 __all__ = ["MixedPrecisionProcessor", "MixedPrecisionHandler", "MixedPrecisionCheckpointHandler",
@@ -245,7 +246,7 @@ class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """
 
     def __init__(self, logger, log_every=10, priority=1000):
-        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+        if not is_count(log_every):
             raise ValueError(f"log_every={log_every!r}: give the batches between two logged steps, a whole "
                              "number >= 1")
         self.logger, self.log_every, self.priority = logger, log_every, priority

@@ -282,10 +282,19 @@ def _watched_params(trainer):
 # -- a trainer's gradient arrays: the Gluon bookkeeping under the loss scaler's seams ------------------------------
 
 
+def is_positive_number(value):
+    """Whether ``value`` is an int or float (not a bool), above 0 and finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def is_count(value, low=1):
+    """Whether ``value`` is an int (not a bool) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
 def check_batch_size(batch_size):
     """A positive finite number of samples (the optimizer divides by it)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, float)) or not (
-            0 < batch_size < float("inf")):
+    if not is_positive_number(batch_size):
         raise ValueError(f"batch_size must be a positive number of samples, got {batch_size!r}")
     return batch_size
 

@@ -18,7 +18,6 @@ and the scale backs off when any did. Out of order the seams raise
 and no overflow check. The Gluon bookkeeping under the seams is
 :mod:`mxfp16.gradients`'s.
 """
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -31,6 +30,8 @@ from .gradients import (
     check_batch_size,
     fresh_params,
     grads_are_finite,
+    is_count,
+    is_positive_number,
     kvstore_applies_updates,
     param_use,
     params_sitting_out,
@@ -170,15 +171,12 @@ class LossScaler:
     def _check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
                dynamic, enabled, max_overflows_at_min):
         """Refuse settings that would make the scale meaningless (nan and inf compare False with everything)."""
-        finite = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                     for v in (init_scale, growth_factor, backoff_factor, min_scale, max_scale))
-        if not finite or not (init_scale > 0 and min_scale > 0 and max_scale >= min_scale):
+        if not all(map(is_positive_number, (init_scale, min_scale, max_scale))) or max_scale < min_scale:
             raise ValueError("loss scales must be positive finite numbers with min_scale <= max_scale, got "
                              f"init_scale={init_scale!r}, min_scale={min_scale!r}, max_scale={max_scale!r}")
-        if not (growth_factor > 1.0 and 0.0 < backoff_factor < 1.0):
+        if not (all(map(is_positive_number, (growth_factor, backoff_factor))) and growth_factor > 1.0 > backoff_factor):
             raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
-        counts = (growth_interval, hysteresis, max_overflows_at_min)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in counts):
+        if not all(map(is_count, (growth_interval, hysteresis, max_overflows_at_min))):
             raise ValueError("growth_interval, hysteresis and max_overflows_at_min must be whole numbers >= 1")
         for name, value in (("dynamic", dynamic), ("enabled", enabled)):
             if not isinstance(value, bool):  # "no" and "false" are truthy strings
@@ -406,7 +404,7 @@ class LossScaler:
         ValueError
             A ``max_norm`` that is not a positive finite number.
         """
-        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not 0 < max_norm < math.inf:
+        if not is_positive_number(max_norm):
             raise ValueError(f"clip_global_norm() takes max_norm as a positive finite number, got {max_norm!r}")
         state = self._open.get(id(trainer))
         if state is None:
@@ -657,10 +655,9 @@ class LossScaler:
         # Checked as the constructor checks its arguments, without converting: "false" is not False.
         self._check(*(state[name] for name in self._CONFIG))
         scale = state["scale"]
-        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+        if not is_positive_number(scale):
             raise ValueError(f"loss-scaler state has scale {scale!r}; a scale is a positive finite number")
-        bad = [name for name in self._COUNTERS
-               if not (isinstance(state[name], int) and not isinstance(state[name], bool) and state[name] >= 0)]
+        bad = [name for name in self._COUNTERS if not is_count(state[name], 0)]
         if bad or not isinstance(state["last_step_skipped"], bool):
             raise ValueError(f"loss-scaler state has malformed field(s) {', '.join(bad) or 'last_step_skipped'}")
         for name, kind in self._CONFIG.items():
@@ -672,7 +669,7 @@ class LossScaler:
         # recorded keeps only its count.
         skipped_at = state.get("skipped_at")
         if skipped_at is not None and not (isinstance(skipped_at, list) and len(skipped_at) == skipped and all(
-                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= self.steps for n in skipped_at)):
+                is_count(n) and n <= self.steps for n in skipped_at)):
             raise ValueError("loss-scaler state has malformed field(s) skipped_at")
         self.skipped_at = list(skipped_at or [])
         self._earlier_skips = skipped - len(self.skipped_at)
