@@ -279,9 +279,6 @@ def _watched_params(trainer):
     return [p for p in trainer_params(trainer) if p.grad_req != "null" and not param_is_deferred(p)]
 
 
-# -- a trainer's gradient arrays: the Gluon bookkeeping under the loss scaler's seams ------------------------------
-
-
 def is_positive_number(value):
     """Whether ``value`` is an int or float (not a bool), above 0 and finite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")

@@ -13,10 +13,8 @@ micro-batch), :meth:`~LossScaler.unscale`, :meth:`~LossScaler.step` and
 :meth:`~LossScaler.update`; docs/getting-started.md ("Your own step") walks
 through them. Several trainers share one scaler (a GAN's two networks):
 each trainer's step is skipped only when *its* reduced gradients overflowed,
-and the scale backs off when any did. Out of order the seams raise
-:class:`StepOrderError`; a disabled scaler keeps the same order, with scale 1
-and no overflow check. The Gluon bookkeeping under the seams is
-:mod:`mxfp16.gradients`'s.
+and the scale backs off when any did. The Gluon bookkeeping under the seams
+is :mod:`mxfp16.gradients`'s.
 """
 from collections import deque
 from dataclasses import dataclass
@@ -238,8 +236,6 @@ class LossScaler:
         """Whether the step must check gradients for inf/NaN (costs one host sync)."""
         return self.enabled
 
-    # -- the seams of a step, in order ------------------------------------------------------------------------
-
     def scale_loss(self, loss):
         """The first seam: ``loss`` times the scale, to call ``backward`` on.
 
@@ -323,10 +319,8 @@ class LossScaler:
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
 
         The overflow check runs on the device after ``allreduce_grads()``, so
-        every device and worker sees the same verdict. The gradients stay
-        scaled in memory; the returned :class:`~mxfp16.gradients.Gradients`
-        reads and clips them unscaled. :meth:`step` calls it when it was not
-        called.
+        every device and worker sees the same verdict; :meth:`step` calls it
+        when it was not called.
 
         Parameters
         ----------
@@ -557,8 +551,6 @@ class LossScaler:
             ended_by = "given"
         self._end_step(ended_by)
         return self._record(bool(overflow))
-
-    # -- helpers of the seams ----------------------------------------------------------------------------------
 
     def _step_on_kvstore(self, trainer, batch_size, skip_unused_params):
         """A disabled scaler with a trainer that updates on the kvstore: Gluon's own step, nothing read."""

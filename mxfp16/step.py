@@ -34,18 +34,9 @@ class BatchLoss:
 
     ``train_step`` calls a plain ``loss_fn`` once per device. GluonCV's
     ``SSDMultiBoxLoss`` (and YOLO's, Faster R-CNN's) divides by the number
-    of positive anchors in the whole batch, so it needs all devices at once::
-
-        def ssd_loss(outputs, labels):   # one entry per device in each
-            cls_preds, box_preds = [o[0] for o in outputs], [o[1] for o in outputs]
-            sum_loss, _, _ = mbox_loss(cls_preds, box_preds, [y[0] for y in labels], [y[1] for y in labels])
-            return sum_loss              # one per-sample loss array per device
-
-        result = mp.train_step(net, mxfp16.BatchLoss(ssd_loss), trainer, data, label, batch_size=1)
-
-    ``batch_size=1`` because the loss is already normalised (GluonCV's SSD
-    script steps with 1); the default, the number of samples, would divide
-    again.
+    of positive anchors in the whole batch, so it needs all devices at once,
+    and ``batch_size=1``: it is already normalised (docs/porting-gluoncv.md,
+    "A detection loss over all devices", wraps SSD's).
 
     Parameters
     ----------
@@ -114,8 +105,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
         :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
         returning per-sample losses, or a tuple of such arrays to sum; a
         :class:`BatchLoss`; or ``None`` when the network returns its own
-        loss(es). A softmax cross-entropy's class labels are checked against
-        the output's width on the network's first step with it.
+        loss(es).
     trainer : gluon.Trainer
         From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
         it must not update on the kvstore (refused, with the reason).
@@ -160,15 +150,10 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 
     Notes
     -----
-    Host synchronisation points:
-
-    * With an enabled scaler, exactly one: reading the overflow flag in
-      :meth:`LossScaler.step`.
-    * With a disabled scaler, none.
-    * On a network's first step with a class-index loss, one more: the
-      labels' range.
-    * Whatever a :class:`BatchLoss` reads itself (``SSDMultiBoxLoss`` reads
-      its count of positive anchors).
+    Host synchronisations: the overflow flag in :meth:`LossScaler.step` with
+    an enabled scaler (none with a disabled one), the labels' range on a
+    network's first step with a class-index loss (:func:`check_class_labels`),
+    and whatever a :class:`BatchLoss` reads itself.
     """
     datas, labels = _check_batch(data, label, loss_fn)
     scaler = LossScaler(enabled=False) if scaler is None else scaler
