@@ -193,18 +193,17 @@ class GradientWatch:
         own. With ``report=False`` (scale 1) only a list or tuple changes,
         to get its ``backward()``.
         """
-        if not report:
-            kind = self._kind(type(scaled), False) if isinstance(scaled, (list, tuple)) else None
-            return scaled if kind is None else kind(scaled)
-        kind = self._kind(type(scaled), True)
+        several = isinstance(scaled, (list, tuple))
+        kind = self._kind(type(scaled), report) if report or several else None
         if kind is None:
             return scaled
-        if isinstance(scaled, (list, tuple)):
+        if several:
             scaled = kind(scaled)
         else:
             scaled.__class__ = kind
-        self._unreported.add(id(scaled))
-        self._references.clear()  # a new backward pass is coming; what was read before it says nothing
+        if report:
+            self._unreported.add(id(scaled))
+            self._references.clear()  # a new backward pass is coming; what was read before it says nothing
         return scaled
 
     def _kind(self, base, report):

@@ -585,9 +585,9 @@ class LossScaler:
         if not self.enabled:
             return False
         self.steps += 1
+        self.last_step_skipped = overflow
         if overflow:
             self.skipped_at.append(self.steps)
-            self.last_step_skipped = True
             self._clean_steps = 0
             # An overflow counts towards divergence when it happened at the floor,
             # not when it merely brought the scale down to it.
@@ -598,24 +598,21 @@ class LossScaler:
                     self._scale = max(self._scale * self.backoff_factor, self.min_scale)
                     self._overflows_left = self.hysteresis
             self._overflows_at_min = self._overflows_at_min + 1 if at_floor else 0
-            self.history.append(self._scale)
-            if self._overflows_at_min >= self.max_overflows_at_min:
-                raise LossScaleDivergedError(
-                    f"training has diverged: gradients overflowed on {self._overflows_at_min} "
-                    f"consecutive steps at loss scale {format_scale(self._scale)} (step {self.steps}). Lower "
-                    "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
-                    "layer that blows up (mxfp16 diagnose)."
-                )
-            return True
-        self.last_step_skipped = False
-        self._overflows_at_min = 0
-        self._overflows_left = self.hysteresis
-        self._clean_steps += 1
-        if self.dynamic and self._clean_steps >= self.growth_interval:
-            self._scale = min(self._scale * self.growth_factor, self.max_scale)
-            self._clean_steps = 0
+        else:
+            self._overflows_at_min = 0
+            self._overflows_left = self.hysteresis
+            self._clean_steps += 1
+            if self.dynamic and self._clean_steps >= self.growth_interval:
+                self._scale = min(self._scale * self.growth_factor, self.max_scale)
+                self._clean_steps = 0
         self.history.append(self._scale)
-        return False
+        if self._overflows_at_min >= self.max_overflows_at_min:
+            raise LossScaleDivergedError(
+                f"training has diverged: gradients overflowed on {self._overflows_at_min} "
+                f"consecutive steps at loss scale {format_scale(self._scale)} (step {self.steps}). Lower "
+                "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
+                "layer that blows up (mxfp16 diagnose).")
+        return overflow
 
     def state_dict(self):
         """Plain numbers for the checkpoint, with a version field."""

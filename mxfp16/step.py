@@ -253,13 +253,9 @@ def _check_batch(data, label, loss_fn):
 def _check_set_up(net, scaler):
     """Refuse an AMP precision that is not active for this network (see :func:`check_activated`), once per net."""
     precision = getattr(scaler, "precision", None)
-    if precision is None or not precision.amp:
-        return
-    if net in _CHECKED_NETS:
-        check_activated(precision)  # a host-side flag: cheap every step
-        return
-    check_activated(precision, net)
-    _CHECKED_NETS.add(net)
+    if precision is not None and precision.amp:  # the graph once per net; the host-side flag every step (cheap)
+        check_activated(precision, None if net in _CHECKED_NETS else net)
+        _CHECKED_NETS.add(net)
 
 
 def _check_labels_once(net, loss_fn, outputs, labels):
