@@ -3,14 +3,7 @@
 Each batch is one :meth:`mxfp16.MixedPrecision.train_step`, run by
 :class:`MixedPrecisionProcessor`; :class:`MixedPrecisionHandler` takes the
 place of Estimator's update handler and puts its processor in the Estimator
-(why: docs/porting-gluoncv.md, "MXNet's Estimator")::
-
-    mp = mxfp16.MixedPrecision("auto")                      # before the network
-    net = build_my_net(); net.initialize(ctx=mp.ctx)
-    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
-    est = Estimator(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=mp.ctx)
-    est.fit(train_data, val_data, epochs=3, event_handlers=[MixedPrecisionHandler(mp)])
-
+(the example and why: docs/porting-gluoncv.md, "MXNet's Estimator").
 :class:`MixedPrecisionCheckpointHandler` and :class:`TensorBoardHandler` add
 checkpoints that keep the loss scale, and TensorBoard.
 """

@@ -180,10 +180,8 @@ class MixedPrecision:
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
-        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss`, or
-        ``None`` for a network that returns its own loss. For a pending
-        ``auto`` (or ``amp_lists='measured'``) the first call times ``net`` on
-        this batch first.
+        For a pending ``auto`` (or ``amp_lists='measured'``) the first call
+        times ``net`` on this batch first.
         """
         if self.layers_pending:
             self._choose_layers(net, data)

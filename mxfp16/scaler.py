@@ -284,9 +284,8 @@ class LossScaler:
 
         Call it after each micro-batch's ``backward`` (parameters keep
         ``grad_req='write'``); :meth:`unscale` / :meth:`step` with the samples
-        of all micro-batches apply the sum, kept on the devices. Not
-        ``grad_req='add'``: under AMP, MXNet 1.9.1's ``amp_cast`` ignores it in
-        its backward pass (every parameter behind one gets a zero gradient).
+        of all micro-batches apply the sum, kept on the devices (not
+        ``grad_req='add'``, which AMP ignores: docs/getting-started.md).
 
         Parameters
         ----------

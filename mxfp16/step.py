@@ -190,8 +190,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 def eval_step(net, data):
     """The network's outputs for one batch, in inference mode, as float32: what a metric reads.
 
-    Under AMP a network's outputs can be bfloat16 or float16, which metrics
-    do not expect. Nothing is recorded for autograd.
+    Nothing is recorded for autograd (docs/getting-started.md, "Evaluation").
 
     Parameters
     ----------
@@ -204,9 +203,7 @@ def eval_step(net, data):
     -------
     list
         One float32 output per device (a tuple where the network returns
-        several), as device arrays of the network's kind: ``mx.nd`` arrays
-        for ``mx.metric``, ``mx.np`` arrays in numpy mode (read a number
-        with ``.item()``).
+        several), of the network's kind: ``mx.np`` arrays in numpy mode.
     """
     datas = _check_data(data, "eval_step()")
     with autograd.pause(train_mode=False):
