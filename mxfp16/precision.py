@@ -196,10 +196,8 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Raises
     ------
     PrecisionError
-        For an unknown name (the message lists the choices), float16 on a
-        CPU without the opt-in (the message explains why and what to use),
-        or amp-bfloat16 on a CPU that cannot run bfloat16 (the message names
-        the missing instructions).
+        An unknown name, float16 on a CPU without the opt-in, or amp-bfloat16
+        on a CPU that cannot run bfloat16; the message says why and what to use.
     """
     requested = check_precision_name(name)
     contexts = _as_context_list(ctx)
