@@ -12,15 +12,10 @@ loop body two calls::
 
 ``MixedPrecision`` is the one set-up path (the trainer, the benchmark and the
 self-test build through it); ``auto`` is timed on the network it prepares
-where that can change the answer (:mod:`mxfp16.measure.auto`). The pieces behind it
-are public too: :func:`resolve_precision`, :func:`activate`,
-:func:`cast_net`, :func:`make_loss_scaler`, :func:`make_trainer`,
-:func:`cast_batch`, :func:`train_step` and :func:`eval_step`; and for a step
-of your own the loss scaler's seams (``scale_loss``, ``unscale``, ``step``,
-``update``). The errors a script catches are here as well, and
-:class:`TensorBoardLogger`, which writes a run's loss, loss scale, skipped
-steps and gradient histograms for TensorBoard (MXNet's own ``Estimator``
-trains in mixed precision with :mod:`mxfp16.estimator`).
+where that can change the answer (:mod:`mxfp16.measure.auto`). The pieces behind it,
+the loss scaler's seams for a step of your own, the errors a script catches
+and :class:`TensorBoardLogger` are here too (docs/api.md lists them; MXNet's
+own ``Estimator`` trains in mixed precision with :mod:`mxfp16.estimator`).
 
 ``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
 numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12

@@ -151,21 +151,9 @@ def block_op_kwargs(block):
 class RNNSettings:
     """What a ``gluon.rnn`` layer (``LSTM``, ``GRU``, ``RNN``) was built with, read from its private fields.
 
-    Attributes
-    ----------
-    mode : str
-        ``'lstm'``, ``'gru'``, ``'rnn_relu'`` or ``'rnn_tanh'``.
-    hidden_size, num_layers, directions : int
-    layout : str
-        ``'TNC'`` or ``'NTC'``.
-    dropout : float
-        Between layers, in training.
-    dtype : str
-        Its parameters' dtype (``cast()`` changes it).
-    projection_size : int or None
-    state_clip : tuple
-        ``(min, max, nan)`` of the LSTM cell state clipping (``None`` entries: off).
-    use_sequence_length : bool
+    ``mode`` is ``'lstm'``, ``'gru'``, ``'rnn_relu'`` or ``'rnn_tanh'``,
+    ``dtype`` its parameters' (``cast()`` changes it), ``state_clip`` the LSTM
+    cell state clipping's ``(min, max, nan)`` (``None`` entries: off).
     """
 
     def __init__(self, layer):
@@ -365,28 +353,15 @@ def mx2onnx_graph(symbol, weights, input_shape, opset, on_node):
     private ``MXNetGraph`` returns the ``GraphProto``, built for ``opset``.
     Two of its habits are changed while it converts, and restored after:
 
-    - every node is handed to ``on_node`` before its converter runs, so a
-      converter's failure can be blamed on its layer;
+    - every node (a dict with ``op`` and ``name``) is handed to ``on_node``
+      before its converter runs, so a converter's failure can be blamed on
+      its layer;
     - its check of the bare graph (``onnx.checker.check_graph``) is skipped:
       it judges by the newest opset, where ``ReduceMean`` takes no ``axes``
       attribute. The caller checks the finished model for ``opset``.
 
-    Parameters
-    ----------
-    symbol : mx.sym.Symbol
-        One float32 input.
-    weights : dict
-        ``{parameter name: NDArray}``, without ``arg:``/``aux:`` prefixes.
-    input_shape : tuple of int
-        One input without its batch axis.
-    opset : int
-        The ONNX opset the converters build for.
-    on_node : callable
-        Receives each graph node (a dict with ``op`` and ``name``) before it is converted.
-
-    Returns
-    -------
-    onnx.GraphProto
+    ``weights`` is ``{parameter name: NDArray}`` without ``arg:``/``aux:``
+    prefixes; ``input_shape`` is the one input's, without its batch axis.
     """
     import onnx.checker
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph

@@ -79,17 +79,12 @@ def dtype_report(net):
 def cast_batch(data, label, dtype, ctx_list, keep=()):
     """Split a batch across devices and cast its floating-point data to ``dtype``, changing no value silently.
 
-    - **Integer arrays are never cast** (NDArray, numpy array or list):
-      float16 holds integers exactly only up to 2048, so id 2049 would
-      become 2048 and 70001 inf.
-    - **Floating-point data is cast**, after a check: token ids often arrive
-      as float32 (GluonNLP's ``batchify.Pad``), and float16 rounds them
-      (30521 becomes 30528). An input of whole numbers is refused when the
-      cast would change one; any input is refused when a finite value would
-      become inf. The check reads a strided sample of at most :data:`SAMPLE`
-      values on the host (the whole input when the sample is whole numbers).
-    - **Labels** keep an integer dtype; floating labels become float32, with
-      the same check.
+    Integer arrays are never cast, and floating labels become float32. A
+    floating input of whole numbers (token ids) is refused when the cast would
+    change one, any input when a finite value would become inf, judged on a
+    strided sample of at most :data:`SAMPLE` values (the whole input when the
+    sample is whole numbers): docs/getting-started.md ("Models with several
+    inputs, their own loss, several losses") says why.
 
     Parameters
     ----------

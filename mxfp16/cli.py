@@ -49,15 +49,7 @@ def _command_names():
 
 
 class BrokenCommand:
-    """A subcommand whose module failed to import: it is still offered, and running it says why.
-
-    Parameters
-    ----------
-    name : str
-        The module's name under ``mxfp16.commands`` (the command's name).
-    error : Exception
-        What importing it raised.
-    """
+    """Command ``name``, whose module under ``mxfp16.commands`` raised ``error`` on import: offered, and says why."""
 
     ORDER = 1000
 
@@ -194,12 +186,7 @@ def _run(args):
 
 
 def main(argv=None):
-    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``.
-
-    The flags are read before anything loads MXNet, so ``--help``,
-    ``--version`` and a mistyped flag answer at once whatever the
-    environment holds; MXNet loads only when a command runs.
-    """
+    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``; MXNet loads only when a command runs."""
     reopen_closed_streams()  # `mxfp16 info >&-`: a closed stream is /dev/null, before any file is opened
     if argv is None:
         restart = _utf8_command_line()

@@ -47,8 +47,7 @@ def parse_devices(text, gpu_count=None):
     Returns
     -------
     list of (str, int)
-        ``[('cpu', 0)]`` or ``[('gpu', 0), ('gpu', 1) ...]``: ``'auto'`` is every GPU there is, or the CPU when
-        there is none (the CPU wheel, or no CUDA device).
+        ``[('cpu', 0)]`` or ``[('gpu', 0), ('gpu', 1) ...]``.
 
     Raises
     ------

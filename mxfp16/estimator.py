@@ -3,14 +3,7 @@
 Each batch is one :meth:`mxfp16.MixedPrecision.train_step`, run by
 :class:`MixedPrecisionProcessor`; :class:`MixedPrecisionHandler` takes the
 place of Estimator's update handler and puts its processor in the Estimator
-(why: docs/porting-gluoncv.md, "MXNet's Estimator")::
-
-    mp = mxfp16.MixedPrecision("auto")                      # before the network
-    net = build_my_net(); net.initialize(ctx=mp.ctx)
-    trainer = mp.prepare(net, "sgd", {"learning_rate": 0.1})
-    est = Estimator(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer=trainer, context=mp.ctx)
-    est.fit(train_data, val_data, epochs=3, event_handlers=[MixedPrecisionHandler(mp)])
-
+(the example and why: docs/porting-gluoncv.md, "MXNet's Estimator").
 :class:`MixedPrecisionCheckpointHandler` and :class:`TensorBoardHandler` add
 checkpoints that keep the loss scale, and TensorBoard.
 """
@@ -26,6 +19,7 @@ from mxnet.gluon.contrib.estimator import (
     TrainEnd,
 )
 
+from .gradients import is_count
 from .plumbing.fileio import read_json, write_json
 
 __all__ = ["MixedPrecisionProcessor", "MixedPrecisionHandler", "MixedPrecisionCheckpointHandler",
@@ -245,7 +239,7 @@ class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """
 
     def __init__(self, logger, log_every=10, priority=1000):
-        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+        if not is_count(log_every):
             raise ValueError(f"log_every={log_every!r}: give the batches between two logged steps, a whole "
                              "number >= 1")
         self.logger, self.log_every, self.priority = logger, log_every, priority

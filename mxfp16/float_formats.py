@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .machine import hardware
+from .plumbing.output import error_line
 
 #: MXNet 1.9.1 represents bfloat16 as this structured numpy dtype; pass it as
 #: ``dtype=`` to ``mx.nd.amp_cast``.
@@ -281,7 +282,7 @@ def _cast_probes(in_process, timeout):
         try:
             return tuple(bfloat16_roundtrip(SUBNORMAL_PROBES)), None
         except Exception as err:  # MXNetError, or no MXNet: reported, not raised
-            return None, f"{type(err).__name__}: {err}".strip().splitlines()[-1]
+            return None, f"{type(err).__name__}: {error_line(err)}"
     out, error = hardware.python_child(_probes_roundtrip, timeout)
     return (None, error) if out is None else (tuple(out), None)
 

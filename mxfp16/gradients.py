@@ -193,18 +193,17 @@ class GradientWatch:
         own. With ``report=False`` (scale 1) only a list or tuple changes,
         to get its ``backward()``.
         """
-        if not report:
-            kind = self._kind(type(scaled), False) if isinstance(scaled, (list, tuple)) else None
-            return scaled if kind is None else kind(scaled)
-        kind = self._kind(type(scaled), True)
+        several = isinstance(scaled, (list, tuple))
+        kind = self._kind(type(scaled), report) if report or several else None
         if kind is None:
             return scaled
-        if isinstance(scaled, (list, tuple)):
+        if several:
             scaled = kind(scaled)
         else:
             scaled.__class__ = kind
-        self._unreported.add(id(scaled))
-        self._references.clear()  # a new backward pass is coming; what was read before it says nothing
+        if report:
+            self._unreported.add(id(scaled))
+            self._references.clear()  # a new backward pass is coming; what was read before it says nothing
         return scaled
 
     def _kind(self, base, report):
@@ -279,13 +278,19 @@ def _watched_params(trainer):
     return [p for p in trainer_params(trainer) if p.grad_req != "null" and not param_is_deferred(p)]
 
 
-# -- a trainer's gradient arrays: the Gluon bookkeeping under the loss scaler's seams ------------------------------
+def is_positive_number(value):
+    """Whether ``value`` is an int or float (not a bool), above 0 and finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def is_count(value, low=1):
+    """Whether ``value`` is an int (not a bool) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def check_batch_size(batch_size):
     """A positive finite number of samples (the optimizer divides by it)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, float)) or not (
-            0 < batch_size < float("inf")):
+    if not is_positive_number(batch_size):
         raise ValueError(f"batch_size must be a positive number of samples, got {batch_size!r}")
     return batch_size
 

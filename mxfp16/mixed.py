@@ -3,9 +3,7 @@
 :class:`MixedPrecision` resolves the precision for the devices, sets the
 environment float16 wants and switches AMP on, so the set-up cannot be left
 half done; :meth:`MixedPrecision.prepare` casts a network and builds its
-trainer beside the run's loss scaler (the example: :mod:`mxfp16`). It is the
-one set-up path: ``mxfp16 train``, ``bench``, ``export``, ``selftest`` and
-``demo`` build through it (:func:`mxfp16.train.parts.build_parts`).
+trainer beside the run's loss scaler (the example: :mod:`mxfp16`).
 
 ``auto`` on a CPU with native bfloat16 is decided by timing the network
 (:mod:`mxfp16.measure.auto`) on the ``example`` batch given to
@@ -56,9 +54,9 @@ class MixedPrecision:
     allow_cpu_float16 : bool
         As for :func:`mxfp16.resolve_precision`.
     amp_lists : str, default 'mxfp16'
-        Which operator lists an AMP precision uses (:data:`mxfp16.amp.lists.LIST_SETS`):
-        mxfp16's, ``'mxnet'``, ``'measured'`` (mxfp16's, with the layers that
-        do not gain here kept in float32) or ``'mxfp16+depthwise32'`` ...
+        Which operator lists an AMP precision uses (:data:`mxfp16.amp.lists.LIST_SETS`,
+        docs/amp-table.md); ``'measured'`` keeps the layers that do not gain
+        here in float32.
     time_auto : bool, default True
         Decide ``auto`` by timing the network where that can change the
         answer (a CPU with native bfloat16). ``False`` keeps the rule (each
@@ -182,10 +180,8 @@ class MixedPrecision:
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
-        ``loss_fn`` is a per-device loss, a :class:`mxfp16.BatchLoss`, or
-        ``None`` for a network that returns its own loss. For a pending
-        ``auto`` (or ``amp_lists='measured'``) the first call times ``net`` on
-        this batch first.
+        For a pending ``auto`` (or ``amp_lists='measured'``) the first call
+        times ``net`` on this batch first.
         """
         if self.layers_pending:
             self._choose_layers(net, data)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._lazy import module
 from .models.gluoncv import import_gluoncv
+from .plumbing.output import error_line
 from .precision import Precision, check_activated
 
 mx = module("mxnet")
@@ -293,7 +294,8 @@ def _probe(name):
                 mx.profiler.set_state("stop")
             table = mx.profiler.dumps(reset=True)
         except Exception as err:  # every failure is a finding for the table
-            return OptimizerSupport(name, False, "-", False, _float16_alone(name), (), _one_line(err))
+            return OptimizerSupport(name, False, "-", False, _float16_alone(name), (),
+                                    f"{type(err).__name__}: {error_line(err)}")
     operators = tuple(sorted({op for op in _OPERATOR_ROW.findall(table) if not _NOT_OPERATORS.match(op)}))
     values = weight.asnumpy()
     works = weight.dtype == np.float16 and bool(np.isfinite(values).all())
@@ -313,11 +315,6 @@ def _float16_alone(name):
             return bool((weight.asnumpy() != 1.0).any())
         except Exception:  # no float16 kernel for this optimizer
             return None
-
-
-def _one_line(err):
-    lines = str(err).strip().splitlines() or [""]
-    return f"{type(err).__name__}: {lines[-1].strip()}"
 
 
 def optimizer_support(names=None):

@@ -111,15 +111,11 @@ class Precision:
         return f"{self.name}{suffix}"
 
 
-_TABLE = {
-    "float32": dict(compute_dtype="float32", param_dtype="float32", amp=False, loss_scaling=False,
-                    master_weights=False),
-    "float16": dict(compute_dtype="float16", param_dtype="float16", amp=False, loss_scaling=True, master_weights=True),
-    "amp-float16": dict(compute_dtype="float16", param_dtype="float32", amp=True, loss_scaling=True,
-                        master_weights=False),
-    "amp-bfloat16": dict(compute_dtype="bfloat16", param_dtype="float32", amp=True, loss_scaling=False,
-                         master_weights=False),
-}
+#: name -> (compute_dtype, param_dtype, amp, loss_scaling, master_weights): the module's table.
+_TABLE = {"float32": ("float32", "float32", False, False, False),
+          "float16": ("float16", "float16", False, True, True),
+          "amp-float16": ("float16", "float32", True, True, False),
+          "amp-bfloat16": ("bfloat16", "float32", True, False, False)}
 
 
 def check_precision_name(name):
@@ -200,10 +196,8 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Raises
     ------
     PrecisionError
-        For an unknown name (the message lists the choices), float16 on a
-        CPU without the opt-in (the message explains why and what to use),
-        or amp-bfloat16 on a CPU that cannot run bfloat16 (the message names
-        the missing instructions).
+        An unknown name, float16 on a CPU without the opt-in, or amp-bfloat16
+        on a CPU that cannot run bfloat16; the message says why and what to use.
     """
     requested = check_precision_name(name)
     contexts = _as_context_list(ctx)
@@ -211,7 +205,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     resolved, reason = (requested, "asked for") if requested != "auto" else auto_rule(on_gpu)
     if requested == "auto":  # resolve_precision has no network to time (mxfp16.measure.auto does, given one)
         reason = f"ruled: {reason}"
-    if _TABLE[resolved]["compute_dtype"] == "float16" and not on_gpu and not allow_cpu_float16:
+    if _TABLE[resolved][0] == "float16" and not on_gpu and not allow_cpu_float16:
         raise PrecisionError(
             f"precision {resolved!r} was asked for on a CPU, but MXNet has no float16 convolution or "
             "dense (FullyConnected) layer on CPU (\"FP16 gemm on cpu not implemented\"), so a real "
@@ -224,7 +218,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
             raise PrecisionError(f"precision {resolved!r} cannot run on this CPU: {support.reason}. Use --precision "
                                  "float32 (or auto, which resolves to float32 here), or a machine with AVX-512 "
                                  "(bfloat16 natively with avx512_bf16 or AMX).")
-    return Precision(name=resolved, requested=requested, reason=reason, **_TABLE[resolved])
+    return Precision(resolved, requested, *_TABLE[resolved], reason=reason)
 
 
 # AMP is process-global: amp.init() patches mx.nd / mx.sym once and cannot be

@@ -13,12 +13,9 @@ micro-batch), :meth:`~LossScaler.unscale`, :meth:`~LossScaler.step` and
 :meth:`~LossScaler.update`; docs/getting-started.md ("Your own step") walks
 through them. Several trainers share one scaler (a GAN's two networks):
 each trainer's step is skipped only when *its* reduced gradients overflowed,
-and the scale backs off when any did. Out of order the seams raise
-:class:`StepOrderError`; a disabled scaler keeps the same order, with scale 1
-and no overflow check. The Gluon bookkeeping under the seams is
-:mod:`mxfp16.gradients`'s.
+and the scale backs off when any did. The Gluon bookkeeping under the seams
+is :mod:`mxfp16.gradients`'s.
 """
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -31,6 +28,8 @@ from .gradients import (
     check_batch_size,
     fresh_params,
     grads_are_finite,
+    is_count,
+    is_positive_number,
     kvstore_applies_updates,
     param_use,
     params_sitting_out,
@@ -170,15 +169,12 @@ class LossScaler:
     def _check(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale, max_scale,
                dynamic, enabled, max_overflows_at_min):
         """Refuse settings that would make the scale meaningless (nan and inf compare False with everything)."""
-        finite = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                     for v in (init_scale, growth_factor, backoff_factor, min_scale, max_scale))
-        if not finite or not (init_scale > 0 and min_scale > 0 and max_scale >= min_scale):
+        if not all(map(is_positive_number, (init_scale, min_scale, max_scale))) or max_scale < min_scale:
             raise ValueError("loss scales must be positive finite numbers with min_scale <= max_scale, got "
                              f"init_scale={init_scale!r}, min_scale={min_scale!r}, max_scale={max_scale!r}")
-        if not (growth_factor > 1.0 and 0.0 < backoff_factor < 1.0):
+        if not (all(map(is_positive_number, (growth_factor, backoff_factor))) and growth_factor > 1.0 > backoff_factor):
             raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
-        counts = (growth_interval, hysteresis, max_overflows_at_min)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in counts):
+        if not all(map(is_count, (growth_interval, hysteresis, max_overflows_at_min))):
             raise ValueError("growth_interval, hysteresis and max_overflows_at_min must be whole numbers >= 1")
         for name, value in (("dynamic", dynamic), ("enabled", enabled)):
             if not isinstance(value, bool):  # "no" and "false" are truthy strings
@@ -240,8 +236,6 @@ class LossScaler:
         """Whether the step must check gradients for inf/NaN (costs one host sync)."""
         return self.enabled
 
-    # -- the seams of a step, in order ------------------------------------------------------------------------
-
     def scale_loss(self, loss):
         """The first seam: ``loss`` times the scale, to call ``backward`` on.
 
@@ -290,9 +284,8 @@ class LossScaler:
 
         Call it after each micro-batch's ``backward`` (parameters keep
         ``grad_req='write'``); :meth:`unscale` / :meth:`step` with the samples
-        of all micro-batches apply the sum, kept on the devices. Not
-        ``grad_req='add'``: under AMP, MXNet 1.9.1's ``amp_cast`` ignores it in
-        its backward pass (every parameter behind one gets a zero gradient).
+        of all micro-batches apply the sum, kept on the devices (not
+        ``grad_req='add'``, which AMP ignores: docs/getting-started.md).
 
         Parameters
         ----------
@@ -325,10 +318,8 @@ class LossScaler:
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
 
         The overflow check runs on the device after ``allreduce_grads()``, so
-        every device and worker sees the same verdict. The gradients stay
-        scaled in memory; the returned :class:`~mxfp16.gradients.Gradients`
-        reads and clips them unscaled. :meth:`step` calls it when it was not
-        called.
+        every device and worker sees the same verdict; :meth:`step` calls it
+        when it was not called.
 
         Parameters
         ----------
@@ -406,7 +397,7 @@ class LossScaler:
         ValueError
             A ``max_norm`` that is not a positive finite number.
         """
-        if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not 0 < max_norm < math.inf:
+        if not is_positive_number(max_norm):
             raise ValueError(f"clip_global_norm() takes max_norm as a positive finite number, got {max_norm!r}")
         state = self._open.get(id(trainer))
         if state is None:
@@ -560,8 +551,6 @@ class LossScaler:
         self._end_step(ended_by)
         return self._record(bool(overflow))
 
-    # -- helpers of the seams ----------------------------------------------------------------------------------
-
     def _step_on_kvstore(self, trainer, batch_size, skip_unused_params):
         """A disabled scaler with a trainer that updates on the kvstore: Gluon's own step, nothing read."""
         self._last_update = None
@@ -595,9 +584,9 @@ class LossScaler:
         if not self.enabled:
             return False
         self.steps += 1
+        self.last_step_skipped = overflow
         if overflow:
             self.skipped_at.append(self.steps)
-            self.last_step_skipped = True
             self._clean_steps = 0
             # An overflow counts towards divergence when it happened at the floor,
             # not when it merely brought the scale down to it.
@@ -608,24 +597,21 @@ class LossScaler:
                     self._scale = max(self._scale * self.backoff_factor, self.min_scale)
                     self._overflows_left = self.hysteresis
             self._overflows_at_min = self._overflows_at_min + 1 if at_floor else 0
-            self.history.append(self._scale)
-            if self._overflows_at_min >= self.max_overflows_at_min:
-                raise LossScaleDivergedError(
-                    f"training has diverged: gradients overflowed on {self._overflows_at_min} "
-                    f"consecutive steps at loss scale {format_scale(self._scale)} (step {self.steps}). Lower "
-                    "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
-                    "layer that blows up (mxfp16 diagnose)."
-                )
-            return True
-        self.last_step_skipped = False
-        self._overflows_at_min = 0
-        self._overflows_left = self.hysteresis
-        self._clean_steps += 1
-        if self.dynamic and self._clean_steps >= self.growth_interval:
-            self._scale = min(self._scale * self.growth_factor, self.max_scale)
-            self._clean_steps = 0
+        else:
+            self._overflows_at_min = 0
+            self._overflows_left = self.hysteresis
+            self._clean_steps += 1
+            if self.dynamic and self._clean_steps >= self.growth_interval:
+                self._scale = min(self._scale * self.growth_factor, self.max_scale)
+                self._clean_steps = 0
         self.history.append(self._scale)
-        return False
+        if self._overflows_at_min >= self.max_overflows_at_min:
+            raise LossScaleDivergedError(
+                f"training has diverged: gradients overflowed on {self._overflows_at_min} "
+                f"consecutive steps at loss scale {format_scale(self._scale)} (step {self.steps}). Lower "
+                "the learning rate, enable --clip-grad-norm, or train in float32 to find the "
+                "layer that blows up (mxfp16 diagnose).")
+        return overflow
 
     def state_dict(self):
         """Plain numbers for the checkpoint, with a version field."""
@@ -657,10 +643,9 @@ class LossScaler:
         # Checked as the constructor checks its arguments, without converting: "false" is not False.
         self._check(*(state[name] for name in self._CONFIG))
         scale = state["scale"]
-        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+        if not is_positive_number(scale):
             raise ValueError(f"loss-scaler state has scale {scale!r}; a scale is a positive finite number")
-        bad = [name for name in self._COUNTERS
-               if not (isinstance(state[name], int) and not isinstance(state[name], bool) and state[name] >= 0)]
+        bad = [name for name in self._COUNTERS if not is_count(state[name], 0)]
         if bad or not isinstance(state["last_step_skipped"], bool):
             raise ValueError(f"loss-scaler state has malformed field(s) {', '.join(bad) or 'last_step_skipped'}")
         for name, kind in self._CONFIG.items():
@@ -672,7 +657,7 @@ class LossScaler:
         # recorded keeps only its count.
         skipped_at = state.get("skipped_at")
         if skipped_at is not None and not (isinstance(skipped_at, list) and len(skipped_at) == skipped and all(
-                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= self.steps for n in skipped_at)):
+                is_count(n) and n <= self.steps for n in skipped_at)):
             raise ValueError("loss-scaler state has malformed field(s) skipped_at")
         self.skipped_at = list(skipped_at or [])
         self._earlier_skips = skipped - len(self.skipped_at)

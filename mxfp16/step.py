@@ -34,18 +34,9 @@ class BatchLoss:
 
     ``train_step`` calls a plain ``loss_fn`` once per device. GluonCV's
     ``SSDMultiBoxLoss`` (and YOLO's, Faster R-CNN's) divides by the number
-    of positive anchors in the whole batch, so it needs all devices at once::
-
-        def ssd_loss(outputs, labels):   # one entry per device in each
-            cls_preds, box_preds = [o[0] for o in outputs], [o[1] for o in outputs]
-            sum_loss, _, _ = mbox_loss(cls_preds, box_preds, [y[0] for y in labels], [y[1] for y in labels])
-            return sum_loss              # one per-sample loss array per device
-
-        result = mp.train_step(net, mxfp16.BatchLoss(ssd_loss), trainer, data, label, batch_size=1)
-
-    ``batch_size=1`` because the loss is already normalised (GluonCV's SSD
-    script steps with 1); the default, the number of samples, would divide
-    again.
+    of positive anchors in the whole batch, so it needs all devices at once,
+    and ``batch_size=1``: it is already normalised (docs/porting-gluoncv.md,
+    "A detection loss over all devices", wraps SSD's).
 
     Parameters
     ----------
@@ -114,8 +105,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
         :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
         returning per-sample losses, or a tuple of such arrays to sum; a
         :class:`BatchLoss`; or ``None`` when the network returns its own
-        loss(es). A softmax cross-entropy's class labels are checked against
-        the output's width on the network's first step with it.
+        loss(es).
     trainer : gluon.Trainer
         From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
         it must not update on the kvstore (refused, with the reason).
@@ -160,15 +150,10 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 
     Notes
     -----
-    Host synchronisation points:
-
-    * With an enabled scaler, exactly one: reading the overflow flag in
-      :meth:`LossScaler.step`.
-    * With a disabled scaler, none.
-    * On a network's first step with a class-index loss, one more: the
-      labels' range.
-    * Whatever a :class:`BatchLoss` reads itself (``SSDMultiBoxLoss`` reads
-      its count of positive anchors).
+    Host synchronisations: the overflow flag in :meth:`LossScaler.step` with
+    an enabled scaler (none with a disabled one), the labels' range on a
+    network's first step with a class-index loss (:func:`check_class_labels`),
+    and whatever a :class:`BatchLoss` reads itself.
     """
     datas, labels = _check_batch(data, label, loss_fn)
     scaler = LossScaler(enabled=False) if scaler is None else scaler
@@ -205,8 +190,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 def eval_step(net, data):
     """The network's outputs for one batch, in inference mode, as float32: what a metric reads.
 
-    Under AMP a network's outputs can be bfloat16 or float16, which metrics
-    do not expect. Nothing is recorded for autograd.
+    Nothing is recorded for autograd (docs/getting-started.md, "Evaluation").
 
     Parameters
     ----------
@@ -219,9 +203,7 @@ def eval_step(net, data):
     -------
     list
         One float32 output per device (a tuple where the network returns
-        several), as device arrays of the network's kind: ``mx.nd`` arrays
-        for ``mx.metric``, ``mx.np`` arrays in numpy mode (read a number
-        with ``.item()``).
+        several), of the network's kind: ``mx.np`` arrays in numpy mode.
     """
     datas = _check_data(data, "eval_step()")
     with autograd.pause(train_mode=False):
@@ -268,13 +250,9 @@ def _check_batch(data, label, loss_fn):
 def _check_set_up(net, scaler):
     """Refuse an AMP precision that is not active for this network (see :func:`check_activated`), once per net."""
     precision = getattr(scaler, "precision", None)
-    if precision is None or not precision.amp:
-        return
-    if net in _CHECKED_NETS:
-        check_activated(precision)  # a host-side flag: cheap every step
-        return
-    check_activated(precision, net)
-    _CHECKED_NETS.add(net)
+    if precision is not None and precision.amp:  # the graph once per net; the host-side flag every step (cheap)
+        check_activated(precision, None if net in _CHECKED_NETS else net)
+        _CHECKED_NETS.add(net)
 
 
 def _check_labels_once(net, loss_fn, outputs, labels):

@@ -20,6 +20,7 @@ from mxnet.gluon.contrib import nn as cnn
 
 from .._internals import numpy_symbol_class
 from ..float_formats import BFLOAT16
+from ..plumbing.output import error_line
 from . import recurrent
 from .wrappers import cast, dtype_name
 
@@ -307,8 +308,7 @@ def layer_dtypes(layer, input_dtype="float32"):
             _, types, _ = internals.infer_type_partial(data="float32", **{s.name: "float32" for s in begin})
         except mx.MXNetError as err:
             # A layer AMP cannot type is a finding for the table, not a crash of it.
-            lines = [line for line in str(err).splitlines() if line.strip()]
-            return [("FAILS:", lines[-1].replace("|", "/")[:160] if lines else "MXNetError")]
+            return [("FAILS:", error_line(err).replace("|", "/")[:160])]
         finally:
             if layer.numpy_mode:
                 mx.npx.reset_np()

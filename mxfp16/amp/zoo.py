@@ -14,6 +14,7 @@ import json
 import numpy as np
 
 from .._internals import gluoncv_model_modules
+from ..plumbing.output import error_line
 from .table import _amp_on, operator_dtypes
 from .wrappers import is_low_precision
 
@@ -122,8 +123,7 @@ def model_dtypes(name):
         internals = out.get_internals()
         _, types, _ = internals.infer_type_partial(data="float32")
     except Exception as err:  # a model that cannot be built or typed is this row's finding
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        return {"model": name, "error": f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]}
+        return {"model": name, "error": f"{type(err).__name__}: {error_line(err)}"[:300]}
     shapes, size = None, None
     for size in (CIFAR_SIZE,) if name.startswith("cifar_") else INPUT_SIZES:
         shapes = _output_shapes(internals, (1, 3, size, size))

@@ -14,6 +14,7 @@ import json
 import os
 
 from ..plumbing.limits import MAX_BATCH, MAX_IMAGE_SIDE, MAX_STEPS, integer, number
+from ..plumbing.output import error_line
 from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 30
@@ -128,10 +129,8 @@ def _setup(args):
         try:
             net.load_parameters(args.params, ctx=ctx, cast_dtype=True, dtype_source="current")
         except (AssertionError, mx.base.MXNetError) as err:
-            # MXNet's message starts with a C++ traceback; its last line says what is wrong.
-            detail = ([line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__])[-1]
             raise CommandError(f"--params {args.params!r} cannot be loaded into {args.model} with "
-                               f"{len(loaders.classes)} classes ({detail[:300]}); give a file written by "
+                               f"{len(loaders.classes)} classes ({error_line(err)[:300]}); give a file written by "
                                "save_parameters for that --model") from None
     return ctx, net, batches
 

@@ -21,7 +21,7 @@ import numpy as np
 from mxnet import gluon
 
 from ..plumbing.fileio import JSONFileError, read_json
-from ..plumbing.output import shown
+from ..plumbing.output import error_line, shown
 from .augment import DEFAULT_MIN_CROP_AREA, augmentation, resolve_augment
 from .layout import MANIFEST, PIPELINES, pack_problem, read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
@@ -105,9 +105,7 @@ class _FolderImages(gluon.data.Dataset):
         try:
             img = read_image(path)
         except Exception as err:  # any decoder failure becomes a DataError with the path
-            # MXNetError messages start with a C++ traceback; the last line says what failed.
-            reason = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1].strip()[:200]
-            raise DataError(f"cannot decode {shown(path)} ({type(err).__name__}: {reason}). "
+            raise DataError(f"cannot decode {shown(path)} ({type(err).__name__}: {error_line(err)[:200]}). "
                             "Delete or replace the file, then restart; the scan when the data set is opened "
                             "normally skips such files.") from None
         if self._epoch is None:

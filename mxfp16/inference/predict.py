@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.validate import scan_image
+from ..plumbing.output import error_line
 from . import formats, preprocess
 from .agreement import softmax
 from .bundle import ExportError, read_info
@@ -226,8 +227,7 @@ class Predictor:
                     views.append(self.view(preprocess.decode(path)))
                     paths.append(path)
                 except (preprocess.DecodeError, OSError) as err:  # passed the scan, but reading or decoding failed
-                    lines = [line for line in str(err).splitlines() if line.strip()]
-                    reason = f"cannot decode: {lines[-1].strip()[:200] if lines else type(err).__name__}"
+                    reason = f"cannot decode: {error_line(err)[:200]}"
             if reason is not None:
                 skipped.append((path, reason))
             if len(views) == batch_size:

@@ -9,6 +9,7 @@ timed apart (:class:`LayerTiming`). The choice is
 import json
 from dataclasses import asdict, dataclass
 
+from ..plumbing.output import error_line
 from .margin import speed_ratio
 
 __all__ = ["LayerSpec", "LayerTiming", "time_layers", "time_keys", "WARMUP", "ITERS", "REPEATS", "TIMEOUT"]
@@ -155,6 +156,5 @@ def _time_spec(spec):
     try:
         bfloat16_ms = timed(bfloat16_step)
     except mx.MXNetError as err:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        return LayerTiming(float32_ms, failed=(lines[-1] if lines else "MXNetError")[:200])
+        return LayerTiming(float32_ms, failed=error_line(err)[:200])
     return LayerTiming(float32_ms, bfloat16_ms, timed(casts_step))

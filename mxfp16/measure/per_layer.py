@@ -14,6 +14,7 @@ The verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
 import os
 from dataclasses import asdict, dataclass, replace
 
+from ..plumbing.output import error_line
 from .cache import MachineCache, cache_folder, machine_busy
 from .layer_timing import LayerSpec, LayerTiming, time_layers
 from .margin import MARGIN, pays, requirement, speed_ratio
@@ -214,7 +215,7 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
     try:
         rows = network_layers(net, input_shapes(data))
     except (TypeError, ValueError, mx.MXNetError) as err:  # a Block that is not a HybridBlock, a graph that fails
-        why = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        why = error_line(err)
         return LayerChoice((), False, f"not measured: the network's graph could not be read ({why}); the lists "
                                       "stay mxfp16's")
     support = support or hardware.bfloat16_support()

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 __all__ = ["shown", "default_mode", "NAME_MAX", "PATH_MAX", "temporary_prefix", "temporary_file", "temporary_folder",
            "atomic_write", "atomic_path", "naming", "failed_write", "describe_os_error", "OutputFolderError",
            "check_output_folder", "check_output_path", "rename_noreplace", "exchange", "PathBusyError", "PathLock",
-           "lock_file", "read_lock", "Contents", "Output"]
+           "lock_file", "read_lock", "Contents", "Output", "error_line"]
 
 #: The longest file name (in bytes) where the file system does not say (ext4, XFS, Btrfs, tmpfs: 255).
 NAME_MAX = 255
@@ -204,6 +204,12 @@ def describe_os_error(err):
     fix = _OS_ERROR_FIXES.get(err.errno, "check the path and its permissions").format(
         name_max=_name_max(existing if os.path.isdir(existing) else existing.parent), free=free)
     return f"{where}: {err.strerror or type(err).__name__}; {fix}"
+
+
+def error_line(err):
+    """The last line of ``err``'s message, stripped (MXNet's carry a C++ stack trace above it), or its type's name."""
+    lines = str(err).strip().splitlines()
+    return lines[-1].strip() if lines else type(err).__name__
 
 
 # ---- the checks before any work ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from .._internals import (
 from .._lazy import module
 from ..plumbing.fileio import JSONFileError, read_json, sha256_file, write_json
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes, read_header
-from ..plumbing.output import atomic_path
+from ..plumbing.output import atomic_path, error_line
 from .progress import Progress
 
 mx = module("mxnet")
@@ -219,11 +219,6 @@ def copy_params(out, into, epoch=None, attempts=5):
                           "export it when it has finished, or with --keep-checkpoints above 1")
 
 
-def _last_line(err):
-    """The last line of an MXNet or OS error's message (MXNet's carry a C++ stack trace above it)."""
-    return str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-
-
 # ---- optimizer states as arrays + a JSON structure ------------------------------------------------
 def _flatten(state, key, arrays):
     if state is None:
@@ -299,7 +294,7 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
         write_json(folder / f"{tag}.json", record)
         write_json(folder / RECORD, record)  # the commit point
     except (OSError, mx.base.MXNetError) as err:
-        detail = _last_line(err)
+        detail = error_line(err)
         if had_previous:
             state = ("The previous checkpoint is kept and current; free some space (or fix the folder's "
                      "permissions) and continue with --resume")
@@ -512,7 +507,7 @@ def _restore(folder, record, parts, fingerprint):
         parts.mixed.load_state_dict(record["mixed_precision"])
         parts.net.load_parameters(str(folder / f"{record['tag']}.params"), ctx=parts.ctx)
     except (KeyError, TypeError, ValueError, mx.base.MXNetError) as err:
-        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({_last_line(err)})") from None
+        raise CheckpointError(f"{record.get('tag')}: cannot be restored ({error_line(err)})") from None
     set_trainer_updater_states(parts.trainer, states)
     set_optimizer_update_counts(parts.trainer, optimizer["update_counts"])
     return progress
