@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import random
-import warnings
 from pathlib import Path
 
 import mxnet as mx
@@ -91,17 +90,17 @@ def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
 
 
 class _FolderImages(gluon.data.Dataset):
-    """One view of a folder split (``epoch`` ``None``: the evaluation transform): decode, crop, flip; uint8 HWC."""
+    """One view of ``items`` (``(path, label)``; ``epoch`` ``None``: the evaluation transform): decode, crop, flip."""
 
-    def __init__(self, base, image_size, seed=0, epoch=None, augment=None):
-        self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
+    def __init__(self, items, image_size, seed=0, epoch=None, augment=None):
+        self.items, self._size, self._seed, self._epoch = items, image_size, seed, epoch
         self._augment = augment or augmentation("none")
 
     def __len__(self):
-        return len(self._base.items)
+        return len(self.items)
 
     def __getitem__(self, idx):
-        path, label = self._base.items[idx]
+        path, label = self.items[idx]
         try:
             img = read_image(path)
         except Exception as err:  # any decoder failure becomes a DataError with the path
@@ -223,8 +222,10 @@ class _FolderLoaders(Loaders):
             raise DataError(f"{root / 'test'} has classes that {root / 'train'} lacks: {', '.join(unknown[:10])}. "
                             "Both splits must come from the same `mxfp16 data split`.")
         classes = train_scan.classes
-        self._train = self._dataset(root / "train", train_scan, classes)
-        self._test = self._dataset(root / "test", test_scan, classes)
+        index = {name: i for i, name in enumerate(classes)}  # TRAINING classes label both: a test split may lack one
+        # The scan's files; the test view is the evaluation view, a training view is made per epoch.
+        self._train, self._test = (_FolderImages([(path, index[name]) for path, name in scan.items], image_size)
+                                   for scan in (train_scan, test_scan))
         self._rank, self._parts = shard
         per_shard = len(self._train.items) // self._parts
         if per_shard == 0:
@@ -232,18 +233,6 @@ class _FolderLoaders(Loaders):
                             f"{self._parts} workers sharing it.")
         super().__init__(classes, per_shard, len(self._test.items), batch_size, train_scan.skipped + test_scan.skipped)
         self._size, self._workers, self._seed, self._root = image_size, workers, seed, root
-
-    @staticmethod
-    def _dataset(folder, scan, classes):
-        with warnings.catch_warnings():
-            # It warns about non-image files it ignores; the scan has already logged and counted them.
-            warnings.filterwarnings("ignore", message="Ignoring ", category=UserWarning)
-            dataset = gluon.data.vision.ImageFolderDataset(str(folder), flag=1)
-        # The scan's file list, labelled by the TRAINING class list (a test split may lack a class).
-        index = {name: i for i, name in enumerate(classes)}
-        dataset.items = [(path, index[name]) for path, name in scan.items]
-        dataset.synsets = list(classes)
-        return dataset
 
     def _batches(self, view, batch_indices):
         loader = gluon.data.DataLoader(view, batch_sampler=batch_indices, num_workers=self._workers)
@@ -254,13 +243,13 @@ class _FolderLoaders(Loaders):
         self._check_start(start_batch)
         order = _epoch_order(len(self._train.items), self._seed, epoch)[self._rank::self._parts][:self.num_train]
         batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        view = _FolderImages(self._train, self._size, self._seed, epoch, self.augment)
+        view = _FolderImages(self._train.items, self._size, self._seed, epoch, self.augment)
         return self._batches(view, batches[start_batch:])
 
     def test_batches(self):
         n = len(self._test.items)
         batches = [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
-        return self._batches(_FolderImages(self._test, self._size), batches)
+        return self._batches(self._test, batches)
 
     def _fingerprint_entries(self):
         entries = []
