@@ -1,12 +1,9 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
-Both pipelines yield float32 NCHW batches normalised with the ImageNet mean
-and standard deviation and float32 labels of shape ``(N,)``. How each
-reads, augments, orders, resumes and shards is the table of
-``docs/data.md`` ("The pipelines"). Every shard has as many training
-images, so every worker runs as many steps: one more step on one worker
-would deadlock a synchronous kvstore. The training augmentations and when
-to pick which are ``docs/training.md`` ("Which augmentation").
+What each pipeline yields, reads, augments, orders, resumes and shards, and
+why every worker gets as many training images, is ``docs/data.md`` ("The
+pipelines"); when to pick which augmentation is ``docs/training.md``
+("Which augmentation").
 """
 import hashlib
 import logging
@@ -436,9 +433,8 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
     augment : str
-        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES`: an augmentation (see the module
-        docstring), or ``auto`` (:func:`~mxfp16.data.augment.resolve_augment`; the result is the
-        loaders' ``augment.name``).
+        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES` (``auto``:
+        :func:`~mxfp16.data.augment.resolve_augment`; the loaders' ``augment.name`` says what it chose).
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image.
         ``None``: what the data set's manifest asks for, else 0.08.
@@ -446,8 +442,6 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     Returns
     -------
     Loaders
-        ``classes``, ``num_train``, ``num_test``, ``train_batches_per_epoch``,
-        ``train_batches(epoch, start_batch=0)`` and ``test_batches()``.
 
     Raises
     ------

@@ -1,12 +1,4 @@
-"""A small, learnable image-classification set: shapes on noisy backgrounds.
-
-Each class is one kind of shape (circle, ring, star, ...). Every image draws
-its own background colour gradient and noise, shape colour, position, scale
-and a small tilt, and its own width and height around ``size`` (photos are not
-square), plus a few thin clutter lines. A float32 ResNet learns it well in a
-few epochs but not in one. Generation is deterministic: image ``i`` of class
-``c`` in a split depends only on ``(seed, split, c, i)``.
-"""
+"""A small, learnable image-classification set: shapes on noisy backgrounds (``docs/data.md``, "The demo set")."""
 import logging
 import math
 from pathlib import Path
