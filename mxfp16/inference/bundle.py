@@ -6,6 +6,7 @@ reader live in :mod:`mxfp16.inference.formats`; this module holds what they
 share. Reading an export trusts nothing in it, and no message prints a
 file's content.
 """
+import hashlib
 import math
 import os
 import re
@@ -262,8 +263,6 @@ def read_verified(folder, info, name):
     ExportError
         The file is not listed, missing, not a regular file of the folder, or its sha256 differs.
     """
-    import hashlib
-
     folder = Path(folder)
     entry = info.get("files", {}).get(name)
     wanted = entry.get("sha256") if isinstance(entry, dict) else None

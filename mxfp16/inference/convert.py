@@ -7,6 +7,7 @@ runs inside, plus its parameters in the ``arg:``/``aux:`` form of
 ``gluon.SymbolBlock.imports``. How each precision gets there is
 ``docs/inference.md`` ("How each precision is converted").
 """
+import warnings
 from dataclasses import dataclass, field
 
 import mxnet as mx
@@ -165,8 +166,6 @@ def load_block(symbol, params, ctx):
     gluon.SymbolBlock
         Static memory and shapes, as the trainer hybridizes.
     """
-    import warnings
-
     with warnings.catch_warnings():
         # SymbolBlock warns that it cannot tell the input's dtype: the first batch decides it.
         warnings.filterwarnings("ignore", message="Cannot decide type", category=UserWarning)

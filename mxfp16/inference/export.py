@@ -26,7 +26,7 @@ from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..devices import format_ctx, resolve_devices
-from ..plumbing.fileio import JSONFileError
+from ..plumbing.fileio import JSONFileError, sha256_file
 from ..plumbing.limits import MAX_IMAGE_SIDE
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 from ..plumbing.output import Output, OutputFolderError, PathBusyError, PathLock, check_output_path, shown
@@ -360,8 +360,6 @@ def _publish(copies, staged, output, info, log):
 
 def _source(run, source, params_path, params_copy, config):
     """``export.json``'s ``source``: the run, its checkpoint (``params_copy``: the bytes read of ``params_path``)."""
-    from ..plumbing.fileio import sha256_file
-
     return {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
             "params_sha256": sha256_file(params_copy),
             "trained_precision": config.get("resolved_precision", config.get("precision"))}
