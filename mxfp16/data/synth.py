@@ -231,9 +231,8 @@ def demo_path(root="data"):
 def demo_dataset(root="data"):
     """The demo set: ``<root>/demo``, generated on first use (a few seconds), reused afterwards.
 
-    Ten shape classes, 100 training and 30 test images per class, about
-    128 px. See :func:`synth_dataset` and :data:`DEMO_SETTINGS`. A demo set
-    made by an older mxfp16 (other settings) is regenerated.
+    :func:`synth_dataset` with :data:`DEMO_SETTINGS`; a demo set made with
+    other settings (by an older mxfp16) is regenerated.
 
     Parameters
     ----------
