@@ -233,7 +233,6 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
         Naming the problem and the fix (``docs/data.md``, "Fetch").
     """
     spec = DATASETS["caltech101"]
-    limits = ExtractLimits() if limits is None else limits
     final = caltech101_paths(Path(root)).fetched
     output = Output(final, "fetching Caltech-101", flag="--root",
                     reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),

@@ -371,12 +371,11 @@ class _RecordLoaders(Loaders):
 
     def _iter(self, split, **kwargs):
         rec, idx = record_files(self._prefix, split)
-        common = dict(path_imgrec=str(rec), path_imgidx=str(idx), data_shape=(3, self._size, self._size),
-                      batch_size=self.batch_size, preprocess_threads=self._threads, verbose=False,
-                      mean_r=MEAN_RGB[0] * 255, mean_g=MEAN_RGB[1] * 255, mean_b=MEAN_RGB[2] * 255,
-                      std_r=STD_RGB[0] * 255, std_g=STD_RGB[1] * 255, std_b=STD_RGB[2] * 255)
-        common.update(kwargs)
-        return mx.io.ImageRecordIter(**common)
+        return mx.io.ImageRecordIter(
+            path_imgrec=str(rec), path_imgidx=str(idx), data_shape=(3, self._size, self._size),
+            batch_size=self.batch_size, preprocess_threads=self._threads, verbose=False,
+            mean_r=MEAN_RGB[0] * 255, mean_g=MEAN_RGB[1] * 255, mean_b=MEAN_RGB[2] * 255,
+            std_r=STD_RGB[0] * 255, std_g=STD_RGB[1] * 255, std_b=STD_RGB[2] * 255, **kwargs)
 
     @staticmethod
     def _strip(batches, limit):
@@ -454,8 +453,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     if batch_size < 1 or image_size < 8 or workers < 0:
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
-    if pipeline == "folder":
-        return _FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
-    if pipeline == "recordio":
-        return _RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
-    raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")
+    kinds = {"folder": _FolderLoaders, "recordio": _RecordLoaders}
+    if pipeline not in kinds:
+        raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")
+    return kinds[pipeline](source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
