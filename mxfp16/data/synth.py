@@ -116,11 +116,9 @@ def render(shape, rng, size):
     foreground = colour.astype(np.float32) + noise[::-1] * np.float32(6)
 
     mask = Image.new("L", (width, height), 0)
-    draw = ImageDraw.Draw(mask)
-    short = min(width, height)
-    r = short * rng.uniform(0.24, 0.4)
+    r = min(width, height) * rng.uniform(0.24, 0.4)
     center = (rng.uniform(r, width - r), rng.uniform(r, height - r))
-    _draw_mask(shape, draw, rng, center, r)
+    _draw_mask(shape, ImageDraw.Draw(mask), rng, center, r)
     alpha = np.asarray(mask.filter(ImageFilter.GaussianBlur(0.7)), dtype=np.float32)[..., None] / np.float32(255)
     pixels = background * (1 - alpha) + foreground * alpha
 

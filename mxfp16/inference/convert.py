@@ -69,9 +69,7 @@ def traced(net, data=None):
 
 
 def _joined(arg_params, aux_params):
-    params = {f"arg:{k}": v for k, v in arg_params.items()}
-    params.update({f"aux:{k}": v for k, v in aux_params.items()})
-    return params
+    return {**{f"arg:{k}": v for k, v in arg_params.items()}, **{f"aux:{k}": v for k, v in aux_params.items()}}
 
 
 def _placeable(lists, target_dtype):
