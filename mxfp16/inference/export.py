@@ -69,9 +69,8 @@ class ExportRequest:
     dtypes: Tuple[str, ...]
 
     def __post_init__(self):
-        margin = self.margin
-        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
-            raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
+        if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and 0 <= self.margin <= 100):
+            raise ExportError(f"margin {self.margin!r}: must be a number of points between 0 and 100")
 
 
 def _run_config(run):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ...plumbing.onnx_file import ONNXFileError, check_model_bytes
-from ...plumbing.output import atomic_path, shown
+from ...plumbing.output import atomic_write, shown
 from .. import bundle
 from ..agreement import check_margin, check_scores, compare
 from ..bundle import AGAIN, ExportError
@@ -297,9 +297,8 @@ def write(folder, model, options):
                          else to_float16(models["float32"]))
         seconds[dtype] = time.perf_counter() - start
         path = folder / FILES[dtype]
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as handle:
-                handle.write(models[dtype].SerializeToString())
+        with atomic_write(path, "wb") as handle:
+            handle.write(models[dtype].SerializeToString())
         files[FILES[dtype]] = dict(bundle.file_entry(path), dtype=dtype)
     section = {
         "opset": OPSET, "ir_version": IR_VERSION, "files": {d: FILES[d] for d in wanted},
