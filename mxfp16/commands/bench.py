@@ -66,7 +66,7 @@ def _add_what_to_run(what):
                            "recordio the prefix given to `mxfp16 data pack`; real batches are loaded inside the "
                            "timed steps, as in training (default: synthetic)")
     what.add_argument("--pipeline", choices=PIPELINES, default="folder",
-                      help="input pipeline for --data, as `mxfp16 train --pipeline`: folder (ImageFolderDataset + "
+                      help="input pipeline for --data, as `mxfp16 train --pipeline`: folder (image files + "
                            "DataLoader) or recordio (ImageRecordIter) (default: folder)")
     what.add_argument("--workers", type=integer(0, 256), default=0,
                       help="data-loading processes (folder) or decoding threads (recordio), as `mxfp16 train "

@@ -63,12 +63,7 @@ def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
 
 
 def resolve_augment(name, image_size, manifest=None):
-    """The augmentation ``auto`` means for a data set; any other name is returned as it is.
-
-    ``auto``: what the data set's manifest names (``"augment"``), else
-    ``imagenet`` when the manifest sets a ``min_crop_area``, else ``light``
-    for images smaller than :data:`SMALL_IMAGE` pixels and ``imagenet``
-    otherwise (Caltech-101 at 224 px: ``imagenet``, unchanged).
+    """The augmentation ``auto`` means for a data set (``docs/training.md``); any other name is returned as it is.
 
     Parameters
     ----------

@@ -1,10 +1,7 @@
 """scikit-learn's handwritten digits as an image folder: real data with nothing to download.
 
-``sklearn.datasets.load_digits`` ships inside scikit-learn: 1,797 scans of
-8x8 pixels with 17 grey levels (UCI "Optical Recognition of Handwritten
-Digits"). :func:`digits_dataset` writes them in the layout every mxfp16
-command reads, split by ``seed``, with ``augment: none`` in its manifest: a
-crop or a flip would change a digit's meaning. ``docs/data.md`` says more.
+``sklearn.datasets.load_digits``: 1,797 scans of 8x8 pixels with 17 grey
+levels, written as ``docs/data.md`` ("scikit-learn's digits") describes.
 """
 from pathlib import Path
 

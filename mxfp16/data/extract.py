@@ -402,10 +402,7 @@ def safe_extract(archive, target, limits=None, already=0):
     target.mkdir(parents=True, exist_ok=True)
     writer = _Writer(archive, target, limits, already)
     try:
-        if zipfile.is_zipfile(archive):
-            _extract_zip(archive, writer, limits)
-        else:
-            _extract_tar(archive, writer, limits)
+        (_extract_zip if zipfile.is_zipfile(archive) else _extract_tar)(archive, writer, limits)
     except BaseException as err:  # Ctrl-C too: leave nothing half-extracted
         writer.undo()
         if isinstance(err, _DAMAGE):

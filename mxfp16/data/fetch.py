@@ -154,12 +154,7 @@ def _verify(path, sha256, limits):
 
 
 def _download(url, dest, sha256, progress, timeout, limits):
-    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename; return ``(dest, sha256)``.
-
-    A download that fails its check is renamed to ``dest.sha256-mismatch``
-    or ``dest.damaged`` (so a retry starts afresh); a resumed one is first
-    retried once from the start.
-    """
+    """Download ``url`` to ``dest`` via ``dest.part`` (resumable), check it, rename; return ``(dest, sha256)``."""
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise DataError(f"--sha256 {sha256!r}: expected 64 hexadecimal digits (the output of `sha256sum FILE`).")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
@@ -224,25 +219,20 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     progress : bool
     timeout : float
     limits : ExtractLimits, optional
-        Caps on the extracted total (over the zip and the tar.gz inside it)
-        and on each member's compression ratio; default 2 GiB and 100.
+        Over the zip and the tar.gz inside it (``docs/data.md``, "Extraction limits").
 
     Returns
     -------
     Path
-        ``<root>/caltech101``; already there is reused without downloading.
-        It is not a split yet: :func:`~mxfp16.data.layout.caltech101_commands`
-        lists the documented steps after it (``mxfp16 data fetch`` prints them).
+        ``<root>/caltech101``, reused when complete; not a split yet
+        (:func:`~mxfp16.data.layout.caltech101_commands`: the steps after it).
 
     Raises
     ------
     DataError
-        Naming the problem and the fix. A download that turns out damaged
-        while it is extracted is renamed to ``<name>.damaged`` first, so the
-        next run downloads it afresh.
+        Naming the problem and the fix (``docs/data.md``, "Fetch").
     """
     spec = DATASETS["caltech101"]
-    limits = ExtractLimits() if limits is None else limits
     final = caltech101_paths(Path(root)).fetched
     output = Output(final, "fetching Caltech-101", flag="--root",
                     reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),

@@ -2,9 +2,8 @@
 
 What a pack holds, and how it is written so that an interrupted or
 concurrent pack never looks complete, is ``docs/data.md`` ("Pack
-(RecordIO)"). Every record carries a checksum
-(:func:`mxfp16.data.records.record_checksum`) and is checked against its
-index before the files are renamed into place, ``PREFIX_classes.json`` last.
+(RecordIO)"); every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`).
 """
 import logging
 import os

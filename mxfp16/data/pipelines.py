@@ -1,19 +1,15 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
-Both pipelines yield float32 NCHW batches normalised with the ImageNet mean
-and standard deviation and float32 labels of shape ``(N,)``. How each
-reads, augments, orders, resumes and shards is the table of
-``docs/data.md`` ("The pipelines"). Every shard has as many training
-images, so every worker runs as many steps: one more step on one worker
-would deadlock a synchronous kvstore. The training augmentations and when
-to pick which are ``docs/training.md`` ("Which augmentation").
+What each pipeline yields, reads, augments, orders, resumes and shards, and
+why every worker gets as many training images, is ``docs/data.md`` ("The
+pipelines"); when to pick which augmentation is ``docs/training.md``
+("Which augmentation").
 """
 import hashlib
 import logging
 import math
 import os
 import random
-import warnings
 from pathlib import Path
 
 import mxnet as mx
@@ -91,17 +87,17 @@ def normalise(batch_hwc, mean=MEAN_RGB, std=STD_RGB):
 
 
 class _FolderImages(gluon.data.Dataset):
-    """One view of a folder split (``epoch`` ``None``: the evaluation transform): decode, crop, flip; uint8 HWC."""
+    """One view of ``items`` (``(path, label)``; ``epoch`` ``None``: the evaluation transform): decode, crop, flip."""
 
-    def __init__(self, base, image_size, seed=0, epoch=None, augment=None):
-        self._base, self._size, self._seed, self._epoch = base, image_size, seed, epoch
+    def __init__(self, items, image_size, seed=0, epoch=None, augment=None):
+        self.items, self._size, self._seed, self._epoch = items, image_size, seed, epoch
         self._augment = augment or augmentation("none")
 
     def __len__(self):
-        return len(self._base.items)
+        return len(self.items)
 
     def __getitem__(self, idx):
-        path, label = self._base.items[idx]
+        path, label = self.items[idx]
         try:
             img = read_image(path)
         except Exception as err:  # any decoder failure becomes a DataError with the path
@@ -221,8 +217,10 @@ class _FolderLoaders(Loaders):
             raise DataError(f"{root / 'test'} has classes that {root / 'train'} lacks: {', '.join(unknown[:10])}. "
                             "Both splits must come from the same `mxfp16 data split`.")
         classes = train_scan.classes
-        self._train = self._dataset(root / "train", train_scan, classes)
-        self._test = self._dataset(root / "test", test_scan, classes)
+        index = {name: i for i, name in enumerate(classes)}  # TRAINING classes label both: a test split may lack one
+        # The scan's files; the test view is the evaluation view, a training view is made per epoch.
+        self._train, self._test = (_FolderImages([(path, index[name]) for path, name in scan.items], image_size)
+                                   for scan in (train_scan, test_scan))
         self._rank, self._parts = shard
         per_shard = len(self._train.items) // self._parts
         if per_shard == 0:
@@ -230,18 +228,6 @@ class _FolderLoaders(Loaders):
                             f"{self._parts} workers sharing it.")
         super().__init__(classes, per_shard, len(self._test.items), batch_size, train_scan.skipped + test_scan.skipped)
         self._size, self._workers, self._seed, self._root = image_size, workers, seed, root
-
-    @staticmethod
-    def _dataset(folder, scan, classes):
-        with warnings.catch_warnings():
-            # It warns about non-image files it ignores; the scan has already logged and counted them.
-            warnings.filterwarnings("ignore", message="Ignoring ", category=UserWarning)
-            dataset = gluon.data.vision.ImageFolderDataset(str(folder), flag=1)
-        # The scan's file list, labelled by the TRAINING class list (a test split may lack a class).
-        index = {name: i for i, name in enumerate(classes)}
-        dataset.items = [(path, index[name]) for path, name in scan.items]
-        dataset.synsets = list(classes)
-        return dataset
 
     def _batches(self, view, batch_indices):
         loader = gluon.data.DataLoader(view, batch_sampler=batch_indices, num_workers=self._workers)
@@ -252,13 +238,13 @@ class _FolderLoaders(Loaders):
         self._check_start(start_batch)
         order = _epoch_order(len(self._train.items), self._seed, epoch)[self._rank::self._parts][:self.num_train]
         batches = [order[i:i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        view = _FolderImages(self._train, self._size, self._seed, epoch, self.augment)
+        view = _FolderImages(self._train.items, self._size, self._seed, epoch, self.augment)
         return self._batches(view, batches[start_batch:])
 
     def test_batches(self):
         n = len(self._test.items)
         batches = [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
-        return self._batches(_FolderImages(self._test, self._size), batches)
+        return self._batches(self._test, batches)
 
     def _fingerprint_entries(self):
         entries = []
@@ -383,12 +369,11 @@ class _RecordLoaders(Loaders):
 
     def _iter(self, split, **kwargs):
         rec, idx = record_files(self._prefix, split)
-        common = dict(path_imgrec=str(rec), path_imgidx=str(idx), data_shape=(3, self._size, self._size),
-                      batch_size=self.batch_size, preprocess_threads=self._threads, verbose=False,
-                      mean_r=MEAN_RGB[0] * 255, mean_g=MEAN_RGB[1] * 255, mean_b=MEAN_RGB[2] * 255,
-                      std_r=STD_RGB[0] * 255, std_g=STD_RGB[1] * 255, std_b=STD_RGB[2] * 255)
-        common.update(kwargs)
-        return mx.io.ImageRecordIter(**common)
+        return mx.io.ImageRecordIter(
+            path_imgrec=str(rec), path_imgidx=str(idx), data_shape=(3, self._size, self._size),
+            batch_size=self.batch_size, preprocess_threads=self._threads, verbose=False,
+            mean_r=MEAN_RGB[0] * 255, mean_g=MEAN_RGB[1] * 255, mean_b=MEAN_RGB[2] * 255,
+            std_r=STD_RGB[0] * 255, std_g=STD_RGB[1] * 255, std_b=STD_RGB[2] * 255, **kwargs)
 
     @staticmethod
     def _strip(batches, limit):
@@ -445,9 +430,8 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
     augment : str
-        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES`: an augmentation (see the module
-        docstring), or ``auto`` (:func:`~mxfp16.data.augment.resolve_augment`; the result is the
-        loaders' ``augment.name``).
+        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES` (``auto``:
+        :func:`~mxfp16.data.augment.resolve_augment`; the loaders' ``augment.name`` says what it chose).
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image.
         ``None``: what the data set's manifest asks for, else 0.08.
@@ -455,8 +439,6 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     Returns
     -------
     Loaders
-        ``classes``, ``num_train``, ``num_test``, ``train_batches_per_epoch``,
-        ``train_batches(epoch, start_batch=0)`` and ``test_batches()``.
 
     Raises
     ------
@@ -469,8 +451,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     if batch_size < 1 or image_size < 8 or workers < 0:
         raise ValueError(f"batch_size={batch_size}, image_size={image_size}, workers={workers}: need batch_size >= 1, "
                          "image_size >= 8, workers >= 0")
-    if pipeline == "folder":
-        return _FolderLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
-    if pipeline == "recordio":
-        return _RecordLoaders(source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)
-    raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")
+    kinds = {"folder": _FolderLoaders, "recordio": _RecordLoaders}
+    if pipeline not in kinds:
+        raise ValueError(f"pipeline={pipeline!r}: choose one of {', '.join(PIPELINES)}")
+    return kinds[pipeline](source, image_size, batch_size, workers, seed, (rank, parts), min_crop_area, augment)

@@ -96,8 +96,8 @@ def _why(view, offset, size, checksums):
     return None
 
 
-def damaged_records(rec, idx, limit=10, entries=None, checksums=False):
-    """The records of ``rec`` (listed by ``idx``) that are not intact, at most ``limit`` of them.
+def damaged_records(rec, idx, entries=None, checksums=False):
+    """The records of ``rec`` (listed by ``idx``) that are not intact.
 
     ``entries`` is :func:`read_index`'s result when the caller has it
     already. ``checksums``: every record carries :func:`record_checksum`
@@ -117,13 +117,6 @@ def damaged_records(rec, idx, limit=10, entries=None, checksums=False):
     entries = read_index(idx) if entries is None else entries
     size = Path(rec).stat().st_size
     if size == 0:
-        return [(key, offset, "the .rec file is empty") for key, offset in entries[:limit]]
-    found = []
+        return [(key, offset, "the .rec file is empty") for key, offset in entries]
     with open(rec, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        for key, offset in entries:
-            why = _why(view, offset, size, checksums)
-            if why:
-                found.append((key, offset, why))
-                if len(found) >= limit:
-                    break
-    return found
+        return [(key, offset, why) for key, offset in entries if (why := _why(view, offset, size, checksums))]

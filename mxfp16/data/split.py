@@ -1,10 +1,4 @@
-"""A deterministic train/test split of a ``<class>/<image>`` folder (``docs/data.md``, "Split").
-
-Each class's usable images are sorted by name and shuffled by a generator
-seeded with ``(seed, crc32(class name))``, so a class's split depends only
-on its own files and the seed -- not on which other classes exist or are
-excluded.
-"""
+"""A deterministic train/test split of a ``<class>/<image>`` folder (``docs/data.md``, "Split")."""
 import collections
 import os
 import shutil

@@ -1,12 +1,4 @@
-"""A small, learnable image-classification set: shapes on noisy backgrounds.
-
-Each class is one kind of shape (circle, ring, star, ...). Every image draws
-its own background colour gradient and noise, shape colour, position, scale
-and a small tilt, and its own width and height around ``size`` (photos are not
-square), plus a few thin clutter lines. A float32 ResNet learns it well in a
-few epochs but not in one. Generation is deterministic: image ``i`` of class
-``c`` in a split depends only on ``(seed, split, c, i)``.
-"""
+"""A small, learnable image-classification set: shapes on noisy backgrounds (``docs/data.md``, "The demo set")."""
 import logging
 import math
 from pathlib import Path
@@ -124,11 +116,9 @@ def render(shape, rng, size):
     foreground = colour.astype(np.float32) + noise[::-1] * np.float32(6)
 
     mask = Image.new("L", (width, height), 0)
-    draw = ImageDraw.Draw(mask)
-    short = min(width, height)
-    r = short * rng.uniform(0.24, 0.4)
+    r = min(width, height) * rng.uniform(0.24, 0.4)
     center = (rng.uniform(r, width - r), rng.uniform(r, height - r))
-    _draw_mask(shape, draw, rng, center, r)
+    _draw_mask(shape, ImageDraw.Draw(mask), rng, center, r)
     alpha = np.asarray(mask.filter(ImageFilter.GaussianBlur(0.7)), dtype=np.float32)[..., None] / np.float32(255)
     pixels = background * (1 - alpha) + foreground * alpha
 
@@ -239,9 +229,8 @@ def demo_path(root="data"):
 def demo_dataset(root="data"):
     """The demo set: ``<root>/demo``, generated on first use (a few seconds), reused afterwards.
 
-    Ten shape classes, 100 training and 30 test images per class, about
-    128 px. See :func:`synth_dataset` and :data:`DEMO_SETTINGS`. A demo set
-    made by an older mxfp16 (other settings) is regenerated.
+    :func:`synth_dataset` with :data:`DEMO_SETTINGS`; a demo set made with
+    other settings (by an older mxfp16) is regenerated.
 
     Parameters
     ----------

@@ -54,8 +54,6 @@ def _time_pipeline(source, pipeline, workers, image_size=224, batch_size=32, ima
                 break
         epoch += 1
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    # CPU time of this process (all its threads): images per CPU-second hardly depends on the load
-    # other processes put on the machine. Worker processes' time is not counted, hence None for them.
     in_process = pipeline == "recordio" or workers == 0
     # ImageRecordIter decodes on preprocess_threads (at least one); the folder loader's DataLoader on processes.
     parallel = ("threads", max(1, workers)) if pipeline == "recordio" else ("processes", workers)

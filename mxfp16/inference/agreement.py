@@ -1,12 +1,9 @@
 """Does the exported model predict what the float32 model predicts? Both on the same test images.
 
-Five numbers answer it: the top-1 accuracy of each, the share of images
-whose top-1 class differs between them (a model can keep its accuracy
-while changing which images it gets right), the largest difference in any
-class probability and in any score (logit). :func:`check_margin` turns the
-accuracies into a decision; :func:`check_scores` the scores, for a model
-that should compute what float32 computes (an ONNX file), with a tolerance
-per dtype (:data:`SCORE_TOLERANCE`).
+:func:`compare` gives the numbers of ``docs/inference.md`` ("The agreement
+check"). :func:`check_margin` turns the accuracies into a decision;
+:func:`check_scores` the scores, for a model that should compute what
+float32 computes (an ONNX file), with a tolerance per dtype.
 """
 import numpy as np
 
@@ -54,12 +51,10 @@ def compare(reference, candidate, batches, ctx):
     -------
     dict
         ``images``, ``top1_float32``, ``top1_export`` (fractions),
-        ``top1_drop_points`` (float32's top-1 minus the export's, in
-        percentage points), ``changed_images``, ``changed_share``,
-        ``max_probability_difference``, ``max_score_difference`` (largest
-        absolute logit difference), ``max_abs_score_float32`` and
-        ``nonfinite_images`` (images with a score the export could not
-        represent: inf or NaN).
+        ``top1_drop_points`` (percentage points), ``changed_images``,
+        ``changed_share``, ``max_probability_difference``,
+        ``max_score_difference`` (logits), ``max_abs_score_float32`` and
+        ``nonfinite_images`` (inf or NaN scores).
 
     Raises
     ------

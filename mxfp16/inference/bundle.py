@@ -3,13 +3,10 @@
 ``docs/inference.md`` describes the files ("What an export is"), how an
 export is published and what a reader refuses. Each format's writer and
 reader live in :mod:`mxfp16.inference.formats`; this module holds what they
-share. A ``DIR`` holding anything but the files of :data:`FILES` is refused,
-``--overwrite`` or not: the command never deletes a file it did not write.
-Reading an export trusts nothing in it, and no message prints a file's
-content. A new model file kind (another format) is one entry in
-:data:`FILES`; the checksums, the link and regular-file checks and
-:data:`CONTENTS` cover it.
+share. Reading an export trusts nothing in it, and no message prints a
+file's content.
 """
+import hashlib
 import math
 import os
 import re
@@ -266,8 +263,6 @@ def read_verified(folder, info, name):
     ExportError
         The file is not listed, missing, not a regular file of the folder, or its sha256 differs.
     """
-    import hashlib
-
     folder = Path(folder)
     entry = info.get("files", {}).get(name)
     wanted = entry.get("sha256") if isinstance(entry, dict) else None

@@ -7,6 +7,7 @@ runs inside, plus its parameters in the ``arg:``/``aux:`` form of
 ``gluon.SymbolBlock.imports``. How each precision gets there is
 ``docs/inference.md`` ("How each precision is converted").
 """
+import warnings
 from dataclasses import dataclass, field
 
 import mxnet as mx
@@ -68,9 +69,7 @@ def traced(net, data=None):
 
 
 def _joined(arg_params, aux_params):
-    params = {f"arg:{k}": v for k, v in arg_params.items()}
-    params.update({f"aux:{k}": v for k, v in aux_params.items()})
-    return params
+    return {**{f"arg:{k}": v for k, v in arg_params.items()}, **{f"aux:{k}": v for k, v in aux_params.items()}}
 
 
 def _placeable(lists, target_dtype):
@@ -165,8 +164,6 @@ def load_block(symbol, params, ctx):
     gluon.SymbolBlock
         Static memory and shapes, as the trainer hybridizes.
     """
-    import warnings
-
     with warnings.catch_warnings():
         # SymbolBlock warns that it cannot tell the input's dtype: the first batch decides it.
         warnings.filterwarnings("ignore", message="Cannot decide type", category=UserWarning)

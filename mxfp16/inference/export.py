@@ -7,13 +7,9 @@ folder, rebuilds the network in float32 and converts it
 staging folder and check it against float32 on the run's test set, then
 publishes it in one step (``docs/inference.md``, "The agreement check").
 
-Export holds the run folder's lock shared while it reads
-(:class:`mxfp16.plumbing.output.PathLock`), so no ``train --overwrite`` or
-``--resume`` starts on it meanwhile. A run that is still training holds it
-itself; export then goes on with what the run has written so far. Either
-way it reads the checkpoint once, into a copy checked against the sha256
-its record lists (:func:`mxfp16.train.checkpoint.copy_params`), and works
-from the copy: a checkpoint the run prunes meanwhile cannot vanish under it.
+Export holds the run folder's lock shared while it reads, and works from
+a checked copy of the checkpoint (:func:`mxfp16.train.checkpoint.copy_params`);
+``docs/getting-started.md`` ("Inputs are held too") says why.
 """
 import datetime
 import math
@@ -30,7 +26,7 @@ from .._version import __version__
 from ..data import DataError, make_loaders
 from ..data.pipelines import MEAN_RGB, STD_RGB, resize_for
 from ..devices import format_ctx, resolve_devices
-from ..plumbing.fileio import JSONFileError
+from ..plumbing.fileio import JSONFileError, sha256_file
 from ..plumbing.limits import MAX_IMAGE_SIDE
 from ..plumbing.ndarray_file import NDArrayFileError, check_shapes
 from ..plumbing.output import Output, OutputFolderError, PathBusyError, PathLock, check_output_path, shown
@@ -51,9 +47,7 @@ __all__ = ["export_run", "ExportRequest"]
 class ExportRequest:
     """What :func:`export_run` was asked for, checked where it can be without reading anything.
 
-    The fields are :func:`export_run`'s parameters, but for ``dtypes``
-    (its ``onnx_dtypes``: the model files wanted, by dtype, in whatever
-    format; the format says which it holds).
+    The fields are :func:`export_run`'s parameters; ``dtypes`` is its ``onnx_dtypes``.
 
     Raises
     ------
@@ -75,9 +69,8 @@ class ExportRequest:
     dtypes: Tuple[str, ...]
 
     def __post_init__(self):
-        margin = self.margin
-        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin <= 100):
-            raise ExportError(f"margin {margin!r}: must be a number of points between 0 and 100")
+        if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and 0 <= self.margin <= 100):
+            raise ExportError(f"margin {self.margin!r}: must be a number of points between 0 and 100")
 
 
 def _run_config(run):
@@ -220,10 +213,8 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     out : str or Path
         The export folder to create.
     precision : str, optional
-        ``float32``, ``float16``, ``amp-bfloat16``, ``amp-float16`` or ``auto``
-        (float16 on a GPU, amp-bfloat16 on a CPU with bfloat16, else float32).
-        Default: ``auto``, and ``float32`` for ONNX, which is always written
-        from the float32 graph (any other precision is refused).
+        A precision or ``auto`` (:func:`mxfp16.precision.resolve_precision`);
+        default: the format's ``DEFAULT_PRECISION`` (ONNX takes only float32).
     checkpoint : str
         ``'last'``, ``'best'`` (the epoch with the best val_top1, if its
         checkpoint is still on disk) or the path of a ``.params`` file.
@@ -244,10 +235,8 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     model_format : str
         ``'mxnet'`` (symbol and parameters) or ``'onnx'`` (:mod:`mxfp16.inference.formats`).
     onnx_dtypes : sequence of str
-        The ONNX files to write: ``'float32'`` (``model.onnx``, always) and
-        ``'float16'`` (``model-float16.onnx``, float32 inputs and outputs).
-        An MXNet export holds one model, in ``precision``: any dtype but
-        float32 is refused there.
+        The ONNX files to write: ``'float32'`` (always) and ``'float16'``;
+        an MXNet export refuses any but float32.
 
     Returns
     -------
@@ -261,9 +250,8 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
         ``onnx_dtypes`` the format does not take, or (ONNX) an operator
         without a converter, named with its layer; nothing is written.
     mxfp16.inference.agreement.AgreementError
-        The export loses more than ``margin`` points of top-1, or (ONNX) its
-        scores differ from float32's beyond the file's dtype tolerance, or
-        overflow float16; nothing is written.
+        The export fails the agreement check (``docs/inference.md``, "The
+        agreement check"; ONNX: "ONNX: deploy without MXNet"); nothing is written.
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """
@@ -371,8 +359,6 @@ def _publish(copies, staged, output, info, log):
 
 def _source(run, source, params_path, params_copy, config):
     """``export.json``'s ``source``: the run, its checkpoint (``params_copy``: the bytes read of ``params_path``)."""
-    from ..plumbing.fileio import sha256_file
-
     return {"run": str(Path(run).resolve()), **source, "params_file": str(Path(params_path).resolve()),
             "params_sha256": sha256_file(params_copy),
             "trained_precision": config.get("resolved_precision", config.get("precision"))}

@@ -1,14 +1,10 @@
 """The evaluation view of an image in numpy and Pillow alone, equal to the bit to what the test loader feeds.
 
-``mxfp16 predict`` prepares images as the run's test images were prepared
-(:func:`mxfp16.data.pipelines.center_view` and
-:func:`~mxfp16.data.pipelines.normalise`, which run MXNet's OpenCV), without
-MXNet: Pillow decodes, the short side is resized with OpenCV's bicubic
-filter as MXNet's build computes it (``mx.image.resize_short``,
-interpolation 2), then the central square is normalised in float32.
+``mxfp16 predict`` prepares images with it as
+:func:`mxfp16.data.pipelines.center_view` and
+:func:`~mxfp16.data.pipelines.normalise` prepared the run's test images;
 ``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs", "Image
-decoding") says how each step matches MXNet's; the tests compare every step
-with MXNet's on random images and with the test loader's batches.
+decoding") says how each step matches MXNet's.
 """
 import numpy as np
 

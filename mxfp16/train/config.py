@@ -95,7 +95,7 @@ class TrainConfig:
     workers: int = _option(0, "data", "data-loading processes (folder) or decoding threads (recordio)",
                            default_text="0: decode in the training process; on 2 cores extra processes compete "
                                         "with the network for the cores")
-    pipeline: str = _option("folder", "data", "input pipeline: ImageFolderDataset+DataLoader or ImageRecordIter",
+    pipeline: str = _option("folder", "data", "input pipeline: image files+DataLoader or ImageRecordIter",
                             choices=PIPELINES)
     augment: str = _option("auto", "data", "training augmentation. imagenet: random-resized crop of 8-100% of "
                                            "the area (or what the data set's manifest asks for), aspect 3/4-4/3, "

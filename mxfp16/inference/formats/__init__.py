@@ -106,7 +106,6 @@ class CheckInputs:
     precision : mxfp16.Precision
         The precision the export was converted to.
     image_size : int
-        The side of the square images the network reads.
     classes : list of str
         In logit order.
     loaders : mxfp16.data.Loaders
@@ -114,7 +113,6 @@ class CheckInputs:
     data : str
         The data set those come from, for the log.
     device : mx.Context
-        Where the check runs.
     margin : float
         Percentage points of top-1 the export may lose against float32.
     log : callable

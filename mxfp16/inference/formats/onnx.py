@@ -10,10 +10,16 @@ needs"); its private graph builder, and both changes to it, are
 numpy: :func:`load` checks the file before onnxruntime sees it and runs one
 blank image; ``docs/inference.md`` ("Predicting") says why each check.
 """
+import importlib.util
+import json
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 
+from ...plumbing.onnx_file import ONNXFileError, check_model_bytes
+from ...plumbing.output import atomic_write, shown
 from .. import bundle
 from ..agreement import check_margin, check_scores, compare
 from ..bundle import AGAIN, ExportError
@@ -77,8 +83,6 @@ def check_exporter():
     ExportError
         onnx or onnxruntime is missing, or onnx is too new; the message names the install that works.
     """
-    import importlib.util
-
     missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
     if missing:
         raise ExportError(f"--format onnx needs {' and '.join(missing)}: pip install -c constraints.txt "
@@ -104,8 +108,6 @@ def unsupported_operators(symbol):
     list of (str, str, str)
         ``(operator, layer, reason)`` in graph order; empty when all convert.
     """
-    import json
-
     from mxnet.onnx import get_operator_support
 
     supported = set(get_operator_support(OPSET))
@@ -286,8 +288,6 @@ def write(folder, model, options):
     import onnx
     import onnxruntime
 
-    from ...plumbing.output import atomic_path
-
     check_request(model.precision.name, options.dtypes)  # a direct call gets the refusals export_run gives
     wanted = ["float32"] + [d for d in DTYPES if d in options.dtypes and d != "float32"]
     models, seconds, files = {}, {}, {}
@@ -297,9 +297,8 @@ def write(folder, model, options):
                          else to_float16(models["float32"]))
         seconds[dtype] = time.perf_counter() - start
         path = folder / FILES[dtype]
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as handle:
-                handle.write(models[dtype].SerializeToString())
+        with atomic_write(path, "wb") as handle:
+            handle.write(models[dtype].SerializeToString())
         files[FILES[dtype]] = dict(bundle.file_entry(path), dtype=dtype)
     section = {
         "opset": OPSET, "ir_version": IR_VERSION, "files": {d: FILES[d] for d in wanted},
@@ -405,7 +404,6 @@ class Model:
         import onnxruntime
 
         from ...machine.environment import plan_threads
-        from ...plumbing.output import shown
 
         providers = execution_providers(ctx)
         options = onnxruntime.SessionOptions()
@@ -451,8 +449,6 @@ def _failure(err):
 
     Its text quotes the model (node names, what it read): like MXNet's, it is not printed.
     """
-    import re
-
     kind = re.search(r"\[ONNXRuntimeError\] : \d+ : ([A-Z_]+)", str(err))
     return kind.group(1).lower().replace("_", " ") if kind else type(err).__name__
 
@@ -472,8 +468,6 @@ def load(folder, info, ctx="auto", dtype=None, threads=None):
     mxfp16.devices.DeviceError
         See :func:`execution_providers`.
     """
-    import importlib.util
-
     if importlib.util.find_spec("onnxruntime") is None:
         raise ExportError(f"{folder} is an ONNX export; running it needs onnxruntime: pip install -c "
                           "constraints.txt 'mxfp16[onnx]'")
@@ -482,10 +476,6 @@ def load(folder, info, ctx="auto", dtype=None, threads=None):
     if dtype not in files:
         raise ExportError(f"{folder} has no {dtype} ONNX model (it has {', '.join(files) or 'none'}); export it "
                           f"with --onnx-dtype {dtype}")
-    from pathlib import Path
-
-    from ...plumbing.onnx_file import ONNXFileError, check_model_bytes
-
     path = Path(folder) / files[dtype]
     data = bundle.read_verified(folder, info, files[dtype])
     try:
