@@ -27,6 +27,7 @@ MOVED = {
     "mxfp16._amp_op_probe": "mxfp16.amp.lists",
     "mxfp16.amp._op_probe": "mxfp16.amp.lists",
     "mxfp16.machine._mxnet_numpy_names": "mxfp16.machine.stack",
+    "mxfp16.machine._mxnet_variables": "mxfp16.machine.environment",
     "mxfp16.fileio": "mxfp16.plumbing.fileio",
     "mxfp16.locking": "mxfp16.plumbing.output",
     "mxfp16.plumbing.locking": "mxfp16.plumbing.output",
