@@ -182,11 +182,9 @@ def run_fetch(args):
     from ..data.fetch import ExtractLimits, fetch_caltech101
     from ..data.layout import caltech101_commands
 
-    def fetch(data):
-        limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
-        return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
-
-    path = _guard(fetch)
+    limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
+    path = _guard(lambda data: fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout,
+                                                limits))
     manifest = read_json(path / "manifest.json")
     print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
           + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))
@@ -230,37 +228,27 @@ def run_pack(args):
 
 
 def run_bench(args):
-    if not args.json:
-        return _bench(args, None)
-    with open_output(args.json, "timing the data pipelines", args.overwrite, [("the data set --src", args.src)],
-                     "--json", kind="file") as output:
-        return _bench(args, output)
-
-
-def _bench(args, output):
-    """Time the pipelines, print the table, and write ``output`` (an Output, or ``None``)."""
     from ..data.timing import bench_pipelines
     from ..plumbing.fileio import write_json
 
-    def bench(data):
-        src = args.src or data.demo_dataset()
-        return bench_pipelines(src, args.image_size, args.workers, args.batch_size, args.images, args.pack_resize)
-
-    report = _guard(bench)
-    sizes = report["image_sizes"]
-    if sizes and sizes.get("count"):
-        print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x{sizes['mean_height']:.0f} px "
-              f"(min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x{sizes['max'][1]}); "
-              f"crops {args.image_size} px, batch {args.batch_size}")
-    print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'img/CPU-s':>11}{'first batch s':>15}")
-    for row in report["results"]:
-        per_cpu = f"{row['images_per_cpu_second']:.0f}" if row["images_per_cpu_second"] else "-"
-        print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{per_cpu:>11}"
-              f"{row['first_batch_s']:>15.2f}")
-    load = report["load_average"]
-    print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
-          f"{report['settings']['cpu_count']} CPUs")
-    if output is not None:
-        staged = output.stage()
-        write_json(staged, report)
-        output.publish(staged)
+    with open_output(args.json, "timing the data pipelines", args.overwrite, [("the data set --src", args.src)],
+                     "--json", kind="file") as output:
+        report = _guard(lambda data: bench_pipelines(args.src or data.demo_dataset(), args.image_size, args.workers,
+                                                     args.batch_size, args.images, args.pack_resize))
+        sizes = report["image_sizes"]
+        if sizes and sizes.get("count"):
+            print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x"
+                  f"{sizes['mean_height']:.0f} px (min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x"
+                  f"{sizes['max'][1]}); crops {args.image_size} px, batch {args.batch_size}")
+        print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'img/CPU-s':>11}{'first batch s':>15}")
+        for row in report["results"]:
+            per_cpu = f"{row['images_per_cpu_second']:.0f}" if row["images_per_cpu_second"] else "-"
+            print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{per_cpu:>11}"
+                  f"{row['first_batch_s']:>15.2f}")
+        load = report["load_average"]
+        print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
+              f"{report['settings']['cpu_count']} CPUs")
+        if output is not None:
+            staged = output.stage()
+            write_json(staged, report)
+            output.publish(staged)
