@@ -217,10 +217,7 @@ def report_broken_install(error, as_json=False):
 
 
 def layer_table(args):
-    """The ``--amp-table layers`` view: ``args.model``'s layers timed here.
-
-    Through :func:`mxfp16.measure.per_layer.choose_layers`.
-    """
+    """The ``--amp-table layers`` view: ``args.model``'s layers timed here (``per_layer.choose_layers``)."""
     import mxnet as mx
 
     from ..measure.per_layer import choose_layers

@@ -43,10 +43,7 @@ MAX_SEEDS = 1000
 
 
 def _expand_paths(patterns):
-    """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded).
-
-    Raises :class:`RunDirError` for a pattern that matches nothing.
-    """
+    """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded)."""
     paths = []
     for pattern in patterns:
         if os.path.exists(pattern) or not glob.has_magic(pattern):

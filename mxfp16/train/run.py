@@ -128,10 +128,7 @@ def train(config, log=None):
     Returns
     -------
     dict
-        The contents of ``summary.json`` (``precision``, ``model``, ``epochs``,
-        ``final_val_top1``, ``best_val_top1``, ``images_per_second``,
-        ``peak_memory_mb``, ``skipped_steps``, ``final_loss_scale``,
-        ``params_digest`` and a few more).
+        The contents of ``summary.json`` (docs/training.md lists its fields).
 
     Raises
     ------
