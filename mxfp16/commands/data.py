@@ -30,7 +30,6 @@ def register(subparsers):
 
 
 def _add_fetch(sub, caltech):
-    """``data fetch``: download and unpack Caltech-101."""
     fetch = sub.add_parser("fetch", help="download and unpack Caltech-101 (resumable, checksummed, safe extraction)")
     fetch.add_argument("dataset", choices=["caltech101"], help="the data set to fetch")
     group = fetch.add_argument_group("source")
@@ -60,7 +59,6 @@ def _add_fetch(sub, caltech):
 
 
 def _add_split(sub, caltech):
-    """``data split``: a deterministic train/test split."""
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
     group = split.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder of class folders, e.g. {caltech.images} (required)")
@@ -83,7 +81,6 @@ def _add_split(sub, caltech):
 
 
 def _add_synth(sub, caltech):
-    """``data synth``: the demo set's generator."""
     synth = sub.add_parser("synth", help="generate the synthetic shapes data set (the demo set's generator)")
     synth.add_argument("--out", required=True,
                        help="new output folder (required; the demo set itself lives in data/demo and is made on "
@@ -105,7 +102,6 @@ def _add_synth(sub, caltech):
 
 
 def _add_digits(sub, caltech):
-    """``data digits``: scikit-learn's digits as an image folder."""
     digits = sub.add_parser("digits", help="write scikit-learn's handwritten digits (8x8, 1,797 images, no "
                                            "download) as a train/test image folder, for the sequence models")
     digits.add_argument("--out", required=True, help="new output folder, e.g. data/digits (required)")
@@ -118,7 +114,6 @@ def _add_digits(sub, caltech):
 
 
 def _add_pack(sub, caltech):
-    """``data pack``: a folder split to RecordIO."""
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
     group = pack.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder with train/ and test/, e.g. {caltech.split} (required)")
@@ -135,7 +130,6 @@ def _add_pack(sub, caltech):
 
 
 def _add_bench(sub, caltech):
-    """``data bench``: time the input pipelines."""
     bench = sub.add_parser("bench", help="images per second of the folder and RecordIO pipelines")
     group = bench.add_argument_group("input")
     group.add_argument("--src", default=None,
