@@ -41,9 +41,12 @@ def add_ctx_argument(group, one=False, where=None):
 @contextlib.contextmanager
 def open_output(path, doing, overwrite, inputs=(), flag="--out", kind="folder", contents=None, refusal=None):
     """The command's output (:class:`mxfp16.plumbing.output.Output`, which says what it checks and refuses), opened
-    before any work; its refusals as a CommandError."""
+    before any work; its refusals as a CommandError. ``None`` for an optional output not asked for."""
     from ..plumbing.output import Output, OutputFolderError, PathBusyError
 
+    if path is None:
+        yield None
+        return
     try:
         with Output(path, doing, kind=kind, overwrite=overwrite, inputs=inputs, flag=flag, contents=contents,
                     refusal=refusal) as output:

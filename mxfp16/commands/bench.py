@@ -111,40 +111,34 @@ def _add_timing(timing):
 
 
 def run(args):
+    from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
+    from ..bench.suite import run_suite
     from ..plumbing.output import Contents
 
     contents = Contents("a benchmark", ("bench.json", "bench.csv", "*.png", "round_ratios.json"))
     with open_output(args.out, f"benchmarking {args.model}", args.overwrite,
                      [("the data set --data", None if args.data == "synthetic" else args.data)],
                      contents=contents) as output:
-        return _bench(args, output)
-
-
-def _bench(args, output):
-    """Plan, time and report the runs, then write the results into ``output`` (opened, locked)."""
-    from ..bench.invocation import BenchSetupError, plan_invocation, record_invocation
-    from ..bench.suite import run_suite
-
-    config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
-                                            "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
-                                            "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
-    try:
-        plan = plan_invocation(**{k: v for k, v in config.items() if k not in ("model_option", "rounds")},
-                               model_options=args.model_option)
-    except BenchSetupError as err:
-        raise CommandError(str(err)) from None
-    _print_plan(args, plan)
-    records = run_suite(plan.specs, timeout=args.timeout, on_result=lambda record: _print_row(record, args.rounds),
-                        rounds=args.rounds, census=not args.no_census)
-    config["census"] = not args.no_census
-    config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
-    staged = output.stage()
-    document, paths = record_invocation(staged, plan, records, config, plots=not args.no_plots)
-    output.publish(staged)
-    _print_results(args, plan, document)
-    print("wrote " + ", ".join(str(output.path / os.path.basename(path)) for path in paths))
-    if not any(r.get("status") == "ok" for r in document["results"]):
-        raise CommandError("no run succeeded; see the reasons above")
+        config = {k: getattr(args, k) for k in ("model", "model_option", "image_size", "batch_sizes", "precisions",
+                                                "amp_lists", "mode", "data", "pipeline", "workers", "classes", "ctx",
+                                                "iters", "warmup", "repeats", "rounds", "peer", "onnxruntime")}
+        try:
+            plan = plan_invocation(**{k: v for k, v in config.items() if k not in ("model_option", "rounds")},
+                                   model_options=args.model_option)
+        except BenchSetupError as err:
+            raise CommandError(str(err)) from None
+        _print_plan(args, plan)
+        records = run_suite(plan.specs, timeout=args.timeout, on_result=lambda record: _print_row(record, args.rounds),
+                            rounds=args.rounds, census=not args.no_census)
+        config["census"] = not args.no_census
+        config["command"] = getattr(args, "command_line", None)  # as typed: how to reproduce the result
+        staged = output.stage()
+        document, paths = record_invocation(staged, plan, records, config, plots=not args.no_plots)
+        output.publish(staged)
+        _print_results(args, plan, document)
+        print("wrote " + ", ".join(str(output.path / os.path.basename(path)) for path in paths))
+        if not any(r.get("status") == "ok" for r in document["results"]):
+            raise CommandError("no run succeeded; see the reasons above")
 
 
 def _print_plan(args, plan):

@@ -30,7 +30,6 @@ def register(subparsers):
 
 
 def _add_fetch(sub, caltech):
-    """``data fetch``: download and unpack Caltech-101."""
     fetch = sub.add_parser("fetch", help="download and unpack Caltech-101 (resumable, checksummed, safe extraction)")
     fetch.add_argument("dataset", choices=["caltech101"], help="the data set to fetch")
     group = fetch.add_argument_group("source")
@@ -60,7 +59,6 @@ def _add_fetch(sub, caltech):
 
 
 def _add_split(sub, caltech):
-    """``data split``: a deterministic train/test split."""
     split = sub.add_parser("split", help="deterministic train/test split of a class-folder data set")
     group = split.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder of class folders, e.g. {caltech.images} (required)")
@@ -83,7 +81,6 @@ def _add_split(sub, caltech):
 
 
 def _add_synth(sub, caltech):
-    """``data synth``: the demo set's generator."""
     synth = sub.add_parser("synth", help="generate the synthetic shapes data set (the demo set's generator)")
     synth.add_argument("--out", required=True,
                        help="new output folder (required; the demo set itself lives in data/demo and is made on "
@@ -105,7 +102,6 @@ def _add_synth(sub, caltech):
 
 
 def _add_digits(sub, caltech):
-    """``data digits``: scikit-learn's digits as an image folder."""
     digits = sub.add_parser("digits", help="write scikit-learn's handwritten digits (8x8, 1,797 images, no "
                                            "download) as a train/test image folder, for the sequence models")
     digits.add_argument("--out", required=True, help="new output folder, e.g. data/digits (required)")
@@ -118,7 +114,6 @@ def _add_digits(sub, caltech):
 
 
 def _add_pack(sub, caltech):
-    """``data pack``: a folder split to RecordIO."""
     pack = sub.add_parser("pack", help="pack a folder split into RecordIO (.rec, .idx, .lst + _classes.json)")
     group = pack.add_argument_group("input and output")
     group.add_argument("--src", required=True, help=f"folder with train/ and test/, e.g. {caltech.split} (required)")
@@ -135,7 +130,6 @@ def _add_pack(sub, caltech):
 
 
 def _add_bench(sub, caltech):
-    """``data bench``: time the input pipelines."""
     bench = sub.add_parser("bench", help="images per second of the folder and RecordIO pipelines")
     group = bench.add_argument_group("input")
     group.add_argument("--src", default=None,
@@ -182,11 +176,9 @@ def run_fetch(args):
     from ..data.fetch import ExtractLimits, fetch_caltech101
     from ..data.layout import caltech101_commands
 
-    def fetch(data):
-        limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
-        return fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout, limits)
-
-    path = _guard(fetch)
+    limits = ExtractLimits(args.max_extract_bytes, args.max_ratio, args.max_members)
+    path = _guard(lambda data: fetch_caltech101(args.root, args.url, args.sha256, not args.no_progress, args.timeout,
+                                                limits))
     manifest = read_json(path / "manifest.json")
     print(f"{path}: {manifest['classes']} class folders, {manifest['files']} files, sha256 {manifest['sha256']}"
           + ("" if manifest["sha256_verified"] else " (NOT verified: no expected checksum given)"))
@@ -230,37 +222,27 @@ def run_pack(args):
 
 
 def run_bench(args):
-    if not args.json:
-        return _bench(args, None)
-    with open_output(args.json, "timing the data pipelines", args.overwrite, [("the data set --src", args.src)],
-                     "--json", kind="file") as output:
-        return _bench(args, output)
-
-
-def _bench(args, output):
-    """Time the pipelines, print the table, and write ``output`` (an Output, or ``None``)."""
     from ..data.timing import bench_pipelines
     from ..plumbing.fileio import write_json
 
-    def bench(data):
-        src = args.src or data.demo_dataset()
-        return bench_pipelines(src, args.image_size, args.workers, args.batch_size, args.images, args.pack_resize)
-
-    report = _guard(bench)
-    sizes = report["image_sizes"]
-    if sizes and sizes.get("count"):
-        print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x{sizes['mean_height']:.0f} px "
-              f"(min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x{sizes['max'][1]}); "
-              f"crops {args.image_size} px, batch {args.batch_size}")
-    print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'img/CPU-s':>11}{'first batch s':>15}")
-    for row in report["results"]:
-        per_cpu = f"{row['images_per_cpu_second']:.0f}" if row["images_per_cpu_second"] else "-"
-        print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{per_cpu:>11}"
-              f"{row['first_batch_s']:>15.2f}")
-    load = report["load_average"]
-    print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
-          f"{report['settings']['cpu_count']} CPUs")
-    if output is not None:
-        staged = output.stage()
-        write_json(staged, report)
-        output.publish(staged)
+    with open_output(args.json, "timing the data pipelines", args.overwrite, [("the data set --src", args.src)],
+                     "--json", kind="file") as output:
+        report = _guard(lambda data: bench_pipelines(args.src or data.demo_dataset(), args.image_size, args.workers,
+                                                     args.batch_size, args.images, args.pack_resize))
+        sizes = report["image_sizes"]
+        if sizes and sizes.get("count"):
+            print(f"images: {sizes['count']} training images, mean {sizes['mean_width']:.0f}x"
+                  f"{sizes['mean_height']:.0f} px (min {sizes['min'][0]}x{sizes['min'][1]}, max {sizes['max'][0]}x"
+                  f"{sizes['max'][1]}); crops {args.image_size} px, batch {args.batch_size}")
+        print(f"{'pipeline':<10}{'workers':>8}{'img/s':>10}{'img/CPU-s':>11}{'first batch s':>15}")
+        for row in report["results"]:
+            per_cpu = f"{row['images_per_cpu_second']:.0f}" if row["images_per_cpu_second"] else "-"
+            print(f"{row['pipeline']:<10}{row['workers']:>8}{row['images_per_second']:>10.0f}{per_cpu:>11}"
+                  f"{row['first_batch_s']:>15.2f}")
+        load = report["load_average"]
+        print(f"load average (1 min) {load['before'][0]:.2f} before, {load['after'][0]:.2f} after, "
+              f"{report['settings']['cpu_count']} CPUs")
+        if output is not None:
+            staged = output.stage()
+            write_json(staged, report)
+            output.publish(staged)

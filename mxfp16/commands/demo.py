@@ -55,24 +55,19 @@ def run(args):
     out = args.out or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     # Its runs and comparison are outputs of their own commands; the demo holds the folder they go in.
     with open_output(out, "running the demo", False, refusal="the demo writes new runs: choose another --out"):
-        return _demo(args, out)
-
-
-def _demo(args, out):
-    """Train float32 and what ``auto`` resolves to into ``out``, each in its own process, then compare them."""
-    name, reason = resolve_auto()
-    print(f"demo: auto trains in {name} here: {reason}", flush=True)
-    extra = ["--epochs", str(args.epochs)] if args.epochs is not None else []
-    if args.threads is not None:
-        extra += ["--threads", str(args.threads)]
-    runs = [os.path.join(out, "float32")]
-    if not _mxfp16("train", "--precision", "float32", "--out", runs[0], *extra):
-        return 1
-    if name == "float32":
-        print(f"demo: auto is float32 here, so there is no second precision to train; a float32 run compared with "
-              f"another would show the run-to-run spread, not a speedup. The float32 run is in {runs[0]}.")
-        return 0
-    runs.append(os.path.join(out, name))
-    if not _mxfp16("train", "--precision", name, "--out", runs[1], *extra):
-        return 1
-    return 0 if _mxfp16("compare", *runs, "--out", os.path.join(out, "compare")) else 1
+        name, reason = resolve_auto()
+        print(f"demo: auto trains in {name} here: {reason}", flush=True)
+        extra = ["--epochs", str(args.epochs)] if args.epochs is not None else []
+        if args.threads is not None:
+            extra += ["--threads", str(args.threads)]
+        runs = [os.path.join(out, "float32")]
+        if not _mxfp16("train", "--precision", "float32", "--out", runs[0], *extra):
+            return 1
+        if name == "float32":
+            print(f"demo: auto is float32 here, so there is no second precision to train; a float32 run compared with "
+                  f"another would show the run-to-run spread, not a speedup. The float32 run is in {runs[0]}.")
+            return 0
+        runs.append(os.path.join(out, name))
+        if not _mxfp16("train", "--precision", name, "--out", runs[1], *extra):
+            return 1
+        return 0 if _mxfp16("compare", *runs, "--out", os.path.join(out, "compare")) else 1

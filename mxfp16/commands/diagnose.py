@@ -18,19 +18,17 @@ from ..plumbing.output import error_line
 from . import CommandError, add_ctx_argument, add_overwrite_argument, add_threads_argument, open_output
 
 ORDER = 30
-
-
-def _default_loss_scale():
-    import inspect
-
-    from ..scaler import LossScaler
-    return inspect.signature(LossScaler).parameters["init_scale"].default
+#: What a diagnosis writes into --out.
+NAMES = ("diagnose.txt", "diagnose.json", "gradient_histogram.png")
 
 
 def register(subparsers):
-    from ..diagnostics.recommend import DEFAULT_MARGIN
+    import inspect
 
-    start = _default_loss_scale()
+    from ..diagnostics.recommend import DEFAULT_MARGIN
+    from ..scaler import LossScaler
+
+    start = inspect.signature(LossScaler).parameters["init_scale"].default
     parser = subparsers.add_parser("diagnose", help="gradient ranges against float16: underflow, overflow and the "
                                                     "recommended loss scale", description=__doc__)
     data = parser.add_argument_group("data")
@@ -135,26 +133,11 @@ def _setup(args):
     return ctx, net, batches
 
 
-def _forward_check(args, diagnosis, net, batch, ctx):
-    from ..casting import cast_net
-    from ..diagnostics import float16_forward_runs_here, forward_check
-
-    if args.no_forward_check:
-        diagnosis.forward_skipped = "--no-forward-check"
-        return
-    runs, why = float16_forward_runs_here(net, ctx)
-    if not runs:
-        diagnosis.forward_skipped = why
-        return
-    cast_net(net, "float16")
-    diagnosis.forward = forward_check(net, batch.as_in_context(ctx).astype("float16"))
-
-
 def run(args):
     from ..plumbing.output import Contents
 
     _validate(args)
-    contents = Contents("a diagnosis", ("diagnose.txt", "diagnose.json", "gradient_histogram.png"))
+    contents = Contents("a diagnosis", NAMES)
     with open_output(args.out, f"diagnosing {args.model}", args.overwrite,
                      [("the data set --data-dir", args.data_dir), ("the parameters --params", args.params)],
                      contents=contents) as output:
@@ -166,6 +149,7 @@ def _diagnose(args, output):
     from mxnet import gluon
 
     from .. import diagnostics as dg
+    from ..casting import cast_net
     from ..plumbing.fileio import write_json
     from ..plumbing.output import atomic_write
 
@@ -174,7 +158,12 @@ def _diagnose(args, output):
         raise CommandError("the data set gave no training batches; check --data-dir")
     diagnosis = dg.diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, ctx=ctx, loss_scale=args.loss_scale,
                             margin=args.margin, activations=not args.no_activations)
-    _forward_check(args, diagnosis, net, batches[0][0], ctx)
+    runs, why = (False, "--no-forward-check") if args.no_forward_check else dg.float16_forward_runs_here(net, ctx)
+    if runs:
+        cast_net(net, "float16")
+        diagnosis.forward = dg.forward_check(net, batches[0][0].as_in_context(ctx).astype("float16"))
+    else:
+        diagnosis.forward_skipped = why
 
     config = {k: getattr(args, k) for k in ("data_dir", "image_size", "batch_size", "batches", "seed", "model",
                                             "params", "ctx", "loss_scale", "margin", "no_activations")}
@@ -184,22 +173,16 @@ def _diagnose(args, output):
     summary, table = dg.format_summary(diagnosis), dg.format_table(diagnosis)
     document = dg.diagnosis_document(diagnosis, config)
     staged = output.stage()
-    names = ("diagnose.txt", "diagnose.json", "gradient_histogram.png")
-    with atomic_write(staged / names[0]) as handle:
+    with atomic_write(staged / NAMES[0]) as handle:
         handle.write(f"{heading}\n\n{summary}\n\n{table}\n")
-    write_json(staged / names[1], document)
-    dg.plot_histogram(diagnosis, staged / names[2])
+    write_json(staged / NAMES[1], document)
+    dg.plot_histogram(diagnosis, staged / NAMES[2])
     output.publish(staged)
-    paths = [os.path.join(args.out, name) for name in names]
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    print(heading)
-    print()
-    print(summary)
+    print(f"{heading}\n\n{summary}")
     if args.rows:
-        print()
-        print(dg.format_table(diagnosis, limit=args.rows))
-    print()
-    print("wrote " + ", ".join(paths))
+        print(f"\n{dg.format_table(diagnosis, limit=args.rows)}")
+    print("\nwrote " + ", ".join(os.path.join(args.out, name) for name in NAMES))
     return 0

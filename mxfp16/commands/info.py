@@ -217,10 +217,7 @@ def report_broken_install(error, as_json=False):
 
 
 def layer_table(args):
-    """The ``--amp-table layers`` view: ``args.model``'s layers timed here.
-
-    Through :func:`mxfp16.measure.per_layer.choose_layers`.
-    """
+    """The ``--amp-table layers`` view: ``args.model``'s layers timed here (``per_layer.choose_layers``)."""
     import mxnet as mx
 
     from ..measure.per_layer import choose_layers
@@ -238,16 +235,16 @@ def layer_table(args):
 
 
 def run(args):
-    if getattr(args, "amp_table", None) == "layers":
+    view = getattr(args, "amp_table", None)
+    if view == "layers":
         sys.stdout.write(layer_table(args))
-        return 0
-    if getattr(args, "amp_table", None) == "models":
+    elif view == "models":
         from ..amp.zoo import generate, render
         sys.stdout.write(render(generate()))
-        return 0
-    if getattr(args, "amp_table", None):
+    elif view:
         from ..amp.table import generate
-        sys.stdout.write(generate(args.amp_table))
-        return 0
-    report = collect()
-    print(json.dumps(report, indent=2) if args.json else _text(report))
+        sys.stdout.write(generate(view))
+    else:
+        report = collect()
+        print(json.dumps(report, indent=2) if args.json else _text(report))
+    return 0

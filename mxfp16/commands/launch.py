@@ -68,15 +68,8 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
-def _command(args):
-    command = list(args.worker_command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    return command
-
-
 def run(args):
-    command = _command(args)
+    command = args.worker_command[1:] if args.worker_command[:1] == ["--"] else args.worker_command
     if args.timeout < 0:
         raise CommandError(f"--timeout must be >= 0 seconds (got {args.timeout:g}); 0 means no limit")
     if args.ssh and not args.hostfile:

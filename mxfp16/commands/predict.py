@@ -50,8 +50,6 @@ def run(args):
     if args.output and suffix not in FORMATS:
         raise CommandError(f"--output {args.output}: name a .csv or a .json file")
     files, skipped = image_files(args.inputs)
-    if not args.output:
-        return _predict(args, files, skipped, None)
     # Locked and refused before minutes of predicting, not after: an existing file without --overwrite, the
     # export's own files (export.json, the model) and every image read.
     inputs = [("the export --model", args.model)] + [("an input image", path) for path in files]

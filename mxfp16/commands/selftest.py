@@ -31,33 +31,26 @@ def register(subparsers):
 
 
 def run(args):
-    if not args.json:
-        return _selftest(args, None)
-    with open_output(args.json, "running the self-test", args.overwrite, flag="--json", kind="file") as output:
-        return _selftest(args, output)
-
-
-def _selftest(args, output):
-    """Run the self-test, print its table, and write it to ``output`` (an Output, or ``None``)."""
     from ..plumbing.output import atomic_write
     from ..train import selftest
 
-    steps = selftest.STEPS if args.steps is None else args.steps
-    if steps < 2 * selftest.WINDOW:
-        raise CommandError(f"--steps {steps} is too few to see the loss fall; use {2 * selftest.WINDOW} or more "
-                           f"(default {selftest.STEPS})")
-    checked = [name for name, _ in selftest.CHECKED]
-    if args.inject_fault is not None and args.inject_fault not in checked:
-        raise CommandError(f"--inject-fault {args.inject_fault!r}: choose one of {', '.join(checked)}")
-    print(selftest.tolerances_text(steps), flush=True)
-    rows = selftest.run_selftest(steps=steps, inject_fault=args.inject_fault,
-                                 progress=lambda line: print(f"running: {line}", flush=True))
-    print(selftest.format_table(rows))
-    if output is not None:
-        staged = output.stage()
-        with atomic_write(staged) as handle:
-            json.dump(rows, handle, indent=2)
-        output.publish(staged)
+    with open_output(args.json, "running the self-test", args.overwrite, flag="--json", kind="file") as output:
+        steps = selftest.STEPS if args.steps is None else args.steps
+        if steps < 2 * selftest.WINDOW:
+            raise CommandError(f"--steps {steps} is too few to see the loss fall; use {2 * selftest.WINDOW} or "
+                               f"more (default {selftest.STEPS})")
+        checked = [name for name, _ in selftest.CHECKED]
+        if args.inject_fault is not None and args.inject_fault not in checked:
+            raise CommandError(f"--inject-fault {args.inject_fault!r}: choose one of {', '.join(checked)}")
+        print(selftest.tolerances_text(steps), flush=True)
+        rows = selftest.run_selftest(steps=steps, inject_fault=args.inject_fault,
+                                     progress=lambda line: print(f"running: {line}", flush=True))
+        print(selftest.format_table(rows))
+        if output is not None:
+            staged = output.stage()
+            with atomic_write(staged) as handle:
+                json.dump(rows, handle, indent=2)
+            output.publish(staged)
     ok = selftest.passed(rows)
     checked = [row["precision"] for row in rows if row["verdict"] not in ("control", "not run")]
     scope = "" if checked or not ok else " (float32 only: no mixed precision runs on this machine; the rows say why)"

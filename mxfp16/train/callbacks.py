@@ -74,9 +74,7 @@ class StopOnSignal(Callback):
     EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
 
     def __init__(self, say=print):
-        self.requested = None
-        self._say = say
-        self._previous = {}
+        self.requested, self._say, self._previous = None, say, {}
 
     def _handle(self, signum, frame):
         if self.requested is not None:
@@ -97,7 +95,6 @@ class StopOnSignal(Callback):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-        return False
 
     def stop_requested(self, progress):
         return self.requested is not None

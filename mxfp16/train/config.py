@@ -232,7 +232,7 @@ class TrainConfig:
             value = getattr(self, name)
             need(value in choices or (value is None and name == "gradient_compression"),
                  f"{name} {value!r}: choose one of {', '.join(choices)}")
-        for name in ("image_size", "epochs", "batch_size", "log_every", "keep_checkpoints"):
+        for name in ("image_size", "epochs", "batch_size", "log_every", "keep_checkpoints", "threads"):
             value = getattr(self, name)
             need(value is None or (isinstance(value, int) and value >= 1),
                  f"{name}={value!r}: must be a whole number >= 1")
@@ -247,8 +247,6 @@ class TrainConfig:
             need(self.batch_size <= largest, f"batch_size={self.batch_size}: at most {largest} images of "
                  f"{self.image_size or 224} px fit in a quarter of this machine's memory as float32 input alone "
                  f"(limit {MAX_BATCH}); use a smaller --batch-size")
-        need(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1),
-             f"threads={self.threads!r}: must be a whole number >= 1")
         need(isinstance(self.workers, int) and 0 <= self.workers <= 256,
              f"workers={self.workers}: must be between 0 (load in the training process) and 256")
         # float32 is what the optimizer computes in: a rate beyond its range is inf.

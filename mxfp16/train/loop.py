@@ -5,20 +5,9 @@ are :class:`Callback` objects (:mod:`mxfp16.train.callbacks`). It advances a
 :class:`~mxfp16.train.progress.Progress` and returns whether it reached the
 end of the batches or a callback asked it to stop.
 
-Host synchronisation in the loop, and why each is there:
-
-* the step itself, only with an enabled loss scaler: one read of the
-  overflow flag per step (see :func:`mxfp16.train_step`);
-* every ``log_every`` steps, one read of the queued losses and correct
-  counts (one ``asnumpy`` of a small concatenation): the epoch's sums, the
-  progress bar and the non-finite-loss check need numbers;
-* at the end of the epoch (or a stop), ``waitall`` so the epoch's time
-  includes its queued work;
-* in a job of several workers, at each of those reads, one ``pushpull`` of
-  a single number so the workers agree whether to stop
-  (:class:`~mxfp16.train.callbacks.AgreedStop`).
-
-:func:`evaluate` reads its metric once per batch; it runs between epochs.
+Where it waits for the device, and why: docs/training.md, "Host synchronisation". In a job of several workers
+each read of the queued numbers also pushpulls one number, so the workers agree whether to stop
+(:class:`~mxfp16.train.callbacks.AgreedStop`).
 """
 import math
 import time

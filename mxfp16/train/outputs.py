@@ -62,15 +62,13 @@ class RunOutputs:
 
     def __init__(self, out, rank=0, distributed=False):
         self.out = Path(out)
+        # tensorboard: the events' default folder (--tensorboard may put them elsewhere)
+        self.checkpoints, self.tensorboard = self.out / "checkpoints", self.out / "tensorboard"
         self.join(rank, distributed)
 
     def join(self, rank, distributed):
         """Set this worker's place in the job, known once the kvstore is open (rank 0 writes the shared files)."""
         self.rank, self.distributed, self.is_writer = rank, distributed, rank == 0
-
-    @property
-    def checkpoints(self):
-        return self.out / "checkpoints"
 
     def has_run(self):
         """Whether the folder holds a run: metrics, a summary or a checkpoint record.
@@ -90,11 +88,6 @@ class RunOutputs:
             names += sorted(p for p in self.checkpoints.iterdir() if is_checkpoint_file(p.name))
         names += sorted(self.tensorboard.glob("events.out.tfevents.*"))
         return [p for p in names if p.is_file()]
-
-    @property
-    def tensorboard(self):
-        """The TensorBoard events' default folder (``--tensorboard`` may put them elsewhere)."""
-        return self.out / "tensorboard"
 
     def remove_run(self):
         """Delete a previous run's files, and only those: anything else in the folder stays."""

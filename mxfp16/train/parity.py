@@ -43,10 +43,7 @@ MAX_SEEDS = 1000
 
 
 def _expand_paths(patterns):
-    """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded).
-
-    Raises :class:`RunDirError` for a pattern that matches nothing.
-    """
+    """Run folders from paths and shell-style globs (a quoted ``'runs/f32-s*'`` reaches here unexpanded)."""
     paths = []
     for pattern in patterns:
         if os.path.exists(pattern) or not glob.has_magic(pattern):
@@ -149,36 +146,32 @@ def _side_summary(runs):
     }
 
 
-def _welch_interval(a, b, confidence=0.95):
-    """Welch's interval for ``mean(b) - mean(a)``: ``gap``, ``low``, ``high``, ``df``, ``se``; ``None`` with fewer
-    than two values on a side (no spread to estimate)."""
+def _interval(gap, se, df, confidence):
+    """``gap +- t(df) * se`` at ``confidence``, as a report's interval: ``gap``, ``low``, ``high``, ``df``, ``se``."""
     from scipy import stats
 
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return {"gap": gap, "low": gap - half, "high": gap + half, "df": df, "se": se}
+
+
+def _welch_interval(a, b, confidence=0.95):
+    """Welch's interval for ``mean(b) - mean(a)``; ``None`` with fewer than two values on a side (no spread)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    gap = float(b.mean() - a.mean())
     if len(a) < 2 or len(b) < 2:
         return None
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return {"gap": gap, "low": gap, "high": gap, "df": float("inf"), "se": 0.0}
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    return {"gap": gap, "low": gap - half, "high": gap + half, "df": float(df), "se": se}
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb else math.inf
+    return _interval(float(b.mean() - a.mean()), math.sqrt(va + vb), float(df), confidence)
 
 
 def _paired_interval(a_by_seed, b_by_seed, confidence=0.95):
     """The interval of the mean per-seed difference ``b - a`` over the seeds both sides ran (``None`` under two)."""
-    from scipy import stats
-
     seeds = sorted(set(a_by_seed) & set(b_by_seed), key=str)
     if len(seeds) < 2:
         return None
     d = np.array([b_by_seed[s] - a_by_seed[s] for s in seeds], float)
-    se = float(d.std(ddof=1) / math.sqrt(len(d)))
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(d) - 1)) * se
-    return {"gap": float(d.mean()), "low": float(d.mean()) - half, "high": float(d.mean()) + half,
-            "df": len(d) - 1, "se": se, "seeds": seeds, "differences": d.tolist()}
+    return dict(_interval(float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d))), len(d) - 1, confidence),
+                seeds=seeds, differences=d.tolist())
 
 
 def seeds_needed(sd, resolve, confidence=0.95, paired=True, limit=MAX_SEEDS):

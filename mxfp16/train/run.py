@@ -128,10 +128,7 @@ def train(config, log=None):
     Returns
     -------
     dict
-        The contents of ``summary.json`` (``precision``, ``model``, ``epochs``,
-        ``final_val_top1``, ``best_val_top1``, ``images_per_second``,
-        ``peak_memory_mb``, ``skipped_steps``, ``final_loss_scale``,
-        ``params_digest`` and a few more).
+        The contents of ``summary.json`` (docs/training.md lists its fields).
 
     Raises
     ------
@@ -212,7 +209,13 @@ def _run_folder(config, lock=True):
 def _check_settings(config, given, log):
     """The configuration to run with: resolved, and for ``--resume`` merged with the run's own."""
     config.check_resume_pair()
-    changes, saved = {}, _saved_config(config.out, config.resume)
+    changes = {}
+    try:
+        saved = RunOutputs(config.out).read_config()  # None when there is none
+    except JSONFileError as err:
+        if config.resume:
+            raise ConfigError(str(err)) from None
+        saved = {}  # present but unreadable: --overwrite replaces it, like any file a run writes
     if config.resume:
         if saved is None:
             if ckpt.read_record(config.out) is None:
@@ -389,17 +392,6 @@ def _record(run, changes, facts, command):
                               resumed=resumed, **facts))
     if run.parts.mixed.layer_choice is not None:
         outputs.write_amp_layers(run.parts.mixed.layer_choice.record())
-
-
-def _saved_config(out, resume):
-    """The ``config.json`` of the run in ``out``: ``None`` when there is none, ``{}`` when damaged (refused on
-    resume)."""
-    try:
-        return RunOutputs(out).read_config()
-    except JSONFileError as err:
-        if resume:
-            raise ConfigError(str(err)) from None
-        return {}  # present but unreadable: --overwrite replaces it, like any file a run writes
 
 
 def describe_data_change(saved, now):
