@@ -235,7 +235,9 @@ def _quiet():
 
 def test_mxnet_operators_that_call_in1d_and_trapz_run_on_the_supplied_names():
     # MXNet's numpy front end takes both from numpy at import (mxnet/numpy/fallback.py) and calls them for
-    # mx.np.in1d and mx.np.trapz: on numpy 2.4+ (or the simulated one) they are mxfp16's.
+    # mx.np.in1d and mx.np.trapz: on numpy 2.4+ (or the simulated one) they are mxfp16's. The child ends as
+    # mxfp16's own processes do (end_process): MXNet aborted this one at exit (apache/mxnet#17653) on its run
+    # and on run_python's re-run, in one CI run of the newest leg; 1 of 60 runs here, 0 of 60 with end_process.
     hidden = [n for n in REMOVED if n in ("in1d", "trapz")]
     proc = run_python(NEWER_NUMPY.format(hidden=hidden) + """
 import json
@@ -249,6 +251,8 @@ x = mx.np.array([0.0, 1.0, 3.0], dtype="float64")
 print(json.dumps({"supplied": sorted(stack.SUPPLIED), "numpy": numpy.__version__,
                   "in1d": mx.np.in1d(a, b).tolist(), "in1d_invert": mx.np.in1d(a, b, invert=True).tolist(),
                   "trapz": float(mx.np.trapz(y, x)), "trapz_dx": float(mx.np.trapz(y, dx=0.5))}))
+from mxfp16.plumbing.child import end_process
+end_process(0)
 """)
     got = last_line_json(proc.stdout)
     assert set(hidden) <= set(got["supplied"])
