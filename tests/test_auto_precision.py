@@ -215,6 +215,8 @@ def test_a_probe_that_hangs_is_stopped_and_reported(monkeypatch):
     net = _mlp()
     data, label = mxfp16.cast_batch(*_batch(), "float32", CPU)
     probe = probes.NetworkProbe(net, data, label, CPU)
+    shape = "x".join(map(str, data[0].shape))
+    assert probe.where == f"{type(net).__name__} at batch {shape} float32"  # what auto's log lines name
     monkeypatch.setattr(probe, "_time_here", lambda *args: time_module.sleep(60))
     record = probe.time("float32", iters=1, timeout=1.0)
     assert record["status"] == "failed" and "timed out after 1 s" in record["reason"]

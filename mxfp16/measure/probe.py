@@ -59,6 +59,13 @@ def _batch_signature(value):
     return [list(value.shape), np.dtype(value.dtype).name]
 
 
+def _batch_text(value):
+    if isinstance(value, (tuple, list)):
+        return ", ".join(_batch_text(v) for v in value)
+    shape, dtype = _batch_signature(value)
+    return f"{'x'.join(map(str, shape))} {dtype}"
+
+
 class NetworkProbe:
     """Times a network's training step in a precision, in a forked copy of this process.
 
@@ -98,7 +105,8 @@ class NetworkProbe:
 
     @property
     def where(self):
-        return f"{type(self.net).__name__} at batch {_batch_signature(self.data)}"
+        """The network and its batch, for messages: ``ResNetV1 at batch 32x3x48x48 float32`` (one per device)."""
+        return f"{type(self.net).__name__} at batch {_batch_text(self.data)}"
 
     def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT):
         """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
