@@ -65,6 +65,9 @@ def test_spec_rejects_bad_values():
         BenchSpec(mode="fly")
     with pytest.raises(ValueError, match="batch_size"):
         BenchSpec(batch_size=0)
+    for name in ("warmup", "workers", "iters"):  # None is no count: refused here, not deep in the child
+        with pytest.raises(ValueError, match=f"{name} must be .*got None"):
+            BenchSpec(**{name: None})
     spec = BenchSpec(model="cifar_resnet20_v1", batch_size=4)
     assert BenchSpec.from_json(spec.to_json()) == spec
 

@@ -83,7 +83,10 @@ class BenchSpec:
             raise ValueError(f"image_size is needed for {self.model!r}, which reads images")
         for name, low in (("image_size", 1), ("batch_size", 1), ("iters", 1), ("repeats", 1), ("classes", 1),
                           ("warmup", 0), ("workers", 0)):
-            if getattr(self, name) is not None and int(getattr(self, name)) < low:
+            value = getattr(self, name)
+            if value is None and name == "image_size":  # a family that reads no images (checked above)
+                continue
+            if value is None or int(value) < low:
                 raise ValueError(f"{name} must be {'at least 1' if low else '0 or more'}, got {getattr(self, name)!r}")
 
     def to_json(self):
