@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from mxfp16.bench import report
+from mxfp16.bench import census, report
 from mxfp16.bench.runner import BenchSpec, not_run
 
 import pytest
@@ -46,6 +46,9 @@ def test_no_speedup_without_a_successful_float32_run_of_the_same_group():
 def test_csv_and_json_hold_every_documented_field(tmp_path):
     records = [_record("float32", 8, 100.0, 500.0), _record("amp-bfloat16", 8, 80.0, 450.0, "mxfp16"),
                not_run(BenchSpec(precision="float16", batch_size=8), "skipped", "needs a GPU. Details.")]
+    shares = {**dict.fromkeys(census.CLASSES, 0.0), "avx512_bf16": 60.0, "reference": 25.5, "reorder": 14.5}
+    records[1]["census"] = {"status": "ok", "percent": shares}
+    records[0]["census"] = {"status": "failed", "reason": "no oneDNN lines", "percent": {"amx": 99.0}}
     doc = report.bench_document({"cpu_model": "x"}, records)
     json_path, csv_path = report.write_outputs(str(tmp_path), doc)
     loaded = json.loads(open(json_path).read())
@@ -56,6 +59,9 @@ def test_csv_and_json_hold_every_documented_field(tmp_path):
     assert [r["precision"] for r in rows] == ["float32", "amp-bfloat16", "float16"]
     assert float(rows[1]["speedup"]) == pytest.approx(100.0 / 80.0, rel=1e-5)
     assert rows[2]["status"] == "skipped"
+    # The census's shares, one column per class; empty where none was taken or it failed.
+    assert {name: float(rows[1][f"census_{name}_percent"]) for name in census.CLASSES} == shares
+    assert all(rows[i][f"census_{name}_percent"] == "" for i in (0, 2) for name in census.CLASSES)
     text = report.format_table(records)
     assert "SKIPPED: needs a GPU" in text and "1.25x" in text
 

@@ -4,6 +4,7 @@ Read from a recorded oneDNN 2.4.4 log (tests/data/dnnl-census.log: amp-bfloat16 
 Zen 4, and four AMX lines written by hand in the same format; tests/data/README.md says which), and from a real
 short bench run, whose census must agree with what mxfp16 says of this CPU.
 """
+import csv
 import json
 import os
 
@@ -126,6 +127,9 @@ def test_a_real_bench_run_carries_a_census_that_matches_this_cpu(tmp_path, capsy
         assert percent["avx512_bf16"] == 0
     if CPU_MIXED == "float32":
         assert percent["avx512_bf16"] + percent["bf16_other"] == 0
+    with open(out / "bench.csv", newline="") as handle:  # the same shares, one column per class
+        csv_row = next(csv.DictReader(handle))
+    assert {name: float(csv_row[f"census_{name}_percent"]) for name in percent} == pytest.approx(percent, abs=1e-4)
     printed = capsys.readouterr().out
     assert any(line.startswith(CPU_MIXED) and " batch 4 census: " in line for line in printed.splitlines())
     assert "kernel census" in printed

@@ -13,6 +13,8 @@ import statistics
 
 from ..plumbing.fileio import write_json
 from ..plumbing.output import atomic_write
+from .census import CLASSES as CENSUS_CLASSES
+from .census import format_census as census_lines
 
 #: Fields every result record has (``None`` where a run was skipped or failed).
 RESULT_FIELDS = ("precision", "batch_size", "image_size", "model", "mode", "images_per_second", "ms_per_step",
@@ -24,6 +26,9 @@ EXTRA_FIELDS = ("framework", "layout", "compiled", "requested_precision", "amp_l
 #: Inference records also have these (per-call times over every timed call).
 LATENCY_FIELDS = ("latency_ms_median", "latency_ms_p90", "latency_ms_p99", "latency_samples")
 BASELINE = "float32"
+#: The kernel census's share of oneDNN's time per class (:data:`mxfp16.bench.census.CLASSES`), empty where
+#: no census was taken (``--no-census``, a failed census, no oneDNN).
+CENSUS_FIELDS = tuple(f"census_{name}_percent" for name in CENSUS_CLASSES)
 #: What a row's throughput counts: images, or tokens for the token families (``unit == "tokens"``).
 THROUGHPUT_FIELDS = ("images_per_second", "tokens_per_second")
 UNITS = {"images_per_second": "img/s", "tokens_per_second": "tokens/s"}
@@ -275,10 +280,13 @@ def write_outputs(out_dir, document):
 def _to_csv(records):
     buffer = io.StringIO()
     names = RESULT_FIELDS + EXTRA_FIELDS + LATENCY_FIELDS
-    writer = csv.DictWriter(buffer, fieldnames=names, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=names + CENSUS_FIELDS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in records:
-        writer.writerow({k: _csv_value(r.get(k)) for k in names})
+        census = r.get("census") or {}
+        shares = census.get("percent", {}) if census.get("status") == "ok" else {}
+        writer.writerow({**{k: _csv_value(r.get(k)) for k in names},
+                         **{field: _csv_value(shares.get(name)) for field, name in zip(CENSUS_FIELDS, CENSUS_CLASSES)}})
     return buffer.getvalue()
 
 
@@ -337,8 +345,6 @@ def format_table(records):
 
 def format_census(records):
     """Lines for the terminal: each row's kernel census (:func:`mxfp16.bench.census.format_census`), if taken."""
-    from .census import format_census as census_lines
-
     lines = []
     for r in records:
         census = r.get("census")
