@@ -84,7 +84,7 @@ class BenchSpec:
         for name, low in (("image_size", 1), ("batch_size", 1), ("iters", 1), ("repeats", 1), ("classes", 1),
                           ("warmup", 0), ("workers", 0)):
             value = getattr(self, name)
-            if value is None and name == "image_size":  # a family that reads no images (checked above)
+            if value is None and name in ("image_size", "classes"):  # a family without images or classes
                 continue
             if value is None or int(value) < low:
                 raise ValueError(f"{name} must be {'at least 1' if low else '0 or more'}, got {getattr(self, name)!r}")
