@@ -150,10 +150,15 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 
     Notes
     -----
-    Host synchronisations: the overflow flag in :meth:`LossScaler.step` with
-    an enabled scaler (none with a disabled one), the labels' range on a
-    network's first step with a class-index loss (:func:`check_class_labels`),
-    and whatever a :class:`BatchLoss` reads itself.
+    Host synchronisations, each where the design needs one:
+
+    * the overflow flag in :meth:`LossScaler.step`, with an enabled scaler
+      only: skip or update is a Python branch, so it is read on the host,
+      after the reduction, so every device and worker decides the same;
+    * the labels' range on a network's first step with a class-index loss
+      (:func:`check_class_labels`: a label past the output's width is refused);
+    * whatever a :class:`BatchLoss` reads itself (SSD's count of positive
+      anchors).
     """
     datas, labels = _check_batch(data, label, loss_fn)
     scaler = LossScaler(enabled=False) if scaler is None else scaler
