@@ -171,3 +171,49 @@ def test_import_mxfp16_asks_before_mxnet_loads():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     state, loaded = out.split()
     assert state in amx.STATES and state != "too-late" and loaded == "False"
+
+
+def test_the_amx_setting_is_taken_back_only_after_onednn_read_it():
+    """A child that runs MXNet without mxfp16 has no tile permission (cleared on exec): it must not inherit AMX."""
+    order = []
+    environ = {amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: "1"}
+
+    def read():
+        order.append(dict(environ))  # what oneDNN sees when it reads
+
+    assert amx.release_isa(environ, read) and environ == {}
+    assert order == [{amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: "1"}]
+    for kept in ({amx.ISA_VARIABLE: amx.AMX_ISA}, {amx.ISA_VARIABLE: "AVX512_CORE_BF16", amx.MARKER: "1"}, {}):
+        environ = dict(kept)  # yours, or lowered (safe for any child), or nothing set
+        assert not amx.release_isa(environ, read) and environ == kept and len(order) == 1
+
+
+def test_onednn_reads_its_isa_at_the_primitive_release_isa_runs():
+    """After release_isa's read, removing DNNL_MAX_CPU_ISA no longer changes what oneDNN runs in this process."""
+    if not set(hardware.AVX512_CORE_FLAGS) <= (cpuinfo.cpu_flags() or set()):
+        pytest.skip("a cap of AVX2 is only visible on a CPU with AVX-512")
+    code = ("import os, mxfp16; from mxfp16.machine import amx; import mxnet as mx\n"
+            "amx.release_isa({amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: '1'})\n"
+            "del os.environ['DNNL_MAX_CPU_ISA']\n"
+            "x = mx.nd.ones((2, 16, 8, 8)); w = mx.nd.ones((16, 16, 3, 3))\n"
+            "mx.nd.Convolution(x, w, kernel=(3, 3), num_filter=16, no_bias=True, pad=(1, 1)).wait_to_read()\n")
+    env = dict(os.environ, PYTHONPATH=REPO, DNNL_MAX_CPU_ISA="AVX2", DNNL_VERBOSE="1")
+    env.pop(amx.MARKER, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    convolutions = [line for line in out.splitlines() if ",exec," in line and "convolution" in line]
+    assert convolutions, out[-2000:]
+    assert all("avx512" not in line for line in convolutions), convolutions  # read while the cap was set
+
+
+def test_a_child_of_a_process_that_loaded_mxnet_does_not_inherit_amx():
+    code = ("import os, subprocess, mxfp16; from mxfp16.machine import amx; "
+            "from mxfp16.machine.stack import import_mxnet; import_mxnet(); "
+            "print(amx.status().state, repr(subprocess.run(['sh', '-c', 'echo $DNNL_MAX_CPU_ISA'], "
+            "capture_output=True, text=True).stdout.strip()))")
+    # As a parent mxfp16 leaves it before MXNet loads: this process's own choice, taken back after oneDNN's read.
+    env = dict(os.environ, PYTHONPATH=REPO, **{amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: "1"})
+    env.pop(amx.SWITCH, None)
+    state, inherited = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      check=True).stdout.split()
+    # Refused tiles lower the value to AVX512_CORE_BF16, which any child may keep; otherwise nothing is left.
+    assert inherited == ("'AVX512_CORE_BF16'" if state == "refused" else "''"), (state, inherited)

@@ -19,7 +19,11 @@ So ``import mxfp16`` asks as v2.5 does, then lets oneDNN use AMX
 every thread of the process, earlier and later, and is inherited on fork but
 cleared on exec: a child process that runs MXNet asks again by importing
 mxfp16 first (the benchmark's children, ``mxfp16 launch``'s workers, spawned
-data workers and notebook kernels all do).
+data workers and notebook kernels all do). The environment, though, is
+inherited over exec: once oneDNN has read ``DNNL_MAX_CPU_ISA``, mxfp16 takes
+back the AMX value it set (:func:`release_isa`, when mxfp16 loads MXNet), so a
+child that runs MXNet without importing mxfp16 gets oneDNN's default instead
+of tiles it may not use.
 
 The kernel refuses the request (``ENOSPC``) while any thread's alternate
 signal stack is too small for a signal frame that holds the tiles (about
@@ -45,8 +49,8 @@ from dataclasses import asdict, dataclass
 
 from .cpuinfo import cpu_flags
 
-__all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "status", "SWITCH", "ISA_VARIABLE", "AMX_ISA",
-           "STATES"]
+__all__ = ["AmxStatus", "ArchPrctl", "enable_amx", "request_amx", "release_isa", "status", "SWITCH", "ISA_VARIABLE",
+           "AMX_ISA", "STATES"]
 
 #: Linux's ``arch_prctl`` on x86-64 and the codes of ``arch/x86/include/uapi/asm/prctl.h``.
 SYS_ARCH_PRCTL = 158
@@ -260,3 +264,33 @@ def request_amx(environ=None, flags=None, calls=None, machine=None, mxnet_loaded
 def status():
     """The :class:`AmxStatus` of this process (``import mxfp16`` decides it once)."""
     return _status if _status is not None else enable_amx()
+
+
+def _first_primitive():
+    """Run one oneDNN primitive (a 1x1 convolution), so that oneDNN reads its settings now if it has not yet."""
+    import mxnet as mx
+
+    one = mx.nd.ones((1, 1, 1, 1), ctx=mx.cpu())
+    mx.nd.Convolution(one, one, kernel=(1, 1), num_filter=1, no_bias=True).wait_to_read()
+
+
+def release_isa(environ=None, read=_first_primitive):
+    """Take back the ``DNNL_MAX_CPU_ISA=AVX512_CORE_AMX`` mxfp16 set, once oneDNN has read it (``read`` makes sure).
+
+    The tile permission is cleared on exec and the environment is not: a child that ran MXNet without importing
+    mxfp16 would inherit the value without the permission and die of SIGILL at its first tile instruction. oneDNN
+    reads the variable once, so this process keeps AMX. A value you set, or one lowered to ``AVX512_CORE_BF16``
+    (safe for any child), stays. :func:`mxfp16.machine.stack.import_mxnet` calls it.
+
+    Returns
+    -------
+    bool
+        Whether the variable was taken back.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(MARKER) != "1" or environ.get(ISA_VARIABLE) != AMX_ISA:
+        return False
+    read()
+    environ.pop(ISA_VARIABLE, None)
+    environ.pop(MARKER, None)
+    return True

@@ -33,7 +33,7 @@ def machine_key():
     cpu = hardware.cpu_identity()
     return {"cpu": [cpu.get(k) for k in ("vendor", "model_name", "family", "model", "stepping")]
             + [sorted(cpu.get("bfloat16_instructions") or [])],
-            "amx": amx.status().state, "isa": os.environ.get("DNNL_MAX_CPU_ISA"),
+            "amx": amx.status().state, "isa": amx.status().isa,
             "mxnet": mx.__version__, "mxfp16": __version__, "threads": mxnet_threads()}
 
 
