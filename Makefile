@@ -133,16 +133,17 @@ docs: $(VENV)/.test-installed
 info: $(VENV)/.demo-installed
 	$(BIN)/mxfp16 info
 
-# The whole benchmark table on this CPU within MEASURE_BUDGET minutes, into docs/results/measure-<class>-<cpu>/
-# (docs/benchmarks.md, "One command for the whole table"). No install step: it runs with the venv's Python where
-# there is one, else with PYTHON and this checkout, so a machine without network needs only MXNet's wheel.
-MEASURE_BUDGET ?= 60
+# The whole benchmark table on this CPU within MEASURE_BUDGET minutes (default: tools/measure.py's), into
+# docs/results/measure-<class>-<cpu>/ (docs/benchmarks.md, "One command for the whole table"). No install step: it
+# runs with the venv's Python where there is one, else with PYTHON and this checkout, so a machine without network
+# needs only MXNet's wheel.
+MEASURE_BUDGET ?=
 MEASURE_ARGS   ?=
 MEASURE_PYTHON  = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON_EXE))
 
 measure:
 	@test -n "$(MEASURE_PYTHON)" || { echo "error: no Python named '$(PYTHON)' runs here; e.g. make measure PYTHON=python3.12" >&2; exit 2; }
-	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(MEASURE_PYTHON) tools/measure.py --budget $(MEASURE_BUDGET) $(MEASURE_ARGS)
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(MEASURE_PYTHON) tools/measure.py $(if $(MEASURE_BUDGET),--budget $(MEASURE_BUDGET)) $(MEASURE_ARGS)
 
 # The GPU install in its own venv, on any Linux machine, GPU or not: every
 # library libmxnet.so needs resolves, `import mxnet` works without
