@@ -67,6 +67,10 @@ def test_a_quick_plan_uses_the_bench_tests_tiny_sizes_and_one_round():
     assert "hidden=8" in lstm and lstm[lstm.index("--rounds") + 1] == "1" and lstm[lstm.index("--iters") + 1] == "1"
     resnet = next(s for s in steps if s.model == "resnet50_v2").argv
     assert resnet[resnet.index("--image-size") + 1] == "32"
+    weights = {s.model: s.weight for s in steps if s.model}  # tiny sizes: the time is auto's, in the classifiers
+    assert weights["resnet50_v2"] == weights["mobilenetv2_1.0"] > weights["word-lm-lstm"] == weights["dcgan"]
+    full, _ = measure_plan.plan_steps(measure_plan.machine_facts(), missing=lambda name: False)
+    assert [s.weight for s in full if s.model] == [m.weight for m in measure_plan.MODELS]
 
 
 def test_each_step_gets_its_share_and_is_skipped_with_a_reason_when_the_budget_is_spent(tmp_path):
