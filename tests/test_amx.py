@@ -183,8 +183,9 @@ def test_the_amx_setting_is_taken_back_only_after_onednn_read_it():
 
     assert amx.release_isa(environ, read) and environ == {}
     assert order == [{amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: "1"}]
-    for kept in ({amx.ISA_VARIABLE: amx.AMX_ISA}, {amx.ISA_VARIABLE: "AVX512_CORE_BF16", amx.MARKER: "1"}, {}):
-        environ = dict(kept)  # yours, or lowered (safe for any child), or nothing set
+    for kept in ({amx.ISA_VARIABLE: amx.AMX_ISA}, {amx.ISA_VARIABLE: "AVX512_CORE_BF16", amx.MARKER: "1"}, {},
+                 {amx.ISA_VARIABLE: amx.AMX_ISA, amx.MARKER: "1", "DNNL_VERBOSE": "1"}):
+        environ = dict(kept)  # yours, lowered (safe for any child), nothing set, or a trace the read would show in
         assert not amx.release_isa(environ, read) and environ == kept and len(order) == 1
 
 

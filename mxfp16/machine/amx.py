@@ -280,7 +280,8 @@ def release_isa(environ=None, read=_first_primitive):
     The tile permission is cleared on exec and the environment is not: a child that ran MXNet without importing
     mxfp16 would inherit the value without the permission and die of SIGILL at its first tile instruction. oneDNN
     reads the variable once, so this process keeps AMX. A value you set, or one lowered to ``AVX512_CORE_BF16``
-    (safe for any child), stays. :func:`mxfp16.machine.stack.import_mxnet` calls it.
+    (safe for any child), stays; so does mxfp16's own under a oneDNN trace (``DNNL_VERBOSE``, the kernel
+    census), which would otherwise show the read's primitive. :func:`mxfp16.machine.stack.import_mxnet` calls it.
 
     Returns
     -------
@@ -288,7 +289,8 @@ def release_isa(environ=None, read=_first_primitive):
         Whether the variable was taken back.
     """
     environ = os.environ if environ is None else environ
-    if environ.get(MARKER) != "1" or environ.get(ISA_VARIABLE) != AMX_ISA:
+    if environ.get(MARKER) != "1" or environ.get(ISA_VARIABLE) != AMX_ISA or \
+            any(environ.get(name, "0").strip() not in ("", "0") for name in ("DNNL_VERBOSE", "ONEDNN_VERBOSE")):
         return False
     read()
     environ.pop(ISA_VARIABLE, None)
