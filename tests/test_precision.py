@@ -60,7 +60,7 @@ def _cpu(monkeypatch, flags, amx_state=None):
     (CASCADE_LAKE, None, "emulated", "float32"),            # no bfloat16 instructions
     ({"avx2", "fma"}, None, "none", "float32"),             # cannot run bfloat16 at all
     (SAPPHIRE_RAPIDS, "refused", "native", "float32"),      # AMX off: recorded 0.81x float32
-    (SAPPHIRE_RAPIDS, "in-use", "amx", "float32"),          # AMX on: unmeasured, so the rule keeps float32
+    (SAPPHIRE_RAPIDS, "in-use", "amx", "float32"),          # AMX on: faster on some families, slower on others
 ])
 def test_auto_on_cpu_follows_the_recorded_rule_per_cpu_class(monkeypatch, flags, amx_state, kind, auto):
     _cpu(monkeypatch, flags, amx_state)
