@@ -99,7 +99,7 @@ def test_model_options_are_checked():
     assert resolve_options("word-lm-gru", {"dropout": "0.2"})["dropout"] == 0.2
     for bad, words in ((["hiden=16"], "no option 'hiden'"), (["hidden"], "not KEY=VALUE"),
                        (["hidden=1.5"], "integer"), (["dropout=1"], "[0, 1)"), (["tied=2"], "0 or 1"),
-                       (["layers=0"], "at least 1")):
+                       (["unfused_bf16=2"], "0 or 1"), (["layers=0"], "at least 1")):
         with pytest.raises(FamilyError, match=re.escape(words)):
             resolve_options("word-lm-lstm", bad)
     with pytest.raises(ValueError, match="embed_size == hidden_size"):
@@ -152,6 +152,19 @@ def test_a_family_runs_through_the_bench_command_with_its_refusals_recorded(tmp_
     assert rows["amp-bfloat16"]["status"] == ("ok" if BFLOAT16.runs else "skipped")
     if not BFLOAT16.runs:  # refused before any process starts, with the family's shape kept for the report
         assert BFLOAT16.reason in rows["amp-bfloat16"]["reason"] and rows["amp-bfloat16"]["seq_len"] == 5
+
+
+@pytest.mark.skipif(not BFLOAT16.runs, reason="amp-bfloat16 does not run on this CPU: no row to unfuse")
+def test_unfused_bf16_takes_the_fused_rnn_out_of_the_bfloat16_rows_only(tmp_path):
+    # AMP keeps MXNet's fused RNN in float32 (no bfloat16 kernel); the option computes it from bfloat16 products.
+    options = [arg for option in TINY["word-lm-lstm"] + ["unfused_bf16=1"] for arg in ("--model-option", option)]
+    assert main(["bench", "--model", "word-lm-lstm", *options, "--batch-sizes", "2", "--iters", "1", "--warmup", "0",
+                 "--repeats", "1", "--no-plots", "--precisions", "float32,amp-bfloat16", "--out", str(tmp_path)]) == 0
+    rows = {r["precision"]: r for r in json.loads((tmp_path / "bench.json").read_text())["results"]}
+    top = {name: [(e["primitive"], e["dtype"]) for e in row["census"]["top"]] for name, row in rows.items()}
+    assert ("rnn", "f32") in top["float32"]  # float32 keeps the fused layer
+    assert not any(primitive == "rnn" for primitive, _ in top["amp-bfloat16"])
+    assert ("inner_product", "bf16") in top["amp-bfloat16"] and rows["amp-bfloat16"]["options"]["unfused_bf16"] == 1
 
 
 def test_what_does_not_apply_to_a_family_is_refused(tmp_path, capsys):

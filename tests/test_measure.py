@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO, child_env
 
 RESULTS = os.path.join(REPO, "docs", "results")
-BENCHES = [f"bench-{m.model}" for m in measure_plan.MODELS]
+BENCHES = [f"bench-{m.name}" for m in measure_plan.MODELS]
 
 
 def _tool():
@@ -73,6 +73,17 @@ def test_a_quick_plan_uses_the_bench_tests_tiny_sizes_and_one_round():
     assert [s.weight for s in full if s.model] == [m.weight for m in measure_plan.MODELS]
 
 
+def test_the_routes_for_what_the_amx_profiles_show_are_measured_beside_the_defaults():
+    steps, _ = measure_plan.plan_steps(measure_plan.machine_facts(), missing=lambda name: False)
+    by_name = {s.model: s for s in steps if s.model}
+    lstm, unfused = by_name["word-lm-lstm"].argv, by_name["word-lm-lstm-unfused"].argv
+    assert "unfused_bf16=1" not in lstm and unfused[unfused.index("--model") + 1] == "word-lm-lstm"
+    assert unfused[unfused.index("unfused_bf16=1") - 1] == "--model-option" and "--peer" in unfused
+    assert _precisions(by_name["word-lm-lstm-unfused"]) == _precisions(by_name["word-lm-lstm"])  # one run's ratio
+    mobilenet = by_name["mobilenetv2_1.0"].argv
+    assert mobilenet[mobilenet.index("--amp-lists") + 1] == "mxfp16,mxfp16+batchnorm32"
+
+
 def test_each_step_gets_its_share_and_is_skipped_with_a_reason_when_the_budget_is_spent(tmp_path):
     now = [0.0]
     ran = []
@@ -122,6 +133,19 @@ def test_the_summary_reads_the_ratios_of_a_recorded_benchmark():
     avx2 = measure_plan.summary_row(_recorded("bench-families-zen3/word-lm-lstm"))  # bfloat16 refused there
     assert avx2["unit"] == "tokens/s" and avx2["bfloat16"] is None and avx2["bf16_over_pytorch_bf16"] is None
     assert avx2["bfloat16_status"].startswith("skipped") and avx2["fp32_over_pytorch_fp32"] is not None
+
+
+def test_with_several_amp_lists_the_fastest_bfloat16_row_stands_and_is_named():
+    doc = _recorded("bench-families-amx-emerald-rapids/bench-mbv2")  # mxfp16, measured, mxfp16+depthwise32 lists
+    bf16 = [r for r in doc["results"] if r.get("framework", "mxfp16") == "mxfp16"
+            and r["precision"] == "amp-bfloat16" and r["status"] == "ok"]
+    fastest = sorted(bf16, key=lambda r: r["images_per_second"])[-1]
+    assert len(bf16) == 3 and fastest["amp_lists"] != "mxfp16"  # not the first row: the choice is tested
+    row = measure_plan.summary_row(doc)
+    assert row["bfloat16"] == fastest["images_per_second"] and row["bf16_over_fp32"] == fastest["speedup"]
+    assert row["bfloat16_lists"] == fastest["amp_lists"] and f"({fastest['amp_lists']} lists)" in \
+        measure_plan.table_lines({"mobilenetv2_1.0": row})[2]
+    assert measure_plan.summary_row(_recorded("bench-r50-224-zen4"))["bfloat16_lists"] is None  # one row: no name
 
 
 def test_the_figures_are_registered_by_folder_and_quoted_from_measure_json(tmp_path):

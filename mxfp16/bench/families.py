@@ -36,7 +36,8 @@ class Family:
     batch_size : int
         The batch its example trains with (``--batch-sizes`` by default).
     options : dict
-        Every size the layers take, with its documented value.
+        Every size the layers take, with its documented value; the language models' ``unfused_bf16=1`` computes
+        their recurrent layers unfused in the amp-bfloat16 rows (:func:`mxfp16.bench.family_steps.family_step`).
     optimizer, optimizer_params
         An MXNet optimizer name (the peer uses the same algorithm) and its settings in MXNet's names.
     clip_grad_norm : float or None
@@ -62,7 +63,8 @@ def _language_model(mode):
         title=f"word language model (MXNet's example/gluon/word_language_model): embedding, 2-layer {mode.upper()} "
               "650, tied decoder, dropout 0.5, 35-step segments, 10,000 words",
         unit=TOKENS, batch_size=32,
-        options={"vocab": 10000, "embed": 650, "hidden": 650, "layers": 2, "seq_len": 35, "dropout": 0.5, "tied": 1},
+        options={"vocab": 10000, "embed": 650, "hidden": 650, "layers": 2, "seq_len": 35, "dropout": 0.5, "tied": 1,
+                 "unfused_bf16": 0},
         optimizer="sgd", optimizer_params={"learning_rate": 20.0, "momentum": 0.0, "wd": 0.0}, clip_grad_norm=0.25)
 
 
@@ -125,7 +127,8 @@ def resolve_options(name, given=None):
         except (TypeError, ValueError):
             raise FamilyError(f"--model-option {key}={text}: {key} takes {'an integer' if kind is int else 'a number'}"
                               f", e.g. {key}={fam.options[key]}") from None
-        allowed = {"dropout": ("a probability in [0, 1)", 0 <= value < 1), "tied": ("0 or 1", value in (0, 1))}
+        allowed = {"dropout": ("a probability in [0, 1)", 0 <= value < 1), "tied": ("0 or 1", value in (0, 1)),
+                   "unfused_bf16": ("0 or 1", value in (0, 1))}
         words, ok = allowed.get(key, ("at least 1", value >= 1))
         if not ok:
             raise FamilyError(f"--model-option {key}={text}: {words}, e.g. {key}={fam.options[key]}")

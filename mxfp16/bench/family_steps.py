@@ -12,6 +12,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon, init
 
+from ..amp.recurrent import unfuse_rnn
 from .families import FAMILIES, TOKENS
 from .networks import BertEncoderClassifier, DiscriminatorPass, WordLanguageModel, dcgan_discriminator, dcgan_generator
 
@@ -102,6 +103,16 @@ def family_step(spec, mixed, batches, nets=None):
         The networks :func:`build_networks` returns, on ``mixed.ctx``; by
         default built here, after seeding MXNet, numpy and ``random`` with
         ``spec.seed``.
+
+    Notes
+    -----
+    With the option ``unfused_bf16=1`` a language model's recurrent layers
+    run unfused (:func:`mxfp16.amp.unfuse_rnn`) when ``mixed`` is
+    amp-bfloat16, so that their matrix products run in bfloat16: MXNet's
+    fused ``RNN`` has no bfloat16 kernel, and on the AMX VM its float32
+    reference kernel was 56% of oneDNN's time (docs/benchmarks.md, "With
+    AMX"). Float32 rows keep the fused layer, the faster one in float32, so
+    a run's ratio compares the two routes a user would pick.
     """
     fam = FAMILIES[spec.model]
     if nets is None:
@@ -109,6 +120,8 @@ def family_step(spec, mixed, batches, nets=None):
         np.random.seed(spec.seed)
         random.seed(spec.seed)
         nets = build_networks(spec.model, spec.options, mixed.ctx)
+    if spec.options.get("unfused_bf16") and mixed.precision.amp and mixed.precision.compute_dtype == "bfloat16":
+        unfuse_rnn(nets["net"], steps=spec.options["seq_len"])  # layout NTC: the graph is traced for seq_len steps
     for net in nets.values():
         net.hybridize(static_alloc=True, static_shape=True)
     loss = gluon.loss.SoftmaxCrossEntropyLoss()

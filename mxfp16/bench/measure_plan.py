@@ -42,7 +42,8 @@ CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reor
 class Measured:
     """One model of the table: its ``--model`` name, its ``weight`` (share of the budget against the others'), an
     image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick`` (by
-    default an image classifier's: 32 px, batch 2), and the module it ``needs`` (MobileNet v2: gluoncv's zoo only)."""
+    default an image classifier's: 32 px, batch 2), the module it ``needs`` (MobileNet v2: gluoncv's zoo only), and
+    the ``route`` flags of a second run of a model by another route, with the ``label`` its row is named by."""
 
     model: str
     weight: float
@@ -50,10 +51,17 @@ class Measured:
     batch_size: int = None
     quick: tuple = ("--image-size", "32", "--batch-sizes", "2")
     needs: str = None
+    route: tuple = ()
+    label: str = None
 
     @property
     def image_classifier(self):
         return self.model not in FAMILIES
+
+    @property
+    def name(self):
+        """The row's name in the summary, and its step's (``bench-<name>``)."""
+        return self.label or self.model
 
 
 def _tiny(*pairs):
@@ -63,15 +71,19 @@ def _tiny(*pairs):
 
 #: The table's models, in its order (docs/benchmarks.md). Each weight is about the minutes its step needs on a
 #: 2-core AMX VM with the peer, 3 rounds (docs/results/bench-families-amx-emerald-rapids: ms per step times the
-#: rows' 33 steps, plus each row's process start and model build, and torch.compile's rows): about 135 of the
+#: rows' 33 steps, plus each row's process start and model build, and torch.compile's rows): about 150 of the
 #: default 180-minute budget, so a step is cut only on a slower machine.
 MODELS = (
     Measured("resnet50_v2", 53.0, 224, 16),
     Measured("word-lm-lstm", 10.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
+    # The route for what the AMX profile shows (the fused RNN's float32 reference kernel): its bfloat16 rows unfused.
+    Measured("word-lm-lstm", 10.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5"),
+             route=("--model-option", "unfused_bf16=1"), label="word-lm-lstm-unfused"),
     Measured("bert-encoder", 10.0,
              quick=_tiny("vocab=50", "units=16", "heads=2", "ffn=32", "seq_len=6", "max_length=8")),
     Measured("dcgan", 20.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
-    Measured("mobilenetv2_1.0", 33.0, 224, 16, needs="gluoncv"),
+    # A second amp-bfloat16 row, BatchNorm in float32: for the reference BatchNorm kernels its AMX profile shows.
+    Measured("mobilenetv2_1.0", 40.0, 224, 16, needs="gluoncv", route=("--amp-lists", "mxfp16,mxfp16+batchnorm32")),
 )
 
 
@@ -89,7 +101,8 @@ class Step:
         Its share of the budget against the later steps'; the seconds below which it is skipped; a fixed allowance
         instead of a share (``mxfp16 info``), as far as the budget goes.
     stdout, skip, model : str or None
-        Its standard output's file (else the log); why it is not run at all; the benchmark's model.
+        Its standard output's file (else the log); why it is not run at all; the benchmark's row in the summary
+        (:attr:`Measured.name`).
     notes : list of str
         What its record says beside its status (the peer it could not run).
     """
@@ -159,7 +172,7 @@ def cpu_slug(cls, identity):
 
 def _bench_argv(python, measured, precisions, quick, rounds, threads, peer, out):
     """``python -m mxfp16 bench ...`` of one model into ``out``."""
-    argv = [python, "-m", "mxfp16", "bench", "--model", measured.model]
+    argv = [python, "-m", "mxfp16", "bench", "--model", measured.model, *measured.route]
     if quick:
         argv += [*measured.quick, *QUICK_TIMING]
     elif measured.image_classifier:
@@ -213,14 +226,14 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missin
     for measured in MODELS:
         precisions = ("float32,amp-bfloat16,auto" if measured.image_classifier else "float32,amp-bfloat16") \
             if bf16["runs"] else "float32"
-        name = f"bench-{measured.model}"
+        name = f"bench-{measured.name}"
         argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
         skip = (f"{measured.needs} not installed: {measured.model} is built from its model zoo "
                 f"(pip install -c constraints.txt {measured.needs}==0.10.5.post0)"
                 if measured.needs and missing(measured.needs) else None)
         # Tiny sizes take seconds but for auto's timing of the image classifiers (ResNet-50: 38 of 48 s on Zen 5).
         weight = (3.0 if measured.image_classifier else 1.0) if quick else measured.weight
-        steps.append(Step(name, argv, weight, floor, skip=skip, model=measured.model,
+        steps.append(Step(name, argv, weight, floor, skip=skip, model=measured.name,
                           notes=["peer skipped: torch not installed"] if no_torch else []))
     return steps, notes
 
@@ -355,7 +368,8 @@ def summary_row(document):
     -------
     dict
         ``unit``, ``input`` (``224px``, ``35tok``), ``batch_size``, ``rounds``; throughputs ``float32`` and
-        ``bfloat16`` (mxfp16's amp-bfloat16 row), ``pytorch_best_fp32`` and ``pytorch_best_bf16`` (the fastest
+        ``bfloat16`` (mxfp16's amp-bfloat16 row, the fastest where several AMP lists ran, named by
+        ``bfloat16_lists``), ``pytorch_best_fp32`` and ``pytorch_best_bf16`` (the fastest
         PyTorch rows, compiled or not, with their ``*_label``); the ratios ``bf16_over_fp32``,
         ``bf16_over_pytorch_bf16``, ``fp32_over_pytorch_fp32``, ``auto_over_fp32`` (medians of the rounds' own);
         ``auto`` (what it trained in); ``census_bf16`` and ``census_fp32`` (share of oneDNN's time per class of
@@ -367,9 +381,12 @@ def summary_row(document):
     rows = [r for r in document.get("results", []) if r.get("framework", "mxfp16") == "mxfp16"]
     config = document.get("config", {})
     fp32 = next((r for r in rows if r.get("precision") == "float32" and r.get("status") == "ok"), None)
-    bf16_any = next((r for r in rows if str(r.get("precision", "")).startswith("amp-bfloat16")), None)
-    bf16 = bf16_any if bf16_any and bf16_any.get("status") == "ok" else None
+    asked = [r for r in rows if str(r.get("precision", "")).startswith("amp-bfloat16")
+             and r.get("requested_precision") != "auto"]
+    bf16_any = next(iter(asked), None)
     field_name = throughput_field(fp32 or bf16_any or {})
+    # With several AMP lists (routes) the fastest row stands for bfloat16, as the peer comparison's does.
+    bf16 = max((r for r in asked if r.get("status") == "ok"), key=lambda r: r.get(field_name) or 0, default=None)
     batch = (fp32 or bf16_any or {}).get("batch_size")
     peer = next(iter((document.get("peer") or {}).values()), {})
     best_bf16, best_fp32 = peer.get("peer_mixed") or {}, peer.get("peer_float32") or {}
@@ -377,6 +394,7 @@ def summary_row(document):
     return {"unit": UNITS[field_name], "batch_size": batch, "rounds": config.get("rounds"),
             "input": input_size(fp32 or bf16_any) if (fp32 or bf16_any) else None,
             "float32": (fp32 or {}).get(field_name), "bfloat16": (bf16 or {}).get(field_name),
+            "bfloat16_lists": (bf16 or {}).get("amp_lists") if len(asked) > 1 else None,
             "pytorch_best_fp32": best_fp32.get(field_name), "pytorch_best_fp32_label": best_fp32.get("label"),
             "pytorch_best_bf16": best_bf16.get(field_name), "pytorch_best_bf16_label": best_bf16.get("label"),
             "bf16_over_fp32": (bf16 or {}).get("speedup"),
@@ -414,7 +432,8 @@ def _census_text(census):
 #: The table's columns: its header and how each cell is read from a summary row.
 COLUMNS = (
     ("mxfp16 fp32", lambda r: f"{_number(r['float32'])} {r['unit']}" if r["float32"] is not None else "—"),
-    ("mxfp16 bf16", lambda r: f"{_number(r['bfloat16'])} {r['unit']}" if r["bfloat16"] is not None
+    ("mxfp16 bf16", lambda r: f"{_number(r['bfloat16'])} {r['unit']}" + (
+        f" ({r['bfloat16_lists']} lists)" if r.get("bfloat16_lists") else "") if r["bfloat16"] is not None
      else (r.get("bfloat16_status") or "—")[:60]),
     ("bf16/own fp32", lambda r: _number(r["bf16_over_fp32"], "{:.2f}x")),
     ("bf16/PyTorch best bf16", lambda r: _number(r["bf16_over_pytorch_bf16"], "{:.2f}x")),

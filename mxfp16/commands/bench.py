@@ -45,7 +45,9 @@ def _add_what_to_run(what):
                       help="gluoncv model-zoo name, or a family with its own sizes and step: "
                            f"{', '.join(FAMILIES)} (see --model-option) (default: resnet50_v2)")
     what.add_argument("--model-option", action="append", default=None, metavar="KEY=VALUE",
-                      help="a family's size, repeatable, e.g. --model-option layers=12 for bert-encoder; "
+                      help="a family's size, repeatable, e.g. --model-option layers=12 for bert-encoder "
+                           "(a language model's unfused_bf16=1: its amp-bfloat16 rows compute the LSTM or GRU "
+                           "unfused, in bfloat16); "
                            + "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in fam.options.items())}"
                                        for name, fam in FAMILIES.items()) + " (default: those sizes)")
     what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=None,

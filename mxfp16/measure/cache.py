@@ -11,7 +11,7 @@ import os
 
 from ..plumbing.fileio import JSONFileError, read_json, write_json
 
-__all__ = ["cache_folder", "KeyedCache", "MachineCache", "machine_key", "machine_busy"]
+__all__ = ["cache_folder", "MachineCache", "machine_key", "machine_busy"]
 
 
 def cache_folder(environ=None):
@@ -49,8 +49,9 @@ def machine_busy():
     return f"1-minute load average {load:.1f} on {cores} core(s)" if load >= cores else None
 
 
-class KeyedCache:
-    """A JSON file ``{"version": N, section: {key: record}}``.
+class MachineCache:
+    """A JSON file ``{"version": N, section: {key: record}}`` of measurements of this machine: each key names the
+    machine and what was measured.
 
     Parameters
     ----------
@@ -59,10 +60,13 @@ class KeyedCache:
         A file of another version reads as empty (its records' meaning changed).
     section : str
         The name of the dictionary of records (``'verdicts'``).
+    kind : str
+        What a key's second entry is called (``'probe'``, ``'spec'``).
     """
 
-    def __init__(self, path, version, section):
+    def __init__(self, path, version, section, kind):
         self.path, self.version, self.section = path, version, section
+        self.kind, self._machine = kind, None
 
     def read(self):
         """``{key: record}``; empty for a missing, damaged or other-version file."""
@@ -89,22 +93,6 @@ class KeyedCache:
         except OSError as err:
             log(f"could not keep the measurement in {self.path} ({err.strerror or err}); it is measured again "
                 "next time")
-
-
-class MachineCache(KeyedCache):
-    """A :class:`KeyedCache` of measurements of this machine: each key names the machine and what was measured.
-
-    Parameters
-    ----------
-    path, version, section
-        As for :class:`KeyedCache`.
-    kind : str
-        What a key's second entry is called (``'probe'``, ``'spec'``).
-    """
-
-    def __init__(self, path, version, section, kind):
-        super().__init__(path, version, section)
-        self.kind, self._machine = kind, None
 
     def key(self, what):
         """The record's key for ``what`` (plain values) on this machine (:func:`machine_key`, read once)."""
