@@ -44,8 +44,7 @@ def test_the_plan_on_this_cpu_names_its_class_and_runs_the_table_in_order():
     resnet = steps[2].argv
     assert resnet[resnet.index("--image-size") + 1] == "224" and resnet[resnet.index("--batch-sizes") + 1] == "16"
     if facts["bfloat16"]["runs"]:
-        assert _precisions(steps[2]) == "float32,amp-bfloat16,auto"  # auto: timed on an image classifier only
-        assert _precisions(steps[3]) == "float32,amp-bfloat16"
+        assert _precisions(steps[2]) == _precisions(steps[3]) == "float32,amp-bfloat16,auto"  # families time it too
 
 
 def test_an_avx2_cpu_is_told_in_one_line_and_plans_float32_rows_only(monkeypatch, capsys):
@@ -74,12 +73,14 @@ def test_a_quick_plan_uses_the_bench_tests_tiny_sizes_and_one_round():
 
 
 def test_the_routes_for_what_the_amx_profiles_show_are_measured_beside_the_defaults():
-    steps, _ = measure_plan.plan_steps(measure_plan.machine_facts(), missing=lambda name: False)
+    facts = measure_plan.machine_facts()
+    steps, _ = measure_plan.plan_steps(facts, missing=lambda name: False)
     by_name = {s.model: s for s in steps if s.model}
     lstm, unfused = by_name["word-lm-lstm"].argv, by_name["word-lm-lstm-unfused"].argv
     assert "unfused_bf16=1" not in lstm and unfused[unfused.index("--model") + 1] == "word-lm-lstm"
     assert unfused[unfused.index("unfused_bf16=1") - 1] == "--model-option" and "--peer" in unfused
-    assert _precisions(by_name["word-lm-lstm-unfused"]) == _precisions(by_name["word-lm-lstm"])  # one run's ratio
+    assert _precisions(by_name["word-lm-lstm-unfused"]) == ("float32,amp-bfloat16" if facts["bfloat16"]["runs"]
+                                                            else "float32")  # its ratio from one run; no auto
     mobilenet = by_name["mobilenetv2_1.0"].argv
     assert mobilenet[mobilenet.index("--amp-lists") + 1] == "mxfp16,mxfp16+batchnorm32"
 
@@ -146,6 +147,18 @@ def test_with_several_amp_lists_the_fastest_bfloat16_row_stands_and_is_named():
     assert row["bfloat16_lists"] == fastest["amp_lists"] and f"({fastest['amp_lists']} lists)" in \
         measure_plan.table_lines({"mobilenetv2_1.0": row})[2]
     assert measure_plan.summary_row(_recorded("bench-r50-224-zen4"))["bfloat16_lists"] is None  # one row: no name
+
+
+def test_a_familys_auto_row_fills_the_auto_column():
+    doc = _recorded("bench-families-amx-emerald-rapids/bench-lstm")  # float32 and amp-bfloat16, no auto
+    rows = [r for r in doc["results"] if r.get("framework", "mxfp16") == "mxfp16"]
+    assert measure_plan.summary_row(doc)["auto"] is None
+    bf16 = next(r for r in rows if r["precision"] == "amp-bfloat16")
+    doc["results"].append(dict(bf16, requested_precision="auto", auto_reason="timed on this CPU: ...", speedup=1.4))
+    doc["config"]["precisions"] = "float32,amp-bfloat16,auto"
+    row = measure_plan.summary_row(doc)
+    assert row["auto"] == "amp-bfloat16" and row["auto_over_fp32"] == 1.4
+    assert row["bfloat16"] == bf16["tokens_per_second"]  # the auto row is not a bfloat16 route of its own
 
 
 def test_the_figures_are_registered_by_folder_and_quoted_from_measure_json(tmp_path):

@@ -175,12 +175,10 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
                         model_tensor_core_report(model, n_classes, image_size, sizes))
     except (ModelError, ValueError) as err:
         raise BenchSetupError(str(err)) from None
-    if fam is not None:
-        _family_auto(fam, precision_names, ctx)
     verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
     specs = plan(base, precision_names, sizes, lists,
                  auto={size: verdict.precision for size, verdict in verdicts.items()} or None,
-                 onnxruntime=onnxruntime)
+                 onnxruntime=onnxruntime, auto_in_row=fam is not None and _timed_auto(precision_names, ctx))
     machine, threads = hardware.machine_summary(), thread_report()
     specs += _peer_specs(peer, machine, ctx, base, sizes, threads)
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
@@ -233,18 +231,13 @@ def _family_request(fam, image_size, classes, mode, data, model_options):
         raise BenchSetupError(str(err)) from None
 
 
-def _family_auto(fam, precisions, ctx):
-    """Refuse ``auto`` for a family where timing would decide it (a CPU with native bfloat16).
+def _timed_auto(precisions, ctx):
+    """Whether ``auto`` is asked for where timing decides it (a CPU with native bfloat16): a family's ``auto`` row then
+    decides in its own process, at its first step (:func:`mxfp16.bench.suite.plan`)."""
+    from ..devices import resolve_devices
+    from ..measure.auto import timing_applies
 
-    Checked after the family's sizes and network, so a wrong option is named first on every CPU.
-    """
-    if "auto" in precisions:
-        from ..devices import resolve_devices
-        from ..measure.auto import timing_applies
-
-        if timing_applies(resolve_devices(ctx)):
-            raise BenchSetupError(f"auto is decided by timing an image classifier's step, which {fam.name} is "
-                                  "not; name the precisions instead, e.g. --precisions float32,amp-bfloat16")
+    return "auto" in precisions and timing_applies(resolve_devices(ctx))
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):
@@ -257,7 +250,7 @@ def _auto_verdicts(base, precisions, sizes, classes, log):
 
     ctx = resolve_devices(base.ctx)
     if "auto" not in precisions or base.mode != "train" or any(c.device_type != "cpu" for c in ctx) \
-            or family(base.model) is not None:  # refused above where timing would decide
+            or family(base.model) is not None:  # a family's auto decides in its own row (plan's auto_in_row)
         return {}
     verdicts = {}
     for size in sizes:

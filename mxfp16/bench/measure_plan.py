@@ -26,8 +26,9 @@ __all__ = ["Measured", "MODELS", "Step", "ALLOWANCE", "machine_facts", "cpu_slug
 ALLOWANCE = "{allowance}"
 #: Classes where MXNet 1.9.1's bfloat16 has no path at all (:func:`mxfp16.machine.hardware.bfloat16_support`).
 NO_BFLOAT16_CLASSES = ("AVX2",)
-#: ``--quick``: one step of each row, no warm-up, one repeat, one round.
-QUICK_TIMING = ("--iters", "1", "--warmup", "0", "--repeats", "1")
+#: ``--quick``: one step of each row after one warm-up step (an auto row's first step is its timing, never timed:
+#: without a warm-up the other rows would time their graph's building against it), one repeat, one round.
+QUICK_TIMING = ("--iters", "1", "--warmup", "1", "--repeats", "1")
 #: What a full step needs at least, and a quick one: below it a step is skipped rather than started to be stopped.
 FLOOR_SECONDS = {"info": 5.0, "full": 120.0, "quick": 20.0}
 #: ``mxfp16 info --json``'s allowance: it takes seconds (MXNet's import), and it comes before any share.
@@ -43,7 +44,8 @@ class Measured:
     """One model of the table: its ``--model`` name, its ``weight`` (share of the budget against the others'), an
     image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick`` (by
     default an image classifier's: 32 px, batch 2), the module it ``needs`` (MobileNet v2: gluoncv's zoo only), and
-    the ``route`` flags of a second run of a model by another route, with the ``label`` its row is named by."""
+    the ``route`` flags of a second run of a model by another route, with the ``label`` its row is named by, and
+    whether ``auto`` is timed beside float32 and amp-bfloat16 (a route's run leaves it to the model's own)."""
 
     model: str
     weight: float
@@ -53,6 +55,7 @@ class Measured:
     needs: str = None
     route: tuple = ()
     label: str = None
+    auto: bool = True
 
     @property
     def image_classifier(self):
@@ -71,17 +74,17 @@ def _tiny(*pairs):
 
 #: The table's models, in its order (docs/benchmarks.md). Each weight is about the minutes its step needs on a
 #: 2-core AMX VM with the peer, 3 rounds (docs/results/bench-families-amx-emerald-rapids: ms per step times the
-#: rows' 33 steps, plus each row's process start and model build, and torch.compile's rows): about 150 of the
-#: default 180-minute budget, so a step is cut only on a slower machine.
+#: rows' 33 steps, plus each row's process start and model build, auto's timing and torch.compile's rows): about 170
+#: of the default 210-minute budget, so a step is cut only on a slower machine.
 MODELS = (
     Measured("resnet50_v2", 53.0, 224, 16),
-    Measured("word-lm-lstm", 10.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
+    Measured("word-lm-lstm", 14.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
     # The route for what the AMX profile shows (the fused RNN's float32 reference kernel): its bfloat16 rows unfused.
     Measured("word-lm-lstm", 10.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5"),
-             route=("--model-option", "unfused_bf16=1"), label="word-lm-lstm-unfused"),
-    Measured("bert-encoder", 10.0,
+             route=("--model-option", "unfused_bf16=1"), label="word-lm-lstm-unfused", auto=False),
+    Measured("bert-encoder", 14.0,
              quick=_tiny("vocab=50", "units=16", "heads=2", "ffn=32", "seq_len=6", "max_length=8")),
-    Measured("dcgan", 20.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
+    Measured("dcgan", 28.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
     # A second amp-bfloat16 row, BatchNorm in float32: for the reference BatchNorm kernels its AMX profile shows.
     Measured("mobilenetv2_1.0", 40.0, 224, 16, needs="gluoncv", route=("--amp-lists", "mxfp16,mxfp16+batchnorm32")),
 )
@@ -224,7 +227,7 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missin
                       skip=None if facts["cpu_class"] == "AMX" else
                       f"the CPU's class is {facts['cpu_class']}, not AMX: no AMX kernels to check"))
     for measured in MODELS:
-        precisions = ("float32,amp-bfloat16,auto" if measured.image_classifier else "float32,amp-bfloat16") \
+        precisions = ("float32,amp-bfloat16,auto" if measured.auto else "float32,amp-bfloat16") \
             if bf16["runs"] else "float32"
         name = f"bench-{measured.name}"
         argv = _bench_argv(python, measured, precisions, quick, rounds, threads, not no_torch, name)
@@ -390,7 +393,8 @@ def summary_row(document):
     batch = (fp32 or bf16_any or {}).get("batch_size")
     peer = next(iter((document.get("peer") or {}).values()), {})
     best_bf16, best_fp32 = peer.get("peer_mixed") or {}, peer.get("peer_float32") or {}
-    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision")
+    in_row = next((r for r in rows if r.get("auto_reason") and r.get("status") == "ok"), {})  # a family's own row
+    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision") or in_row.get("precision")
     return {"unit": UNITS[field_name], "batch_size": batch, "rounds": config.get("rounds"),
             "input": input_size(fp32 or bf16_any) if (fp32 or bf16_any) else None,
             "float32": (fp32 or {}).get(field_name), "bfloat16": (bf16 or {}).get(field_name),

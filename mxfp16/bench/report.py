@@ -59,7 +59,7 @@ def _is_mxfp16(record):
 
 
 def label(record):
-    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``pytorch-bfloat16 (NCHW)``,
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``auto: float32``, ``pytorch-bfloat16 (NCHW)``,
     ``pytorch-float32 (channels_last, compiled)``, ``onnxruntime float32``."""
     if record.get("framework") == ONNXRUNTIME:
         return f"{ONNXRUNTIME} {record['precision']}"
@@ -67,7 +67,8 @@ def label(record):
         how = [part for part in (record.get("layout"), "compiled" if record.get("compiled") else None) if part]
         return f"{record['precision']} ({', '.join(how)})" if how else record["precision"]
     lists = record.get("amp_lists")
-    return f"{record['precision']} ({lists} lists)" if lists else record["precision"]
+    name = f"auto: {record['precision']}" if record.get("auto_reason") else record["precision"]  # decided in its row
+    return f"{name} ({lists} lists)" if lists else name
 
 
 def _identity(record):

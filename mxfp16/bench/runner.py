@@ -210,7 +210,10 @@ def _train_step(spec, contexts, batches):
     if family(spec.model) is not None:
         from .family_steps import family_step
 
-        return family_step(spec, mixed, batches), mixed.precision
+        step = family_step(spec, mixed, batches)
+        if mixed.pending:  # auto: its first step times the network and settles the precision; that step is untimed
+            step()
+        return step, mixed.precision
     parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
                                   batch_size=spec.batch_size, optimizer="sgd", lr=0.01, momentum=0.9, wd=1e-4,
                                   seed=spec.seed), mixed)
@@ -289,6 +292,7 @@ def _head(spec, precision, amp_lists, ctx, status, reason):
 def _record(spec, precision, times, peak_mb, ctx):
     return {
         **_head(spec, precision.name, spec.amp_lists if precision.amp else None, ctx, "ok", None),
+        **({"auto_reason": precision.reason} if spec.precision == "auto" else {}),  # decided in this row's process
         **throughput_fields(spec.model, spec.batch_size, spec.options, times.ms_per_step / 1000.0),
         "ms_per_step": times.ms_per_step, "ms_per_step_spread": times.ms_per_step_spread,
         "ms_per_step_repeats": [1000.0 * t for t in times.wall],

@@ -6,7 +6,7 @@ from . import peer
 from .runner import BenchSpec, not_run, run_in_subprocess
 
 
-def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxruntime=False):
+def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxruntime=False, auto_in_row=False):
     """The specs of one invocation, float32 first in each batch size so the baseline is measured early.
 
     Parameters
@@ -23,11 +23,14 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
         :func:`mxfp16.resolve_precision` decides.
     onnxruntime : bool
         Inference: after mxfp16's rows of each batch size, onnxruntime's of :data:`ONNXRUNTIME_DTYPES`.
+    auto_in_row : bool
+        ``auto`` is a row of its own, decided in its process at its first step (a family's step, as
+        ``MixedPrecision('auto')`` decides in a training loop of one's own).
 
     Returns
     -------
     list of BenchSpec
-        ``auto`` and the name it resolves to are one run: float32 is never compared with itself.
+        Otherwise ``auto`` and the name it resolves to are one run: float32 is never compared with itself.
     """
     from ..precision import PrecisionError, resolve_precision
 
@@ -35,6 +38,9 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     for batch_size in batch_sizes:
         resolved = {}
         for name in precisions:
+            if name == "auto" and auto_in_row:
+                resolved.setdefault(name, (name, False))
+                continue
             try:
                 chosen = (auto or {}).get(batch_size, name) if name == "auto" else name
                 precision = resolve_precision(chosen, base.ctx)
@@ -115,8 +121,10 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
             if census and round_ == 1 and record.get("status") == "ok" and not isinstance(spec, peer.PeerSpec):
                 from .census_run import census_applies, take_census
 
-                if census_applies(spec):  # where oneDNN runs the step
-                    record["census"] = take_census(spec, timeout=timeout)
+                if census_applies(spec):  # where oneDNN runs the step; an auto row's as it settled
+                    settled = replace(spec, precision=record["precision"], requested="auto") \
+                        if spec.precision == "auto" else spec
+                    record["census"] = take_census(settled, timeout=timeout)
             if record.get("status") == "failed" and index not in failed:
                 last = (record.get("reason") or "").strip().splitlines()
                 failed[index] = f"failed in round {round_} ({last[-1] if last else 'no reason given'}); not run again"
