@@ -69,6 +69,19 @@ def separable_block():
     return net
 
 
+class ReLU6Block(gluon.HybridBlock):
+    """MobileNet v2's convolution, BatchNorm and ReLU6, as GluonCV writes ReLU6 (``F.clip(x, 0, 6)``), then a 1x1."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.conv, self.norm, self.project = gluon.nn.Conv2D(16, 3, padding=1), gluon.nn.BatchNorm(), \
+                gluon.nn.Conv2D(8, 1)
+
+    def hybrid_forward(self, F, x):
+        return self.project(F.clip(self.norm(self.conv(x)), 0, 6))
+
+
 def pooled_cnn(pool):
     """A ResNet's end: convolution, BatchNorm, ReLU, global pooling (GlobalAvgPool2D or GlobalMaxPool2D), Dense."""
     net = gluon.nn.HybridSequential()
@@ -96,6 +109,7 @@ NETWORKS = {
     "dcgan-generator": (Generator, [(2, 100, 1, 1)]),
     "dense-generator": (DenseGenerator, [(2, 100)]),
     "separable-block": (separable_block, [(2, 16, 8, 8)]),
+    "relu6-block": (ReLU6Block, [(2, 16, 8, 8)]),
     "global-avg-pool": (lambda: pooled_cnn(gluon.nn.GlobalAvgPool2D), [(2, 3, 8, 8)]),
     "global-max-pool": (lambda: pooled_cnn(gluon.nn.GlobalMaxPool2D), [(2, 3, 8, 8)]),
 }

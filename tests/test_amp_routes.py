@@ -135,6 +135,17 @@ def test_the_batchnorm32_option_keeps_every_batchnorm_float32_and_the_convolutio
         assert {op[1] for op in _ops(option, "Convolution")} == {"bfloat16"}
 
 
+def test_relu6s_clip_runs_in_float32_between_bfloat16_convolutions(typed):
+    # MXNet's own bfloat16 clip is slow enough to be most of MobileNet v2's step (lists.SLOW_IN_BFLOAT16).
+    assert "clip" in lists.operator_lists("bfloat16")["fp32_ops"]
+    assert "clip" not in lists.operator_lists("bfloat16", "mxnet")["fp32_ops"]  # MXNet's lists run it in bfloat16
+    for which in ("mxfp16", "mxfp16+batchnorm32"):
+        block = typed[which]["relu6-block"]
+        assert [op[1] for op in _ops(block, "clip")] == ["float32"]
+        assert [op[1] for op in _ops(block, "Convolution")] == ["bfloat16", "bfloat16"]
+    assert _ops(typed["mxfp16"]["relu6-block"], "clip")[0][2]  # after a bfloat16 BatchNorm: cast up
+
+
 def _transposed_convolution(x, w, b, stride, pad, adj):
     """numpy float64: each input pixel adds its weighted kernel into the output at ``stride`` steps."""
     n, _, h, wd = x.shape

@@ -77,7 +77,7 @@ def _mxnet(target_dtype):
 
 
 #: mxfp16's bfloat16 operator lists (:func:`operator_lists`) are MXNet's, plus
-#: the float32 fallbacks, the PReLU rule and the shape operators below. Measured on ResNet-50 v2
+#: the float32 fallbacks, the PReLU rule, the shape operators and the slow operators below. Measured on ResNet-50 v2
 #: (docs/benchmarks.md), adding BatchNorm, Activation, Pooling or
 #: elemwise_add to the bfloat16 list gained nothing beyond the noise (they
 #: already run in bfloat16 behind a bfloat16 convolution), and forcing
@@ -111,6 +111,13 @@ def float32_fallbacks():
 #: Conditional float32 rules mxfp16 adds: PReLU's float32 ``gamma`` cannot
 #: meet bfloat16 data (type inference fails), so PReLU runs in float32.
 EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
+
+#: Operators MXNet's bfloat16 lists let run in either dtype that mxfp16's run in float32, because MXNet's own
+#: bfloat16 kernel is far slower than its float32 one (it widens every element on its own; oneDNN has none for it):
+#: ``clip``, MobileNet's ReLU6, was 81% of MobileNet v2's amp-bfloat16 step on a Zen 5 (224 px, batch 16, MXNet's
+#: profiler), 2.9x its float32 time; in float32, behind a cast each way, the whole step ran 2.2x faster
+#: (docs/benchmarks.md, "Issue 44's routes").
+SLOW_IN_BFLOAT16 = ("clip",)
 
 
 #: Operators MXNet's bfloat16 lists keep in float32 that only move values (reshape, slice, split, swap axes,
@@ -177,7 +184,7 @@ def operator_lists(target_dtype, which="mxfp16"):
     if target_dtype == "bfloat16":
         follow = set(follow_input_operators())
         fp32 = [name for name in mxnet.FP32_FUNCS if name not in follow]
-        lists["fp32_ops"] = fp32 + [name for name in float32_fallbacks()
+        lists["fp32_ops"] = fp32 + [name for name in (*float32_fallbacks(), *SLOW_IN_BFLOAT16)
                                     if name not in fp32 and not name.startswith(amp_numpy.NUMPY_PREFIXES)]
     return lists
 
