@@ -116,7 +116,7 @@ EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
 #: bfloat16 kernel is far slower than its float32 one (it widens every element on its own; oneDNN has none for it):
 #: ``clip``, MobileNet's ReLU6, was 81% of MobileNet v2's amp-bfloat16 step on a Zen 5 (224 px, batch 16, MXNet's
 #: profiler), 2.9x its float32 time; in float32, behind a cast each way, the whole step ran 2.2x faster
-#: (docs/benchmarks.md, "Issue 44's routes").
+#: (docs/benchmarks.md, "Measured on a Zen 5 without AMX").
 SLOW_IN_BFLOAT16 = ("clip",)
 
 
