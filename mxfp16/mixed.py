@@ -18,7 +18,7 @@ import weakref
 from dataclasses import replace
 
 from ._internals import rebuild_graphs
-from .amp.lists import check_list_set, keep_float32_measured
+from .amp.lists import check_list_set, keep_float32_measured, reads_weight_shapes
 from .casting import cast_batch, cast_net
 from .devices import resolve_devices
 from .machine.environment import set_float16_environment
@@ -116,6 +116,8 @@ class MixedPrecision:
             _auto.timing_applies(self.ctx)
         self.verdict = own or (_auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None)
         self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
+        # A list set whose rule reads weight shapes: the networks it judged before their shapes were known, again.
+        self._stepped = weakref.WeakSet() if reads_weight_shapes(amp_lists) else None
         self.layer_choice = None
         self._layers_pending = _per_layer.layers_apply(amp_lists, None if self._pending else self.precision)
         if not self._pending:
@@ -160,6 +162,8 @@ class MixedPrecision:
             off when the scaler is on.
         """
         self._nets.add(net)
+        if self._stepped is not None:
+            rebuild_graphs(net)  # Gluon's shape inference cached each weight's symbol without its input channels
         if (self.pending or self.layers_pending) and example is not None:
             data, label = example if isinstance(example, tuple) and len(example) == 2 else (example, None)
             data, label = self.cast_batch(data, label)
@@ -181,13 +185,22 @@ class MixedPrecision:
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
         For a pending ``auto`` (or ``amp_lists='measured'``) the first call
-        times ``net`` on this batch first.
+        times ``net`` on this batch first. With ``amp_lists='mxfp16+unaligned32'``
+        a network whose parameters had no shapes yet is traced again after
+        its first step, when its rule can read them.
         """
         if self.layers_pending:
             self._choose_layers(net, data)
         if self.pending:
             self._decide(net, data, label, loss_fn, trainer)
-        return train_step(net, loss_fn, trainer, data, label, self.scaler, **options)
+        retrace = self._stepped is not None and net not in self._stepped and any(
+            not p.shape or 0 in p.shape for p in net.collect_params().values())
+        result = train_step(net, loss_fn, trainer, data, label, self.scaler, **options)
+        if self._stepped is not None:
+            self._stepped.add(net)
+        if retrace:
+            rebuild_graphs(net)
+        return result
 
     def eval_step(self, net, data):
         """:func:`mxfp16.eval_step`: float32 outputs in inference mode, one per device."""

@@ -82,6 +82,17 @@ class ReLU6Block(gluon.HybridBlock):
         return self.project(F.clip(self.norm(self.conv(x)), 0, 6))
 
 
+def unaligned_block():
+    """Channels as MobileNet v2's: a 3-channel input, a 24-channel projection and the expansion reading it (each
+    not a multiple of 16), then an aligned depthwise and 1x1 pair. The input channels are given, as a network's
+    parameters have their shapes once it ran (and its symbols were renewed: mxfp16.MixedPrecision.prepare)."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(32, 3, padding=1, in_channels=3), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
+            gluon.nn.Conv2D(24, 1, in_channels=32), gluon.nn.Conv2D(32, 1, in_channels=24),
+            gluon.nn.Conv2D(32, 3, padding=1, groups=32, in_channels=32), gluon.nn.Conv2D(16, 1, in_channels=32))
+    return net
+
+
 def pooled_cnn(pool):
     """A ResNet's end: convolution, BatchNorm, ReLU, global pooling (GlobalAvgPool2D or GlobalMaxPool2D), Dense."""
     net = gluon.nn.HybridSequential()
@@ -110,6 +121,7 @@ NETWORKS = {
     "dense-generator": (DenseGenerator, [(2, 100)]),
     "separable-block": (separable_block, [(2, 16, 8, 8)]),
     "relu6-block": (ReLU6Block, [(2, 16, 8, 8)]),
+    "unaligned-block": (unaligned_block, [(2, 3, 8, 8)]),
     "global-avg-pool": (lambda: pooled_cnn(gluon.nn.GlobalAvgPool2D), [(2, 3, 8, 8)]),
     "global-max-pool": (lambda: pooled_cnn(gluon.nn.GlobalMaxPool2D), [(2, 3, 8, 8)]),
 }

@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 
+from mxfp16._internals import renew_parameter_symbols
 from mxfp16.amp import lists
+from mxfp16.amp.wrappers import LayerCall
 
 import mxnet as mx
 import numpy as np
@@ -20,7 +22,8 @@ import pytest
 from conftest import REPO, requires_bfloat16, run_python
 
 CHILD = os.path.join(REPO, "tests", "amp_routes_child.py")
-LIST_SETS = ("shape-float32", "mxfp16", "mxfp16+depthwise32", "mxfp16+pointwise32", "mxfp16+batchnorm32")
+LIST_SETS = ("shape-float32", "mxfp16", "mxfp16+depthwise32", "mxfp16+pointwise32", "mxfp16+batchnorm32",
+             "mxfp16+unaligned32")
 ATTENTION = ("transformer-encoder", "self-attention", "encoder-block", "fused-attention")
 
 
@@ -144,6 +147,86 @@ def test_relu6s_clip_runs_in_float32_between_bfloat16_convolutions(typed):
         assert [op[1] for op in _ops(block, "clip")] == ["float32"]
         assert [op[1] for op in _ops(block, "Convolution")] == ["bfloat16", "bfloat16"]
     assert _ops(typed["mxfp16"]["relu6-block"], "clip")[0][2]  # after a bfloat16 BatchNorm: cast up
+
+
+def test_the_unaligned32_option_keeps_convolutions_with_unaligned_channels_float32(typed):
+    # 3 -> 32 (input), 32 -> 24 (output), 24 -> 32 (input): float32; the aligned depthwise and 1x1: bfloat16.
+    convs = _ops(typed["mxfp16+unaligned32"]["unaligned-block"], "Convolution")
+    assert [c[1] for c in convs] == ["float32"] * 3 + ["bfloat16"] * 2
+    assert [c[1] for c in _ops(typed["mxfp16"]["unaligned-block"], "Convolution")] == ["bfloat16"] * 5
+
+
+@pytest.mark.parametrize("attrs, weight_shape, kept", [
+    ({"num_filter": "24"}, (24, 0, 1, 1), True),  # a deferred weight: judged by its output channels
+    ({"num_filter": "32"}, (32, 0, 3, 3), False),
+    ({"num_filter": "32"}, (32, 3, 3, 3), True),
+    ({"num_filter": "144"}, (144, 24, 1, 1), True),
+    ({"num_filter": "96", "num_group": "96"}, (96, 1, 3, 3), False),  # depthwise: 96 channels in
+    ({"num_filter": "24", "num_group": "2"}, (24, 8, 3, 3), True),  # grouped: 16 in, 24 out
+    ({"num_filter": "32"}, (), False),
+])
+def test_the_unaligned_rule_reads_input_channels_from_the_weight(attrs, weight_shape, kept):
+    assert lists.unaligned_convolution(LayerCall("Convolution", attrs, "w", weight_shape=weight_shape)) is kept
+    assert not lists.unaligned_convolution(LayerCall("FullyConnected", {"num_hidden": "24"}, "w",
+                                                     weight_shape=(24, 3)))
+
+
+def test_the_unaligned_rule_reaches_the_export_and_calls_on_arrays():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(32, 3), mx.gluon.nn.Conv2D(16, 1), mx.gluon.nn.Conv2D(24, 1))
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 8, 8)))  # the parameters get their shapes; the symbols Gluon cached keep in_channels=0
+    symbol = net(mx.sym.var("data"))
+    stale = lists.float32_layers(symbol, "bfloat16", "mxfp16+unaligned32")
+    assert [name.split("_")[0] for name in stale] == [net[2].name]  # only the output channels were known
+    renew_parameter_symbols(net)
+    symbol = net(mx.sym.var("data"))
+    names = [name.split("_")[0] for name in lists.float32_layers(symbol, "bfloat16", "mxfp16+unaligned32")]
+    assert names == [net[0].name, net[2].name]  # 3 channels in; 24 out
+    call = LayerCall.of_call("Convolution", (mx.nd.zeros((1, 24, 4, 4)), mx.nd.zeros((32, 24, 1, 1))),
+                             {"num_filter": 32, "kernel": (1, 1)})
+    assert call.weight_shape == (32, 24, 1, 1) and lists.unaligned_convolution(call)
+
+
+@requires_bfloat16
+def test_mixed_precision_judges_a_deferred_network_again_once_it_has_shapes():
+    # Traced at its first step, before Gluon knew its input channels, the 24 -> 32 convolution looks aligned: so it
+    # stays in a network stepped by mxfp16.train_step alone. MixedPrecision.train_step traces the network again
+    # after its first step, and keeps that convolution float32 too (the 32 -> 24 one is float32 from the start).
+    # A network given its shapes by a forward pass before it was hybridized (mxfp16.models.build_model's in_shape)
+    # has them at its first trace: prepare() drops the symbols Gluon's shape inference cached without them.
+    code = """
+        import json
+        import mxfp16, mxnet as mx
+        from mxfp16.amp.wrappers import dtype_name
+
+        mp = mxfp16.MixedPrecision("amp-bfloat16", "cpu", amp_lists="mxfp16+unaligned32", log=lambda line: None)
+        found = []
+        for step, shaped in ((mp.train_step, False), (lambda *args: mxfp16.train_step(*args, mp.scaler), False),
+                             (mp.train_step, True)):
+            net = mx.gluon.nn.HybridSequential()
+            net.add(mx.gluon.nn.Conv2D(24, 1), mx.gluon.nn.Conv2D(32, 1), mx.gluon.nn.Conv2D(32, 1))
+            net.initialize()
+            if shaped:
+                net(mx.nd.zeros((1, 32, 4, 4)))
+            net.hybridize()
+            trainer = mp.prepare(net, "sgd", {"learning_rate": 0.01})
+            data, label = mp.cast_batch(mx.nd.ones((2, 32, 4, 4)), mx.nd.zeros((2,)))
+            losses = [step(net, lambda out, y: (out * out).mean(), trainer, data, label).loss.item()
+                      for _ in range(3)]
+            graph = net._cached_graph[1]
+            internals = graph.get_internals()
+            _, types, _ = internals.infer_type(data=mx.nd.ones((1,)).dtype)
+            dtype = dict(zip(internals.list_outputs(), types))
+            nodes = json.loads(graph.tojson())["nodes"]
+            found.append([[dtype_name(dtype[n["name"] + "_output"]) for n in nodes if n["op"] == "Convolution"],
+                          losses])
+        print(json.dumps(found))
+    """
+    (retraced, losses), (once, _), (shaped, _) = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    assert once == ["float32", "bfloat16", "bfloat16"]
+    assert retraced == shaped == ["float32", "float32", "bfloat16"]
+    assert np.isfinite(losses).all() and losses[2] < losses[0]  # it still trains across the new graph
 
 
 def _transposed_convolution(x, w, b, stride, pad, adj):

@@ -82,7 +82,8 @@ def test_the_routes_for_what_the_amx_profiles_show_are_measured_beside_the_defau
     assert _precisions(by_name["word-lm-lstm-unfused"]) == ("float32,amp-bfloat16" if facts["bfloat16"]["runs"]
                                                             else "float32")  # its ratio from one run; no auto
     mobilenet = by_name["mobilenetv2_1.0"].argv
-    assert mobilenet[mobilenet.index("--amp-lists") + 1] == "mxfp16,mxfp16+batchnorm32"
+    assert mobilenet[mobilenet.index("--amp-lists") + 1].split(",") == ["mxfp16", "mxfp16+batchnorm32",
+                                                                         "mxfp16+unaligned32"]
 
 
 def test_each_step_gets_its_share_and_is_skipped_with_a_reason_when_the_budget_is_spent(tmp_path):
@@ -201,7 +202,30 @@ def test_the_tool_writes_its_folder_with_every_step_recorded_within_a_tiny_budge
     assert doc["summary"] == {} and "| step | status |" in (out / "measure.md").read_text()
     assert (out / "info.json").is_file() and (out / "lscpu.txt").is_file() == bool(shutil.which("lscpu"))
     assert os.listdir(tmp_path) == ["m"]  # the temporary folder took the folder's place
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    assert doc["commit"].rstrip("+") == head.stdout.strip() if head.returncode == 0 else doc["commit"] is None
     assert f"CPU class {hardware.cpu_class()}" in proc.stdout.splitlines()[0]
+
+
+def test_recording_says_in_one_line_when_a_page_quotes_a_figure_with_no_source(tmp_path, monkeypatch, capsys):
+    # A copy of the figures hook in a tree of its own: its pages, its registry; the checkout's are not touched.
+    (tmp_path / "docs" / "hooks").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "measure-x").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "docs", "hooks", "figures.py"), tmp_path / "docs" / "hooks")
+    (tmp_path / "docs" / "results" / "figures.json").write_text("{}\n")
+    page = "a <!-- fig nowhere.to.be.found -->1.00x<!-- /fig --> figure\n"
+    (tmp_path / "docs" / "page.md").write_text(page)
+    (tmp_path / "README.md").write_text("readme\n")
+    tool = _tool()
+    monkeypatch.setattr(tool, "REPO", str(tmp_path))
+    monkeypatch.setattr(tool, "RESULTS", str(tmp_path / "docs" / "results"))
+    row = {"float32": 10.0, "bfloat16": 12.0, "bf16_over_fp32": 1.2, "unit": "img/s"}
+    assert tool._record(str(tmp_path / "docs" / "results" / "measure-x"), {"dcgan": row}) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'nowhere.to.be.found'" in err[0] and "figures.py --check" in err[0]
+    registry = json.loads((tmp_path / "docs" / "results" / "figures.json").read_text())
+    assert "measure.measure-x.dcgan.bf16_over_fp32" in registry  # the measurement's own figures were recorded
+    assert (tmp_path / "docs" / "page.md").read_text() == page
 
 
 def test_without_gluoncv_resnet50_v2_comes_from_mxnets_zoo_layer_for_layer(monkeypatch):

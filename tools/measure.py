@@ -38,7 +38,7 @@ def _parser():
     parser = argparse.ArgumentParser(prog="python tools/measure.py", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=float, default=210.0,
                         help="minutes the whole measurement may take at most; a step that ends early leaves its "
-                             "time to the later ones (default: 210; about 170 are needed on a 2-core AMX VM)")
+                             "time to the later ones (default: 210; about 180 are needed on a 2-core AMX VM)")
     parser.add_argument("--rounds", type=int, default=3, help="mxfp16 bench --rounds (default: 3; --quick: 1)")
     parser.add_argument("--threads", type=int, default=None, help="mxfp16 bench --threads (default: every core)")
     parser.add_argument("--quick", action="store_true",
@@ -69,6 +69,17 @@ def _lscpu(folder):
             handle.write(proc.stdout)
 
 
+def _commit():
+    """The checkout's commit (``+`` where files differ from it), or ``None`` where git or its history is missing."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True)
+    except OSError:
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else None
+
+
 def _document(args, facts, notes, records, stage, seconds):
     """``measure.json``'s contents: the machine, the request, each step, the summary."""
     from mxfp16.bench import measure_plan
@@ -77,7 +88,7 @@ def _document(args, facts, notes, records, stage, seconds):
     machine, stack = info.get("machine", {}), info.get("stack", {})
     return dict(
         command="python tools/measure.py " + " ".join(sys.argv[1:]) if args.command is None else args.command,
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), slug=facts["slug"],
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), commit=_commit(), slug=facts["slug"],
         cpu_class=facts["cpu_class"], cpu_class_meaning=facts["cpu_class_meaning"], cpu=facts["cpu"],
         bfloat16=facts["bfloat16"], amx=machine.get("amx"), cpu_cores=machine.get("cpu_cores"),
         threads=(info.get("threads") or {}).get("planned") if args.threads is None else args.threads,
@@ -109,9 +120,16 @@ def _record(out, summary):
     spec = importlib.util.spec_from_file_location("figures", os.path.join(REPO, "docs", "hooks", "figures.py"))
     figures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(figures)
-    for path in figures.write_all():
-        print(f"updated {os.path.relpath(path, REPO)}")
     print(f"recorded the figures of {slug} in docs/results/figures.json (measure.{slug}.*)")
+    try:
+        changed = figures.write_all()
+    except (KeyError, IndexError, FileNotFoundError) as err:
+        print(f"the docs were not refreshed: a page quotes a figure with no source ({type(err).__name__}: {err}); "
+              "python docs/hooks/figures.py --check lists each one", file=sys.stderr)
+        return 1
+    for path in changed:
+        print(f"updated {os.path.relpath(path, REPO)}")
+    return 0
 
 
 def _check_request(parser, args, out):
@@ -166,9 +184,8 @@ def main(argv=None):
         raise
     print("\n".join(measure_plan.table_lines(document["summary"])))
     print(f"wrote {out} (measure.json, measure.md) in {document['seconds'] / 60:.1f} min")
-    if args.record:
-        _record(out, document["summary"])
-    return 1 if any(r["status"] == "failed" for r in records) else 0
+    recorded = _record(out, document["summary"]) if args.record else 0
+    return 1 if recorded or any(r["status"] == "failed" for r in records) else 0
 
 
 if __name__ == "__main__":

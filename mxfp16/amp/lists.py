@@ -43,6 +43,7 @@ from .pooling import global_average_as_mean
 #: ``+pointwise32`` sets are options whose effect is still to be measured on a CPU with avx512_bf16
 #: (docs/benchmarks.md), not defaults. ``+batchnorm32`` (every BatchNorm in float32, :func:`batch_norm`) is an
 #: option for networks whose BatchNorms get the plain layout (MobileNet v2): measured there, not a default.
+#: ``+unaligned32`` (:func:`unaligned_convolution`) is the option for the same networks' reorders.
 LIST_SETS = {
     "mxfp16": ("mxfp16", ("stem",)),
     "mxnet": ("mxnet", ()),
@@ -51,6 +52,7 @@ LIST_SETS = {
     "mxfp16+pointwise32": ("mxfp16", ("stem", "pointwise32")),
     "mxfp16+depthwise32+pointwise32": ("mxfp16", ("stem", "depthwise32", "pointwise32")),
     "mxfp16+batchnorm32": ("mxfp16", ("stem", "batchnorm32")),
+    "mxfp16+unaligned32": ("mxfp16", ("stem", "unaligned32")),
 }
 
 
@@ -242,6 +244,35 @@ def batch_norm(call):
     return call.op == "BatchNorm"
 
 
+#: oneDNN's AVX-512 and AMX kernels block channels by this many (the ``nChw16c`` layouts).
+CHANNEL_BLOCK = 16
+
+
+def unaligned_convolution(call):
+    """A convolution whose input or output channels are not a multiple of :data:`CHANNEL_BLOCK` (``+unaligned32``).
+
+    MXNet 1.9.1 refuses oneDNN's padded layouts, so in bfloat16 such a
+    convolution (MobileNet v2's 3-channel stem, its 24-channel layers, a
+    102-class output) runs on the plain layout, with reorders around it and
+    reference BatchNorm kernels behind it (the AMX profile's third of oneDNN's
+    time). The input channels come from the weight's declared shape: a
+    network traced before its parameters have their shapes (deferred
+    initialisation) is judged by its output channels until
+    :meth:`mxfp16.MixedPrecision.train_step` traces it again after the first
+    step. An option, measured by ``make measure`` (docs/benchmarks.md).
+    """
+    if call.op != "Convolution":
+        return False
+    shape = call.weight_shape
+    inputs = shape[1] * call.int_attr("num_group", 1) if len(shape) > 1 else 0
+    return any(channels % CHANNEL_BLOCK for channels in (call.int_attr("num_filter", 0), inputs) if channels)
+
+
+def reads_weight_shapes(which):
+    """Whether the list set ``which`` has a rule that reads weight shapes, which a deferred network lacks at first."""
+    return "unaligned32" in check_list_set(which)[1]
+
+
 #: The layers a measurement kept in float32 in this process (AMP is process-global, and so is this): by
 #: weight parameter name (graph nodes), and by ``(operator, attributes, input shapes)`` (calls on arrays).
 _measured = {"weights": set(), "calls": set()}
@@ -288,6 +319,7 @@ FLOAT32_RULES = {
     "pointwise32": (("Convolution",), pointwise_convolution),
     "measured": (("Convolution", "FullyConnected"), measured_float32),
     "batchnorm32": (("BatchNorm",), batch_norm),
+    "unaligned32": (("Convolution",), unaligned_convolution),
 }
 
 

@@ -270,10 +270,14 @@ class LayerCall:
         builds a graph node, else ``None``.
     shapes : tuple or None
         The input shapes when the call runs on arrays, else ``None``.
+    weight_shape : tuple
+        The weight's shape as far as it is known (a graph node's declares
+        ``0`` for a size Gluon has yet to infer), else ``()``.
     """
 
-    def __init__(self, op, attrs, weight=None, shapes=None):
+    def __init__(self, op, attrs, weight=None, shapes=None, weight_shape=()):
         self.op, self.attrs, self.weight, self.shapes = op, dict(attrs), weight, shapes
+        self.weight_shape = weight_shape
 
     @classmethod
     def of_call(cls, op, args, kwargs):
@@ -285,7 +289,8 @@ class LayerCall:
         name = weight.name if isinstance(weight, symbol.Symbol) and weight.get_children() is None else None
         shapes = tuple(tuple(t.shape) for t in tensors) if tensors and all(
             isinstance(t, ndarray.NDArray) for t in tensors) else None
-        return cls(op, attrs, name, shapes)
+        declared = weight.list_attr().get("__shape__", "") if name else ""
+        return cls(op, attrs, name, shapes, shapes[1] if shapes and len(shapes) > 1 else as_tuple(declared))
 
     @classmethod
     def of_node(cls, node, nodes):
@@ -294,14 +299,15 @@ class LayerCall:
         The weight is found behind AMP's casts (the graph of a network traced
         with AMP on casts each weight before the layer reads it).
         """
-        weight = None
+        weight, declared = None, ""
         if len(node["inputs"]) > 1:
             index, output, _ = node["inputs"][1]
             while nodes[index]["op"] in ("amp_cast", "amp_multicast"):
                 cast = nodes[index]
                 index, output, _ = cast["inputs"][output if cast["op"] == "amp_multicast" else 0]
-            weight = nodes[index]["name"] if nodes[index]["op"] == "null" else None
-        return cls(node["op"], node.get("attrs", {}), weight)
+            if nodes[index]["op"] == "null":
+                weight, declared = nodes[index]["name"], nodes[index].get("attrs", {}).get("__shape__", "")
+        return cls(node["op"], node.get("attrs", {}), weight, weight_shape=as_tuple(declared))
 
     def int_attr(self, name, default):
         try:

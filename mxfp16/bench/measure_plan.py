@@ -74,7 +74,7 @@ def _tiny(*pairs):
 
 #: The table's models, in its order (docs/benchmarks.md). Each weight is about the minutes its step needs on a
 #: 2-core AMX VM with the peer, 3 rounds (docs/results/bench-families-amx-emerald-rapids: ms per step times the
-#: rows' 33 steps, plus each row's process start and model build, auto's timing and torch.compile's rows): about 170
+#: rows' 33 steps, plus each row's process start and model build, auto's timing and torch.compile's rows): about 180
 #: of the default 210-minute budget, so a step is cut only on a slower machine.
 MODELS = (
     Measured("resnet50_v2", 53.0, 224, 16),
@@ -85,8 +85,10 @@ MODELS = (
     Measured("bert-encoder", 14.0,
              quick=_tiny("vocab=50", "units=16", "heads=2", "ffn=32", "seq_len=6", "max_length=8")),
     Measured("dcgan", 28.0, quick=_tiny("nz=10", "ngf=4", "ndf=4")),
-    # A second amp-bfloat16 row, BatchNorm in float32: for the reference BatchNorm kernels its AMX profile shows.
-    Measured("mobilenetv2_1.0", 40.0, 224, 16, needs="gluoncv", route=("--amp-lists", "mxfp16,mxfp16+batchnorm32")),
+    # Two more amp-bfloat16 rows, for the reorders and reference BatchNorm kernels its AMX profile shows: BatchNorm in
+    # float32, and the convolutions whose channels oneDNN cannot block in float32.
+    Measured("mobilenetv2_1.0", 50.0, 224, 16, needs="gluoncv",
+             route=("--amp-lists", "mxfp16,mxfp16+batchnorm32,mxfp16+unaligned32")),
 )
 
 
@@ -467,7 +469,8 @@ def markdown(document):
     from ..machine.hardware import describe_cpu
 
     lines = [f"# Measured on {document['cpu'].get('model_name') or 'this CPU'} ({document['cpu_class']})", "",
-             f"Command: `{document['command']}`", "",
+             f"Command: `{document['command']}`" + (f", at commit {document['commit']}" if document.get("commit")
+                                                    else ""), "",
              f"CPU: {describe_cpu(document['cpu'])}; class {document['cpu_class']} "
              f"({document['cpu_class_meaning']}); bfloat16: {document['bfloat16']['reason']}.",
              f"Threads: {document.get('threads') or 'the bench default'}; Python {document['python']}, numpy "
