@@ -139,14 +139,17 @@ def test_the_batchnorm32_option_keeps_every_batchnorm_float32_and_the_convolutio
 
 
 def test_relu6s_clip_runs_in_float32_between_bfloat16_convolutions(typed):
-    # MXNet's own bfloat16 clip is slow enough to be most of MobileNet v2's step (lists.SLOW_IN_BFLOAT16).
+    # MXNet's own bfloat16 clip is slow enough to be most of MobileNet v2's step (lists.SLOW_IN_BFLOAT16), and its
+    # float32 clip slower than a minimum and a maximum with a scalar (mxfp16/amp/clip.py), which take its place.
     assert "clip" in lists.operator_lists("bfloat16")["fp32_ops"]
     assert "clip" not in lists.operator_lists("bfloat16", "mxnet")["fp32_ops"]  # MXNet's lists run it in bfloat16
     for which in ("mxfp16", "mxfp16+batchnorm32"):
         block = typed[which]["relu6-block"]
-        assert [op[1] for op in _ops(block, "clip")] == ["float32"]
+        assert not _ops(block, "clip")
+        assert [op[1] for op in _ops(block, "_minimum_scalar") + _ops(block, "_maximum_scalar")] == ["float32"] * 2
         assert [op[1] for op in _ops(block, "Convolution")] == ["bfloat16", "bfloat16"]
-    assert _ops(typed["mxfp16"]["relu6-block"], "clip")[0][2]  # after a bfloat16 BatchNorm: cast up
+    assert _ops(typed["mxfp16"]["relu6-block"], "_minimum_scalar")[0][2]  # after a bfloat16 BatchNorm: cast up
+    assert not _ops(typed["mxfp16"]["relu6-block"], "_maximum_scalar")[0][2]  # the minimum's float32: no cast
 
 
 def test_the_unaligned32_option_keeps_convolutions_with_unaligned_channels_float32(typed):

@@ -34,6 +34,7 @@ from .._internals import legacy_operator_functions
 from ..float_formats import BFLOAT16
 from . import numpy_mode as amp_numpy
 from . import wrappers as w
+from .clip import clip_as_minimum_maximum
 from .deconvolution import single_channel_as_convolution
 from .pooling import global_average_as_mean
 
@@ -118,7 +119,8 @@ EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
 #: bfloat16 kernel is far slower than its float32 one (it widens every element on its own; oneDNN has none for it):
 #: ``clip``, MobileNet's ReLU6, was 81% of MobileNet v2's amp-bfloat16 step on a Zen 5 (224 px, batch 16, MXNet's
 #: profiler), 2.9x its float32 time; in float32, behind a cast each way, the whole step ran 2.2x faster
-#: (docs/benchmarks.md, "Measured on a Zen 5 without AMX").
+#: (docs/benchmarks.md, "Measured on a Zen 5 without AMX"). It is computed by two faster float32 operators
+#: (:mod:`mxfp16.amp.clip`).
 SLOW_IN_BFLOAT16 = ("clip",)
 
 
@@ -484,6 +486,8 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     if target_dtype == "bfloat16":  # the failure is oneDNN's, on CPUs; a GPU's deconvolution is cuDNN's
         _wrap_legacy(["Deconvolution"], lambda f, name: single_channel_as_convolution(f))
         _wrap_legacy(["Pooling"], lambda f, name: global_average_as_mean(f))  # oneDNN's, too (pooling.py)
+    if "clip" in lists["fp32_ops"]:  # mxfp16's lists: in float32 anyway, by faster operators (clip.py)
+        _wrap_legacy(["clip"], lambda f, name: clip_as_minimum_maximum(f))
     for (m, op), original in originals.items():
         setattr(m, op, w.float32_where(original, getattr(m, op), rules[op], op))
     widest = set(amp.list_widest_type_cast(amp_dtype))
