@@ -143,6 +143,26 @@ def rebuild_graphs(block):
     renew_parameter_symbols(block)
 
 
+def renew_parameter_arrays(block):
+    """Give each initialised parameter of ``block`` new arrays with its values, in MXNet's own layout.
+
+    On a CPU, an inference pass reorders a convolution's float32 weight in
+    place into oneDNN's blocked layout, and MXNet keeps it so. AMP's cast
+    of such a weight to bfloat16 fails for a grouped convolution ("could not
+    create a primitive descriptor for a reorder primitive"): a network that
+    ran in float32 before AMP went on (MobileNet v2 given its shapes by a
+    forward pass) failed its first amp-bfloat16 step. The gradients are new
+    too (zeros): for a network about to train, not between the steps of one.
+    """
+    for param in block.collect_params().values():
+        try:
+            ctx = param.list_ctx()
+            param.data(ctx[0])  # raises for a parameter not initialised yet and for a sparse one: left alone
+        except RuntimeError:
+            continue
+        param.reset_ctx(ctx)
+
+
 def block_op_kwargs(block):
     """The operator arguments a Gluon layer was built with (e.g. ``num_group``)."""
     return dict(getattr(block, "_kwargs", {}))

@@ -222,7 +222,7 @@ def test_recording_says_in_one_line_when_a_page_quotes_a_figure_with_no_source(t
     row = {"float32": 10.0, "bfloat16": 12.0, "bf16_over_fp32": 1.2, "unit": "img/s"}
     assert tool._record(str(tmp_path / "docs" / "results" / "measure-x"), {"dcgan": row}) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'nowhere.to.be.found'" in err[0] and "figures.py --check" in err[0]
+    assert len(err) == 1 and "'nowhere.to.be.found'" in err[0] and "figures.py lists each one" in err[0]
     registry = json.loads((tmp_path / "docs" / "results" / "figures.json").read_text())
     assert "measure.measure-x.dcgan.bf16_over_fp32" in registry  # the measurement's own figures were recorded
     assert (tmp_path / "docs" / "page.md").read_text() == page

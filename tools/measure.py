@@ -125,7 +125,7 @@ def _record(out, summary):
         changed = figures.write_all()
     except (KeyError, IndexError, FileNotFoundError) as err:
         print(f"the docs were not refreshed: a page quotes a figure with no source ({type(err).__name__}: {err}); "
-              "python docs/hooks/figures.py --check lists each one", file=sys.stderr)
+              "python docs/hooks/figures.py lists each one", file=sys.stderr)
         return 1
     for path in changed:
         print(f"updated {os.path.relpath(path, REPO)}")

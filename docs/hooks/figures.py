@@ -13,7 +13,7 @@ train`` and ``mxfp16 compare`` wrote, with the command, machine, load and
 threads), the path to the value in it, and its format. Tables come from the
 builders in :data:`TABLES`.
 
-``python docs/hooks/figures.py --check`` (the test suite runs the same
+``python docs/hooks/figures.py`` (the test suite runs the same
 check) fails when a quoted figure or table differs from its source, names an
 unknown figure, or when a number that looks like a measurement (``1.9x``,
 ``12.5 img/s``, ``-0.4 points``, ``0.973``) stands outside a span. A number

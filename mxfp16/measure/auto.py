@@ -288,7 +288,7 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
     -------
     mxfp16.Precision
     """
-    from .._internals import rebuild_graphs
+    from .._internals import rebuild_graphs, renew_parameter_arrays
     from ..precision import activate, resolve_precision
 
     precision = resolve_precision(name, ctx, allow_cpu_float16=allow_cpu_float16)
@@ -297,4 +297,6 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
     if precision.amp:
         for net in list(nets):
             rebuild_graphs(net)  # a graph built before AMP stays float32: trace it again under AMP
+            if all(c.device_type == "cpu" for c in ctx):
+                renew_parameter_arrays(net)  # float32 passes may have left oneDNN's layouts, which AMP cannot cast
     return precision
