@@ -17,17 +17,13 @@ the loss scaler's seams for a step of your own, the errors a script catches
 and :class:`TensorBoardLogger` are here too (docs/api.md lists them; MXNet's
 own ``Estimator`` trains in mixed precision with :mod:`mxfp16.estimator`).
 
-``import mxfp16`` does not import MXNet. It prepares the stack (supplies the
-numpy names and ``distutils`` that numpy 1.24+, numpy 2 and Python 3.12
-removed and MXNet 1.9.1 still uses, :mod:`mxfp16.machine.stack`; checks that an
-MXNet wheel is installed), preloads the CUDA wheels' libraries, checks the
-environment variables MXNet reads and puts the thread count there
-(:mod:`mxfp16.machine.environment`; a value MXNet cannot use is reported when
-MXNet is about to load, never here) and, on
-an Intel CPU with AMX, asks Linux for the tile state so MXNet's oneDNN can use
-it (:mod:`mxfp16.machine.amx`), all of which
-MXNet reads only when it loads: import mxfp16 before mxnet. The names below import their module
-(and MXNet) on first use.
+``import mxfp16`` does not import MXNet. It prepares the stack (the numpy
+names and ``distutils`` that MXNet 1.9.1 still uses, :mod:`mxfp16.machine.stack`),
+preloads the CUDA wheels' libraries, checks the environment variables MXNet
+reads and sets the thread count (:mod:`mxfp16.machine.environment`) and, on
+an Intel CPU with AMX, asks Linux for the tile state (:mod:`mxfp16.machine.amx`),
+all of which MXNet reads only when it loads: import mxfp16 before mxnet. The
+names below import their module (and MXNet) on first use.
 """
 from . import _lazy
 from ._version import __version__

@@ -27,10 +27,7 @@ def trainer_params(trainer):
 
 
 def grad_is_fresh(param):
-    """Whether a backward pass wrote ``param``'s gradient (on every device) since its last update.
-
-    Gluon's host-side stale-gradient flag; ``False`` for a deferred parameter.
-    """
+    """Whether a backward pass wrote ``param``'s gradient (every device's) since its last update (Gluon's flag)."""
     if param_is_deferred(param):
         return False
     return all(data._fresh_grad for data in param.list_data())
@@ -100,9 +97,8 @@ def block_children(block):
 def built_graphs(block):
     """``[(block, output symbol)]`` for each graph the hybridized blocks in ``block`` have built and run on.
 
-    A block that is not hybridized may hold a graph too (Gluon builds one to
-    infer deferred shapes), but it runs imperatively, so that graph does not
-    count.
+    A block that is not hybridized may hold a graph too (Gluon infers deferred
+    shapes with one), but it runs imperatively, so that graph does not count.
     """
     graph = getattr(block, "_cached_graph", ())
     if graph and block_is_hybridized(block):
@@ -136,8 +132,7 @@ def hybridization_paused(blocks):
 def rebuild_graphs(block):
     """Drop the graphs the hybridized blocks in ``block`` built, so the next forward pass traces them again.
 
-    A graph traced before AMP was switched on stays float32 otherwise. The
-    blocks stay hybridized, with their flags.
+    A graph traced before AMP was switched on stays float32 otherwise; the blocks stay hybridized.
     """
     block.apply(lambda b: b._clear_cached_op() if hasattr(b, "_clear_cached_op") else None)
     renew_parameter_symbols(block)
@@ -221,7 +216,7 @@ def trainer_updater_states(trainer):
 
 
 def set_trainer_updater_states(trainer, states):
-    """Give every updater ``states``; each moves them to its device at its next update."""
+    """Give every updater ``states`` (each moves them to its device at its next update)."""
     if trainer_updates_on_kvstore(trainer):
         raise ValueError("the optimizer states live on the kvstore (update_on_kvstore=True)")
     for updater in trainer._updaters:

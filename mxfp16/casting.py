@@ -1,12 +1,10 @@
 """Casting a Gluon network and its batches for mixed precision.
 
-The tutorial's recipe: cast the network's parameters to float16, cast each
-batch to float16, and compute the loss from float32 logits. Normalisation is
-the exception: MXNet's BatchNorm operator takes float16 data with float32
-gamma, beta and running statistics, and Gluon's ``BatchNorm.cast`` keeps them
-float32. LayerNorm, InstanceNorm and GroupNorm have no such mixed-dtype
-kernel in MXNet 1.9.1 (their operators require one dtype), so their
-parameters follow the network.
+The tutorial's recipe: cast the parameters and each batch to float16, and
+compute the loss from float32 logits. BatchNorm keeps float32 parameters (its
+operator takes float16 data with float32 gamma, beta and statistics);
+LayerNorm, InstanceNorm and GroupNorm have no such mixed-dtype kernel in
+MXNet 1.9.1, so their parameters follow the network.
 """
 import itertools
 from collections import OrderedDict
@@ -28,10 +26,9 @@ def cast_net(net, precision):
     ----------
     net : gluon.Block
     precision : Precision or str
-        A resolved :class:`~mxfp16.Precision` (an AMP one is checked with
-        :func:`mxfp16.precision.check_activated`, and so is its
-        ``param_dtype``), or ``'float16'`` or ``'float32'``. bfloat16 is not a
-        Gluon parameter dtype in MXNet 1.9.1: use ``amp-bfloat16``.
+        A resolved :class:`~mxfp16.Precision` (an AMP one, or its ``param_dtype``,
+        is checked with :func:`mxfp16.precision.check_activated`), or
+        ``'float16'`` or ``'float32'`` (bfloat16 is not a Gluon parameter dtype).
 
     Returns
     -------
@@ -83,19 +80,16 @@ def cast_batch(data, label, dtype, ctx_list, keep=()):
     floating input of whole numbers (token ids) is refused when the cast would
     change one, any input when a finite value would become inf, judged on a
     strided sample of at most :data:`SAMPLE` values (the whole input when the
-    sample is whole numbers): docs/getting-started.md ("Models with several
-    inputs, their own loss, several losses") says why.
+    sample is whole numbers).
 
     Parameters
     ----------
     data : NDArray, numpy array or list, or tuple or list of them
-        The batch, batch axis 0; several arrays for a network with several
-        inputs (``net(*inputs)``), all with the same batch size. A list or
-        tuple of arrays is several inputs; a list of numbers (or of lists of
-        numbers) is one array, as numpy reads it.
+        The batch, batch axis 0. A list or tuple of arrays is several inputs
+        (``net(*inputs)``), all with the same batch size; a list of numbers
+        (or of lists of numbers) is one array, as numpy reads it.
     label : array, tuple or list of arrays, or None
-        The labels (several for a loss with several, ``loss_fn(out, *labels)``),
-        or ``None`` for a network that computes its own loss from its inputs.
+        The labels (several for ``loss_fn(out, *labels)``), or ``None`` for a network that computes its own loss.
     dtype : str
         The dtype for floating-point data (``Precision.data_dtype``).
     ctx_list : list of mx.Context
@@ -115,8 +109,7 @@ def cast_batch(data, label, dtype, ctx_list, keep=()):
     ValueError
         An empty batch or tuple, arrays whose batch sizes differ, fewer
         samples than devices, a ``keep`` position that names no input, or a
-        cast that would change values (the message names the input, a value
-        and what it would become).
+        cast that would change values (naming the input and a value).
     """
     ctx_list = [ctx_list] if isinstance(ctx_list, mx.Context) else list(ctx_list)
     if not ctx_list:
@@ -183,9 +176,8 @@ def _split(batch, what, ctx_list, dtype, keep, labels=False):
 def _split_and_load(a, ctx_list):
     """``gluon.utils.split_and_load(a, ctx_list, even_split=False)``: the first ``size % devices`` parts one longer.
 
-    Written out because MXNet 1.9.1's numpy-mode split passes its split points as numpy integers, which
-    numpy 2 prints as ``np.int64(2)``, a value MXNet's parameter parser refuses (``Invalid Parameter format
-    for indices``). Here the bounds are Python integers, in both modes.
+    Written out because MXNet 1.9.1's numpy-mode split passes numpy integers, which numpy 2 prints as
+    ``np.int64(2)``, and MXNet's parser refuses (``Invalid Parameter format for indices``).
     """
     if len(ctx_list) == 1:
         return [a.as_in_context(ctx_list[0])]
@@ -252,8 +244,7 @@ def _whole(values):
 def to_float32(output):
     """Cast network output to float32 for the loss (a no-op when it already is).
 
-    Softmax cross-entropy on float16 logits loses the small probabilities that
-    carry the gradient; the loss must see float32.
+    Softmax cross-entropy on float16 logits loses the small probabilities that carry the gradient.
     """
     if isinstance(output, (list, tuple)):
         return type(output)(to_float32(o) for o in output)

@@ -5,8 +5,7 @@ Each subcommand lives in its own module under ``mxfp16/commands/`` with a
 ``--help``; modules are found by scanning the folder, so adding a command
 touches no shared file. This module is the top floor: nothing imports it.
 
-Building the parsers imports nothing of MXNet (the command modules load it
-only inside functions), so ``--help`` answers in a fraction of a second
+Building the parsers imports nothing of MXNet, so ``--help`` answers at once
 whatever the environment holds. A command's ``OSError`` and a failed
 allocation end it with one line, never a traceback, and standard output may
 close under it (:mod:`mxfp16.plumbing.console`).
@@ -31,9 +30,8 @@ class CommandsUnavailable(Exception):
 def _command_names():
     """The names of the subcommand modules, read from their folder.
 
-    ``pkgutil.iter_modules`` answers an unreadable folder with an empty list,
-    which argparse would then show as "choose from" nothing: list it ourselves
-    so the reason reaches the user.
+    Not ``pkgutil.iter_modules``, which answers an unreadable folder with an
+    empty list: the reason must reach the user.
     """
     folder = _commands.__path__[0]
     try:
@@ -104,9 +102,7 @@ def _utf8_command_line():
 
     Under ``LC_ALL=C`` with ``PYTHONUTF8=0`` Python decodes file names as
     ASCII: a class folder named in UTF-8 would look undecodable and a label
-    could not be printed. Plain ``LANG=C`` gets UTF-8 from Python itself
-    (PEP 538, 540); the commands restart themselves the same way under any C
-    or POSIX locale, so every locale reads names as the file system holds them.
+    could not be printed (plain ``LANG=C`` gets UTF-8 from Python itself, PEP 538, 540).
     """
     if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
         return None

@@ -41,8 +41,7 @@ def parse_devices(text, gpu_count=None):
     text : str
         What ``--ctx`` was given (case and surrounding spaces do not matter).
     gpu_count : callable, optional
-        How many GPUs ``'auto'`` takes; called only for ``'auto'`` (default
-        :func:`mxfp16.machine.hardware.gpu_count`, MXNet's count, which loads it).
+        How many GPUs ``'auto'`` takes, called only then (default MXNet's count, which loads it).
 
     Returns
     -------

@@ -29,8 +29,6 @@ __all__ = ["MixedPrecisionProcessor", "MixedPrecisionHandler", "MixedPrecisionCh
 class MixedPrecisionProcessor(BatchProcessor):
     """Estimator's batch processor, through :class:`~mxfp16.MixedPrecision`: one ``train_step`` per batch.
 
-    :class:`MixedPrecisionHandler` installs it (``handler.processor``).
-
     Parameters
     ----------
     mp : MixedPrecision
@@ -57,9 +55,8 @@ class MixedPrecisionProcessor(BatchProcessor):
         Returns
         -------
         (list, list, list, list)
-            The data, labels, float32 outputs and per-sample losses, one
-            entry per device, as Estimator's handlers expect; for a skipped
-            step the last three are empty.
+            The data, labels, float32 outputs and per-sample losses, one entry
+            per device; for a skipped step the last three are empty.
 
         Raises
         ------
@@ -104,9 +101,8 @@ class MixedPrecisionProcessor(BatchProcessor):
 class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
     """The one argument an Estimator needs: ``fit(..., event_handlers=[MixedPrecisionHandler(mp)])``.
 
-    At the start of ``fit`` it puts its :class:`MixedPrecisionProcessor`
-    (``processor``) in ``estimator.batch_processor``, and as a
-    ``GradientUpdateHandler`` it takes the place of Estimator's own.
+    At the start of ``fit`` it installs its ``processor`` as the Estimator's
+    batch processor; as a ``GradientUpdateHandler`` it replaces Estimator's own.
 
     Parameters
     ----------
@@ -119,8 +115,7 @@ class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
     Raises
     ------
     ValueError
-        At the start of ``fit``: an Estimator with a batch processor of its
-        own (or another mxfp16 processor), or on other devices than ``mp``.
+        At the start of ``fit``: an Estimator with another batch processor, or on other devices than ``mp``.
     """
 
     def __init__(self, mp, priority=-2000, **step_options):
@@ -154,17 +149,14 @@ class MixedPrecisionCheckpointHandler(CheckpointHandler):
 
     Beside each ``<prefix>-epoch<E>batch<B>.params`` it writes
     ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (``<prefix>-best.mxfp16.json``
-    with ``save_best``). With ``resume_from_checkpoint=True`` the state of
-    the same checkpoint goes into ``mp``: the run continues at its loss scale.
+    with ``save_best``); ``resume_from_checkpoint=True`` restores it into ``mp``.
 
     Parameters
     ----------
     model_dir : str
     mp : MixedPrecision
     **options
-        Everything ``CheckpointHandler`` takes (``model_prefix``,
-        ``epoch_period``, ``batch_period``, ``max_checkpoints``,
-        ``resume_from_checkpoint``, ``save_best``, ``monitor`` ...).
+        Everything ``CheckpointHandler`` takes (``model_prefix``, ``epoch_period``, ``save_best`` ...).
 
     Raises
     ------
@@ -219,23 +211,20 @@ class MixedPrecisionCheckpointHandler(CheckpointHandler):
 class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """An Estimator's run in TensorBoard, through a :class:`mxfp16.TensorBoardLogger`.
 
-    Every ``log_every`` batches :meth:`~mxfp16.TensorBoardLogger.log_step`
-    with the processor's last step; at the end of each epoch every metric as
-    ``epoch/<name>`` and the gradient histograms.
+    Every ``log_every`` batches the processor's last step; at the end of each
+    epoch every metric as ``epoch/<name>`` and the gradient histograms.
 
     Parameters
     ----------
     logger : mxfp16.TensorBoardLogger
     log_every : int
     priority : float
-        After Estimator's metric and validation handlers, so the epoch's
-        metrics are complete.
+        After Estimator's metric and validation handlers, so the epoch's metrics are complete.
 
     Raises
     ------
     ValueError
-        At the start of ``fit``, when the Estimator does not train through a
-        :class:`MixedPrecisionProcessor` (pass a :class:`MixedPrecisionHandler` first).
+        At the start of ``fit``, without a :class:`MixedPrecisionProcessor` (pass a :class:`MixedPrecisionHandler`).
     """
 
     def __init__(self, logger, log_every=10, priority=1000):

@@ -1,12 +1,8 @@
-"""The numbers behind float16, bfloat16 and float32.
+"""The numbers behind float16, bfloat16 and float32, derived from each format's bit layout.
 
-Every figure here is derived from a format's bit layout, with the widths of
-float16 and float32 read from numpy's ``finfo``. numpy has no bfloat16 type,
-so MXNet's own is :data:`BFLOAT16`.
-
-What MXNet's float32 -> bfloat16 cast does with bfloat16's *subnormals*
-depends on the CPU, so it is measured, not stated:
-:func:`measure_bfloat16_cast`.
+numpy has no bfloat16 type, so MXNet's own is :data:`BFLOAT16`. What MXNet's
+float32 -> bfloat16 cast does with bfloat16's *subnormals* depends on the
+CPU, so it is measured: :func:`measure_bfloat16_cast`.
 """
 import functools
 from dataclasses import asdict, dataclass
@@ -55,16 +51,10 @@ class FloatFormat:
         """Derive every figure of an IEEE-754-style format from its field widths."""
         bias = 2 ** (exponent_bits - 1) - 1
         smallest_normal = 2.0 ** (1 - bias)
-        return cls(
-            name=name,
-            bits=1 + exponent_bits + mantissa_bits,
-            exponent_bits=exponent_bits,
-            mantissa_bits=mantissa_bits,
-            max=(2.0 - 2.0 ** -mantissa_bits) * 2.0 ** bias,
-            smallest_normal=smallest_normal,
-            smallest_subnormal=smallest_normal * 2.0 ** -mantissa_bits,
-            epsilon=2.0 ** -mantissa_bits,
-        )
+        return cls(name=name, bits=1 + exponent_bits + mantissa_bits, exponent_bits=exponent_bits,
+                   mantissa_bits=mantissa_bits, max=(2.0 - 2.0 ** -mantissa_bits) * 2.0 ** bias,
+                   smallest_normal=smallest_normal, smallest_subnormal=smallest_normal * 2.0 ** -mantissa_bits,
+                   epsilon=2.0 ** -mantissa_bits)
 
     def spacing_at(self, value):
         """Gap between ``value`` and the next representable number above it."""
@@ -89,8 +79,7 @@ FORMATS = {f.name: f for f in (FLOAT16, BF16, FLOAT32)}
 def format_scale(scale):
     """A number (a loss scale, a value a cast changes) as a person reads it: exactly, never rounded by ``%g``.
 
-    Whole numbers up to 2**53 print in full (``%g`` prints 2**24 as
-    ``1.67772e+07``), other powers of two as ``2^k``, anything else with ``%g``.
+    Whole numbers up to 2**53 in full, other powers of two as ``2^k``, anything else with ``%g``.
 
     >>> format_scale(2.0 ** 24), format_scale(0.5 ** 30), format_scale(1.5)
     ('16777216', '2^-30', '1.5')
@@ -99,9 +88,7 @@ def format_scale(scale):
     if np.isfinite(scale) and scale == int(scale) and abs(scale) <= 2.0 ** 53:
         return str(int(scale))
     mantissa, exponent = np.frexp(scale)
-    if mantissa == 0.5:
-        return f"2^{int(exponent) - 1}"
-    return f"{scale:g}"
+    return f"2^{int(exponent) - 1}" if mantissa == 0.5 else f"{scale:g}"
 
 
 # bfloat16's subnormals through MXNet's cast: measured per CPU.
@@ -164,8 +151,7 @@ class BFloat16Cast:
     error : str or None
         Why the cast could not be measured.
     bfloat16_runs : bool
-        Whether bfloat16 arithmetic (a Dense or Convolution) runs on this CPU at all
-        (:func:`mxfp16.machine.hardware.bfloat16_support`); the cast runs either way.
+        Whether bfloat16 arithmetic (a Dense or Convolution) runs on this CPU at all; the cast runs either way.
     bfloat16_reason : str
         Why (``BFloat16Support.reason``).
     """

@@ -1,16 +1,11 @@
-"""A trainer's reduced gradients, read as the optimizer will apply them.
+"""A trainer's reduced gradients, read as the optimizer will apply them, and the Gluon bookkeeping under the seams.
 
 Under loss scaling the gradients in memory are ``batch_size * S`` times the
-gradient of the mean loss. They stay that way: for float16 parameters the
-gradient buffers are float16, and dividing them in place would flush the
-small values that scaling kept (2**-24 and below become zero). The
-optimizer divides instead (``trainer.update(batch_size * S)``, in float32
-with ``multi_precision``), and whatever reads the gradients before it
-divides by the same number: :class:`Gradients` carries it.
-
-Below them is the Gluon bookkeeping the loss scaler's seams rest on:
-:func:`param_use`, :func:`reduce_gradients`, :class:`GradientSums` and
-:func:`refuse_kvstore_updates`. Nothing here waits for the host.
+gradient of the mean loss. They stay that way: dividing float16 buffers in
+place would flush the small values that scaling kept. The optimizer divides
+instead (``trainer.update(batch_size * S)``), and whatever reads the gradients
+before it divides by the same number: :class:`Gradients` carries it. Nothing
+here waits for the host.
 """
 import contextlib
 import weakref
@@ -87,16 +82,14 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
         One copy of every gradient (the norm is computed over these).
     max_norm : float
     scale : float
-        What the gradients carry beyond the update the optimizer applies:
-        the loss scale times the batch size (the trainer's rescale divisor).
+        The loss scale times the batch size (the trainer's rescale divisor).
     replicas : list of NDArray
         Further copies (other devices) that receive the same clipping factor.
 
     Returns
     -------
     NDArray
-        The global norm of ``grads / scale`` before clipping, shape (1,),
-        float32, not read (inf or NaN on an overflowing step).
+        The global norm of ``grads / scale`` before clipping, shape (1,), float32, not read.
     """
     norm = _global_norm(grads, scale)
     ctx = norm.ctx
@@ -110,19 +103,16 @@ class Gradients:
     """The reduced gradients of one trainer in one step, and the number the optimizer divides them by.
 
     :meth:`mxfp16.LossScaler.unscale` returns it; read the gradients through
-    it, never straight from the parameters, which hold them scaled.
+    it, never from the parameters, which hold them scaled.
 
     Attributes
     ----------
     arrays : list of NDArray
-        One copy of each gradient that will be applied (the first device's),
-        as stored: scaled, in the parameter's dtype.
+        One copy of each applied gradient (the first device's), as stored: scaled, in the parameter's dtype.
     replicas : list of NDArray
-        The same gradients on the other devices (identical after the
-        reduction); clipping scales them too.
+        The same gradients on the other devices; clipping scales them too.
     divisor : float
-        ``batch_size * loss scale``: ``arrays[i] / divisor`` is the gradient
-        of the mean loss, which the optimizer applies.
+        ``batch_size * loss scale``: ``arrays[i] / divisor`` is the gradient of the mean loss.
     names : list of str
         The parameter of each array.
     """
@@ -138,10 +128,7 @@ class Gradients:
         return _global_norm(self.arrays, self.divisor).as_np_ndarray()
 
     def clip_(self, max_norm):
-        """Clip in place so the unscaled global norm is at most ``max_norm``; return the norm before clipping.
-
-        The norm is an ``mx.np`` float32 array of shape (1,), not read.
-        """
+        """Clip in place so the unscaled global norm is at most ``max_norm``; return the norm before (``mx.np``)."""
         return clip_global_norm_(self.arrays, max_norm, self.divisor, self.replicas).as_np_ndarray()
 
     def unscaled(self):
@@ -158,12 +145,10 @@ class Gradients:
 class GradientWatch:
     """Notices gradients changed between the scaled backward pass and ``unscale()``: clipped while still scaled.
 
-    A scaled loss the loss scaler hands out reports its ``backward()`` here
-    (:meth:`watched`); each known trainer's global gradient norm is taken on
-    the device then, and again when its gradients are accumulated or
-    unscaled. Nothing legitimate changes them in between. It costs two
-    passes over the gradients per step and no host read of its own (the
-    readings ride with the overflow flag). Not judged: a backward pass
+    A scaled loss reports its ``backward()`` here (:meth:`watched`); each
+    known trainer's gradient norm is taken on the device then, and again when
+    its gradients are accumulated or unscaled. The readings ride with the
+    overflow flag (no host read of their own). Not judged: a backward pass
     started another way, a trainer on its first step, an unscaled loss.
     """
 
@@ -188,10 +173,9 @@ class GradientWatch:
     def watched(self, scaled, report=True):
         """``scaled`` (a loss, or a list or tuple of them) as an object whose ``backward()`` reports here.
 
-        An array keeps its memory and graph (its class becomes a subclass
-        that adds the report); a list or tuple gets a ``backward()`` of its
-        own. With ``report=False`` (scale 1) only a list or tuple changes,
-        to get its ``backward()``.
+        An array keeps its memory and graph (its class becomes a subclass);
+        a list or tuple gets a ``backward()``. With ``report=False`` (scale 1)
+        only a list or tuple changes.
         """
         several = isinstance(scaled, (list, tuple))
         kind = self._kind(type(scaled), report) if report or several else None
@@ -257,10 +241,7 @@ class GradientWatch:
 
     @classmethod
     def changed(cls, values):
-        """The first ``(reference, later)`` pair of host readings that differ, or ``None``.
-
-        Non-finite readings are left to the overflow check, which skips the step.
-        """
+        """The first ``(reference, later)`` pair of host readings that differ, or ``None`` (inf/NaN: not judged)."""
         for reference, later in zip(values[0::2], values[1::2]):
             if np.isfinite(reference) and np.isfinite(later) and abs(later - reference) > cls.TOLERANCE * reference:
                 return float(reference), float(later)
@@ -306,9 +287,8 @@ class ParamUse:
     unused : list of gluon.Parameter
         Trainable, with no gradient since their last update.
     sitting_out : list of gluon.Parameter
-        The unused ones no forward pass has initialised yet: they have no
-        gradient array, so they sit out of Gluon's reduction and update
-        (:func:`params_sitting_out`).
+        The unused ones never initialised: without a gradient array they sit
+        out of Gluon's reduction and update (:func:`params_sitting_out`).
     """
 
     applied: list
@@ -324,7 +304,7 @@ class ParamUse:
 def param_use(params):
     """Sort ``params`` (a trainer's) by whether this step's backward passes reached them: a :class:`ParamUse`.
 
-    Host-side flags only (:func:`mxfp16._internals.grad_is_fresh`), nothing read from the devices.
+    Host-side flags only, nothing read from the devices.
 
     Raises
     ------
@@ -348,10 +328,7 @@ def param_use(params):
 
 @contextlib.contextmanager
 def params_sitting_out(params):
-    """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by.
-
-    On a parameter without data this changes only the flag.
-    """
+    """Within the context, ``params`` (never initialised) have ``grad_req='null'``, so Gluon passes them by."""
     saved = [(param, param.grad_req) for param in params]
     for param, _ in saved:
         param.grad_req = "null"
@@ -371,7 +348,7 @@ def reduce_gradients(trainer, use, divisor):
     use : ParamUse
         What this step applies; its parameters sitting out stay out of the reduction.
     divisor : float
-        What the optimizer will divide the reduced gradients by (the batch size times the loss scale).
+        The batch size times the loss scale, which the optimizer divides by.
     """
     with params_sitting_out(use.sitting_out):
         trainer.allreduce_grads()
@@ -388,10 +365,7 @@ def kvstore_applies_updates(trainer):
 
 
 def refuse_kvstore_updates(trainer, why, checks_overflow):
-    """Raise ``ValueError`` for a trainer whose kvstore applies the updates, saying ``why`` that cannot work.
-
-    ``checks_overflow``: the loss scaler checks the reduced gradients, which such a trainer never has.
-    """
+    """``ValueError`` for a trainer that updates on the kvstore: no reduced gradients for ``why`` or the scaler."""
     if not kvstore_applies_updates(trainer):
         return
     if checks_overflow:
@@ -411,10 +385,7 @@ def fresh_params(trainer):
 
 
 class GradientSums:
-    """Micro-batches' gradients summed per trainer on the devices, until the step folds them into the gradients.
-
-    :meth:`mxfp16.LossScaler.accumulate` adds; ``unscale()`` and ``step()`` fold.
-    """
+    """Micro-batches' gradients summed per trainer on the devices (``accumulate()`` adds, the step folds)."""
 
     def __init__(self):
         self._sums = {}  # id(trainer) -> {id(param): (param, [sum per device])}

@@ -66,19 +66,16 @@ def class_label_axis(loss_fn):
 def check_class_labels(loss_fn, outputs, labels):
     """Refuse class labels outside ``[0, width)`` of the output axis ``loss_fn`` picks from.
 
-    MXNet's ``pick`` (and ``one_hot``) clip an index past the last class
-    (or give an all-zero target), so a label 7 for a 3-class output trains
-    on a wrong target without an error. Reads the labels' smallest and
-    largest values on the host: one synchronisation, which
-    :func:`mxfp16.train_step` spends on a network's first step with a loss.
+    MXNet's ``pick`` (and ``one_hot``) clip an index past the last class (or
+    give an all-zero target): a wrong target without an error. Reads the
+    labels' extremes on the host, once per network and loss (:func:`mxfp16.train_step`).
 
     Parameters
     ----------
     loss_fn : callable
         Nothing is checked unless :func:`class_label_axis` knows its axis.
     outputs : list
-        One float32 output per device (a tuple for a network with several
-        outputs, which is not judged).
+        One float32 output per device (a tuple, for several outputs, is not judged).
     labels : list
         The class labels, one array per device.
 
@@ -91,8 +88,7 @@ def check_class_labels(loss_fn, outputs, labels):
     if axis is None or not all(isinstance(out, mx.nd.NDArray) for out in outputs):
         return
     width = outputs[0].shape[axis]
-    ends = [end for y in labels for end in (y.min(), y.max())]
-    ends = [e.as_nd_ndarray() if isinstance(e, mx.np.ndarray) else e for e in ends]
+    ends = [e.as_nd_ndarray() if isinstance(e, mx.np.ndarray) else e for y in labels for e in (y.min(), y.max())]
     values = mx.nd.concat(*[e.astype("float64").reshape((1,)).as_in_context(ends[0].ctx) for e in ends],
                           dim=0).asnumpy()
     low, high = float(values.min()), float(values.max())

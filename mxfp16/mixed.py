@@ -6,13 +6,12 @@ half done; :meth:`MixedPrecision.prepare` casts a network and builds its
 trainer beside the run's loss scaler (the example: :mod:`mxfp16`).
 
 ``auto`` on a CPU with native bfloat16 is decided by timing the network
-(:mod:`mxfp16.measure.auto`) on the ``example`` batch given to
-:meth:`~MixedPrecision.prepare`, or else the first batch
-:meth:`~MixedPrecision.train_step` sees. Until then the object holds the
-rule's answer and AMP is off: on a CPU float32 and amp-bfloat16 differ only
-in AMP, so nothing built before the verdict changes. With
-``amp_lists="measured"`` the layers AMP would run in bfloat16 are timed the
-same way first (:mod:`mxfp16.measure.per_layer`).
+(:mod:`mxfp16.measure.auto`) on the ``example`` given to
+:meth:`~MixedPrecision.prepare`, or else the first batch of
+:meth:`~MixedPrecision.train_step`. Until then AMP is off: on a CPU float32
+and amp-bfloat16 differ only in AMP, so nothing built before changes. With
+``amp_lists="measured"`` the layers are timed the same way first
+(:mod:`mxfp16.measure.per_layer`).
 """
 import weakref
 from dataclasses import replace
@@ -36,9 +35,7 @@ __all__ = ["MixedPrecision"]
 class MixedPrecision:
     """The run's precision, devices and loss scaler, with AMP active when the precision uses it.
 
-    Create it first, before the network's first forward pass: AMP patches
-    MXNet's operators for the whole process, and a graph traced before it
-    stays float32.
+    Create it before the network's first forward pass: a graph traced before AMP stays float32.
 
     Parameters
     ----------
@@ -55,26 +52,22 @@ class MixedPrecision:
         As for :func:`mxfp16.resolve_precision`.
     amp_lists : str, default 'mxfp16'
         Which operator lists an AMP precision uses (:data:`mxfp16.amp.lists.LIST_SETS`,
-        docs/amp-table.md); ``'measured'`` keeps the layers that do not gain
-        here in float32.
+        docs/amp-table.md); ``'measured'`` keeps the layers that do not gain here in float32.
     time_auto : bool, default True
         Decide ``auto`` by timing the network where that can change the
-        answer (a CPU with native bfloat16). ``False`` keeps the rule (each
-        distributed worker would time under the others' load).
+        answer (a CPU with native bfloat16). ``False`` keeps the rule.
     log : callable, default print
-        Told, in a line each, when ``auto`` times the network and what it chose.
+        Told when ``auto`` times the network and what it chose.
     own_precision : tuple, optional
         ``(name, where)``: the resolved precision of the run this one
-        continues, and where that run recorded it. With ``'auto'`` it is the
-        precision instead of the rule or a timing; a name ignores it.
+        continues, and where it was recorded; with ``'auto'`` it is taken as is.
     **scaler_options
         Passed to :class:`~mxfp16.LossScaler` (``growth_interval`` ...).
 
     Attributes
     ----------
     precision : Precision
-        Its ``reason`` says why: ``'asked for'``, ``ruled: ...`` or ``timed on
-        this CPU: ...``. While :attr:`pending`, the rule's answer.
+        Its ``reason`` says why. While :attr:`pending`, the rule's answer.
     ctx : list of mx.Context
     scaler : LossScaler
         Shared by every trainer :meth:`prepare` builds.
@@ -83,7 +76,7 @@ class MixedPrecision:
     layer_choice : mxfp16.measure.per_layer.LayerChoice or None
         With ``amp_lists='measured'``, once a batch was seen: each layer's dtype and times.
     environment : dict
-        What :func:`mxfp16.machine.environment.set_float16_environment` set.
+        What ``set_float16_environment`` set.
 
     Raises
     ------
@@ -140,8 +133,7 @@ class MixedPrecision:
         Parameters
         ----------
         net : gluon.Block
-            Initialised; built after this object was created, or at least
-            not yet run under another precision.
+            Initialised, and not yet run under another precision.
         optimizer : str or mx.optimizer.Optimizer
         optimizer_params : dict, optional
         example : tuple, optional
@@ -149,17 +141,13 @@ class MixedPrecision:
             ``auto`` (and ``amp_lists='measured'``), time ``net`` now rather
             than at the first :meth:`train_step`.
         loss_fn : callable, optional
-            The loss the timed steps use with ``example`` (by default the sum
-            of the outputs: the network's cost dominates a step).
+            The loss the timed steps use with ``example`` (by default the sum of the outputs).
         **trainer_options
-            ``kvstore``, ``update_on_kvstore``, ``compression_params`` (see
-            :func:`mxfp16.make_trainer`).
+            ``kvstore``, ``update_on_kvstore``, ``compression_params`` (see :func:`mxfp16.make_trainer`).
 
         Returns
         -------
         gluon.Trainer
-            ``multi_precision`` for float16 parameters, ``update_on_kvstore``
-            off when the scaler is on.
         """
         self._nets.add(net)
         if self._stepped is not None:
@@ -184,10 +172,9 @@ class MixedPrecision:
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
-        For a pending ``auto`` (or ``amp_lists='measured'``) the first call
-        times ``net`` on this batch first. With ``amp_lists='mxfp16+unaligned32'``
-        a network whose parameters had no shapes yet is traced again after
-        its first step, when its rule can read them.
+        A pending ``auto`` (or ``amp_lists='measured'``) times ``net`` on this
+        batch first. With ``amp_lists='mxfp16+unaligned32'`` a network whose
+        parameters had no shapes yet is traced again after its first step.
         """
         if self.layers_pending:
             self._choose_layers(net, data)
@@ -212,8 +199,7 @@ class MixedPrecision:
         Returns
         -------
         dict
-            ``version``, ``precision`` (the resolved name), ``requested``,
-            ``reason``, ``auto`` (the verdict's record, or ``None``) and ``scaler``.
+            ``version``, ``precision``, ``requested``, ``reason``, ``auto`` (the verdict's record) and ``scaler``.
         """
         return {"version": self.STATE_VERSION, "precision": self.precision.name,
                 "requested": self.precision.requested, "reason": self.precision.reason,
@@ -226,8 +212,7 @@ class MixedPrecision:
         Raises
         ------
         ValueError
-            A state of another version, or of a run in another precision
-            (the message names both and the fix).
+            A state of another version, or of a run in another precision (naming both and the fix).
         """
         if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION:
             found = state.get("version") if isinstance(state, dict) else state

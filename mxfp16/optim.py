@@ -1,11 +1,9 @@
 """Optimizers for mixed precision: the Trainer factory, the learning-rate schedule and the support table.
 
-float16 weights cannot hold small updates: 1.0 + 1e-4 rounds back to 1.0
-because float16's spacing at 1.0 is 2**-10. With ``multi_precision=True`` an
-MXNet optimizer keeps a float32 master copy of every float16 weight, applies
-the update there and copies the result back. :func:`optimizer_support`
-answers "do all optimizers support this mode?" by running each registered
-optimizer and watching which kernels it calls.
+float16 weights cannot hold small updates (1.0 + 1e-4 rounds back to 1.0).
+With ``multi_precision=True`` an MXNet optimizer keeps a float32 master copy
+of every float16 weight and updates that. :func:`optimizer_support` runs each
+registered optimizer in this mode and watches which kernels it calls.
 """
 import inspect
 import re
@@ -103,22 +101,19 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     ----------
     params : ParameterDict or list of Parameter
     optimizer : str or mx.optimizer.Optimizer
-        A registered name (case-insensitive); an unknown one raises
-        :class:`OptimizerError` listing the registry.
+        A registered name (case-insensitive).
     optimizer_params : dict, optional
         ``learning_rate``, ``momentum``, ``wd``, ``lr_scheduler`` ...
     precision : Precision, optional
         ``multi_precision=True`` is set when its parameters are float16.
     loss_scaler : LossScaler, optional
-        When it is enabled, ``update_on_kvstore`` is False: the step must see
-        the reduced gradients. ``None`` means no scaling.
+        When it is enabled, ``update_on_kvstore`` is False: the step must see the reduced gradients.
     kvstore : str
         Passed to Gluon (``'device'``, ``'local'``, ``'nccl'``, ``'dist_sync'`` ...).
     update_on_kvstore : bool or None
         Gluon's default when ``None`` and no scaler needs otherwise.
     compression_params : dict, optional
-        Gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``;
-        checked with :func:`check_compression` when ``precision`` is given.
+        E.g. ``{'type': '2bit', 'threshold': 0.5}``; checked with :func:`check_compression`.
 
     Returns
     -------
@@ -156,9 +151,9 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
 def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_epochs=None):
     """gluoncv's linear warm-up from 0, then ``step`` or ``cosine`` decay, counted in updates.
 
-    The schedule reads the optimizer's update count, which the trainer
-    states carry, so a resumed run continues at the same point. Phases
-    shorter than two updates are constant (gluoncv divides by ``niters - 1``).
+    It reads the optimizer's update count, which the trainer states carry, so
+    a resumed run continues where it was. Phases shorter than two updates are
+    constant (gluoncv divides by ``niters - 1``).
 
     Parameters
     ----------
@@ -166,11 +161,9 @@ def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_
         The peak rate (after warm-up).
     epochs, warmup_epochs, steps_per_epoch : int
     kind : {'cosine', 'step'}
-        ``cosine`` decays to 0 at the end; ``step`` divides by 10 at each
-        epoch in ``step_epochs``.
+        ``cosine`` decays to 0 at the end; ``step`` divides by 10 at each epoch in ``step_epochs``.
     step_epochs : sequence of int, optional
-        For ``step``: the epochs (counted from the start of the run) where
-        the rate drops.
+        For ``step``: the epochs (counted from the start of the run) where the rate drops.
 
     Returns
     -------
@@ -206,9 +199,7 @@ def optimizer_params(optimizer, lr, wd=0.0, momentum=None, lr_scheduler=None):
     OptimizerError
         For an unknown optimizer name.
     """
-    params = {"learning_rate": lr, "wd": wd}
-    if lr_scheduler is not None:
-        params["lr_scheduler"] = lr_scheduler
+    params = {"learning_rate": lr, "wd": wd, **({} if lr_scheduler is None else {"lr_scheduler": lr_scheduler})}
     cls = mx.optimizer.Optimizer.opt_registry[_check_optimizer(optimizer)]
     if momentum is not None and "momentum" in inspect.signature(cls.__init__).parameters:
         params["momentum"] = momentum
@@ -224,20 +215,15 @@ class OptimizerSupport:
     name : str
         Registry name.
     multi_precision : bool
-        ``multi_precision=True`` ran an update on a float16 weight, kept it
-        float16 and finite.
+        ``multi_precision=True`` updated a float16 weight and kept it float16 and finite.
     kernel : str
-        ``'fused'`` when the update called a mixed-precision kernel
-        (``mp_*`` operators), ``'generic'`` when it went through the base
-        class's float32 copy (a ``Cast`` and the float32 update), ``'-'``
-        when it failed.
+        ``'fused'`` for a mixed-precision kernel (``mp_*`` operators), ``'generic'``
+        for the base class's float32 copy (a ``Cast`` and the float32 update), ``'-'`` on failure.
     master_keeps_small_update : bool
-        An update of about 1e-4 on a weight of 1.0 reached the float32 master
-        copy.
+        An update of about 1e-4 on a weight of 1.0 reached the float32 master copy.
     float16_alone_keeps_small_update : bool or None
         The same update without master weights changed the float16 weight
-        (expected False: float16 swallows it); None when the optimizer has
-        no float16 update without master weights.
+        (expected False); None when the optimizer has no such update.
     operators : tuple of str
         MXNet operators the multi-precision update ran, from the profiler.
     error : str or None
@@ -318,10 +304,7 @@ def _float16_alone(name):
 
 
 def optimizer_support(names=None):
-    """Run every registered optimizer with ``multi_precision=True`` and report what happened.
-
-    Each row comes from updating a float16 weight of ones with a 1e-4 step
-    and reading MXNet's profiler for the operators that ran.
+    """Run every registered optimizer with ``multi_precision=True`` on a float16 weight of ones, with a 1e-4 step.
 
     Parameters
     ----------

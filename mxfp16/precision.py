@@ -1,9 +1,8 @@
 """One precision setting, resolved once into what a training step needs.
 
-A precision is named by one string. :func:`resolve_precision` validates it
-against the devices the run will use and returns an immutable
-:class:`Precision`; everything else (casting, the trainer, the loss scaler)
-reads that object instead of comparing dtype strings.
+:func:`resolve_precision` validates a precision's name against the run's
+devices and returns an immutable :class:`Precision`, which everything else
+reads instead of comparing dtype strings.
 
 ============  ============  ===========  =====  ============  ==============
 name          compute       parameters   AMP    loss scaling  master weights
@@ -16,13 +15,11 @@ amp-bfloat16  bfloat16      float32      yes    no            no (already)
 
 ``auto`` picks float16 on GPUs. On a CPU, :func:`resolve_precision` follows
 :func:`auto_rule`; given a network, :class:`mxfp16.MixedPrecision` times it
-instead (:mod:`mxfp16.measure.auto`). Either way the resolved
-:class:`Precision` says why (:attr:`Precision.reason`).
+(:mod:`mxfp16.measure.auto`). :attr:`Precision.reason` says why.
 
-bfloat16 on a CPU needs AVX-512: the oneDNN 2.4.4 in MXNet 1.9.1 has no
-bfloat16 path below it, so ``amp-bfloat16`` is refused there with a
-:class:`PrecisionError` that names the missing instructions
-(:func:`mxfp16.machine.hardware.bfloat16_support`).
+bfloat16 on a CPU needs AVX-512 (the oneDNN 2.4.4 in MXNet 1.9.1 has no
+bfloat16 path below it): ``amp-bfloat16`` is refused there with a
+:class:`PrecisionError` naming the missing instructions.
 """
 import json
 from dataclasses import asdict, dataclass
@@ -41,9 +38,7 @@ class PrecisionError(ValueError):
 class AMPDtypeName(str):
     """The dtype name of an AMP precision's parameters and batches (``'float32'``), which knows its precision.
 
-    It works as ``'float32'`` everywhere, yet ``cast_net(net,
-    precision.param_dtype)`` can tell (:func:`precision_of`) that the run
-    needs :func:`activate`.
+    So ``cast_net(net, precision.param_dtype)`` can tell (:func:`precision_of`) that the run needs :func:`activate`.
     """
 
     precision = None
@@ -76,8 +71,7 @@ class Precision:
         Whether the optimizer keeps float32 copies of float16 parameters
         (``multi_precision=True``).
     reason : str
-        Why this precision: ``'asked for'``, or how ``auto`` chose it (the
-        rule and what backs it, or the measurement).
+        Why this precision: ``'asked for'``, or how ``auto`` chose it (the rule, or the measurement).
     """
 
     name: str
@@ -97,10 +91,7 @@ class Precision:
 
     @property
     def data_dtype(self):
-        """The dtype each batch is cast to before the forward pass.
-
-        AMP casts inside the operators, so its batches stay float32.
-        """
+        """The dtype each batch is cast to before the forward pass (float32 under AMP, which casts inside)."""
         return self.param_dtype
 
     def as_dict(self):
@@ -142,16 +133,13 @@ def auto_rule(on_gpu, support=None):
     (:data:`RECORDED`) or, where nothing was measured, float32:
 
     * GPUs: float16 (MXNet's tensor-core path; published, not measured here);
-    * a CPU that cannot run bfloat16 (no AVX-512): float32;
-    * AVX-512 without bfloat16 instructions: float32 (oneDNN emulates bfloat16);
+    * no AVX-512, or AVX-512 without bfloat16 instructions (emulated): float32;
     * avx512_bf16 without AMX (AMD Zen 4/5): amp-bfloat16, recorded 1.7x-1.8x
       float32 on ResNet-50;
     * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
-      slower than float32 (an Intel Xeon VM, 0.81x). With AMX on (an Emerald
-      Rapids VM) amp-bfloat16 was faster on ResNet-50, the Transformer encoder
-      and the LSTM, and slower on DCGAN and MobileNet v2, so a rule that cannot
-      time the network keeps float32. Given a network, :mod:`mxfp16.measure.auto`
-      times it instead.
+      slower than float32 (0.81x); with AMX on amp-bfloat16 was faster on some
+      networks and slower on others (DCGAN, MobileNet v2), so a rule that
+      cannot time the network keeps float32.
 
     Parameters
     ----------
@@ -194,8 +182,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Returns
     -------
     Precision
-        With :attr:`Precision.reason` saying why; ``auto`` follows
-        :func:`auto_rule` (``ruled: ...``): there is no network here to time.
+        ``auto`` follows :func:`auto_rule` (reason ``ruled: ...``): there is no network here to time.
 
     Raises
     ------
@@ -216,12 +203,11 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
             "network would fail mid-step. Use --precision amp-bfloat16 (bfloat16 through MXNet's AMP, "
             "fast on CPUs with avx512_bf16/AMX) or run on a GPU (--ctx gpu:0). Networks built only "
             "from elementwise ops can opt in with allow_cpu_float16=True.")
-    if resolved == "amp-bfloat16" and not on_gpu:
-        support = hardware.bfloat16_support()
-        if not support.runs:
-            raise PrecisionError(f"precision {resolved!r} cannot run on this CPU: {support.reason}. Use --precision "
-                                 "float32 (or auto, which resolves to float32 here), or a machine with AVX-512 "
-                                 "(bfloat16 natively with avx512_bf16 or AMX).")
+    support = hardware.bfloat16_support() if resolved == "amp-bfloat16" and not on_gpu else None
+    if support is not None and not support.runs:
+        raise PrecisionError(f"precision {resolved!r} cannot run on this CPU: {support.reason}. Use --precision "
+                             "float32 (or auto, which resolves to float32 here), or a machine with AVX-512 "
+                             "(bfloat16 natively with avx512_bf16 or AMX).")
     return Precision(resolved, requested, *_TABLE[resolved], reason=reason)
 
 
@@ -242,9 +228,8 @@ class AMPStateError(RuntimeError):
 def activate(precision, amp_lists="mxfp16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
     """Prepare the process for ``precision``; call before the network's first forward pass.
 
-    For AMP precisions this calls ``mx.contrib.amp.init`` once per process
-    (:func:`mxfp16.amp.lists.init_amp`); for the others it checks that AMP
-    has not already patched MXNet, or a "float32" run would not be float32.
+    For AMP precisions this calls ``mx.contrib.amp.init`` once per process;
+    for the others it checks that AMP has not already patched MXNet.
 
     Parameters
     ----------
@@ -272,19 +257,15 @@ def activate(precision, amp_lists="mxfp16", target_precision_ops=None, condition
     initialised = amp_initialized()
     if not precision.amp:
         if initialised:
-            raise AMPStateError(
-                f"AMP is already active in this process (target {_amp_target or 'unknown'}), so "
-                f"a {precision.name} run here would not be {precision.name}. Run each precision "
-                "in its own process."
-            )
+            raise AMPStateError(f"AMP is already active in this process (target {_amp_target or 'unknown'}), so "
+                                f"a {precision.name} run here would not be {precision.name}. Run each precision "
+                                "in its own process.")
         return
     target = precision.compute_dtype
     if initialised:
         if _amp_target != target:
-            raise AMPStateError(
-                f"AMP was initialised for {_amp_target or 'another target'} in this process and "
-                f"cannot switch to {target}. Run each precision in its own process."
-            )
+            raise AMPStateError(f"AMP was initialised for {_amp_target or 'another target'} in this process and "
+                                f"cannot switch to {target}. Run each precision in its own process.")
         return
     given = {key: value for key, value in (("target_precision_ops", target_precision_ops),
                                            ("conditional_fp32_ops", conditional_fp32_ops),
@@ -301,8 +282,7 @@ _ALWAYS_CAST = frozenset({"Convolution", "FullyConnected"})
 def check_activated(precision, net=None):
     """Refuse a set-up that would train an AMP precision in float32 without saying so.
 
-    :func:`mxfp16.cast_net`, :func:`mxfp16.make_trainer` and
-    :func:`mxfp16.train_step` call this. Host-side only.
+    ``cast_net``, ``make_trainer`` and ``train_step`` call this. Host-side only.
 
     Parameters
     ----------
@@ -352,9 +332,5 @@ def runnable_here():
     n_gpus = hardware.gpu_count()
     support = hardware.bfloat16_support()
     gpu_reason = f"{n_gpus} GPU(s) visible" if n_gpus else "needs a GPU: MXNet has no float16 conv/dense on CPU"
-    return {
-        "float32": (True, "always"),
-        "float16": (n_gpus > 0, gpu_reason),
-        "amp-float16": (n_gpus > 0, gpu_reason),
-        "amp-bfloat16": (support.runs, support.describe()),
-    }
+    return {"float32": (True, "always"), "float16": (n_gpus > 0, gpu_reason), "amp-float16": (n_gpus > 0, gpu_reason),
+            "amp-bfloat16": (support.runs, support.describe())}

@@ -1,20 +1,16 @@
 """Loss scaling: keep small float16 gradients from flushing to zero.
 
-The loss is multiplied by a scale S before backward, so every gradient is S
-times larger and lands inside float16's range; the optimizer divides S back
-out (``trainer.update(batch_size * S)``). A *dynamic* scaler starts high, backs
-off whenever a gradient overflows (and that step is skipped), and grows again
-after a run of clean steps.
+The loss is multiplied by a scale S before backward, so the gradients land
+inside float16's range; the optimizer divides S back out
+(``trainer.update(batch_size * S)``). A *dynamic* scaler backs off when a
+gradient overflows (that step is skipped) and grows after a run of clean steps.
 
-A step has four seams, as in PyTorch's ``GradScaler``, and
-:class:`LossScaler` is the state machine that keeps them in order:
-:meth:`~LossScaler.scale_loss` (with :meth:`~LossScaler.accumulate` after each
-micro-batch), :meth:`~LossScaler.unscale`, :meth:`~LossScaler.step` and
-:meth:`~LossScaler.update`; docs/getting-started.md ("Your own step") walks
-through them. Several trainers share one scaler (a GAN's two networks):
-each trainer's step is skipped only when *its* reduced gradients overflowed,
-and the scale backs off when any did. The Gluon bookkeeping under the seams
-is :mod:`mxfp16.gradients`'s.
+:class:`LossScaler` keeps a step's four seams in order, as PyTorch's
+``GradScaler`` does: :meth:`~LossScaler.scale_loss` (:meth:`~LossScaler.accumulate`
+after each micro-batch), :meth:`~LossScaler.unscale`, :meth:`~LossScaler.step`
+and :meth:`~LossScaler.update` (docs/getting-started.md, "Your own step").
+Trainers sharing one scaler (a GAN's two) are each skipped only when *their*
+gradients overflowed; the scale backs off when any did.
 """
 from collections import deque
 from dataclasses import dataclass
@@ -119,31 +115,25 @@ class LossScaler:
     growth_interval : int, default 2000
         Clean steps between growths.
     hysteresis : int, default 1
-        Consecutive overflowing steps tolerated before backing off (each of
-        them is still skipped). 1 backs off on every overflow.
+        Consecutive overflowing steps (each still skipped) tolerated before backing off.
     min_scale, max_scale : float, default 1.0 and 2**24
         Clamps for the dynamic scale.
     dynamic : bool, default True
-        ``False`` keeps ``init_scale`` fixed (overflowing steps are still
-        skipped).
+        ``False`` keeps ``init_scale`` fixed (overflowing steps are still skipped).
     enabled : bool, default True
-        ``False`` makes a true no-op: scale 1, nothing checked, nothing
-        skipped, so one training step serves every precision.
+        ``False`` is a no-op: scale 1, nothing checked or skipped (one step serves every precision).
     max_overflows_at_min : int, default 50
-        Consecutive overflowing steps at the minimum scale (or at the fixed
-        scale of a static scaler) after which :meth:`update` raises
-        :class:`LossScaleDivergedError` instead of skipping forever.
+        Consecutive overflows at the minimum (or static) scale after which
+        :meth:`update` raises :class:`LossScaleDivergedError` instead of skipping forever.
     history_size : int, default 1000
         How many recent scales :attr:`history` keeps.
     precision : Precision, optional
-        The run's precision, so a step can refuse an AMP precision whose
-        :func:`mxfp16.activate` was not called. Not part of the state.
+        So a step can refuse an AMP precision never activated. Not part of the state.
 
     Attributes
     ----------
     skipped_at : list of int
-        The steps skipped, numbered by :attr:`steps` (from 1);
-        :attr:`skipped_steps` counts them.
+        The steps skipped, numbered by :attr:`steps` (from 1).
     """
 
     STATE_VERSION = 1
@@ -207,10 +197,7 @@ class LossScaler:
         return self._precision
 
     def settle_precision(self, precision):
-        """Take the precision ``auto`` settled on, once it is decided (:class:`mxfp16.MixedPrecision` calls it).
-
-        Only the precision changes: the scale, its settings and the record
-        stay, since ``auto``'s candidates share them.
+        """Take the precision ``auto`` settled on (:class:`mxfp16.MixedPrecision` calls it); the scale stays.
 
         Raises
         ------
@@ -239,24 +226,19 @@ class LossScaler:
     def scale_loss(self, loss):
         """The first seam: ``loss`` times the scale, to call ``backward`` on.
 
-        Recorded for autograd even outside ``autograd.record()``. Call it
-        once per loss and micro-batch, and for each trainer of an iteration:
-        the scale stays the same until :meth:`update`. Call ``.backward()``
-        on what it returns (a list has one too), so that :meth:`step` can
-        refuse gradients changed before :meth:`unscale`
-        (:class:`~mxfp16.gradients.GradientWatch`).
+        Recorded for autograd even outside ``autograd.record()``; the scale
+        stays the same until :meth:`update`. Call ``.backward()`` on what it
+        returns (a list has one too), so that :meth:`step` can refuse
+        gradients changed before :meth:`unscale` (:class:`~mxfp16.gradients.GradientWatch`).
 
         Parameters
         ----------
         loss : NDArray, mx.np.ndarray, or a list or tuple of them
-            Per-sample losses from the forward pass (one array per device
-            or per loss term); the optimizer later divides by the batch size
-            given to :meth:`unscale`.
+            Per-sample losses (one array per device or per loss term).
 
         Returns
         -------
-        The same structure, scaled (the arrays themselves when the scale is
-        1), with a ``backward()``.
+        The same structure, scaled (the arrays themselves at scale 1), with a ``backward()``.
 
         Raises
         ------
@@ -282,9 +264,8 @@ class LossScaler:
     def accumulate(self, trainer):
         """Keep the gradients of the micro-batch just back-propagated, and make room for the next.
 
-        Call it after each micro-batch's ``backward`` (parameters keep
-        ``grad_req='write'``); :meth:`unscale` / :meth:`step` with the samples
-        of all micro-batches apply the sum, kept on the devices (not
+        Call it after each micro-batch's ``backward``; :meth:`unscale` /
+        :meth:`step` with the samples of all micro-batches apply the sum (not
         ``grad_req='add'``, which AMP ignores: docs/getting-started.md).
 
         Parameters
@@ -317,21 +298,18 @@ class LossScaler:
     def unscale(self, trainer, batch_size, skip_unused_params=False):
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
 
-        The overflow check runs on the device after ``allreduce_grads()``, so
-        every device and worker sees the same verdict; :meth:`step` calls it
-        when it was not called.
+        The check runs on the device after ``allreduce_grads()``, so every
+        worker sees the same verdict; :meth:`step` calls it when it was not.
 
         Parameters
         ----------
         trainer : gluon.Trainer
-            Built with ``update_on_kvstore=False`` (:func:`mxfp16.make_trainer`
-            does that when the scaler is enabled).
+            Built with ``update_on_kvstore=False`` (as :func:`mxfp16.make_trainer` does for an enabled scaler).
         batch_size : int or float
             The samples whose summed losses made the gradients (all devices,
             workers and micro-batches), as in ``trainer.step(batch_size)``.
         skip_unused_params : bool
-            Leave parameters that received no gradient in this step unchanged
-            (and out of the overflow check and the norm) instead of raising.
+            Leave parameters that received no gradient unchanged (and unchecked) instead of raising.
 
         Returns
         -------
@@ -343,8 +321,7 @@ class LossScaler:
             Called twice for the trainer in one iteration, after :meth:`step`,
             or before any backward pass reached the trainer's parameters.
         UnusedParameterError
-            Some parameters received no gradient, naming them and
-            ``skip_unused_params``.
+            Some parameters received no gradient, naming them and ``skip_unused_params``.
         ValueError
             The trainer updates on the kvstore, which cannot be checked first.
         """
@@ -372,10 +349,9 @@ class LossScaler:
     def clip_global_norm(self, trainer, max_norm):
         """Clip the trainer's unscaled gradients to a global L2 norm of ``max_norm``, after :meth:`unscale`.
 
-        The scale-aware ``gluon.utils.clip_global_norm``: the norm is that of
-        the gradient the optimizer applies (unscaled, averaged over the
-        batch), so a threshold written for Gluon's summed gradients becomes
-        ``max_norm / batch_size`` here. Nothing is read on the host.
+        The norm is that of the gradient the optimizer applies (unscaled,
+        batch-averaged): a threshold for Gluon's summed gradients becomes
+        ``max_norm / batch_size``. Nothing is read on the host.
 
         Parameters
         ----------
@@ -386,14 +362,12 @@ class LossScaler:
         Returns
         -------
         mx.np.ndarray
-            The global norm before clipping, float32, shape (1,), not read
-            (inf or NaN on a step that overflowed, which :meth:`step` skips).
+            The global norm before clipping, float32, shape (1,), not read.
 
         Raises
         ------
         StepOrderError
-            Before :meth:`unscale` for this trainer (the gradients are still
-            scaled), or after :meth:`step`.
+            Before :meth:`unscale` for this trainer, or after :meth:`step`.
         ValueError
             A ``max_norm`` that is not a positive finite number.
         """
@@ -413,9 +387,8 @@ class LossScaler:
         """The third seam: apply the trainer's update, or skip it when its reduced gradients overflowed.
 
         With an enabled scaler this is the step's one host synchronisation:
-        the skip is a Python branch on the overflow flag, computed after the
-        reduction so every worker takes the same branch (a kvstore deadlocks
-        otherwise). A disabled scaler reads nothing.
+        the flag is computed after the reduction so every worker takes the
+        same branch (a kvstore deadlocks otherwise).
 
         Parameters
         ----------
@@ -435,8 +408,7 @@ class LossScaler:
         ------
         StepOrderError
             Called twice for the trainer in one iteration, before backward, or
-            for gradients changed between the scaled backward pass and
-            :meth:`unscale` (clipped while still scaled; nothing is applied).
+            for gradients changed (clipped) before :meth:`unscale`; nothing is applied.
         """
         state = self._open.get(id(trainer))
         if state is not None and state.stage == "stepped":
@@ -501,29 +473,24 @@ class LossScaler:
         ----------
         overflow : bool, optional
             Only for a step checked by other means (no :meth:`step` in it).
-            By default the outcome :meth:`step` found: the iteration counts as
-            skipped, and the scale backs off, when any trainer overflowed.
+            By default any trainer's overflow in :meth:`step`.
 
         Returns
         -------
         bool
-            ``True`` when the iteration was (or must be) skipped, wholly or
-            for some trainer.
+            ``True`` when the iteration was (or must be) skipped, wholly or for some trainer.
 
         Raises
         ------
         StepOrderError
-            A second update in one iteration (``train_step`` updates the scale
-            itself), an update before :meth:`step` or with a trainer unscaled
-            but not stepped, or ``overflow`` given during or after a step.
+            A second update in one iteration, an update before :meth:`step` or with a trainer
+            unscaled but not stepped, or ``overflow`` given during or after a step.
         LossScaleDivergedError
-            After ``max_overflows_at_min`` consecutive overflows at the
-            minimum (or static) scale.
+            After ``max_overflows_at_min`` consecutive overflows at the minimum (or static) scale.
         """
         if overflow is None:
             stepped = [state for state in self._open.values() if state.stage == "stepped"]
-            pending = [state for state in self._open.values() if state.stage == "unscaled"]
-            if pending or self._accumulated:
+            if self._accumulated or any(state.stage == "unscaled" for state in self._open.values()):
                 raise StepOrderError(
                     "update() while a trainer's gradients were unscaled or accumulated but not stepped: call "
                     "scaler.step(trainer) for each such trainer first (it skips an update that overflowed), then "
@@ -615,14 +582,11 @@ class LossScaler:
 
     def state_dict(self):
         """Plain numbers for the checkpoint, with a version field."""
-        state = {name: getattr(self, name) for name in self._CONFIG}
-        state.update(
-            version=self.STATE_VERSION, scale=self._scale, clean_steps=self._clean_steps,
-            overflows_left=self._overflows_left, overflows_at_min=self._overflows_at_min,
-            steps=self.steps, skipped_steps=self.skipped_steps, skipped_at=list(self.skipped_at),
-            last_step_skipped=self.last_step_skipped, history=list(self.history),
-        )
-        return state
+        return dict({name: getattr(self, name) for name in self._CONFIG},
+                    version=self.STATE_VERSION, scale=self._scale, clean_steps=self._clean_steps,
+                    overflows_left=self._overflows_left, overflows_at_min=self._overflows_at_min,
+                    steps=self.steps, skipped_steps=self.skipped_steps, skipped_at=list(self.skipped_at),
+                    last_step_skipped=self.last_step_skipped, history=list(self.history))
 
     def load_state_dict(self, state):
         """Restore a :meth:`state_dict`, configuration included.
@@ -694,18 +658,13 @@ def parse_loss_scale(setting):
     """
     if setting is None:
         return None
-    if isinstance(setting, str):
-        text = setting.strip().lower()
-        if text in ("dynamic", "none", "off"):
-            return "none" if text == "off" else text
-        try:
-            value = float(text)
-        except ValueError:
-            value = None
-    elif isinstance(setting, bool):
-        value = None  # True/False are not scales
-    else:
-        value = float(setting)
+    text = setting.strip().lower() if isinstance(setting, str) else None
+    if text in ("dynamic", "none", "off"):
+        return "none" if text == "off" else text
+    try:
+        value = None if isinstance(setting, bool) else float(setting)  # True/False are not scales
+    except ValueError:
+        value = None
     if value is None or not (0 < value < float("inf")):
         raise ValueError(f"loss scale {setting!r}: use 'dynamic', 'none' (no scaling) or a positive number "
                          "such as 1024 (not 0, inf or nan)")
@@ -741,9 +700,7 @@ def make_loss_scaler(precision, setting=None, **options):
         raise TypeError(f"make_loss_scaler(precision, setting=None) takes the resolved precision first, got "
                         f"{precision!r}{swapped}: write make_loss_scaler(precision) for the precision's default, "
                         "or make_loss_scaler(precision, 'dynamic' | 'none' | 1024)")
-    value = parse_loss_scale(setting)
-    if value is None:
-        value = "dynamic" if precision.loss_scaling else "none"
+    value = parse_loss_scale(setting) or ("dynamic" if precision.loss_scaling else "none")
     settings = {"dynamic": {"dynamic": True}, "none": {"enabled": False}}
     return LossScaler(precision=precision, **settings.get(value, {"init_scale": value, "dynamic": False}), **options)
 

@@ -1,10 +1,8 @@
 """The training step shared by the trainer and the benchmark, and its evaluation twin.
 
-One function serves every precision: the precision decides what the batch
-was cast to and whether the loss scaler is enabled, and a disabled scaler
-costs nothing. :func:`train_step` is built from the loss scaler's public
-seams; a step it does not cover is written from the same seams
-(docs/getting-started.md, "Your own step").
+One function serves every precision (a disabled loss scaler costs nothing).
+:func:`train_step` is built from the loss scaler's public seams; a step it does
+not cover is written from the same seams (docs/getting-started.md, "Your own step").
 """
 import weakref
 from dataclasses import dataclass
@@ -33,19 +31,16 @@ class BatchLoss:
     """A loss computed over the whole batch at once, every device's outputs together, for :func:`train_step`.
 
     ``train_step`` calls a plain ``loss_fn`` once per device. GluonCV's
-    ``SSDMultiBoxLoss`` (and YOLO's, Faster R-CNN's) divides by the number
-    of positive anchors in the whole batch, so it needs all devices at once,
-    and ``batch_size=1``: it is already normalised (docs/porting-gluoncv.md,
-    "A detection loss over all devices", wraps SSD's).
+    ``SSDMultiBoxLoss`` (and YOLO's, Faster R-CNN's) divides by the positive
+    anchors of the whole batch, so it needs all devices at once, and
+    ``batch_size=1`` (docs/porting-gluoncv.md, "A detection loss over all devices").
 
     Parameters
     ----------
     fn : callable
-        ``fn(outputs, labels)``: ``outputs`` has one float32 output per
-        device (a tuple for a network with several), ``labels`` one entry
-        per device as :func:`mxfp16.cast_batch` returned them. It returns one
-        entry per device: the per-sample losses, or a tuple of such arrays
-        for several loss terms (weighted by ``loss_weights``).
+        ``fn(outputs, labels)``, with one float32 output and one label entry
+        (as :func:`mxfp16.cast_batch` returned it) per device; it returns one
+        entry per device: the per-sample losses, or a tuple of loss terms.
     """
 
     def __init__(self, fn):
@@ -67,21 +62,17 @@ class StepResult:
     Attributes
     ----------
     loss : mx.np.ndarray
-        The weighted total loss averaged over the batch, float32, shape
-        (1,), on the first device, not read (``result.loss.item()`` waits).
+        The weighted total loss averaged over the batch, float32, shape (1,), on the first device, not read.
     skipped : bool
         The update was skipped because a gradient overflowed.
     loss_scale : float
         The scale used for this step's backward pass.
     grad_norm : mx.np.ndarray or None
-        Global L2 norm of the unscaled, batch-averaged gradients before
-        clipping (only when clipping), shape (1,), not read.
+        Global L2 norm of the unscaled gradients before clipping (only when clipping), shape (1,), not read.
     outputs : tuple
-        The network's float32 outputs, one per device (a tuple of them for
-        a network with several), as the loss saw them.
+        The network's float32 outputs, one per device, as the loss saw them.
     losses : tuple of mx.np.ndarray
-        Each loss term averaged over the batch, unweighted, shape (1,): one
-        entry for a single loss.
+        Each loss term averaged over the batch, unweighted, shape (1,).
     """
 
     loss: object
@@ -101,14 +92,12 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     net : gluon.Block
         Already cast (or under AMP) for the precision.
     loss_fn : callable, BatchLoss or None
-        ``loss_fn(outputs, *labels)`` on each device's float32 outputs (see
-        :func:`mxfp16.to_float32`): a ``gluon.loss.Loss`` or any function
-        returning per-sample losses, or a tuple of such arrays to sum; a
-        :class:`BatchLoss`; or ``None`` when the network returns its own
-        loss(es).
+        ``loss_fn(outputs, *labels)`` on each device's float32 outputs,
+        returning per-sample losses (or a tuple of such arrays); a
+        :class:`BatchLoss`; or ``None`` when the network returns its own loss(es).
     trainer : gluon.Trainer
         From :func:`mxfp16.make_trainer`; with an enabled scaler or clipping
-        it must not update on the kvstore (refused, with the reason).
+        it must not update on the kvstore.
     data : list
         One entry per device, from :func:`mxfp16.cast_batch`: an array, or a
         tuple of arrays for a network with several inputs (``net(*inputs)``).
@@ -120,18 +109,14 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
         ``None`` (or a disabled scaler) is a plain step without scaling.
     batch_size : int or float, optional
         What the optimizer divides the summed losses by, as in
-        ``trainer.step(batch_size)``; by default the sum of the slices'
-        lengths (1 for a loss already normalised, see :class:`BatchLoss`).
+        ``trainer.step(batch_size)``; by default the slices' total length.
     clip_grad_norm : float, optional
-        Clip the global norm of the gradient the optimizer applies (unscaled,
-        averaged over the batch) to this value.
+        Clip the global norm of the gradient the optimizer applies (unscaled, batch-averaged) to this value.
     loss_weights : sequence of float, optional
-        One weight per loss term, for a ``loss_fn`` (or network) that
-        returns several; by default every weight is 1.
+        One weight per loss term; by default every weight is 1.
     skip_unused_params : bool
         Leave the parameters that received no gradient (an unused head)
-        unchanged. By default such parameters raise
-        :class:`~mxfp16.scaler.UnusedParameterError`, naming them.
+        unchanged instead of raising :class:`~mxfp16.scaler.UnusedParameterError`.
 
     Returns
     -------
@@ -153,12 +138,10 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     Host synchronisations, each where the design needs one:
 
     * the overflow flag in :meth:`LossScaler.step`, with an enabled scaler
-      only: skip or update is a Python branch, so it is read on the host,
-      after the reduction, so every device and worker decides the same;
+      only (read after the reduction, so every worker decides the same);
     * the labels' range on a network's first step with a class-index loss
-      (:func:`check_class_labels`: a label past the output's width is refused);
-    * whatever a :class:`BatchLoss` reads itself (SSD's count of positive
-      anchors).
+      (:func:`check_class_labels`);
+    * whatever a :class:`BatchLoss` reads itself (SSD's count of positive anchors).
     """
     datas, labels = _check_batch(data, label, loss_fn)
     scaler = LossScaler(enabled=False) if scaler is None else scaler
@@ -207,8 +190,7 @@ def eval_step(net, data):
     Returns
     -------
     list
-        One float32 output per device (a tuple where the network returns
-        several), of the network's kind: ``mx.np`` arrays in numpy mode.
+        One float32 output per device, of the network's kind (``mx.np`` arrays in numpy mode).
     """
     datas = _check_data(data, "eval_step()")
     with autograd.pause(train_mode=False):
@@ -289,8 +271,7 @@ def _batch_loss_terms(loss_fn, outputs, label):
 def _loss_terms(loss_fn, outputs, labels):
     """The float32 loss term(s) of one device: ``loss_fn(outputs, *labels)``, or the network's own loss."""
     value = outputs if loss_fn is None else loss_fn(outputs, *labels)
-    source = "the network (loss_fn=None)" if loss_fn is None else "loss_fn"
-    check_loss(value, source)
+    check_loss(value, "the network (loss_fn=None)" if loss_fn is None else "loss_fn")
     terms = tuple(value) if isinstance(value, (list, tuple)) else (value,)
     return tuple(to_float32(term) for term in terms)
 
