@@ -1,8 +1,4 @@
-"""What the trainer hangs on the epoch loop: the progress bar, the stop on Ctrl-C, TensorBoard.
-
-Each is a :class:`~mxfp16.train.loop.Callback`; the loop itself has no
-branch for any of them.
-"""
+"""What the trainer hangs on the epoch loop (each a :class:`~mxfp16.train.loop.Callback`): progress bar, Ctrl-C."""
 import contextlib
 import signal
 import time
@@ -31,7 +27,7 @@ class ProgressBar(Callback):
     workers : int
         Workers of the job: images/s counts all of them.
     enabled : bool
-        ``False`` (no bar, e.g. ``--no-progress`` or a worker other than rank 0).
+        ``False``: no bar (``--no-progress``, or a rank other than 0).
     """
 
     def __init__(self, epochs, steps_per_epoch, scaler, workers=1, enabled=True):
@@ -63,10 +59,8 @@ class ProgressBar(Callback):
 class StopOnSignal(Callback):
     """Turn the first Ctrl-C or SIGTERM into a request to stop after the current step; a second one aborts.
 
-    SIGTERM is what ``kill``, job schedulers and ``mxfp16 launch`` send. Stopping between steps keeps parameters,
-    optimizer state and loss scale consistent for the checkpoint then written. A context manager around training;
-    outside the main thread (where signals cannot be handled) it installs nothing. ``requested`` is the signal's
-    name once one arrived.
+    Stopping between steps keeps parameters, optimizer state and loss scale consistent for the checkpoint then
+    written. A context manager; outside the main thread it installs nothing. ``requested``: the signal's name.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -85,10 +79,8 @@ class StopOnSignal(Callback):
 
     def __enter__(self):
         for sig in self.SIGNALS:
-            try:
+            with contextlib.suppress(ValueError):  # not the main thread
                 self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
         return self
 
     def __exit__(self, *exc):
@@ -103,11 +95,7 @@ class StopOnSignal(Callback):
 class AgreedStop(Callback):
     """Stop a job's workers together: each read of the loop's numbers is also a vote (see ``StopVote``).
 
-    Parameters
-    ----------
-    signals : StopOnSignal
-        This worker's own request.
-    vote : mxfp16.distributed.StopVote
+    ``signals`` (a :class:`StopOnSignal`) holds this worker's own request.
     """
 
     def __init__(self, signals, vote):
@@ -136,8 +124,7 @@ class Heartbeat(Callback):
 class TensorBoard(Callback):
     """The run's numbers as TensorBoard events (:class:`~mxfp16.diagnostics.tensorboard.TensorBoardLogger`).
 
-    It reads nothing from the device in a step: it logs at each read of the queued numbers and after each epoch's
-    evaluation what docs/training.md's ``tensorboard/`` lists.
+    It reads nothing from the device in a step: it logs at each read of the queued numbers and after each epoch.
 
     Parameters
     ----------
@@ -185,10 +172,8 @@ class TensorBoard(Callback):
 
 
 def tensorboard_folder(config):
-    """Where the run's TensorBoard events go: ``--tensorboard``, else ``<out>/tensorboard``; ``None`` when off.
-
-    Off with ``--no-tensorboard``, and by default without tensorboardX (which refuses ``--tensorboard DIR``).
-    """
+    """Where the run's TensorBoard events go: ``--tensorboard``, else ``<out>/tensorboard`` with tensorboardX;
+    ``None`` when off."""
     if not config.tensorboard:
         return None
     if config.tensorboard_dir is not None:

@@ -90,8 +90,7 @@ def _read_json(path):
 
 
 def _read_latest(folder):
-    """``latest.json`` of a checkpoint folder, ``None`` when there is none; :class:`_DamagedRecord` when it cannot
-    be read as a record, :class:`CheckpointError` when of another format version."""
+    """``latest.json`` of ``folder`` or ``None``; :class:`_DamagedRecord` if unreadable, else of another format."""
     path = folder / RECORD
     if not path.exists():
         return None
@@ -133,8 +132,7 @@ def params_file(out, epoch=None, verify=True):
     out : str or Path
         The run folder.
     epoch : int, optional
-        The checkpoint written at the end of this epoch (counted from 1);
-        ``None`` for the current one.
+        The checkpoint written at the end of this epoch (counted from 1); ``None`` for the current one.
     verify : bool
         Check the file against the sha256 its record lists.
 
@@ -146,8 +144,7 @@ def params_file(out, epoch=None, verify=True):
     Raises
     ------
     CheckpointError
-        No checkpoint, an unreadable record, the file is not on disk (the message lists those that are), or
-        (with ``verify``) it does not match its sha256.
+        No checkpoint, an unreadable record, the file is not on disk, or (``verify``) it fails its sha256.
     """
     folder = _folder(out)
     record = read_record(out)
@@ -177,8 +174,8 @@ def params_file(out, epoch=None, verify=True):
 def copy_params(out, into, epoch=None, attempts=5):
     """Copy a checkpoint's parameters into the folder ``into``, checked against its record; safe while it trains.
 
-    A training run prunes old checkpoints while a reader works. The file is opened, then read once and hashed as
-    it is copied: pruning it meanwhile removes only its name. One pruned before it was opened is looked up again.
+    The file is opened, then read once and hashed as it is copied: pruning it meanwhile removes only its name.
+    One pruned before it was opened is looked up again.
 
     Parameters
     ----------
@@ -194,11 +191,6 @@ def copy_params(out, into, epoch=None, attempts=5):
     -------
     (Path, dict)
         The copy (named as the checkpoint's file) and its record.
-
-    Raises
-    ------
-    CheckpointError
-        As :func:`params_file`; or the file does not match the sha256 its record lists.
     """
     for _ in range(attempts):
         path, record = params_file(out, epoch, verify=False)
@@ -271,8 +263,7 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
     Raises
     ------
     CheckpointError
-        The files could not be written (the message says where and why, e.g. a
-        full disk); the previous checkpoint stays current and complete.
+        The files could not be written; the previous checkpoint stays current and complete.
     """
     folder = _folder(out)
     had_previous = (folder / RECORD).exists()
@@ -294,16 +285,13 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
         write_json(folder / f"{tag}.json", record)
         write_json(folder / RECORD, record)  # the commit point
     except (OSError, mx.base.MXNetError) as err:
-        detail = error_line(err)
-        if had_previous:
-            state = ("The previous checkpoint is kept and current; free some space (or fix the folder's "
-                     "permissions) and continue with --resume")
-        else:
-            state = ("No checkpoint had been written yet, so there is none to resume from; free some space (or "
-                     "fix the folder's permissions) and start the run again (with --overwrite if it says the "
-                     "folder holds a run)")
-        raise CheckpointError(f"could not write checkpoint {tag} in {folder} ({detail}{_space_note(folder, out)}). "
-                              f"{state}") from None
+        state = ("The previous checkpoint is kept and current; free some space (or fix the folder's "
+                 "permissions) and continue with --resume" if had_previous else
+                 "No checkpoint had been written yet, so there is none to resume from; free some space (or "
+                 "fix the folder's permissions) and start the run again (with --overwrite if it says the "
+                 "folder holds a run)")
+        raise CheckpointError(f"could not write checkpoint {tag} in {folder} ({error_line(err)}"
+                              f"{_space_note(folder, out)}). {state}") from None
     _prune(folder, keep)
     return folder / RECORD
 
@@ -350,14 +338,9 @@ def _prune(folder, keep):
 def restore_missing_record(out):
     """Write the current checkpoint's own record from ``latest.json`` when only that copy is left.
 
-    When the per-tag record is gone (deleted, lost on a damaged disk) but the files ``latest.json`` lists match
-    their sha256, the checkpoint is intact: its record is written back, so neither the clean-up at start-up nor
-    the next pruning mistakes its files for leftovers.
-
-    Returns
-    -------
-    Path or None
-        The record written; ``None`` when nothing was missing, or the files do not match (then none is trusted).
+    When the files ``latest.json`` lists match their sha256 the checkpoint is intact: its record is written back,
+    so neither the clean-up at start-up nor the next pruning mistakes its files for leftovers. Returns the record
+    written, or ``None`` (nothing missing, or the files do not match).
     """
     folder = _folder(out)
     try:
@@ -375,16 +358,11 @@ def restore_missing_record(out):
 
 def _problems(folder, record):
     """Why ``record``'s files cannot be trusted (``[]`` when they can)."""
-    problems = []
-    for name, digest in record.get("files", {}).items():
-        path = folder / name
-        if not path.exists():
-            problems.append(f"{name} is missing")
-        elif sha256_file(path) != digest:
-            problems.append(f"{name} does not match its sha256 (truncated or changed since it was written)")
-    if not record.get("files"):
-        problems.append("the record lists no files")
-    return problems
+    problems = [f"{name} is missing" if not (folder / name).exists() else
+                f"{name} does not match its sha256 (truncated or changed since it was written)"
+                for name, digest in record.get("files", {}).items()
+                if not (folder / name).exists() or sha256_file(folder / name) != digest]
+    return problems if record.get("files") else problems + ["the record lists no files"]
 
 
 def load_checkpoint(out, parts, fingerprint):
@@ -396,8 +374,7 @@ def load_checkpoint(out, parts, fingerprint):
     parts : mxfp16.train.parts.Parts
         Built the same way as for the run that wrote the checkpoint.
     fingerprint : dict
-        This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`
-        refuses the checkpoint.
+        This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS` refuses the checkpoint.
 
     Returns
     -------
@@ -406,8 +383,7 @@ def load_checkpoint(out, parts, fingerprint):
     Raises
     ------
     CheckpointError
-        No checkpoint in ``out``, none intact, or one written by an older
-        mxfp16 (a pickle, which is never loaded).
+        No checkpoint in ``out``, none intact, or one written by an older mxfp16 (a pickle, never loaded).
     CheckpointMismatchError
         The checkpoint's fingerprint differs; the message lists what differs.
     """
@@ -431,17 +407,16 @@ def load_checkpoint(out, parts, fingerprint):
         raise CheckpointError(f"--resume: no checkpoint in {folder}; run without --resume to start, "
                               "or point --out at the run to continue")
     for record in candidates:
-        if record.get("version") != FORMAT_VERSION:
-            damaged.append(f"{record.get('tag')}: format version {record.get('version')!r}")
-            continue
-        problems = _problems(folder, record)
+        problems = ([f"format version {record.get('version')!r}"] if record.get("version") != FORMAT_VERSION
+                    else _problems(folder, record))
         if problems:
-            damaged.append(f"{record['tag']}: {'; '.join(problems)}")
+            damaged.append(f"{record.get('tag')}: {'; '.join(problems)}")
             continue
+        differences = describe_mismatch(record.get("fingerprint", {}), fingerprint)
+        if differences:
+            raise _mismatch(folder, differences)
         try:
-            progress = _restore(folder, record, parts, fingerprint)
-        except CheckpointMismatchError:
-            raise
+            progress = _restore(folder, record, parts)
         except CheckpointError as err:  # intact files that do not load (written by something else): fall back
             damaged.append(str(err))
             continue
@@ -461,10 +436,9 @@ def _mismatch(folder, differences):
 def check_known_settings(out, settings):
     """Refuse a resume whose settings differ from the newest checkpoint's, before anything is built.
 
-    :func:`load_checkpoint` compares the whole fingerprint, which needs the built network; the fields a command
-    line fixes (model, image size, batch size, an explicit precision) are compared with ``latest.json``'s here,
-    so a wrong flag is refused before the data is read and ``auto`` times the network. An unreadable record is
-    left to :func:`load_checkpoint` (it falls back to older checkpoints).
+    The fields a command line fixes are compared with ``latest.json``'s, so a wrong flag is refused before the data
+    is read and ``auto`` times the network; :func:`load_checkpoint` compares the whole fingerprint later. An
+    unreadable record is left to it (it falls back to older checkpoints).
 
     Parameters
     ----------
@@ -489,10 +463,7 @@ def check_known_settings(out, settings):
         raise _mismatch(_folder(out), differences)
 
 
-def _restore(folder, record, parts, fingerprint):
-    differences = describe_mismatch(record.get("fingerprint", {}), fingerprint)
-    if differences:
-        raise _mismatch(folder, differences)
+def _restore(folder, record, parts):
     try:
         # Sizes and shapes first: MXNet allocates what a file declares before reading it.
         read_header(folder / f"{record['tag']}.optimizer")

@@ -79,16 +79,15 @@ def _load_run(path):
         raise RunDirError(f"{shown(path)!r} is not a folder; pass the --out folder of an `mxfp16 train` run")
     unfinished = "the run has not finished an epoch (train it, or resume it with mxfp16 train --resume)"
     config = _read(os.path.join(path, "config.json"), "not an mxfp16 train output folder?")
-    summary_path = os.path.join(path, "summary.json")
+    summary_path, metrics_path = os.path.join(path, "summary.json"), os.path.join(path, "metrics.jsonl")
     summary = _read(summary_path, unfinished)
-    metrics_path = os.path.join(path, "metrics.jsonl")
     metrics = _read(metrics_path, unfinished, read_jsonl, "re-run or leave this run out")
     if not metrics:
         raise RunDirError(f"{shown(metrics_path)} has no epochs: {unfinished}")
     _check_summary(summary, summary_path)
     _check_metrics(metrics, metrics_path)
-    name = os.path.basename(os.path.normpath(path))
-    return FinishedRun(name=name, path=path, config=config, metrics=metrics, summary=summary)
+    return FinishedRun(name=os.path.basename(os.path.normpath(path)), path=path, config=config, metrics=metrics,
+                       summary=summary)
 
 
 def _check_metrics(metrics, metrics_path):
@@ -115,20 +114,19 @@ def _check_summary(summary, summary_path):
                               "changed or damaged. Re-run or leave this run out")
 
 
-def load_runs(paths):
-    """Read several run directories; names are made unique when basenames repeat.
-
-    Raises
-    ------
-    RunDirError
-        A run that cannot be read, or one folder given twice.
-    """
+def check_distinct(paths, fix):
+    """Refuse a folder given twice (however its path is spelled); ``fix`` ends the message."""
     seen = {}
     for path in paths:
         real = os.path.realpath(path)
         if real in seen:
-            raise RunDirError(f"{shown(path)} is given twice (also as {shown(seen[real])}); pass each run folder once")
+            raise RunDirError(f"{shown(path)} is given twice (also as {shown(seen[real])}){fix}")
         seen[real] = path
+
+
+def load_runs(paths):
+    """Read several run directories (:class:`RunDirError` for one unreadable or given twice); names made unique."""
+    check_distinct(paths, "; pass each run folder once")
     runs = [_load_run(p) for p in paths]
     names = [r.name for r in runs]
     for r in runs:
@@ -143,12 +141,9 @@ def comparison_table(runs):
     Returns
     -------
     list of dict
-        ``run``, ``precision``, ``model``, ``epochs``, ``final_val_top1``,
-        ``best_val_top1``, ``images_per_second``, ``peak_memory_mb``,
-        ``train_seconds``, ``speedup`` and ``val_top1_delta`` (``None``
-        without a float32 run). Another float32 run (``auto`` that resolved
-        to float32) gets no speedup: a run compared with its own precision
-        shows the run-to-run spread, not a speedup.
+        ``run``, ``path``, ``precision``, ``model``, ``epochs``, ``final_val_top1``, ``best_val_top1``,
+        ``images_per_second``, ``peak_memory_mb``, ``train_seconds``, ``speedup`` and ``val_top1_delta`` (``None``
+        without a float32 run). Another float32 run gets no speedup: it would show the run-to-run spread.
     """
     base = next((r for r in runs if r.precision == "float32"), None)
     rows = []

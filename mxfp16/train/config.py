@@ -1,11 +1,8 @@
-"""The trainer's configuration: one dataclass whose fields are also the command line's flags.
-
-Each field carries its flag's metadata (group, help, choices), so a new field appears in ``mxfp16 train --help``,
-``config.json`` and the CLI reference at once (``mxfp16/commands/train.py`` generates the flags).
+"""The trainer's configuration: one dataclass whose fields, with their metadata, are also the command line's flags.
 
 Fields left at ``None`` are filled by :meth:`TrainConfig.resolve` from one of two :data:`PROFILES`: ``dataset``
 (with ``data_dir``: the tutorial's run) or ``demo`` (what a 2-core CPU trains in about two minutes on the demo
-set; ``docs/training.md``, "Two profiles", gives the candidates timed and why this one was kept).
+set; ``docs/training.md``, "Two profiles", says why).
 """
 import hashlib
 import json
@@ -78,11 +75,7 @@ def default_text(name):
 
 @dataclass
 class TrainConfig:
-    """Everything one training run needs. ``None`` means "from the profile" (see module docstring).
-
-    Each field's ``help`` metadata is its documentation (``mxfp16 train --help``). Nothing here exists only for
-    tests: faults are injected through callbacks (:data:`mxfp16.train.callbacks.CALLBACKS_VARIABLE`).
-    """
+    """Everything one training run needs. ``None`` means "from the profile"; each field's ``help`` documents it."""
 
     # data
     data_dir: str = _option(None, "data", "folder with train/ and test/ class folders, or a RecordIO prefix with "
@@ -269,10 +262,7 @@ class TrainConfig:
         need(self.max_batches is None or self.max_batches >= 1, f"max_batches={self.max_batches}: must be >= 1")
 
     def _check_step_epochs(self, need):
-        """Refuse ``--step-epochs`` that would be ignored or could not act as written: each one must be a drop.
-
-        A drop can act only under ``--lr-schedule step``, after the warm-up, before the last epoch, once an epoch.
-        """
+        """Refuse ``--step-epochs`` that would be ignored or could not act as written: each one must be a drop."""
         if self.step_epochs is None:
             return
         steps = list(self.step_epochs)
@@ -304,10 +294,6 @@ class TrainConfig:
             raise ConfigError("resume and overwrite exclude each other: --resume continues the run in --out, "
                               "--overwrite replaces it; drop one")
 
-    def given_fields(self):
-        """Names of the fields that differ from their defaults (what a caller of :func:`train` asked for)."""
-        return {f.name for f in fields(self) if getattr(self, f.name) != f.default}
-
     def for_resume(self, saved, given=None):
         """The configuration a resumed run runs: the saved one, with the ``given`` fields that may change.
 
@@ -326,12 +312,13 @@ class TrainConfig:
         Raises
         ------
         ConfigError
-            A given field that a resumed run cannot change, naming each one.
+            A given field that a resumed run cannot change.
         """
         self.check_resume_pair()  # here too: the resumed configuration below always says overwrite=False
-        known = {f.name for f in fields(TrainConfig)}
+        known = set(fields_by_name())
         base = TrainConfig.from_dict({k: v for k, v in saved.items() if k in known})
-        given = self.given_fields() if given is None else set(given)
+        given = ({f.name for f in fields(self) if getattr(self, f.name) != f.default} if given is None
+                 else set(given))
         changes = {name: (getattr(base, name), getattr(self, name)) for name in sorted(given & known)
                    if getattr(base, name) != getattr(self, name) and name not in RESUME_CONTROL}
         refused = {name: change for name, change in changes.items() if name not in RESUME_CHANGEABLE}
@@ -356,11 +343,10 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values):
         """Build from :meth:`to_dict` output; unknown keys raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - set(fields_by_name()))
         if unknown:
             raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
+                              f"known: {', '.join(sorted(fields_by_name()))}")
         values = dict(values)
         if values.get("step_epochs") is not None:
             values["step_epochs"] = tuple(values["step_epochs"])

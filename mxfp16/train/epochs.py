@@ -1,8 +1,4 @@
-"""What a run does around its epochs: describe it, close each epoch, checkpoint, explain a stop, summarise.
-
-:func:`mxfp16.train.run.fit` calls these with its :class:`~mxfp16.train.run.Run`;
-they read and write through the run's parts, progress and outputs.
-"""
+"""What :func:`mxfp16.train.run.fit` does around its epochs: describe, close each epoch, checkpoint, summarise."""
 import itertools
 import math
 import time

@@ -1,13 +1,7 @@
 """The epoch loop: :func:`mxfp16.train_step` over the batches, numbers read from the device in batches.
 
-:func:`train_epoch` knows nothing of files, progress bars or signals; those
-are :class:`Callback` objects (:mod:`mxfp16.train.callbacks`). It advances a
-:class:`~mxfp16.train.progress.Progress` and returns whether it reached the
-end of the batches or a callback asked it to stop.
-
-Where it waits for the device, and why: docs/training.md, "Host synchronisation". In a job of several workers
-each read of the queued numbers also pushpulls one number, so the workers agree whether to stop
-(:class:`~mxfp16.train.callbacks.AgreedStop`).
+:func:`train_epoch` knows nothing of files, progress bars or signals (those are :class:`Callback` objects). Where
+it waits for the device, and why: docs/training.md, "Host synchronisation".
 """
 import math
 import time
@@ -92,16 +86,14 @@ def train_epoch(parts, batches, progress, callbacks=(), log_every=10, workers=1,
     ----------
     parts : mxfp16.train.parts.Parts
     batches : iterable of (NDArray, NDArray)
-        float32 data and labels for the rest of the epoch (the caller starts
-        it at ``progress.batch`` and stops it at the epoch's length).
+        float32 data and labels for the rest of the epoch.
     progress : Progress
         Advanced in place: position, sums, skipped steps.
     callbacks : sequence of Callback
     log_every : int
         Steps between host reads of the queued numbers.
     workers : int
-        Workers of a dist kvstore job; the optimizer divides the summed
-        gradients by ``batch x workers``.
+        Workers of a dist kvstore job; the optimizer divides the summed gradients by ``batch x workers``.
     clip_grad_norm : float, optional
 
     Returns
@@ -150,12 +142,7 @@ def train_epoch(parts, batches, progress, callbacks=(), log_every=10, workers=1,
 
 
 def evaluate(parts, batches, classes):
-    """Top-1 and top-5 accuracy over ``batches``, BatchNorm in inference mode (no autograd recording).
-
-    Returns
-    -------
-    (float, float)
-    """
+    """``(top-1, top-5)`` accuracy over ``batches``, BatchNorm in inference mode (no autograd recording)."""
     top1 = mx.metric.Accuracy()
     top5 = mx.metric.TopKAccuracy(top_k=min(5, classes)) if classes > 1 else mx.metric.Accuracy()
     for data, label in batches:

@@ -1,8 +1,6 @@
-"""What a run leaves in ``--out``: config.json, metrics.jsonl, summary.json, per-rank summaries.
+"""What a run leaves in ``--out``: config.json, metrics.jsonl, summary.json, per-rank summaries (atomically).
 
-Under a distributed kvstore only rank 0 writes the shared files; every
-worker writes ``summary.rank<R>.json``. All writes are atomic
-(:func:`mxfp16.plumbing.output.atomic_write`).
+Under a distributed kvstore only rank 0 writes the shared files; every worker writes ``summary.rank<R>.json``.
 """
 import hashlib
 import json
@@ -39,14 +37,8 @@ def structural_names(net):
 
 
 def params_digest(net):
-    """sha256 over the network's parameters as :meth:`Block.save_parameters` names (``features.0.weight``, the
-    same in every process) and stores them: a ``.params`` file's arrays have the network's digest.
-
-    Returns
-    -------
-    str
-        64 hex digits; equal digests mean bit-identical parameters.
-    """
+    """sha256 (64 hex digits) over the network's parameters as :meth:`Block.save_parameters` names and stores them
+    (the same in every process): equal digests mean bit-identical parameters."""
     h = hashlib.sha256()
     with tempfile.TemporaryDirectory() as tmp:
         net.save_parameters(f"{tmp}/params")
@@ -98,13 +90,7 @@ class RunOutputs:
                 folder.rmdir()
 
     def remove_leftovers(self):
-        """Remove what interrupted writes left: temporary files, and checkpoint arrays without their record.
-
-        Returns
-        -------
-        list of Path
-            What was removed.
-        """
+        """Remove what interrupted writes left (temporary files, checkpoint arrays without their record); list it."""
         restore_missing_record(self.out)  # an intact checkpoint that only latest.json still describes is kept
         removed = []
         for folder in (self.out, self.checkpoints):
@@ -130,13 +116,7 @@ class RunOutputs:
     write_amp_layers = partialmethod(_write_shared, LAYERS_FILE)
 
     def read_config(self):
-        """The run's ``config.json``, or ``None`` when there is none.
-
-        Raises
-        ------
-        mxfp16.plumbing.fileio.JSONFileError
-            A file that is not a JSON object (damaged, edited, or not mxfp16's).
-        """
+        """The run's ``config.json``, or ``None``; ``JSONFileError`` when it is not a JSON object."""
         return read_json(self.out / "config.json", "it is not a config.json written by mxfp16 train; restore it, or "
                          "see docs/training.md, \"A run without its config.json\"", default=None)
 

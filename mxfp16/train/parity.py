@@ -1,18 +1,11 @@
 """Accuracy parity over several seeds: is the gap between two precisions bigger than the noise?
 
-One run per precision cannot answer it: two seeds of one precision differ by more than one test image's fraction
-of a point. :func:`parity` takes several finished runs per side (``a``, usually float32; ``b``, usually mixed
-precision) and reports each side's mean final top-1, seed-to-seed spread (sample sd and range) and img/s; then the
-gap (``b`` minus ``a``), its Welch's t-interval (unequal variances) and, when both sides ran the same seeds, the
-paired interval over per-seed differences, which removes the noise the seed explains. The gap *exceeds the
-noise* when its interval excludes 0 and it is larger than the larger side's sd.
-
-Statistics over seeds mean something only when each run is another seed of one experiment: :func:`check_groups`
-refuses anything else (docs/training.md says what), or with ``allow_differences`` reports it. Every number is
-checked when the runs are read (:mod:`mxfp16.train.compare`).
-
-Within the noise is not equal: the interval may be points wide. :func:`seeds_needed` says how many seeds per
-side would narrow it to ``+-resolve`` points at the measured spread.
+:func:`parity` takes several finished runs per side (``a``, usually float32; ``b``, usually mixed precision) and
+reports each side's mean final top-1, seed-to-seed spread and img/s; then the gap (``b`` minus ``a``), its Welch's
+t-interval and, when both sides ran the same seeds, the paired interval over per-seed differences. The gap
+*exceeds the noise* when its interval excludes 0 and it is larger than the larger side's sd. :func:`check_groups`
+refuses runs that are not seeds of one experiment; :func:`seeds_needed` says how many seeds per side would narrow
+the interval to ``+-resolve`` points.
 """
 import glob
 import json
@@ -22,8 +15,8 @@ import os
 import numpy as np
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import atomic_write, shown
-from .compare import RunDirError, load_runs
+from ..plumbing.output import atomic_write
+from .compare import RunDirError, check_distinct, load_runs
 
 __all__ = ["seeds_needed", "parity", "format_parity", "write_parity", "check_groups", "RUN_ONLY",
            "PRECISION_SETTINGS"]
@@ -78,29 +71,16 @@ def _settings_differences(runs, allowed=frozenset()):
 
 
 def check_groups(a_runs, b_runs, allow_differences=False):
-    """Refuse the same folder twice, copies of one run, and runs whose settings differ in more than the seed
-    (between the sides: and the precision), epochs finished included: not seeds of one experiment per side.
+    """Refuse the same folder twice, copies of one run, and runs whose settings (epochs finished included) differ
+    in more than the seed (between the sides: and the precision): they are not seeds of one experiment.
 
     Returns
     -------
     list of str
-        With ``allow_differences``, the settings that differ (within a side,
-        or between the sides beyond the precision); else ``[]``.
-
-    Raises
-    ------
-    RunDirError
-        The same folder twice, copies of one run, or (without
-        ``allow_differences``) settings that differ; the message names them.
+        With ``allow_differences``, the settings that differ; else ``[]`` (differences raise :class:`RunDirError`).
     """
     everything = a_runs + b_runs
-    seen = {}
-    for run in everything:
-        real = os.path.realpath(run.path)
-        if real in seen:
-            raise RunDirError(f"{shown(run.path)} is given twice (also as {shown(seen[real])}): one run is one seed. "
-                              "Pass each run folder once")
-        seen[real] = run.path
+    check_distinct([run.path for run in everything], ": one run is one seed. Pass each run folder once")
     for side, runs in (("--a", a_runs), ("--b", b_runs)):
         by_seed, by_digest = {}, {}
         for run in runs:
@@ -180,22 +160,18 @@ def seeds_needed(sd, resolve, confidence=0.95, paired=True, limit=MAX_SEEDS):
     Parameters
     ----------
     sd : float
-        Paired: the standard deviation of the per-seed differences. Unpaired:
-        ``sqrt((sd_a**2 + sd_b**2) / 2)``, so the gap's standard error with
-        ``n`` seeds per side is ``sd * sqrt(2 / n)``.
+        Paired: the standard deviation of the per-seed differences. Unpaired: ``sqrt((sd_a**2 + sd_b**2) / 2)``.
     resolve : float
         The half-width wanted, in the same unit (points).
     confidence : float
     paired : bool
-        Paired: ``t(n - 1) * sd / sqrt(n)``; unpaired: ``t(2n - 2) * sd * sqrt(2 / n)``
-        (Welch's degrees of freedom when both sides have the same spread).
+        Paired: ``t(n - 1) * sd / sqrt(n)``; unpaired: ``t(2n - 2) * sd * sqrt(2 / n)``.
     limit : int
 
     Returns
     -------
     int or None
-        The smallest ``n >= 2`` that reaches it; ``None`` when more than ``limit``
-        would be needed.
+        The smallest ``n >= 2`` that reaches it; ``None`` when more than ``limit`` would be needed.
     """
     from scipy import stats
 
@@ -228,9 +204,8 @@ def _resolution(report, resolve):
 def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RESOLVE, allow_differences=False):
     """Read both sides' runs, check they are seeds of one experiment, and compare them (see the module docstring).
 
-    ``resolve`` (points) is the gap the report says how many seeds would
-    resolve (its ``resolution``). ``allow_differences`` pools runs whose
-    settings differ (:func:`check_groups`); the report lists the differences.
+    ``resolve`` (points) is the gap the report's ``resolution`` says how many seeds would resolve.
+    ``allow_differences`` pools runs whose settings differ (:func:`check_groups`).
 
     Returns
     -------
@@ -240,8 +215,7 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RE
     Raises
     ------
     RunDirError
-        A run that cannot be read or holds impossible numbers, or groups that
-        :func:`check_groups` refuses.
+        A run that cannot be read or holds impossible numbers, or groups that :func:`check_groups` refuses.
     """
     a_runs, b_runs = load_runs(_expand_paths(a_paths)), load_runs(_expand_paths(b_paths))
     differences = check_groups(a_runs, b_runs, allow_differences)
@@ -278,11 +252,8 @@ def format_parity(report):
                      f"({spread}){speed}")
     level = f"{100 * report['confidence']:.0f}%"
     lines.append(f"gap {b['name']} - {a['name']}: {report['gap']:+.2f} points")
-    for kind in ("welch", "paired"):
-        ci = report[kind]
-        if ci:
-            lines.append(f"  {level} interval ({'Welch' if kind == 'welch' else 'paired by seed'}, df {ci['df']:.1f}): "
-                         f"[{ci['low']:+.2f}, {ci['high']:+.2f}]")
+    lines += [f"  {level} interval ({name}, df {ci['df']:.1f}): [{ci['low']:+.2f}, {ci['high']:+.2f}]"
+              for name, ci in (("Welch", report["welch"]), ("paired by seed", report["paired"])) if ci]
     if report["exceeds_noise"] is None:
         lines.append("  one run on a side: no spread to measure the gap against; run several seeds per side")
     elif report["exceeds_noise"]:

@@ -1,19 +1,11 @@
 """The parts of a training run, built through :class:`mxfp16.MixedPrecision`: the README's path.
 
 :func:`build_parts` makes the network, loss scaler, ``gluon.Trainer`` and loss with the set-up a user writes from
-the README, so ``mxfp16 train`` and ``bench`` get what a script gets, and what ``bench`` times is what ``train``
-runs:
-
-1. the caller's :class:`~mxfp16.MixedPrecision`: devices and precision resolved once, the float16 environment
-   set, AMP on (or, for ``auto`` on a CPU with native bfloat16, pending until the network is timed);
-2. seeds, then the network: built, every parameter materialised for the image size, hybridized (static memory);
-3. :meth:`MixedPrecision.prepare`: ``auto`` (and the ``measured`` lists' layers) timed on a synthetic batch of
-   the run's shape where pending, the network cast with BatchNorm in float32, the trainer (``multi_precision``
-   for float16 weights) beside the loss scaler;
-4. the loss (softmax cross-entropy on float32 outputs).
-
-:func:`build_network` is step 2 alone, cast to a dtype, for the inference paths (``mxfp16 export``, the
-benchmark's inference mode): no trainer, no loss scaler, no AMP.
+the README, so what ``bench`` times is what ``train`` runs: (1) the caller's :class:`~mxfp16.MixedPrecision`
+(devices and precision resolved once, AMP on or pending for ``auto``); (2) seeds, then the network, materialised
+and hybridized; (3) :meth:`MixedPrecision.prepare`: ``auto`` and the ``measured`` lists' layers timed where
+pending, the network cast, the trainer beside the loss scaler; (4) the loss, on float32 outputs.
+:func:`build_network` is step 2 alone, cast to a dtype, for inference: no trainer, no loss scaler, no AMP.
 """
 import random
 from dataclasses import dataclass
@@ -100,8 +92,7 @@ def _seeded_model(spec, ctx):
 
 
 def build_network(spec, ctx, param_dtype):
-    """Step 2 of :func:`build_parts` alone, cast to ``param_dtype``: an inference network, without AMP (which a
-    training set-up switches on for the whole process).
+    """Step 2 of :func:`build_parts` alone, cast to ``param_dtype``: an inference network, without AMP.
 
     Parameters
     ----------
@@ -153,10 +144,8 @@ def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvst
 
     Raises
     ------
-    mxfp16.models.ModelError, mxfp16.optim.OptimizerError, ValueError
-        A bad model, optimizer or loss scale, each before the next part is built.
-    TypeError
-        ``mixed`` is not a :class:`~mxfp16.MixedPrecision`.
+    mxfp16.models.ModelError, mxfp16.optim.OptimizerError, ValueError, TypeError
+        A bad model, optimizer, loss scale or ``mixed``, each before the next part is built.
     """
     if not isinstance(mixed, MixedPrecision):
         raise TypeError(f"build_parts() takes the run's MixedPrecision, not {mixed!r}: create it once with "
@@ -174,9 +163,8 @@ def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvst
 def auto_verdict(spec, ctx, amp_lists="mxfp16", log=print):
     """What ``auto`` trains a run of ``spec`` in on ``ctx``, decided as :func:`build_parts` decides it.
 
-    The benchmark and the demo ask before their runs: the same network and batch go to the same probe
-    (:mod:`mxfp16.measure.auto`), so the cached verdict is the run's. This process stays free of AMP: the network
-    is timed in forked copies of it.
+    The same network and batch go to the same probe, so the cached verdict is the run's. This process stays free
+    of AMP: the network is timed in forked copies of it.
 
     Parameters
     ----------

@@ -1,9 +1,7 @@
 """Where a run stands: one object the epoch loop advances and the checkpoint saves whole.
 
-One epoch convention everywhere: ``epoch`` counts the epochs finished, so it
-is also the 0-based index of the epoch in progress, and ``batch`` counts the
-batches finished in it. Only the checkpoint tag (:meth:`Progress.tag`) and
-the log count epochs from 1, as people do.
+``epoch`` counts the epochs finished (the 0-based index of the one in progress), ``batch`` the batches finished in
+it. Only the checkpoint tag (:meth:`Progress.tag`) and the log count epochs from 1.
 """
 from dataclasses import asdict, dataclass, field, fields
 
@@ -26,8 +24,6 @@ class EpochSums:
         Every image fed to the network this epoch (skipped steps too).
     train_seconds : float
         Wall time of the training part of the epoch so far.
-
-    Skipped steps are counted once, by the loss scaler (``LossScaler.skipped_at``).
     """
 
     loss_sum: float = 0.0
@@ -54,8 +50,7 @@ class Progress:
     peak_memory_mb : float
         The largest peak memory seen at an epoch's end.
     metrics : list of dict
-        One record per finished epoch (``metrics.jsonl`` is written from
-        these, so a checkpoint restores it too).
+        One record per finished epoch (``metrics.jsonl`` is written from these).
     """
 
     epoch: int = 0
@@ -107,13 +102,7 @@ class Progress:
 
     @classmethod
     def from_state_dict(cls, state):
-        """Rebuild from :meth:`state_dict`.
-
-        Raises
-        ------
-        ValueError
-            A missing or malformed field.
-        """
+        """Rebuild from :meth:`state_dict`; :class:`ValueError` for a missing or malformed field."""
         try:
             # Older records also hold the skipped steps; the loss scaler's state has them.
             sums = EpochSums(**{f.name: state["sums"][f.name] for f in fields(EpochSums)})

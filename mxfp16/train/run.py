@@ -1,11 +1,9 @@
 """A training run from start to finish: :func:`train` = :func:`prepare`, then :func:`fit`.
 
-:func:`prepare` checks everything before it changes anything on disk: configuration, the run folder (never an
-input, however its links resolve) and its lock, devices and precision, the kvstore, the data (its test split must
-hold images), the parts (:func:`~mxfp16.train.parts.build_parts`), and in a distributed job that every worker runs
-the same settings; only then does ``--overwrite`` remove an old run, ``--resume`` load the checkpoint and
-``config.json`` get written. The run folder's lock and the data set's (shared) are held until :func:`fit` ends
-(docs/training.md, ``.NAME.lock``). :func:`fit` trains the remaining epochs (:mod:`mxfp16.train.epochs` closes each).
+:func:`prepare` checks everything before it changes anything on disk: configuration, the run folder and its lock,
+devices and precision, the kvstore, the data, the parts, and in a distributed job that every worker runs the same
+settings; only then does ``--overwrite`` remove an old run, ``--resume`` load the checkpoint and ``config.json`` get
+written. The run folder's lock and the data set's (shared) are held until :func:`fit` ends.
 """
 import contextlib
 import hashlib
@@ -74,8 +72,8 @@ class Run:
     config : TrainConfig
         Resolved.
     loaders : mxfp16.data.Loaders
-        Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``,
-        ``classes``, ``num_train``, ``num_test`` and ``skipped``.
+        Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``, ``classes``, ``num_train``,
+        ``num_test`` and ``skipped``.
     source : str
         Where the data came from (for the log and config.json).
     profile_fields : set of str
@@ -136,10 +134,8 @@ def train(config, log=None):
         Bad input, before anything is written.
     checkpoint.CheckpointError
         ``resume`` without a checkpoint, or one from a different run.
-    TrainingDivergedError
-        NaN/inf loss or a diverged loss scale; the last good checkpoint stays.
-    TrainingInterrupted
-        Ctrl-C; a checkpoint of the current position was written.
+    TrainingDivergedError, TrainingInterrupted
+        NaN/inf loss or a diverged loss scale, or Ctrl-C; a checkpoint stays.
     """
     return fit(prepare(config, log=log))
 
@@ -153,12 +149,10 @@ def prepare(config, log=None, given=None, command=None):
         Unresolved (profile fields may be ``None``).
     log : callable, optional
     given : set of str, optional
-        With ``resume``: the fields the user set for this invocation (the
-        command line's flags); by default those that differ from their
-        defaults. The rest come from the run's ``config.json``.
+        With ``resume``: the fields the user set for this invocation (the command line's flags); by default those
+        that differ from their defaults. The rest come from the run's ``config.json``.
     command : str, optional
-        The command line that started this invocation, recorded in
-        ``config.json`` as ``command`` (how to reproduce the run).
+        The command line that started this invocation, recorded in ``config.json`` (how to reproduce the run).
 
     Returns
     -------
@@ -197,8 +191,7 @@ def _refused():
 
 
 def _run_folder(config, lock=True):
-    """The run folder checked, and with ``lock`` locked for this process (:class:`~mxfp16.plumbing.output.Output`,
-    in place); ``None`` without."""
+    """The run folder checked, and with ``lock`` locked for this process (an in-place ``Output``); else ``None``."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
     output = Output(config.out, doing, inputs=_data_inputs(config), in_place=True)
@@ -265,8 +258,8 @@ def _check_tensorboard(config):
 def _build(config, saved, profile_fields, log, locks):
     """Devices, precision, the run folder's state, kvstore, threads, data and parts: checked, nothing removed.
 
-    In a distributed job rank 0 adds the run folder's lock to ``locks`` here, once it knows its rank; the data
-    set's lock joins it. Returns the :class:`Run` and what ``config.json`` records of this process (threads, data).
+    Rank 0 of a distributed job adds the run folder's lock to ``locks`` here; the data set's lock joins it.
+    Returns the :class:`Run` and what ``config.json`` records of this process (threads, data).
     """
     if config.resume:  # a flag another run's checkpoint refuses is refused now, before auto times the network
         ckpt.check_known_settings(config.out, {
@@ -324,11 +317,7 @@ def _check_thread_count(config):
 
 
 def _open_data(config, saved, shard, log):
-    """The data set, locked shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``.
-
-    Refused while a command writes the data set, when its test split is empty, or on ``--resume`` when it
-    changed since the run started (unless ``--accept-changed-data``).
-    """
+    """The data set, locked shared for the run, and its loaders: ``(source, lock, loaders, fingerprint)``."""
     from ..data import demo_dataset, make_loaders
 
     source = config.data_dir or str(demo_dataset(config.data_root))
@@ -354,10 +343,9 @@ def _open_data(config, saved, shard, log):
 def _mixed_precision(config, ctx, saved, log):
     """The run's one :class:`~mxfp16.MixedPrecision`: the precision resolved once, the README's set-up.
 
-    ``--precision auto`` resumes in the run's own precision (``config.json``'s, handed over as ``own_precision``),
-    whatever a new measurement would say; else on a CPU with native bfloat16 the parts' build times the network
-    (:mod:`mxfp16.measure.auto`). Workers of a parameter-server job keep the rule: each would time on its own
-    machine under the others' load and could choose differently.
+    ``--precision auto`` resumes in the run's own precision, whatever a new measurement would say. Workers of a
+    parameter-server job keep the rule: each would time on its own machine under the others' load and could choose
+    differently.
     """
     resumed = config.resume and saved and saved.get("resolved_precision")
     own = (saved["resolved_precision"], f"{config.out}/config.json") if resumed else None
@@ -405,11 +393,11 @@ def describe_data_change(saved, now):
     if saved.get("files") != now["files"]:
         changes.append(f"{saved.get('files')} files then, {now['files']} now")
     before, after = saved.get("per_class") or {}, now["per_class"]
-    for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name):
-            was = "absent" if name not in before else f"{before[name][0]} train / {before[name][1]} test"
-            is_ = "absent" if name not in after else f"{after[name][0]} train / {after[name][1]} test"
-            changes.append(f"class {name}: {was} then, {is_} now")
+
+    def counts(c):
+        return "absent" if c is None else f"{c[0]} train / {c[1]} test"
+    changes += [f"class {name}: {counts(before.get(name))} then, {counts(after.get(name))} now"
+                for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
     return changes or ["the same counts, but file names or sizes differ"]
 
 
@@ -457,15 +445,13 @@ def fit(run, callbacks=()):
     ----------
     run : Run
     callbacks : sequence of Callback
-        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), before
-        :func:`callbacks_from_environment`'s.
+        Called after the trainer's own (progress bar, Ctrl-C, TensorBoard), before the environment's.
     """
     try:
         return _fit(run, callbacks)
     finally:
-        for lock in (run.lock, run.data_lock):
-            if lock is not None:
-                lock.release()
+        for lock in filter(None, (run.lock, run.data_lock)):
+            lock.release()
 
 
 def _fit(run, callbacks):

@@ -144,18 +144,9 @@ def _corrupt(net, seed):
 
 
 def run_in_subprocess(spec, timeout=None, env=None):
-    """Run :func:`train_run` in a fresh process; never raises for a failing child.
-
-    Returns
-    -------
-    dict
-        The child's record, with ``status`` ``'ok'`` or ``'failed'`` (then
-        ``reason`` holds the end of its error output).
-    """
+    """Run :func:`train_run` in a fresh process: its record, or one of ``status`` ``'failed'`` (never raises)."""
     record, problem = call_in_child(train_run, spec, timeout=timeout, env=env, tail_lines=8)
-    if record is None:
-        record = {"status": "failed", "reason": problem, "precision": spec.precision, "ctx": spec.ctx}
-    return record
+    return record or {"status": "failed", "reason": problem, "precision": spec.precision, "ctx": spec.ctx}
 
 
 # --------------------------------------------------------------------------
@@ -174,8 +165,7 @@ class Planned:
 def plan(n_gpus, bfloat16):
     """What to check on a machine with ``n_gpus`` GPUs and a CPU whose bfloat16 is ``bfloat16``.
 
-    amp-bfloat16 is checked wherever it runs, emulated included (it must train right, not fast); where it cannot,
-    the row says why (:func:`mxfp16.machine.hardware.bfloat16_support`).
+    amp-bfloat16 is checked wherever it runs, emulated included (it must train right, not fast).
 
     Returns
     -------
@@ -213,17 +203,12 @@ def verdict(record, control):
     Returns
     -------
     dict
-        A table row: ``precision``, ``ctx``, ``steps``, ``skipped``,
-        ``first_loss``, ``final_loss``, ``control_loss``, ``loss_gap``,
-        ``param_difference``, ``images_per_second``, ``verdict`` (``'PASS'`` or
-        ``'FAIL'``) and ``reason``.
+        A table row (:func:`_row`'s fields) whose ``verdict`` is ``'PASS'`` or ``'FAIL'``, with the ``reason``.
     """
     row = _row(record, record["precision"], "FAIL", None)
-    if record["status"] != "ok":
-        row["reason"] = record["reason"]
-        return row
-    if control["status"] != "ok":
-        row["reason"] = f"its float32 control failed: {control['reason']}"
+    if record["status"] != "ok" or control["status"] != "ok":
+        row["reason"] = (record["reason"] if record["status"] != "ok"
+                         else f"its float32 control failed: {control['reason']}")
         return row
     first, final = _loss_ends(record)
     control_first, control_final = _loss_ends(control)
@@ -241,8 +226,7 @@ def verdict(record, control):
                         f"(allowed {LOSS_ATOL + LOSS_RTOL * control_final:.3f})")
     if not difference <= PARAM_RTOL:
         problems.append(f"parameters differ from the control's by {difference:.1%} (allowed {PARAM_RTOL:.0%})")
-    row["verdict"] = "FAIL" if problems else "PASS"
-    row["reason"] = "; ".join(problems) or None
+    row.update(verdict="FAIL" if problems else "PASS", reason="; ".join(problems) or None)
     return row
 
 
@@ -284,8 +268,7 @@ def run_selftest(steps=STEPS, inject_fault=None, timeout=600, n_gpus=None, bfloa
     Returns
     -------
     list of dict
-        Table rows (see :func:`verdict`): controls, checked precisions, and
-        precisions not run here (``verdict`` ``'not run'``).
+        Table rows (see :func:`verdict`): controls, checked precisions, and those not run here (``'not run'``).
     """
     from ..machine import hardware
 
