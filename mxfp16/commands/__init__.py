@@ -20,21 +20,11 @@ def add_threads_argument(group):
 
 
 def add_ctx_argument(group, one=False, where=None):
-    """``--ctx`` with the one help text every command shares (:data:`mxfp16.devices.CTX_HELP`).
-
-    Parameters
-    ----------
-    group : argparse parser or argument group
-    one : bool
-        The command runs on one device: ``auto`` means the first GPU MXNet sees, else the CPU.
-    where : str, optional
-        What runs there, e.g. ``'the agreement check'``.
-    """
+    """``--ctx`` with the one help text every command shares; ``one``: the command runs on one device; ``where``:
+    what runs there, e.g. ``'the agreement check'``."""
     from ..devices import CTX_HELP, ONE_DEVICE_HELP
 
-    text = ONE_DEVICE_HELP if one else CTX_HELP
-    if where:
-        text = f"{text}; {where} runs there"
+    text = (ONE_DEVICE_HELP if one else CTX_HELP) + (f"; {where} runs there" if where else "")
     group.add_argument("--ctx", default="auto", help=f"{text} (default: auto)")
 
 

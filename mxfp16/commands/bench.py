@@ -180,23 +180,15 @@ def _print_results(args, plan, document):
     from ..bench.census_run import CENSUS_STEPS
     from ..bench.tensor_cores import format_report
 
-    print()
-    print(report.format_table(document["results"]))
-    print()
-    print(format_report(plan.tensor_cores, args.model))
-    print()
+    print(f"\n{report.format_table(document['results'])}\n\n{format_report(plan.tensor_cores, args.model)}\n")
     census = report.format_census(document["results"])
     if census:
         print(f"kernel census: the share of oneDNN's time per kind of kernel over {CENSUS_STEPS} steps, each row's "
               "step run again after its timing, in a process of its own under DNNL_VERBOSE=1 (--no-census skips "
-              "it):")
-        print(census)
-        print()
+              f"it):\n{census}\n")
     if args.rounds > 1 and document["speedup"]:
-        print(f"speedups against float32, the median of {args.rounds} rounds' own ratios (and their range):")
-        print(report.format_speedups(document["speedup"]))
-        print()
+        print(f"speedups against float32, the median of {args.rounds} rounds' own ratios (and their range):\n"
+              f"{report.format_speedups(document['speedup'])}\n")
     if document.get("peer"):
-        print(f"against PyTorch ({plan.peer_network}; mxfp16 runs {args.model}), same threads, batch and timing:")
-        print(report.format_peer_comparison(document["peer"]))
-        print()
+        print(f"against PyTorch ({plan.peer_network}; mxfp16 runs {args.model}), same threads, batch and timing:\n"
+              f"{report.format_peer_comparison(document['peer'])}\n")

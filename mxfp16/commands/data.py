@@ -161,8 +161,7 @@ def _size(text):
 
 
 def _guard(call):
-    """``call(mxfp16.data)``, its DataError a CommandError; the data code's log (skipped files, unverified
-    checksums) shown."""
+    """``call(mxfp16.data)``, its DataError a CommandError; the data code's log shown."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     from .. import data
 

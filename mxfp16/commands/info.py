@@ -148,12 +148,11 @@ def _text(report):
     for name, row in report["environment"].items():
         source = "set by you" if row["source"] == "yours" else "mxfp16's default"
         lines.append(f"  {name}={row['value']} ({source}): {row['why']}")
-    lines.append("Precisions here:")
-    for name, row in report["precisions"].items():
-        lines.append(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}")
+    lines += ["Precisions here:", *(f"  {name:<13} {'yes' if row['runs'] else 'no ':<4} {row['reason']}"
+                                    for name, row in report["precisions"].items())]
     lines.append(f"  auto -> {report['auto']['resolves_to']} (on {report['auto']['ctx']}): {report['auto']['reason']}")
-    lines.append("Formats:")
-    lines.append(f"  {'':<9}{'max':>13}{'min normal':>13}{'min subnormal':>15}{'epsilon':>12}{'mantissa bits':>15}")
+    lines += ["Formats:",
+              f"  {'':<9}{'max':>13}{'min normal':>13}{'min subnormal':>15}{'epsilon':>12}{'mantissa bits':>15}"]
     for name, f in report["formats"].items():
         lines.append(f"  {name:<9}{f['max']:>13.6g}{f['smallest_normal']:>13.6g}{f['smallest_subnormal']:>15.6g}"
                      f"{f['epsilon']:>12.6g}{f['mantissa_bits']:>15d}")
@@ -200,13 +199,7 @@ def _threads_text(threads):
 
 
 def report_broken_install(error, as_json=False):
-    """What ``mxfp16 info`` can still say when MXNet does not load: the CUDA libraries and the error.
-
-    Returns
-    -------
-    int
-        2 (the install needs fixing).
-    """
+    """What ``mxfp16 info`` can still say when MXNet does not load: the CUDA libraries and the error; returns 2."""
     section = libraries.report()
     if as_json:
         print(json.dumps({"error": str(error), "cuda": section}, indent=2))

@@ -5,13 +5,9 @@
     from mxfp16.train import TrainConfig, train
     summary = train(TrainConfig(precision="float32", out="runs/f32", epochs=3))
 
-The pieces, bottom up: :mod:`~mxfp16.train.config` (the settings and their
-flags), :mod:`~mxfp16.train.progress` (where a run stands),
-:mod:`~mxfp16.train.loop` (the epoch loop and evaluation),
-:mod:`~mxfp16.train.callbacks` (progress bar, Ctrl-C),
-:mod:`~mxfp16.train.checkpoint`, :mod:`~mxfp16.train.outputs` (the run
-folder's files), :mod:`~mxfp16.train.run` (set-up and the epochs) and
-:mod:`~mxfp16.train.compare` (finished runs side by side). See ``docs/training.md``.
+The pieces, bottom up: ``config`` (the settings and their flags), ``progress``, ``loop`` (the epoch loop),
+``callbacks``, ``checkpoint``, ``outputs`` (the run folder's files), ``run`` (set-up and the epochs) and
+``compare`` (finished runs side by side). See ``docs/training.md``.
 """
 from .._lazy import exports
 

@@ -126,12 +126,7 @@ class TensorBoard(Callback):
 
     It reads nothing from the device in a step: it logs at each read of the queued numbers and after each epoch.
 
-    Parameters
-    ----------
-    logger : TensorBoardLogger
-    parts : mxfp16.train.parts.Parts
-    workers : int
-        Workers of the job: images/s counts all of them.
+    ``workers``: the job's workers, whom images/s counts.
     """
 
     def __init__(self, logger, parts, workers=1):

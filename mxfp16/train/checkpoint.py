@@ -258,7 +258,6 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
     Returns
     -------
     Path
-        The record file.
 
     Raises
     ------

@@ -200,8 +200,7 @@ class TrainConfig:
             resolved.warmup_epochs = max(0, min(resolved.warmup_epochs, resolved.epochs - 1))
         if resolved.step_epochs is None and resolved.lr_schedule == "step":
             # 50% and 75% of the run, where a drop can act: after warm-up, before the last epoch ends.
-            half, three_quarters = resolved.epochs // 2, (3 * resolved.epochs) // 4
-            resolved.step_epochs = tuple(sorted(e for e in {half, three_quarters}
+            resolved.step_epochs = tuple(sorted(e for e in {resolved.epochs // 2, (3 * resolved.epochs) // 4}
                                                 if max(1, resolved.warmup_epochs or 0) <= e < resolved.epochs))
         if resolved.step_epochs is not None:  # a list from Python, numpy integers: plain ints (others are refused)
             resolved.step_epochs = tuple(int(e) if isinstance(e, numbers.Integral) and not isinstance(e, bool) else e

@@ -46,8 +46,8 @@ def finish_epoch(run):
 
 
 def missing_marked(record):
-    """``record`` with every metric that is not a finite number (``0/0``: an epoch whose steps were all skipped)
-    set to ``None``: JSON has no NaN, and one would fail the record's and the checkpoint's write and lose the epoch."""
+    """``record`` with every metric that is not a finite number (``0/0``: every step skipped) set to ``None``:
+    JSON has no NaN, and one would fail the record's and the checkpoint's write and lose the epoch."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 

@@ -58,9 +58,7 @@ class Cluster:
     rank: int = 0
     num_workers: int = 1
 
-    @property
-    def distributed(self):
-        return self.num_workers > 1 or not isinstance(self.kvstore, str)
+    distributed = property(lambda self: self.num_workers > 1 or not isinstance(self.kvstore, str))
 
 
 @dataclass

@@ -172,16 +172,13 @@ def plan(n_gpus, bfloat16):
     list of Planned
         One per precision in :data:`CHECKED`, in that order.
     """
-    planned = []
-    for precision, device in CHECKED:
+    def one(precision, device):
         if device == "gpu":
-            planned.append(Planned(precision, "gpu:0", True) if n_gpus else Planned(
-                precision, "gpu", False, "no GPU here (MXNet has no float16 convolution on a CPU)"))
-        elif bfloat16.runs:
-            planned.append(Planned(precision, "cpu", True))
-        else:
-            planned.append(Planned(precision, "cpu", False, f"bfloat16 does not run here: {bfloat16.reason}"))
-    return planned
+            return Planned(precision, "gpu:0", True) if n_gpus else Planned(
+                precision, "gpu", False, "no GPU here (MXNet has no float16 convolution on a CPU)")
+        return Planned(precision, "cpu", True) if bfloat16.runs else Planned(
+            precision, "cpu", False, f"bfloat16 does not run here: {bfloat16.reason}")
+    return [one(precision, device) for precision, device in CHECKED]
 
 
 def _loss_ends(record):
@@ -339,10 +336,9 @@ def format_table(rows):
             continue
         loss = (f"{num(row['first_loss'], '.3f')}->{num(row['final_loss'], '.3f')}"
                 if row["final_loss"] is not None else "-")
-        diff = "-" if row["param_difference"] is None else f"{row['param_difference']:.2%}"
         text = row["verdict"] + (f": {row['reason']}" if row["reason"] else "")
         lines.append(f"{row['precision']:<13} {row['ctx']:<6} {num(row['steps'], 'd'):>5} {row['skipped'] or 0:>7} "
-                     f"{loss:>18} {num(row['control_loss'], '.3f'):>8} {diff:>14} "
+                     f"{loss:>18} {num(row['control_loss'], '.3f'):>8} {num(row['param_difference'], '.2%'):>14} "
                      f"{num(row['images_per_second'], '.1f'):>8}  {text}")
     return "\n".join(lines)
 
