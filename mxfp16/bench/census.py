@@ -6,11 +6,9 @@ line per executed primitive::
     dnnl_verbose,exec,cpu,convolution,jit:avx512_core_amx_bf16,backward_weights,src_bf16::blocked:aBcd16b:f0 ...,
     <attributes>,<auxiliary: alg:convolution_direct>,<problem: mb16_ic64oc64_ih56...>,<milliseconds>
 
-:func:`exec_lines` reads those lines and :func:`classify` files each one's
-time under one class of :data:`CLASSES`, first match wins;
-docs/benchmarks.md, "The kernel census in every run", says what each means.
-A primitive's data type is bfloat16 when any of its memory descriptors is
-(``src_bf16`` ...), else float32 when one is.
+:func:`exec_lines` reads those lines and :func:`classify` files each one's time under one class of :data:`CLASSES`,
+first match wins; docs/benchmarks.md, "The kernel census in every run", says what each means. A primitive's data type
+is bfloat16 when any of its memory descriptors is (``src_bf16`` ...), else float32 when one is.
 """
 import collections
 import re
@@ -55,8 +53,7 @@ def exec_lines(lines):
     Returns
     -------
     list of ExecLine
-        ``ms`` is the execution time in milliseconds (the last field), ``dtype``
-        as described in the module docstring.
+        ``ms`` is the execution time in milliseconds (the last field), ``dtype`` as the module docstring says.
     """
     found = []
     for line in lines:
@@ -117,13 +114,11 @@ def summarise(lines, steps=1):
     Returns
     -------
     dict
-        ``ms_per_step`` (oneDNN's summed time), ``calls_per_step``,
-        ``percent`` and ``ms_per_step_by_class`` (every class of :data:`CLASSES`;
-        the shares sum to 100 when any time was read), ``passes`` (per pass:
-        ``ms_per_step``, ``percent_of_total`` and ``percent``, the classes'
-        shares within that pass) and ``top`` (the 8 largest groups of
-        primitive, implementation, pass and dtype, each with its ``class``,
-        ``ms_per_step``, ``calls_per_step`` and ``percent``).
+        ``ms_per_step`` (oneDNN's summed time), ``calls_per_step``, ``percent`` and ``ms_per_step_by_class`` (every
+        class of :data:`CLASSES`; the shares sum to 100 when any time was read), ``passes`` (per pass:
+        ``ms_per_step``, ``percent_of_total`` and ``percent``, the classes' shares within that pass) and ``top`` (the 8
+        largest groups of primitive, implementation, pass and dtype, each with its ``class``, ``ms_per_step``,
+        ``calls_per_step`` and ``percent``).
     """
     lines = list(lines)
     execs = lines if all(isinstance(x, ExecLine) for x in lines) else exec_lines(lines)

@@ -24,10 +24,9 @@ def build_networks(name, options, ctx=None):
 
     Parameters
     ----------
-    name : str
-        A family name (:data:`mxfp16.bench.families.FAMILIES`).
-    options : dict
-        Its sizes (:func:`mxfp16.bench.families.resolve_options`).
+    name, options : str, dict
+        A family name (:data:`mxfp16.bench.families.FAMILIES`) and its sizes
+        (:func:`mxfp16.bench.families.resolve_options`).
     ctx : mx.Context or list of mx.Context, optional
 
     Returns
@@ -38,8 +37,8 @@ def build_networks(name, options, ctx=None):
     Raises
     ------
     ValueError
-        Sizes the layers cannot take (tied weights of two widths, units not
-        a multiple of heads, sequences longer than the position table).
+        Sizes the layers cannot take (tied weights of two widths, units not a multiple of heads, sequences longer than
+        the position table).
     """
     o = options
     first = (ctx[0] if isinstance(ctx, (list, tuple)) else ctx) or mx.current_context()
@@ -72,18 +71,15 @@ def synthetic_batch(name, options, batch_size, seed=0):
     Returns
     -------
     tuple
-        Language models: int32 ids ``(batch, seq_len)`` and the next id at
-        each position; the encoder: ids and one int32 class per sequence;
-        the GAN: real images ``(batch, 3, 64, 64)`` in [-1, 1] and the
-        labels ``(ones, zeros)`` of the real and the generated batch.
+        Language models: int32 ids ``(batch, seq_len)`` and the next id at each position; the encoder: ids and one
+        int32 class per sequence; the GAN: real images ``(batch, 3, 64, 64)`` in [-1, 1] and the labels
+        ``(ones, zeros)`` of the real and the generated batch.
     """
     rng = np.random.RandomState(seed)
     if FAMILIES[name].unit == TOKENS:
         stream = rng.randint(0, options["vocab"], (batch_size, options["seq_len"] + 1))
-        if name == "bert-encoder":
-            label = rng.randint(0, options["classes"], batch_size)
-            return mx.nd.array(stream[:, :-1], dtype="int32"), mx.nd.array(label, dtype="int32")
-        return mx.nd.array(stream[:, :-1], dtype="int32"), mx.nd.array(stream[:, 1:], dtype="int32")
+        label = rng.randint(0, options["classes"], batch_size) if name == "bert-encoder" else stream[:, 1:]
+        return mx.nd.array(stream[:, :-1], dtype="int32"), mx.nd.array(label, dtype="int32")
     real = rng.uniform(-1, 1, (batch_size, 3, 64, 64)).astype(np.float32)
     return mx.nd.array(real), (mx.nd.ones((batch_size,)), mx.nd.zeros((batch_size,)))
 
@@ -100,19 +96,16 @@ def family_step(spec, mixed, batches, nets=None):
     batches : object
         ``next()`` gives :func:`synthetic_batch`'s batch.
     nets : dict, optional
-        The networks :func:`build_networks` returns, on ``mixed.ctx``; by
-        default built here, after seeding MXNet, numpy and ``random`` with
-        ``spec.seed``.
+        The networks :func:`build_networks` returns, on ``mixed.ctx``; by default built here, after seeding MXNet,
+        numpy and ``random`` with ``spec.seed``.
 
     Notes
     -----
-    With the option ``unfused_bf16=1`` a language model's recurrent layers
-    run unfused (:func:`mxfp16.amp.unfuse_rnn`) when ``mixed`` is
-    amp-bfloat16, so that their matrix products run in bfloat16: MXNet's
-    fused ``RNN`` has no bfloat16 kernel, and on the AMX VM its float32
-    reference kernel was 56% of oneDNN's time (docs/benchmarks.md, "With
-    AMX"). Float32 rows keep the fused layer, the faster one in float32, so
-    a run's ratio compares the two routes a user would pick.
+    With the option ``unfused_bf16=1`` a language model's recurrent layers run unfused (:func:`mxfp16.amp.unfuse_rnn`)
+    when ``mixed`` is amp-bfloat16, so that their matrix products run in bfloat16: MXNet's fused ``RNN`` has no
+    bfloat16 kernel, and on the AMX VM its float32 reference kernel was 56% of oneDNN's time (docs/benchmarks.md,
+    "With AMX"). Float32 rows keep the fused layer, the faster one in float32, so a run's ratio compares the two
+    routes a user would pick.
     """
     fam = FAMILIES[spec.model]
     if nets is None:

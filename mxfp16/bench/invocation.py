@@ -88,8 +88,7 @@ def data_classes(data, pipeline):
         from ..data.layout import pack_problem
         from ..data.pipelines import classes_file
 
-        problem = pack_problem(data, flag="--data")  # a split or the raw download: name the pack command
-        if problem:
+        if problem := pack_problem(data, flag="--data"):  # a split or the raw download: name the pack command
             raise BenchSetupError(problem)
         meta = classes_file(data)
         try:
@@ -102,8 +101,7 @@ def data_classes(data, pipeline):
     if not os.path.isdir(train):
         from ..data.layout import split_problem
 
-        problem = split_problem(data, then="pass --data {split}")
-        if problem:
+        if problem := split_problem(data, then="pass --data {split}"):
             raise BenchSetupError(problem)
         raise BenchSetupError(f"--data {data!r} has no train/ folder; make one with `mxfp16 data split` or "
                               "`mxfp16 data synth --out DIR`, or use --data synthetic")
@@ -117,13 +115,11 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
 
     image_size, classes : int or None
-        An image model's (``None``: 224 px and 102 classes); a family has
-        its own sizes and refuses both.
+        An image model's (``None``: 224 px and 102 classes); a family has its own sizes and refuses both.
     peer : str or None
         ``'pytorch'`` (eager and compiled rows) or ``'pytorch-eager'``.
     model_options : sequence of str or dict, optional
-        A family's sizes to change (``["hidden=16"]``, see
-        :func:`mxfp16.bench.families.resolve_options`).
+        A family's sizes to change (``["hidden=16"]``, see :func:`mxfp16.bench.families.resolve_options`).
     log : callable
         Told what ``auto`` resolved to, and why (one line per batch size).
 
@@ -134,9 +130,8 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     Raises
     ------
     BenchSetupError
-        Anything that would make a run fail: names, sizes, the data set, the
-        model, ``peer`` outside its conditions, or ``onnxruntime`` outside
-        inference mode.
+        Anything that would make a run fail: names, sizes, the data set, the model, ``peer`` outside its conditions, or
+        ``onnxruntime`` outside inference mode.
     """
     from ..machine import hardware
     from ..machine.environment import thread_report
@@ -209,8 +204,7 @@ def _peer_network(peer, model, mode, data, ctx):
     if mode != "train" or data != "synthetic" or ctx.strip().lower() not in ("auto", "cpu"):
         raise BenchSetupError("--peer pytorch times a CPU training step on synthetic data: use it with --mode train, "
                               "--data synthetic and --ctx cpu (or auto on a machine without GPUs)")
-    network = peer_network(model)
-    if network is None:
+    if (network := peer_network(model)) is None:
         raise BenchSetupError(f"--peer pytorch has a PyTorch network only for {peer_models()}: use --model with "
                               f"one of these, not {model!r}")
     return network
@@ -267,8 +261,7 @@ def record_invocation(out, invocation, records, config, plots=True):
     Parameters
     ----------
     config : dict
-        The request as given (flags); the planned values, threads, loads and
-        ``command`` are added here.
+        The request as given (flags); the planned values, threads, loads and ``command`` are added here.
 
     Returns
     -------

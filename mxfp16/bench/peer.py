@@ -11,6 +11,7 @@ convolutions and nearly the same work per image (about 4.1 GFLOPs forward at 224
 every torch release, so :func:`_resnet50_v1_5` builds the same network when it does not import. The child imports
 torch only, never MXNet.
 """
+import contextlib
 import importlib.util
 import os
 import resource
@@ -69,8 +70,7 @@ def _key(model):
 
 def peer_network(model):
     """The description (:data:`NETWORKS`) of the PyTorch network beside mxfp16's ``model``, or ``None``."""
-    key = _key(model)
-    return None if key is None else NETWORKS[key]
+    return NETWORKS.get(_key(model))
 
 
 def peer_models():
@@ -157,11 +157,9 @@ def _resnet50_v1_5(classes):
     """torchvision's ResNet-50 (v1.5: stride in the 3x3 convolution), or the same network built here."""
     from torch import nn
 
-    try:
+    with contextlib.suppress(Exception):  # torchvision missing, or built for another torch
         from torchvision.models import resnet50
         return resnet50(num_classes=classes)
-    except Exception:  # torchvision missing, or built for another torch
-        pass
 
     class Bottleneck(nn.Module):
         def __init__(self, inplanes, planes, stride):
@@ -308,10 +306,9 @@ def _classifier_step(spec):
 def _measure(spec):
     """Time the PyTorch training step for ``spec`` in this process.
 
-    A compiled row runs at least one untimed step whatever ``spec.warmup``
-    says: the first call compiles, and ``compile_seconds`` records how long
-    that first step took. Eager and compiled CPU steps return when their
-    work is done, so each repeat's clock stops on a finished step.
+    A compiled row runs at least one untimed step whatever ``spec.warmup`` says: the first call compiles, and
+    ``compile_seconds`` records how long that first step took. Eager and compiled CPU steps return when their work is
+    done, so each repeat's clock stops on a finished step.
     """
     import torch
 

@@ -1,15 +1,11 @@
 """The PyTorch twins of the benchmark families and of MobileNet v2, and the families' training steps (torch only).
 
-Each network has its MXNet twin's layers and sizes (the tests check the
-parameter counts against each other), with PyTorch's own layers where they
-exist (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch
-user would write them; :func:`mobilenet_v2` is built here because
-torchvision does not import beside every torch wheel, and its network
-differs in the head. The sizes, the optimizer and the clipping come from
-:mod:`mxfp16.bench.families`. :func:`family_step` builds a family's step:
-forward under ``torch.autocast`` (bfloat16 rows), float32 loss, backward,
-optimizer; the GAN's is one iteration of both updates, as the MXNet side
-times it.
+Each network has its MXNet twin's layers and sizes (the tests check the parameter counts against each other), with
+PyTorch's own layers where they exist (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch user would
+write them; :func:`mobilenet_v2` is built here because torchvision does not import beside every torch wheel, and its
+network differs in the head. The sizes, the optimizer and the clipping come from :mod:`mxfp16.bench.families`.
+:func:`family_step` builds a family's step: forward under ``torch.autocast`` (bfloat16 rows), float32 loss, backward,
+optimizer; the GAN's is one iteration of both updates, as the MXNet side times it.
 """
 import torch
 import torch.nn.functional as F
@@ -24,9 +20,8 @@ __all__ = ["word_language_model", "bert_encoder_classifier", "mobilenet_v2", "dc
 def word_language_model(mode, options):
     """Embedding -> dropout -> ``nn.LSTM``/``nn.GRU`` -> dropout -> decoder tied to the embedding.
 
-    Both PyTorch recurrent layers keep two biases per gate (input and
-    recurrent), as MXNet's ``i2h`` and ``h2h``; PyTorch's GRU resets before
-    the recurrent product's bias as MXNet's (and cuDNN's) does.
+    Both PyTorch recurrent layers keep two biases per gate (input and recurrent), as MXNet's ``i2h`` and ``h2h``;
+    PyTorch's GRU resets before the recurrent product's bias as MXNet's (and cuDNN's) does.
     """
     o = options
 
@@ -168,18 +163,15 @@ def family_step(name, options, batch_size, bfloat16, compiled, channels_last=Fal
 
     Parameters
     ----------
-    name : str
-        A family name.
-    options : dict
-        Its resolved sizes.
-    batch_size : int
+    name, options : str, dict
+        A family name and its resolved sizes.
+    batch_size, seed : int
     bfloat16 : bool
         Forward passes under ``torch.autocast('cpu', dtype=torch.bfloat16)``.
     compiled : bool
         Each network through ``torch.compile`` (inductor): its first calls compile.
     channels_last : bool
         The GAN's networks and images in ``channels_last`` memory layout.
-    seed : int
     """
     fam = FAMILIES[name]
     nets = build_networks(name, options)

@@ -1,10 +1,9 @@
 """Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``.
 
-With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own
-ratios, each comparing two processes that ran minutes apart, rather than the
-ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
-``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the
-spread for a file recorded before ``bench.json`` held it.
+With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own ratios, each comparing two processes that
+ran minutes apart, rather than the ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
+``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the spread for a file recorded before
+``bench.json`` held it.
 """
 import csv
 import io
@@ -119,8 +118,7 @@ def _paired_ratios(a, b, key):
 
 def _ratio(a, b, key):
     """``a[key] / b[key]``: the median over rounds when both have rounds, else the plain ratio (``None`` if missing)."""
-    paired = _paired_ratios(a, b, key)
-    if paired:
+    if paired := _paired_ratios(a, b, key):
         return statistics.median(paired)
     return a[key] / b[key] if a.get(key) and b.get(key) else None
 
@@ -141,9 +139,7 @@ def round_spread(a, b, key):
         ``{"round_ratios": [...], "round_min", "round_max"}``; ``None`` without a round both ran.
     """
     ratios = _paired_ratios(a, b, key)
-    if not ratios:
-        return None
-    return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)}
+    return {"round_ratios": ratios, "round_min": min(ratios), "round_max": max(ratios)} if ratios else None
 
 
 def add_speedups(records):
@@ -155,9 +151,8 @@ def add_speedups(records):
     -------
     dict
         ``{"<label> vs float32, <model> <input> bs<batch> <mode>": {"speedup", "cpu_speedup", "memory_ratio",
-        "precision", "amp_lists", "batch_size", "image_size", "model", "mode"}}`` for every successful
-        non-float32 record that has a baseline; with rounds also
-        ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
+        "precision", "amp_lists", "batch_size", "image_size", "model", "mode"}}`` for every successful non-float32
+        record that has a baseline; with rounds also ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
         (:func:`round_spread`).
     """
     baselines = {}
@@ -197,11 +192,11 @@ def _peer_comparison(records):
     -------
     dict
         ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
-        "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label",
-        "images_per_second"}`` (``tokens_per_second`` for a token family) of the fastest such row, compiled
-        or not, and a ratio is mxfp16's throughput over the peer's
-        (with rounds, the median of each round's ratio, and ``mixed_round_ratios``, ``mixed_round_min``,
-        ``mixed_round_max`` and the same for ``float32_`` from :func:`round_spread`). Empty without peer rows.
+        "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label", "images_per_second"}``
+        (``tokens_per_second`` for a token family) of the fastest such row, compiled or not, and a ratio is mxfp16's
+        throughput over the peer's (with rounds, the median of each round's ratio, and ``mixed_round_ratios``,
+        ``mixed_round_min``, ``mixed_round_max`` and the same for ``float32_`` from :func:`round_spread`). Empty without
+        peer rows.
     """
     groups = {}
     for r in records:

@@ -157,7 +157,6 @@ def measure(spec):
     mxfp16.PrecisionError
         When the precision cannot run on ``spec.ctx`` (float16 on a CPU).
     """
-
     from ..devices import format_ctx
     from ..machine.environment import check_threads
     from ..machine.hardware import peak_memory_mb
@@ -177,16 +176,13 @@ def measure(spec):
 def build_step(spec):
     """What ``spec`` times, built: ``(step, precision, contexts, provider)``.
 
-    ``step`` is one training step or one inference call (see :func:`measure`);
-    ``provider`` is onnxruntime's execution provider, ``None`` for MXNet. The
-    kernel census (:mod:`mxfp16.bench.census_run`) builds the same step.
+    ``step`` is one training step or one inference call (see :func:`measure`); ``provider`` is onnxruntime's execution
+    provider, ``None`` for MXNet. The kernel census (:mod:`mxfp16.bench.census_run`) builds the same step.
     """
     from ..devices import resolve_devices
     from ..precision import resolve_precision
 
-    contexts = resolve_devices(spec.ctx)
-    if spec.mode == "inference":
-        contexts = contexts[:1]  # one device answers one request
+    contexts = resolve_devices(spec.ctx)[:1 if spec.mode == "inference" else None]  # one device answers one request
     batches = _Batches(spec)
     provider = None
     if spec.runtime == "onnxruntime":
@@ -316,10 +312,9 @@ def run_in_subprocess(spec, timeout=None):
     Returns
     -------
     dict
-        The child's record; ``status`` is ``'ok'``, ``'skipped'`` (the
-        precision cannot run here; ``reason`` says why) or ``'failed'``
-        (the child crashed or timed out; ``reason`` holds the end of its
-        error output). It never raises for a failing child.
+        The child's record; ``status`` is ``'ok'``, ``'skipped'`` (the precision cannot run here; ``reason`` says why)
+        or ``'failed'`` (the child crashed or timed out; ``reason`` holds the end of its error output). It never raises
+        for a failing child.
     """
     record, problem = call_in_child(_measure_or_skip, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)

@@ -1,15 +1,12 @@
 """``auto``: one decision procedure for the library and the commands alike.
 
-Where timing cannot change the answer the rule per CPU class
-(:func:`mxfp16.precision.auto_rule`) decides (``ruled: ...``); on a CPU with
-native bfloat16 the network is timed in a forked copy of this process
-(:class:`~mxfp16.measure.probe.NetworkProbe`, ``timed on this CPU: ...``).
-docs/benchmarks.md, "What auto picks on each kind of CPU", tells the whole
-procedure.
+Where timing cannot change the answer the rule per CPU class (:func:`mxfp16.precision.auto_rule`) decides
+(``ruled: ...``); on a CPU with native bfloat16 the network is timed in a forked copy of this process
+(:class:`~mxfp16.measure.probe.NetworkProbe`, ``timed on this CPU: ...``). docs/benchmarks.md, "What auto picks on
+each kind of CPU", tells the whole procedure.
 
-:func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
-the probe's child alike, so the same network and batch get the same verdict
-whichever path asks.
+:func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and the probe's child alike, so the same
+network and batch get the same verdict whichever path asks.
 """
 import math
 import os
@@ -85,8 +82,7 @@ def cache_file(environ=None):
 def min_repeat_ms(environ=None):
     """How long each timed repeat of a probe lasts at least, in milliseconds: :data:`MIN_REPEAT_MS` by default.
 
-    ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the
-    probe's length (mxfp16's own suite uses 100).
+    ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the probe's length (mxfp16's own suite uses 100).
 
     Raises
     ------
@@ -102,7 +98,7 @@ def min_repeat_ms(environ=None):
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
+        value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise PrecisionError(f"{REPEAT_MS_VARIABLE}={text!r} is not a positive number of milliseconds (how long "
                              f"auto times each repeat of a network's steps); set e.g. {REPEAT_MS_VARIABLE}=1000, "
@@ -136,9 +132,8 @@ def rule_verdict(on_gpu, why_not_timed=None):
 def _amp_already_active():
     """The verdict where an earlier network of this process switched AMP on for ``auto``'s candidate, else ``None``.
 
-    ``amp.init`` cannot be undone, so float32 cannot be had in this process any more: timing the two would
-    offer a choice that does not exist, and a float32 verdict could not be adopted. Several networks under
-    ``auto`` in one process (a script's recipes, a notebook) then all run in the candidate.
+    ``amp.init`` cannot be undone, so float32 cannot be had in this process any more: timing the two would offer a
+    choice that does not exist. Several networks under ``auto`` in one process (a notebook) then all run in it.
     """
     from ..precision import amp_target
 
@@ -172,8 +167,7 @@ def _failure(where, rounds):
 
 def _decide(where, rounds):
     """The verdict from ``[(float32 record, candidate record), ...]``, one pair per round."""
-    failure = _failure(where, rounds)
-    if failure is not None:
+    if (failure := _failure(where, rounds)) is not None:
         return failure
     ratios = [speed_ratio(f["ms_per_step"], c["ms_per_step"]) for f, c in rounds]
     f32 = statistics.median(f["ms_per_step"] for f, _ in rounds)
@@ -189,10 +183,8 @@ def _decide(where, rounds):
 def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
     """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``.
 
-    A short first round decides alone when its repeats lasted ``repeat_ms`` and
-    its ratio is beyond :data:`CLEAR` either way; a close call gets
-    :data:`CONFIRM_ROUNDS` more rounds, and a round of short steps is replaced
-    by one more than that.
+    A short first round decides alone when its repeats lasted ``repeat_ms`` and its ratio is beyond :data:`CLEAR`
+    either way; a close call gets :data:`CONFIRM_ROUNDS` more rounds, a round of short steps one more than that.
     """
     def one_round(iters):
         return probe.time("float32", iters), probe.time(CANDIDATE, iters)
@@ -228,8 +220,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     ctx : list of mx.Context
         Resolved devices (:func:`mxfp16.devices.resolve_devices`).
     probe : mxfp16.measure.probe.NetworkProbe, optional
-        The network to time; without one the rule decides, and says the
-        network was not timed.
+        The network to time; without one the rule decides, and says the network was not timed.
     log : callable
         Told, in one line each, that a measurement starts and ends, or that the verdict is the cache's.
     cache : str, optional
@@ -244,8 +235,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         return rule_verdict(on_gpu)
     if probe is None:
         return rule_verdict(on_gpu, "no network and batch to time; mxfp16.MixedPrecision times the one it prepares")
-    settled = _amp_already_active()
-    if settled is not None:
+    if (settled := _amp_already_active()) is not None:
         return settled
     store = MachineCache(cache or cache_file(), _CACHE_VERSION, "verdicts", "probe")
     key = store.key(probe.key)

@@ -1,10 +1,8 @@
 """Measurements kept between runs: one JSON file per kind, its records keyed by the machine and what was measured.
 
-``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings
-(:mod:`mxfp16.measure.per_layer`) are measured once per machine and kept
-through :class:`MachineCache`. A file that is damaged, of another version or
-missing reads as empty: what it held is measured again and the file
-rewritten whole, never patched.
+``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings (:mod:`mxfp16.measure.per_layer`) are
+measured once per machine and kept through :class:`MachineCache`. A file that is damaged, of another version or missing
+reads as empty: what it held is measured again and the file rewritten whole, never patched.
 """
 import json
 import os
@@ -74,16 +72,13 @@ class MachineCache:
             doc = read_json(self.path, default={})
         except JSONFileError:
             return {}
-        if not isinstance(doc, dict) or doc.get("version") != self.version or not isinstance(
-                doc.get(self.section), dict):
-            return {}
-        return doc[self.section]
+        ok = isinstance(doc, dict) and doc.get("version") == self.version and isinstance(doc.get(self.section), dict)
+        return doc[self.section] if ok else {}
 
     def keep(self, records, log=print):
         """Add ``records`` (``{key: record}``) to what the file holds now (another process may have added some).
 
-        An unwritable cache costs a measurement next time, nothing more: it
-        is told to ``log`` and otherwise ignored.
+        An unwritable cache costs a measurement next time, nothing more: it is told to ``log`` and otherwise ignored.
         """
         held = self.read()
         held.update(records)
@@ -103,8 +98,7 @@ class MachineCache:
     def keep_unless_busy(self, records, busy, log):
         """Keep ``records`` unless ``busy`` (:func:`machine_busy`, read before the measurement) says otherwise.
 
-        Wall-clock times taken under load say little about the next run: they
-        are used once, and ``log`` is told so.
+        Wall-clock times taken under load say little about the next run: they are used once, and ``log`` is told so.
         """
         if busy:
             log(f"the CPU was busy when the measurement started ({busy}); it is used once and not kept")

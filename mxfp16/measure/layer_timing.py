@@ -1,10 +1,8 @@
 """Layers timed alone, in a fresh process: what the ``measured`` AMP lists decide by.
 
-Each :class:`LayerSpec` is timed forward and backward in float32 and in
-bfloat16 as AMP runs it inside a bfloat16 part of the network, through
-:func:`mxfp16.measure.timing.time_steps`; casting the data in and out is
-timed apart (:class:`LayerTiming`). The choice is
-:mod:`mxfp16.measure.per_layer`.
+Each :class:`LayerSpec` is timed forward and backward in float32 and in bfloat16 as AMP runs it inside a bfloat16 part
+of the network, through :func:`mxfp16.measure.timing.time_steps`; casting the data in and out is timed apart
+(:class:`LayerTiming`). The choice is :mod:`mxfp16.measure.per_layer`.
 """
 import json
 from dataclasses import asdict, dataclass
@@ -58,9 +56,8 @@ class LayerTiming:
 
     Attributes
     ----------
-    float32_ms : float or None
-    bfloat16_ms : float or None
-        With bfloat16 data in and out, the weight and bias cast at the call (as AMP runs it).
+    float32_ms, bfloat16_ms : float or None
+        bfloat16: with bfloat16 data in and out, the weight and bias cast at the call (as AMP runs it).
     casts_ms : float or None
         Casting the data in and the output out, what a layer between float32 neighbours adds.
     failed : str or None
@@ -84,9 +81,8 @@ class LayerTiming:
 def time_layers(specs, timeout=TIMEOUT):
     """Time each spec in a fresh process (AMP off there; each operator given its dtypes): ``{key: LayerTiming}``.
 
-    Should that process die (a kernel that crashes it), each spec is timed
-    again in a process of its own, and the one that died is recorded as
-    failed: its layers stay float32.
+    Should that process die (a kernel that crashes it), each spec is timed again in a process of its own, and the one
+    that died is recorded as failed: its layers stay float32.
     """
     from ..plumbing.child import call_in_child
 

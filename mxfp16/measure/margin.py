@@ -1,9 +1,8 @@
 """The one rule a measurement decides by: bfloat16 is chosen only when it is :data:`MARGIN` times as fast.
 
-``auto`` (:mod:`mxfp16.measure.auto`) compares a network's training step in
-float32 and in amp-bfloat16; the ``measured`` lists
-(:mod:`mxfp16.measure.per_layer`) compare each layer. Both read a ratio
-(:func:`speed_ratio`) and keep bfloat16 only when :func:`pays` says so.
+``auto`` (:mod:`mxfp16.measure.auto`) compares a network's training step in float32 and in amp-bfloat16; the
+``measured`` lists (:mod:`mxfp16.measure.per_layer`) compare each layer. Both read a ratio (:func:`speed_ratio`) and
+keep bfloat16 only when :func:`pays` says so.
 """
 __all__ = ["MARGIN", "speed_ratio", "pays", "requirement"]
 
@@ -14,9 +13,7 @@ MARGIN = 1.05
 
 def speed_ratio(float32_ms, bfloat16_ms):
     """float32's time over bfloat16's (above 1, bfloat16 is faster); ``None`` where either is missing or zero."""
-    if not float32_ms or not bfloat16_ms:
-        return None
-    return float32_ms / bfloat16_ms
+    return float32_ms / bfloat16_ms if float32_ms and bfloat16_ms else None
 
 
 def pays(ratio):

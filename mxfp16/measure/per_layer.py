@@ -1,15 +1,13 @@
 """Precision per layer, chosen by measurement: the ``measured`` AMP lists.
 
-With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16
-train --amp-lists measured``) each layer AMP would run in bfloat16 is timed
-alone (:func:`mxfp16.measure.layer_timing.time_layers`) and kept in float32
-unless it gains by :data:`mxfp16.measure.margin.MARGIN`. docs/amp-table.md,
-"Precision per layer, chosen by measurement", tells the details.
+With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16 train --amp-lists measured``) each layer AMP
+would run in bfloat16 is timed alone (:func:`mxfp16.measure.layer_timing.time_layers`) and kept in float32 unless it
+gains by :data:`mxfp16.measure.margin.MARGIN`. docs/amp-table.md, "Precision per layer, chosen by measurement", tells
+the details.
 
-:class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is
-the table ``mxfp16 info --amp-table layers`` prints, and the trainer writes
-its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder.
-The verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
+:class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is the table ``mxfp16 info --amp-table
+layers`` prints, and the trainer writes its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder. The
+verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
 """
 import os
 from dataclasses import asdict, dataclass, replace
@@ -46,9 +44,8 @@ class LayerRow:
         Its weight parameter's name.
     shapes : tuple
         Its input shapes (``None`` entries where the graph could not tell).
-    dtype : str
-        ``'bfloat16'`` or ``'float32'``: what it runs in under the choice.
-    why : str
+    dtype, why : str
+        ``'bfloat16'`` or ``'float32'``: what it runs in under the choice, and why.
     timing : LayerTiming or None
     """
 
@@ -64,9 +61,7 @@ class LayerRow:
     @property
     def spec(self):
         """Its :class:`LayerSpec`, or ``None`` when a shape is unknown."""
-        if any(s is None for s in self.shapes):
-            return None
-        return LayerSpec.of(self.op, self.attrs, self.shapes)
+        return None if any(s is None for s in self.shapes) else LayerSpec.of(self.op, self.attrs, self.shapes)
 
     def record(self):
         return dict(asdict(self), shapes=[list(s) if s is not None else None for s in self.shapes],
@@ -174,13 +169,10 @@ def layers_apply(amp_lists, precision=None):
     ----------
     amp_lists : str
     precision : mxfp16.Precision or None
-        The precision settled on; ``None`` while ``auto`` is still to be
-        timed: its candidate, amp-bfloat16, is measured first, so ``auto``
-        then times the network as it would train.
+        The precision settled on; ``None`` while ``auto`` is still to be timed: its candidate, amp-bfloat16, is
+        measured first, so ``auto`` then times the network as it would train.
     """
-    if amp_lists != "measured":
-        return False
-    return precision is None or (precision.amp and precision.compute_dtype == "bfloat16")
+    return amp_lists == "measured" and (precision is None or (precision.amp and precision.compute_dtype == "bfloat16"))
 
 
 def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, support=None):
@@ -191,14 +183,13 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
     net : gluon.HybridBlock
         Initialised or not (only its graph is read).
     data : list or NDArray
-        One batch as :func:`mxfp16.train_step` takes it (one entry per
-        device, each an array or a tuple of arrays): the shapes timed.
+        One batch as :func:`mxfp16.train_step` takes it (one entry per device, each an array or a tuple of arrays):
+        the shapes timed.
     ctx : list of mx.Context, optional
         Only CPUs are measured (bfloat16 on a GPU is not what AMP runs there).
     timer : callable, optional
-        ``timer([LayerSpec]) -> {spec.key: LayerTiming}``; by default
-        :func:`mxfp16.measure.layer_timing.time_layers` (a fresh process).
-        Tests give fake times.
+        ``timer([LayerSpec]) -> {spec.key: LayerTiming}``; by default :func:`mxfp16.measure.layer_timing.time_layers`
+        (a fresh process). Tests give fake times.
     cache : str, optional
         The cache file (default :func:`cache_file`).
     log : callable

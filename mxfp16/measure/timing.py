@@ -1,10 +1,9 @@
 """Timing a step: untimed warm-up, then timed repeats, every one waited for.
 
-MXNet's engine is asynchronous: a timer that does not wait for it times how
-fast Python queues work. :func:`time_steps` waits for the engine before and
-after each repeat and reads the steps' outputs once per repeat. The
-benchmark, ``auto``'s probe and the per-layer timing all time through it, so
-a speed ``auto`` measured is a speed the benchmark would report.
+MXNet's engine is asynchronous: a timer that does not wait for it times how fast Python queues work.
+:func:`time_steps` waits for the engine before and after each repeat and reads the steps' outputs once per repeat.
+The benchmark, ``auto``'s probe and the per-layer timing all time through it, so a speed ``auto`` measured is a speed
+the benchmark would report.
 """
 import time
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ class StepTimes:
     wall : tuple of float
         Wall-clock seconds per step, one entry per repeat.
     cpu : tuple of float
-        This process's CPU seconds per step (all its threads), one per repeat:
-        less sensitive than wall time to other programs on a shared machine.
+        This process's CPU seconds per step (all its threads), one per repeat: less sensitive than wall time to other
+        programs on a shared machine.
     latencies : tuple of float
         With ``per_call=True``: the seconds of every single call, each waited for.
     """
@@ -61,17 +60,14 @@ def time_steps(step, iters=10, repeats=3, warmup=3, per_call=False):
     Parameters
     ----------
     step : callable
-        One step; it may return an MXNet array (a loss, an output), which is
-        read once per repeat, or anything else (e.g. a numpy answer).
-    iters : int
-        Calls per timed repeat.
-    repeats : int
+        One step; it may return an MXNet array (a loss, an output), which is read once per repeat, or anything else
+        (e.g. a numpy answer).
+    iters, repeats : int
+        Calls per timed repeat, and timed repeats.
     warmup : int
-        Calls before timing starts: the first builds the graph and oneDNN's
-        primitives, which no later step pays for.
+        Calls before timing starts: the first builds the graph and oneDNN's primitives, which no later step pays for.
     per_call : bool
-        Also time every call on its own, waiting for its answer (inference
-        latency).
+        Also time every call on its own, waiting for its answer (inference latency).
 
     Returns
     -------
