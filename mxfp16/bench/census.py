@@ -37,10 +37,8 @@ def _dtype(descriptors):
         if "_" in name:
             types.add(name.rsplit("_", 1)[1])
     types.discard("undef")
-    for known in ("bf16", "f32"):  # before u8: a max pooling's workspace is u8 beside its bfloat16 data
-        if known in types:
-            return known
-    return sorted(types)[0] if types else "?"
+    # bf16 and f32 before u8: a max pooling's workspace is u8 beside its bfloat16 data
+    return next((known for known in ("bf16", "f32") if known in types), min(types, default="?"))
 
 
 def exec_lines(lines):

@@ -235,10 +235,8 @@ def _timed_auto(precisions, ctx):
 
 
 def _auto_verdicts(base, precisions, sizes, classes, log):
-    """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model (training on a CPU), else ``{}``.
-
-    What the trainer would train in for this model, shape and batch (:func:`mxfp16.train.parts.auto_verdict`, cached).
-    """
+    """``{batch size: AutoVerdict}`` where ``auto`` is decided by timing the model (training on a CPU), else ``{}``:
+    what the trainer would train in for this model, shape and batch (:func:`mxfp16.train.parts.auto_verdict`)."""
     from ..devices import resolve_devices
     from ..train.parts import PartsSpec, auto_verdict
 

@@ -1,8 +1,7 @@
 """One measurement of this CPU: docs/benchmarks.md's table of families, planned, run in budgeted steps, summarised.
 
-``make measure`` (``tools/measure.py``) is a thin command over this module; docs/benchmarks.md, "One command for
-the whole table", lists its steps. Importing it loads neither MXNet nor torch, and nothing here needs more than
-MXNet's wheel and a checkout.
+``make measure`` (``tools/measure.py``) is a thin command over this module; docs/benchmarks.md, "One command for the
+whole table", lists its steps. Importing it loads neither MXNet nor torch, and needs only MXNet's wheel and a checkout.
 """
 import contextlib
 import importlib.util
@@ -94,23 +93,12 @@ MODELS = (
 
 @dataclass
 class Step:
-    """One child process of the measurement.
-
-    Attributes
-    ----------
-    name : str
-        Also its log's name (``<name>.log``) and a benchmark's folder.
-    argv : list of str
-        The command; :data:`ALLOWANCE` stands for its share of the budget.
-    weight, floor, seconds : float
-        Its share of the budget against the later steps'; the seconds below which it is skipped; a fixed allowance
-        instead of a share (``mxfp16 info``), as far as the budget goes.
-    stdout, skip, model : str or None
-        Its standard output's file (else the log); why it is not run at all; the benchmark's row in the summary
-        (:attr:`Measured.name`).
-    notes : list of str
-        What its record says beside its status (the peer it could not run).
-    """
+    """One child process of the measurement: its ``name`` (also its log's, ``<name>.log``, and a benchmark's folder),
+    ``argv`` (:data:`ALLOWANCE` stands for its share of the budget), ``weight`` (its share of the budget against the
+    later steps'), ``floor`` (the seconds below which it is skipped), ``seconds`` (a fixed allowance instead of a
+    share, ``mxfp16 info``, as far as the budget goes), ``stdout`` (its standard output's file, else the log), ``skip``
+    (why it is not run at all), ``model`` (the benchmark's row in the summary, :attr:`Measured.name`) and ``notes``
+    (what its record says beside its status: the peer it could not run)."""
 
     name: str
     argv: list
@@ -201,10 +189,8 @@ def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missin
     quick : bool
         Tiny sizes (:attr:`Measured.quick`), one step per row, one round: a check that everything runs, not a
         measurement.
-    rounds : int
-        ``mxfp16 bench --rounds`` of a full run.
-    threads : int, optional
-        ``mxfp16 bench --threads`` (default: the bench's, every core).
+    rounds, threads : int
+        ``mxfp16 bench --rounds`` of a full run, and ``--threads`` (``None``: the bench's default, every core).
     missing : callable
         ``missing(module) -> bool``; torch and gluoncv are looked for with it.
 
@@ -348,22 +334,18 @@ def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
 
 def _census(row):
     census = (row or {}).get("census") or {}
-    if census.get("status") != "ok":
-        return None
-    return {name: round(census["percent"].get(name, 0.0), 1) for name in CENSUS_KEPT}
+    return {name: round(census["percent"].get(name, 0.0), 1) for name in CENSUS_KEPT} \
+        if census.get("status") == "ok" else None
 
 
 def _auto_ratio(document, rows, batch_size):
     """auto's speed over float32's: its verdict's row's speedup (1.0 where auto trains float32)."""
     verdict = (document.get("config", {}).get("auto") or {}).get(str(batch_size)) or {}
     chosen = verdict.get("precision")
-    if chosen is None:
-        asked = [r for r in rows if r.get("requested_precision") == "auto" and r.get("status") == "ok"]
-        return asked[0].get("speedup") if asked else None
     if chosen == "float32":
         return 1.0
-    matching = [r for r in rows if r.get("precision") == chosen and r.get("status") == "ok"]
-    return matching[0].get("speedup") if matching else None
+    field, wanted = ("requested_precision", "auto") if chosen is None else ("precision", chosen)
+    return next((r.get("speedup") for r in rows if r.get(field) == wanted and r.get("status") == "ok"), None)
 
 
 def summary_row(document):

@@ -198,10 +198,8 @@ def _rows(x):
 
 def _lstm_classifier(classes, in_shape, hidden=128):
     """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch, reading an image of ``in_shape`` ``(C, H, W)``
-    as ``H`` steps of ``C * W`` features (PyTorch has no deferred shapes: the embedding needs its width up front).
-
-    Two LSTM biases per gate, as MXNet's ``i2h`` and ``h2h``, so the parameter count is the MXNet model's.
-    """
+    as ``H`` steps of ``C * W`` features (PyTorch has no deferred shapes: the embedding needs its width up front). Two
+    LSTM biases per gate, as MXNet's ``i2h`` and ``h2h``, so the parameter count is the MXNet model's."""
     from torch import nn
 
     channels, _, width = (int(n) for n in in_shape)
@@ -223,11 +221,9 @@ def _lstm_classifier(classes, in_shape, hidden=128):
 
 def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
     """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch (mxfp16's default sizes), reading
-    an image of ``in_shape`` ``(C, H, W)`` as ``H`` tokens of ``C * W`` features.
-
-    ``nn.TransformerEncoderLayer`` post-LN with GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`: its packed
-    q/k/v projection holds the weights of MXNet's three Dense layers, so the parameter count is the MXNet model's.
-    """
+    an image of ``in_shape`` ``(C, H, W)`` as ``H`` tokens of ``C * W`` features. ``nn.TransformerEncoderLayer``
+    post-LN with GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`: its packed q/k/v projection holds the weights
+    of MXNet's three Dense layers, so the parameter count is the MXNet model's."""
     import torch
     from torch import nn
 
@@ -253,10 +249,8 @@ def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_un
 
 
 def build_network(model, classes, image_size):
-    """The PyTorch network beside mxfp16's ``model`` (:func:`peer_network`) for square images of ``image_size``.
-
-    Raises ``ValueError`` where ``model`` has none, or is a family (:func:`mxfp16.bench.peer_families.build_networks`).
-    """
+    """The PyTorch network beside mxfp16's ``model`` (:func:`peer_network`) for square images of ``image_size``; a
+    ``ValueError`` where ``model`` has none, or is a family (:func:`mxfp16.bench.peer_families.build_networks`)."""
     key = _key(model)
     in_shape = (3, image_size, image_size)
     if key == "resnet50":

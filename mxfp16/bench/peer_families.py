@@ -194,10 +194,8 @@ def _token_step(fam, options, batch_size, nets, runs, autocast, generator):
     (net,), (run,) = nets.values(), runs.values()
     stream = torch.randint(0, options["vocab"], (batch_size, options["seq_len"] + 1), generator=generator)
     tokens = stream[:, :-1].contiguous()
-    if fam.name == "bert-encoder":
-        labels = torch.randint(0, options["classes"], (batch_size,), generator=generator)
-    else:
-        labels = stream[:, 1:].reshape(-1)
+    labels = (torch.randint(0, options["classes"], (batch_size,), generator=generator) if fam.name == "bert-encoder"
+              else stream[:, 1:].reshape(-1))
     opt = optimizer(fam.optimizer, net.parameters(), fam.optimizer_params)
 
     def step():

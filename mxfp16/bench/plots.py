@@ -23,14 +23,14 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
     fig, ax = new_figure(figsize=(max(5.0, 1.6 * len(batch_sizes) * max(1, len(labels)) ** 0.5 + 2), 3.8))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(batch_sizes))
+
+    def column(name, key):
+        return [next((r[key] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan) for bs in batch_sizes]
+
     for i, name in enumerate(labels):
-        heights = [next((r[value] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
-                   for bs in batch_sizes]
-        tops = None
-        if whisker is not None:  # a line from the bar's top up to the tail value (p99 over the median)
-            tails = [next((r[whisker] for r in ok if label(r) == name and r["batch_size"] == bs), np.nan)
-                     for bs in batch_sizes]
-            tops = [np.zeros(len(heights)), np.subtract(tails, heights)]
+        heights = column(name, value)
+        # a whisker from the bar's top up to the tail value (p99 over the median)
+        tops = None if whisker is None else [np.zeros(len(heights)), np.subtract(column(name, whisker), heights)]
         bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, heights, width, label=name, color=colors[name],
                       yerr=tops, capsize=3 if tops is not None else 0)
         ax.bar_label(bars, labels=[_bar_text(h, value) for h in heights], fontsize=7)

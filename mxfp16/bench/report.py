@@ -179,8 +179,7 @@ def add_speedups(records):
 
 
 def _fastest(rows, field):
-    """The fastest of ``rows`` by ``field`` (``images_per_second`` or ``tokens_per_second``) as
-    ``{"label", field, "row"}``, or ``None`` when there is none."""
+    """The fastest of ``rows`` by the throughput ``field`` as ``{"label", field, "row"}``, or ``None`` without rows."""
     row = max(rows, key=lambda r: r[field], default=None)
     return None if row is None else {"label": label(row), field: row[field], "row": row}
 

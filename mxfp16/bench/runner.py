@@ -174,10 +174,8 @@ def measure(spec):
 
 
 def build_step(spec):
-    """What ``spec`` times, built: ``(step, precision, contexts, provider)``.
-
-    ``step`` is one training step or one inference call (see :func:`measure`); ``provider`` is onnxruntime's execution
-    provider, ``None`` for MXNet. The kernel census (:mod:`mxfp16.bench.census_run`) builds the same step.
+    """What ``spec`` times, built: ``(step, precision, contexts, provider)``: one training step or one inference call
+    (see :func:`measure`), and onnxruntime's execution provider (``None`` for MXNet). The census builds the same step.
     """
     from ..devices import resolve_devices
     from ..precision import resolve_precision
@@ -241,9 +239,7 @@ def _inference_step(spec, precision, contexts, batches):
 
 def _onnxruntime_step(spec, contexts, batches):
     """One onnxruntime call on the network as ``mxfp16 export --format onnx`` writes it; returns ``(step, provider)``.
-
-    A synthetic batch is read to numpy once; real batches on every call, as a server would receive them.
-    """
+    A synthetic batch is read to numpy once; real batches on every call, as a server would receive them."""
     from ..devices import format_ctx
     from ..inference.convert import deployable
     from ..inference.formats import onnx as onnx_format
@@ -265,10 +261,8 @@ def _onnxruntime_step(spec, contexts, batches):
 
 
 def latency_fields(latencies):
-    """``latency_ms_median``, ``latency_ms_p90``, ``latency_ms_p99`` and ``latency_samples`` of per-call seconds.
-
-    With fewer than 100 samples the p99 is close to the slowest call.
-    """
+    """``latency_ms_median``, ``latency_ms_p90``, ``latency_ms_p99`` and ``latency_samples`` of per-call seconds
+    (with fewer than 100 samples the p99 is close to the slowest call)."""
     ms = 1000.0 * np.asarray(latencies, dtype=np.float64)
     return {"latency_ms_median": float(np.median(ms)), "latency_ms_p90": float(np.percentile(ms, 90)),
             "latency_ms_p99": float(np.percentile(ms, 99)), "latency_samples": int(ms.size)}

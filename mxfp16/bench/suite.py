@@ -16,8 +16,7 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     precisions, batch_sizes
         Precision names as the user gave them (``auto`` included), and the batch sizes.
     amp_lists : sequence of str
-        Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``);
-        the others run once.
+        Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``); the others run once.
     auto : dict, optional
         ``{batch size: precision name}`` where ``auto`` was decided by timing the model; else the rule of
         :func:`mxfp16.resolve_precision` decides.
@@ -108,8 +107,7 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
     Returns
     -------
     list of dict
-        One record per spec and round, each stamped with the same
-        ``invocation`` id and its ``round`` (from 1).
+        One record per spec and round, each stamped with the same ``invocation`` id and its ``round`` (from 1).
     """
     if int(rounds) < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds!r}")

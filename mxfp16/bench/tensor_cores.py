@@ -1,8 +1,7 @@
 """Which layers miss float16 tensor cores: channel, unit and batch counts that are not multiples of 8.
 
-Volta and later GPUs run float16 matrix products on tensor cores only when
-the matrix dimensions (convolution input/output channels, dense input/output
-units, and the batch) are multiples of 8; other shapes fall back to slower
+Volta and later GPUs run float16 matrix products on tensor cores only when the matrix dimensions (convolution
+input/output channels, dense input/output units, and the batch) are multiples of 8; other shapes fall back to slower
 kernels or pay for padding.
 """
 import mxnet as mx
@@ -11,17 +10,13 @@ from mxnet import gluon
 from .._internals import block_op_kwargs
 
 MULTIPLE = 8
-
-
 _CONVOLUTIONS = (gluon.nn.Conv1D, gluon.nn.Conv2D, gluon.nn.Conv3D,
                  gluon.nn.Conv1DTranspose, gluon.nn.Conv2DTranspose, gluon.nn.Conv3DTranspose)
 
 
 def _layer_shapes(net):
-    """``(name, kind, in, out)`` for each Conv and Dense layer, from its (initialised) weight.
-
-    Grouped convolutions report their total input channels.
-    """
+    """``(name, kind, in, out)`` for each Conv and Dense layer, from its (initialised) weight; grouped convolutions
+    report their total input channels."""
     rows = []
 
     def visit(block):
@@ -44,12 +39,10 @@ def tensor_core_report(net, batch_size, sample_shape=None):
     Parameters
     ----------
     net : gluon.Block
-        Initialised. Layers with deferred shapes are completed by one forward
-        pass of a zero batch of ``sample_shape``.
+        Initialised. Layers with deferred shapes are completed by one forward pass of a zero batch of ``sample_shape``.
     batch_size : int or sequence of int
     sample_shape : tuple, optional
-        One input without the batch axis, e.g. ``(3, 224, 224)``; needed only
-        when some shapes are still unknown.
+        One input without the batch axis, e.g. ``(3, 224, 224)``; needed only when some shapes are still unknown.
 
     Returns
     -------
@@ -92,6 +85,5 @@ def family_tensor_core_report(name, options, batch_sizes):
     from .family_steps import build_networks
 
     networks = gluon.nn.Sequential()
-    for net in build_networks(name, options).values():
-        networks.add(net)
+    networks.add(*build_networks(name, options).values())
     return tensor_core_report(networks, list(batch_sizes))

@@ -44,10 +44,8 @@ class AutoVerdict:
         ``'float16'`` (GPUs), ``'amp-bfloat16'`` or ``'float32'``.
     reason : str
         One sentence, starting ``timed on this CPU:`` or ``ruled:``.
-    measured : bool
-        Whether the network was timed (now or in the cached verdict).
-    cached : bool
-        Whether the verdict came from the cache.
+    measured, cached : bool
+        Whether the network was timed (now or in the cached verdict), and whether the verdict came from the cache.
     float32_ms, candidate_ms : float or None
         Median milliseconds per step of each (over the rounds).
     round_ratios : tuple of float
@@ -150,9 +148,8 @@ def _from_cache(entry):
         verdict = AutoVerdict(**{k: v for k, v in entry.items() if k != "ratio"})
     except TypeError:
         return None
-    if verdict.precision not in ("float32", CANDIDATE):
-        return None
-    return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ()))
+    known = verdict.precision in ("float32", CANDIDATE)
+    return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ())) if known else None
 
 
 def _failure(where, rounds):
@@ -181,11 +178,9 @@ def _decide(where, rounds):
 
 
 def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
-    """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``.
-
-    A short first round decides alone when its repeats lasted ``repeat_ms`` and its ratio is beyond :data:`CLEAR`
-    either way; a close call gets :data:`CONFIRM_ROUNDS` more rounds, a round of short steps one more than that.
-    """
+    """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``. A short first round decides
+    alone when its repeats lasted ``repeat_ms`` and its ratio is beyond :data:`CLEAR` either way; a close call gets
+    :data:`CONFIRM_ROUNDS` more rounds, a round of short steps one more than that."""
     def one_round(iters):
         return probe.time("float32", iters), probe.time(CANDIDATE, iters)
 

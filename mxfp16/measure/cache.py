@@ -20,8 +20,7 @@ def cache_folder(environ=None):
 
 
 def machine_key():
-    """What a measurement depends on besides what is measured: the CPU, how oneDNN may use it, the software, the
-    threads."""
+    """What a measurement depends on besides what it measures: the CPU, how oneDNN may use it, software, threads."""
     import mxnet as mx
 
     from .._version import __version__
@@ -76,10 +75,8 @@ class MachineCache:
         return doc[self.section] if ok else {}
 
     def keep(self, records, log=print):
-        """Add ``records`` (``{key: record}``) to what the file holds now (another process may have added some).
-
-        An unwritable cache costs a measurement next time, nothing more: it is told to ``log`` and otherwise ignored.
-        """
+        """Add ``records`` (``{key: record}``) to what the file holds now (another process may have added some). An
+        unwritable cache costs a measurement next time, nothing more: it is told to ``log`` and otherwise ignored."""
         held = self.read()
         held.update(records)
         try:
@@ -96,10 +93,8 @@ class MachineCache:
         return json.dumps({"machine": self._machine, self.kind: what}, sort_keys=True)
 
     def keep_unless_busy(self, records, busy, log):
-        """Keep ``records`` unless ``busy`` (:func:`machine_busy`, read before the measurement) says otherwise.
-
-        Wall-clock times taken under load say little about the next run: they are used once, and ``log`` is told so.
-        """
+        """Keep ``records`` unless ``busy`` (:func:`machine_busy`, read before the measurement) says the machine was
+        busy: times taken under load say little about the next run, so they are used once, and ``log`` is told so."""
         if busy:
             log(f"the CPU was busy when the measurement started ({busy}); it is used once and not kept")
             return

@@ -80,10 +80,8 @@ class LayerTiming:
 
 def time_layers(specs, timeout=TIMEOUT):
     """Time each spec in a fresh process (AMP off there; each operator given its dtypes): ``{key: LayerTiming}``.
-
     Should that process die (a kernel that crashes it), each spec is timed again in a process of its own, and the one
-    that died is recorded as failed: its layers stay float32.
-    """
+    that died is recorded as failed: its layers stay float32."""
     from ..plumbing.child import call_in_child
 
     record, why = call_in_child(time_keys, [s.key for s in specs], timeout=timeout)
@@ -93,10 +91,7 @@ def time_layers(specs, timeout=TIMEOUT):
         lines = why.strip().splitlines()  # a traceback ends with its exception; a crash starts with its status
         line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
         return {specs[0].key: LayerTiming(failed=f"the timing process ended: {line}")}
-    found = {}
-    for spec in specs:
-        found.update(time_layers([spec], timeout))
-    return found
+    return {key: timing for spec in specs for key, timing in time_layers([spec], timeout).items()}
 
 
 def time_keys(keys):

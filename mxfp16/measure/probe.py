@@ -27,10 +27,8 @@ def _probe_loss(outputs, *labels):
 
 
 def network_signature(net):
-    """A digest of a network's structure: each block's class and each parameter's shape and dtype, in order.
-
-    Names are left out: Gluon numbers its prefixes per process (``dense0_``, ``dense3_``), and the same network must
-    get the same verdict.
+    """A digest of a network's structure: each block's class and each parameter's shape and dtype, in order. Names
+    are left out: Gluon numbers its prefixes per process (``dense0_``), and the same network must get the same verdict.
     """
     import numpy as np
 
