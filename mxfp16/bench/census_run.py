@@ -24,8 +24,7 @@ CENSUS_STEPS = 2
 
 def census_applies(spec):
     """Whether oneDNN runs ``spec``'s step here, so a census can be taken: MXNet built with it (``MKLDNN``, as every
-    pip wheel for CPUs is), not switched off (``MXNET_MKLDNN_ENABLED=0``), on CPU devices, in MXNet (not onnxruntime).
-    """
+    pip wheel for CPUs is), not switched off (``MXNET_MKLDNN_ENABLED=0``), on CPU devices, in MXNet, not onnxruntime."""
     if spec.runtime != "mxnet" or os.environ.get("MXNET_MKLDNN_ENABLED", "").strip() == "0":
         return False
     import mxnet as mx

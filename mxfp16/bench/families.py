@@ -110,11 +110,10 @@ def resolve_options(name, given=None):
     Raises
     ------
     FamilyError
-        ``name`` is no family, an option it does not have, a value that is
-        not a positive number of the option's kind, or a dropout outside [0, 1).
+        ``name`` is no family, an option it does not have, a value that is not a positive number of the option's
+        kind, or a dropout outside [0, 1).
     """
-    fam = FAMILIES.get(name)
-    if fam is None:
+    if (fam := FAMILIES.get(name)) is None:
         raise FamilyError(f"--model-option applies to {', '.join(FAMILIES)}, not {name!r}")
     options = dict(fam.options)
     for key, text in _pairs(given):
@@ -153,8 +152,7 @@ def _pairs(given):
 def record_fields(model, options):
     """What a result record of ``model`` says about its family: ``{}`` for an image model, else ``unit``,
     ``options``, ``network`` (the family's title) and, for token input, ``seq_len``."""
-    fam = FAMILIES.get(model)
-    if fam is None:
+    if (fam := FAMILIES.get(model)) is None:
         return {}
     fields = {"unit": fam.unit, "options": dict(options), "network": fam.title}
     return dict(fields, seq_len=options["seq_len"]) if fam.unit == TOKENS else fields

@@ -145,12 +145,9 @@ def _slug_part(text):
 
 
 def cpu_slug(cls, identity):
-    """The folder's name: ``measure-<class>-<microarchitecture>``, e.g. ``measure-avx512_bf16-zen4``,
-    ``measure-amx-emerald-rapids``.
-
-    Where :func:`mxfp16.machine.hardware.microarchitecture` does not know the CPU, its vendor, family and model
-    name it (``measure-amx-intel-f6-m167``); where not even those are known, its class alone.
-    """
+    """The folder's name: ``measure-<class>-<microarchitecture>``, e.g. ``measure-amx-emerald-rapids``. Where
+    :func:`mxfp16.machine.hardware.microarchitecture` does not know the CPU, its vendor, family and model name it
+    (``measure-amx-intel-f6-m167``); where not even those are known, its class alone."""
     arch = identity.get("microarchitecture")
     if arch:
         where = _slug_part(re.sub(r" (?=\d)", "", arch))  # Zen 4 -> zen4, Emerald Rapids -> emerald-rapids
@@ -172,11 +169,7 @@ def _bench_argv(python, measured, precisions, quick, rounds, threads, peer, out)
         argv += ["--image-size", str(measured.image_size), "--batch-sizes", str(measured.batch_size)]
     argv += ["--precisions", precisions, "--rounds", "1" if quick else str(rounds), "--timeout", ALLOWANCE,
              "--no-plots", "--out", out]
-    if peer:
-        argv += ["--peer", "pytorch"]
-    if threads:
-        argv += ["--threads", str(threads)]
-    return argv
+    return argv + (["--peer", "pytorch"] if peer else []) + (["--threads", str(threads)] if threads else [])
 
 
 def plan_steps(facts, quick=False, rounds=3, threads=None, missing=module_missing):
@@ -250,8 +243,8 @@ def _stop(proc, grace=10.0):
 def run_child(step, argv, allowance, folder):
     """Run ``argv`` in ``folder`` for at most ``allowance`` seconds; its output goes to ``<step.name>.log`` there.
 
-    The child runs in a session of its own, so a step stopped at its allowance takes the processes it started
-    with it; ``PYTHONPATH`` names the checkout, so ``python -m mxfp16`` needs no install.
+    The child runs in a session of its own, so a step stopped at its allowance takes the processes it started with
+    it; ``PYTHONPATH`` names the checkout, so ``python -m mxfp16`` needs no install.
 
     Returns
     -------
@@ -477,12 +470,10 @@ FIGURES = {"float32": "{:.2f}", "bfloat16": "{:.2f}", "bf16_over_fp32": "{:.2f}x
 
 
 def figure_entries(slug, summary):
-    """``docs/results/figures.json`` entries for a measurement folder ``slug`` (directly under docs/results).
-
-    One figure per measured value, named ``measure.<slug>.<model>.<field>`` (``field`` of :data:`FIGURES`),
-    and one table ``measure.<slug>`` of the summary (a cell with no value reads ``—``), so a page can quote
-    either with ``<!-- fig NAME -->`` or ``<!-- table NAME -->``.
-    """
+    """``docs/results/figures.json`` entries for a measurement folder ``slug`` (directly under docs/results): one
+    figure per measured value, named ``measure.<slug>.<model>.<field>`` (``field`` of :data:`FIGURES`), and one table
+    ``measure.<slug>`` of the summary (a cell with no value reads ``—``), so a page can quote either with
+    ``<!-- fig NAME -->`` or ``<!-- table NAME -->``."""
     entries, rows = {}, []
     for model, row in summary.items():
         for name, fmt in FIGURES.items():

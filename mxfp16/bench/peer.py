@@ -80,11 +80,9 @@ def peer_models():
 
 
 def variants(model, compiled=True):
-    """The rows timed for ``model``: ``(dtype, layout, compiled)``, eager ones first.
-
-    Eager: :data:`VARIANTS` for a convolution network, :data:`SEQUENCE_VARIANTS` for an image read as rows, no layout
-    for token ids. Compiled (with ``compiled``): each dtype in the faster layout (``channels_last`` for convolutions).
-    """
+    """The rows timed for ``model``: ``(dtype, layout, compiled)``, eager ones first: :data:`VARIANTS` for a convolution
+    network, :data:`SEQUENCE_VARIANTS` for an image read as rows, no layout for token ids; then with ``compiled`` each
+    dtype in the faster layout (``channels_last`` for convolutions)."""
     key = _key(model)
     if key in CONVOLUTIONAL:
         eager, best = VARIANTS, "channels_last"

@@ -18,11 +18,9 @@ __all__ = ["word_language_model", "bert_encoder_classifier", "mobilenet_v2", "dc
 
 
 def word_language_model(mode, options):
-    """Embedding -> dropout -> ``nn.LSTM``/``nn.GRU`` -> dropout -> decoder tied to the embedding.
-
-    Both PyTorch recurrent layers keep two biases per gate (input and recurrent), as MXNet's ``i2h`` and ``h2h``;
-    PyTorch's GRU resets before the recurrent product's bias as MXNet's (and cuDNN's) does.
-    """
+    """Embedding -> dropout -> ``nn.LSTM``/``nn.GRU`` -> dropout -> decoder tied to the embedding. Both PyTorch
+    recurrent layers keep two biases per gate (input and recurrent), as MXNet's ``i2h`` and ``h2h``; PyTorch's GRU
+    resets before the recurrent product's bias as MXNet's (and cuDNN's) does."""
     o = options
 
     class WordLanguageModel(nn.Module):
@@ -44,9 +42,9 @@ def word_language_model(mode, options):
 
 
 class _EncoderBlock(nn.Module):
-    """:class:`mxfp16.models.sequence.EncoderBlock`: post-LayerNorm attention and GELU feed-forward, dropout
-    on the attention weights and on both residual branches (``nn.TransformerEncoderLayer`` adds a dropout
-    inside the feed-forward, which the MXNet block does not have)."""
+    """:class:`mxfp16.models.sequence.EncoderBlock`: post-LayerNorm attention and GELU feed-forward, dropout on the
+    attention weights and on both residual branches (``nn.TransformerEncoderLayer`` adds a dropout inside the
+    feed-forward, which the MXNet block does not have)."""
 
     def __init__(self, units, heads, ffn_units, dropout):
         super().__init__()

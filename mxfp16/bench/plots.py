@@ -53,12 +53,9 @@ def _grouped_bars(records, value, ylabel, title, path, colors, baseline_line=Non
 
 
 def write_plots(out_dir, records):
-    """Write ``throughput.png``, ``memory.png`` and ``speedup.png`` (and ``latency.png`` for inference); return
-    their paths.
-
-    Only successful runs are drawn; ``speedup`` needs :func:`mxfp16.bench.report.add_speedups` first.
-    ``latency.png`` draws the median per-call latency of the smallest batch with a whisker up to the p99.
-    """
+    """Write ``throughput.png``, ``memory.png`` and ``speedup.png`` (and ``latency.png`` for inference); return their
+    paths. Only successful runs are drawn; ``speedup`` needs :func:`mxfp16.bench.report.add_speedups` first.
+    ``latency.png`` draws the median per-call latency of the smallest batch with a whisker up to the p99."""
     os.makedirs(out_dir, exist_ok=True)
     non_baseline = [r for r in records if r.get("precision") != "float32"]
     # One colour per precision across the three figures.

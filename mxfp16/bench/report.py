@@ -78,11 +78,9 @@ def _identity(record):
 
 def merge_rounds(records):
     """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds (unchanged
-    with one round), in the order the measurements first appear.
-
-    The first successful round's record, its times the medians over the successful rounds, ``ms_per_step_spread``
-    half their range, the largest ``peak_memory_mb`` and ``rounds`` (each round's figures); else the first record.
-    """
+    with one round), in the order the measurements first appear: the first successful round's record, its times the
+    medians over the successful rounds, ``ms_per_step_spread`` half their range, the largest ``peak_memory_mb`` and
+    ``rounds`` (each round's figures); else the first record."""
     if all(r.get("round", 1) == 1 for r in records):
         return records
     groups = {}
@@ -313,11 +311,9 @@ def _short_reason(record, width=90):
 
 
 def format_table(records):
-    """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first).
-
-    ``cpu ms`` is the process's CPU time per step (all cores count) and ``cpu x`` the speedup by that measure: on a
-    busy shared machine the steadier of the two. Inference rows add the per-call latency (p50, p90, p99).
-    """
+    """A fixed-width text table of the results, speedups included (call :func:`add_speedups` first). ``cpu ms`` is the
+    process's CPU time per step (all cores count) and ``cpu x`` the speedup by that measure: on a busy shared machine
+    the steadier of the two. Inference rows add the per-call latency (p50, p90, p99)."""
     latency = any(r.get("latency_ms_median") is not None for r in records)
     fields = {throughput_field(r) for r in records}
     field = fields.pop() if len(fields) == 1 else "images_per_second"  # one model per invocation: one unit

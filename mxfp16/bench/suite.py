@@ -136,8 +136,7 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
 def _run_once(spec, timeout, not_again=None):
     """``spec``'s record: measured in its own process, or skipped (``not_again``, or a precision that cannot run)."""
     is_peer = isinstance(spec, peer.PeerSpec)
-    reason = not_again or (None if is_peer else _cannot_run(spec))
-    if reason:
+    if reason := not_again or (None if is_peer else _cannot_run(spec)):
         return peer.not_run(spec, "skipped", reason) if is_peer else not_run(spec, "skipped", reason)
     return peer.run_in_subprocess(spec, timeout=timeout) if is_peer else run_in_subprocess(spec, timeout=timeout)
 

@@ -128,11 +128,9 @@ def rule_verdict(on_gpu, why_not_timed=None):
 
 
 def _amp_already_active():
-    """The verdict where an earlier network of this process switched AMP on for ``auto``'s candidate, else ``None``.
-
-    ``amp.init`` cannot be undone, so float32 cannot be had in this process any more: timing the two would offer a
-    choice that does not exist. Several networks under ``auto`` in one process (a notebook) then all run in it.
-    """
+    """The verdict where an earlier network of this process switched AMP on for ``auto``'s candidate, else ``None``:
+    ``amp.init`` cannot be undone, so float32 cannot be had in this process any more, and timing the two would offer a
+    choice that does not exist. Several networks under ``auto`` in one process (a notebook) then all run in it."""
     from ..precision import amp_target
 
     target = amp_target()

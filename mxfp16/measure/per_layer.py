@@ -206,9 +206,8 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
     try:
         rows = network_layers(net, input_shapes(data))
     except (TypeError, ValueError, mx.MXNetError) as err:  # a Block that is not a HybridBlock, a graph that fails
-        why = error_line(err)
-        return LayerChoice((), False, f"not measured: the network's graph could not be read ({why}); the lists "
-                                      "stay mxfp16's")
+        return LayerChoice((), False, f"not measured: the network's graph could not be read ({error_line(err)}); "
+                                      "the lists stay mxfp16's")
     support = support or hardware.bfloat16_support()
     if ctx is not None and any(c.device_type != "cpu" for c in ctx):
         return LayerChoice(tuple(rows), False, "not measured: per-layer measurement is for bfloat16 on CPUs; the "
@@ -238,17 +237,15 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
 
 
 def _timing(record):
-    if not isinstance(record, dict):
-        return None
-    return LayerTiming(**{k: record.get(k) for k in ("float32_ms", "bfloat16_ms", "casts_ms", "failed")})
+    fields = ("float32_ms", "bfloat16_ms", "casts_ms", "failed")
+    return LayerTiming(**{k: record.get(k) for k in fields}) if isinstance(record, dict) else None
 
 
 def _decide(rows, timings):
     """Each measured row's dtype: layers sharing a weight are decided together, on their summed times."""
     groups = {}
     for index, row in enumerate(rows):
-        spec = row.spec
-        if row.dtype == "bfloat16" and spec is not None and spec.key in timings:
+        if row.dtype == "bfloat16" and (spec := row.spec) is not None and spec.key in timings:
             groups.setdefault(row.weight or row.name, []).append(index)
     rows = list(rows)
     for members in groups.values():
