@@ -1,9 +1,8 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
-What each pipeline yields, reads, augments, orders, resumes and shards, and
-why every worker gets as many training images, is ``docs/data.md`` ("The
-pipelines"); when to pick which augmentation is ``docs/training.md``
-("Which augmentation").
+What each pipeline yields, reads, augments, orders, resumes and shards, and why every worker gets as many training
+images, is ``docs/data.md`` ("The pipelines"); when to pick which augmentation is ``docs/training.md`` ("Which
+augmentation").
 """
 import hashlib
 import logging
@@ -35,10 +34,9 @@ STD_RGB = (0.229, 0.224, 0.225)
 def read_image(path):
     """Decode an image file as uint8 HWC RGB, whatever bytes its name holds.
 
-    The file is read by Python and decoded from memory (``mx.image.imdecode``):
-    ``mx.image.imread`` hands the name to C++ as UTF-8, which fails on a
-    POSIX name that is not UTF-8 (Python keeps such bytes as lone
-    surrogates) and so could not read every file the scan accepts.
+    The file is read by Python and decoded from memory (``mx.image.imdecode``): ``mx.image.imread`` hands the name to
+    C++ as UTF-8, which fails on a POSIX name that is not UTF-8 (Python keeps such bytes as lone surrogates) and so
+    could not read every file the scan accepts.
 
     Raises
     ------
@@ -168,9 +166,8 @@ class Loaders:
         Returns
         -------
         dict
-            ``files``: how many files; ``sha256``: over each file's name
-            (relative to the data set) and size, in order; ``per_class``:
-            ``{class: [train files, test files]}``.
+            ``files``: how many files; ``sha256``: over each file's name (relative to the data set) and size, in
+            order; ``per_class``: ``{class: [train files, test files]}``.
         """
         entries = self._fingerprint_entries()
         digest = hashlib.sha256()
@@ -416,9 +413,8 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     Parameters
     ----------
     source : str or Path
-        ``pipeline='folder'``: a folder with ``train/<class>/`` and
-        ``test/<class>/`` (``mxfp16.data.demo_dataset()``, ``mxfp16 data split``).
-        ``pipeline='recordio'``: the prefix given to ``mxfp16 data pack``.
+        ``pipeline='folder'``: a folder with ``train/<class>/`` and ``test/<class>/`` (``mxfp16.data.demo_dataset()``,
+        ``mxfp16 data split``). ``pipeline='recordio'``: the prefix given to ``mxfp16 data pack``.
     image_size : int
         Side of the square crops.
     batch_size : int

@@ -1,9 +1,8 @@
 """Images per second of the input pipelines, with the sizes of the images used (``docs/data.md``, "Benchmark").
 
-The clock starts after the first batch (start-up is ``first_batch_s``).
-``images_per_cpu_second`` divides by the CPU time this process spent (all
-its threads; not worker processes): on a busy machine it estimates what one
-otherwise idle core would do.
+The clock starts after the first batch (start-up is ``first_batch_s``). ``images_per_cpu_second`` divides by the CPU
+time this process spent (all its threads; not worker processes): on a busy machine it estimates what one otherwise
+idle core would do.
 """
 import os
 import tempfile
@@ -70,9 +69,8 @@ def bench_pipelines(src, image_size=224, workers=2, batch_size=32, images=600, p
     Parameters
     ----------
     src : str or Path
-        A folder split (``train/``, ``test/``): it is packed into a temporary
-        RecordIO (``pack_resize`` short side, 0 keeps the size) so both
-        pipelines read the same images. Or a pack prefix: RecordIO only.
+        A folder split (``train/``, ``test/``): it is packed into a temporary RecordIO (``pack_resize`` short side, 0
+        keeps the size) so both pipelines read the same images. Or a pack prefix: RecordIO only.
     image_size, workers, batch_size : int
     images : int
         Images timed per pipeline (after the first batch).

@@ -1,9 +1,8 @@
 """Run the processes of a parameter-server job and never leave one behind.
 
-docs/distributed.md says when the launcher stops a job, how, and what it
-cleans up. A process that ends early (status 0 while a worker still runs)
-stops the job too: every process passes the kvstore's last barrier
-together, so the workers would wait for it forever.
+docs/distributed.md says when the launcher stops a job, how, and what it cleans up. A process that ends early (status
+0 while a worker still runs) stops the job too: every process passes the kvstore's last barrier together, so the
+workers would wait for it forever.
 """
 import atexit
 import contextlib
@@ -90,8 +89,7 @@ except OSError:
 def _process_table():
     """``(pid, ppid, pgid, zombie)`` of every process, from /proc; ``None`` without /proc.
 
-    Callers count a zombie as gone: it holds nothing, and some container
-    inits are slow to reap one.
+    Callers count a zombie as gone: it holds nothing, and some container inits are slow to reap one.
     """
     if not os.path.isdir("/proc/self"):
         return None
@@ -219,9 +217,8 @@ class _Job:
     # -- starting ---------------------------------------------------------
     def start(self):
         width = max(len(s.name) for s in self.slots)
-        # preexec_fn can deadlock the child when other threads exist, so it
-        # is only used in a single-threaded launcher (the command line); the
-        # children start before any pump thread does.
+        # preexec_fn can deadlock the child when other threads exist, so it is only used in a single-threaded launcher
+        # (the command line); the children start before any pump thread does.
         preexec = _die_with_parent if _LIBC is not None and threading.active_count() == 1 else None
         for slot in self.slots:
             try:
@@ -285,10 +282,9 @@ class _Job:
     def _strays(self, table=None):
         """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
 
-        Found by the inherited :data:`JOB_VARIABLE`, and, when this process
-        adopts orphans, as any other child of it outside its own process group
-        (a child there was started by whatever else runs here: ``launch``
-        called as a library, a notebook pool beside it).
+        Found by the inherited :data:`JOB_VARIABLE`, and, when this process adopts orphans, as any other child of it
+        outside its own process group (a child there was started by whatever else runs here: ``launch`` called as a
+        library, a notebook pool beside it).
         """
         groups = {proc.pid for _, proc in self.procs}
         me = os.getpid()
@@ -323,10 +319,9 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first``, the workers before the others, so that they
-        can write a checkpoint: the step's gradient exchange and the kvstore's
-        shutdown still need the servers and the scheduler (whose C++ loop
-        ignores SIGINT).
+        With ``workers_first``, the workers before the others, so that they can write a checkpoint: the step's
+        gradient exchange and the kvstore's shutdown still need the servers and the scheduler (whose C++ loop ignores
+        SIGINT).
         """
         phases = [(self.procs, first_signal, True)]
         if workers_first:
@@ -376,8 +371,7 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         Seconds without progress from any worker before the job is stopped
         (status 124; :mod:`mxfp16.distributed.heartbeat`); 0: never.
     grace : float
-        Seconds a signalled process gets before SIGKILL, and the servers after
-        the last worker finished.
+        Seconds a signalled process gets before SIGKILL, and the servers after the last worker finished.
     stdout, stderr : text stream, optional
     env : dict, optional
         Base environment (default ``os.environ``).

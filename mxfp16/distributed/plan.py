@@ -1,10 +1,8 @@
 """Who runs where: the processes of a parameter-server job and their environment.
 
-MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W
-workers, each told its part by ``DMLC_*`` environment variables (listed in
-docs/distributed.md). This module only plans: it builds :class:`Slot` objects,
-reads hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher`
-runs them.
+MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W workers, each told its part by ``DMLC_*``
+environment variables (listed in docs/distributed.md). This module only plans: it builds :class:`Slot` objects, reads
+hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher` runs them.
 """
 import dataclasses
 import errno
@@ -40,9 +38,8 @@ class Slot:
     role : str
         ``'scheduler'``, ``'server'`` or ``'worker'``.
     index : int
-        Position among the processes of that role, from 0. It names the
-        process in the launcher's output; a worker's kvstore rank
-        (``kv.rank``) is assigned by the scheduler and may differ.
+        Position among the processes of that role, from 0. It names the process in the launcher's output; a worker's
+        kvstore rank (``kv.rank``) is assigned by the scheduler and may differ.
     host : str
         Where it runs (``127.0.0.1`` in local mode, a hostfile entry otherwise).
     argv : tuple of str
@@ -94,12 +91,10 @@ def _bind_error(port, host):
 def free_port(host=LOOPBACK, rng=None):
     """A TCP port that is free on ``host`` now, for a local job's scheduler.
 
-    The scheduler binds it seconds later, once it has imported MXNet; a port
-    of the kernel's ephemeral range (a port-0 bind, as every ps-lite process
-    and outgoing connection takes) could be taken by then: with several jobs
-    starting at once, one job's workers joined another job's scheduler. So it
-    is drawn at random below that range (from :data:`PORT_FLOOR`), checked
-    free, and never handed out twice by this process.
+    The scheduler binds it seconds later, once it has imported MXNet; a port of the kernel's ephemeral range (a port-0
+    bind, as every ps-lite process and outgoing connection takes) could be taken by then: with several jobs starting
+    at once, one job's workers joined another job's scheduler. So it is drawn at random below that range (from
+    :data:`PORT_FLOOR`), checked free, and never handed out twice by this process.
     """
     import random
 
@@ -122,8 +117,7 @@ def free_port(host=LOOPBACK, rng=None):
 def check_port_free(port, host=LOOPBACK):
     """Refuse a scheduler port another process already listens on, before any process starts.
 
-    The scheduler would otherwise fail in ps-lite with a "bind failed"
-    traceback that never says the port is taken.
+    The scheduler would otherwise fail in ps-lite with a "bind failed" traceback that never says the port is taken.
 
     Raises
     ------
@@ -204,9 +198,8 @@ def local_plan(command, workers, servers, port=None, python=None):
 def _share_cores(slots):
     """Split this machine's cores between the workers of a local job (``OMP_NUM_THREADS`` per process).
 
-    Else W workers on C cores would run W x C threads. The scheduler and the
-    servers move bytes, not tensors: one thread each. A count the user chose
-    (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS``) is left as it is.
+    Else W workers on C cores would run W x C threads. The scheduler and the servers move bytes, not tensors: one
+    thread each. A count the user chose (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS``) is left as it is.
     """
     from ..machine.environment import available_cores, thread_report
 
@@ -280,8 +273,7 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
         The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on
         the first host, reachable from the others.
     python : str, optional
-        Interpreter for the scheduler and servers (default: this one's path,
-        on every host).
+        Interpreter for the scheduler and servers (default: this one's path, on every host).
     resolve : callable
         Host name to the IP address each process advertises (``DMLC_NODE_HOST``).
 
@@ -292,8 +284,7 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     Raises
     ------
     LaunchPlanError
-        A host that does not resolve, or resolves to loopback in a job of
-        several machines.
+        A host that does not resolve, or resolves to loopback in a job of several machines.
     """
     _check_counts(workers, servers, port)
     port = DEFAULT_HOSTFILE_PORT if port is None else int(port)
