@@ -39,14 +39,12 @@ DEFAULT_MAX_RATIO = 100
 # Caltech-101 holds about 9,300 files and folders over both archives; 100,000 leaves 10x room and stops an archive of
 # countless empty entries, which costs inodes and minutes without adding a byte to the declared total.
 DEFAULT_MAX_MEMBERS = 100_000
-# What one extracted file or folder costs at least, whatever its size: a
-# file-system block and an inode. Counted toward max_bytes per member.
+# What one extracted file or folder costs at least, whatever its size (a block and an inode), toward max_bytes.
 ENTRY_OVERHEAD = 4096
 # Members smaller than this are never refused for their ratio: a few KB of zeros (tar padding, an empty annotation)
 # compress 100:1 and harm nobody, and the total limit bounds what many small members can do.
 RATIO_FLOOR = 1 << 20
-# Read members in small blocks: a decompressor reads its input ahead by about
-# one block, so small blocks keep the measured ratio close to the true one.
+# Small blocks keep the measured ratio close to the true one: a decompressor reads about one block ahead.
 _BLOCK = 1 << 16
 # Reading a damaged archive raises any of these, depending on the layer. (zipfile: NotImplementedError for an unknown
 # compression method; bz2: OSError for invalid data; writes never get here, see ``_Writer._writing``.)

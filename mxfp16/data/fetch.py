@@ -16,10 +16,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..plumbing.fileio import sha256_file, write_json
-from ..plumbing.output import Output, OutputFolderError, PathBusyError
+from ..plumbing.output import Output
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
-from .validate import DataError
+from .validate import DataError, output_errors
 
 __all__ = ["DATASETS", "safe_extract", "fetch_caltech101", "ExtractLimits"]
 
@@ -236,14 +236,11 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     output = Output(final, "fetching Caltech-101", flag="--root",
                     reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),
                     refusal="it is not a complete fetch (no manifest.json). Delete it and run again")
-    try:
-        with output:
-            if output.reused:
-                LOG.info("%s is already complete", final)
-            else:
-                _fetch(output, Path(root), spec, (url, sha256, progress, timeout, limits))
-    except (OutputFolderError, PathBusyError) as err:
-        raise DataError(str(err)) from None
+    with output_errors(), output:
+        if output.reused:
+            LOG.info("%s is already complete", final)
+        else:
+            _fetch(output, Path(root), spec, (url, sha256, progress, timeout, limits))
     return final
 
 

@@ -45,9 +45,7 @@ def read_image(path):
     mxnet.base.MXNetError
         The bytes do not decode.
     """
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return mx.image.imdecode(data, flag=1)
+    return mx.image.imdecode(Path(path).read_bytes(), flag=1)
 
 
 def resize_for(image_size):

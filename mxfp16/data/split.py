@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Output, OutputFolderError, PathBusyError
+from ..plumbing.output import Output
 from .layout import MANIFEST, data_set_contents, read_manifest
-from .validate import DataError, scan_classes
+from .validate import DataError, output_errors, scan_classes
 
 __all__ = ["split_folder", "CONTENTS"]
 
@@ -90,11 +90,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
                     contents=CONTENTS, reuse=lambda folder: _same(folder, settings),
                     refusal="it holds other contents or settings. Replace it with --overwrite (a split only), or "
                             "choose another --out")
-    try:
-        with output:
-            return read_manifest(out) if output.reused else _split(output, src, settings, allow_empty_test)
-    except (OutputFolderError, PathBusyError) as err:
-        raise DataError(str(err)) from None
+    with output_errors(), output:
+        return read_manifest(out) if output.reused else _split(output, src, settings, allow_empty_test)
 
 
 def _check_sizes(train_per_class, test_fraction):

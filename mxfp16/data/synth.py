@@ -7,9 +7,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Output, OutputFolderError, PathBusyError
+from ..plumbing.output import Output
 from .layout import MANIFEST, data_set_contents, read_manifest
-from .validate import DataError
+from .validate import DataError, output_errors
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
 
@@ -141,12 +141,8 @@ def _is_complete(out, expected):
     manifest = read_manifest(out)
     if manifest is None or {k: manifest.get(k) for k in expected} != expected:
         return False
-    for split, count in expected["per_class"].items():
-        for name in expected["classes"]:
-            folder = out / split / name
-            if not folder.is_dir() or sum(1 for _ in folder.glob("*.jpg")) != count:
-                return False
-    return True
+    return all((out / split / name).is_dir() and sum(1 for _ in (out / split / name).glob("*.jpg")) == count
+               for split, count in expected["per_class"].items() for name in expected["classes"])
 
 
 def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, seed=0, quality=QUALITY,
@@ -190,12 +186,9 @@ def _synth(out, expected, quality, overwrite, wait=0):
                     reuse=lambda folder: _is_complete(folder, expected),
                     refusal="it does not hold this synthetic set (settings differ or files are missing). Replace it "
                             "with --overwrite (a synthetic set only), delete it, or choose another --out")
-    try:
-        with output:
-            if not output.reused:
-                _generate(output, expected, quality)
-    except (OutputFolderError, PathBusyError) as err:
-        raise DataError(str(err)) from None
+    with output_errors(), output:
+        if not output.reused:
+            _generate(output, expected, quality)
     return out
 
 

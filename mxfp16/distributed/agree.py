@@ -69,13 +69,9 @@ def _pushpull_sum(kvstore, key, values, dtype):
 
 
 def agree_settings(kvstore, rank, num_workers, fingerprint):
-    """Return when every worker's ``fingerprint`` equals this one's; else raise on every worker.
+    """Return when every worker's ``fingerprint`` equals this one's; else raise :class:`SettingsMismatchError` on all.
 
     Every worker of the job must call it at the same point (before its first step).
-
-    Raises
-    ------
-    SettingsMismatchError
     """
     digest = int(hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest(), 16)
     bits = [float((digest >> i) & 1) for i in range(_BITS)]

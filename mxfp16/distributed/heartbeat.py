@@ -6,6 +6,7 @@ processes, so the workers tell it: ``launch`` names a folder in :data:`VARIABLE`
 :class:`Watch` reads the files' times; docs/distributed.md ("stalled") gives the rule it applies. Local jobs only:
 over ssh the workers' files are on other machines.
 """
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -30,10 +31,8 @@ def beat(rank, what):
     if not folder or now - _last["time"] < _EVERY:
         return
     _last["time"] = now
-    try:
+    with contextlib.suppress(OSError):  # the launcher's folder is gone: the job is ending anyway
         Path(folder, f"worker-{rank}").write_text(f"{what}\n", encoding="utf-8")
-    except OSError:
-        pass  # the launcher's folder is gone: the job is ending anyway
 
 
 def beating(iterable, rank, what="evaluation batch {}"):

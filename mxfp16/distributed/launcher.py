@@ -25,8 +25,7 @@ __all__ = ["launch", "LaunchResult", "LaunchError", "DEFAULT_GRACE", "JOB_VARIAB
 DEFAULT_GRACE = 10.0
 _POLL = 0.05
 _TIMEOUT_STATUS = 124  # what coreutils `timeout` returns
-# Inherited by every process of a job: "<token>" or, in a job started from
-# inside another one, "<outer token>:<token>".
+# Inherited by every process of a job: "<token>", or "<outer token>:<token>" in a job started inside another.
 JOB_VARIABLE = "MXFP16_LAUNCH_JOB"
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -193,9 +192,7 @@ class _EarlyExit:
 
 class _Job:
     def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False, stall=0):
-        self.slots = list(slots)
-        self.grace = float(grace)
-        self.stdout, self.stderr = stdout, stderr
+        self.slots, self.grace, self.stdout, self.stderr = list(slots), float(grace), stdout, stderr
         self.env = dict(os.environ if env is None else env)
         # Python buffers a pipe's output in blocks: lines would come late, and
         # be lost when the process is stopped. Unless the user chose otherwise.
@@ -203,16 +200,13 @@ class _Job:
         self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
         outer = self.env.get(JOB_VARIABLE)
         self.env[JOB_VARIABLE] = f"{outer}:{self.token}" if outer else self.token
-        self.adopt_orphans = adopt_orphans
-        self.log = log
+        self.adopt_orphans, self.log = adopt_orphans, log
         self.beats = self.watch_stall = None
         if stall:
             self.beats = self.env[heartbeat.VARIABLE] = tempfile.mkdtemp(prefix="mxfp16-heartbeat-")
             self.watch_stall = heartbeat.Watch(self.beats, sum(1 for s in self.slots if s.role == "worker"), stall)
-        self.procs = []      # (slot, Popen)
-        self.pumps = []
-        self._lock = threading.Lock()
-        self._signal = None
+        self.procs, self.pumps = [], []  # procs: (slot, Popen)
+        self._lock, self._signal = threading.Lock(), None
 
     # -- starting ---------------------------------------------------------
     def start(self):

@@ -115,13 +115,9 @@ def free_port(host=LOOPBACK, rng=None):
 
 
 def check_port_free(port, host=LOOPBACK):
-    """Refuse a scheduler port another process already listens on, before any process starts.
+    """Refuse (:class:`LaunchPlanError`) a scheduler port another process already listens on, before any starts.
 
     The scheduler would otherwise fail in ps-lite with a "bind failed" traceback that never says the port is taken.
-
-    Raises
-    ------
-    LaunchPlanError
     """
     err = _bind_error(int(port), host)
     if err is not None and err.errno == errno.EADDRINUSE:

@@ -9,6 +9,7 @@ self-test records the failure and goes on. :func:`end_process` is how that child
 """
 import argparse
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -21,6 +22,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
 
 from .fileio import read_json, write_json
 
@@ -59,13 +61,8 @@ def call_in_child(function, spec=None, timeout=None, env=None, python=None, tail
                 spec_path = os.path.join(tmp, "spec.json")
                 args += ["--spec-file", spec_path]
                 if is_dataclass(spec):
-                    kind = type(spec)
-                    text = json.dumps(asdict(spec))
-                    args += ["--spec-type", f"{kind.__module__}:{kind.__qualname__}"]
-                else:
-                    text = json.dumps(spec)
-                with open(spec_path, "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                    args += ["--spec-type", f"{type(spec).__module__}:{type(spec).__qualname__}"]
+                Path(spec_path).write_text(json.dumps(asdict(spec) if is_dataclass(spec) else spec), encoding="utf-8")
             record, problem = run_json_child(__name__, args, timeout=timeout, env=env, python=python,
                                              tail_lines=tail_lines)
     if record is None or "error" in record:
@@ -179,10 +176,7 @@ def main(argv=None):
     parser.add_argument("--spec-type", help="module:Class the spec is rebuilt as (default: the JSON value)")
     parser.add_argument("--result", required=True, help="the JSON file {'result': ...} or {'error': ...} goes to")
     args = parser.parse_args(argv)
-    text = args.spec
-    if args.spec_file:
-        with open(args.spec_file, encoding="utf-8") as handle:
-            text = handle.read()
+    text = Path(args.spec_file).read_text(encoding="utf-8") if args.spec_file else args.spec
     try:
         function = _named(args.function)
         kind = _named(args.spec_type) if args.spec_type else None
@@ -216,10 +210,8 @@ def end_process(code=0):
     threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, None or a broken pipe
             stream.flush()
-        except (AttributeError, OSError, ValueError):  # closed, None or a broken pipe: nothing left to say
-            pass
     os._exit(0 if code is None else int(code))
 
 

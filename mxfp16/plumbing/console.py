@@ -115,8 +115,7 @@ def reopen_closed_streams():
 def guarded_stdout():
     """Replace ``sys.stdout`` with a :class:`GuardedStdout` while the block runs; yield it."""
     original = sys.stdout
-    guard = GuardedStdout(original)
-    sys.stdout = guard
+    sys.stdout = guard = GuardedStdout(original)
     try:
         yield guard
     finally:

@@ -49,9 +49,8 @@ _ALLOCATION_FAILURES = ("Failed to allocate", "bad_alloc", "out of memory", "Can
 
 def is_allocation_failure(err):
     """Whether ``err`` is a failed allocation: ``MemoryError``, or an ``MXNetError`` saying so."""
-    if isinstance(err, MemoryError):
-        return True
-    return type(err).__name__ == "MXNetError" and any(text in str(err) for text in _ALLOCATION_FAILURES)
+    return isinstance(err, MemoryError) or (
+        type(err).__name__ == "MXNetError" and any(text in str(err) for text in _ALLOCATION_FAILURES))
 
 
 def _address_space_limit():

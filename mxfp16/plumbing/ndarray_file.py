@@ -124,20 +124,15 @@ def read_header(path):
 
 
 def check_shapes(path, expected, what="the network"):
-    """Refuse a ``.params`` file whose arrays do not have ``expected``'s names and shapes, before loading it.
+    """Refuse (:class:`NDArrayFileError`) a ``.params`` file whose arrays lack ``expected``'s names and shapes.
 
     Parameters
     ----------
     path : str or Path
     expected : dict
-        ``{name: shape}`` as ``Block.save_parameters`` names them (an
-        ``arg:``/``aux:`` prefix in the file is ignored).
+        ``{name: shape}`` as ``Block.save_parameters`` names them (an ``arg:``/``aux:`` prefix in the file is ignored).
     what : str
         How to name the network in the message.
-
-    Raises
-    ------
-    NDArrayFileError
     """
     declared = {}
     for name, shape, _ in read_header(path):

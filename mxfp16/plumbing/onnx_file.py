@@ -75,7 +75,7 @@ def _tensors(message, kind):
 
 
 def check_model_bytes(data, path, fix):
-    """Refuse ONNX model bytes that do not parse, hold no graph, or keep a tensor in another file.
+    """Refuse (:class:`ONNXFileError`) ONNX model bytes that do not parse, hold no graph, or keep a tensor elsewhere.
 
     Parameters
     ----------
@@ -85,10 +85,6 @@ def check_model_bytes(data, path, fix):
         Where it was read from, for the messages.
     fix : str
         What the user should do; ends every message.
-
-    Raises
-    ------
-    ONNXFileError
     """
     from google.protobuf.message import DecodeError
 

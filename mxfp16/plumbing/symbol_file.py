@@ -36,7 +36,7 @@ def _entry(value, count, limit):
 
 
 def check_graph(path, fix="export the run again"):
-    """Refuse a graph file that is too large, not MXNet's structure, cyclic, or too big or deep.
+    """Refuse (:class:`GraphFileError`) a graph file that is too large, not MXNet's structure, cyclic, or too deep.
 
     Parameters
     ----------
@@ -48,10 +48,6 @@ def check_graph(path, fix="export the run again"):
     -------
     dict
         ``nodes`` and ``depth`` of the graph.
-
-    Raises
-    ------
-    GraphFileError
     """
     where = shown(path)
     graph = _read_graph(path, where, fix)
