@@ -47,10 +47,7 @@ class Augmentation:
 def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
     """The :class:`Augmentation` called ``name``; ``min_crop_area`` sets ``imagenet``'s smallest crop.
 
-    Raises
-    ------
-    DataError
-        An unknown name, listing the choices.
+    An unknown name raises :class:`DataError`, listing the choices.
     """
     if name == "imagenet":
         return Augmentation("imagenet", True, (min_crop_area, 1.0), CROP_RATIO, True)

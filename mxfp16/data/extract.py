@@ -64,10 +64,7 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
 def parse_size(text):
     """Bytes from ``'2147483648'``, ``'2G'``, ``'500MB'`` or ``'1.5GiB'`` (K, M, G, T are powers of 1024).
 
-    Raises
-    ------
-    ValueError
-        For anything else, or a size below one byte.
+    Anything else, or a size below one byte, raises ``ValueError``.
     """
     match = _SIZE.fullmatch(str(text))
     if not match:

@@ -60,8 +60,7 @@ def _encode_image(path, resize=0, quality=95):
     name work (OpenCV's ``imread`` takes the name as UTF-8 text).
     """
     try:
-        with open(path, "rb") as handle:
-            data = np.frombuffer(handle.read(), dtype=np.uint8)
+        data = np.frombuffer(Path(path).read_bytes(), dtype=np.uint8)
     except OSError:
         return None
     img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None

@@ -7,9 +7,8 @@ decoding an image: the RecordIO magic number and length (dmlc's ``recordio.h``),
 
 Bytes changed inside an image or a label pass those checks (a JPEG decoder draws them as a changed picture, without a
 word), so ``data pack`` gives every record a checksum (:func:`record_checksum`), kept in ``IRHeader.id2``, which
-ImageRecordIter never reads. Checking it reads the whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about
-500 MB/s) from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to 0.06 s for the frame checks
-alone.
+ImageRecordIter never reads. Checking it reads the whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about 500
+MB/s) from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to 0.06 s for the frame checks alone.
 """
 import mmap
 import struct
@@ -38,10 +37,7 @@ def record_checksum(label, index, image):
 def read_index(idx):
     """``[(record index, byte offset), ...]`` from an ``.idx`` file, in file order.
 
-    Raises
-    ------
-    ValueError
-        A line that is not ``<index>\\t<offset>`` with non-negative integers (the message names it).
+    A line that is not ``<index>\\t<offset>`` with non-negative integers raises ``ValueError`` naming it.
     """
     entries = []
     with open(idx, "rb") as handle:

@@ -313,9 +313,8 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first``, the workers before the others, so that they can write a checkpoint: the step's
-        gradient exchange and the kvstore's shutdown still need the servers and the scheduler (whose C++ loop ignores
-        SIGINT).
+        With ``workers_first``, the workers before the others, so that they can write a checkpoint: the step's gradient
+        exchange and the kvstore's shutdown still need the servers and the scheduler (whose C++ loop ignores SIGINT).
         """
         phases = [(self.procs, first_signal, True)]
         if workers_first:

@@ -214,10 +214,7 @@ def _share_cores(slots):
 def read_hostfile(path):
     """Hosts from a hostfile: one ``host`` or ``user@host`` per line, ``#`` comments.
 
-    Raises
-    ------
-    LaunchPlanError
-        When the file is missing, empty, or a line has more than one word.
+    A missing or empty file, or a line of more than one word, raises :class:`LaunchPlanError`.
     """
     path = Path(path)
     if not path.is_file():
@@ -266,8 +263,7 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     hosts : list of str
         From :func:`read_hostfile`.
     port : int, optional
-        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on
-        the first host, reachable from the others.
+        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on the first host, reachable from the others.
     python : str, optional
         Interpreter for the scheduler and servers (default: this one's path, on every host).
     resolve : callable

@@ -102,9 +102,8 @@ class StopVote:
     """Workers agree on whether to stop: any worker that wants to stop stops them all at the same step.
 
     A signal reaches every worker of a job at slightly different moments; a worker that stopped one step before the
-    others would leave them waiting forever for its gradients. :meth:`agree` sums one number over the workers (a
-    kvstore ``pushpull``, the same call on every worker), so the decision is taken together, at a step every worker
-    reaches.
+    others would leave them waiting forever for its gradients. :meth:`agree` sums one number over the workers (a kvstore
+    ``pushpull``, the same call on every worker), so the decision is taken together, at a step every worker reaches.
 
     Parameters
     ----------
@@ -116,8 +115,7 @@ class StopVote:
     KEY = 2 ** 30
 
     def __init__(self, kvstore, key=KEY):
-        self._kv = kvstore
-        self._key = key
+        self._kv, self._key = kvstore, key
         self._kv.init(key, mx.nd.zeros((1,)))
 
     def agree(self, wants_to_stop):

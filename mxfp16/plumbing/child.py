@@ -124,8 +124,7 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
     timeout : float, optional
         Seconds before the child is stopped.
     env : dict, optional
-        Variables added to this process's environment for the child; a value
-        of ``None`` removes that variable instead.
+        Variables added to this process's environment for the child; a value of ``None`` removes that variable instead.
     python : str, optional
         The interpreter (default: this one).
     tail_lines : int
@@ -134,8 +133,7 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
     Returns
     -------
     (dict or None, str or None)
-        The record, or ``None`` and why there is none (a timeout, or the exit
-        status and the end of the child's output).
+        The record, or ``None`` and why there is none (a timeout, or the exit status and the end of the child's output).
     """
     with tempfile.TemporaryDirectory(prefix="mxfp16-child-") as tmp:
         result_path = os.path.join(tmp, "result.json")
