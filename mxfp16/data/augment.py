@@ -61,6 +61,8 @@ def augmentation(name, min_crop_area=DEFAULT_MIN_CROP_AREA):
 def resolve_augment(name, image_size, manifest=None):
     """The augmentation ``auto`` means for a data set (``docs/training.md``); any other name is returned as it is.
 
+    An unknown name, in the argument or the manifest, raises :class:`DataError`.
+
     Parameters
     ----------
     name : str
@@ -68,11 +70,6 @@ def resolve_augment(name, image_size, manifest=None):
     image_size : int
     manifest : dict, optional
         The data set's ``manifest.json`` (folder) or ``PREFIX_classes.json`` (recordio).
-
-    Raises
-    ------
-    DataError
-        An unknown name, in the argument or the manifest.
     """
     manifest = manifest or {}
     if name not in AUGMENT_CHOICES:

@@ -56,6 +56,8 @@ def stratified_split(labels, test_fraction=0.25, seed=0):
 def digits_dataset(out, test_fraction=0.25, seed=0, overwrite=False):
     """Write the digits into ``out`` as an image folder; reuse it when it is already there.
 
+    Bad settings, scikit-learn missing, or ``out`` holding something else raise :class:`DataError`.
+
     Parameters
     ----------
     out : str or Path
@@ -70,11 +72,6 @@ def digits_dataset(out, test_fraction=0.25, seed=0, overwrite=False):
     -------
     Path
         ``out``.
-
-    Raises
-    ------
-    DataError
-        Bad settings, scikit-learn missing, or ``out`` holding something else.
     """
     if not 0.0 < test_fraction <= 0.9:
         raise DataError(f"test_fraction={test_fraction}: must be above 0 and at most 0.9")

@@ -192,8 +192,7 @@ class _Writer:
 
     def __init__(self, archive, target, limits, already):
         self.archive, self.target, self.limits = archive, target, limits
-        self.written = already
-        self.created = []  # files and folders this call made, in order
+        self.written, self.created = already, []  # created: the files and folders this call made, in order
 
     @contextlib.contextmanager
     def _writing(self, path):

@@ -207,6 +207,8 @@ def _download_name(url, default):
 def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=60, limits=None):
     """Download and unpack Caltech-101 into ``<root>/caltech101/101_ObjectCategories``.
 
+    A problem raises a :class:`DataError` naming it and the fix (``docs/data.md``, "Fetch").
+
     Parameters
     ----------
     root : str or Path
@@ -225,11 +227,6 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     Path
         ``<root>/caltech101``, reused when complete; not a split yet
         (:func:`~mxfp16.data.layout.caltech101_commands`: the steps after it).
-
-    Raises
-    ------
-    DataError
-        Naming the problem and the fix (``docs/data.md``, "Fetch").
     """
     spec = DATASETS["caltech101"]
     final = caltech101_paths(Path(root)).fetched

@@ -101,8 +101,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
     folder : str or Path
         What was given as the folder pipeline's source.
     then : str
-        The step after the split, with ``{split}`` for the split's folder
-        (``data pack`` says "pack {split} (--src {split})").
+        The step after the split, ``{split}`` for its folder (``data pack`` says "pack {split} (--src {split})").
 
     Returns
     -------
@@ -146,8 +145,7 @@ def split_problem(folder, then="train on {split} (--data-dir {split})"):
 def pack_problem(prefix, flag="--data-dir"):
     """Why ``prefix`` is not a RecordIO pack prefix, when it is a folder instead; ``None`` otherwise.
 
-    The message gives the ``data pack`` command (and the split before it);
-    a missing prefix is left to the caller's own message.
+    The message gives the ``data pack`` command (and the split before it); a missing prefix is left to the caller.
 
     Parameters
     ----------

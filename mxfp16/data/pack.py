@@ -33,8 +33,7 @@ CONTENTS = Contents("a pack", tuple(f"_{split}.{ext}" for split in ("train", "te
 def escape_name(name):
     """A file name as one line of text: ``%XX`` for ``%``, control characters and bytes that are not UTF-8.
 
-    Every other character stays as it is, so ordinary names read as they
-    are; :func:`unescape_name` gives the original bytes back.
+    Every other character stays, so ordinary names read as they are; :func:`unescape_name` gives the bytes back.
     """
     out = []
     for ch in os.fsencode(name).decode("utf-8", "surrogateescape"):
@@ -56,8 +55,7 @@ def unescape_name(text):
 def _encode_image(path, resize=0, quality=95):
     """JPEG bytes of ``path`` as 3-channel colour, its short side resized to ``resize`` (0 keeps the size), or ``None``.
 
-    The file is read by Python and decoded from memory, so any bytes in its
-    name work (OpenCV's ``imread`` takes the name as UTF-8 text).
+    Read by Python and decoded from memory, so any bytes in its name work (``cv2.imread`` takes the name as UTF-8).
     """
     try:
         data = np.frombuffer(Path(path).read_bytes(), dtype=np.uint8)

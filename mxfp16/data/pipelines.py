@@ -1,8 +1,7 @@
 """Training and evaluation batches from a folder split (``folder``) or from RecordIO (``recordio``).
 
 What each pipeline yields, reads, augments, orders, resumes and shards, and why every worker gets as many training
-images, is ``docs/data.md`` ("The pipelines"); when to pick which augmentation is ``docs/training.md`` ("Which
-augmentation").
+images: ``docs/data.md`` ("The pipelines"); which augmentation to pick: ``docs/training.md`` ("Which augmentation").
 """
 import hashlib
 import logging
@@ -36,14 +35,8 @@ def read_image(path):
 
     The file is read by Python and decoded from memory (``mx.image.imdecode``): ``mx.image.imread`` hands the name to
     C++ as UTF-8, which fails on a POSIX name that is not UTF-8 (Python keeps such bytes as lone surrogates) and so
-    could not read every file the scan accepts.
-
-    Raises
-    ------
-    OSError
-        The file cannot be read.
-    mxnet.base.MXNetError
-        The bytes do not decode.
+    could not read every file the scan accepts. ``OSError``: the file cannot be read; ``mxnet.base.MXNetError``: the
+    bytes do not decode.
     """
     return mx.image.imdecode(Path(path).read_bytes(), flag=1)
 
@@ -143,8 +136,7 @@ class Loaders:
 
     def __init__(self, classes, num_train, num_test, batch_size, skipped=()):
         self.classes, self.num_train, self.num_test = list(classes), num_train, num_test
-        self.batch_size = batch_size
-        self.skipped = list(skipped)
+        self.batch_size, self.skipped = batch_size, list(skipped)
 
     @property
     def train_batches_per_epoch(self):
@@ -273,8 +265,7 @@ def classes_file(prefix):
 def _check_record_files(prefix, split, count, checksums):
     """Refuse a missing, truncated, mismatched or damaged ``.rec``/``.idx`` pair before ImageRecordIter reads it.
 
-    MXNet's C++ reader aborts the process on a damaged record; ``checksums``
-    also catches changed bytes inside an image or a label.
+    MXNet's C++ reader aborts the process on a damaged record; ``checksums`` also catches changed image or label bytes.
     """
     rec, idx = record_files(prefix, split)
     fix = f"re-run `mxfp16 data pack --src DIR --out {shown(prefix)}`"
@@ -427,8 +418,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
         One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES` (``auto``:
         :func:`~mxfp16.data.augment.resolve_augment`; the loaders' ``augment.name`` says what it chose).
     min_crop_area : float, optional
-        Smallest area of the random resized crop, as a share of the image.
-        ``None``: what the data set's manifest asks for, else 0.08.
+        Smallest area of the random resized crop, as a share of the image (``None``: the manifest's, else 0.08).
 
     Returns
     -------

@@ -25,8 +25,7 @@ def spirals(n, classes=3, turns=1.0, noise=0.15, seed=0, return_radius=False):
     seed : int
         The data are a function of the arguments alone.
     return_radius : bool
-        Also return each point's distance from the origin (before noise,
-        which only turns the point), e.g. to split a task by radius.
+        Also return each point's distance from the origin (noise only turns a point), e.g. to split a task by radius.
 
     Returns
     -------

@@ -149,8 +149,7 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
                   overwrite=False):
     """Generate the shapes set into ``out`` (``train/<class>/*.jpg``, ``test/...``, ``manifest.json``).
 
-    ``out`` is an :class:`mxfp16.plumbing.output.Output`; the same set
-    already there (same settings, every file present) is reused.
+    ``out`` is an :class:`mxfp16.plumbing.output.Output`; the same set there (every file present) is reused.
 
     Parameters
     ----------
@@ -221,8 +220,7 @@ def demo_path(root="data"):
 def demo_dataset(root="data"):
     """The demo set: ``<root>/demo``, generated on first use (a few seconds), reused afterwards.
 
-    :func:`synth_dataset` with :data:`DEMO_SETTINGS`; a demo set made with
-    other settings (by an older mxfp16) is regenerated.
+    :func:`synth_dataset` with :data:`DEMO_SETTINGS`; one made with other settings (an older mxfp16's) is regenerated.
 
     Parameters
     ----------

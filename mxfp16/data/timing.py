@@ -1,8 +1,7 @@
 """Images per second of the input pipelines, with the sizes of the images used (``docs/data.md``, "Benchmark").
 
 The clock starts after the first batch (start-up is ``first_batch_s``). ``images_per_cpu_second`` divides by the CPU
-time this process spent (all its threads; not worker processes): on a busy machine it estimates what one otherwise
-idle core would do.
+time this process spent (all its threads; not worker processes): on a busy machine, an estimate of one idle core.
 """
 import os
 import tempfile

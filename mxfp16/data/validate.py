@@ -164,17 +164,14 @@ class FolderScan:
 def scan_classes(root, what="data set"):
     """Scan ``root/<class>/*`` and return a :class:`FolderScan`; log each skipped file.
 
+    A ``root`` that is missing, not a folder, or without class folders raises :class:`DataError`.
+
     Parameters
     ----------
     root : str or Path
         A folder whose sub-folders are the classes.
     what : str
         How to name ``root`` in error messages (``'training split'``).
-
-    Raises
-    ------
-    DataError
-        ``root`` is missing, not a folder, or has no class folders.
     """
     root = Path(root)
     if not root.is_dir():

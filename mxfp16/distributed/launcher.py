@@ -361,8 +361,7 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     timeout : float, optional
         Seconds before the job is stopped (status 124); ``None`` or 0: never.
     stall : float
-        Seconds without progress from any worker before the job is stopped
-        (status 124; :mod:`mxfp16.distributed.heartbeat`); 0: never.
+        Seconds with no progress from a worker before the job is stopped (status 124; :mod:`.heartbeat`); 0: never.
     grace : float
         Seconds a signalled process gets before SIGKILL, and the servers after the last worker finished.
     stdout, stderr : text stream, optional
@@ -400,8 +399,7 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
         job.start()
         reason, code, failed, message = job.watch(timeout)
         if reason == "interrupted":
-            # Forward a Ctrl-C as Ctrl-C; SIGTERM and SIGHUP as SIGTERM, which
-            # schedulers send and `mxfp16 train` answers with a checkpoint.
+            # Forward Ctrl-C as Ctrl-C; SIGTERM, SIGHUP as SIGTERM (sent by schedulers; `mxfp16 train` checkpoints).
             stop = {"first_signal": signal.SIGINT if job._signal == signal.SIGINT else signal.SIGTERM,
                     "workers_first": True}
         log(message)

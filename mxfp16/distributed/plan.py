@@ -256,6 +256,8 @@ def _ip_addresses(hosts, resolve):
 def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=socket.gethostbyname):
     """The processes of a job spread over ``hosts``: the scheduler on the first, servers and workers dealt in turn.
 
+    A host that does not resolve, or resolves to loopback in a job of several machines, raises :class:`LaunchPlanError`.
+
     Parameters
     ----------
     command : sequence of str
@@ -272,11 +274,6 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     Returns
     -------
     list of Slot
-
-    Raises
-    ------
-    LaunchPlanError
-        A host that does not resolve, or resolves to loopback in a job of several machines.
     """
     _check_counts(workers, servers, port)
     port = DEFAULT_HOSTFILE_PORT if port is None else int(port)

@@ -25,15 +25,12 @@ class KVStoreError(ValueError):
 def open_kvstore(name):
     """Create a distributed kvstore (which tells this process its rank), or pass a local name through.
 
+    A ``dist_*`` name without the ``DMLC_*`` environment of a job raises :class:`KVStoreError`.
+
     Returns
     -------
     (kvstore, rank, num_workers)
         ``kvstore`` is an ``mx.kv.KVStore`` for ``dist_*`` names, else the name.
-
-    Raises
-    ------
-    KVStoreError
-        A ``dist_*`` name without the ``DMLC_*`` environment of a job.
     """
     if not name.startswith("dist"):
         return name, 0, 1

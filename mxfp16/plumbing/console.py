@@ -33,8 +33,7 @@ class GuardedStdout:
     """
 
     def __init__(self, stream):
-        self._stream = stream
-        self.failure = None
+        self._stream, self.failure = stream, None
 
     def write(self, text):
         if self.failure is None:

@@ -148,8 +148,7 @@ def read_json(path, fix="", expect=dict, fields=None, default=_MISSING, max_byte
     expect : type or tuple of types, optional
         The top-level type (default: an object); ``None`` accepts any.
     fields : dict, optional
-        ``{name: type or tuple of types}`` the object must have (``float`` accepts integers; ``bool`` is
-        never a number).
+        ``{name: type or tuple of types}`` the object must have (``float`` takes integers; ``bool`` is no number).
     default : optional
         Returned when the file does not exist (default: raise).
     max_bytes, max_depth : int

@@ -336,8 +336,7 @@ class PathLock:
     def __init__(self, path, doing, exclusive=True, flag=None):
         self.target, self.path = Path(path), lock_file(path)
         self.doing, self.exclusive, self.flag = doing, exclusive, flag
-        self._fd = None
-        self.created = []  # the folders acquire() made, deepest first
+        self._fd, self.created = None, []  # created: the folders acquire() made, deepest first
 
     @property
     def held(self):
@@ -494,8 +493,7 @@ class Output:
         The command writes into the output where it is (a training run) and decides itself what an existing
         one means: no reuse, refusal or publishing.
     wait : float
-        With ``reuse``: seconds to wait for another command writing it (the workers of one job all making
-        the demo set) before refusing.
+        With ``reuse``: seconds to wait for a command writing it (a job's workers making the demo set) before refusing.
     """
 
     def __init__(self, path, doing, kind="folder", overwrite=False, inputs=(), flag="--out", contents=None,
@@ -508,8 +506,7 @@ class Output:
         self.refusal = refusal or f"replace it with --overwrite or choose another {flag}"
         self.in_place, self.wait = in_place, wait
         self.reused = self.published = False
-        self._lock = None
-        self._staged = []
+        self._lock, self._staged = None, []
 
     def open(self):
         """Check, lock, and decide about an existing output; return ``self`` (``reused`` tells whether it is kept).
