@@ -1,15 +1,12 @@
 """``clip`` computed as ``maximum(minimum(x, a_max), a_min)``: MXNet 1.9.1's own ``clip`` is slow on CPUs.
 
-Why: MobileNet's ReLU6 is ``F.clip(x, 0, 6)`` in GluonCV, and MXNet's
-``clip`` and its backward took most of MobileNet v2's step. mxfp16's
-bfloat16 lists already run it in float32 (its bfloat16 kernel was slower
-still: :data:`mxfp16.amp.lists.SLOW_IN_BFLOAT16`); the two scalar operators
-take the same values and the same gradient (each passes it where its bound
-holds, ties included, as ``clip``'s does) in about a third of the time on a
-Zen 5 (docs/results/clip-route-zen5). Both are in AMP's float32 list, so the inputs are
-cast as for ``clip``. :func:`mxfp16.amp.lists.init_amp` puts
-:func:`clip_as_minimum_maximum` around ``mx.nd.clip`` and ``mx.sym.clip``
-where its lists run ``clip`` in float32 (mxfp16's bfloat16 lists).
+MobileNet's ReLU6 is ``F.clip(x, 0, 6)`` in GluonCV, and MXNet's ``clip``
+and its backward took most of MobileNet v2's step (in float32 under mxfp16's
+lists: :data:`mxfp16.amp.lists.SLOW_IN_BFLOAT16`). The two scalar operators,
+both in AMP's float32 list, give the same values and gradient (ties
+included) in about a third of the time on a Zen 5
+(docs/results/clip-route-zen5). :func:`mxfp16.amp.lists.init_amp` puts
+:func:`clip_as_minimum_maximum` around ``clip`` where its lists run it in float32.
 """
 from .wrappers import module_of, named_like
 
@@ -19,10 +16,9 @@ __all__ = ["clip_as_minimum_maximum"]
 def clip_as_minimum_maximum(f):
     """``f`` (``clip``), computed by ``minimum`` and ``maximum`` with a scalar (see the module docstring).
 
-    A call writing into ``out=``, or without both bounds, is ``f``'s own;
-    a ``name`` is dropped (``mx.sym.maximum`` takes none). The operators
-    are looked up when the layer is called (``mx.nd`` or ``mx.sym`` by its
-    input), so under AMP they are AMP's: float32.
+    A call writing into ``out=``, or without both bounds, is ``f``'s own; a
+    ``name`` is dropped (``mx.sym.maximum`` takes none). The operators are
+    looked up at the call, so under AMP they are AMP's: float32.
     """
     names = ("data", "a_min", "a_max")
 

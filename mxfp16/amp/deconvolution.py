@@ -3,17 +3,13 @@
 MXNet 1.9.1's oneDNN ``Deconvolution`` (Gluon's ``Conv2DTranspose``) with one
 output channel fails its backward pass when its input gradient is needed, in
 float32 too (docs/amp-table.md, "Conv2DTranspose"). The same layer is a
-``Convolution`` of the input with its zeros inserted between pixels (stride
-``s``: ``s - 1`` zeros), padded by ``k - 1 - p``, with the weight flipped in
-space and its two channel axes swapped (``tests/test_amp_routes.py`` checks it
-against numpy). It costs ``s * s`` times the multiply-adds of the direct form,
-which one output channel keeps small, and under AMP it runs in bfloat16. A
-``Deconvolution`` whose weight is itself computed (padded to two output
-channels) crashes the process in 1.9.1, so that is no route.
-
+``Convolution`` of the input with ``s - 1`` zeros inserted between pixels,
+padded by ``k - 1 - p``, with the weight flipped in space and its channel axes
+swapped: ``s * s`` times the multiply-adds, which one output channel keeps
+small, and in bfloat16 under AMP. (A ``Deconvolution`` padded to two output
+channels by a computed weight crashes the process in 1.9.1.)
 :func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
-around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``; a float32 run
-without AMP is MXNet's own.
+around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``.
 """
 from .wrappers import as_tuple, module_of, named_like
 
@@ -23,8 +19,7 @@ __all__ = ["single_channel_as_convolution", "routed"]
 def routed(kwargs):
     """Whether a ``Deconvolution`` call with these arguments takes the convolution route.
 
-    One output channel, no groups, no dilation, a 2-D kernel, a ``pad`` no
-    larger than ``kernel - 1``, no ``target_shape``, the NCHW layout.
+    One output channel, no groups or dilation, a 2-D kernel, ``pad <= kernel - 1``, no ``target_shape``, NCHW.
     """
     kernel = as_tuple(kwargs.get("kernel", ""))
     pad = as_tuple(kwargs.get("pad", "")) or (0,) * len(kernel)

@@ -1,12 +1,9 @@
 """A network's graph as AMP built it: each operator with its attributes, input shapes and dtypes, and the casts.
 
-:func:`trace` calls a Gluon network on symbols (as ``hybridize()`` traces it:
-no weights, no arithmetic, any CPU) and MXNet's shape and type inference fill
-in what each operator takes and gives. With AMP active in the process the
-graph holds AMP's casts, so :func:`count_casts` says how many tensors a step
-converts between float32 and the 16-bit dtype, which is what the lists
-decide (``docs/amp-table.md``). :mod:`mxfp16.measure.per_layer` reads the layers to
-time from the same nodes.
+:func:`trace` calls a Gluon network on symbols (no weights, no arithmetic,
+any CPU) and MXNet's shape and type inference fill in what each operator
+takes and gives. With AMP active the graph holds AMP's casts:
+:func:`count_casts` says how many tensors a step converts between dtypes.
 """
 import json
 from dataclasses import dataclass
@@ -62,9 +59,7 @@ class Casts:
     """How many tensors a graph converts between dtypes, each source and target dtype counted once.
 
     MXNet merges identical casts of one tensor in a hybridized graph
-    (``MXNET_ELIMINATE_COMMON_EXPR``, on by default), so a tensor cast to
-    float32 for two readers is counted once. A cast to the dtype a tensor
-    already has is free (done in place) and not counted.
+    (``MXNET_ELIMINATE_COMMON_EXPR``); a cast to the dtype a tensor has is free.
 
     Attributes
     ----------

@@ -1,28 +1,18 @@
 """Which operators AMP runs in bfloat16: mxfp16's measured choice and MXNet's own.
 
-``mx.contrib.amp.init`` takes three lists: the operators cast to the target
-dtype, the operators always cast to float32, and the operators cast to
-float32 only for some parameter values. Everything else runs in whatever
-dtype its inputs arrive in. With MXNet's bfloat16 lists, Convolution and
-FullyConnected are cast to bfloat16 and, because their outputs are
-bfloat16, BatchNorm, Activation, Pooling and the residual additions of a
-ResNet also run in bfloat16 downstream.
+``mx.contrib.amp.init`` takes three lists: operators cast to the target
+dtype, operators cast to float32, and operators cast to float32 for some
+parameter values; the rest run in their inputs' dtype (with MXNet's bfloat16
+lists, the BatchNorm, Activation and Pooling behind a bfloat16 convolution).
 
-:func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured
-fastest at equal accuracy on a CPU with avx512_bf16: MXNet's lists, the 7x7
-stem convolution in float32 (``docs/benchmarks.md``) and the
-:data:`SHAPE_OPERATORS` following their input. Other list sets
-(:data:`LIST_SETS`) add float32 rules for layers. ``mxfp16 export``
-converts finished networks with the same lists and rule
-(:func:`float32_layers`).
-
-:func:`init_amp` also repairs what stops other Gluon models in MXNet 1.9.1's
-AMP: operators without a bfloat16 CPU kernel (:func:`float32_fallbacks`),
-AMP's float32 wrapper for symbols (:func:`mxfp16.amp.wrappers.float32_call`),
-PReLU (:data:`EXTRA_CONDITIONAL_FP32`), joins (:func:`join_operators`),
-:mod:`~mxfp16.amp.deconvolution`, :mod:`~mxfp16.amp.pooling` and
-:mod:`~mxfp16.amp.numpy_mode`. ``docs/amp-table.md`` says what each layer
-then runs in.
+:func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured fastest
+at equal accuracy on a CPU with avx512_bf16: MXNet's lists, the 7x7 stem in
+float32 (``docs/benchmarks.md``) and the :data:`SHAPE_OPERATORS` following
+their input; other :data:`LIST_SETS` add float32 rules for layers
+(:func:`float32_layers` for ``mxfp16 export``). It also repairs what stops
+other Gluon models in MXNet 1.9.1's AMP (:func:`float32_fallbacks`,
+:data:`EXTRA_CONDITIONAL_FP32`, :func:`join_operators`, the wrappers and
+routes of this package); ``docs/amp-table.md`` says what each layer runs in.
 """
 import functools
 import json
@@ -38,13 +28,10 @@ from .clip import clip_as_minimum_maximum
 from .deconvolution import single_channel_as_convolution
 from .pooling import global_average_as_mean
 
-#: The list sets an AMP precision can run with, by name: which operator lists (:func:`operator_lists`) and which
-#: float32 rules for layers (:data:`FLOAT32_RULES`) each applies for bfloat16. ``measured`` keeps in float32 the
-#: layers a measurement on this machine found not to gain (:mod:`mxfp16.measure.per_layer`); the ``+depthwise32`` and
-#: ``+pointwise32`` sets are options whose effect is still to be measured on a CPU with avx512_bf16
-#: (docs/benchmarks.md), not defaults. ``+batchnorm32`` (every BatchNorm in float32, :func:`batch_norm`) is an
-#: option for networks whose BatchNorms get the plain layout (MobileNet v2): measured there, not a default.
-#: ``+unaligned32`` (:func:`unaligned_convolution`) is the option for the same networks' reorders.
+#: The list sets by name: their operator lists (:func:`operator_lists`) and float32 rules for layers
+#: (:data:`FLOAT32_RULES`, bfloat16 only). ``measured`` keeps in float32 what a measurement here found not to gain
+#: (:mod:`mxfp16.measure.per_layer`); the ``+...32`` sets are options, not defaults (docs/benchmarks.md):
+#: ``+batchnorm32`` and ``+unaligned32`` for networks whose layers get the plain layout (MobileNet v2).
 LIST_SETS = {
     "mxfp16": ("mxfp16", ("stem",)),
     "mxnet": ("mxnet", ()),
@@ -59,15 +46,7 @@ LIST_SETS = {
 
 @functools.lru_cache(maxsize=None)
 def op_verdicts():
-    """``tools/amp_probe_ops.py``'s verdicts, read from ``op_verdicts.json`` beside this module (once).
-
-    Returns
-    -------
-    types.SimpleNamespace
-        One attribute per key of the file (``BFLOAT16``, ``FLOAT32``,
-        ``UNPROBED``, ``MXNET_FLOAT32``, ``JOINS``, ``CLIENT_OPERATORS``,
-        ``MXNET_VERSION``; the tool's ``render`` says what each holds).
-    """
+    """``tools/amp_probe_ops.py``'s verdicts from ``op_verdicts.json`` (read once): one attribute per key."""
     with open(os.path.join(os.path.dirname(__file__), "op_verdicts.json"), encoding="utf-8") as handle:
         return types.SimpleNamespace(**json.load(handle))
 
@@ -79,24 +58,17 @@ def _mxnet(target_dtype):
     return symbol_bf16 if target_dtype == "bfloat16" else symbol_fp16
 
 
-#: mxfp16's bfloat16 operator lists (:func:`operator_lists`) are MXNet's, plus
-#: the float32 fallbacks, the PReLU rule, the shape operators and the slow operators below. Measured on ResNet-50 v2
-#: (docs/benchmarks.md), adding BatchNorm, Activation, Pooling or
-#: elemwise_add to the bfloat16 list gained nothing beyond the noise (they
-#: already run in bfloat16 behind a bfloat16 convolution), and forcing
-#: BatchNorm to float32 made the step slower than float32 (a cast before
-#: every BatchNorm, and BatchNorm on the casts' plain layout). What helps is
-#: the stem rule (:func:`stem_convolution`), applied by :func:`init_amp`.
+# mxfp16's bfloat16 lists are MXNet's plus the fallbacks, the PReLU rule, the shape and the slow operators below.
+# Measured on ResNet-50 v2 (docs/benchmarks.md), adding BatchNorm, Activation, Pooling or elemwise_add to the
+# bfloat16 list gained nothing (they run in bfloat16 behind a bfloat16 convolution anyway), and BatchNorm in float32
+# made the step slower than float32 (a cast before each, on the casts' plain layout); the stem rule helps.
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
-    From ``tools/amp_probe_ops.py``'s verdicts (``mxfp16/amp/op_verdicts.json``):
-    every operator whose bfloat16 run failed, crashed or disagreed with
-    float32, and every operator MXNet's lists leave unlisted that the probe
-    could not run (float32 is the safe side: slower, never a crash).
-
-    Numpy-mode operators are among them (``_np_dot``); :mod:`mxfp16.amp.numpy_mode`
-    applies those, :func:`operator_lists` names only the legacy ones.
+    From the probe's verdicts (``op_verdicts.json``): every operator whose
+    bfloat16 run failed, crashed or disagreed with float32, and every one
+    MXNet leaves unlisted that the probe could not run (float32 is the safe
+    side). Numpy-mode ones (``_np_dot``) are applied by :mod:`mxfp16.amp.numpy_mode`.
 
     Returns
     -------
@@ -104,7 +76,6 @@ def float32_fallbacks():
         Sorted operator names.
     """
     probe = op_verdicts()
-
     symbol_bf16 = _mxnet("bfloat16")
     listed = set(symbol_bf16.WIDEST_TYPE_CASTS) | set(symbol_bf16.BF16_FP32_FUNCS)
     unlisted_unprobed = {name for name in probe.UNPROBED if name not in listed}
@@ -115,38 +86,26 @@ def float32_fallbacks():
 #: meet bfloat16 data (type inference fails), so PReLU runs in float32.
 EXTRA_CONDITIONAL_FP32 = [("LeakyReLU", "act_type", ["prelu"])]
 
-#: Operators MXNet's bfloat16 lists let run in either dtype that mxfp16's run in float32, because MXNet's own
-#: bfloat16 kernel is far slower than its float32 one (it widens every element on its own; oneDNN has none for it):
-#: ``clip``, MobileNet's ReLU6, was 81% of MobileNet v2's amp-bfloat16 step on a Zen 5 (224 px, batch 16, MXNet's
-#: profiler), 2.9x its float32 time; in float32, behind a cast each way, the whole step ran 2.2x faster
-#: (docs/benchmarks.md, "Measured on a Zen 5 without AMX"). It is computed by two faster float32 operators
-#: (:mod:`mxfp16.amp.clip`).
+#: Operators MXNet lets run in either dtype that mxfp16 runs in float32: MXNet's bfloat16 kernel (no oneDNN one)
+#: is far slower. ``clip``, MobileNet's ReLU6, was 81% of MobileNet v2's amp-bfloat16 step on a Zen 5, 2.9x its
+#: float32 time; in float32 the step ran 2.2x faster (docs/benchmarks.md, "Measured on a Zen 5 without AMX").
 SLOW_IN_BFLOAT16 = ("clip",)
 
 
-#: Operators MXNet's bfloat16 lists keep in float32 that only move values (reshape, slice, split, swap axes,
-#: copy) or scale them once (``_contrib_div_sqrt_dim``). Kept in float32, each one between two bfloat16 layers
-#: casts the tensor to float32 and the next layer casts it back (the LSTM's ``swapaxes`` after a bfloat16
-#: ``Dense``); following their input, they cost no cast. Only those whose bfloat16 kernel ran and matched float32
-#: follow (:func:`follow_input_operators`): the probe's verdict (``mxfp16/amp/op_verdicts.json``), or where the probe
-#: knew no input for one, MXNet 1.9.1's source (generic kernels for every dtype in ``slice_channel.cc``,
-#: ``swapaxis.cc``, ``matrix_op.cc``'s slice and expand_dims, oneDNN's reshape, which takes bfloat16) and a
-#: forward and backward run of each in both dtypes agreeing on this project's CPUs. ``transpose`` is among the
-#: candidates but stays float32: the probe's bfloat16 run of it crashed the process (oneDNN's transpose).
+#: Operators MXNet keeps in float32 that only move values or scale them once (``_contrib_div_sqrt_dim``): in
+#: float32, each one between two bfloat16 layers costs a cast each way (the LSTM's ``swapaxes``). Only those whose
+#: bfloat16 kernel ran and matched float32 follow their input (:func:`follow_input_operators`): the probe's verdict,
+#: or where the probe had no input for one, MXNet 1.9.1's source (generic kernels in ``slice_channel.cc``,
+#: ``swapaxis.cc``, ``matrix_op.cc``; oneDNN's reshape takes bfloat16) and runs in both dtypes agreeing.
+#: ``transpose`` stays float32: the probe's bfloat16 run of it crashed the process (oneDNN's transpose).
 SHAPE_OPERATORS = ("Reshape", "reshape", "transpose", "SliceChannel", "split", "_split_v2", "slice", "slice_axis",
                    "expand_dims", "squeeze", "SwapAxis", "swapaxes", "Flatten", "flatten", "_copy", "identity",
                    "_contrib_div_sqrt_dim")
 
 
 def follow_input_operators():
-    """The :data:`SHAPE_OPERATORS` mxfp16's bfloat16 lists let follow their input: all but those the probe failed.
-
-    Returns
-    -------
-    list of str
-    """
+    """The :data:`SHAPE_OPERATORS` mxfp16's bfloat16 lists let follow their input: all but those the probe failed."""
     probe = op_verdicts()
-
     failed = {name for name, (verdict, _) in probe.MXNET_FLOAT32.items() if verdict == "float32"} | set(probe.FLOAT32)
     return [name for name in SHAPE_OPERATORS if name not in failed]
 
@@ -209,10 +168,9 @@ def check_list_set(which):
 def stem_convolution(call):
     """The 7x7 stem of ImageNet ResNets, which reads the 3-channel image.
 
-    In bfloat16 its output comes out of oneDNN in a plain (unblocked)
-    layout, and the BatchNorm and pooling after it then run about 10x slower
-    than in float32; in float32 the stem costs little more (it is ~3% of
-    ResNet-50's work).
+    In bfloat16 oneDNN gives its output the plain layout, and the BatchNorm
+    and pooling after it run about 10x slower than in float32; the stem is
+    ~3% of ResNet-50's work.
     """
     return call.op == "Convolution" and call.tuple_attr("kernel") == (7, 7)
 
@@ -220,10 +178,8 @@ def stem_convolution(call):
 def depthwise_convolution(call):
     """A depthwise convolution: one filter per input channel (``num_group == num_filter > 1``, MobileNet's 3x3).
 
-    oneDNN 2.4.4 has bfloat16 depthwise kernels on any AVX-512 CPU, but the
-    work per byte is small and MXNet refuses oneDNN's padded layouts, so a
-    channel count that is not a multiple of 16 may fall to a slower kernel
-    (docs/benchmarks.md). Whether keeping them float32 pays is to be measured.
+    MXNet refuses oneDNN's padded layouts, so a channel count that is not a
+    multiple of 16 may fall to a slower kernel (docs/benchmarks.md).
     """
     groups = call.int_attr("num_group", 1)
     return call.op == "Convolution" and groups > 1 and groups == call.int_attr("num_filter", 0)
@@ -238,10 +194,10 @@ def pointwise_convolution(call):
 def batch_norm(call):
     """Every ``BatchNorm``: the ``+batchnorm32`` option keeps them all in float32 (inputs cast up, output float32).
 
-    oneDNN 2.4.4 has JIT BatchNorm kernels only for blocked layouts; one fed
-    the plain layout runs portable C++, about 3x slower in bfloat16 than in
-    float32. It helps MobileNet v2 and slows ``cifar_resnet20_v1``: an option,
-    not the default (docs/amp-table.md, docs/results/routes-zen4).
+    oneDNN 2.4.4 has JIT BatchNorm kernels only for blocked layouts; on the
+    plain layout its portable C++ is about 3x slower in bfloat16 than in
+    float32. It helps MobileNet v2 and slows ``cifar_resnet20_v1``
+    (docs/amp-table.md, docs/results/routes-zen4).
     """
     return call.op == "BatchNorm"
 
@@ -254,14 +210,11 @@ def unaligned_convolution(call):
     """A convolution whose input or output channels are not a multiple of :data:`CHANNEL_BLOCK` (``+unaligned32``).
 
     MXNet 1.9.1 refuses oneDNN's padded layouts, so in bfloat16 such a
-    convolution (MobileNet v2's 3-channel stem, its 24-channel layers, a
-    102-class output) runs on the plain layout, with reorders around it and
-    reference BatchNorm kernels behind it (the AMX profile's third of oneDNN's
-    time). The input channels come from the weight's declared shape: a
-    network traced before its parameters have their shapes (deferred
-    initialisation) is judged by its output channels until
-    :meth:`mxfp16.MixedPrecision.train_step` traces it again after the first
-    step. An option, measured by ``make measure`` (docs/benchmarks.md).
+    convolution (MobileNet v2's stem and 24-channel layers) runs on the plain
+    layout, with reorders around it and reference BatchNorm kernels behind it.
+    The input channels come from the weight's declared shape: a network with
+    deferred shapes is judged by its output channels until
+    :meth:`mxfp16.MixedPrecision.train_step` traces it again after the first step.
     """
     if call.op != "Convolution":
         return False
@@ -287,9 +240,7 @@ def _call_key(op, attrs, shapes):
 def keep_float32_measured(layers):
     """Keep these layers in float32 under the ``measured`` list set, from now on in this process.
 
-    A graph already built keeps its dtypes: rebuild it
-    (:func:`mxfp16._internals.rebuild_graphs`); :class:`mxfp16.MixedPrecision`
-    does.
+    A graph already built keeps its dtypes until rebuilt (:class:`mxfp16.MixedPrecision` does).
 
     Parameters
     ----------
@@ -348,11 +299,9 @@ def float32_rules(target_dtype, which):
 def join_operators(target_dtype):
     """Operators mxfp16 runs in the widest dtype of their inputs, beyond MXNet's ``WIDEST_TYPE_CASTS``.
 
-    A join's data inputs must share one dtype (``Concat``, numpy's
-    ``concatenate``, ``add`` ...): under the stem rule DenseNet's first
-    ``Concat`` gets a float32 and a bfloat16 input, and type inference fails.
-    The joins are ``tools/amp_probe_ops.py``'s ``JOINS``; operators that run
-    in float32 anyway (a fallback, MXNet's float32 list) are left out.
+    A join's data inputs must share one dtype (``Concat``, ``add`` ...): under
+    the stem rule DenseNet's first ``Concat`` gets a float32 and a bfloat16
+    input. From the probe's ``JOINS``, less those already cast by AMP.
 
     Returns
     -------
@@ -360,7 +309,6 @@ def join_operators(target_dtype):
         Sorted operator names (legacy and numpy-mode).
     """
     probe = op_verdicts()
-
     lists = _mxnet(target_dtype)
     cast_by_amp = set(lists.WIDEST_TYPE_CASTS) | set(lists.FP32_FUNCS)
     cast_by_amp |= set(lists.BF16_FUNCS if target_dtype == "bfloat16" else lists.FP16_FUNCS)
@@ -392,9 +340,7 @@ def _warn_fallback(name, target_dtype):
 def warn_if_numpy_mode(output):
     """Warn once when a numpy-mode network under AMP ran no operator in the 16-bit dtype.
 
-    Such a network calls only operators with no 16-bit kernel, or functions
-    bound before AMP was activated. :func:`mxfp16.train_step` calls this with
-    each output: an array, or a tuple or list of them.
+    :func:`mxfp16.train_step` calls this with each output (an array, or a tuple or list of them).
     """
     if "numpy mode" in _warned:
         return
@@ -426,10 +372,9 @@ _active = {"target": None}
 
 
 def amp_target():
-    """The dtype AMP casts its target operators to in this process (MXNet's bfloat16, ``'float16'``), or None.
+    """The dtype :func:`init_amp` set AMP's target operators to in this process (MXNet's bfloat16, ``'float16'``).
 
-    Only what :func:`init_amp` set up is known: ``None`` also when AMP was
-    switched on by calling ``mx.contrib.amp.init`` directly.
+    ``None`` when it did not (AMP off, or switched on by ``mx.contrib.amp.init`` directly).
     """
     return _active["target"]
 
@@ -438,14 +383,9 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     """``amp.init`` with :func:`operator_lists` (or ``lists``), repaired for any Gluon model.
 
     AMP wraps the conditional list and the target operators that keep
-    float32 parameters (BatchNorm, when listed); mxfp16 wraps the rest
-    itself: the float32 list (casting first:
-    :func:`~mxfp16.amp.wrappers.float32_call`), the other target operators
-    (:func:`~mxfp16.amp.wrappers.target_rebuild`: AMP's rule, without its
-    quadratic cost on deep graphs), the joins (:func:`join_operators`), and
-    every numpy-mode function (:mod:`mxfp16.amp.numpy_mode`). Then, for
-    mxfp16's bfloat16 lists, the list set's float32 rules
-    (:func:`float32_rules`, through :func:`~mxfp16.amp.wrappers.float32_where`).
+    float32 parameters (BatchNorm); mxfp16 wraps the rest (:mod:`mxfp16.amp.wrappers`:
+    AMP's rules without its failures and its quadratic cost on deep graphs),
+    the joins, every numpy-mode function, and the list set's float32 rules.
 
     Parameters
     ----------
@@ -498,9 +438,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 def float32_layers(symbol, target_dtype, which="mxfp16"):
     """The layers of a graph that :func:`init_amp` keeps in float32 beyond the lists, by node name.
 
-    ``amp.convert_model`` works on a finished graph, not on patched
-    operators: the list set's float32 rules (:func:`float32_rules`) reach it
-    as its ``excluded_sym_names``.
+    ``amp.convert_model`` takes the list set's float32 rules as its ``excluded_sym_names``.
 
     Parameters
     ----------

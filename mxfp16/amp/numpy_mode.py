@@ -1,16 +1,11 @@
 """AMP for numpy-mode networks: the ``mx.np`` / ``mx.npx`` functions get the casts ``amp.init`` gives ``mx.nd``.
 
 MXNet 1.9.1's ``amp.init`` replaces the functions of ``mx.nd`` and ``mx.sym``
-only; docs/amp-table.md ("numpy mode") says what mxfp16 does instead, and what
-MXNet cannot do in numpy mode at all. A numpy-mode network calls ``mx.np`` /
-``mx.npx`` imperatively, and inside Gluon layers
-``mxnet.ndarray.numpy(_extension)`` without hybridization and
-``mxnet.symbol.numpy(_extension)`` with it. :func:`numpy_rules` gives each
-operator its rule; :func:`wrap_numpy_functions` replaces every binding of each
-function under ``mxnet.*``, as ``amp.init`` does for ``mx.nd``
-(``np.tensordot`` reaches its operator through MXNet's C++ function table:
-:data:`FFI_FUNCTIONS`), and like it cannot reach a function a user bound to a
-name of their own before AMP was activated.
+only (docs/amp-table.md, "numpy mode"). :func:`numpy_rules` gives each
+numpy-mode operator its rule; :func:`wrap_numpy_functions` replaces every
+binding of its functions under ``mxnet.*`` (``mx.np``, ``mx.npx`` and their
+``ndarray`` / ``symbol`` homes), and like ``amp.init`` cannot reach a function
+a user bound to a name of their own before AMP was activated.
 """
 import sys
 
@@ -23,9 +18,8 @@ __all__ = ["NUMPY_PREFIXES", "FFI_FUNCTIONS", "numpy_operators", "numpy_rules", 
 #: The registered-name prefixes of numpy-mode operators (``mxnet/base.py``).
 NUMPY_PREFIXES = ("_np_", "_npx_", "_npi_")
 
-#: The functions that reach an operator through ``_api_internal`` (see the module docstring), by their public
-#: home: ``{operator: [(module, function)]}``; every binding under ``mxnet.*`` is replaced. In MXNet 1.9.1 only
-#: ``tensordot`` (and ``zeros``, which takes no tensor); ``tests/test_amp_numpy.py`` reads MXNet's source for more.
+#: The functions that reach an operator through MXNet's C++ function table (``_api_internal``), by their public
+#: home: ``{operator: [(module, function)]}``. In MXNet 1.9.1 only ``tensordot`` (and ``zeros``, which takes no tensor).
 FFI_FUNCTIONS = {"_npi_tensordot": [("mxnet.ndarray.numpy", "tensordot")]}
 
 #: Counts numpy-mode calls cast to the target dtype (:func:`ran_in_target_dtype`): a numpy-mode network for which
@@ -126,10 +120,8 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, float32_rules=None):
     warn : callable, optional
         ``warn(name)``, called at the first use of a float32 fallback.
     float32_rules : dict, optional
-        ``{legacy operator: rule}`` (:func:`mxfp16.amp.lists.float32_rules`):
-        a call of the operator's numpy-mode twin (``_npx_convolution``) for
-        which the rule holds runs in float32 (mxfp16's stem rule, and the list
-        set's others).
+        ``{legacy operator: rule}`` (:func:`mxfp16.amp.lists.float32_rules`), applied to
+        its numpy-mode twin (``_npx_convolution``).
 
     Returns
     -------

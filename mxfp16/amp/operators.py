@@ -1,12 +1,9 @@
 """Which dtype each operator runs in under mxfp16's bfloat16 lists, and why: the operator views of the AMP table.
 
-The layer table (:mod:`mxfp16.amp.table`) shows what Gluon layers become;
-this shows the rules behind it, operator by operator, from three sources
-and nothing written by hand: MXNet's own lists
-(``mxnet/contrib/amp/lists/symbol_bf16.py``), mxfp16's repairs
-(:mod:`mxfp16.amp.lists`) and the verdicts of ``tools/amp_probe_ops.py``
-(``mxfp16/amp/op_verdicts.json``), which ran every operator in float32 and in
-bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
+The rules behind the layer table (:mod:`mxfp16.amp.table`), operator by
+operator, from MXNet's lists, mxfp16's (:mod:`mxfp16.amp.lists`) and the
+verdicts of ``tools/amp_probe_ops.py``, which ran every operator in float32
+and bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
 :func:`render` after the layer table.
 """
 from mxnet.contrib.amp.lists import symbol_bf16

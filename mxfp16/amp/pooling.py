@@ -1,17 +1,14 @@
 """Global average pooling computed as a ``mean``: MXNet 1.9.1's oneDNN pooling sends reference kernels its gradient.
 
-Why, and what it gained: docs/amp-table.md ("GlobalAvgPool"). On an AMD
-Zen 4 the reference kernels of the pooling's and the BatchNorm's backward
-took 61% of oneDNN's time in a ``cifar_resnet20_v1`` step under
-amp-bfloat16 (41% in float32); at batch 16 oneDNN did this for 16 and 32
-channels at 4 to 14 px, 64 from 7 px and 128 at 14 px, not for 256 up to
-14 px nor 2048 at 7 px.
+Why, and what it gained: docs/amp-table.md ("GlobalAvgPool"). On an AMD Zen 4
+the reference kernels of the pooling's and the BatchNorm's backward took 61%
+of oneDNN's time in a ``cifar_resnet20_v1`` step under amp-bfloat16 (41% in
+float32), for 16 to 128 channels at small sizes.
 
 Only global average pooling in a channels-first layout takes the route
 (:func:`routed`); max pooling keeps oneDNN's (``max``'s gradient goes to
 every tied maximum, pooling's to one). :func:`mxfp16.amp.lists.init_amp`
-puts :func:`global_average_as_mean` around ``mx.nd.Pooling`` and
-``mx.sym.Pooling`` for bfloat16.
+puts :func:`global_average_as_mean` around ``Pooling`` for bfloat16.
 """
 from .wrappers import module_of, named_like
 
@@ -19,11 +16,7 @@ __all__ = ["global_average_as_mean", "routed"]
 
 
 def routed(kwargs):
-    """Whether a ``Pooling`` call with these arguments takes the ``mean`` route.
-
-    Global (``global_pool`` true) average pooling in a channels-first
-    layout (``layout`` unset, ``NCW``, ``NCHW`` or ``NCDHW``).
-    """
+    """Whether a ``Pooling`` call with these arguments takes the ``mean`` route: global average, channels first."""
     return (str(kwargs.get("global_pool", False)).strip().lower() in ("true", "1")
             and str(kwargs.get("pool_type", "max")) == "avg"
             and kwargs.get("layout") in (None, "None", "NCW", "NCHW", "NCDHW"))

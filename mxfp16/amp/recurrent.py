@@ -1,18 +1,16 @@
 """Recurrent layers whose matrix products run in bfloat16 under AMP: ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` unfused.
 
-MXNet 1.9.1's fused ``RNN`` operator has no bfloat16 CPU kernel: its oneDNN
-path takes float32 only (``SupportMKLDNNRnn``) and its own kernels reject
-bfloat16 (``Unknown type enum 12``). The layers here compute the same thing
-from operators that do have bfloat16 kernels, as docs/amp-table.md ("recurrent
-layers") describes. The input projection of all steps is cast to float32 once
-and ``split`` once into its steps (a ``slice_axis`` per step would cast or
-copy the whole sequence every step), and the recurrent weight is cast to
-bfloat16 once per call rather than once per step. Each step runs a dozen
-operators, so it pays only at large hidden sizes.
+MXNet 1.9.1's fused ``RNN`` operator has no bfloat16 CPU kernel (oneDNN's
+path takes float32 only, its own kernels reject bfloat16). The layers here
+compute the same from operators that have one (docs/amp-table.md, "recurrent
+layers"). The input projection of all steps is cast to float32 and ``split``
+once (a ``slice_axis`` per step would copy the whole sequence every step), and
+the recurrent weight is cast once per call. Each step runs a dozen operators,
+so it pays only at large hidden sizes.
 
 The unrolled graph is built for one sequence length: a layer called on
-arrays takes it from them (and builds its graph again when it changes); one
-traced inside a larger hybridized network needs it given (``steps=``).
+arrays reads it (and rebuilds when it changes); one traced inside a larger
+hybridized network needs it given (``steps=``).
 """
 import numpy as np
 from mxnet import gluon, ndarray
@@ -30,11 +28,7 @@ _GATES = {"lstm": 4, "gru": 3, "rnn_relu": 1, "rnn_tanh": 1}
 
 
 def unfused_support(layer):
-    """Why ``layer`` (a ``gluon.rnn`` layer) cannot be computed unfused, or ``None`` when it can.
-
-    Projections (``projection_size``), LSTM state clipping and
-    ``use_sequence_length`` are the fused kernel's alone; so is numpy mode.
-    """
+    """Why ``layer`` (a ``gluon.rnn`` layer) cannot be computed unfused, or ``None`` when it can."""
     settings = RNNSettings(layer)
     if settings.projection_size:
         return "it has a projection (projection_size)"
@@ -112,10 +106,9 @@ _UNFUSED = {gluon.rnn.LSTM: LSTM, gluon.rnn.GRU: GRU, gluon.rnn.RNN: RNN}
 def unfuse_rnn(net, steps=None):
     """Compute every ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` layer in ``net`` unfused, in place.
 
-    Each layer keeps its parameters, their names, its states and its
-    settings; only its computation changes (it becomes the subclass of its
-    class in this module), so a checkpoint of the network loads either way.
-    Graphs already built are dropped and traced again at the next call.
+    Each layer keeps its parameters, states and settings (it becomes the
+    subclass of its class in this module), so a checkpoint loads either way.
+    Graphs already built are traced again at the next call.
 
     Parameters
     ----------
@@ -149,9 +142,7 @@ def unfuse_rnn(net, steps=None):
     return done
 
 
-# --------------------------------------------------------------------------
 # The computation, on mx.nd or mx.sym (F).
-# --------------------------------------------------------------------------
 def _as_dtype(F, x, dtype):
     """``x`` in ``dtype``; an array already in it is returned as it is (a graph's cast to its own dtype is free)."""
     if F is ndarray and np.dtype(x.dtype) == np.dtype(dtype):

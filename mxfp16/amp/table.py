@@ -1,18 +1,17 @@
 """Which dtype every Gluon layer runs in under mxfp16's AMP lists, read from the graph AMP builds.
 
-Nothing here is written by hand: each entry of :data:`LAYERS` is a layer as
-a user would build it, :func:`layer_dtypes` calls it on a symbol with AMP
-active (so every operator AMP wraps is wrapped, casts included), and MXNet's
-own type inference says what dtype each operator's output has: the dtype it
-computes in. ``mxfp16 info --amp-table`` prints :func:`generate`'s Markdown, and
-``docs/amp-table.md`` holds that output (``tests/test_amp_layers.py`` keeps
-them equal and trains every entry against a float32 control).
-
-Two inputs are read for each layer: float32 (the network's first layer) and
-bfloat16 (a layer after a Dense or convolution, which hands on bfloat16).
+Each entry of :data:`LAYERS` is a layer as a user would build it;
+:func:`layer_dtypes` calls it on a symbol with AMP active, and MXNet's type
+inference gives each operator's output dtype: the dtype it computes in, for
+a float32 input (a first layer) and a 16-bit one (after a Dense). ``mxfp16
+info --amp-table`` prints :func:`generate`'s Markdown, which
+``docs/amp-table.md`` holds (``tests/test_amp_layers.py`` keeps them equal).
 """
+import contextlib
 import json
+import warnings
 
+import mxnet as mx
 from mxnet import gluon
 from mxnet import numpy as mnp
 from mxnet.gluon import nn, rnn
@@ -22,6 +21,7 @@ from .._internals import numpy_symbol_class
 from ..float_formats import BFLOAT16
 from ..plumbing.output import error_line
 from . import recurrent
+from .lists import init_amp
 from .wrappers import cast, dtype_name
 
 __all__ = ["LAYERS", "CONTAINERS", "Layer", "layer_dtypes", "operator_dtypes"]
@@ -45,8 +45,7 @@ class Layer:
     states : bool
         Pass explicit begin states (RNN layers), not only the input.
     hybridize : bool
-        Whether training it hybridized works in MXNet 1.9.1 (a graph with no
-        operator, ``Identity``'s, is not recorded by autograd).
+        Whether training it hybridized works in MXNet 1.9.1 (not for ``Identity``: no operator to record).
     """
 
     def __init__(self, name, build, shape, tokens=False, numpy_mode=False, states=False, hybridize=True):
@@ -100,9 +99,7 @@ class _SelfAttention(gluon.HybridBlock):
 class FusedSelfAttention(gluon.HybridBlock):
     """GluonNLP's self-attention with its fused operators: one Dense for q, k and v, ``interleaved_matmul_selfatt``.
 
-    Input ``(T, N, C)``, as GluonNLP's BERT lays it out. MXNet 1.9.1 runs the
-    fused operators in float32 only on CPU; mxfp16's lists cast their input
-    once and their output stays float32.
+    Input ``(T, N, C)``, as in GluonNLP's BERT. The fused operators run in float32 only on CPU.
     """
 
     def __init__(self, units=6, heads=2, **kwargs):
@@ -205,8 +202,7 @@ LAYERS = [
     Layer("rnn.RNNCell", lambda: _Unrolled(lambda: rnn.RNNCell(8), 5), _SEQ),
     Layer("rnn.LSTMCell", lambda: _Unrolled(lambda: rnn.LSTMCell(8), 5), _SEQ),
     Layer("rnn.GRUCell", lambda: _Unrolled(lambda: rnn.GRUCell(8), 5), _SEQ),
-    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
-        lambda: _stacked_cells(), 5), _SEQ),
+    Layer("rnn.HybridSequentialRNNCell(LSTMCell, LSTMCell)", lambda: _Unrolled(_stacked_cells, 5), _SEQ),
     Layer("rnn.BidirectionalCell(LSTMCell, LSTMCell)", lambda: _Unrolled(
         lambda: rnn.BidirectionalCell(rnn.LSTMCell(8), rnn.LSTMCell(8)), 5), _SEQ),
     Layer("rnn.ResidualCell(GRUCell)", lambda: _Unrolled(lambda: rnn.ResidualCell(rnn.GRUCell(6)), 5), _SEQ),
@@ -263,10 +259,6 @@ class _Cast(gluon.HybridBlock):
 
 def _numpy_scope(on):
     """MXNet's numpy shape and array semantics while it is entered, when ``on`` (else nothing)."""
-    import contextlib
-
-    import mxnet as mx
-
     stack = contextlib.ExitStack()
     for scope in (mx.util.np_shape, mx.util.np_array) if on else ():
         stack.enter_context(scope(True))
@@ -288,8 +280,6 @@ def layer_dtypes(layer, input_dtype="float32"):
     list of (str, str)
         ``(operator, dtype)`` in graph order, without AMP's own casts.
     """
-    import mxnet as mx
-
     cast = {"float32": None, "bfloat16": BFLOAT16, "float16": "float16"}[input_dtype]
     with _numpy_scope(layer.numpy_mode):
         if layer.numpy_mode:
@@ -319,10 +309,9 @@ def layer_dtypes(layer, input_dtype="float32"):
 def operator_dtypes(out, internals, types, nodes=None):
     """``[(operator, dtype)]`` for each operator node of graph ``out``, AMP's own casts left out.
 
-    ``internals`` is ``out.get_internals()`` and ``types`` what its type
-    inference gave (None where unknown). A node's outputs are named after
-    it (``conv0_output``, numpy-mode ``concatenate0_out``); its first is read.
-    ``nodes`` is the graph's JSON node list, when the caller has it already.
+    ``internals`` is ``out.get_internals()``, ``types`` its inferred types (None
+    where unknown), ``nodes`` the graph's JSON nodes when the caller has them.
+    A node's first output is read (``conv0_output``, numpy-mode ``concatenate0_out``).
     """
     variables = set(out.list_inputs())
     first = {}
@@ -363,10 +352,6 @@ def generate(target="bfloat16"):
 
 def _amp_on(target):
     """In a child process of :func:`generate` (or :func:`mxfp16.amp.zoo.generate`): AMP on for ``target``."""
-    import warnings
-
-    from .lists import init_amp
-
     warnings.simplefilter("ignore")
     # Nothing runs: the graphs are only built and typed, so either target's lists apply on any CPU,
     # one without float16 or bfloat16 arithmetic included.
@@ -375,8 +360,6 @@ def _amp_on(target):
 
 def _markdown_under(target):
     """In generate's child: every :data:`LAYERS` entry's operators and dtypes for both inputs, as Markdown."""
-    import mxnet as mx
-
     _amp_on(target)
     lines = [f"Generated by `mxfp16 info --amp-table` (MXNet {mx.__version__}, amp-{target}, "
              "mxfp16's operator lists). Each operator is followed by the dtype it computes in.",

@@ -1,15 +1,12 @@
 """The wrappers AMP puts around an operator's function, for every kind of array MXNet has.
 
-``amp.init`` replaces each listed ``mx.nd`` / ``mx.sym`` function with one
-that casts its inputs first: to the target dtype, to float32, or to the
-widest dtype among them. :mod:`mxfp16.amp.lists` and
-:mod:`mxfp16.amp.numpy_mode` use these instead where AMP's own fail or are slow,
-and to reach the functions AMP does not wrap (numpy mode's). Each wrapper
-works on legacy arrays and symbols and on their numpy-mode twins
-(``mx.np.ndarray``, numpy-mode symbols), which the cast keeps numpy-mode:
-MXNet's ``amp_cast`` and ``amp_multicast`` are legacy operators, so a
-numpy-mode input goes through ``as_nd_ndarray`` and back (the same array,
-viewed as the other class, with its autograd history).
+Each casts an operator's inputs first: to the target dtype, to float32, or to
+the widest dtype among them. :mod:`mxfp16.amp.lists` and
+:mod:`mxfp16.amp.numpy_mode` use them where ``amp.init``'s own fail or are
+slow, and for numpy mode's functions, which AMP does not wrap. A numpy-mode
+input stays numpy-mode: MXNet's ``amp_cast`` and ``amp_multicast`` are legacy
+operators, so it goes through ``as_nd_ndarray`` and back (the same array, with
+its autograd history).
 """
 import numpy as np
 
@@ -96,8 +93,7 @@ def _to_target(x, target_dtype):
 def target_call(f, name, target_dtype, skip=("out",)):
     """``f`` with its float inputs cast to ``target_dtype`` first (AMP's rule for the target list).
 
-    ``skip`` names keyword arguments left alone: numpy's ``out=`` is where
-    the result goes, not an input.
+    Keyword arguments in ``skip`` are left alone (numpy's ``out=`` is no input).
     """
     def target_op(*args, **kwargs):
         args = [_each(a, lambda v: _to_target(v, target_dtype)) for a in args]
@@ -110,14 +106,11 @@ def target_call(f, name, target_dtype, skip=("out",)):
 def target_rebuild(f, name, target_dtype):
     """AMP's target-list wrapper for legacy symbols, without its cost.
 
-    AMP builds the node, then rebuilds it on cast inputs, so that inputs
-    the call created itself (``mx.sym.FullyConnected(data, num_hidden=4)``
-    makes its own ``weight`` variable) are cast too. To leave auxiliary
-    states uncast it lists the auxiliary states of the whole graph above the
-    node at every call, which makes tracing a deep network quadratic (16 s
-    instead of 2 s for gluoncv's residualattentionnet452). Used only for
-    operators with no auxiliary state, where that check never matters;
-    NDArrays are cast first, as AMP does.
+    AMP builds the node, then rebuilds it on cast inputs (so that a
+    ``weight`` variable the call created is cast too), and lists the whole
+    graph's auxiliary states at every call to leave them uncast: tracing a
+    deep network is quadratic (16 s instead of 2 s for residualattentionnet452).
+    Used only for operators with no auxiliary state; NDArrays are cast first.
     """
     _, symbol, _, np_symbol = _kinds()
     cast_first = target_call(f, name, target_dtype)
@@ -137,12 +130,9 @@ def _to_float32(x):
     """``x`` cast to float32 when it is a 16-bit array or a graph node; anything else unchanged."""
     ndarray, symbol, _, _ = _kinds()
     if isinstance(x, symbol.Symbol):
-        # A parameter (a variable that declares its dtype: Parameter.var()) is
-        # float32 under AMP, so it is left alone: a cast would only add a node,
-        # and through one Deconvolution's deferred shape inference crashes
-        # MXNet. A graph's input is cast: a hybridized layer inside a plain
-        # Block is fed whatever the layer before it returned (bfloat16 after
-        # a Dense).
+        # A parameter (a variable that declares its dtype: Parameter.var()) is float32 under AMP: a cast would
+        # only add a node, and through one Deconvolution's deferred shape inference crashes MXNet. A graph's
+        # input is cast: a hybridized layer in a plain Block gets what the layer before returned (bfloat16).
         if x.get_children() is None and "__dtype__" in x.list_attr():
             return x
         return cast(x, "float32")
@@ -154,10 +144,9 @@ def _to_float32(x):
 def float32_call(f, name, on_first_use=None, skip=("out",)):
     """``f`` with its tensor inputs cast to float32 first; ``on_first_use(name)`` runs once, at the first call.
 
-    This replaces AMP's own float32 wrapper for symbols, which calls ``f``
-    and then rebuilds the node on cast inputs: that fails for operators with
-    no inputs (``TypeError`` in an RNN's ``begin_state``) and crashes the
-    process for ``Deconvolution``. Casting first needs no rebuild.
+    AMP's own wrapper for symbols rebuilds the node on cast inputs after
+    ``f``: that fails for operators with no inputs (an RNN's ``begin_state``)
+    and crashes the process for ``Deconvolution``.
     """
     pending = [on_first_use] if on_first_use else []
 
@@ -174,13 +163,10 @@ def float32_call(f, name, on_first_use=None, skip=("out",)):
 def widest_call(f, name, target_dtype, skip=("out",)):
     """``f`` with its inputs cast to the widest float dtype among them first (AMP's ``WIDEST_TYPE_CASTS`` rule).
 
-    For arrays: float32 when any input is float32, and the ``target_dtype``
-    inputs are cast up. An in-place update (numpy's ``y += x``, which is
-    ``add(y, x, out=y)``) keeps the dtype of the array it writes to, as
-    numpy's own in-place operators do: into a 16-bit ``out`` the float32
-    inputs are cast down. For graph nodes the dtypes are not known yet, so
-    the inputs go through one ``amp_multicast``, which casts them all to the
-    widest when the graph's types are inferred.
+    For arrays: float32 when any input is float32, but an in-place update
+    (numpy's ``y += x``, ``add(y, x, out=y)``) into a 16-bit ``out`` casts
+    the float32 inputs down, as numpy's own does. Graph nodes go through one
+    ``amp_multicast``, which casts to the widest once types are inferred.
     """
     ndarray, symbol, _, _ = _kinds()
     target = np.dtype(target_dtype)
@@ -254,10 +240,8 @@ def as_tuple(value):
 class LayerCall:
     """What one call of a layer's operator says about the layer: what a float32 rule may key on.
 
-    Built from a call (:meth:`of_call`: the operator's keyword arguments and
-    its inputs) or from a node of a finished graph (:meth:`of_node`), the
-    two give the same ``attrs``: MXNet stores each argument in the graph as
-    ``str(value)``.
+    From a call (:meth:`of_call`) or a graph node (:meth:`of_node`), with the
+    same ``attrs``: MXNet stores each argument in the graph as ``str(value)``.
 
     Attributes
     ----------
@@ -326,11 +310,9 @@ _NOT_ATTRIBUTES = ("name", "attr", "out")
 def float32_where(original, wrapped, keeps_float32, name="Convolution"):
     """``wrapped`` unless ``keeps_float32(LayerCall)`` is true for the call; then ``original`` on float32 inputs.
 
-    AMP's conditional list cannot express "this Convolution in float32": it
-    wraps the already wrapped target operator, so the inputs would be cast
-    to float32 and straight back. This keeps the unwrapped operator for the
-    float32 case instead. ``keeps_float32`` is one of
-    :data:`mxfp16.amp.lists.FLOAT32_RULES` or their union.
+    AMP's conditional list would wrap the already wrapped target operator,
+    casting the inputs to float32 and straight back. ``keeps_float32`` is one
+    of :data:`mxfp16.amp.lists.FLOAT32_RULES` or their union.
     """
     return _float32_if(original, wrapped, lambda args, kwargs: keeps_float32(LayerCall.of_call(name, args, kwargs)),
                        name)

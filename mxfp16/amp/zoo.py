@@ -1,13 +1,10 @@
 """Which dtype every GluonCV classification model computes in under mxfp16's AMP lists, read from its graph.
 
 The "models" view of ``mxfp16 info --amp-table``: every model
-``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES` (so a model
-GluonCV adds later is covered), built with AMP active and traced on a symbol
-as ``hybridize()`` traces it (no weights, no arithmetic: any CPU). MXNet's
-type and shape inference say what dtype each operator computes in and how
-much work the convolutions and dense layers do. A model whose graph does not
-type-check is a row that says why (``tests/test_amp_zoo.py`` fails on it).
-Each AMP target is built in its own process (:func:`generate`).
+``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES`, built with AMP
+active and traced on a symbol (no weights, no arithmetic: any CPU). MXNet's
+type and shape inference give each operator's dtype and the convolutions'
+and dense layers' work; a graph that does not type-check is a row saying why.
 """
 import json
 
@@ -28,17 +25,14 @@ TASK_MODULES = ("action_recognition", "alpha_pose", "center_net", "danet", "deep
                 "fastscnn", "fcn", "icnet", "monodepthv2", "pspnet", "quantized", "rcnn", "siamrpn",
                 "simple_pose", "ssd", "yolo.yolo3")
 
-#: Classification models GluonCV 0.10.5 registers but cannot build with MXNet
-#: 1.9.1, in float32 either: their GroupNorm passes ``F.reshape`` arguments by
-#: position in an order 1.9.1's ``Reshape`` does not have. ``tests/test_amp_zoo.py``
-#: checks that they still fail without AMP (and drops them from here once they build).
+#: Classification models GluonCV 0.10.5 registers but cannot build with MXNet 1.9.1, in float32 either: their
+#: GroupNorm passes ``F.reshape`` arguments by position (``tests/test_amp_zoo.py`` checks they still fail).
 BROKEN_IN_GLUONCV = {
     "resnet50_v1b_gn": "Invalid Parameter format for keep_highest expect boolean but value='-1'",
     "resnet101_v1b_gn": "Invalid Parameter format for keep_highest expect boolean but value='-1'",
 }
 
-#: Square input sizes tried in turn for the shape inference the work count
-#: needs: ImageNet's, then Inception's; GluonCV's ``cifar_`` models read 32 px.
+#: Square input sizes tried in turn for shape inference: ImageNet's, then Inception's; ``cifar_`` models read 32 px.
 INPUT_SIZES = (224, 299)
 CIFAR_SIZE = 32
 
@@ -47,21 +41,12 @@ _GEMMS = ("Convolution", "FullyConnected", "Deconvolution")
 
 
 def classification_models():
-    """Every model ``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES`, in its own order.
-
-    Returns
-    -------
-    list of str
-    """
+    """Every model ``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES`, in its own order: a list of str."""
     return list(_classifier_modules())
 
 
 def families():
-    """``{family: [models]}``: :func:`classification_models` grouped by the GluonCV module that builds them.
-
-    GluonCV's own grouping: ``resnet`` builds ResNet v1 and v2 and SE-ResNet,
-    ``mobilenet`` MobileNet v1 and v2, ``resnext`` ResNeXt and SE-ResNeXt.
-    """
+    """``{family: [models]}``: :func:`classification_models` by the GluonCV module that builds them (``resnet``)."""
     grouped = {}
     for name, module in _classifier_modules().items():
         grouped.setdefault(module, []).append(name)
@@ -200,10 +185,7 @@ def render(rows_by_target):
 def generate(targets=("bfloat16", "float16"), names=None):
     """``{target: rows}``: :func:`model_dtypes` of each model (default: all), one process per target, side by side.
 
-    Raises
-    ------
-    RuntimeError
-        A child failed; the message names its target and ends with its error output.
+    Raises ``RuntimeError`` when a child failed, naming its target and ending with its error output.
     """
     from concurrent.futures import ThreadPoolExecutor
 
