@@ -1,22 +1,17 @@
 """Gradient-range diagnostics: see float16 underflow before it costs accuracy.
 
-For a few batches of real data, the float32 gradients of every parameter and
-(where Gluon lets us reach them) of every layer's output are summarised on
-the device: exact zeros, the share that would underflow, land in the
-subnormal range or overflow in float16 at a loss scale S, and a histogram of
-log2|g|. From that, a recommended static loss scale, and a forward check that
-names the first layer whose float16 output holds inf or NaN. See
-``docs/diagnostics.md``::
+For a few batches, the float32 gradients of every parameter and layer output
+are summarised on the device (zeros, underflow, subnormal and overflow in
+float16 at a loss scale S, a log2|g| histogram), giving a recommended static
+loss scale; a forward check names the first layer whose float16 output holds
+inf or NaN. See ``docs/diagnostics.md``::
 
     from mxfp16.diagnostics import diagnose, format_summary
     diagnosis = diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, loss_scale=1024)
     print(format_summary(diagnosis))
 
-The same histograms, with the loss, the loss scale and the skipped steps,
-can be watched during training in TensorBoard (:mod:`mxfp16.diagnostics.tensorboard`,
-:class:`TensorBoardLogger`).
-
-The names load on first use, so importing this package does not load MXNet.
+The same histograms can be watched during training in TensorBoard
+(:class:`TensorBoardLogger`). The names load on first use: importing this package does not load MXNet.
 """
 from .._lazy import exports
 

@@ -1,12 +1,9 @@
 """Reaching each layer's output in a Gluon network.
 
 Gluon 1.x forward hooks see a layer's output but cannot replace it, and a
-hybridized network runs as one cached graph in which no Python code sees
-per-layer outputs: :func:`tap_outputs` pauses hybridization and patches each
-leaf's ``forward`` instead.
-
-The private Gluon attributes this needs (a block's children, whether and how
-``hybridize()`` took effect) are reached through :mod:`mxfp16._internals`.
+hybridized network runs as one cached graph: :func:`tap_outputs` pauses
+hybridization and patches each leaf's ``forward`` instead (the private Gluon
+attributes through :mod:`mxfp16._internals`).
 """
 import contextlib
 

@@ -243,14 +243,7 @@ def total(stats, name="all", kind="total"):
 
 
 class RangeCollector:
-    """Accumulates :class:`RangeStats` per named tensor, one host sync per batch.
-
-    Examples
-    --------
-    >>> collector = RangeCollector()
-    >>> collector.add_batch([("dense0_weight", "parameter", weight.grad())])
-    >>> collector.stats[0].fractions_at(1024)
-    """
+    """Accumulates :class:`RangeStats` per named tensor, one host sync per batch (:meth:`add_batch`)."""
 
     def __init__(self):
         self._stats = OrderedDict()

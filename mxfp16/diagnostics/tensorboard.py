@@ -70,8 +70,6 @@ class TensorBoardLogger:
                                      filename_suffix=suffix)
         self._previous = None  # (step, time) of the last log_step(), for images per second
 
-    # -- what to log ----------------------------------------------------------------------------------------
-
     def log_training(self, step, loss=None, lr=None, loss_scale=None, skipped_steps=None, images_per_second=None):
         """The per-step scalars, from numbers already on the host (no device read here).
 
@@ -89,10 +87,9 @@ class TensorBoardLogger:
     def log_step(self, step, result, mp, trainer=None):
         """One step of a loop of your own, from its :class:`~mxfp16.StepResult`.
 
-        Reads ``result.loss``: the one host wait this adds, for that step's
-        forward pass. Call it every N steps to wait once per N. Images per
-        second are this step's batch times the steps since the previous call,
-        over the time since it (none at the first call).
+        Reads ``result.loss``: one host wait (call it every N steps to wait
+        once per N). Images per second count this step's batch for each step
+        since the previous call (none at the first call).
 
         Parameters
         ----------
@@ -121,10 +118,9 @@ class TensorBoardLogger:
     def log_gradients(self, net, step, loss_scale=1.0):
         """Histograms of the binary exponents of ``net``'s parameter gradients as they are now (the last step's).
 
-        Divided by ``loss_scale``, the scale of the step that made them, as
-        docs/training.md (``tensorboard/``) says. A magnitude within a rounding
-        of ``2**k`` may count in the binade beside it; exact zeros, inf and NaN
-        count in none (``gradients/zero_fraction`` gives the zeros).
+        Divided by ``loss_scale``, the scale of the step that made them. A
+        magnitude within a rounding of ``2**k`` may count in the binade beside
+        it; zeros, inf and NaN count in none (``gradients/zero_fraction``).
 
         Parameters
         ----------
@@ -155,8 +151,6 @@ class TensorBoardLogger:
         """The run's configuration (a dict) as the text ``config``, JSON in a code block."""
         self._writer.add_text("config", "```\n" + json.dumps(config, indent=2, sort_keys=True, default=str) + "\n```",
                               step)
-
-    # -- the files ------------------------------------------------------------------------------------------
 
     def flush(self):
         """Write what is queued to the event file now."""

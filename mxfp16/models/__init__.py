@@ -1,11 +1,9 @@
 """Networks for mixed-precision work, by name or by class.
 
-:mod:`~mxfp16.models.zoo` builds a network by name (a GluonCV model, a
-sequence model or the elementwise MLP: :func:`build_model`, what ``--model``
-takes); :mod:`~mxfp16.models.sequence` holds the reference sequence models,
-:mod:`~mxfp16.models.small` the networks the float16 recipe is tested with on
-a CPU, and :mod:`~mxfp16.models.gluoncv` imports GluonCV beside PyTorch 2.
-The names below load their module on first use.
+:func:`build_model` (:mod:`~mxfp16.models.zoo`) builds one by ``--model`` name;
+:mod:`~mxfp16.models.sequence` and :mod:`~mxfp16.models.small` hold mxfp16's
+own, and :mod:`~mxfp16.models.gluoncv` imports GluonCV beside PyTorch 2. The
+names below load their module on first use.
 """
 from .._lazy import exports
 

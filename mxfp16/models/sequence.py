@@ -1,10 +1,8 @@
 """The reference sequence models: an image read as a sequence of rows.
 
-One time step, or one token, per row (the classic "sequential MNIST" task):
+One time step, or one token, per row (as "sequential MNIST"):
 :class:`LSTMClassifier` and :class:`TransformerEncoderClassifier` train with
-the same data pipeline, trainer, benchmark and export as the CNNs, and on
-scikit-learn's handwritten digits (``mxfp16 data digits``) with nothing to
-download.
+the CNNs' pipeline, and on ``mxfp16 data digits`` with nothing to download.
 """
 from mxnet import gluon, init
 
@@ -19,9 +17,8 @@ def _rows(F, x):
 class LSTMClassifier(gluon.HybridBlock):
     """An LSTM over the rows of an image, mean-pooled over time, then a Dense classifier.
 
-    Under AMP on a CPU the LSTM (MXNet's fused ``RNN`` operator, float32 only
-    on CPU) stays float32 and the Dense layers run in bfloat16; see
-    ``docs/amp-table.md``.
+    Under AMP on a CPU the LSTM (MXNet's fused ``RNN``) stays float32 and the
+    Dense layers run in bfloat16 (``docs/amp-table.md``).
 
     Parameters
     ----------

@@ -1,10 +1,9 @@
 """Networks built from elementwise operators, and a small convnet: the float16 recipe's test networks.
 
 :class:`ElementwiseDense` is a dense layer written with ``broadcast_mul`` and
-``sum`` instead of ``FullyConnected``. MXNet has no float16 GEMM on CPU, but
-it has float16 elementwise and reduction kernels, so a network made of these
-layers trains in genuine float16 on any machine: it is how mxfp16's tests and
-notebooks exercise the float16 recipe without a GPU.
+``sum``: MXNet has no float16 GEMM on CPU but has float16 elementwise and
+reduction kernels, so mxfp16's tests and notebooks train it in genuine
+float16 without a GPU.
 """
 from mxnet import gluon, init
 
@@ -68,12 +67,9 @@ def elementwise_mlp(in_units, hidden, classes, batchnorm=True, prefix=None):
 
 
 def small_convnet(classes, width=16, prefix="smallconvnet_"):
-    """Two convolutions with BatchNorm, global pooling and a dense layer.
+    """Two convolutions with BatchNorm, global pooling and a dense layer: a few steps train in seconds on a CPU.
 
-    Small enough to train a few steps in seconds on a CPU, and made of the
-    layers the float16 recipe treats specially (``Conv2D``, ``Dense``,
-    ``BatchNorm``). The fixed prefix gives the same parameter names in every
-    process.
+    The fixed prefix gives the same parameter names in every process.
 
     Parameters
     ----------

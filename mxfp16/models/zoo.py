@@ -46,10 +46,9 @@ def pretrained_weights_path(name, root=None):
     return path, path.exists()
 
 
-#: Zoo names whose network MXNet's own model zoo (``mxnet.gluon.model_zoo.vision``) builds exactly as gluoncv
-#: does: the same layers, parameter names and shapes (checked against gluoncv 0.10.5). Where gluoncv is not
-#: installed (a source checkout beside MXNet's wheel alone, as ``tools/measure.py`` runs on a machine without
-#: network) these are built from MXNet's code. MobileNet v2 is not one: MXNet's has another first bottleneck.
+#: Zoo names MXNet's own model zoo builds exactly as gluoncv 0.10.5 does (layers, parameter names and shapes):
+#: built from MXNet's code where gluoncv is not installed (``tools/measure.py`` on a machine without network).
+#: MobileNet v2 is not one: MXNet's has another first bottleneck.
 MXNET_ZOO_TWINS = ("resnet50_v2",)
 
 

@@ -1,8 +1,6 @@
 """Running an ``mxfp16`` command from a notebook, in its own process, as a user would type it.
 
-AMP patches MXNet for the whole process and cannot be undone, so a notebook
-that compares precisions runs each one as a fresh ``mxfp16`` command and
-reads what it printed and wrote.
+AMP patches MXNet for the whole process for good, so a notebook runs each precision as a fresh command.
 """
 import os
 import subprocess

@@ -32,9 +32,8 @@ def recorded_result(relative_path):
     return read_json(folder / relative_path)
 
 
-#: docs/benchmarks.md's headline command (ResNet-50 v2, 224 px, batch 16, float32 against ``auto``, three rounds)
-#: as recorded on two CPUs: the folder under docs/results, and the CPU as the project records it where the
-#: folder's bench.json predates ``machine.cpu`` (the AMD VM reported only the brand string "AMD EPYC").
+#: docs/benchmarks.md's headline command (ResNet-50 v2, 224 px, batch 16, float32 against ``auto``) as recorded
+#: on two CPUs: the folder under docs/results, and the CPU where its bench.json predates ``machine.cpu``.
 HEADLINE_RECORDS = (("bench-r50-224-peer",
                      "Zen 5 VM, as the project records it; bfloat16 instructions: avx512_bf16, no AMX"),
                     ("bench-r50-224-intel", None))
