@@ -103,21 +103,15 @@ def wheel_coverage(capability):
 
 
 def generation_table(sass=None, ptx=None):
-    """One row per generation and capability: ``(generation, Coverage)``.
-
-    Defaults to the wheel's kernels; the docs' support table is this.
-    """
+    """One row per generation and capability: ``(generation, Coverage)``, of the wheel's kernels by default."""
     sass = wheel_kernels.SASS if sass is None else sass
     ptx = wheel_kernels.PTX if ptx is None else ptx
     return [(generation, classify(cap, sass, ptx)) for generation, caps in GENERATIONS for cap in caps]
 
 
 def table_applies():
-    """Whether the installed MXNet is the wheel :mod:`mxfp16.machine.gpu.wheel_kernels` was read from.
-
-    Decided by the distribution's name and version (``mxnet-cu112`` 1.9.1);
-    another CUDA build needs its own table (``python tools/gpu/fatbin.py`` in a source checkout).
-    """
+    """Whether the installed MXNet is the wheel :mod:`mxfp16.machine.gpu.wheel_kernels` was read from, by name and
+    version (another CUDA build needs its own table: ``python tools/gpu/fatbin.py`` in a source checkout)."""
     try:
         return metadata.version(wheel_kernels.SOURCE["distribution"]) == wheel_kernels.SOURCE["version"]
     except metadata.PackageNotFoundError:
@@ -130,14 +124,13 @@ def gpu_support(gpus):
     Parameters
     ----------
     gpus : list of dict
-        The ``gpus`` rows of :func:`mxfp16.machine.hardware.machine_summary` (``index``,
-        ``compute_capability``).
+        The ``gpus`` rows of :func:`mxfp16.machine.hardware.machine_summary` (``index``, ``compute_capability``).
 
     Returns
     -------
     list of dict
-        ``index``, ``capability``, ``status`` (``'native'``, ``'ptx-jit'``,
-        ``'unsupported'`` or ``'unknown'``) and ``detail``.
+        ``index``, ``capability``, ``status`` (``'native'``, ``'ptx-jit'``, ``'unsupported'`` or ``'unknown'``)
+        and ``detail``.
     """
     rows = []
     for gpu in gpus:

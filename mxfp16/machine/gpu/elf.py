@@ -1,30 +1,22 @@
 """Just enough ELF to read a shared library's dependencies and one section.
 
-mxfp16 reads two things from ``libmxnet.so`` without loading it: the
-``DT_NEEDED`` entries of its dynamic section (which CUDA libraries it links,
-hence whether it is a CUDA build and what to preload) and the file range of a
-named section (``.nv_fatbin``, the GPU kernels). The preload runs on every
-``import mxfp16``, before MXNet, so this module is standard library only and
-reads a few hundred bytes with seeks, never the whole file (``libmxnet.so``
-of the GPU wheel is 891 MB). pyelftools does this and much more; it is not
-worth a dependency of every install for these two questions.
+mxfp16 reads two things from ``libmxnet.so`` without loading it: its
+``DT_NEEDED`` entries (which CUDA libraries it links: a CUDA build, and what to
+preload) and the file range of a named section (``.nv_fatbin``, the GPU
+kernels). The preload runs on every ``import mxfp16``, before MXNet, so this
+is standard library only and reads a few hundred bytes with seeks, never the
+whole file (891 MB in the GPU wheel); pyelftools is not worth a dependency
+of every install for these two questions.
 
-Only 64-bit little-endian ELF is read: MXNet's wheels are x86_64 (and
-aarch64) Linux builds. The layout relied on is the System V gABI's:
-
-* ELF header: ``e_phoff`` at byte 32, ``e_shoff`` at 40, ``e_phentsize``,
-  ``e_phnum``, ``e_shentsize``, ``e_shnum``, ``e_shstrndx`` at 54..62.
-* Program header (56 bytes): ``p_type``, ``p_flags``, ``p_offset``,
-  ``p_vaddr``, ``p_paddr``, ``p_filesz``, ...; ``PT_LOAD`` maps a file range
-  to addresses, ``PT_DYNAMIC`` locates the dynamic section.
-* Dynamic entry (16 bytes): ``d_tag``, ``d_val``; ``DT_NEEDED``, ``DT_SONAME``,
-  ``DT_RPATH`` and ``DT_RUNPATH`` are offsets into the string table whose
-  address ``DT_STRTAB`` gives.
-* Section header (64 bytes): ``sh_name`` (offset into the section-name
-  table), ``sh_type``, ``sh_flags``, ``sh_addr``, ``sh_offset``, ``sh_size``.
+Only 64-bit little-endian ELF is read (MXNet's wheels are x86_64 and
+aarch64 Linux builds), with the System V gABI's layout: the offsets in the
+``struct`` formats below are its ELF header, program header (56 bytes),
+dynamic entry (16 bytes) and section header (64 bytes). ``DT_STRTAB`` is an
+address, which a ``PT_LOAD`` segment maps to a file offset.
 """
 import itertools
 import struct
+from dataclasses import dataclass
 
 __all__ = ["ElfError", "DynamicInfo", "dynamic_info", "section_ranges"]
 
@@ -39,6 +31,7 @@ class ElfError(ValueError):
     """The file is not a 64-bit little-endian ELF object, or is truncated."""
 
 
+@dataclass(frozen=True)
 class DynamicInfo:
     """The dependency entries of one shared object's dynamic section.
 
@@ -52,13 +45,9 @@ class DynamicInfo:
         (``$ORIGIN`` stays as written).
     """
 
-    def __init__(self, needed, soname, runpath):
-        self.needed = tuple(needed)
-        self.soname = soname
-        self.runpath = tuple(runpath)
-
-    def __repr__(self):
-        return f"DynamicInfo(needed={self.needed!r}, soname={self.soname!r}, runpath={self.runpath!r})"
+    needed: tuple
+    soname: object
+    runpath: tuple
 
 
 def _read(handle, offset, size):
@@ -138,7 +127,7 @@ def dynamic_info(path):
                 text[tag].append(_cstring(handle, strtab + value))
     runpath = text[_DT_RUNPATH] or text[_DT_RPATH]
     folders = [folder for entry in runpath for folder in entry.split(":") if folder]
-    return DynamicInfo(text[_DT_NEEDED], (text[_DT_SONAME] or [None])[0], folders)
+    return DynamicInfo(tuple(text[_DT_NEEDED]), (text[_DT_SONAME] or [None])[0], tuple(folders))
 
 
 def section_ranges(path, name):

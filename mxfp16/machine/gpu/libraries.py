@@ -103,14 +103,9 @@ class LibraryStatus:
 
 
 def mxnet_library():
-    """The ``libmxnet.so`` that ``import mxnet`` would load, found without importing it.
+    """The ``libmxnet.so`` that ``import mxnet`` would load, found without importing it; None without MXNet.
 
     Honours ``MXNET_LIBRARY_PATH`` as MXNet's own ``libinfo`` does.
-
-    Returns
-    -------
-    str or None
-        None when MXNet is not installed (or is blocked in ``sys.modules``).
     """
     override = os.environ.get("MXNET_LIBRARY_PATH")
     if override and os.path.isfile(override):
@@ -187,20 +182,16 @@ def status(needed=None, paths=None):
     return [loaded.get(lib.soname) or LibraryStatus(lib, _find(lib.soname, paths)) for lib in _wanted(needed)]
 
 
-# Loaded libraries stay referenced for the life of the process (a CDLL that is
-# garbage-collected is not unloaded, but holding it documents the intent).
-_HANDLES = {}
+_HANDLES = {}  # loaded libraries, referenced for the life of the process
 _REPORT = None
 
 
 def preload(paths=None):
-    """Load the CUDA libraries MXNet's GPU build needs from the NVIDIA wheels. Safe to call again.
+    """Load the CUDA libraries MXNet's GPU build needs from the NVIDIA wheels, before the first ``import mxnet``.
 
-    Call before the first ``import mxnet`` (``mxfp16.machine.stack.check_stack`` does).
-    A second call returns the first call's result without touching anything.
-    Never raises: a library that is missing or fails to load is reported, and
-    the import that follows fails with the loader's message, which
-    :func:`explain_load_error` turns into a fix.
+    A second call returns the first call's result. Never raises: a library
+    that is missing or fails to load is reported, and the import that follows
+    fails with the loader's message, which :func:`explain_load_error` explains.
 
     Parameters
     ----------
@@ -242,18 +233,15 @@ def loaded_path(soname):
     return None
 
 
+def _state(s):
+    if s.error:
+        return f"BROKEN   {s.path}: {s.error}"
+    return f"found    {s.path}" if s.path else f"MISSING  {s.library.fix}"
+
+
 def _table(statuses):
     width = max((len(s.library.soname) for s in statuses), default=0)
-    lines = []
-    for s in statuses:
-        if s.error:
-            state = f"BROKEN   {s.path}: {s.error}"
-        elif s.path:
-            state = f"found    {s.path}"
-        else:
-            state = f"MISSING  {s.library.fix}"
-        lines.append(f"  {s.library.soname:<{width}}  {state}")
-    return "\n".join(lines)
+    return "\n".join(f"  {s.library.soname:<{width}}  {_state(s)}" for s in statuses)
 
 
 def explain_load_error(error, statuses=None):
@@ -288,8 +276,7 @@ def explain_load_error(error, statuses=None):
         lines.append(f"{soname} is not one of the CUDA libraries mxfp16 knows; install what provides it "
                      "or put its folder on LD_LIBRARY_PATH.")
     if statuses:
-        lines.append("CUDA libraries mxfp16 looked for in site-packages (nvidia/*/lib):")
-        lines.append(_table(statuses))
+        lines += ["CUDA libraries mxfp16 looked for in site-packages (nvidia/*/lib):", _table(statuses)]
     return "\n".join(lines)
 
 
@@ -299,10 +286,9 @@ def report():
     Returns
     -------
     dict
-        ``build`` (``'cuda'``, ``'cpu'`` or ``'not installed'``), ``mxnet_library``,
-        ``libraries`` (one dict per library: soname, package, path in a wheel,
-        ``loaded_from`` in this process, ``fix`` when it is missing) and
-        ``driver`` (``libcuda.so.1``: where it was loaded from, or the fix).
+        ``build`` (``'cuda'``, ``'cpu'`` or ``'not installed'``), ``mxnet_library``, ``libraries`` (one dict per
+        library: soname, package, path in a wheel, ``loaded_from`` in this process, ``fix`` when it is missing)
+        and ``driver`` (``libcuda.so.1``: where it was loaded from, or the fix).
     """
     library = mxnet_library()
     needed = needed_by_mxnet(library)
