@@ -1,44 +1,32 @@
 """AMX for MXNet's own oneDNN: ask Linux for the tile state, then let oneDNN use it.
 
-Intel's Advanced Matrix Extensions (AMX, from Sapphire Rapids on) multiply
-bfloat16 tiles in hardware. MXNet 1.9.1 bundles oneDNN v2.4.4, whose
-``libmxnet.so`` carries AMX bfloat16 kernels (convolution forward, backward-data
-and backward-weights, brgemm), but leaves them off twice over:
+Intel's Advanced Matrix Extensions (AMX, from Sapphire Rapids on) multiply bfloat16 tiles in hardware. The oneDNN v2.4.4
+in MXNet 1.9.1's ``libmxnet.so`` carries AMX bfloat16 kernels (convolution forward, backward-data and backward-weights,
+brgemm) but leaves them off twice over:
 
-* v2.4.4's default maximum ISA excludes AMX ("initial support, turned off by
+* its default maximum ISA excludes AMX ("initial support, turned off by
   default"); ``DNNL_MAX_CPU_ISA=AVX512_CORE_AMX``, read once when oneDNN first
-  asks, turns it on.
-* Since Linux 5.16 a process must ask the kernel for AMX's tile state before
-  its first tile instruction, or the kernel sends SIGILL (exit status 132).
-  oneDNN asks from v2.5 on (``amx::init()`` in ``src/cpu/x64/cpu_isa_traits.cpp``);
-  v2.4.4 never does. PyTorch (``init_amx`` in aten), llama.cpp and Halide ask
-  themselves.
+  asks, turns it on;
+* since Linux 5.16 a process must ask the kernel for AMX's tile state before
+  its first tile instruction, or get SIGILL (exit status 132). oneDNN asks
+  from v2.5 on (``amx::init()`` in ``src/cpu/x64/cpu_isa_traits.cpp``), as
+  PyTorch, llama.cpp and Halide do; v2.4.4 never does.
 
-So ``import mxfp16`` asks as v2.5 does, then lets oneDNN use AMX
-(:func:`enable_amx`; docs/benchmarks.md, "With AMX"). The permission covers
-every thread of the process, earlier and later, and is inherited on fork but
-cleared on exec: a child process that runs MXNet asks again by importing
-mxfp16 first (the benchmark's children, ``mxfp16 launch``'s workers, spawned
-data workers and notebook kernels all do). The environment, though, is
-inherited over exec: once oneDNN has read ``DNNL_MAX_CPU_ISA``, mxfp16 takes
-back the AMX value it set (:func:`release_isa`, when mxfp16 loads MXNet), so a
-child that runs MXNet without importing mxfp16 gets oneDNN's default instead
-of tiles it may not use.
+So ``import mxfp16`` asks as v2.5 does, then lets oneDNN use AMX (:func:`enable_amx`; docs/benchmarks.md, "With AMX").
+The permission covers every thread of the process and is inherited on fork but cleared on exec: a child that runs MXNet
+asks again by importing mxfp16 first (the benchmark's children, ``mxfp16 launch``'s workers, data workers and notebook
+kernels all do). The environment is inherited over exec, so once oneDNN has read ``DNNL_MAX_CPU_ISA`` mxfp16 takes back
+the AMX value it set (:func:`release_isa`): a child that runs MXNet without mxfp16 gets oneDNN's default instead of
+tiles it may not use.
 
-The kernel refuses the request (``ENOSPC``) while any thread's alternate
-signal stack is too small for a signal frame that holds the tiles (about
-11 KB of tile data). CPython's faulthandler, which pytest turns on before any
-test module is imported, installed such a stack before the 3.9-3.11 backports
-that size it from ``sysconf(_SC_MINSIGSTKSZ)`` (3.8 never got one). On
-``ENOSPC`` the calling thread's stack is replaced by one large enough and the
-request is made once more.
+The kernel refuses the request (``ENOSPC``) while any thread's alternate signal stack is too small for a signal frame
+that holds the tiles (about 11 KB). CPython's faulthandler, which pytest turns on before any test module is imported,
+installed such a stack before the 3.9-3.11 backports that size it from ``sysconf(_SC_MINSIGSTKSZ)`` (3.8 never got one).
+On ``ENOSPC`` the calling thread's stack is replaced by one large enough and the request made once more.
 
-``MXFP16_AMX=0`` (off) is for an AMX-against-AVX-512 comparison, or an AMX kernel
-that misbehaves. A ``DNNL_MAX_CPU_ISA`` that names AMX, even the user's, is
-lowered to ``AVX512_CORE_BF16`` when the kernel refuses the tiles, because
-oneDNN would then die of SIGILL at its first tile instruction.
-
-Nothing here imports MXNet.
+``MXFP16_AMX=0`` (off) is for an AMX-against-AVX-512 comparison, or an AMX kernel that misbehaves. A
+``DNNL_MAX_CPU_ISA`` that names AMX, even the user's, is lowered to ``AVX512_CORE_BF16`` when the kernel refuses the
+tiles, because oneDNN would then die of SIGILL at its first tile instruction. Nothing here imports MXNet.
 """
 import ctypes
 import errno
@@ -120,10 +108,7 @@ class AmxStatus:
 
 
 class ArchPrctl:
-    """The three ``arch_prctl`` calls :func:`enable_amx` makes, through libc's ``syscall``.
-
-    Tests replace it with a stand-in that has the same two methods.
-    """
+    """The ``arch_prctl`` calls :func:`enable_amx` makes, through libc's ``syscall`` (tests use a stand-in)."""
 
     def __init__(self):
         self._libc = ctypes.CDLL(None, use_errno=True)
@@ -144,10 +129,8 @@ class ArchPrctl:
         return 0
 
     def enlarge_signal_stack(self, size=SIGNAL_STACK_BYTES):
-        """Give the calling thread an alternate signal stack of ``size`` bytes; ``True`` when installed.
-
-        The buffer is kept for the life of the process (a signal may arrive on it at any time).
-        """
+        """Give the calling thread an alternate signal stack of ``size`` bytes, kept for the life of the process (a
+        signal may arrive on it at any time); ``True`` when installed."""
         class StackT(ctypes.Structure):  # stack_t of x86-64 Linux
             _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
 
@@ -204,15 +187,13 @@ def request_amx(environ=None, flags=None, calls=None, machine=None, mxnet_loaded
     Parameters
     ----------
     environ : mapping, optional
-        Read for ``MXFP16_AMX`` and ``DNNL_MAX_CPU_ISA``, and given the new
-        ``DNNL_MAX_CPU_ISA`` (default ``os.environ``).
+        Read for ``MXFP16_AMX`` and ``DNNL_MAX_CPU_ISA``, and given the new one (default ``os.environ``).
     flags : set of str, optional
         The CPU's flags (default: ``/proc/cpuinfo``).
     calls : ArchPrctl, optional
         The syscall layer (a stand-in in tests).
     machine : str, optional
-        ``'Linux x86_64'``-style platform (default: this one); AMX is asked
-        for on Linux x86-64 only.
+        ``'Linux x86_64'``-style platform (default: this one); AMX is asked for on Linux x86-64 only.
     mxnet_loaded : bool, optional
         Whether MXNet is already loaded (default: ``'mxnet' in sys.modules``).
 
@@ -267,10 +248,7 @@ def status():
 
 
 def _first_primitive():
-    """Run one oneDNN primitive, so that oneDNN reads its settings now if it has not yet.
-
-    A ReLU: oneDNN runs it (an eltwise primitive), and AMP, whatever its target, leaves its dtype alone.
-    """
+    """Run one oneDNN primitive (a ReLU, whose dtype no AMP target changes), so that oneDNN reads its settings."""
     import mxnet as mx
 
     mx.nd.Activation(mx.nd.ones((1, 1, 1, 1), ctx=mx.cpu()), act_type="relu").wait_to_read()

@@ -1,32 +1,17 @@
 """The process environment MXNet reads, checked and set once for every command: threads and float16 settings.
 
-MXNet takes several settings from environment variables rather than from its
-Python API. This module holds the ones mxfp16 needs and sets them the same way
-for the trainer, the benchmark, the notebooks and library users. It imports
-nothing from MXNet, so it can run before MXNet loads:
-:func:`check_environment` reads MXNet's variables as MXNet would, and ``import
-mxfp16`` lowers the thread counts (:func:`prepare_environment`), as
-docs/getting-started.md ("Environment variables") says.
+MXNet takes several settings from environment variables rather than from its Python API; this module sets the ones
+mxfp16 needs the same way for the trainer, the benchmark, the notebooks and library users. It imports nothing from
+MXNet: :func:`check_environment` reads MXNet's variables as MXNet would, and ``import mxfp16`` lowers the thread counts
+(:func:`prepare_environment`), as docs/getting-started.md ("Environment variables") says.
 
-Threads
--------
-MXNet 1.9.1 decides its OpenMP thread count once, when the library loads:
-``OMP_NUM_THREADS`` if set, else half the processors (it assumes
-hyper-threading on x86). On a VM with one thread per core that leaves half
-the cores idle (2 cores: one thread; docs/benchmarks.md measures what the
-second one gives). A later ``omp_set_num_threads`` cannot raise it past
-that cap. So the count must be in the environment before ``import mxnet``:
-
-* ``import mxfp16`` applies :func:`plan_threads` (every core this process
-  may run on, ``os.sched_getaffinity``, unless ``OMP_NUM_THREADS`` or
-  ``MXNET_OMP_MAX_THREADS`` is already set) as long as MXNet is not loaded yet;
-* ``mxfp16 <command> --threads N`` does the same with N, before anything
-  loads MXNet;
-* a library user who imports MXNet first calls :func:`set_threads` before
-  that, or exports ``OMP_NUM_THREADS``.
-
-:func:`mxnet_threads` reads back what MXNet's OpenMP runtime uses, so the
-setting is checked, not assumed.
+MXNet 1.9.1 fixes its OpenMP thread count when the library loads: ``OMP_NUM_THREADS`` if set, else half the processors
+(it assumes hyper-threading on x86), which on a VM with one thread per core leaves half the cores idle
+(docs/benchmarks.md measures what they give); a later ``omp_set_num_threads`` cannot raise it past that cap. So the
+count must be in the environment before ``import mxnet``: ``import mxfp16`` (while MXNet is not loaded) and
+``mxfp16 <command> --threads N`` put :func:`plan_threads`' count there, and a library user who imports MXNet first calls
+:func:`set_threads` before that, or exports ``OMP_NUM_THREADS``. :func:`mxnet_threads` reads back what MXNet's OpenMP
+runtime uses.
 """
 import argparse
 import ctypes
@@ -73,8 +58,7 @@ class ThreadSetting:
     ----------
     threads : int
     source : str
-        ``'--threads'``, ``'OMP_NUM_THREADS'``, ``'MXNET_OMP_MAX_THREADS'``
-        or ``'default'`` (every core this process may run on).
+        ``'--threads'``, ``'OMP_NUM_THREADS'``, ``'MXNET_OMP_MAX_THREADS'`` or ``'default'`` (every core).
     available : int
         Cores this process may run on.
     note : str or None
@@ -134,9 +118,8 @@ def plan_threads(requested=None, environ=None):
     Parameters
     ----------
     requested : int or str, optional
-        An explicit count. More than the available cores is reduced to them,
-        and the setting's ``note`` says so (more threads than cores only adds
-        switching).
+        An explicit count. More than the available cores is reduced to them, and the setting's ``note`` says so
+        (more threads than cores only adds switching).
     environ : mapping, optional
         Defaults to ``os.environ``.
 
@@ -170,17 +153,15 @@ def plan_threads(requested=None, environ=None):
 
 
 def set_threads(setting=None):
-    """Put ``setting`` (default: :func:`plan_threads`) in the environment for MXNet to read when it loads.
+    """Put ``setting`` (default: :func:`plan_threads`) in ``OMP_NUM_THREADS`` for MXNet to read when it loads.
 
-    Sets ``OMP_NUM_THREADS``; child processes (the benchmark's runs, data
-    workers) inherit it. Does nothing to the environment once MXNet is
-    loaded, because MXNet no longer reads it then.
+    Child processes inherit it. Does nothing once MXNet is loaded, because
+    MXNet no longer reads it then.
 
     Returns
     -------
     (ThreadSetting, bool)
-        The setting and whether it was applied (``False``: MXNet was already
-        loaded; see :func:`mxnet_threads` for what it uses).
+        The setting and whether it was applied (``False``: MXNet was already loaded; see :func:`mxnet_threads`).
     """
     setting = setting or plan_threads()
     if "mxnet" in sys.modules:
@@ -194,9 +175,7 @@ def set_threads(setting=None):
 def mxnet_threads():
     """The OpenMP thread count MXNet's runtime uses now (``None`` if MXNet is not loaded or uses no libgomp).
 
-    MXNet sets the OpenMP runtime's thread count when it loads (to its cap,
-    or to ``OMP_NUM_THREADS``), so ``omp_get_max_threads`` of the libgomp it
-    links is what its operators get.
+    MXNet sets it when it loads, so ``omp_get_max_threads`` of its libgomp is what its operators get.
     """
     if "mxnet" not in sys.modules:
         return None
@@ -212,8 +191,7 @@ def thread_report():
     Returns
     -------
     dict
-        ``threads`` (what MXNet uses, read back), ``planned``, ``source``
-        (who chose it) and ``available_cores``.
+        ``threads`` (what MXNet uses, read back), ``planned``, ``source`` (who chose it) and ``available_cores``.
     """
     planned = plan_threads()
     source = planned.source
@@ -227,10 +205,7 @@ def thread_report():
 def check_threads(warn=True):
     """Warn when MXNet runs fewer threads than planned (it was loaded before mxfp16 could set them).
 
-    Returns
-    -------
-    dict
-        :func:`thread_report`.
+    Returns :func:`thread_report`.
     """
     report = thread_report()
     if warn and report["threads"] is not None and report["threads"] < report["planned"]:
@@ -249,10 +224,7 @@ FLOAT16_ENVIRONMENT = {
 
 
 def set_float16_environment():
-    """Set the variables of :data:`FLOAT16_ENVIRONMENT` unless the user already did.
-
-    MXNet reads them when an operator is created or run, so setting them
-    before the network is built is enough.
+    """Set the variables of :data:`FLOAT16_ENVIRONMENT` unless the user already did (before building the network).
 
     Returns
     -------
@@ -275,9 +247,8 @@ def float16_environment(environ=None):
     Returns
     -------
     dict
-        ``{name: {"value": str, "source": "mxfp16" | "yours", "default": str, "why": str}}``:
-        ``value`` is what MXNet will read in a run mxfp16 sets up, ``source`` says
-        whether it is mxfp16's default or already set in the environment.
+        ``{name: {"value": str, "source": "mxfp16" | "yours", "default": str, "why": str}}``: ``value`` is what
+        MXNet will read in a run mxfp16 sets up.
     """
     environ = os.environ if environ is None else environ
     return {name: {"value": environ.get(name, value), "source": "yours" if name in environ else "mxfp16",
@@ -375,10 +346,8 @@ PREPARED = {"check": EnvironmentCheck()}
 def prepare_environment():
     """Check the environment (:func:`check_environment`), lower the thread counts, set MXNet's thread count.
 
-    Runs at ``import mxfp16`` and never raises: a value that cannot be used
-    is left as it is, for the command (or :func:`mxfp16.machine.stack.import_mxnet`)
-    to report. Changes nothing once MXNet is loaded, because MXNet no longer
-    reads the environment then.
+    Runs at ``import mxfp16`` and never raises: a value that cannot be used is left for the command (or
+    :func:`mxfp16.machine.stack.import_mxnet`) to report. Changes nothing once MXNet is loaded.
 
     Returns
     -------

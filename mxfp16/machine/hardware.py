@@ -1,10 +1,8 @@
 """What this machine can do: MXNet build, GPUs, CPU bfloat16 support.
 
-Everything is read live (MXNet's runtime features, ``/proc/cpuinfo``,
-``nvidia-smi``); nothing is assumed from the package that was installed.
-The CPU half (flags, identity, :func:`bfloat16_support`) does not load
-MXNet, so ``import mxfp16`` can read it before MXNet loads
-(:mod:`mxfp16.machine.amx`); the MXNet half imports it on first use.
+Everything is read live (MXNet's runtime features, ``/proc/cpuinfo``, ``nvidia-smi``), nothing assumed from the
+package that was installed. The CPU half (flags, identity, :func:`bfloat16_support`) does not load MXNet, so
+``import mxfp16`` can read it before MXNet loads; the MXNet half imports it on first use.
 """
 import contextlib
 import os
@@ -70,10 +68,8 @@ def _int(text):
 def microarchitecture(vendor, family, model, stepping=None):
     """The name :data:`MICROARCHITECTURES` gives ``(vendor, family, model, stepping)``, or ``None`` when unknown.
 
-    A virtual machine may report a family and model that are not its host's
-    (one of this project's Intel VMs reports family 6 model 167, which the kernel's
-    table names Rocket Lake, a desktop CPU without AMX, while its flags list
-    ``amx_bf16``): the name is as good as what the CPU reports.
+    Only as good as what the CPU reports: a VM may report another family and model than its host's (one of this
+    project's Intel VMs reports Rocket Lake, a desktop CPU without AMX, while its flags list ``amx_bf16``).
     """
     for known_vendor, known_family, models, steppings, name in MICROARCHITECTURES:
         if (vendor, family) == (known_vendor, known_family) and model in models and \
@@ -83,10 +79,9 @@ def microarchitecture(vendor, family, model, stepping=None):
 
 
 def _platform_fields():
-    """Vendor, family, model and stepping from the platform, as /proc/cpuinfo names them, where it has none.
+    """Vendor, family, model and stepping as /proc/cpuinfo names them, from Windows' description of the CPU.
 
-    Windows describes the CPU as ``Intel64 Family 6 Model 143 Stepping 8,
-    GenuineIntel``; elsewhere (macOS) only a name is known.
+    E.g. ``Intel64 Family 6 Model 143 Stepping 8, GenuineIntel``; elsewhere (macOS) only a name is known.
     """
     found = re.search(r"Family (\d+) Model (\d+) Stepping (\d+), (\w+)", platform.processor() or "")
     return dict(zip(("cpu family", "model", "stepping", "vendor_id"), found.groups())) if found else {}
@@ -98,19 +93,16 @@ def cpu_identity(path=None):
     Parameters
     ----------
     path : str, optional
-        The ``/proc/cpuinfo`` to read (default ``/proc/cpuinfo``); where it
-        cannot be read (macOS, Windows) the platform's description is used.
+        The ``/proc/cpuinfo`` to read (default ``/proc/cpuinfo``); where it cannot be read (macOS, Windows) the
+        platform's description is used.
 
     Returns
     -------
     dict
-        ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``model_name`` (the
-        brand string), ``family``, ``model`` and ``stepping`` (ints, ``None``
-        where unknown), ``bfloat16_instructions`` (the flags of
-        :data:`BF16_INSTRUCTION_FLAGS` present; ``None`` where no flags can
-        be read), and ``microarchitecture``
-        (:func:`microarchitecture`; ``None`` when the table does not know the
-        CPU, and only as right as the family and model a VM reports).
+        ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``model_name`` (the brand string), ``family``,
+        ``model`` and ``stepping`` (ints, ``None`` where unknown), ``bfloat16_instructions`` (the flags of
+        :data:`BF16_INSTRUCTION_FLAGS` present; ``None`` where no flags can be read), and ``microarchitecture``
+        (:func:`microarchitecture`; ``None`` when the table does not know the CPU).
     """
     fields = cpuinfo_fields(path)
     flags = None if fields is None else cpu_flags(path) or set()  # no flags to read: unknown, not absent
@@ -128,8 +120,7 @@ def cpu_identity(path=None):
 def describe_cpu(cpu):
     """:func:`cpu_identity` in one line for a terminal.
 
-    E.g. ``AMD EPYC (AuthenticAMD family 26 model 2, microarchitecture Zen 5;
-    bfloat16 instructions: avx512_bf16)``.
+    E.g. ``AMD EPYC (AuthenticAMD family 26 model 2, microarchitecture Zen 5; bfloat16 instructions: avx512_bf16)``.
     """
     known = [cpu.get("vendor")] + [f"{name} {cpu[name]}" for name in ("family", "model") if cpu.get(name) is not None]
     where = " ".join(part for part in known if part)
@@ -141,10 +132,8 @@ def describe_cpu(cpu):
 
 
 def cpu_bfloat16_support():
-    """Which native bfloat16 flags the CPU has, e.g. ``{'avx512_bf16': True, 'amx_bf16': False}``.
-
-    All ``False`` where the flags cannot be read.
-    """
+    """Which native bfloat16 flags the CPU has, e.g. ``{'avx512_bf16': True, 'amx_bf16': False}`` (all ``False``
+    where the flags cannot be read)."""
     flags = cpu_flags() or set()
     return {flag: flag in flags for flag in BF16_CPU_FLAGS}
 
@@ -170,10 +159,8 @@ CPU_CLASSES = {
 
 
 def cpu_class(flags=None):
-    """This CPU's class (a key of :data:`CPU_CLASSES`), read from its flags alone, whatever a setting caps.
-
-    The class is the hardware's: ``DNNL_MAX_CPU_ISA`` or AMX's tile permission change what oneDNN uses
-    (:func:`bfloat16_support`), not what the CPU is.
+    """This CPU's class (a key of :data:`CPU_CLASSES`), read from its flags alone: ``DNNL_MAX_CPU_ISA`` or AMX's
+    tile permission change what oneDNN uses (:func:`bfloat16_support`), not what the CPU is.
 
     Parameters
     ----------
@@ -238,14 +225,12 @@ class BFloat16Support:
 def bfloat16_support(flags=None, environ=None, amx_state=None):
     """Classify this CPU for MXNet 1.9.1's bfloat16: AMX, native, emulated, none.
 
-    oneDNN 2.4.4 runs bfloat16 natively with avx512_bf16 (and on AMX tiles
-    where :mod:`mxfp16.machine.amx` turned them on), emulates it with plain
-    AVX-512 (Skylake-SP, Cascade Lake, Ice Lake), and has no path below
-    AVX-512 (AVX2-only CPUs: most laptops, AMD Zen 3 and older, VMs that hide
-    AVX-512). Two settings take it away: ``MXNET_MKLDNN_ENABLED=0`` (MXNet's
-    own CPU operators have no bfloat16 kernels) and a ``DNNL_MAX_CPU_ISA``
-    below ``AVX512_CORE`` (``DNNL_MAX_CPU_ISA=AVX2`` makes this CPU behave, for
-    bfloat16, as an AVX2-only one: the test suite's proof that it passes there).
+    oneDNN 2.4.4 runs bfloat16 natively with avx512_bf16 (and on AMX tiles where :mod:`mxfp16.machine.amx`
+    turned them on), emulates it with plain AVX-512 (Skylake-SP, Cascade Lake, Ice Lake), and has no path below
+    AVX-512 (AVX2-only CPUs: most laptops, AMD Zen 3 and older, VMs that hide AVX-512). Two settings take it
+    away: ``MXNET_MKLDNN_ENABLED=0`` (MXNet's own CPU operators have no bfloat16 kernels) and a
+    ``DNNL_MAX_CPU_ISA`` below ``AVX512_CORE`` (``DNNL_MAX_CPU_ISA=AVX2`` makes this CPU behave, for bfloat16,
+    as an AVX2-only one: the test suite's proof that it passes there).
 
     Parameters
     ----------
@@ -311,14 +296,12 @@ def _bfloat16_dense():
 def python_child(function, timeout=300):
     """Call ``function()`` in a fresh Python process (this interpreter, this checkout's mxfp16 first on the path).
 
-    For what MXNet does on this CPU, measured where an MXNet failure (which is
-    asynchronous and can leave a process unusable) cannot reach the caller.
+    An MXNet failure there (asynchronous, it can leave a process unusable) cannot reach the caller.
 
     Returns
     -------
     (object or None, str or None)
-        What ``function`` returned and ``None``; or ``None`` and why there is
-        none (the last line of the child's error, or what stopped it).
+        What ``function`` returned and ``None``; or ``None`` and why there is none (the child's last error line).
     """
     from ..plumbing.child import call_in_child
 
@@ -332,9 +315,7 @@ def python_child(function, timeout=300):
 def probe_bfloat16_arithmetic(timeout=300):
     """Run one small bfloat16 Dense (``FullyConnected``) in a child process: does bfloat16 arithmetic run here?
 
-    :func:`bfloat16_support` reads the CPU's flags; where there are none to
-    read (``'unknown'``: macOS, Windows) only running MXNet tells (in a
-    child: :func:`python_child`).
+    Where :func:`bfloat16_support` has no flags to read (``'unknown'``: macOS, Windows) only running MXNet tells.
 
     Returns
     -------
@@ -374,11 +355,8 @@ def _nvidia_smi():
 
 
 def _gpus():
-    """One dict per GPU MXNet can see: name, memory, compute capability, tensor cores.
-
-    Tensor cores (float16 matrix units) exist from compute capability 7.0
-    (Volta) on; where the capability cannot be read the answer is ``None``.
-    """
+    """One dict per GPU MXNet can see: name, memory, compute capability, tensor cores (from 7.0, Volta; ``None``
+    where the capability cannot be read)."""
     import mxnet as mx
 
     count = gpu_count()
@@ -395,12 +373,8 @@ def _gpus():
 
 
 def peak_memory_mb(ctx_list):
-    """Peak memory of the run in MiB.
-
-    CPU: the process's peak resident set (``getrusage``). GPU: the largest
-    memory in use on any of the run's GPUs now (MXNet reports no peak; call
-    this at the end of each epoch and keep the maximum).
-    """
+    """Peak memory of the run in MiB: the process's peak resident set on a CPU; on GPUs the largest memory in use
+    on any of them now (MXNet reports no peak; call this at the end of each epoch and keep the maximum)."""
     import mxnet as mx
 
     gpus = [mx.context.gpu_memory_info(c.device_id) for c in ctx_list if c.device_type == "gpu"]

@@ -1,14 +1,11 @@
 """Prepare the numerical stack before anything imports MXNet.
 
-MXNet 1.9.1 predates numpy 1.24 and Python 3.12, and runs on both once a
-few names they removed exist again (docs/getting-started.md, "Pythons and
-numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
-MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`)
-that this numpy lacks, never replacing one that exists, and makes
-``distutils`` importable from setuptools where Python has none. A name that
-a future numpy removes and mxfp16 cannot supply fails the import here,
-naming it and the numpy that works, instead of an ``AttributeError`` deep
-inside MXNet.
+MXNet 1.9.1 predates numpy 1.24 and Python 3.12, and runs on both once a few names they removed exist again
+(docs/getting-started.md, "Pythons and numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
+MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`) that this numpy lacks, never replacing one
+that exists, and makes ``distutils`` importable from setuptools where Python has none. A name that a future numpy
+removes and mxfp16 cannot supply fails the import here, naming it and the numpy that works, instead of an
+``AttributeError`` deep inside MXNet.
 """
 import importlib
 import importlib.util
@@ -139,8 +136,7 @@ DISTUTILS = {"source": None}
 def _supply_numpy_names(numpy, names=MXNET_NUMPY_NAMES):
     """Give ``numpy`` each dotted name (``'compat.basestring'``) it lacks that mxfp16 can supply: ``{name: what}``.
 
-    Never replaces a name numpy has. A name still missing raises
-    ``ImportError`` (:func:`unknown_numpy_message`).
+    Never replaces a name numpy has; one still missing raises ``ImportError`` (:func:`unknown_numpy_message`).
     """
     supplied = {}
     with warnings.catch_warnings():
@@ -182,9 +178,8 @@ def unknown_numpy_message(version, missing, python=None):
 def _ensure_distutils():
     """Make ``import distutils`` work where Python 3.12+ removed it, from setuptools' copy; say where it comes from.
 
-    ``'stdlib'``, ``'setuptools'`` (setuptools' own import hook) or
-    ``'setuptools._distutils (supplied by mxfp16)'``; ``ImportError`` where
-    neither has it.
+    ``'stdlib'``, ``'setuptools'`` (its own import hook) or ``'setuptools._distutils (supplied by mxfp16)'``;
+    ``ImportError`` where neither has it.
     """
     if "distutils" in sys.modules:
         return "setuptools" if "setuptools" in (getattr(sys.modules["distutils"], "__file__", "") or "") else "stdlib"
@@ -213,11 +208,9 @@ def _ensure_distutils():
 def prepare_stack():
     """Everything that must hold before MXNet loads; imports nothing of MXNet.
 
-    Supplies the numpy names and ``distutils`` MXNet 1.9.1 needs (recorded
-    in :data:`SUPPLIED` and :data:`DISTUTILS`), then preloads the CUDA wheels'
-    libraries (a no-op with the CPU wheel). Without an MXNet wheel it stops
-    after the numpy names: ``mxfp16 predict`` on an ONNX export needs only
-    onnxruntime, and :func:`import_mxnet` names the install for anything else.
+    Supplies the numpy names and ``distutils`` MXNet 1.9.1 needs (recorded in :data:`SUPPLIED` and
+    :data:`DISTUTILS`), then preloads the CUDA wheels' libraries (a no-op with the CPU wheel). Without an MXNet
+    wheel it stops after the numpy names (:func:`import_mxnet` names the install for what needs MXNet).
 
     Raises
     ------
@@ -230,8 +223,7 @@ def prepare_stack():
     except ImportError as err:
         raise ImportError("mxfp16 needs numpy.\n" + INSTALL_HINT) from err
     SUPPLIED.update(_supply_numpy_names(numpy))
-    if not _mxnet_installed():
-        # An ONNX export predicts with onnxruntime alone; everything that needs MXNet says so in import_mxnet.
+    if not _mxnet_installed():  # an ONNX export predicts with onnxruntime alone
         return
     DISTUTILS["source"] = _ensure_distutils()
     libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
@@ -267,11 +259,9 @@ MXNET_MISSING = ("this needs MXNet 1.9.1, which is not installed here. (mxfp16 p
 def import_mxnet():
     """``import mxnet``, with a missing wheel, or a library that libmxnet.so cannot load, named with the fix.
 
-    Refuses first, without loading MXNet, when an environment variable MXNet
-    reads holds a value it cannot use (:func:`mxfp16.machine.environment.check_environment`):
-    MXNet would fail on it later, some values by aborting the process. Once
-    loaded, :func:`mxfp16.machine.amx.release_isa` takes back the AMX setting
-    oneDNN has read.
+    Refuses first, without loading MXNet, an environment variable MXNet reads that holds a value it cannot use
+    (:func:`mxfp16.machine.environment.check_environment`): MXNet would fail on it later, some values by
+    aborting the process. Once loaded, :func:`mxfp16.machine.amx.release_isa` takes back the AMX setting.
 
     Raises
     ------
@@ -294,12 +284,6 @@ def import_mxnet():
 
 
 def check_stack():
-    """:func:`prepare_stack`, then :func:`import_mxnet`.
-
-    Returns
-    -------
-    module
-        The imported ``mxnet`` module.
-    """
+    """:func:`prepare_stack`, then :func:`import_mxnet`; returns the ``mxnet`` module."""
     prepare_stack()
     return import_mxnet()
