@@ -1,9 +1,8 @@
 """Does the exported model predict what the float32 model predicts? Both on the same test images.
 
-:func:`compare` gives the numbers of ``docs/inference.md`` ("The agreement
-check"). :func:`check_margin` turns the accuracies into a decision;
-:func:`check_scores` the scores, for a model that should compute what
-float32 computes (an ONNX file), with a tolerance per dtype.
+:func:`compare` gives the numbers of ``docs/inference.md`` ("The agreement check"). :func:`check_margin` turns the
+accuracies into a decision; :func:`check_scores` the scores, for a model that should compute what float32 computes (an
+ONNX file), with a tolerance per dtype.
 """
 import numpy as np
 
@@ -38,10 +37,8 @@ def compare(reference, candidate, batches, ctx):
     Parameters
     ----------
     reference, candidate : callable
-        Map a float32 NCHW batch to logits (any float dtype): Gluon blocks,
-        which get the NDArray on ``ctx``, or a format's reader
-        (:mod:`mxfp16.inference.formats`; ``numpy_input=True``), which gets
-        a numpy array and returns one.
+        Map a float32 NCHW batch to logits (any float dtype): Gluon blocks, which get the NDArray on ``ctx``, or
+        a format's reader (``numpy_input=True``), which gets a numpy array and returns one.
     batches : iterable of (NDArray, NDArray)
         float32 images and labels (``Loaders.test_batches()``).
     ctx : mx.Context
@@ -50,11 +47,9 @@ def compare(reference, candidate, batches, ctx):
     Returns
     -------
     dict
-        ``images``, ``top1_float32``, ``top1_export`` (fractions),
-        ``top1_drop_points`` (percentage points), ``changed_images``,
-        ``changed_share``, ``max_probability_difference``,
-        ``max_score_difference`` (logits), ``max_abs_score_float32`` and
-        ``nonfinite_images`` (inf or NaN scores).
+        ``images``, ``top1_float32``, ``top1_export`` (fractions), ``top1_drop_points`` (percentage points),
+        ``changed_images``, ``changed_share``, ``max_probability_difference``, ``max_score_difference``
+        (logits), ``max_abs_score_float32`` and ``nonfinite_images`` (inf or NaN scores).
 
     Raises
     ------
@@ -81,18 +76,10 @@ def compare(reference, candidate, batches, ctx):
         scale = max(scale, float(np.abs(s_ref).max()))
     if images == 0:
         raise ValueError("the test set gave no images to compare on")
-    return {
-        "images": images,
-        "top1_float32": right_ref / images,
-        "top1_export": right_cand / images,
-        "top1_drop_points": 100.0 * (right_ref - right_cand) / images,
-        "changed_images": changed,
-        "changed_share": changed / images,
-        "max_probability_difference": largest,
-        "max_score_difference": largest_score,
-        "max_abs_score_float32": scale,
-        "nonfinite_images": nonfinite,
-    }
+    return {"images": images, "top1_float32": right_ref / images, "top1_export": right_cand / images,
+            "top1_drop_points": 100.0 * (right_ref - right_cand) / images, "changed_images": changed,
+            "changed_share": changed / images, "max_probability_difference": largest,
+            "max_score_difference": largest_score, "max_abs_score_float32": scale, "nonfinite_images": nonfinite}
 
 
 def _scores(model, x):
@@ -138,9 +125,7 @@ def check_scores(result, dtype, what, tolerance=None):
     what : str
         The file or model, for the message (``'model-float16.onnx'``).
     tolerance : float, optional
-        Default :data:`SCORE_TOLERANCE` of ``dtype``: the largest score
-        difference allowed, as a fraction of the largest float32 score (at
-        least 1).
+        Default :data:`SCORE_TOLERANCE` of ``dtype`` (a fraction of the largest float32 score, at least 1).
 
     Returns
     -------

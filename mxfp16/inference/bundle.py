@@ -1,10 +1,8 @@
 """An export folder on disk: the model files of its format, ``export.json`` and the checksums of all of them.
 
-``docs/inference.md`` describes the files ("What an export is"), how an
-export is published and what a reader refuses. Each format's writer and
-reader live in :mod:`mxfp16.inference.formats`; this module holds what they
-share. Reading an export trusts nothing in it, and no message prints a
-file's content.
+``docs/inference.md`` describes the files ("What an export is"), how an export is published and what a reader refuses.
+Each format's writer and reader live in :mod:`mxfp16.inference.formats`; this module holds what they share. Reading an
+export trusts nothing in it, and no message prints a file's content.
 """
 import hashlib
 import math
@@ -58,11 +56,8 @@ class ExportError(RuntimeError):
 def write_model(folder, deployable):
     """Write the graph and the parameters of a :class:`~mxfp16.inference.convert.Deployable` atomically.
 
-    Returns
-    -------
-    dict
-        ``{file name: {"sha256": hex, "bytes": int}}`` of the two files (for ``export.json``, which
-        describes them; ``SHA256SUMS``, written last by :func:`seal`, is what a reader checks).
+    Returns ``{file name: {"sha256": hex, "bytes": int}}`` of the two files, for ``export.json``
+    (``SHA256SUMS``, written last by :func:`seal`, is what a reader checks).
     """
     import mxnet as mx
 
@@ -92,12 +87,8 @@ def write_info(folder, info):
 def seal(folder):
     """Write ``SHA256SUMS``: the sha256 of every file of :data:`FILES` in ``folder``, in ``sha256sum``'s format.
 
-    The last step of writing an export; call it again after changing any of its files on purpose.
-
-    Returns
-    -------
-    dict
-        ``{file name: sha256}``.
+    The last step of writing an export; call it again after changing any of its files on purpose. Returns
+    ``{file name: sha256}``.
     """
     folder = Path(folder)
     sums = {name: sha256_file(export_file(folder, name)) for name in FILES if os.path.lexists(folder / name)}
@@ -110,9 +101,8 @@ def seal(folder):
 def export_file(folder, name):
     """``folder / name`` when it is a regular file inside ``folder``; else :class:`ExportError`.
 
-    A symbolic link may lead to another file of the folder, never out of it
-    (an export whose graph is a link to ``/etc/passwd`` is refused, and
-    nothing of that file is read).
+    A symbolic link may lead to another file of the folder, never out of it (a graph that links to
+    ``/etc/passwd`` is refused, and nothing of that file is read).
     """
     folder, path = Path(folder), Path(folder) / name
     if not os.path.lexists(path):
@@ -142,20 +132,15 @@ def _read_text(path, what):
 
 
 def verify(folder):
-    """Check every file ``SHA256SUMS`` lists against its sha256; ``export.json`` must be listed (and :func:`read_info`
-    then requires every model file it names).
+    """Check every file ``SHA256SUMS`` lists against its sha256: ``{file name: sha256}``.
 
-    Returns
-    -------
-    dict
-        ``{file name: sha256}``.
+    ``export.json`` must be listed (and :func:`read_info` then requires every model file it names).
 
     Raises
     ------
     ExportError
-        No ``SHA256SUMS`` (not an export, or one written before it existed),
-        a line it should not hold, a file missing, a link out of the folder,
-        or a file whose sha256 differs.
+        No ``SHA256SUMS`` (not an export, or one written before it existed), a line it should not hold, a file
+        missing, a link out of the folder, or a file whose sha256 differs.
     """
     folder = Path(folder)
     if not os.path.lexists(folder / CHECKSUM_FILE):
@@ -227,9 +212,8 @@ def read_info(folder):
     Raises
     ------
     ExportError
-        Not an export, a file changed or out of the folder (:func:`verify`),
-        unreadable JSON, another format or version, or values out of range
-        (:func:`check_info`).
+        Not an export, a file changed or out of the folder (:func:`verify`), unreadable JSON, another format or
+        version, or values out of range (:func:`check_info`).
     """
     folder = Path(folder)
     sums = verify(folder)
@@ -253,10 +237,8 @@ def read_info(folder):
 def read_verified(folder, info, name):
     """The bytes of model file ``name``, checked against its sha256 in ``export.json`` as they are handed over.
 
-    ``info`` comes from :func:`read_info` (so ``export.json`` itself was
-    checked against ``SHA256SUMS``); the bytes returned are the bytes
-    hashed here, so what runs is what was checked, however the file changes
-    after this call.
+    ``info`` comes from :func:`read_info`; the bytes returned are the bytes hashed here, so what runs is what was
+    checked, however the file changes after this call.
 
     Raises
     ------
@@ -279,10 +261,9 @@ def read_verified(folder, info, name):
 def read_model(folder, info=None):
     """The graph and parameters of an export folder, checked against each other before MXNet loads them.
 
-    :func:`read_info` checks the checksums; this checks what they cannot:
-    the graph's structure and size (:func:`mxfp16.plumbing.symbol_file.check_graph`),
-    the parameters' names and shapes against the graph's, and, given
-    ``info``, one output per class of ``info["classes"]``.
+    :func:`read_info` checks the checksums; this checks what they cannot: the graph's structure and size
+    (:func:`mxfp16.plumbing.symbol_file.check_graph`), the parameters' names and shapes against the graph's,
+    and, given ``info``, one output per class of ``info["classes"]``.
 
     Returns
     -------

@@ -1,11 +1,9 @@
 """A trained Gluon network as a deployable graph and parameters in one precision, and back into a block.
 
-A deployed model is an MXNet symbol whose one input, ``data``, takes
-float32 NCHW images and whose output is float32 logits, whatever precision
-runs inside, plus its parameters in the ``arg:``/``aux:`` form of
-``HybridBlock.export``: plain MXNet loads the pair with
-``gluon.SymbolBlock.imports``. How each precision gets there is
-``docs/inference.md`` ("How each precision is converted").
+A deployed model is an MXNet symbol whose one input, ``data``, takes float32 NCHW images and whose output is
+float32 logits, whatever precision runs inside, plus its parameters in the ``arg:``/``aux:`` form of
+``HybridBlock.export`` (plain MXNet loads the pair with ``gluon.SymbolBlock.imports``). ``docs/inference.md``
+("How each precision is converted") says how each precision gets there.
 """
 import warnings
 from dataclasses import dataclass, field
@@ -35,8 +33,7 @@ class Deployable:
         ``{'arg:<name>': NDArray, 'aux:<name>': NDArray}`` (``mx.nd.save`` writes it as a ``.params`` file).
     precision : Precision
     notes : dict
-        How it was converted (AMP lists, layers kept in float32, list entries
-        AMP's graph pass cannot place), for ``export.json``.
+        How it was converted (AMP lists, layers kept in float32, list entries AMP's graph pass cannot place).
     """
 
     symbol: object
@@ -75,9 +72,8 @@ def _joined(arg_params, aux_params):
 def _placeable(lists, target_dtype):
     """The AMP lists cut to what ``amp.convert_symbol`` accepts, and what was cut.
 
-    ``amp.init`` takes any operator name; the graph pass asserts that each one
-    is in MXNet's own lists for the target. An operator that only AMP's
-    "widest type" rule knows (``elemwise_add``, ``_Plus``) would stop the
+    ``amp.init`` takes any operator name; the graph pass asserts that each one is in MXNet's own lists for the
+    target. An operator that only AMP's "widest type" rule knows (``elemwise_add``, ``_Plus``) would stop the
     export; it keeps its inputs' type instead, and the cut is recorded.
     """
     from mxnet.contrib import amp
@@ -102,9 +98,8 @@ def deployable(net, precision, amp_lists="mxfp16"):
     Parameters
     ----------
     net : gluon.HybridBlock
-        The trained network with ``precision.param_dtype`` parameters:
-        float32 for ``float32`` and ``amp-*``, float16 (BatchNorm float32)
-        for ``float16``, as :func:`mxfp16.train.parts.build_network` builds it.
+        The trained network with ``precision.param_dtype`` parameters (float32 for ``float32`` and ``amp-*``,
+        float16 with float32 BatchNorm for ``float16``), as :func:`mxfp16.train.parts.build_network` builds it.
         It is only traced, never changed.
     precision : Precision
     amp_lists : str

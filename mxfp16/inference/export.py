@@ -1,15 +1,12 @@
 """``mxfp16 export``: a finished run's checkpoint as a deployable model, checked against float32 first.
 
-:func:`export_run` reads the run and its checkpoint, locks the output
-folder, rebuilds the network in float32 and converts it
-(:func:`mxfp16.inference.convert.deployable`), has the model format
-(:mod:`mxfp16.inference.formats`; this module names none) write it to a
-staging folder and check it against float32 on the run's test set, then
-publishes it in one step (``docs/inference.md``, "The agreement check").
+:func:`export_run` reads the run and its checkpoint, locks the output folder, rebuilds the network in float32
+and converts it (:func:`mxfp16.inference.convert.deployable`), has the model format
+(:mod:`mxfp16.inference.formats`; this module names none) write it to a staging folder and check it against
+float32 on the run's test set, then publishes it in one step (``docs/inference.md``, "The agreement check").
 
-Export holds the run folder's lock shared while it reads, and works from
-a checked copy of the checkpoint (:func:`mxfp16.train.checkpoint.copy_params`);
-``docs/getting-started.md`` ("Inputs are held too") says why.
+Export holds the run folder's lock shared while it reads, and works from a checked copy of the checkpoint
+(:func:`mxfp16.train.checkpoint.copy_params`); ``docs/getting-started.md`` ("Inputs are held too") says why.
 """
 import datetime
 import math
@@ -45,9 +42,7 @@ __all__ = ["export_run", "ExportRequest"]
 
 @dataclass(frozen=True)
 class ExportRequest:
-    """What :func:`export_run` was asked for, checked where it can be without reading anything.
-
-    The fields are :func:`export_run`'s parameters; ``dtypes`` is its ``onnx_dtypes``.
+    """:func:`export_run`'s parameters (``dtypes``: its ``onnx_dtypes``), checked where they can be without reading.
 
     Raises
     ------
@@ -175,10 +170,8 @@ def _reading_lock(run, log):
 
 
 def _load_network(config, params_path, ctx, param_dtype, shown_as=None):
-    """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading).
-
-    ``shown_as``: the file to name in messages (the original of a copy).
-    """
+    """The run's network rebuilt in ``param_dtype`` with the checkpoint's weights (cast on loading); ``shown_as``
+    is the file to name in messages (the original of a copy)."""
     spec = PartsSpec(model=config["model"], classes=len(config["classes"]), image_size=config["image_size"])
     net = build_network(spec, ctx, param_dtype)
     what = f"{config['model']} ({len(config['classes'])} classes, {config['image_size']} px) as the run describes it"
@@ -213,11 +206,11 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     out : str or Path
         The export folder to create.
     precision : str, optional
-        A precision or ``auto`` (:func:`mxfp16.precision.resolve_precision`);
-        default: the format's ``DEFAULT_PRECISION`` (ONNX takes only float32).
+        A precision or ``auto`` (:func:`mxfp16.precision.resolve_precision`); default: the format's
+        ``DEFAULT_PRECISION`` (ONNX takes only float32).
     checkpoint : str
-        ``'last'``, ``'best'`` (the epoch with the best val_top1, if its
-        checkpoint is still on disk) or the path of a ``.params`` file.
+        ``'last'``, ``'best'`` (the epoch with the best val_top1, if its checkpoint is still on disk) or the path
+        of a ``.params`` file.
     margin : float
         Refuse when the export's top-1 is more than this many percentage points below float32's.
     overwrite : bool
@@ -235,8 +228,7 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     model_format : str
         ``'mxnet'`` (symbol and parameters) or ``'onnx'`` (:mod:`mxfp16.inference.formats`).
     onnx_dtypes : sequence of str
-        The ONNX files to write: ``'float32'`` (always) and ``'float16'``;
-        an MXNet export refuses any but float32.
+        The ONNX files to write: ``'float32'`` (always) and ``'float16'``; an MXNet export refuses any but float32.
 
     Returns
     -------
@@ -246,12 +238,11 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     Raises
     ------
     ExportError
-        Bad run, checkpoint, output folder or data, a precision or
-        ``onnx_dtypes`` the format does not take, or (ONNX) an operator
-        without a converter, named with its layer; nothing is written.
+        Bad run, checkpoint, output folder or data, a precision or ``onnx_dtypes`` the format does not take, or
+        (ONNX) an operator without a converter, named with its layer; nothing is written.
     mxfp16.inference.agreement.AgreementError
-        The export fails the agreement check (``docs/inference.md``, "The
-        agreement check"; ONNX: "ONNX: deploy without MXNet"); nothing is written.
+        The export fails the agreement check (``docs/inference.md``, "The agreement check"; ONNX: "ONNX: deploy
+        without MXNet"); nothing is written.
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """
@@ -368,27 +359,17 @@ def _info(config, source, model, written):
     """The content of ``export.json``: the run's model and checkpoint (``source``), the conversion, the format's."""
     size = int(config["image_size"])
     return {
-        "format": bundle.FORMAT,
-        "version": bundle.VERSION,
-        "model": config["model"],
-        "precision": model.precision.name,
-        "compute_dtype": model.precision.compute_dtype,
-        "classes": list(config["classes"]),
-        "image_size": size,
+        "format": bundle.FORMAT, "version": bundle.VERSION, "model": config["model"],
+        "precision": model.precision.name, "compute_dtype": model.precision.compute_dtype,
+        "classes": list(config["classes"]), "image_size": size,
         "input": {"name": INPUT_NAME, "dtype": "float32", "layout": "NCHW", "shape": [None, 3, size, size]},
         "output": {"dtype": "float32", "meaning": "logits, one per class in `classes` order; softmax gives "
                                                   "probabilities"},
         "preprocess": {"decode": "RGB", "resize_short": resize_for(size), "center_crop": size,
                        "scale": "1/255 to [0, 1] (ToTensor)", "mean_rgb": list(MEAN_RGB), "std_rgb": list(STD_RGB)},
-        "conversion": model.notes,
-        "source": source,
-        "agreement": written["agreement"],
-        "files": written["files"],
-        "mxnet_version": mx.__version__,
-        "mxfp16_version": __version__,
+        "conversion": model.notes, "source": source, "agreement": written["agreement"], "files": written["files"],
+        "mxnet_version": mx.__version__, "mxfp16_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model_format": written["model_format"],
-        written["model_format"]: written["section"],
-        "seconds": written["seconds"],
-        "load_with": written["section"]["load_with"],
+        "model_format": written["model_format"], written["model_format"]: written["section"],
+        "seconds": written["seconds"], "load_with": written["section"]["load_with"],
     }

@@ -1,11 +1,9 @@
 """``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
-Images go through the evaluation view of training, computed in numpy by
-:mod:`mxfp16.inference.preprocess`, so an ONNX export predicts with
-onnxruntime alone and never loads MXNet. A file that fails the scan
-(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped,
-never fatal. Names in the outputs stay one line each and give their bytes
-back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
+Images go through the evaluation view of training, computed in numpy by :mod:`mxfp16.inference.preprocess`, so an ONNX
+export predicts with onnxruntime alone and never loads MXNet. A file that fails the scan
+(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped, never fatal. Names in the outputs stay one line
+each and give their bytes back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
 """
 import csv
 import errno
@@ -42,10 +40,8 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r", "'")
 def escape_text(text):
     r"""``text`` as one line of printable text from which :func:`unescape_text` gives it back.
 
-    The backslash escapes are the table of ``docs/inference.md``
-    ("Predicting"); a byte of a file name that is not UTF-8 (a lone
-    surrogate, ``surrogateescape``) is ``\xNN``. Every other character, in
-    any script, stays as it is.
+    The backslash escapes are the table of ``docs/inference.md`` ("Predicting"); a byte of a file name that is
+    not UTF-8 (a lone surrogate, ``surrogateescape``) is ``\xNN``. Every other character, in any script, stays.
     """
     out = []
     for ch in os.fspath(text):
@@ -78,10 +74,8 @@ def unescape_text(text):
 
 
 def csv_cell(text):
-    """``text`` escaped (:func:`escape_text`) for a CSV cell, with ``'`` before what a spreadsheet would run.
-
-    A cell that starts with ``'`` had one added: drop it, then :func:`unescape_text` gives the name.
-    """
+    """``text`` escaped (:func:`escape_text`) for a CSV cell, with ``'`` before what a spreadsheet would run (drop
+    a leading ``'``, then :func:`unescape_text` gives the name)."""
     text = escape_text(text)
     return "'" + text if text.startswith(_FORMULA) else text
 
@@ -137,8 +131,7 @@ class Predictor:
     ctx : str
         ``'auto'``, ``'cpu'`` or ``'gpu:N'`` (one device).
     dtype : str, optional
-        Which model of an ONNX export runs: ``'float32'`` (the default) or
-        ``'float16'`` when it was exported.
+        Which model of an ONNX export runs: ``'float32'`` (the default) or ``'float16'`` when it was exported.
 
     Attributes
     ----------
@@ -154,8 +147,8 @@ class Predictor:
     def __init__(self, folder, ctx="auto", dtype=None):
         self.folder = Path(folder)
         self.info = read_info(folder)
-        self.format = formats.of(self.info).NAME
-        self.model = formats.of(self.info).load(folder, self.info, ctx=ctx, dtype=dtype)
+        reader = formats.of(self.info)
+        self.format, self.model = reader.NAME, reader.load(folder, self.info, ctx=ctx, dtype=dtype)
         self.classes = list(self.info["classes"])
         pre = self.info["preprocess"]
         self._size, self._short = int(pre["center_crop"]), int(pre["resize_short"])
@@ -254,8 +247,7 @@ def to_document(predictor, results, skipped):
 def to_csv(results, skipped, top_k):
     """The ``--output FILE.csv`` content: one row per image, ``class_1, probability_1, ...``, then ``error``.
 
-    A skipped file has a row too, with only its path and the reason. Every
-    text cell is a :func:`csv_cell`: one line, valid UTF-8, never a formula.
+    A skipped file has a row with only its path and the reason. Every text cell is a :func:`csv_cell`.
     """
     buffer = io.StringIO()
     fields = ["path"] + [f"{name}_{rank}" for rank in range(1, top_k + 1) for name in ("class", "probability")]

@@ -10,28 +10,23 @@ A format module defines:
 ``DEFAULT_PRECISION``
     The precision an export is made in when none is asked for.
 ``check_request(precision, dtypes)``
-    Refuses, before any work, what the format cannot write: ``precision``
-    (``None``: ``DEFAULT_PRECISION``), model files in ``dtypes`` it does
-    not hold, an exporter that is not installed. Raises
+    Refuses, before any work, what the format cannot write: ``precision`` (``None``: ``DEFAULT_PRECISION``),
+    model files in ``dtypes`` it does not hold, an exporter that is not installed. Raises
     :class:`~mxfp16.inference.bundle.ExportError`.
 ``write(folder, model, options)``
-    Writes the model files of a :class:`~mxfp16.inference.convert.Deployable`
-    into a staging folder, as :class:`WriteOptions` asks, and returns
-    ``(files, section)``: the ``files`` table of ``export.json``
-    (``{name: {"sha256", "bytes", ...}}``, the entries the bundle's checksum
-    covers) and the format's own section, with ``load_with`` (how a user
-    loads it). It needs MXNet.
+    Writes the model files of a :class:`~mxfp16.inference.convert.Deployable` into a staging folder, as
+    :class:`WriteOptions` asks, and returns ``(files, section)``: the ``files`` table of ``export.json``
+    (``{name: {"sha256", "bytes", ...}}``, the entries the bundle's checksum covers) and the format's own
+    section, with ``load_with`` (how a user loads it). It needs MXNet.
 ``check(folder, files, section, inputs)``
-    The agreement check of what ``write`` staged, loaded back the way a user
-    loads it, against :class:`CheckInputs`. Returns ``export.json``'s
-    ``agreement`` record; raises
+    The agreement check of what ``write`` staged, loaded back the way a user loads it, against
+    :class:`CheckInputs`. Returns ``export.json``'s ``agreement`` record; raises
     :class:`~mxfp16.inference.agreement.AgreementError` on a miss.
 ``seconds(writing, checking)``
     ``export.json``'s ``seconds`` from the time spent writing and checking.
 ``load(folder, info, ctx="auto", dtype=None)``
-    The reader: a callable from a float32 NCHW numpy batch to float32
-    logits, with ``device`` and ``dtype``. It checks its files against
-    ``info`` first and imports only what that format needs to run.
+    The reader: a callable from a float32 NCHW numpy batch to float32 logits, with ``device`` and ``dtype``.
+    It checks its files against ``info`` first and imports only what that format needs to run.
 
 A later format is one new module here; :func:`get` finds it by name, and
 :mod:`mxfp16.inference.export` calls it through these names only.
@@ -101,8 +96,7 @@ class CheckInputs:
     reference : gluon.HybridBlock
         The run's network in float32, with the checkpoint's weights.
     net : gluon.HybridBlock
-        The network the export was converted from, in its parameter dtype
-        (``reference`` itself for float32 parameters).
+        The network the export was converted from, in its parameter dtype (``reference`` for float32 ones).
     precision : mxfp16.Precision
         The precision the export was converted to.
     image_size : int

@@ -1,11 +1,8 @@
 """The MXNet format: ``model-symbol.json`` and ``model-0000.params``, as ``HybridBlock.export`` writes them.
 
-Writing and checking the two files is :mod:`mxfp16.inference.bundle`'s
-(:func:`~mxfp16.inference.bundle.write_model`,
-:func:`~mxfp16.inference.bundle.read_model`); this module is the format's
-face: a writer for ``mxfp16 export``, its agreement check, and a reader
-that runs the graph in a hybridized ``SymbolBlock``
-(:func:`mxfp16.inference.convert.load_block`).
+Writing and checking the two files is :mod:`mxfp16.inference.bundle`'s; this module is the format's face: a
+writer for ``mxfp16 export``, its agreement check, and a reader that runs the graph in a hybridized
+``SymbolBlock`` (:func:`mxfp16.inference.convert.load_block`).
 """
 from .. import bundle
 from ..agreement import check_margin, compare
@@ -24,8 +21,7 @@ def check_request(precision, dtypes):
     Raises
     ------
     ExportError
-        ``dtypes`` holds anything but float32 (``onnx_dtypes`` of an ONNX
-        export); the message names the fix.
+        ``dtypes`` holds anything but float32 (``onnx_dtypes`` of an ONNX export); the message names the fix.
     """
     others = [d for d in dtypes if d != "float32"]
     if others:
@@ -37,9 +33,8 @@ def check_request(precision, dtypes):
 def write(folder, model, options):
     """Write ``model`` (a :class:`~mxfp16.inference.convert.Deployable`); returns ``(files, section)``.
 
-    ``options`` (:class:`mxfp16.inference.formats.WriteOptions`) changes
-    nothing: the graph takes any batch and image size, and
-    :func:`check_request` has refused other dtypes.
+    ``options`` changes nothing: the graph takes any batch and image size, and :func:`check_request` has refused
+    other dtypes.
     """
     section = {"files": {"symbol": bundle.SYMBOL_FILE, "params": bundle.PARAMS_FILE}, "load_with": bundle.LOAD_WITH}
     return bundle.write_model(folder, model), section
@@ -48,15 +43,15 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """The staged files, read back as a user reads them, against the float32 network; refuse beyond the margin.
 
-    Where this machine cannot run the export's precision (float16 on a CPU:
-    MXNet has no float16 convolution there), the float32 graph runs with the
-    export's float16-rounded weights, and the record says so (``emulated``).
+    Where this machine cannot run the export's precision (float16 on a CPU: MXNet has no float16 convolution
+    there), the float32 graph runs with the export's float16-rounded weights, and the record says so
+    (``emulated``).
 
     Returns
     -------
     dict
-        :func:`~mxfp16.inference.agreement.compare`'s result with
-        ``margin_points``, ``computed`` (what ran where) and ``emulated``.
+        :func:`~mxfp16.inference.agreement.compare`'s result with ``margin_points``, ``computed`` (what ran
+        where) and ``emulated``.
 
     Raises
     ------
@@ -90,9 +85,8 @@ def check(folder, files, section, inputs):
 def _emulated_candidate(reference, source, params, ctx):
     """The float32 graph with the export's weights rounded as stored (float16), computed in float32.
 
-    A float16 network is built second, so its parameter names carry another
-    prefix (``resnetv21_`` beside ``resnetv20_``); the structural names,
-    the same in both, pair them.
+    A float16 network is built second, so its parameter names carry another prefix (``resnetv21_`` beside
+    ``resnetv20_``); the structural names, the same in both, pair them.
     """
     from ...train.outputs import structural_names
     from ..convert import load_block, traced
@@ -143,8 +137,8 @@ def load(folder, info, ctx="auto", dtype=None):
     Raises
     ------
     ExportError
-        Changed or missing files, a ``dtype`` other than the export's own, or
-        a float16 export on a CPU (MXNet has no float16 convolution there).
+        Changed or missing files, a ``dtype`` other than the export's own, or a float16 export on a CPU (MXNet
+        has no float16 convolution there).
     mxfp16.devices.DeviceError
         An unreadable ``ctx``, or a GPU MXNet cannot see.
     """

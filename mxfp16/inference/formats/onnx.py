@@ -1,14 +1,11 @@
 """The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
 
-Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked
-operator by operator against MXNet 1.9.1's exporter (``mxnet.onnx``) before
-anything is converted, and float16 is made from it by onnxruntime's own
-converter (AMP's ``amp_cast`` nodes have no ONNX converter). What the
-exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter
-needs"); its private graph builder, and both changes to it, are
-``mxfp16._internals.mx2onnx_graph``'s. Reading needs only onnxruntime and
-numpy: :func:`load` checks the file before onnxruntime sees it and runs one
-blank image; ``docs/inference.md`` ("Predicting") says why each check.
+Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked operator by operator against MXNet 1.9.1's
+exporter (``mxnet.onnx``) before anything is converted, and float16 is made from it by onnxruntime's own converter
+(AMP's ``amp_cast`` nodes have no ONNX converter). What the exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's
+ONNX exporter needs"); its private graph builder, and both changes to it, are ``mxfp16._internals.mx2onnx_graph``'s.
+Reading needs only onnxruntime and numpy: :func:`load` checks the file before onnxruntime sees it and runs one blank
+image; ``docs/inference.md`` ("Predicting") says why each check.
 """
 import importlib.util
 import json
@@ -76,13 +73,8 @@ def check_request(precision, dtypes):
 
 
 def check_exporter():
-    """Refuse an onnx without ``onnx.mapping`` (1.19 and later), which MXNet 1.9.1's exporter needs.
-
-    Raises
-    ------
-    ExportError
-        onnx or onnxruntime is missing, or onnx is too new; the message names the install that works.
-    """
+    """Refuse a missing onnx or onnxruntime, or an onnx without ``onnx.mapping`` (1.19 and later), which MXNet
+    1.9.1's exporter needs: :class:`ExportError` names the install that works."""
     missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
     if missing:
         raise ExportError(f"--format onnx needs {' and '.join(missing)}: pip install -c constraints.txt "
@@ -180,8 +172,7 @@ def to_onnx(symbol, params, input_shape):
     Raises
     ------
     ExportError
-        An operator without a converter, or a converter that fails; the
-        message names the operator and its layer. Nothing is written here.
+        An operator without a converter, or a converter that fails, named with its layer.
     """
     from onnx import helper, numpy_helper
 
@@ -247,9 +238,8 @@ def _check(model):
 def to_float16(model):
     """``model`` with float16 weights and arithmetic, float32 inputs and outputs (onnxruntime's converter).
 
-    Weights beyond float16's range are clipped to it by the converter; the
-    agreement check catches what that, or a float16 overflow of the
-    activations, does to the scores.
+    The converter clips weights to float16's range; the agreement check catches what that, or a float16
+    overflow of the activations, does to the scores.
     """
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -281,10 +271,8 @@ def _sort_nodes(graph):
 
 
 def write(folder, model, options):
-    """Write ``model.onnx`` (always) and the other ``options.dtypes``' files of a float32 ``model``.
-
-    Returns ``(files, section)``, as :mod:`mxfp16.inference.formats` says.
-    """
+    """Write ``model.onnx`` (always) and the other ``options.dtypes``' files of a float32 ``model``: ``(files,
+    section)``, as :mod:`mxfp16.inference.formats` says."""
     import onnx
     import onnxruntime
 
@@ -316,16 +304,14 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
 
-    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and
-    must keep the top-1 margin and its dtype's score tolerance
-    (:func:`mxfp16.inference.agreement.check_scores`).
+    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and must keep the top-1 margin and its
+    dtype's score tolerance (:func:`mxfp16.inference.agreement.check_scores`).
 
     Returns
     -------
     dict
-        The float32 file's :func:`~mxfp16.inference.agreement.compare`
-        result, and every file's under ``by_dtype``, each with its file,
-        where it ran, the margin and the score tolerance applied.
+        The float32 file's :func:`~mxfp16.inference.agreement.compare` result, and every file's under
+        ``by_dtype``, each with its file, where it ran, the margin and the score tolerance applied.
 
     Raises
     ------
@@ -429,8 +415,7 @@ class Model:
     def check_outputs(self, classes, image_size):
         """Refuse a model that does not give one score per class of ``classes`` for an image of ``image_size``.
 
-        The model runs one blank image: what it computes is what predict
-        labels, whatever shapes its graph declares.
+        It runs one blank image: what it computes is what predict labels, whatever shapes its graph declares.
         """
         inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
         if [i.name for i in inputs] != [INPUT_NAME] or len(outputs) != 1:
@@ -445,10 +430,7 @@ class Model:
 
 
 def _failure(err):
-    """What kind of failure onnxruntime reports (``invalid graph``, ``invalid protobuf`` ...), not its text.
-
-    Its text quotes the model (node names, what it read): like MXNet's, it is not printed.
-    """
+    """What kind of failure onnxruntime reports (``invalid graph`` ...), not its text, which quotes the model."""
     kind = re.search(r"\[ONNXRuntimeError\] : \d+ : ([A-Z_]+)", str(err))
     return kind.group(1).lower().replace("_", " ") if kind else type(err).__name__
 
@@ -456,15 +438,14 @@ def _failure(err):
 def load(folder, info, ctx="auto", dtype=None, threads=None):
     """The ``dtype`` model of an ONNX export (default float32), checked against ``info`` and loaded.
 
-    Imports onnxruntime, protobuf and numpy only: no MXNet, no onnx. With
-    ``classes`` and ``image_size`` in ``info``, the model must give one
-    score per class (see the module docstring).
+    Imports onnxruntime, protobuf and numpy only: no MXNet, no onnx. With ``classes`` and ``image_size`` in
+    ``info``, the model must give one score per class.
 
     Raises
     ------
     ExportError
-        No such dtype, a changed or missing file, a model onnxruntime
-        refuses or that fails the checks, or onnxruntime missing.
+        No such dtype, a changed or missing file, a model onnxruntime refuses or that fails the checks, or
+        onnxruntime missing.
     mxfp16.devices.DeviceError
         See :func:`execution_providers`.
     """
