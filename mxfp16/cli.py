@@ -6,9 +6,7 @@ Each subcommand lives in its own module under ``mxfp16/commands/`` with a
 touches no shared file. This module is the top floor: nothing imports it.
 
 Building the parsers imports nothing of MXNet, so ``--help`` answers at once
-whatever the environment holds. A command's ``OSError`` and a failed
-allocation end it with one line, never a traceback, and standard output may
-close under it (:mod:`mxfp16.plumbing.console`).
+whatever the environment holds.
 """
 import argparse
 import importlib
@@ -110,6 +108,12 @@ def _utf8_command_line():
                                             else [sys.argv[0]]), *sys.argv[1:]]
 
 
+def _error(message, command=None):
+    """Print ``message`` as the command's one-line error on stderr; return the exit status 2."""
+    print(f"mxfp16{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _prepare(args):
     """Apply ``--threads``, check the environment MXNet reads, load MXNet; an exit status when that fails."""
     from .machine import environment
@@ -120,8 +124,7 @@ def _prepare(args):
         try:
             setting, applied = environment.set_threads(environment.plan_threads(threads))
         except environment.ThreadsError as err:  # train's --threads comes from its configuration: any integer
-            print(f"mxfp16: error: {err}", file=sys.stderr)
-            return 2
+            return _error(err)
         if setting.note:
             print(f"mxfp16: warning: {setting.note}", file=sys.stderr)
         if not applied and environment.mxnet_threads() != setting.threads:
@@ -144,8 +147,7 @@ def _prepare(args):
             from .commands.info import report_broken_install
 
             return report_broken_install(err, as_json=getattr(args, "json", False))
-        print(f"mxfp16: error: {err}", file=sys.stderr)
-        return 2
+        return _error(err)
     return None
 
 
@@ -153,8 +155,7 @@ def _run(args):
     """Run the parsed command; every failure the user can act on becomes one line on stderr."""
     broken = getattr(args, "broken", None)
     if broken is not None:  # nothing to prepare for a command that cannot run
-        print(f"mxfp16 {args.command}: error: {broken.message()}", file=sys.stderr)
-        return 2
+        return _error(broken.message(), args.command)
     failed = _prepare(args)
     if failed is not None:
         return failed
@@ -164,25 +165,22 @@ def _run(args):
         print("interrupted", file=sys.stderr)
         return getattr(err, "exit_status", 130)  # 143 after SIGTERM
     except CommandError as err:
-        print(f"mxfp16 {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return _error(err, args.command)
     except OSError as err:  # no permission, a name too long, a full disk, a file where a folder belongs ...
         from .plumbing.output import describe_os_error
 
-        print(f"mxfp16 {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
-        return 2
+        return _error(describe_os_error(err), args.command)
     except Exception as err:  # only a failed allocation is turned into a message here
         from .plumbing.limits import allocation_message, is_allocation_failure
 
         if not is_allocation_failure(err):
             raise
-        message = allocation_message(getattr(args, "batch_size", None), getattr(args, "image_size", None))
-        print(f"mxfp16 {args.command}: error: {message}", file=sys.stderr)
-        return 2
+        return _error(allocation_message(getattr(args, "batch_size", None), getattr(args, "image_size", None)),
+                      args.command)
 
 
 def main(argv=None):
-    """Entry point of the ``mxfp16`` console script and ``python -m mxfp16``; MXNet loads only when a command runs."""
+    """:func:`console` without ending the process; MXNet loads only when a command runs."""
     reopen_closed_streams()  # `mxfp16 info >&-`: a closed stream is /dev/null, before any file is opened
     if argv is None:
         restart = _utf8_command_line()
@@ -193,13 +191,12 @@ def main(argv=None):
     try:
         parser = build_parser()
     except CommandsUnavailable as err:
-        print(f"mxfp16: error: {err}", file=sys.stderr)
-        return 2
+        return _error(err)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage error (or --help); return its status
         return exit_.code
-    if args.command is None or not getattr(args, "func", None):  # no subcommand
+    if args.command is None or not getattr(args, "func", None):
         parser.print_help()
         return 2
     args.command_line = "mxfp16 " + shlex.join(argv)  # recorded by commands that write results
