@@ -34,12 +34,6 @@ def cast_net(net, precision):
     -------
     gluon.Block
         The same ``net`` (``Block.cast`` itself returns ``None``).
-
-    Raises
-    ------
-    AMPStateError
-        An AMP precision whose ``activate`` is missing or came after the
-        network's graph was built.
     """
     if isinstance(precision, Precision):
         precision = precision.param_dtype
@@ -103,13 +97,6 @@ def cast_batch(data, label, dtype, ctx_list, keep=()):
     (list, list or None)
         One entry per device: an array, or a tuple of arrays where a tuple
         or list was given; ``None`` for the labels when ``label`` is None.
-
-    Raises
-    ------
-    ValueError
-        An empty batch or tuple, arrays whose batch sizes differ, fewer
-        samples than devices, a ``keep`` position that names no input, or a
-        cast that would change values (naming the input and a value).
     """
     ctx_list = [ctx_list] if isinstance(ctx_list, mx.Context) else list(ctx_list)
     if not ctx_list:

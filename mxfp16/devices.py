@@ -1,6 +1,6 @@
 """The devices a run uses: parse ``--ctx``, format it back, and check it against what MXNet sees.
 
-``'auto'`` is every GPU MXNet can see, else the CPU. :func:`parse_devices` reads the text without MXNet
+:func:`parse_devices` reads the text without MXNet
 (for onnxruntime); :func:`parse_ctx` makes MXNet contexts of the same list. A device list is checked once,
 where it is first read (:func:`resolve_devices`). Errors are :class:`DeviceError`, whatever the precision.
 """
@@ -47,11 +47,6 @@ def parse_devices(text, gpu_count=None):
     -------
     list of (str, int)
         ``[('cpu', 0)]`` or ``[('gpu', 0), ('gpu', 1) ...]``.
-
-    Raises
-    ------
-    DeviceError
-        Text that is none of these.
     """
     text = str(text).strip().lower()
     if text == "auto":
@@ -82,17 +77,15 @@ def format_ctx(ctx_list):
 
 
 def check_devices(ctx_list):
-    """Refuse GPUs that MXNet cannot see, before anything is built on them.
+    """Refuse GPUs that MXNet cannot see, before anything is built on them; return ``ctx_list``.
+
+    Parameters
+    ----------
+    ctx_list : list of mx.Context
 
     Returns
     -------
     list of mx.Context
-        ``ctx_list`` itself.
-
-    Raises
-    ------
-    DeviceError
-        Naming the missing GPUs and the fix (``--ctx auto`` or ``cpu``).
     """
     wanted = [c.device_id for c in ctx_list if c.device_type == "gpu"]
     if wanted:
@@ -107,11 +100,5 @@ def check_devices(ctx_list):
 
 
 def resolve_devices(ctx=None):
-    """``ctx`` (``None``, ``'auto'``, ``'gpu:0,1'``, a context or a list) as a checked list of contexts.
-
-    Raises
-    ------
-    DeviceError
-        An unreadable list, or GPUs MXNet cannot see (the message names the fix).
-    """
+    """``ctx`` (``None``, ``'auto'``, ``'gpu:0,1'``, a context or a list) as a checked list of contexts."""
     return check_devices(as_context_list(ctx))

@@ -260,12 +260,12 @@ def _watched_params(trainer):
 
 
 def is_positive_number(value):
-    """Whether ``value`` is an int or float (not a bool), above 0 and finite."""
+    """Whether ``value`` is a positive finite number (a bool is not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def is_count(value, low=1):
-    """Whether ``value`` is an int (not a bool) of at least ``low``."""
+    """Whether ``value`` is a whole number (a bool is not) of at least ``low``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
@@ -305,12 +305,6 @@ def param_use(params):
     """Sort ``params`` (a trainer's) by whether this step's backward passes reached them: a :class:`ParamUse`.
 
     Host-side flags only, nothing read from the devices.
-
-    Raises
-    ------
-    ValueError
-        No parameter to train (every ``grad_req`` is ``'null'``), or
-        ``grad_req='add'`` under AMP, whose ``amp_cast`` ignores it.
     """
     trainable = [p for p in params if p.grad_req != "null"]
     if not trainable:
@@ -348,7 +342,7 @@ def reduce_gradients(trainer, use, divisor):
     use : ParamUse
         What this step applies; its parameters sitting out stay out of the reduction.
     divisor : float
-        The batch size times the loss scale, which the optimizer divides by.
+        :attr:`Gradients.divisor`.
     """
     with params_sitting_out(use.sitting_out):
         trainer.allreduce_grads()

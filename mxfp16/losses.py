@@ -1,9 +1,6 @@
 """The training loss: softmax cross-entropy on float32 outputs, with optional label smoothing.
 
-:func:`mxfp16.train.parts.build_parts` makes it; call it with float32
-outputs (:func:`mxfp16.to_float32`) and float32 labels, whatever the precision.
-:func:`check_class_labels` refuses class labels the output has no class for
-(MXNet's ``pick`` would clip them to the nearest class without a word).
+:func:`mxfp16.train.parts.build_parts` makes it, whatever the precision.
 """
 import mxnet as mx
 from mxnet import gluon
@@ -55,8 +52,7 @@ def class_label_axis(loss_fn):
     """The output axis whose classes ``loss_fn``'s labels index, or ``None`` when its labels are not class indices.
 
     Gluon's ``SoftmaxCrossEntropyLoss`` (``sparse_label=True``, its default)
-    and :func:`classification_loss`'s losses take class indices; any other
-    loss, or a function, is not judged.
+    and :func:`classification_loss`'s losses take class indices.
     """
     if isinstance(loss_fn, _SmoothedCrossEntropy):
         return loss_fn.class_axis
@@ -78,11 +74,6 @@ def check_class_labels(loss_fn, outputs, labels):
         One float32 output per device (a tuple, for several outputs, is not judged).
     labels : list
         The class labels, one array per device.
-
-    Raises
-    ------
-    ValueError
-        Naming the label, the number of classes and the fix.
     """
     axis = class_label_axis(loss_fn)
     if axis is None or not all(isinstance(out, mx.nd.NDArray) for out in outputs):

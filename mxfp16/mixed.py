@@ -1,9 +1,4 @@
-"""One setting object for a training script: the whole set-up in two statements.
-
-:class:`MixedPrecision` resolves the precision for the devices, sets the
-environment float16 wants and switches AMP on, so the set-up cannot be left
-half done; :meth:`MixedPrecision.prepare` casts a network and builds its
-trainer beside the run's loss scaler (the example: :mod:`mxfp16`).
+"""One setting object for a training script: the whole set-up in two statements, so it cannot be left half done.
 
 ``auto`` on a CPU with native bfloat16 is decided by timing the network
 (:mod:`mxfp16.measure.auto`) on the ``example`` given to
@@ -45,9 +40,7 @@ class MixedPrecision:
     ctx : str, mx.Context or list, default 'auto'
         The devices: ``'auto'`` is every GPU MXNet sees, else the CPU.
     loss_scale : str, float or None
-        ``None`` is the precision's default (dynamic for float16), else
-        ``'dynamic'``, ``'none'`` or a static scale (see
-        :func:`mxfp16.make_loss_scaler`).
+        As for :func:`mxfp16.make_loss_scaler`.
     allow_cpu_float16 : bool
         As for :func:`mxfp16.resolve_precision`.
     amp_lists : str, default 'mxfp16'
@@ -77,13 +70,6 @@ class MixedPrecision:
         With ``amp_lists='measured'``, once a batch was seen: each layer's dtype and times.
     environment : dict
         What ``set_float16_environment`` set.
-
-    Raises
-    ------
-    mxfp16.PrecisionError, mxfp16.DeviceError
-        A precision or devices that cannot run here, naming the fix.
-    ValueError
-        Unknown ``amp_lists`` (the message lists the choices).
     """
 
     STATE_VERSION = 1
@@ -172,8 +158,7 @@ class MixedPrecision:
     def train_step(self, net, loss_fn, trainer, data, label=None, **options):
         """:func:`mxfp16.train_step` with this object's scaler (``options``: ``batch_size``, ``clip_grad_norm`` ...).
 
-        A pending ``auto`` (or ``amp_lists='measured'``) times ``net`` on this
-        batch first. With ``amp_lists='mxfp16+unaligned32'`` a network whose
+        With ``amp_lists='mxfp16+unaligned32'`` a network whose
         parameters had no shapes yet is traced again after its first step.
         """
         if self.layers_pending:
@@ -194,26 +179,14 @@ class MixedPrecision:
         return eval_step(net, data)
 
     def state_dict(self):
-        """The precision and the loss scaler's state, as plain values for a checkpoint.
-
-        Returns
-        -------
-        dict
-            ``version``, ``precision``, ``requested``, ``reason``, ``auto`` (the verdict's record) and ``scaler``.
-        """
+        """The precision and the loss scaler's state, as plain values for a checkpoint."""
         return {"version": self.STATE_VERSION, "precision": self.precision.name,
                 "requested": self.precision.requested, "reason": self.precision.reason,
                 "auto": self.verdict.record() if self.verdict is not None else None,
                 "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state):
-        """Continue a run from :meth:`state_dict`: its loss scale, and for a pending ``auto`` its precision.
-
-        Raises
-        ------
-        ValueError
-            A state of another version, or of a run in another precision (naming both and the fix).
-        """
+        """Continue a run from :meth:`state_dict`: its loss scale, and for a pending ``auto`` its precision."""
         if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION:
             found = state.get("version") if isinstance(state, dict) else state
             raise ValueError(f"MixedPrecision state version {found!r} is not {self.STATE_VERSION}: it was not "

@@ -59,11 +59,11 @@ class _TrainerStep:
     trainer: object
     stage: str                 # 'unscaled' or 'stepped'
     batch_size: float
-    params: list               # the parameters whose gradients this step applies
-    grads: object = None       # the Gradients unscale() handed out (None: stepped on the kvstore)
+    params: list               # the parameters this step applies
+    grads: object = None       # from unscale() (None: stepped on the kvstore)
     finite: object = None      # device flag, 1.0 when every reduced gradient is finite (None: not checked)
     skip_unused: bool = False
-    sitting_out: list = ()     # parameters never initialised, kept out of the reduction and the update
+    sitting_out: list = ()     # ParamUse.sitting_out
     overflow: bool = False
 
 
@@ -75,13 +75,6 @@ def check_loss(loss, source="scale_loss()"):
     loss : NDArray, mx.np.ndarray, or a list or tuple of them
     source : str
         What produced it, for the message.
-
-    Raises
-    ------
-    TypeError
-        Naming what was given and where a real loss comes from.
-    ValueError
-        For an empty list.
     """
     items = loss if isinstance(loss, (list, tuple)) else [loss]
     if not items:
@@ -172,7 +165,7 @@ class LossScaler:
 
     def _reset(self):
         self._scale = min(max(self.init_scale, self.min_scale), self.max_scale) if self.dynamic else self.init_scale
-        self._clean_steps = 0            # consecutive clean steps since the last growth or overflow
+        self._clean_steps = 0
         self._overflows_left = self.hysteresis
         self._overflows_at_min = 0
         self.steps = 0
@@ -184,8 +177,8 @@ class LossScaler:
 
     def _end_step(self, ended_by=None):
         """Forget the iteration's seams; ``ended_by`` says how :meth:`update` recorded its outcome."""
-        self._open = {}           # id(trainer) -> _TrainerStep, for the iteration in progress
-        self._accumulated = GradientSums()  # the micro-batches of accumulate(), per trainer
+        self._open = {}           # id(trainer) -> _TrainerStep
+        self._accumulated = GradientSums()
         self._watch.reset()
         # 'step': the outcome came from step() (train_step's too); 'given': from update(overflow=...); None: a
         # seam has been called since (a new iteration began), or nothing was recorded yet.
@@ -197,13 +190,7 @@ class LossScaler:
         return self._precision
 
     def settle_precision(self, precision):
-        """Take the precision ``auto`` settled on (:class:`mxfp16.MixedPrecision` calls it); the scale stays.
-
-        Raises
-        ------
-        TypeError
-            For anything but a :class:`~mxfp16.Precision`.
-        """
+        """Take the precision ``auto`` settled on (:class:`mxfp16.MixedPrecision` calls it); the scale stays."""
         if not isinstance(precision, Precision):
             raise TypeError(f"settle_precision() takes a resolved mxfp16.Precision, got {precision!r}")
         self._precision = precision
@@ -226,10 +213,8 @@ class LossScaler:
     def scale_loss(self, loss):
         """The first seam: ``loss`` times the scale, to call ``backward`` on.
 
-        Recorded for autograd even outside ``autograd.record()``; the scale
-        stays the same until :meth:`update`. Call ``.backward()`` on what it
-        returns (a list has one too), so that :meth:`step` can refuse
-        gradients changed before :meth:`unscale` (:class:`~mxfp16.gradients.GradientWatch`).
+        Recorded for autograd even outside ``autograd.record()``. Call ``.backward()`` on what it returns (a
+        list has one too), so that :meth:`step` can refuse gradients changed before :meth:`unscale`.
 
         Parameters
         ----------
@@ -239,11 +224,6 @@ class LossScaler:
         Returns
         -------
         The same structure, scaled (the arrays themselves at scale 1), with a ``backward()``.
-
-        Raises
-        ------
-        TypeError
-            A Python or numpy number instead of an array (it has no graph).
         """
         check_loss(loss)
         self._last_update = None  # a new iteration's loss: what update(overflow=...) says next is about it
@@ -276,12 +256,6 @@ class LossScaler:
         -------
         int
             How many parameters hold an accumulated gradient.
-
-        Raises
-        ------
-        StepOrderError
-            After :meth:`unscale` or :meth:`step` in this step, or before
-            any backward pass reached the trainer's parameters.
         """
         if id(trainer) in self._open:
             raise StepOrderError("accumulate() after unscale() or step() for this trainer: accumulate each "
@@ -298,8 +272,7 @@ class LossScaler:
     def unscale(self, trainer, batch_size, skip_unused_params=False):
         """The second seam: reduce the trainer's gradients, check them for overflow, hand them out unscaled.
 
-        The check runs on the device after ``allreduce_grads()``, so every
-        worker sees the same verdict; :meth:`step` calls it when it was not.
+        The check runs on the device after ``allreduce_grads()``; :meth:`step` calls it when it was not.
 
         Parameters
         ----------
@@ -309,21 +282,12 @@ class LossScaler:
             The samples whose summed losses made the gradients (all devices,
             workers and micro-batches), as in ``trainer.step(batch_size)``.
         skip_unused_params : bool
-            Leave parameters that received no gradient unchanged (and unchecked) instead of raising.
+            Leave parameters that received no gradient unchanged (and unchecked) instead of raising
+            :class:`UnusedParameterError`.
 
         Returns
         -------
         Gradients
-
-        Raises
-        ------
-        StepOrderError
-            Called twice for the trainer in one iteration, after :meth:`step`,
-            or before any backward pass reached the trainer's parameters.
-        UnusedParameterError
-            Some parameters received no gradient, naming them and ``skip_unused_params``.
-        ValueError
-            The trainer updates on the kvstore, which cannot be checked first.
         """
         state = self._open.get(id(trainer))
         if state is not None:
@@ -351,25 +315,17 @@ class LossScaler:
 
         The norm is that of the gradient the optimizer applies (unscaled,
         batch-averaged): a threshold for Gluon's summed gradients becomes
-        ``max_norm / batch_size``. Nothing is read on the host.
+        ``max_norm / batch_size``.
 
         Parameters
         ----------
         trainer : gluon.Trainer
         max_norm : float
-            A positive finite number.
 
         Returns
         -------
         mx.np.ndarray
             The global norm before clipping, float32, shape (1,), not read.
-
-        Raises
-        ------
-        StepOrderError
-            Before :meth:`unscale` for this trainer, or after :meth:`step`.
-        ValueError
-            A ``max_norm`` that is not a positive finite number.
         """
         if not is_positive_number(max_norm):
             raise ValueError(f"clip_global_norm() takes max_norm as a positive finite number, got {max_norm!r}")
@@ -403,12 +359,6 @@ class LossScaler:
         -------
         bool
             ``True`` when the update was skipped (a gradient was inf or NaN).
-
-        Raises
-        ------
-        StepOrderError
-            Called twice for the trainer in one iteration, before backward, or
-            for gradients changed (clipped) before :meth:`unscale`; nothing is applied.
         """
         state = self._open.get(id(trainer))
         if state is not None and state.stage == "stepped":
@@ -479,14 +429,6 @@ class LossScaler:
         -------
         bool
             ``True`` when the iteration was (or must be) skipped, wholly or for some trainer.
-
-        Raises
-        ------
-        StepOrderError
-            A second update in one iteration, an update before :meth:`step` or with a trainer
-            unscaled but not stepped, or ``overflow`` given during or after a step.
-        LossScaleDivergedError
-            After ``max_overflows_at_min`` consecutive overflows at the minimum (or static) scale.
         """
         if overflow is None:
             stepped = [state for state in self._open.values() if state.stage == "stepped"]
@@ -589,13 +531,7 @@ class LossScaler:
                     last_step_skipped=self.last_step_skipped, history=list(self.history))
 
     def load_state_dict(self, state):
-        """Restore a :meth:`state_dict`, configuration included.
-
-        Raises
-        ------
-        ValueError
-            For a missing or newer version, or missing fields.
-        """
+        """Restore a :meth:`state_dict`, configuration included (``ValueError`` for another version or bad fields)."""
         version = state.get("version")
         if version != self.STATE_VERSION:
             raise ValueError(f"loss-scaler state version {version!r} is not {self.STATE_VERSION}; "
@@ -649,12 +585,6 @@ def parse_loss_scale(setting):
     Returns
     -------
     'dynamic', 'none', float or None
-        ``None`` only for ``None``.
-
-    Raises
-    ------
-    ValueError
-        Anything else, naming the accepted forms.
     """
     if setting is None:
         return None
@@ -677,8 +607,7 @@ def make_loss_scaler(precision, setting=None, **options):
     Parameters
     ----------
     precision : Precision
-        From :func:`mxfp16.resolve_precision`; the scaler keeps it, so a
-        step can tell when its AMP was never activated.
+        From :func:`mxfp16.resolve_precision`.
     setting : str, float or None
         Anything :func:`parse_loss_scale` reads; ``None`` (the default) is
         the precision's: dynamic for float16 and amp-float16, none otherwise.
@@ -688,12 +617,6 @@ def make_loss_scaler(precision, setting=None, **options):
     Returns
     -------
     LossScaler
-
-    Raises
-    ------
-    TypeError
-        When ``precision`` is not a :class:`~mxfp16.Precision` (the order
-        of the arguments is precision first).
     """
     if not isinstance(precision, Precision):
         swapped = " (the Precision came second: swap the two)" if isinstance(setting, Precision) else ""

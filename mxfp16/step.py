@@ -22,8 +22,7 @@ __all__ = ["BatchLoss", "StepResult", "train_step", "eval_step"]
 # Networks whose graphs were already checked against AMP (check_activated): a graph built later is built
 # under AMP, which cannot be switched off, so one look per network is enough.
 _CHECKED_NETS = weakref.WeakSet()
-# Network -> the losses whose labels were checked against its output width (check_class_labels), on the first
-# step with each: the check reads the labels on the host, so it is made once, not every step.
+# Network -> the losses whose labels _check_labels_once checked.
 _LABELS_CHECKED = weakref.WeakKeyDictionary()
 
 
@@ -124,11 +123,6 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
 
     Raises
     ------
-    ValueError
-        Empty or mismatched ``data`` / ``label`` lists, weights that do not
-        match the losses, or a class label the output has no class for.
-    TypeError
-        A loss that is a Python or numpy number (it left the graph).
     mxfp16.precision.AMPStateError
         The scaler's precision uses AMP but :func:`mxfp16.activate` was not
         called, or came after the network's graph was built.
@@ -137,8 +131,7 @@ def train_step(net, loss_fn, trainer, data, label=None, scaler=None, batch_size=
     -----
     Host synchronisations, each where the design needs one:
 
-    * the overflow flag in :meth:`LossScaler.step`, with an enabled scaler
-      only (read after the reduction, so every worker decides the same);
+    * the overflow flag in :meth:`LossScaler.step`, with an enabled scaler only;
     * the labels' range on a network's first step with a class-index loss
       (:func:`check_class_labels`);
     * whatever a :class:`BatchLoss` reads itself (SSD's count of positive anchors).
@@ -184,8 +177,7 @@ def eval_step(net, data):
     ----------
     net : gluon.Block
     data : list
-        One entry per device, from :func:`mxfp16.cast_batch`: an array, or a
-        tuple of arrays for a network with several inputs.
+        As for :func:`train_step`.
 
     Returns
     -------
