@@ -1,7 +1,6 @@
 """Private MXNet, ONNX and GluonCV names: the module where mxfp16 reaches them, each behind a named helper.
 
-If one of these libraries changes such a name, the helper here is what to
-fix. Importing this module imports none of them.
+Importing this module imports none of them.
 """
 import contextlib
 import ctypes
@@ -54,10 +53,8 @@ def trainer_updates_on_kvstore(trainer):
 def _init_kvstore(trainer):
     """Gluon's lazy kvstore set-up, made now, also while some parameters await their deferred initialisation.
 
-    ``Trainer._init_kvstore`` asks every parameter for its data to size the
-    kvstore, and a deferred one (an unused head) raises
-    ``DeferredInitializationError``; they are lent a one-element stand-in
-    for that question (only the ``local`` kvstore reads it).
+    ``Trainer._init_kvstore`` asks every parameter for its data, and a deferred one (an unused head) raises
+    ``DeferredInitializationError``; they are lent a one-element stand-in (only the ``local`` kvstore reads it).
     """
     if trainer._kv_initialized:
         return
@@ -142,12 +139,10 @@ def renew_parameter_arrays(block):
     """Give each initialised parameter of ``block`` new arrays with its values, in MXNet's own layout.
 
     On a CPU, an inference pass reorders a convolution's float32 weight in
-    place into oneDNN's blocked layout, and MXNet keeps it so. AMP's cast
-    of such a weight to bfloat16 fails for a grouped convolution ("could not
-    create a primitive descriptor for a reorder primitive"): a network that
-    ran in float32 before AMP went on (MobileNet v2 given its shapes by a
-    forward pass) failed its first amp-bfloat16 step. The gradients are new
-    too (zeros): for a network about to train, not between the steps of one.
+    place into oneDNN's blocked layout, and AMP's cast of such a weight to
+    bfloat16 fails for a grouped convolution ("could not create a primitive
+    descriptor for a reorder primitive"). The gradients are new too (zeros):
+    for a network about to train, not between the steps of one.
     """
     for param in block.collect_params().values():
         try:
@@ -166,9 +161,7 @@ def block_op_kwargs(block):
 class RNNSettings:
     """What a ``gluon.rnn`` layer (``LSTM``, ``GRU``, ``RNN``) was built with, read from its private fields.
 
-    ``mode`` is ``'lstm'``, ``'gru'``, ``'rnn_relu'`` or ``'rnn_tanh'``,
-    ``dtype`` its parameters' (``cast()`` changes it), ``state_clip`` the LSTM
-    cell state clipping's ``(min, max, nan)`` (``None`` entries: off).
+    ``state_clip`` is the LSTM cell state clipping's ``(min, max, nan)`` (``None`` entries: off).
     """
 
     def __init__(self, layer):
@@ -191,11 +184,7 @@ def renew_parameter_symbols(block):
 
 
 def sparse_label_axis(loss):
-    """The output axis a Gluon ``SoftmaxCrossEntropyLoss`` picks its labels' classes from, or ``None``.
-
-    ``None`` for any other loss, and for one built with ``sparse_label=False``
-    (its labels are distributions, not class indices).
-    """
+    """The output axis a Gluon ``SoftmaxCrossEntropyLoss`` with ``sparse_label`` picks its classes from, or ``None``."""
     from mxnet import gluon
 
     if isinstance(loss, gluon.loss.SoftmaxCrossEntropyLoss) and loss._sparse_label:
@@ -250,8 +239,7 @@ def saved_parameter_shapes(block):
 def operator_aliases():
     """``{operator: every registered name of the same operator}``: ``_npx_fully_connected`` is ``FullyConnected``.
 
-    MXNet registers one operator under several names (``add_alias``); the
-    names share one handle, which the C API hands out by name.
+    The names MXNet registers for one operator (``add_alias``) share one handle.
     """
     from mxnet.base import _LIB, OpHandle, c_str, check_call
 
@@ -274,12 +262,7 @@ _NUMPY_NAMESPACES = {
 
 
 def numpy_operator_functions(name):
-    """The functions MXNet generated for numpy-mode operator ``name``: ``[(module, attribute)]``.
-
-    One per namespace it is registered in (``mx.np``, ``mxnet.ndarray.numpy``,
-    ``mxnet.symbol.numpy`` and their ``_extension`` twins, or ``_internal``
-    for ``_npi_``). Empty for any other name.
-    """
+    """The functions MXNet generated for numpy-mode operator ``name``: ``[(module, attribute)]``, one per namespace."""
     from mxnet.base import _get_op_submodule_name
 
     for prefix, (namespaces, submodules) in _NUMPY_NAMESPACES.items():
@@ -300,9 +283,7 @@ def numpy_operator_functions(name):
 def legacy_operator_functions(name):
     """The functions MXNet generated for legacy operator ``name``: ``[(module, attribute)]``, as AMP finds them.
 
-    One home in ``mx.sym`` and one in ``mx.nd`` (plus ``op``, which binds
-    the top-level ones a second time), where AMP's private
-    ``_get_fun_to_wrap`` puts them: mxfp16 wraps exactly the bindings AMP wraps.
+    Found by AMP's private ``_get_fun_to_wrap``, so mxfp16 wraps exactly the bindings AMP wraps.
     """
     from mxnet import base, ndarray, symbol
     from mxnet.contrib.amp.amp import _get_fun_to_wrap
@@ -324,8 +305,7 @@ def legacy_operator_functions(name):
 def numpy_symbol_class():
     """The class of numpy-mode graph nodes (``mxnet.symbol.numpy._Symbol``), what ``F.np`` builds when hybridized.
 
-    It subclasses the legacy ``Symbol``, so ``isinstance(x, mx.sym.Symbol)``
-    cannot tell the two modes apart, and MXNet exports it under no public name.
+    It subclasses the legacy ``Symbol``, so ``isinstance(x, mx.sym.Symbol)`` cannot tell the two modes apart.
     """
     from mxnet.symbol.numpy import _Symbol
 

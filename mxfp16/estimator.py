@@ -34,8 +34,7 @@ class MixedPrecisionProcessor(BatchProcessor):
     mp : MixedPrecision
         Whose ``prepare`` built the Estimator's trainer.
     **step_options
-        Passed to :meth:`MixedPrecision.train_step` (``clip_grad_norm``,
-        ``loss_weights``, ``skip_unused_params``).
+        Passed to :meth:`MixedPrecision.train_step`.
 
     Attributes
     ----------
@@ -55,8 +54,7 @@ class MixedPrecisionProcessor(BatchProcessor):
         Returns
         -------
         (list, list, list, list)
-            The data, labels, float32 outputs and per-sample losses, one entry
-            per device; for a skipped step the last three are empty.
+            The data, labels, float32 outputs and per-sample losses per device (for a skipped step, only the data).
 
         Raises
         ------
@@ -101,16 +99,14 @@ class MixedPrecisionProcessor(BatchProcessor):
 class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
     """The one argument an Estimator needs: ``fit(..., event_handlers=[MixedPrecisionHandler(mp)])``.
 
-    At the start of ``fit`` it installs its ``processor`` as the Estimator's
-    batch processor; as a ``GradientUpdateHandler`` it replaces Estimator's own.
+    It installs its ``processor`` in the Estimator, and replaces Estimator's ``GradientUpdateHandler``.
 
     Parameters
     ----------
     mp : MixedPrecision
     priority : float
-        Estimator's order of handlers (the update handler's by default).
     **step_options
-        For :meth:`MixedPrecision.train_step` (``clip_grad_norm`` ...).
+        For :meth:`MixedPrecision.train_step`.
 
     Raises
     ------
@@ -147,9 +143,8 @@ class MixedPrecisionHandler(GradientUpdateHandler, TrainBegin, TrainEnd):
 class MixedPrecisionCheckpointHandler(CheckpointHandler):
     """Estimator's ``CheckpointHandler``, with ``mp.state_dict()`` beside each checkpoint.
 
-    Beside each ``<prefix>-epoch<E>batch<B>.params`` it writes
-    ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (``<prefix>-best.mxfp16.json``
-    with ``save_best``); ``resume_from_checkpoint=True`` restores it into ``mp``.
+    ``<prefix>-epoch<E>batch<B>.mxfp16.json`` (``<prefix>-best.mxfp16.json`` with ``save_best``);
+    ``resume_from_checkpoint=True`` restores it into ``mp``.
 
     Parameters
     ----------
@@ -211,8 +206,7 @@ class MixedPrecisionCheckpointHandler(CheckpointHandler):
 class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     """An Estimator's run in TensorBoard, through a :class:`mxfp16.TensorBoardLogger`.
 
-    Every ``log_every`` batches the processor's last step; at the end of each
-    epoch every metric as ``epoch/<name>`` and the gradient histograms.
+    Every ``log_every`` batches the last step; after each epoch every metric (``epoch/<name>``) and the gradients.
 
     Parameters
     ----------

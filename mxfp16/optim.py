@@ -51,10 +51,7 @@ def _check_optimizer(name):
 
 
 def check_compression(kind, kvstore, precision):
-    """Gradient compression for Gluon, or ``None``; refuses what MXNet cannot compress.
-
-    MXNet's ``2bit`` compression quantises float32 gradients only, and with
-    Gluon 1.9.1 it works on the ``device`` kvstore only (checked).
+    """Gradient compression for Gluon, or ``None``; refuses what MXNet cannot compress (see the messages).
 
     Parameters
     ----------
@@ -67,11 +64,6 @@ def check_compression(kind, kvstore, precision):
     -------
     dict or None
         ``compression_params`` for :func:`make_trainer`.
-
-    Raises
-    ------
-    OptimizerError
-        Naming the combination and the fix.
     """
     if kind is None:
         return None
@@ -103,17 +95,14 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     optimizer : str or mx.optimizer.Optimizer
         A registered name (case-insensitive).
     optimizer_params : dict, optional
-        ``learning_rate``, ``momentum``, ``wd``, ``lr_scheduler`` ...
     precision : Precision, optional
         ``multi_precision=True`` is set when its parameters are float16.
     loss_scaler : LossScaler, optional
         When it is enabled, ``update_on_kvstore`` is False: the step must see the reduced gradients.
     kvstore : str
-        Passed to Gluon (``'device'``, ``'local'``, ``'nccl'``, ``'dist_sync'`` ...).
     update_on_kvstore : bool or None
-        Gluon's default when ``None`` and no scaler needs otherwise.
     compression_params : dict, optional
-        E.g. ``{'type': '2bit', 'threshold': 0.5}``; checked with :func:`check_compression`.
+        Checked with :func:`check_compression`.
 
     Returns
     -------
@@ -149,11 +138,9 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
 
 
 def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_epochs=None):
-    """gluoncv's linear warm-up from 0, then ``step`` or ``cosine`` decay, counted in updates.
+    """gluoncv's linear warm-up from 0, then ``step`` or ``cosine`` decay, counted in updates (resumed runs too).
 
-    It reads the optimizer's update count, which the trainer states carry, so
-    a resumed run continues where it was. Phases shorter than two updates are
-    constant (gluoncv divides by ``niters - 1``).
+    Phases shorter than two updates are constant (gluoncv divides by ``niters - 1``).
 
     Parameters
     ----------
@@ -168,7 +155,7 @@ def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_
     Returns
     -------
     gluoncv.utils.LRSequential
-        Callable with the update count: ``schedule(n)`` is the rate of update ``n``.
+        ``schedule(n)`` is the rate of update ``n``.
     """
     if kind not in LR_SCHEDULES:
         raise ValueError(f"lr schedule {kind!r}: choose one of {', '.join(LR_SCHEDULES)}")
@@ -213,7 +200,6 @@ class OptimizerSupport:
     Attributes
     ----------
     name : str
-        Registry name.
     multi_precision : bool
         ``multi_precision=True`` updated a float16 weight and kept it float16 and finite.
     kernel : str
@@ -227,7 +213,6 @@ class OptimizerSupport:
     operators : tuple of str
         MXNet operators the multi-precision update ran, from the profiler.
     error : str or None
-        Why it failed, when it did.
     """
 
     name: str
@@ -283,8 +268,7 @@ def _probe(name):
             return OptimizerSupport(name, False, "-", False, _float16_alone(name), (),
                                     f"{type(err).__name__}: {error_line(err)}")
     operators = tuple(sorted({op for op in _OPERATOR_ROW.findall(table) if not _NOT_OPERATORS.match(op)}))
-    values = weight.asnumpy()
-    works = weight.dtype == np.float16 and bool(np.isfinite(values).all())
+    works = weight.dtype == np.float16 and bool(np.isfinite(weight.asnumpy()).all())
     fused = any(op.startswith("mp_") or "_mp_" in op for op in operators)
     kept = any(bool((a.asnumpy() != b.asnumpy()).any())
                for a, b in zip(_float32_arrays(state), masters_before) if a.shape == weight.shape)
@@ -309,7 +293,7 @@ def optimizer_support(names=None):
     Parameters
     ----------
     names : iterable of str, optional
-        Defaults to every name in MXNet's registry.
+        Default: :func:`registered_optimizers`.
 
     Returns
     -------

@@ -36,10 +36,7 @@ class PrecisionError(ValueError):
 
 
 class AMPDtypeName(str):
-    """The dtype name of an AMP precision's parameters and batches (``'float32'``), which knows its precision.
-
-    So ``cast_net(net, precision.param_dtype)`` can tell (:func:`precision_of`) that the run needs :func:`activate`.
-    """
+    """The dtype name of an AMP precision's parameters (``'float32'``): ``cast_net`` sees it needs :func:`activate`."""
 
     precision = None
 
@@ -68,10 +65,9 @@ class Precision:
     loss_scaling : bool
         Whether a dynamic loss scale is the default.
     master_weights : bool
-        Whether the optimizer keeps float32 copies of float16 parameters
-        (``multi_precision=True``).
+        Whether the optimizer keeps float32 copies (``multi_precision=True``).
     reason : str
-        Why this precision: ``'asked for'``, or how ``auto`` chose it (the rule, or the measurement).
+        ``'asked for'``, or how ``auto`` chose it.
     """
 
     name: str
@@ -127,19 +123,10 @@ RECORDED = "docs/benchmarks.md, 'What decides the ratio on your CPU'"
 
 
 def auto_rule(on_gpu, support=None):
-    """What ``auto`` is without measuring the model: ``(name, reason)``.
+    """What ``auto`` is without measuring the model: ``(name, reason)``, each reason naming its measurement.
 
-    The rule per class of device, each backed by a recorded measurement
-    (:data:`RECORDED`) or, where nothing was measured, float32:
-
-    * GPUs: float16 (MXNet's tensor-core path; published, not measured here);
-    * no AVX-512, or AVX-512 without bfloat16 instructions (emulated): float32;
-    * avx512_bf16 without AMX (AMD Zen 4/5): amp-bfloat16, recorded 1.7x-1.8x
-      float32 on ResNet-50;
-    * AMX CPUs: float32. With AMX off their avx512_bf16 kernels were recorded
-      slower than float32 (0.81x); with AMX on amp-bfloat16 was faster on some
-      networks and slower on others (DCGAN, MobileNet v2), so a rule that
-      cannot time the network keeps float32.
+    Recorded (:data:`RECORDED`): avx512_bf16 without AMX ran ResNet-50 at 1.7x-1.8x float32, an AMX CPU with AMX
+    off at 0.81x.
 
     Parameters
     ----------
@@ -176,8 +163,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     ctx : mx.Context, list of mx.Context, str or None
         The devices the run uses; ``None`` means the current context.
     allow_cpu_float16 : bool
-        Allow float16 or amp-float16 on a CPU. Only networks made of
-        elementwise operators can run that way (tests, notebooks).
+        Allow float16 or amp-float16 on a CPU (only elementwise networks run that way).
 
     Returns
     -------
@@ -187,8 +173,7 @@ def resolve_precision(name="auto", ctx=None, allow_cpu_float16=False):
     Raises
     ------
     PrecisionError
-        An unknown name, float16 on a CPU without the opt-in, or amp-bfloat16
-        on a CPU that cannot run bfloat16; the message says why and what to use.
+        An unknown name, or a precision these devices cannot run; the message says why and what to use.
     """
     requested = check_precision_name(name)
     contexts = _as_context_list(ctx)
@@ -226,25 +211,20 @@ class AMPStateError(RuntimeError):
 
 
 def activate(precision, amp_lists="mxfp16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None):
-    """Prepare the process for ``precision``; call before the network's first forward pass.
-
-    For AMP precisions this calls ``mx.contrib.amp.init`` once per process;
-    for the others it checks that AMP has not already patched MXNet.
+    """Prepare the process for ``precision`` (AMP's ``init``, once per process); call before the first forward pass.
 
     Parameters
     ----------
     precision : Precision
     amp_lists : str
-        ``'mxfp16'`` (the tuned lists) or ``'mxnet'`` (MXNet's own), for an AMP precision.
+        A name of :data:`mxfp16.amp.lists.LIST_SETS`, for an AMP precision.
     target_precision_ops, conditional_fp32_ops, fp32_ops : list of str, optional
-        Explicit lists, as ``amp.init`` takes them, in place of ``amp_lists``'s
-        (with the same repairs, no stem rule).
+        Explicit lists, as ``amp.init`` takes them, in place of ``amp_lists``'s.
 
     Raises
     ------
     AMPStateError
-        When the process already ran AMP for another target, or AMP is active
-        and a non-AMP precision is asked for.
+        AMP already ran for another target, or is active and a non-AMP precision is asked for.
     ValueError
         An unknown ``amp_lists``.
     """
@@ -282,15 +262,12 @@ _ALWAYS_CAST = frozenset({"Convolution", "FullyConnected"})
 def check_activated(precision, net=None):
     """Refuse a set-up that would train an AMP precision in float32 without saying so.
 
-    ``cast_net``, ``make_trainer`` and ``train_step`` call this. Host-side only.
-
     Parameters
     ----------
     precision : Precision or None
         Nothing is checked for ``None`` or a precision without AMP.
     net : gluon.Block, optional
-        Its hybridized blocks' graphs, when already built, must contain
-        AMP's casts (one built before :func:`activate` stays float32).
+        Its graphs, when already built, must contain AMP's casts.
 
     Raises
     ------
