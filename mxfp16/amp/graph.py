@@ -28,19 +28,17 @@ class Node:
     attrs : dict
         ``{argument: str(value)}`` as the graph stores them.
     inputs : tuple of str
-        The names of the entries it reads (a variable's name, or another
-        node's output, ``conv0_fwd_output``).
+        The entries it reads (a variable's name, or another node's output, ``conv0_fwd_output``).
     shapes : tuple
-        Each input's shape (a tuple, or ``None`` where inference could not tell).
+        Each input's shape (``None`` where inference could not tell).
     input_dtypes : tuple
-        Each input's dtype name (``'bfloat16'``, ``'float32'``; ``None`` unknown).
+        Each input's dtype name (``None`` unknown).
     dtype : str or None
         The dtype of its first output: the dtype it computes in.
     parameters : tuple of bool
-        For each input, whether it is a parameter of the network (a variable
-        that declares its dtype, as ``Parameter.var()`` makes it).
+        For each input, whether it is a parameter (a variable that declares its dtype).
     call : LayerCall
-        What a float32 rule sees of it (:data:`mxfp16.amp.lists.FLOAT32_RULES`).
+        What a float32 rule sees of it.
     """
 
     name: str
@@ -96,7 +94,6 @@ def trace(net, shapes, numpy_mode=False):
     Parameters
     ----------
     net : gluon.HybridBlock
-        Called on symbols: hybridized or not, but a HybridBlock.
     shapes : list of tuple
         One shape per input of ``net`` (float32 inputs), batch first.
     numpy_mode : bool
@@ -110,9 +107,9 @@ def trace(net, shapes, numpy_mode=False):
     Raises
     ------
     TypeError
-        ``net`` is not a HybridBlock (a plain Block runs only on arrays).
+        ``net`` is not a HybridBlock.
     mx.MXNetError
-        When the graph does not type or shape-check (the message says where).
+        When the graph does not type or shape-check.
     """
     import mxnet as mx
     from mxnet import gluon

@@ -2,17 +2,12 @@
 
 ``mx.contrib.amp.init`` takes three lists: operators cast to the target
 dtype, operators cast to float32, and operators cast to float32 for some
-parameter values; the rest run in their inputs' dtype (with MXNet's bfloat16
-lists, the BatchNorm, Activation and Pooling behind a bfloat16 convolution).
+parameter values; the rest run in their inputs' dtype.
 
 :func:`init_amp` with ``'mxfp16'`` is what ``mxfp16 bench`` measured fastest
-at equal accuracy on a CPU with avx512_bf16: MXNet's lists, the 7x7 stem in
-float32 (``docs/benchmarks.md``) and the :data:`SHAPE_OPERATORS` following
-their input; other :data:`LIST_SETS` add float32 rules for layers
-(:func:`float32_layers` for ``mxfp16 export``). It also repairs what stops
-other Gluon models in MXNet 1.9.1's AMP (:func:`float32_fallbacks`,
-:data:`EXTRA_CONDITIONAL_FP32`, :func:`join_operators`, the wrappers and
-routes of this package); ``docs/amp-table.md`` says what each layer runs in.
+at equal accuracy on a CPU with avx512_bf16 (``docs/benchmarks.md``); it also
+repairs what stops other Gluon models in MXNet 1.9.1's AMP.
+``docs/amp-table.md`` says what each layer runs in.
 """
 import functools
 import json
@@ -29,9 +24,7 @@ from .deconvolution import single_channel_as_convolution
 from .pooling import global_average_as_mean
 
 #: The list sets by name: their operator lists (:func:`operator_lists`) and float32 rules for layers
-#: (:data:`FLOAT32_RULES`, bfloat16 only). ``measured`` keeps in float32 what a measurement here found not to gain
-#: (:mod:`mxfp16.measure.per_layer`); the ``+...32`` sets are options, not defaults (docs/benchmarks.md):
-#: ``+batchnorm32`` and ``+unaligned32`` for networks whose layers get the plain layout (MobileNet v2).
+#: (:data:`FLOAT32_RULES`, bfloat16 only). The ``+...32`` sets are options, not defaults (docs/benchmarks.md).
 LIST_SETS = {
     "mxfp16": ("mxfp16", ("stem",)),
     "mxnet": ("mxnet", ()),
@@ -65,10 +58,8 @@ def _mxnet(target_dtype):
 def float32_fallbacks():
     """Operators mxfp16 adds to the bfloat16 float32 list: no working bfloat16 CPU path.
 
-    From the probe's verdicts (``op_verdicts.json``): every operator whose
-    bfloat16 run failed, crashed or disagreed with float32, and every one
-    MXNet leaves unlisted that the probe could not run (float32 is the safe
-    side). Numpy-mode ones (``_np_dot``) are applied by :mod:`mxfp16.amp.numpy_mode`.
+    The probe's float32 verdicts, and every operator MXNet leaves unlisted
+    that the probe could not run (float32 is the safe side).
 
     Returns
     -------
@@ -118,15 +109,12 @@ def operator_lists(target_dtype, which="mxfp16"):
     target_dtype : str
         ``'bfloat16'`` or ``'float16'``.
     which : str
-        A name of :data:`LIST_SETS`: ``'mxfp16'`` and the sets built on it
-        (the tuned lists; for float16 these are MXNet's, which were not
-        re-measured here) or ``'mxnet'`` (MXNet's defaults).
+        A name of :data:`LIST_SETS` (for float16 all but ``'mxnet'`` add only the PReLU rule to MXNet's).
 
     Returns
     -------
     dict
-        ``{'target_precision_ops': [...], 'conditional_fp32_ops': [...], 'fp32_ops': [...]}``,
-        fresh lists the caller may change.
+        ``{'target_precision_ops': [...], 'conditional_fp32_ops': [...], 'fp32_ops': [...]}``, fresh lists.
     """
     which = check_list_set(which)[0]
     if target_dtype not in ("bfloat16", "float16"):
@@ -212,9 +200,7 @@ def unaligned_convolution(call):
     MXNet 1.9.1 refuses oneDNN's padded layouts, so in bfloat16 such a
     convolution (MobileNet v2's stem and 24-channel layers) runs on the plain
     layout, with reorders around it and reference BatchNorm kernels behind it.
-    The input channels come from the weight's declared shape: a network with
-    deferred shapes is judged by its output channels until
-    :meth:`mxfp16.MixedPrecision.train_step` traces it again after the first step.
+    Before a deferred network's first step only its output channels are known.
     """
     if call.op != "Convolution":
         return False
@@ -245,10 +231,8 @@ def keep_float32_measured(layers):
     Parameters
     ----------
     layers : iterable of dict
-        ``{'op', 'attrs', 'weight', 'shapes'}`` each: the operator, its
-        attributes as the graph stores them, its weight parameter's name and
-        its input shapes (:meth:`mxfp16.measure.per_layer.LayerChoice.float32_layers`).
-        Replaces what was kept before.
+        ``{'op', 'attrs', 'weight', 'shapes'}`` each (:meth:`mxfp16.measure.per_layer.LayerChoice.float32_layers`);
+        replaces what was kept before.
     """
     layers = list(layers)
     _measured["weights"] = {layer["weight"] for layer in layers if layer.get("weight")}
@@ -384,18 +368,16 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 
     AMP wraps the conditional list and the target operators that keep
     float32 parameters (BatchNorm); mxfp16 wraps the rest (:mod:`mxfp16.amp.wrappers`:
-    AMP's rules without its failures and its quadratic cost on deep graphs),
-    the joins, every numpy-mode function, and the list set's float32 rules.
+    AMP's rules without its failures and its quadratic cost on deep graphs).
 
     Parameters
     ----------
     target_dtype : str
         ``'bfloat16'`` or ``'float16'``.
     which : str
-        A name of :data:`LIST_SETS`: which lists and rules, when ``lists`` is None.
+        A name of :data:`LIST_SETS`, when ``lists`` is None.
     lists : dict, optional
-        Explicit ``target_precision_ops`` / ``conditional_fp32_ops`` /
-        ``fp32_ops`` (a missing key takes MXNet's); no float32 rule then.
+        Explicit lists (a missing key takes MXNet's); no float32 rule then.
     """
     from mxnet import ndarray, symbol
     from mxnet.contrib import amp
@@ -438,7 +420,7 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
 def float32_layers(symbol, target_dtype, which="mxfp16"):
     """The layers of a graph that :func:`init_amp` keeps in float32 beyond the lists, by node name.
 
-    ``amp.convert_model`` takes the list set's float32 rules as its ``excluded_sym_names``.
+    ``amp.convert_model`` takes them as its ``excluded_sym_names``.
 
     Parameters
     ----------

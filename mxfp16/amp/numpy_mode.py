@@ -1,11 +1,8 @@
 """AMP for numpy-mode networks: the ``mx.np`` / ``mx.npx`` functions get the casts ``amp.init`` gives ``mx.nd``.
 
 MXNet 1.9.1's ``amp.init`` replaces the functions of ``mx.nd`` and ``mx.sym``
-only (docs/amp-table.md, "numpy mode"). :func:`numpy_rules` gives each
-numpy-mode operator its rule; :func:`wrap_numpy_functions` replaces every
-binding of its functions under ``mxnet.*`` (``mx.np``, ``mx.npx`` and their
-``ndarray`` / ``symbol`` homes), and like ``amp.init`` cannot reach a function
-a user bound to a name of their own before AMP was activated.
+only (docs/amp-table.md, "numpy mode"). Like ``amp.init``, this cannot reach
+a function a user bound to a name of their own before AMP was activated.
 """
 import sys
 
@@ -40,16 +37,14 @@ def numpy_rules(lists, target_dtype, widest, joins, fallbacks):
     Parameters
     ----------
     lists : dict
-        The lists ``amp.init`` got: ``target_precision_ops``,
-        ``conditional_fp32_ops``, ``fp32_ops``.
+        The lists ``amp.init`` got.
     target_dtype : str
     widest : set of str
         MXNet's ``WIDEST_TYPE_CASTS`` for the target.
     joins : set of str
-        mxfp16's joins (:func:`mxfp16.amp.lists.join_operators`), legacy and numpy-only.
+        :func:`mxfp16.amp.lists.join_operators`.
     fallbacks : set of str
-        Operators with no working 16-bit path (:func:`mxfp16.amp.lists.float32_fallbacks`
-        for bfloat16), legacy and numpy-only.
+        Operators with no working 16-bit path (:func:`mxfp16.amp.lists.float32_fallbacks`).
 
     Returns
     -------
@@ -120,8 +115,7 @@ def wrap_numpy_functions(rules, target_dtype, warn=None, float32_rules=None):
     warn : callable, optional
         ``warn(name)``, called at the first use of a float32 fallback.
     float32_rules : dict, optional
-        ``{legacy operator: rule}`` (:func:`mxfp16.amp.lists.float32_rules`), applied to
-        its numpy-mode twin (``_npx_convolution``).
+        :func:`mxfp16.amp.lists.float32_rules`, applied to the numpy-mode twins (``_npx_convolution``).
 
     Returns
     -------

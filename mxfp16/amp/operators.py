@@ -1,10 +1,7 @@
 """Which dtype each operator runs in under mxfp16's bfloat16 lists, and why: the operator views of the AMP table.
 
-The rules behind the layer table (:mod:`mxfp16.amp.table`), operator by
-operator, from MXNet's lists, mxfp16's (:mod:`mxfp16.amp.lists`) and the
-verdicts of ``tools/amp_probe_ops.py``, which ran every operator in float32
-and bfloat16 on a CPU with avx512_bf16. ``mxfp16 info --amp-table`` prints
-:func:`render` after the layer table.
+From MXNet's lists, mxfp16's and the verdicts of ``tools/amp_probe_ops.py``,
+which ran every operator in float32 and bfloat16 on a CPU with avx512_bf16.
 """
 from mxnet.contrib.amp.lists import symbol_bf16
 

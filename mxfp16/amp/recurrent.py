@@ -106,16 +106,13 @@ _UNFUSED = {gluon.rnn.LSTM: LSTM, gluon.rnn.GRU: GRU, gluon.rnn.RNN: RNN}
 def unfuse_rnn(net, steps=None):
     """Compute every ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` layer in ``net`` unfused, in place.
 
-    Each layer keeps its parameters, states and settings (it becomes the
-    subclass of its class in this module), so a checkpoint loads either way.
-    Graphs already built are traced again at the next call.
+    Each layer keeps its parameters, states and settings (a checkpoint loads either way); built graphs are traced again.
 
     Parameters
     ----------
     net : gluon.Block
     steps : int, optional
-        The sequence length, for layers traced inside a larger hybridized
-        network (a layer called on arrays reads it from them).
+        The sequence length, for layers traced inside a larger hybridized network.
 
     Returns
     -------

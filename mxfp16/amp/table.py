@@ -309,9 +309,7 @@ def layer_dtypes(layer, input_dtype="float32"):
 def operator_dtypes(out, internals, types, nodes=None):
     """``[(operator, dtype)]`` for each operator node of graph ``out``, AMP's own casts left out.
 
-    ``internals`` is ``out.get_internals()``, ``types`` its inferred types (None
-    where unknown), ``nodes`` the graph's JSON nodes when the caller has them.
-    A node's first output is read (``conv0_output``, numpy-mode ``concatenate0_out``).
+    ``internals`` is ``out.get_internals()``, ``types`` its inferred types, ``nodes`` the graph's JSON nodes.
     """
     variables = set(out.list_inputs())
     first = {}
@@ -330,8 +328,6 @@ def _cell(rows):
 
 def generate(target="bfloat16"):
     """The Markdown layer table ``mxfp16 info --amp-table`` prints, built in a child process (AMP is process-global).
-
-    For bfloat16 the operator views follow (:func:`mxfp16.amp.operators.render`).
 
     Raises
     ------

@@ -1,12 +1,11 @@
 """The wrappers AMP puts around an operator's function, for every kind of array MXNet has.
 
 Each casts an operator's inputs first: to the target dtype, to float32, or to
-the widest dtype among them. :mod:`mxfp16.amp.lists` and
-:mod:`mxfp16.amp.numpy_mode` use them where ``amp.init``'s own fail or are
-slow, and for numpy mode's functions, which AMP does not wrap. A numpy-mode
-input stays numpy-mode: MXNet's ``amp_cast`` and ``amp_multicast`` are legacy
-operators, so it goes through ``as_nd_ndarray`` and back (the same array, with
-its autograd history).
+the widest dtype among them, where ``amp.init``'s own fail or are slow, and
+for numpy mode's functions, which AMP does not wrap. A numpy-mode input stays
+numpy-mode: MXNet's ``amp_cast`` and ``amp_multicast`` are legacy operators,
+so it goes through ``as_nd_ndarray`` and back (the same array, with its
+autograd history).
 """
 import numpy as np
 

@@ -1,10 +1,7 @@
 """Which dtype every GluonCV classification model computes in under mxfp16's AMP lists, read from its graph.
 
-The "models" view of ``mxfp16 info --amp-table``: every model
-``gluoncv.model_zoo`` registers outside :data:`TASK_MODULES`, built with AMP
-active and traced on a symbol (no weights, no arithmetic: any CPU). MXNet's
-type and shape inference give each operator's dtype and the convolutions'
-and dense layers' work; a graph that does not type-check is a row saying why.
+The "models" view of ``mxfp16 info --amp-table``: each model is built with AMP
+active and traced on a symbol (no weights, no arithmetic: any CPU).
 """
 import json
 
@@ -185,7 +182,7 @@ def render(rows_by_target):
 def generate(targets=("bfloat16", "float16"), names=None):
     """``{target: rows}``: :func:`model_dtypes` of each model (default: all), one process per target, side by side.
 
-    Raises ``RuntimeError`` when a child failed, naming its target and ending with its error output.
+    Raises ``RuntimeError`` when a child failed.
     """
     from concurrent.futures import ThreadPoolExecutor
 

@@ -16,11 +16,10 @@ class ElementwiseDense(gluon.HybridBlock):
     Parameters
     ----------
     units : int
-        Output features.
     in_units : int
-        Input features (needed up front: there is no deferred shape inference).
+        Needed up front: there is no deferred shape inference.
     activation : str, optional
-        An ``Activation`` name applied to the output (``'relu'``, ``'tanh'`` ...).
+        An ``Activation`` name applied to the output.
     """
 
     def __init__(self, units, in_units, activation=None, **kwargs):
@@ -47,7 +46,6 @@ def elementwise_mlp(in_units, hidden, classes, batchnorm=True, prefix=None):
         Width of each hidden layer.
     classes : int
     batchnorm : bool
-        Put a BatchNorm after each hidden layer.
 
     Returns
     -------

@@ -91,8 +91,7 @@ def build_model(name, classes, pretrained=False, ctx=None, in_shape=None, root=N
     ctx : mx.Context or list of mx.Context, optional
     in_shape : tuple of int, optional
         ``(channels, height, width)`` of one image (optional for a zoo model);
-        it gives every parameter its shape at once (a forward pass of zeros),
-        before a trainer, a kvstore or a checkpoint needs it.
+        a forward pass of zeros gives every parameter its shape before a trainer or checkpoint needs it.
     root : str, optional
         gluoncv's model folder (default ``$MXNET_HOME/models`` or ``~/.mxnet/models``).
 

@@ -36,25 +36,21 @@ def mxfp16_command(*args, show=None, env=None, echo=True, timeout=3600):
     *args : str
         The command line after ``mxfp16``, e.g. ``"bench", "--out", folder``.
     show : int or None
-        Print only the last ``show`` non-blank lines of its output (all when
-        ``None``; ``0`` prints none).
+        Print only the last ``show`` non-blank lines of its output (all when ``None``; ``0``: none).
     env : dict or None
         Variables to set for the command, on top of this process's.
     echo : bool
         Print the command line first, as ``$ mxfp16 ...``.
     timeout : float
-        Seconds before the command is stopped.
 
     Returns
     -------
     CommandResult
-        Its standard output, standard error and wall time.
 
     Raises
     ------
     RuntimeError
-        When the command exits with an error: the message holds the exit
-        status and the end of its standard error, so a notebook cell shows why.
+        When the command fails: the message holds the exit status and the end of its standard error.
     """
     args = [str(a) for a in args]
     if echo:

@@ -20,7 +20,6 @@ def recorded_result(relative_path):
     Parameters
     ----------
     relative_path : str
-        For example ``"bench-r50-224-peer/bench.json"``.
 
     Returns
     -------
