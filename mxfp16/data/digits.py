@@ -71,7 +71,6 @@ def digits_dataset(out, test_fraction=0.25, seed=0, overwrite=False):
     Returns
     -------
     Path
-        ``out``.
     """
     if not 0.0 < test_fraction <= 0.9:
         raise DataError(f"test_fraction={test_fraction}: must be above 0 and at most 0.9")

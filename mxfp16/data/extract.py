@@ -62,10 +62,7 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
 
 
 def parse_size(text):
-    """Bytes from ``'2147483648'``, ``'2G'``, ``'500MB'`` or ``'1.5GiB'`` (K, M, G, T are powers of 1024).
-
-    Anything else, or a size below one byte, raises ``ValueError``.
-    """
+    """Bytes from ``'2147483648'``, ``'2G'``, ``'500MB'`` or ``'1.5GiB'`` (powers of 1024); else ``ValueError``."""
     match = _SIZE.fullmatch(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a size; write bytes or a number with K, M, G or T, e.g. 4G")
@@ -88,12 +85,11 @@ class ExtractLimits:
     Attributes
     ----------
     max_bytes : int
-        The extracted total, over every archive of one fetch, each member counted :data:`ENTRY_OVERHEAD` bytes more
-        (default :data:`DEFAULT_MAX_EXTRACT_BYTES`, 2 GiB).
+        The extracted total, over every archive of one fetch, each member counted :data:`ENTRY_OVERHEAD` bytes more.
     max_ratio : float
-        Uncompressed over compressed size, per member larger than 1 MiB (default :data:`DEFAULT_MAX_RATIO`, 100).
+        Uncompressed over compressed size, per member larger than 1 MiB.
     max_members : int
-        Files and folders in one archive (default :data:`DEFAULT_MAX_MEMBERS`, 100,000).
+        Files and folders in one archive.
     """
 
     max_bytes: int = DEFAULT_MAX_EXTRACT_BYTES
@@ -315,9 +311,8 @@ def _extract_tar(archive, writer, limits):
             if member.isdir():
                 writer.folder(writer.target / member.name)
                 continue
-            source = tf.extractfile(member)
-            start = raw.tell()
-            with source:
+            start = raw.tell()  # extractfile reads nothing
+            with tf.extractfile(member) as source:
                 writer.member(member.name, source, member.size, lambda start=start: raw.tell() - start)
 
 
@@ -359,7 +354,6 @@ def safe_extract(archive, target, limits=None, already=0):
     ----------
     archive, target : str or Path
     limits : ExtractLimits, optional
-        Default: 2 GiB in total, ratio 100 per member.
     already : int
         Bytes already extracted from other archives of the same data set (the outer zip of a zip holding a tar.gz);
         they count toward ``limits.max_bytes``.
@@ -395,9 +389,8 @@ def safe_extract(archive, target, limits=None, already=0):
 def archive_problem(path, limits=None):
     """Why ``path`` is not a readable zip or tar archive, or ``None``; writes nothing.
 
-    Every member is read to the end as :func:`safe_extract` would (CRCs of a zip, the whole stream of a compressed
-    tar), within ``limits``: an archive that is unsafe or past the limits is not *damaged* and gets ``None`` here;
-    :func:`safe_extract` then refuses it with the reason.
+    Every member is read to the end (CRCs of a zip, the whole stream of a compressed tar), within ``limits``: an
+    archive that is unsafe or past the limits is not *damaged* and gets ``None``; :func:`safe_extract` refuses it.
     """
     limits = ExtractLimits() if limits is None else limits
     try:

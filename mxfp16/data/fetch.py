@@ -58,10 +58,7 @@ def _copy_with_progress(reader, writer, total, initial, label, progress):
 
 
 def _set_aside(path, why, name=None):
-    """Rename ``path`` to ``<name>.<why>`` beside it (``name``: its own) so it is never reused; return the new path.
-
-    An older file set aside for the same reason is replaced.
-    """
+    """Rename ``path`` to ``<name>.<why>`` beside it (``name``: its own) so it is never reused; return the new path."""
     aside = path.with_name(f"{name or path.name}.{why}")
     os.replace(path, aside)
     return aside

@@ -1,10 +1,7 @@
 """Where the documented Caltech-101 sequence puts each stage, and what to do with a folder that is not a split.
 
-The sequence is the code block of ``docs/data.md`` ("Caltech-101"), and :func:`caltech101_commands` gives it with the
-folders under any root. The folder names live here and nowhere else in the code: ``fetch`` prints
-:func:`caltech101_commands` as its next steps, and the loaders ask :func:`split_problem` / :func:`pack_problem` for an
-error that names the command which turns what they were given into what they need. ``tests/test_caltech_path.py``
-checks that every mention of these folders agrees with :func:`caltech101_paths`.
+The sequence is the code block of ``docs/data.md`` ("Caltech-101"); :func:`caltech101_commands` gives it under any
+root. The folder names live here and nowhere else in the code (``tests/test_caltech_path.py`` checks every mention).
 """
 import shlex
 from collections import namedtuple
@@ -51,7 +48,6 @@ def caltech101_paths(root="data"):
     Returns
     -------
     Caltech101Paths
-        ``fetched``, ``images``, ``split`` and ``pack``, each a :class:`~pathlib.Path`.
     """
     root = Path(root)
     return Caltech101Paths(root / FETCHED, root / FETCHED / IMAGES, root / SPLIT, root.joinpath(*PACK))

@@ -33,9 +33,8 @@ STD_RGB = (0.229, 0.224, 0.225)
 def read_image(path):
     """Decode an image file as uint8 HWC RGB, whatever bytes its name holds.
 
-    The file is read by Python and decoded from memory (``mx.image.imdecode``): ``mx.image.imread`` hands the name to
-    C++ as UTF-8, which fails on a POSIX name that is not UTF-8 (Python keeps such bytes as lone surrogates) and so
-    could not read every file the scan accepts. ``OSError``: the file cannot be read; ``mxnet.base.MXNetError``: the
+    The file is read by Python and decoded from memory: ``mx.image.imread`` hands the name to C++ as UTF-8, which
+    fails on a POSIX name that is not UTF-8. ``OSError``: the file cannot be read; ``mxnet.base.MXNetError``: the
     bytes do not decode.
     """
     return mx.image.imdecode(Path(path).read_bytes(), flag=1)
@@ -123,7 +122,7 @@ class Loaders:
     num_test : int
     batch_size : int
     train_batches_per_epoch : int
-        ``ceil(num_train / batch_size)`` (the last partial batch is kept).
+        The last partial batch counts.
     skipped : list of (str, str)
         ``(path, reason)`` of files left out by the scan (folder pipeline).
     pipeline : str
@@ -415,8 +414,7 @@ def make_loaders(source, image_size=224, batch_size=32, workers=0, pipeline="fol
     shard : (int, int)
         ``(rank, num_workers)``: read only this worker's share of the training data.
     augment : str
-        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES` (``auto``:
-        :func:`~mxfp16.data.augment.resolve_augment`; the loaders' ``augment.name`` says what it chose).
+        One of :data:`~mxfp16.data.augment.AUGMENT_CHOICES`; the loaders' ``augment.name`` says what ``auto`` chose.
     min_crop_area : float, optional
         Smallest area of the random resized crop, as a share of the image (``None``: the manifest's, else 0.08).
 

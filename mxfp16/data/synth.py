@@ -169,7 +169,6 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     Returns
     -------
     Path
-        ``out``.
     """
     if not 1 <= classes <= len(SHAPES):
         raise DataError(f"--classes {classes}: the synthetic set has 1 to {len(SHAPES)} classes ({', '.join(SHAPES)}).")
@@ -229,7 +228,6 @@ def demo_dataset(root="data"):
     Returns
     -------
     Path
-        ``<root>/demo``, with ``train/<class>/*.jpg``, ``test/<class>/*.jpg`` and ``manifest.json``.
     """
     # The workers of one job start together: one makes the set, the others wait for it and reuse it.
     return _synth(demo_path(root), _expected_manifest(**DEMO_SETTINGS), QUALITY, overwrite=True, wait=DEMO_WAIT)

@@ -121,11 +121,10 @@ def _group_alive(pgid, table=None):
     if table is not None:
         return any(group == pgid and not zombie for _, _, group, zombie in table)
     try:
-        os.killpg(pgid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process: alive
+            os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -154,11 +153,7 @@ class _EarlyExit:
         self._told = False
 
     def check(self, procs, grace, stall, log):
-        """The message that stops the job, or ``None`` while it may go on.
-
-        ``procs`` are the job's ``(slot, Popen)`` pairs (polled), ``stall``
-        the heartbeat :class:`~mxfp16.distributed.heartbeat.Watch` or ``None``.
-        """
+        """The message that stops the job, or ``None``; ``procs``: ``(slot, Popen)`` pairs, ``stall``: a ``Watch``."""
         running = [slot.name for slot, proc in procs if slot.role == "worker" and proc.returncode is None]
         if not running:
             return None  # the workers are done: servers and the scheduler follow (watch gives them grace)
@@ -194,8 +189,7 @@ class _Job:
     def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False, stall=0):
         self.slots, self.grace, self.stdout, self.stderr = list(slots), float(grace), stdout, stderr
         self.env = dict(os.environ if env is None else env)
-        # Python buffers a pipe's output in blocks: lines would come late, and
-        # be lost when the process is stopped. Unless the user chose otherwise.
+        # Python buffers a pipe's output in blocks: lines would come late, and be lost when the process is stopped.
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
         outer = self.env.get(JOB_VARIABLE)
@@ -208,7 +202,6 @@ class _Job:
         self.procs, self.pumps = [], []  # procs: (slot, Popen)
         self._lock, self._signal = threading.Lock(), None
 
-    # -- starting ---------------------------------------------------------
     def start(self):
         width = max(len(s.name) for s in self.slots)
         # preexec_fn can deadlock the child when other threads exist, so it is only used in a single-threaded launcher
@@ -231,12 +224,11 @@ class _Job:
                 pump.start()
                 self.pumps.append(pump)
 
-    # -- watching ---------------------------------------------------------
     def _on_signal(self, signum, frame):
         self._signal = signum
 
     def watch(self, timeout):
-        """Wait until the job ends; return (reason, returncode, failed, message)."""
+        """Wait until the job ends; return ``(reason, returncode, failed, message)``."""
         deadline = None if not timeout else time.monotonic() + float(timeout)
         workers_done_at = None
         stall_checked = time.monotonic()
@@ -272,7 +264,6 @@ class _Job:
                     return "stalled", _TIMEOUT_STATUS, None, stalled
             time.sleep(_POLL)
 
-    # -- stopping ---------------------------------------------------------
     def _strays(self, table=None):
         """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
 
@@ -287,10 +278,8 @@ class _Job:
                 and ((self.adopt_orphans and ppid == me and pgid != os.getpgrp()) or _in_job(pid, self.token))]
 
     def _poll_all(self):
-        """Update every Popen's status, and reap dead adopted orphans so no zombie is left behind.
-
-        Only those orphans: ``waitpid(-1)`` could take a Popen child's status from under it.
-        """
+        """Update every Popen's status, and reap dead adopted orphans (only those: ``waitpid(-1)`` could take a Popen
+        child's status from under it)."""
         for _, proc in self.procs:
             proc.poll()
         if self.adopt_orphans:
@@ -356,8 +345,7 @@ def launch(slots, timeout=None, grace=DEFAULT_GRACE, stdout=None, stderr=None, e
     Parameters
     ----------
     slots : list of Slot
-        From :func:`mxfp16.distributed.plan.local_plan`, or ``host_plan``'s with
-        :func:`~mxfp16.distributed.plan.ssh_argv` as their argv.
+        From :func:`mxfp16.distributed.plan.local_plan` or ``host_plan`` (with ``ssh_argv``).
     timeout : float, optional
         Seconds before the job is stopped (status 124); ``None`` or 0: never.
     stall : float

@@ -1,8 +1,7 @@
 """Who runs where: the processes of a parameter-server job and their environment.
 
 MXNet's distributed kvstore (ps-lite) needs one scheduler, S servers and W workers, each told its part by ``DMLC_*``
-environment variables (listed in docs/distributed.md). This module only plans: it builds :class:`Slot` objects, reads
-hostfiles and formats the per-host commands. :mod:`mxfp16.distributed.launcher` runs them.
+environment variables (listed in docs/distributed.md). :mod:`mxfp16.distributed.launcher` runs what is planned here.
 """
 import dataclasses
 import errno

@@ -1,10 +1,9 @@
 """Keep the workers of a kvstore job in step: who they are, the same start, the same statistics.
 
-:func:`open_kvstore` creates a dist kvstore, which tells a worker its rank. :func:`sync_parameters` broadcasts rank
-0's parameters before training and waits for it: Gluon's own broadcast comes after the first backward pass and, with
-``update_on_kvstore=False``, unordered against the first gradient push (docs/distributed.md, "Starting from the same
-parameters", says what that did here). :func:`average_aux_states` averages the BatchNorm running statistics, which
-nothing else keeps in step.
+:func:`sync_parameters` broadcasts rank 0's parameters before training and waits for it: Gluon's own broadcast comes
+after the first backward pass and, with ``update_on_kvstore=False``, unordered against the first gradient push
+(docs/distributed.md, "Starting from the same parameters", says what that did here). :func:`average_aux_states`
+averages the BatchNorm running statistics, which nothing else keeps in step.
 """
 import os
 
@@ -99,8 +98,8 @@ class StopVote:
     """Workers agree on whether to stop: any worker that wants to stop stops them all at the same step.
 
     A signal reaches every worker of a job at slightly different moments; a worker that stopped one step before the
-    others would leave them waiting forever for its gradients. :meth:`agree` sums one number over the workers (a kvstore
-    ``pushpull``, the same call on every worker), so the decision is taken together, at a step every worker reaches.
+    others would leave them waiting forever for its gradients. :meth:`agree` sums one number over the workers, so the
+    decision is taken together, at a step every worker reaches.
 
     Parameters
     ----------

@@ -24,7 +24,6 @@ class GuardedStdout:
     Parameters
     ----------
     stream : text stream
-        The standard output to guard.
 
     Attributes
     ----------

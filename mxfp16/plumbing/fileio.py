@@ -1,10 +1,8 @@
 """JSON files, written atomically and read back with every check a hand-edited or hostile file needs; file digests.
 
 Every JSON file mxfp16 reads back (a run's config, summary and metrics, checkpoint records, export.json,
-manifests) goes through :func:`read_json` / :func:`read_jsonl`, which refuse, naming the file: more than
-:data:`MAX_JSON_BYTES`, nesting deeper than :data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` or numbers that
-overflow a float, another top-level type, or a field of the wrong type. Writing goes through
-:func:`mxfp16.plumbing.output.atomic_write`: a file is the old version or the whole new one.
+manifests) goes through :func:`read_json` / :func:`read_jsonl`; writing goes through
+:func:`mxfp16.plumbing.output.atomic_write`.
 """
 import hashlib
 import json

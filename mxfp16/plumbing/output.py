@@ -1,11 +1,6 @@
 """What a command writes: one writer at a time, published whole, never over an input, its errors in one line.
 
 docs/getting-started.md ("What mxfp16 writes") gives the rule every writing command follows (:class:`Output`).
-Below it: files written atomically (:func:`atomic_write`, :func:`atomic_path`: a temporary name beside the file,
-flushed, then renamed over it), :class:`PathLock` (``flock(2)`` on ``.NAME.lock`` beside a path, links resolved;
-exclusive for a writer, shared for a reader; refused at once, naming the holder), :func:`describe_os_error` (an
-``OSError`` as one line naming the path and the fix) and :func:`naming` (an error that names no file, a full disk
-in ``write``, given the output it was written for).
 """
 import contextlib
 import datetime
@@ -69,7 +64,6 @@ def _name_max(folder):
         return NAME_MAX
 
 
-# ---- atomic files --------------------------------------------------------------------------------------------
 def temporary_prefix(path, suffix=".tmp"):
     """The prefix ``.<name>.`` of a temporary name beside ``path``, ``<name>`` cut (never mid-character) so that
     the prefix, ``mkstemp``'s 8 random characters and ``suffix`` fit in one name of the file system."""
@@ -125,7 +119,6 @@ def atomic_write(path, mode="w", encoding="utf-8", errors="strict"):
             yield handle
 
 
-# ---- OS errors as one line -----------------------------------------------------------------------------------
 #: The errors a write meets that belong to the disk written to, whatever call raised them.
 _DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
 
@@ -212,7 +205,6 @@ def error_line(err):
     return lines[-1].strip() if lines else type(err).__name__
 
 
-# ---- the checks before any work ------------------------------------------------------------------------------
 def check_output_folder(out, inputs, flag="--out"):
     """Refuse (:class:`OutputFolderError`) an ``out`` that is, contains, or sits inside one of ``inputs``
     (``(what it is, path or None)`` pairs), links resolved on both sides: nothing written or replaced is an input."""
@@ -259,7 +251,6 @@ def check_output_path(path, flag="--out", kind="folder"):
                                 "(permissions, or a read-only file system); choose a folder you can write to")
 
 
-# ---- publishing ----------------------------------------------------------------------------------------------
 def rename_noreplace(source, target):
     """Move the file or folder ``source`` to ``target``, or raise ``FileExistsError`` when something is there.
 
@@ -293,7 +284,6 @@ def _remove(path):
             path.unlink()
 
 
-# ---- the lock ------------------------------------------------------------------------------------------------
 def lock_file(path):
     """The lock file of ``path``: ``.NAME.lock`` beside it, its links resolved; a name too long for the file
     system keeps its start and a digest of the whole, so the lock stays one per path."""
@@ -327,7 +317,7 @@ class PathLock:
     path : str or Path
         What is locked (it need not exist); a writer creates its folder when missing.
     doing : str
-        What the holder does, for the message another command gets (``'training'``).
+        For the message another command gets (``'training'``).
     exclusive : bool
     flag : str, optional
         How the user named ``path`` (``'--out'``), for the message.
@@ -445,7 +435,6 @@ def read_lock(path, doing, flag=None):
     return lock
 
 
-# ---- the output ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Contents:
     """What a command writes: ``what`` it is (``'an export'``), the ``names`` it writes (``fnmatch`` patterns of a
@@ -467,15 +456,14 @@ class Contents:
 class Output:
     """One output of a command: written by one process at a time, published whole, never over anything unasked.
 
-    docs/getting-started.md ("What mxfp16 writes") gives the rule. After :meth:`open` the command writes into
-    :meth:`stage` and :meth:`publish` moves that into place; closing removes what was not published and releases
-    the lock, and an ``OSError`` raised in the ``with`` block names the output.
+    After :meth:`open` the command writes into :meth:`stage` and :meth:`publish` moves that into place; closing
+    removes what was not published and releases the lock, and an ``OSError`` raised in the ``with`` block names it.
 
     Parameters
     ----------
     path : str or Path
     doing : str
-        What the command does, for the message a second command gets (``'exporting runs/a'``).
+        For the message a second command gets (``'exporting runs/a'``).
     kind : {'folder', 'file', 'prefix'}
         A prefix's output is the files whose names start with it (``contents.names``).
     overwrite : bool
@@ -484,16 +472,15 @@ class Output:
     flag : str
         How the user named the output (``'--out'``).
     contents : Contents, optional
-        What the command writes (required for a prefix); ``overwrite`` refuses a folder holding anything else.
+        Required for a prefix; ``overwrite`` refuses a folder holding anything else.
     reuse : callable, optional
-        ``reuse(path) -> bool``: an existing output that is exactly the one asked for is kept as it is.
+        ``reuse(path) -> bool``: an existing output that is exactly the one asked for is kept.
     refusal : str or callable, optional
         What to do about an existing output; a callable is given the path, under the lock.
     in_place : bool
-        The command writes into the output where it is (a training run) and decides itself what an existing
-        one means: no reuse, refusal or publishing.
+        The command writes into the output where it is (a training run): no reuse, refusal or publishing.
     wait : float
-        With ``reuse``: seconds to wait for a command writing it (a job's workers making the demo set) before refusing.
+        With ``reuse``: seconds to wait for a command writing it (a job's workers making the demo set).
     """
 
     def __init__(self, path, doing, kind="folder", overwrite=False, inputs=(), flag="--out", contents=None,

@@ -5,9 +5,7 @@
     from mxfp16.train import TrainConfig, train
     summary = train(TrainConfig(precision="float32", out="runs/f32", epochs=3))
 
-The pieces, bottom up: ``config`` (the settings and their flags), ``progress``, ``loop`` (the epoch loop),
-``callbacks``, ``checkpoint``, ``outputs`` (the run folder's files), ``run`` (set-up and the epochs) and
-``compare`` (finished runs side by side). See ``docs/training.md``.
+See ``docs/training.md``.
 """
 from .._lazy import exports
 

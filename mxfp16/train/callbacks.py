@@ -93,10 +93,7 @@ class StopOnSignal(Callback):
 
 
 class AgreedStop(Callback):
-    """Stop a job's workers together: each read of the loop's numbers is also a vote (see ``StopVote``).
-
-    ``signals`` (a :class:`StopOnSignal`) holds this worker's own request.
-    """
+    """Stop a job's workers together: each read of the loop's numbers is a vote (``StopVote``) on ``signals``'."""
 
     def __init__(self, signals, vote):
         self.signals, self.vote, self.agreed = signals, vote, False
@@ -125,8 +122,6 @@ class TensorBoard(Callback):
     """The run's numbers as TensorBoard events (:class:`~mxfp16.diagnostics.tensorboard.TensorBoardLogger`).
 
     It reads nothing from the device in a step: it logs at each read of the queued numbers and after each epoch.
-
-    ``workers``: the job's workers, whom images/s counts.
     """
 
     def __init__(self, logger, parts, workers=1):

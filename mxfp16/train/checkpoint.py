@@ -174,17 +174,15 @@ def params_file(out, epoch=None, verify=True):
 def copy_params(out, into, epoch=None, attempts=5):
     """Copy a checkpoint's parameters into the folder ``into``, checked against its record; safe while it trains.
 
-    The file is opened, then read once and hashed as it is copied: pruning it meanwhile removes only its name.
-    One pruned before it was opened is looked up again.
+    The file is hashed as it is copied: pruning it meanwhile removes only its name; one pruned before it was opened
+    is looked up again.
 
     Parameters
     ----------
     out : str or Path
-        The run folder.
     into : str or Path
         An existing folder for the copy.
     epoch : int, optional
-        As :func:`params_file`.
     attempts : int
 
     Returns
@@ -211,7 +209,6 @@ def copy_params(out, into, epoch=None, attempts=5):
                           "export it when it has finished, or with --keep-checkpoints above 1")
 
 
-# ---- optimizer states as arrays + a JSON structure ------------------------------------------------
 def _flatten(state, key, arrays):
     if state is None:
         return None
@@ -244,7 +241,6 @@ def write_checkpoint(out, parts, progress, fingerprint, config_digest=None, keep
     Parameters
     ----------
     out : str or Path
-        The run folder.
     parts : mxfp16.train.parts.Parts
         The network, trainer (``update_on_kvstore=False``) and loss scaler to save.
     progress : Progress
@@ -337,9 +333,8 @@ def _prune(folder, keep):
 def restore_missing_record(out):
     """Write the current checkpoint's own record from ``latest.json`` when only that copy is left.
 
-    When the files ``latest.json`` lists match their sha256 the checkpoint is intact: its record is written back,
-    so neither the clean-up at start-up nor the next pruning mistakes its files for leftovers. Returns the record
-    written, or ``None`` (nothing missing, or the files do not match).
+    Only when its files match their sha256; then neither the clean-up at start-up nor pruning takes them for
+    leftovers. Returns the record's path, or ``None``.
     """
     folder = _folder(out)
     try:
@@ -433,11 +428,8 @@ def _mismatch(folder, differences):
 
 
 def check_known_settings(out, settings):
-    """Refuse a resume whose settings differ from the newest checkpoint's, before anything is built.
-
-    The fields a command line fixes are compared with ``latest.json``'s, so a wrong flag is refused before the data
-    is read and ``auto`` times the network; :func:`load_checkpoint` compares the whole fingerprint later. An
-    unreadable record is left to it (it falls back to older checkpoints).
+    """Refuse a resume whose settings differ from the newest checkpoint's, before the data is read and ``auto``
+    times the network; :func:`load_checkpoint` compares the whole fingerprint later, and handles an unreadable record.
 
     Parameters
     ----------

@@ -1,8 +1,7 @@
 """Compare finished training runs: accuracy, loss and speed of float32 against mixed precision.
 
-A run directory is what ``mxfp16 train --out DIR`` writes (:mod:`mxfp16.train.outputs`). Every number a
-comparison uses is checked when the run is read (:data:`RANGES`): a NaN, an infinity or a value outside its range
-refuses the run, naming the file and the field, instead of printing ``nan`` or a 300-digit number.
+Every number a comparison uses is checked when the run is read (:data:`RANGES`): a NaN, an infinity or a value
+outside its range refuses the run, naming the file and the field, instead of printing ``nan`` or a 300-digit number.
 """
 import itertools
 import math

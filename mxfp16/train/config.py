@@ -77,7 +77,6 @@ def default_text(name):
 class TrainConfig:
     """Everything one training run needs. ``None`` means "from the profile"; each field's ``help`` documents it."""
 
-    # data
     data_dir: str = _option(None, "data", "folder with train/ and test/ class folders, or a RecordIO prefix with "
                                           f"--pipeline recordio; for Caltech-101 {_CALTECH.split} or "
                                           f"{_CALTECH.pack}, not the download {_CALTECH.fetched} (`mxfp16 data "
@@ -98,12 +97,10 @@ class TrainConfig:
                                            "change the class of. auto: what the data set's manifest asks for, else "
                                            "light below 64 px and imagenet from 64 px (config.json records the "
                                            "choice as resolved_augment)", choices=AUGMENT_CHOICES)
-    # model
     model: str = _option(None, "model", "any gluoncv classification model, e.g. resnet50_v2, resnet50_v1d, "
                                         "cifar_resnet20_v1, or elementwise-mlp (float16 on CPU)")
     pretrained: bool = _option(False, "model", "fine-tune from gluoncv ImageNet weights already on this machine; "
                                                "nothing is downloaded", default_text="off, train from scratch")
-    # precision
     precision: str = _option("auto", "precision", "float32, float16 (GPU), amp-float16 (GPU), amp-bfloat16 (CPU "
                                                   "with AVX-512), or auto: float16 on GPUs; on a CPU with native "
                                                   "bfloat16 the faster of float32 and amp-bfloat16 for this model, "
@@ -120,7 +117,6 @@ class TrainConfig:
     clip_grad_norm: float = _option(None, "precision", "clip the global gradient norm to this value",
                                     default_text="no clipping")
     allow_cpu_float16: bool = _option(False, "precision", "allow float16 on a CPU, for --model elementwise-mlp only")
-    # optimisation
     optimizer: str = _option(None, "optimisation", "any MXNet optimizer name")
     lr: float = _option(None, "optimisation", "peak learning rate for the whole batch (a tenth of the profile's "
                                               "with --pretrained)")
@@ -136,7 +132,6 @@ class TrainConfig:
     label_smoothing: float = _option(0.0, "optimisation", "label smoothing epsilon")
     epochs: int = _option(None, "optimisation", "epochs")
     batch_size: int = _option(None, "optimisation", "images per step on each worker, split across devices")
-    # run
     ctx: str = _option("auto", "run", CTX_HELP + " (a list splits each batch)")
     threads: int = _option(None, "run", THREADS_HELP, metavar="N", default_text=THREADS_DEFAULT)
     kvstore: str = _option("device", "run", "Gluon kvstore, passed through; dist_* under `mxfp16 launch`",
@@ -286,7 +281,6 @@ class TrainConfig:
                  f"{flag}: epoch {steps[0]} falls within the {self.warmup_epochs} warm-up epochs (--warmup-epochs), "
                  "where the rate climbs and cannot drop; list epochs from the end of the warm-up on, or shorten it")
 
-    # ---- resuming ------------------------------------------------------
     def check_resume_pair(self):
         """Refuse ``resume`` with ``overwrite``: one continues the run in ``out``, the other replaces it."""
         if self.resume and self.overwrite:
@@ -333,7 +327,6 @@ class TrainConfig:
             resumed.step_epochs = None  # the run's step epochs belong to its step schedule, now left
         return resumed, changes
 
-    # ---- JSON ----------------------------------------------------------
     def to_dict(self):
         """Plain JSON-ready values (tuples become lists)."""
         out = asdict(self)

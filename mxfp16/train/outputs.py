@@ -59,7 +59,7 @@ class RunOutputs:
         self.join(rank, distributed)
 
     def join(self, rank, distributed):
-        """Set this worker's place in the job, known once the kvstore is open (rank 0 writes the shared files)."""
+        """Set this worker's place in the job, known once the kvstore is open."""
         self.rank, self.distributed, self.is_writer = rank, distributed, rank == 0
 
     def has_run(self):

@@ -1,11 +1,9 @@
 """Accuracy parity over several seeds: is the gap between two precisions bigger than the noise?
 
-:func:`parity` takes several finished runs per side (``a``, usually float32; ``b``, usually mixed precision) and
-reports each side's mean final top-1, seed-to-seed spread and img/s; then the gap (``b`` minus ``a``), its Welch's
-t-interval and, when both sides ran the same seeds, the paired interval over per-seed differences. The gap
-*exceeds the noise* when its interval excludes 0 and it is larger than the larger side's sd. :func:`check_groups`
-refuses runs that are not seeds of one experiment; :func:`seeds_needed` says how many seeds per side would narrow
-the interval to ``+-resolve`` points.
+:func:`parity` reports each side's (``a``, usually float32; ``b``, mixed precision) mean final top-1, seed-to-seed
+spread and img/s; then the gap (``b`` minus ``a``), its Welch's t-interval and, when both sides ran the same seeds,
+the paired interval over per-seed differences. The gap
+*exceeds the noise* when its interval excludes 0 and it is larger than the larger side's sd.
 """
 import glob
 import json

@@ -132,11 +132,10 @@ def build_parts(spec, mixed, lr_scheduler=None, kvstore="device", update_on_kvst
     lr_scheduler : mx.lr_scheduler.LRScheduler, optional
         E.g. :func:`mxfp16.optim.lr_schedule`; a constant rate without one.
     kvstore : str or mx.kv.KVStore
-        Passed to the trainer.
     update_on_kvstore : bool or None
         Gluon's default when ``None`` (forced off when the loss scaler is on).
     compression_params : dict, optional
-        Gradient compression for the kvstore (see :func:`mxfp16.optim.check_compression`).
+        See :func:`mxfp16.optim.check_compression`.
 
     Returns
     -------

@@ -1,7 +1,6 @@
 """Where a run stands: one object the epoch loop advances and the checkpoint saves whole.
 
-``epoch`` counts the epochs finished (the 0-based index of the one in progress), ``batch`` the batches finished in
-it. Only the checkpoint tag (:meth:`Progress.tag`) and the log count epochs from 1.
+Only the checkpoint tag (:meth:`Progress.tag`) and the log count epochs from 1.
 """
 from dataclasses import asdict, dataclass, field, fields
 
@@ -60,7 +59,6 @@ class Progress:
     peak_memory_mb: float = 0.0
     metrics: list = field(default_factory=list)
 
-    # ---- advancing ------------------------------------------------------
     def step_taken(self):
         """Count one step of the epoch in progress (its numbers arrive later, with :meth:`add_read`)."""
         self.global_step += 1
@@ -95,7 +93,6 @@ class Progress:
             return f"epoch-{self.epoch + 1:04d}-batch-{self.batch:05d}"
         return f"epoch-{self.epoch:04d}"
 
-    # ---- checkpoint -----------------------------------------------------
     def state_dict(self):
         """Plain JSON-ready values."""
         return asdict(self)

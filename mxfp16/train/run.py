@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import warnings
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -68,14 +69,11 @@ class Run:
     Attributes
     ----------
     config : TrainConfig
-        Resolved.
     loaders : mxfp16.data.Loaders
         Or anything with ``train_batches(epoch, start_batch)``, ``test_batches()``, ``classes``, ``num_train``,
         ``num_test`` and ``skipped``.
-    source : str
-        Where the data came from (for the log and config.json).
-    profile_fields : set of str
-        Fields the profile filled in (for the log).
+    source, profile_fields : str, set of str
+        Where the data came from and the fields the profile filled in (for the log and config.json).
     log : callable
         Receives each log line (rank 0 only).
     lock, data_lock : mxfp16.plumbing.output.Output, PathLock or None
@@ -150,7 +148,7 @@ def prepare(config, log=None, given=None, command=None):
         With ``resume``: the fields the user set for this invocation (the command line's flags); by default those
         that differ from their defaults. The rest come from the run's ``config.json``.
     command : str, optional
-        The command line that started this invocation, recorded in ``config.json`` (how to reproduce the run).
+        Recorded in ``config.json`` (how to reproduce the run).
 
     Returns
     -------
@@ -212,8 +210,7 @@ def _check_settings(config, given, log):
             if ckpt.read_record(config.out) is None:
                 raise ckpt.CheckpointError(f"--resume: {config.out} holds no run (no config.json); run without "
                                            "--resume to start one, or point --out at the run to continue")
-            # Its checkpoints are intact: continue with the flags given now. The checkpoint's fingerprint
-            # (model, precision, image size, classes, batch size, parameters) refuses flags of another run.
+            # Its checkpoints are intact: continue with the flags given now; the checkpoint refuses another run's.
             log(f"resume: {config.out}/config.json is missing; continuing with the settings of this command line "
                 "(the checkpoint refuses them if they are not the run's own) and writing config.json anew")
         else:
@@ -414,8 +411,6 @@ def _check_same_data(saved, now, source, accept, log):
 
 def restore(run, changes=None):
     """Load the newest intact checkpoint into the run's parts and progress; rewrite ``metrics.jsonl`` from it."""
-    import warnings
-
     config = run.config
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -2,7 +2,7 @@
 
 Each precision that runs here (:func:`plan`) trains :func:`mxfp16.models.small_convnet` for a few steps through
 :class:`~mxfp16.MixedPrecision`, each run in its own process (AMP patches MXNet for the life of a process), beside a
-float32 control from the same initial weights and batches; :func:`verdict` says whether it passes. What it trains,
+float32 control from the same initial weights and batches, and :func:`verdict` judges it. What it trains,
 the pass rule, the controls of skipped steps and the measured tolerances: docs/gpu.md, "mxfp16 selftest".
 """
 import os
@@ -149,9 +149,6 @@ def run_in_subprocess(spec, timeout=None, env=None):
     return record or {"status": "failed", "reason": problem, "precision": spec.precision, "ctx": spec.ctx}
 
 
-# --------------------------------------------------------------------------
-# The parent: plan, run, compare, report
-# --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Planned:
     """A precision this machine can or cannot check, and where."""
