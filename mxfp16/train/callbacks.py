@@ -93,7 +93,7 @@ class StopOnSignal(Callback):
 
 
 class AgreedStop(Callback):
-    """Stop a job's workers together: each read of the loop's numbers is a vote (``StopVote``) on ``signals``'."""
+    """Stop a job's workers together: each read of the loop's numbers votes (``StopVote``) with ``signals``' request."""
 
     def __init__(self, signals, vote):
         self.signals, self.vote, self.agreed = signals, vote, False
