@@ -113,10 +113,8 @@ def summarise(lines, steps=1):
     -------
     dict
         ``ms_per_step`` (oneDNN's summed time), ``calls_per_step``, ``percent`` and ``ms_per_step_by_class`` (every
-        class of :data:`CLASSES`; the shares sum to 100 when any time was read), ``passes`` (per pass:
-        ``ms_per_step``, ``percent_of_total`` and ``percent``, the classes' shares within that pass) and ``top`` (the 8
-        largest groups of primitive, implementation, pass and dtype, each with its ``class``, ``ms_per_step``,
-        ``calls_per_step`` and ``percent``).
+        class of :data:`CLASSES`), ``passes`` (the classes' shares within each pass) and ``top`` (the 8 largest groups
+        of primitive, implementation, pass and dtype).
     """
     lines = list(lines)
     execs = lines if all(isinstance(x, ExecLine) for x in lines) else exec_lines(lines)

@@ -36,8 +36,8 @@ class Family:
     batch_size : int
         The batch its example trains with (``--batch-sizes`` by default).
     options : dict
-        Every size the layers take, with its documented value; the language models' ``unfused_bf16=1`` computes
-        their recurrent layers unfused in the amp-bfloat16 rows (:func:`mxfp16.bench.family_steps.family_step`).
+        Every size the layers take, with its documented value (``unfused_bf16``: see
+        :func:`mxfp16.bench.family_steps.family_step`).
     optimizer, optimizer_params
         An MXNet optimizer name (the peer uses the same algorithm) and its settings in MXNet's names.
     clip_grad_norm : float or None
@@ -110,8 +110,7 @@ def resolve_options(name, given=None):
     Raises
     ------
     FamilyError
-        ``name`` is no family, an option it does not have, a value that is not a positive number of the option's
-        kind, or a dropout outside [0, 1).
+        An unknown family or option, or a value out of its range.
     """
     if (fam := FAMILIES.get(name)) is None:
         raise FamilyError(f"--model-option applies to {', '.join(FAMILIES)}, not {name!r}")

@@ -25,8 +25,7 @@ def build_networks(name, options, ctx=None):
     Parameters
     ----------
     name, options : str, dict
-        A family name (:data:`mxfp16.bench.families.FAMILIES`) and its sizes
-        (:func:`mxfp16.bench.families.resolve_options`).
+        A family name and its resolved sizes.
     ctx : mx.Context or list of mx.Context, optional
 
     Returns
@@ -37,8 +36,7 @@ def build_networks(name, options, ctx=None):
     Raises
     ------
     ValueError
-        Sizes the layers cannot take (tied weights of two widths, units not a multiple of heads, sequences longer than
-        the position table).
+        Sizes the layers cannot take (:mod:`mxfp16.bench.networks` says which).
     """
     o = options
     first = (ctx[0] if isinstance(ctx, (list, tuple)) else ctx) or mx.current_context()
@@ -71,9 +69,8 @@ def synthetic_batch(name, options, batch_size, seed=0):
     Returns
     -------
     tuple
-        Language models: int32 ids ``(batch, seq_len)`` and the next id at each position; the encoder: ids and one
-        int32 class per sequence; the GAN: real images ``(batch, 3, 64, 64)`` in [-1, 1] and the labels
-        ``(ones, zeros)`` of the real and the generated batch.
+        Language models: int32 ids ``(batch, seq_len)`` and the next ids; the encoder: ids and a class per sequence;
+        the GAN: real images in [-1, 1] and the labels ``(ones, zeros)`` of the real and the generated batch.
     """
     rng = np.random.RandomState(seed)
     if FAMILIES[name].unit == TOKENS:
@@ -96,8 +93,7 @@ def family_step(spec, mixed, batches, nets=None):
     batches : object
         ``next()`` gives :func:`synthetic_batch`'s batch.
     nets : dict, optional
-        The networks :func:`build_networks` returns, on ``mixed.ctx``; by default built here, after seeding MXNet,
-        numpy and ``random`` with ``spec.seed``.
+        The networks :func:`build_networks` returns, on ``mixed.ctx``; by default built here, seeded with ``spec.seed``.
 
     Notes
     -----

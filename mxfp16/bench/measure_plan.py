@@ -41,10 +41,10 @@ CENSUS_KEPT = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reor
 @dataclass(frozen=True)
 class Measured:
     """One model of the table: its ``--model`` name, its ``weight`` (share of the budget against the others'), an
-    image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick`` (by
-    default an image classifier's: 32 px, batch 2), the module it ``needs`` (MobileNet v2: gluoncv's zoo only), and
-    the ``route`` flags of a second run of a model by another route, with the ``label`` its row is named by, and
-    whether ``auto`` is timed beside float32 and amp-bfloat16 (a route's run leaves it to the model's own)."""
+    image classifier's ``image_size`` and ``batch_size``, the ``quick`` flags that make it tiny for ``--quick``, the
+    module it ``needs`` (MobileNet v2: gluoncv's zoo only), and the ``route`` flags of a second run of a model by
+    another route, with the ``label`` its row is named by, and whether ``auto`` is timed beside float32 and
+    amp-bfloat16 (a route's run leaves it to the model's own)."""
 
     model: str
     weight: float
@@ -94,11 +94,10 @@ MODELS = (
 @dataclass
 class Step:
     """One child process of the measurement: its ``name`` (also its log's, ``<name>.log``, and a benchmark's folder),
-    ``argv`` (:data:`ALLOWANCE` stands for its share of the budget), ``weight`` (its share of the budget against the
-    later steps'), ``floor`` (the seconds below which it is skipped), ``seconds`` (a fixed allowance instead of a
-    share, ``mxfp16 info``, as far as the budget goes), ``stdout`` (its standard output's file, else the log), ``skip``
-    (why it is not run at all), ``model`` (the benchmark's row in the summary, :attr:`Measured.name`) and ``notes``
-    (what its record says beside its status: the peer it could not run)."""
+    ``argv``, ``weight`` (its share of the budget against the later steps'), ``floor`` (the seconds below which it is
+    skipped), ``seconds`` (a fixed allowance instead of a share), ``stdout`` (its output's file, else the log),
+    ``skip`` (why it is not run), ``model`` (its row in the summary) and ``notes`` (what its record says beside its
+    status)."""
 
     name: str
     argv: list
@@ -251,8 +250,7 @@ def run_child(step, argv, allowance, folder):
     (str, str or None)
         ``('ok', None)``, ``('failed', why)`` or ``('timed-out', why)``.
     """
-    # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool), its
-    # output a log, and a step stopped at its allowance takes every process of its session with it.
+    # Not plumbing.child's call_in_child: a step is a command as a user types it (mxfp16 bench, a tool).
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     log_path = os.path.join(folder, f"{step.name}.log")
     with contextlib.ExitStack() as stack:
@@ -348,13 +346,11 @@ def summary_row(document):
     -------
     dict
         ``unit``, ``input`` (``224px``, ``35tok``), ``batch_size``, ``rounds``; throughputs ``float32`` and
-        ``bfloat16`` (mxfp16's amp-bfloat16 row, the fastest where several AMP lists ran, named by
-        ``bfloat16_lists``), ``pytorch_best_fp32`` and ``pytorch_best_bf16`` (the fastest
-        PyTorch rows, compiled or not, with their ``*_label``); the ratios ``bf16_over_fp32``,
-        ``bf16_over_pytorch_bf16``, ``fp32_over_pytorch_fp32``, ``auto_over_fp32`` (medians of the rounds' own);
-        ``auto`` (what it trained in); ``census_bf16`` and ``census_fp32`` (share of oneDNN's time per class of
-        kernel); ``bfloat16_status`` (why there is no bfloat16 figure, where there is none). ``None`` where not
-        measured.
+        ``bfloat16`` (the fastest amp-bfloat16 row, its lists ``bfloat16_lists``), ``pytorch_best_fp32`` and
+        ``pytorch_best_bf16`` (the fastest PyTorch rows, with their ``*_label``); the ratios ``bf16_over_fp32``,
+        ``bf16_over_pytorch_bf16``, ``fp32_over_pytorch_fp32``, ``auto_over_fp32``; ``auto`` (what it trained in);
+        ``census_bf16`` and ``census_fp32``; ``bfloat16_status`` (why there is no bfloat16 figure). ``None`` where
+        not measured.
     """
     from .report import UNITS, input_size, throughput_field
 

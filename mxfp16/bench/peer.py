@@ -195,9 +195,9 @@ def _rows(x):
 
 
 def _lstm_classifier(classes, in_shape, hidden=128):
-    """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch, reading an image of ``in_shape`` ``(C, H, W)``
-    as ``H`` steps of ``C * W`` features (PyTorch has no deferred shapes: the embedding needs its width up front). Two
-    LSTM biases per gate, as MXNet's ``i2h`` and ``h2h``, so the parameter count is the MXNet model's."""
+    """The layers of :class:`mxfp16.models.LSTMClassifier` in PyTorch, reading images as :func:`_rows` does (PyTorch
+    has no deferred shapes). Two LSTM biases per gate, as MXNet's ``i2h`` and ``h2h``, so the parameter count is the
+    MXNet model's."""
     from torch import nn
 
     channels, _, width = (int(n) for n in in_shape)
@@ -219,9 +219,8 @@ def _lstm_classifier(classes, in_shape, hidden=128):
 
 def _transformer_encoder_classifier(classes, in_shape, units=64, heads=4, ffn_units=128, num_layers=2):
     """The layers of :class:`mxfp16.models.TransformerEncoderClassifier` in PyTorch (mxfp16's default sizes), reading
-    an image of ``in_shape`` ``(C, H, W)`` as ``H`` tokens of ``C * W`` features. ``nn.TransformerEncoderLayer``
-    post-LN with GELU is mxfp16's :class:`~mxfp16.models.EncoderBlock`: its packed q/k/v projection holds the weights
-    of MXNet's three Dense layers, so the parameter count is the MXNet model's."""
+    images as :func:`_rows` does. ``nn.TransformerEncoderLayer`` post-LN with GELU is mxfp16's
+    :class:`~mxfp16.models.EncoderBlock`: its packed q/k/v projection holds MXNet's three Dense layers' weights."""
     import torch
     from torch import nn
 
@@ -298,9 +297,8 @@ def _classifier_step(spec):
 def _measure(spec):
     """Time the PyTorch training step for ``spec`` in this process.
 
-    A compiled row runs at least one untimed step whatever ``spec.warmup`` says: the first call compiles, and
-    ``compile_seconds`` records how long that first step took. Eager and compiled CPU steps return when their work is
-    done, so each repeat's clock stops on a finished step.
+    A compiled row runs at least one untimed step, the one that compiles (``compile_seconds``). CPU steps return when
+    their work is done, so each repeat's clock stops on a finished step.
     """
     import torch
 

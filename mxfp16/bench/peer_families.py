@@ -4,8 +4,7 @@ Each network has its MXNet twin's layers and sizes (the tests check the paramete
 PyTorch's own layers where they exist (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention``), as a PyTorch user would
 write them; :func:`mobilenet_v2` is built here because torchvision does not import beside every torch wheel, and its
 network differs in the head. The sizes, the optimizer and the clipping come from :mod:`mxfp16.bench.families`.
-:func:`family_step` builds a family's step: forward under ``torch.autocast`` (bfloat16 rows), float32 loss, backward,
-optimizer; the GAN's is one iteration of both updates, as the MXNet side times it.
+:func:`family_step` builds a family's step; the GAN's is one iteration of both updates, as the MXNet side times it.
 """
 import torch
 import torch.nn.functional as F

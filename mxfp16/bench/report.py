@@ -77,10 +77,8 @@ def _identity(record):
 
 
 def merge_rounds(records):
-    """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds (unchanged
-    with one round), in the order the measurements first appear: the first successful round's record, its times the
-    medians over the successful rounds, ``ms_per_step_spread`` half their range, the largest ``peak_memory_mb`` and
-    ``rounds`` (each round's figures); else the first record."""
+    """One record per measurement from :func:`mxfp16.bench.suite.run_suite`'s records of several rounds: the first
+    successful round's, its times the medians over the successful rounds, with ``rounds`` (each round's figures)."""
     if all(r.get("round", 1) == 1 for r in records):
         return records
     groups = {}
@@ -143,15 +141,11 @@ def round_spread(a, b, key):
 def add_speedups(records):
     """Set ``speedup`` and ``memory_ratio`` on each record (in place) against mxfp16's float32 run of its group.
 
-    With rounds a speedup is the median of each round's ratio; a group without a successful float32 run gets ``None``.
-
     Returns
     -------
     dict
-        ``{"<label> vs float32, <model> <input> bs<batch> <mode>": {"speedup", "cpu_speedup", "memory_ratio",
-        "precision", "amp_lists", "batch_size", "image_size", "model", "mode"}}`` for every successful non-float32
-        record that has a baseline; with rounds also ``round_ratios``, ``round_min`` and ``round_max`` of the speedup
-        (:func:`round_spread`).
+        ``{"<label> vs float32, <model> <input> bs<batch> <mode>": {...}}``: the ratios, precision and group of every
+        successful non-float32 record that has a baseline, with rounds also :func:`round_spread`'s.
     """
     baselines = {}
     for r in records:
@@ -189,11 +183,9 @@ def _peer_comparison(records):
     -------
     dict
         ``{"<model> <px>px bs<batch>": {"mxfp16_mixed", "peer_mixed", "mixed_ratio", "mxfp16_float32",
-        "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is ``{"label", "images_per_second"}``
-        (``tokens_per_second`` for a token family) of the fastest such row, compiled or not, and a ratio is mxfp16's
-        throughput over the peer's (with rounds, the median of each round's ratio, and ``mixed_round_ratios``,
-        ``mixed_round_min``, ``mixed_round_max`` and the same for ``float32_`` from :func:`round_spread`). Empty without
-        peer rows.
+        "peer_float32", "float32_ratio"}}`` where each ``*_mixed``/``*_float32`` is the label and throughput of the
+        fastest such row, compiled or not, and a ratio is mxfp16's throughput over the peer's (with rounds, the median
+        of each round's ratio, and :func:`round_spread`'s figures prefixed ``mixed_`` or ``float32_``).
     """
     groups = {}
     for r in records:
@@ -349,15 +341,13 @@ def format_census(records):
 
 
 def round_ratios(document):
-    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds`` by the
-    functions that write it today, so the medians come out as recorded.
+    """The spread of every ratio in a loaded ``bench.json`` (not changed), derived from its rows' ``rounds``.
 
     Returns
     -------
     dict
-        ``{"speedup": {key: {"speedup", "round_ratios", "round_min", "round_max"}}, "peer": {key: {"mixed_ratio",
-        "mixed_round_ratios", ..., "float32_round_max"}}}``, keyed as in ``bench.json``; a ratio without rounds is
-        left out.
+        ``{"speedup": {key: {...}}, "peer": {key: {...}}}``, keyed as in ``bench.json``: each ratio that has rounds,
+        with :func:`round_spread`'s figures.
     """
     import copy
 

@@ -38,14 +38,13 @@ class BenchSpec:
     mode : str
         ``'train'`` (forward, backward, update) or ``'inference'`` (the exported network's forward pass).
     data, pipeline, workers
-        ``'synthetic'`` (random tensors), or a folder or ``mxfp16 data pack`` prefix read as ``mxfp16 train
-        --data/--pipeline/--workers`` read them.
+        ``'synthetic'`` (random tensors), else as ``mxfp16 train --data/--pipeline/--workers``.
     ctx : str
-        ``'auto'`` (every visible GPU, else the CPU), ``'cpu'``, ``'gpu:0'``, ``'gpu:0,1'`` ...
+        As ``--ctx``: ``'auto'``, ``'cpu'``, ``'gpu:0'`` ...
     classes : int
-        Output classes of the model (synthetic data only; a folder sets its own).
+        Output classes with synthetic data.
     amp_lists : str
-        ``'mxfp16'`` (the tuned lists of :mod:`mxfp16.amp.lists`) or ``'mxnet'`` (MXNet's own).
+        ``'mxfp16'`` or ``'mxnet'``.
     requested : str, optional
         What the user asked for when ``precision`` was resolved before the run (``'auto'``, decided by timing);
         recorded as ``requested_precision``.
@@ -140,8 +139,7 @@ class _Batches:
 
 
 def measure(spec):
-    """Build what ``spec.mode`` runs (:func:`build_step`) and time it (:func:`mxfp16.measure.timing.time_steps`), in
-    this process.
+    """Build what ``spec.mode`` runs (:func:`build_step`) and time it in this process.
 
     Parameters
     ----------
@@ -306,9 +304,8 @@ def run_in_subprocess(spec, timeout=None):
     Returns
     -------
     dict
-        The child's record; ``status`` is ``'ok'``, ``'skipped'`` (the precision cannot run here; ``reason`` says why)
-        or ``'failed'`` (the child crashed or timed out; ``reason`` holds the end of its error output). It never raises
-        for a failing child.
+        The child's record; ``status`` is ``'ok'``, ``'skipped'`` or ``'failed'`` (crashed or timed out), with
+        ``reason``. It never raises for a failing child.
     """
     record, problem = call_in_child(_measure_or_skip, spec, timeout=timeout)
     return record if record is not None else not_run(spec, "failed", problem)

@@ -23,8 +23,7 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     onnxruntime : bool
         Inference: after mxfp16's rows of each batch size, onnxruntime's of :data:`ONNXRUNTIME_DTYPES`.
     auto_in_row : bool
-        ``auto`` is a row of its own, decided in its process at its first step (a family's step, as
-        ``MixedPrecision('auto')`` decides in a training loop of one's own).
+        ``auto`` is a row of its own, decided in its process at its first step (a family's).
 
     Returns
     -------

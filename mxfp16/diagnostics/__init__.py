@@ -1,10 +1,8 @@
 """Gradient-range diagnostics: see float16 underflow before it costs accuracy.
 
-For a few batches, the float32 gradients of every parameter and layer output
-are summarised on the device (zeros, underflow, subnormal and overflow in
-float16 at a loss scale S, a log2|g| histogram), giving a recommended static
-loss scale; a forward check names the first layer whose float16 output holds
-inf or NaN. See ``docs/diagnostics.md``::
+For a few batches, the float32 gradients of every parameter and layer output are summarised on the device (underflow,
+subnormal and overflow in float16 at a loss scale S, a log2|g| histogram), giving a recommended static loss scale; a
+forward check names the first layer whose float16 output holds inf or NaN. See ``docs/diagnostics.md``::
 
     from mxfp16.diagnostics import diagnose, format_summary
     diagnosis = diagnose(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches, loss_scale=1024)

@@ -48,12 +48,10 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
     Parameters
     ----------
     net : gluon.Block
-        Initialised, float32 (or under no AMP), not hybridized when
-        ``activations`` is on. Its parameters are not changed.
+        Initialised, float32, not hybridized when ``activations`` is on; not changed.
     loss_fn : gluon.loss.Loss
         Returns per-sample losses, e.g. ``SoftmaxCrossEntropyLoss()``.
     batches : iterable of (NDArray, NDArray)
-        ``(data, label)`` pairs.
     ctx : mx.Context or list of mx.Context, optional
         Where to compute (default: the current context); of a list, the first.
     activations : bool
@@ -64,8 +62,7 @@ def gradient_ranges(net, loss_fn, batches, ctx=None, activations=True, collector
     Returns
     -------
     RangeCollector
-        ``.stats``: one :class:`~mxfp16.diagnostics.stats.RangeStats` per
-        parameter (kind ``'parameter'``) and per layer (kind ``'activation'``).
+        ``.stats``: one :class:`~mxfp16.diagnostics.stats.RangeStats` per parameter and per layer.
 
     Raises
     ------

@@ -1,11 +1,9 @@
 """Which layer's float16 output first holds inf or NaN.
 
-A float16 forward pass that overflows poisons everything after it, so the
-useful answer is the *first* layer, in execution order, whose output is not
-finite. The network runs in whatever dtype it has (cast it with
-:func:`mxfp16.cast_net` first); every layer's finiteness flag stays on the
-device until one copy at the end. On a CPU, MXNet has no float16 GEMM (the
-failure is asynchronous and poisons the process): :func:`float16_forward_runs_here`.
+A float16 forward pass that overflows poisons everything after it, so the useful answer is the *first* layer, in
+execution order, whose output is not finite. The network runs in its own dtype (:func:`mxfp16.cast_net` first); the
+finiteness flags stay on the device until one copy at the end. On a CPU, MXNet has no float16 GEMM (the failure is
+asynchronous and poisons the process): :func:`float16_forward_runs_here`.
 """
 from dataclasses import dataclass
 
@@ -28,10 +26,8 @@ class ForwardCheck:
     dtype : str
         The dtype of the network's output.
     layers : tuple of (str, bool)
-        ``(layer name, output finite)`` in execution order (a layer called
-        twice appears twice).
+        ``(layer name, output finite)`` per call, in execution order.
     output_finite : bool
-        Whether the network's final output is finite.
     """
 
     dtype: str

@@ -1,9 +1,7 @@
 """Reaching each layer's output in a Gluon network.
 
-Gluon 1.x forward hooks see a layer's output but cannot replace it, and a
-hybridized network runs as one cached graph: :func:`tap_outputs` pauses
-hybridization and patches each leaf's ``forward`` instead (the private Gluon
-attributes through :mod:`mxfp16._internals`).
+Gluon 1.x forward hooks see a layer's output but cannot replace it, and a hybridized network runs as one cached graph:
+:func:`tap_outputs` pauses hybridization and patches each leaf's ``forward`` instead (through :mod:`mxfp16._internals`).
 """
 import contextlib
 
@@ -43,9 +41,8 @@ def tap_outputs(net, fn):
     Parameters
     ----------
     net : gluon.Block
-        Any network; a hybridized one runs imperatively within the context
-        (a cached graph never calls its leaves' ``forward`` from Python) and
-        is hybridized again, with its flags, afterwards.
+        A hybridized one runs imperatively within the context (a cached graph never calls its leaves' ``forward``
+        from Python), and is hybridized again afterwards.
     fn : callable
         ``fn(block, output) -> NDArray``; returns ``output`` to leave it unchanged.
     """

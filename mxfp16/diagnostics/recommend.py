@@ -23,16 +23,13 @@ class Recommendation:
     max_abs : float
         The largest finite gradient magnitude seen.
     limited_by : str
-        ``'largest gradient'``, ``'scale ceiling'`` (the gradients would allow
-        more than ``max_scale``) or ``'no non-zero gradients'``.
+        ``'largest gradient'``, ``'scale ceiling'`` (``max_scale``) or ``'no non-zero gradients'``.
     underflow_at_1, underflow_at_scale : float
-        Fraction of non-zero gradients that underflow in float16 without
-        scaling and at ``scale``.
+        Fraction of non-zero gradients that underflow in float16 without scaling and at ``scale``.
     subnormal_at_1, subnormal_at_scale : float
         Fraction landing in float16's subnormal range (reduced precision).
     overflow_at_scale : float
-        Fraction that would exceed ``FLOAT16.max`` at ``scale`` (0 for the
-        diagnosed batches unless the floor of the scale range was hit).
+        Fraction that would exceed ``FLOAT16.max`` at ``scale`` (0 unless the floor of the scale range was hit).
     """
 
     scale: float
@@ -59,13 +56,11 @@ def recommend_loss_scale(stats, margin=DEFAULT_MARGIN, max_scale=2.0 ** 24):
     Parameters
     ----------
     stats : RangeStats
-        Usually the total over every parameter and activation gradient
-        (:func:`mxfp16.diagnostics.stats.total`).
+        Usually :func:`mxfp16.diagnostics.stats.total` of every gradient.
     margin : float
         Safety factor, at least 1.
     max_scale : float
-        Ceiling (a power of two); 2**24 is also the loss scaler's default
-        ceiling.
+        Ceiling (a power of two), as the loss scaler's (2**24).
 
     Returns
     -------

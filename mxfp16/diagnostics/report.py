@@ -94,10 +94,8 @@ def _stairs(ax, x, y, **style):
 def plot_histogram(diagnosis, path):
     """Save the log2|g| histogram against float16's range as a PNG (written atomically).
 
-    Drawn: the share of non-zero values per binade for parameter and
-    activation gradients at scale 1, all gradients shifted by the recommended
-    scale, vertical lines at float16's smallest subnormal, smallest normal and
-    largest value, and the region float16 loses shaded.
+    Drawn: the share of non-zero values per binade at scale 1 and at the recommended scale, with float16's smallest
+    subnormal, smallest normal and largest value, and the region float16 loses shaded.
     """
     from ..plumbing.plotting import new_figure, save_png
 

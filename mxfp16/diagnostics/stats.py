@@ -1,13 +1,10 @@
 """Where gradients fall in float16's range: device-side histograms, host-side totals.
 
-Every gradient is summarised by one histogram of its magnitudes: exact
-zeros, values below ``2**LOG2_MIN``, each binade ``[2**k, 2**(k+1))`` for
-``LOG2_MIN <= k < LOG2_MAX`` split in two at the float32 number just above
-``FLOAT16.max * 2**(k - 15)``, and values of ``2**LOG2_MAX`` or more.
-Multiplying by a loss scale ``2**s`` moves every value ``s`` binades up, so
-the underflow, subnormal and overflow counts at any power-of-two scale are
-sums of whole bins: exact, with no second pass. docs/diagnostics.md
-("Definitions and limits") defines them.
+Each gradient is summarised by one histogram of its magnitudes: zeros, values below ``2**LOG2_MIN``, each binade
+``[2**k, 2**(k+1))`` below ``2**LOG2_MAX`` split in two at the float32 number just above ``FLOAT16.max * 2**(k - 15)``,
+and values above. A loss scale ``2**s`` moves every value ``s`` binades up, so the underflow, subnormal and overflow
+counts at any power-of-two scale are sums of whole bins: exact, with no second pass. docs/diagnostics.md ("Definitions
+and limits") defines them.
 """
 import functools
 from collections import OrderedDict
@@ -39,8 +36,7 @@ _FLUSH = _exact_log2(FLOAT16.smallest_subnormal)       # -24
 _NORMAL = _exact_log2(FLOAT16.smallest_normal)         # -14
 _TOP = int(np.floor(np.log2(FLOAT16.max)))             # 15: FLOAT16.max lies in [2**15, 2**16)
 
-#: The loss scales whose counts the bins resolve exactly: the flush threshold
-#: must stay above 2**LOG2_MIN and the overflow threshold below 2**LOG2_MAX.
+#: The loss scales the bins resolve exactly (flush threshold above 2**LOG2_MIN, overflow threshold below 2**LOG2_MAX).
 MIN_LOG2_SCALE, MAX_LOG2_SCALE = _TOP + 1 - LOG2_MAX, _FLUSH - LOG2_MIN
 
 _BINADES = LOG2_MAX - LOG2_MIN
@@ -55,8 +51,7 @@ _F32_MAX = np.float32(FLOAT32.max)
 def histogram_edges():
     """The float32 bin edges of :func:`_device_summary` (``_NBINS + 1`` values, increasing).
 
-    The last bin is closed, as in ``numpy.histogram`` and ``mx.nd.histogram``,
-    and ends at float32's largest value, so inf and NaN fall outside every bin.
+    The last bin is closed (as in ``numpy.histogram``) and ends at float32's largest value, so inf and NaN fall outside.
     """
     ks = np.arange(LOG2_MIN, LOG2_MAX)
     starts = np.ldexp(np.float32(1), ks).astype(np.float32)
@@ -119,8 +114,7 @@ class RangeStats:
     ----------
     name : str
     kind : str
-        ``'parameter'`` (a parameter's gradient), ``'activation'`` (the
-        gradient arriving at a layer's output) or ``'total'``.
+        ``'parameter'``, ``'activation'`` (the gradient at a layer's output) or ``'total'``.
     count : int
         Elements seen, over all batches.
     zeros, nonfinite : int
@@ -130,11 +124,10 @@ class RangeStats:
     min_nonzero : float
         Smallest non-zero finite magnitude (inf when there is none).
     below, above : int
-        Non-zero magnitudes under ``2**LOG2_MIN``; finite magnitudes of
-        ``2**LOG2_MAX`` or more.
+        Non-zero magnitudes under ``2**LOG2_MIN``; finite ones of ``2**LOG2_MAX`` or more.
     binades : numpy.ndarray
-        int64, shape ``(LOG2_MAX - LOG2_MIN, 2)``: row ``k - LOG2_MIN`` counts
-        ``[2**k, split_k)`` and ``[split_k, 2**(k+1))`` (see the module notes).
+        int64, shape ``(LOG2_MAX - LOG2_MIN, 2)``: row ``k - LOG2_MIN`` counts ``[2**k, split_k)`` and
+        ``[split_k, 2**(k+1))``.
     batches : int
         Batches summed in.
     """
@@ -184,8 +177,7 @@ class RangeStats:
         Returns
         -------
         (numpy.ndarray, numpy.ndarray, int, int)
-            Lower exponents ``k`` (``LOG2_MIN .. LOG2_MAX - 1``), the count of
-            ``[2**k, 2**(k+1))`` for each, then the counts below ``2**LOG2_MIN``
+            Lower exponents ``k``, the count of ``[2**k, 2**(k+1))`` for each, then the counts below ``2**LOG2_MIN``
             and at ``2**LOG2_MAX`` or above.
         """
         return np.arange(LOG2_MIN, LOG2_MAX), self.binades.sum(axis=1), self.below, self.above
@@ -259,8 +251,8 @@ class RangeCollector:
         Parameters
         ----------
         tensors : iterable of (str, str, NDArray)
-            ``(name, kind, array)``. A name seen twice in one batch (a layer
-            called twice) is summed into the same :class:`RangeStats`.
+            ``(name, kind, array)``; a name seen twice in a batch (a layer called twice) sums into one
+            :class:`RangeStats`.
         """
         tensors = [(name, kind, array) for name, kind, array in tensors if array.size]
         if not tensors:

@@ -45,15 +45,14 @@ class TensorBoardLogger:
     logdir : str or Path
         The folder of this run's event files (one per run); created when missing.
     purge_step : int, optional
-        Hide what earlier writers left in ``logdir`` from this step on: a
-        resumed run passes the first step it logs again, a restarted one 0.
+        Hide what earlier writers left in ``logdir`` from this step on (a resumed run's first step; 0 on restart).
     flush_secs : float
         How often the writer's thread flushes to disk.
 
     Raises
     ------
     TensorBoardUnavailableError
-        tensorboardX is not installed (the message says how to install it).
+        tensorboardX is not installed.
     """
 
     def __init__(self, logdir, purge_step=None, flush_secs=30):
@@ -77,8 +76,7 @@ class TensorBoardLogger:
         ----------
         step : int
         loss, lr, loss_scale, skipped_steps, images_per_second : float, optional
-            Each is written under its tag in :data:`STEP_TAGS`; ``None``, inf
-            and NaN are left out (a skipped step's loss is inf by design).
+            Written under :data:`STEP_TAGS`; ``None``, inf and NaN are left out (a skipped step's loss is inf).
         """
         for tag, value in zip(STEP_TAGS.values(), (loss, lr, loss_scale, skipped_steps, images_per_second)):
             if value is not None and math.isfinite(value):
@@ -87,9 +85,8 @@ class TensorBoardLogger:
     def log_step(self, step, result, mp, trainer=None):
         """One step of a loop of your own, from its :class:`~mxfp16.StepResult`.
 
-        Reads ``result.loss``: one host wait (call it every N steps to wait
-        once per N). Images per second count this step's batch for each step
-        since the previous call (none at the first call).
+        Reads ``result.loss``: one host wait (call it every N steps to wait once per N). Images per second count this
+        step's batch for each step since the previous call.
 
         Parameters
         ----------
@@ -118,9 +115,8 @@ class TensorBoardLogger:
     def log_gradients(self, net, step, loss_scale=1.0):
         """Histograms of the binary exponents of ``net``'s parameter gradients as they are now (the last step's).
 
-        Divided by ``loss_scale``, the scale of the step that made them. A
-        magnitude within a rounding of ``2**k`` may count in the binade beside
-        it; zeros, inf and NaN count in none (``gradients/zero_fraction``).
+        Divided by ``loss_scale``, the scale of the step that made them. A magnitude within a rounding of ``2**k`` may
+        count in the next binade; zeros, inf and NaN in none (``gradients/zero_fraction``).
 
         Parameters
         ----------

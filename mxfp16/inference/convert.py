@@ -98,9 +98,8 @@ def deployable(net, precision, amp_lists="mxfp16"):
     Parameters
     ----------
     net : gluon.HybridBlock
-        The trained network with ``precision.param_dtype`` parameters (float32 for ``float32`` and ``amp-*``,
-        float16 with float32 BatchNorm for ``float16``), as :func:`mxfp16.train.parts.build_network` builds it.
-        It is only traced, never changed.
+        The trained network with ``precision.param_dtype`` parameters, as :func:`mxfp16.train.parts.build_network`
+        builds it; only traced, never changed.
     precision : Precision
     amp_lists : str
         ``'mxfp16'`` or ``'mxnet'``: the operator lists of an AMP conversion.

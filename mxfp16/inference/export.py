@@ -1,9 +1,8 @@
 """``mxfp16 export``: a finished run's checkpoint as a deployable model, checked against float32 first.
 
-:func:`export_run` reads the run and its checkpoint, locks the output folder, rebuilds the network in float32
-and converts it (:func:`mxfp16.inference.convert.deployable`), has the model format
-(:mod:`mxfp16.inference.formats`; this module names none) write it to a staging folder and check it against
-float32 on the run's test set, then publishes it in one step (``docs/inference.md``, "The agreement check").
+:func:`export_run` rebuilds the run's network in float32, converts it (:func:`mxfp16.inference.convert.deployable`),
+has the model format (:mod:`mxfp16.inference.formats`) write it to a staging folder and check it against float32 on
+the run's test set, then publishes it in one step (``docs/inference.md``, "The agreement check").
 
 Export holds the run folder's lock shared while it reads, and works from a checked copy of the checkpoint
 (:func:`mxfp16.train.checkpoint.copy_params`); ``docs/getting-started.md`` ("Inputs are held too") says why.
@@ -209,8 +208,7 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
         A precision or ``auto`` (:func:`mxfp16.precision.resolve_precision`); default: the format's
         ``DEFAULT_PRECISION`` (ONNX takes only float32).
     checkpoint : str
-        ``'last'``, ``'best'`` (the epoch with the best val_top1, if its checkpoint is still on disk) or the path
-        of a ``.params`` file.
+        ``'last'``, ``'best'`` (the best val_top1 whose checkpoint is on disk) or a ``.params`` file's path.
     margin : float
         Refuse when the export's top-1 is more than this many percentage points below float32's.
     overwrite : bool

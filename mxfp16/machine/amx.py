@@ -4,13 +4,11 @@ Intel's Advanced Matrix Extensions (AMX, from Sapphire Rapids on) multiply bfloa
 in MXNet 1.9.1's ``libmxnet.so`` carries AMX bfloat16 kernels (convolution forward, backward-data and backward-weights,
 brgemm) but leaves them off twice over:
 
-* its default maximum ISA excludes AMX ("initial support, turned off by
-  default"); ``DNNL_MAX_CPU_ISA=AVX512_CORE_AMX``, read once when oneDNN first
-  asks, turns it on;
-* since Linux 5.16 a process must ask the kernel for AMX's tile state before
-  its first tile instruction, or get SIGILL (exit status 132). oneDNN asks
-  from v2.5 on (``amx::init()`` in ``src/cpu/x64/cpu_isa_traits.cpp``), as
-  PyTorch, llama.cpp and Halide do; v2.4.4 never does.
+* its default maximum ISA excludes AMX ("initial support, turned off by default");
+  ``DNNL_MAX_CPU_ISA=AVX512_CORE_AMX`` turns it on;
+* since Linux 5.16 a process must ask the kernel for AMX's tile state before its first tile instruction, or get
+  SIGILL (exit status 132). oneDNN asks from v2.5 on (``amx::init()`` in ``src/cpu/x64/cpu_isa_traits.cpp``);
+  v2.4.4 never does.
 
 So ``import mxfp16`` asks as v2.5 does, then lets oneDNN use AMX (:func:`enable_amx`; docs/benchmarks.md, "With AMX").
 The permission covers every thread of the process and is inherited on fork but cleared on exec: a child that runs MXNet

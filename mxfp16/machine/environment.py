@@ -1,9 +1,9 @@
 """The process environment MXNet reads, checked and set once for every command: threads and float16 settings.
 
 MXNet takes several settings from environment variables rather than from its Python API; this module sets the ones
-mxfp16 needs the same way for the trainer, the benchmark, the notebooks and library users. It imports nothing from
-MXNet: :func:`check_environment` reads MXNet's variables as MXNet would, and ``import mxfp16`` lowers the thread counts
-(:func:`prepare_environment`), as docs/getting-started.md ("Environment variables") says.
+mxfp16 needs, the same way for every caller. It imports nothing from MXNet: :func:`check_environment` reads MXNet's
+variables as MXNet would, and ``import mxfp16`` lowers the thread counts (:func:`prepare_environment`), as
+docs/getting-started.md ("Environment variables") says.
 
 MXNet 1.9.1 fixes its OpenMP thread count when the library loads: ``OMP_NUM_THREADS`` if set, else half the processors
 (it assumes hyper-threading on x86), which on a VM with one thread per core leaves half the cores idle
@@ -118,8 +118,7 @@ def plan_threads(requested=None, environ=None):
     Parameters
     ----------
     requested : int or str, optional
-        An explicit count. More than the available cores is reduced to them, and the setting's ``note`` says so
-        (more threads than cores only adds switching).
+        An explicit count; more than the available cores is reduced to them (more threads only add switching).
     environ : mapping, optional
         Defaults to ``os.environ``.
 
@@ -155,8 +154,7 @@ def plan_threads(requested=None, environ=None):
 def set_threads(setting=None):
     """Put ``setting`` (default: :func:`plan_threads`) in ``OMP_NUM_THREADS`` for MXNet to read when it loads.
 
-    Child processes inherit it. Does nothing once MXNet is loaded, because
-    MXNet no longer reads it then.
+    Does nothing once MXNet is loaded: MXNet reads it only as it loads.
 
     Returns
     -------

@@ -99,10 +99,9 @@ def cpu_identity(path=None):
     Returns
     -------
     dict
-        ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``model_name`` (the brand string), ``family``,
-        ``model`` and ``stepping`` (ints, ``None`` where unknown), ``bfloat16_instructions`` (the flags of
-        :data:`BF16_INSTRUCTION_FLAGS` present; ``None`` where no flags can be read), and ``microarchitecture``
-        (:func:`microarchitecture`; ``None`` when the table does not know the CPU).
+        ``vendor``, ``model_name`` (the brand string), ``family``, ``model`` and ``stepping`` (ints),
+        ``bfloat16_instructions`` (the flags of :data:`BF16_INSTRUCTION_FLAGS` present) and ``microarchitecture``
+        (:func:`microarchitecture`); ``None`` where unknown.
     """
     fields = cpuinfo_fields(path)
     flags = None if fields is None else cpu_flags(path) or set()  # no flags to read: unknown, not absent
@@ -200,8 +199,7 @@ class BFloat16Support:
     missing : tuple of str
         CPU flags whose absence decides ``kind`` (empty when a setting decides it).
     amx : str or None
-        On a CPU with AMX bfloat16, the state :mod:`mxfp16.machine.amx` left it in
-        (``'in-use'``, ``'refused'``, ``'off'`` ...); ``None`` on any other CPU.
+        The state :mod:`mxfp16.machine.amx` left AMX bfloat16 in (``'in-use'``, ``'refused'`` ...), if the CPU has it.
     """
 
     kind: str

@@ -59,10 +59,8 @@ def _financial(name):
 def _in1d(numpy):
     """``numpy.in1d`` (removed in numpy 2.4): ``numpy.isin``, flattened, as numpy's own was.
 
-    Both steps honour ``__array_function__``, as numpy's ``in1d`` did, so
-    the MXNet arrays ``mx.np.in1d`` hands in are converted by MXNet's
-    ndarray; ``numpy.asarray`` would read one as a nested sequence (numpy 2
-    then fails; numpy 1.23 builds a 32-deep array).
+    Both steps honour ``__array_function__``, as numpy's ``in1d`` did, so MXNet converts the arrays ``mx.np.in1d``
+    hands in; ``numpy.asarray`` would read one as a nested sequence (numpy 2 fails; numpy 1.23 builds a 32-deep array).
     """
     def in1d(ar1, ar2, assume_unique=False, invert=False, *, kind=None):
         # numpy before 1.24 has no `kind`; pass it only when asked, so the same function serves every numpy.
@@ -215,8 +213,7 @@ def prepare_stack():
     Raises
     ------
     ImportError
-        numpy missing or newer than any mxfp16 knows, or no distutils where
-        MXNet needs it; the message names the fix.
+        numpy missing or too new, or no distutils where MXNet needs it; the message names the fix.
     """
     try:
         numpy = importlib.import_module("numpy")

@@ -215,7 +215,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     probe : mxfp16.measure.probe.NetworkProbe, optional
         The network to time; without one the rule decides, and says the network was not timed.
     log : callable
-        Told, in one line each, that a measurement starts and ends, or that the verdict is the cache's.
+        Told when a measurement starts and ends, or that the verdict is the cache's.
     cache : str, optional
         The cache file (default :func:`cache_file`).
 

@@ -183,13 +183,11 @@ def choose_layers(net, data, ctx=None, timer=None, cache=None, log=print, suppor
     net : gluon.HybridBlock
         Initialised or not (only its graph is read).
     data : list or NDArray
-        One batch as :func:`mxfp16.train_step` takes it (one entry per device, each an array or a tuple of arrays):
-        the shapes timed.
+        One batch as :func:`mxfp16.train_step` takes it: the shapes timed.
     ctx : list of mx.Context, optional
         Only CPUs are measured (bfloat16 on a GPU is not what AMP runs there).
     timer : callable, optional
-        ``timer([LayerSpec]) -> {spec.key: LayerTiming}``; by default :func:`mxfp16.measure.layer_timing.time_layers`
-        (a fresh process). Tests give fake times.
+        ``timer([LayerSpec]) -> {spec.key: LayerTiming}``; default :func:`mxfp16.measure.layer_timing.time_layers`.
     cache : str, optional
         The cache file (default :func:`cache_file`).
     log : callable

@@ -64,10 +64,9 @@ def _batch_text(value):
 class NetworkProbe:
     """Times a network's training step in a precision, in a forked copy of this process.
 
-    The child switches AMP on if the precision uses it, rebuilds the network's graphs, and times
-    :func:`mxfp16.train_step` on the example batch with the caller's trainer and loss; it sends back milliseconds per
-    step and exits. Nothing the child does reaches this process: not AMP, not the updates to the parameters or the
-    trainer's state.
+    The child switches AMP on if the precision uses it and times :func:`mxfp16.train_step` on the example batch with
+    the caller's trainer and loss. Nothing it does (AMP, the updates to the parameters or the trainer's state) reaches
+    this process.
 
     Parameters
     ----------

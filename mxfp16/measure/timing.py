@@ -60,8 +60,7 @@ def time_steps(step, iters=10, repeats=3, warmup=3, per_call=False):
     Parameters
     ----------
     step : callable
-        One step; it may return an MXNet array (a loss, an output), which is read once per repeat, or anything else
-        (e.g. a numpy answer).
+        One step; an MXNet array it returns (a loss, an output) is read once per repeat.
     iters, repeats : int
         Calls per timed repeat, and timed repeats.
     warmup : int

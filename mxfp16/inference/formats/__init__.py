@@ -3,8 +3,7 @@
 A format module defines:
 
 ``NAME``
-    What ``mxfp16 export --format`` and ``export.json``'s ``model_format`` call it
-    (the module's own name).
+    What ``mxfp16 export --format`` and ``export.json``'s ``model_format`` call it.
 ``SUMMARY``
     One line for ``--help``.
 ``DEFAULT_PRECISION``
@@ -15,9 +14,9 @@ A format module defines:
     :class:`~mxfp16.inference.bundle.ExportError`.
 ``write(folder, model, options)``
     Writes the model files of a :class:`~mxfp16.inference.convert.Deployable` into a staging folder, as
-    :class:`WriteOptions` asks, and returns ``(files, section)``: the ``files`` table of ``export.json``
-    (``{name: {"sha256", "bytes", ...}}``, the entries the bundle's checksum covers) and the format's own
-    section, with ``load_with`` (how a user loads it). It needs MXNet.
+    :class:`WriteOptions` asks, and returns ``(files, section)``: the ``files`` table of ``export.json`` (the
+    entries the bundle's checksum covers) and the format's own section, with ``load_with`` (how a user loads it).
+    It needs MXNet.
 ``check(folder, files, section, inputs)``
     The agreement check of what ``write`` staged, loaded back the way a user loads it, against
     :class:`CheckInputs`. Returns ``export.json``'s ``agreement`` record; raises

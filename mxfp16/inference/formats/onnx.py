@@ -50,8 +50,8 @@ def check_request(precision, dtypes):
     Parameters
     ----------
     precision : str or None
-        Only ``float32`` (or ``None``, the same): MXNet's exporter has no
-        converter for AMP's casts, and onnxruntime runs no bfloat16 on a CPU.
+        Only ``float32`` (or ``None``): MXNet's exporter has no converter for AMP's casts, and onnxruntime runs no
+        bfloat16 on a CPU.
     dtypes : sequence of str
         The model files wanted, from :data:`DTYPES`.
 
@@ -162,8 +162,7 @@ def to_onnx(symbol, params, input_shape):
     params : dict
         ``{'arg:<name>' or 'aux:<name>' or '<name>': NDArray}``.
     input_shape : tuple of int
-        One input's shape without the batch axis, ``(3, H, W)``; the batch
-        axis of the ONNX input is left free.
+        One input's shape without the batch axis, ``(3, H, W)``; the ONNX input's batch axis is free.
 
     Returns
     -------

@@ -129,8 +129,7 @@ def gpu_support(gpus):
     Returns
     -------
     list of dict
-        ``index``, ``capability``, ``status`` (``'native'``, ``'ptx-jit'``, ``'unsupported'`` or ``'unknown'``)
-        and ``detail``.
+        ``index``, ``capability``, ``status`` (:class:`Coverage`'s, or ``'unknown'``) and ``detail``.
     """
     rows = []
     for gpu in gpus:

@@ -1,18 +1,10 @@
 """Just enough ELF to read a shared library's dependencies and one section.
 
-mxfp16 reads two things from ``libmxnet.so`` without loading it: its
-``DT_NEEDED`` entries (which CUDA libraries it links: a CUDA build, and what to
-preload) and the file range of a named section (``.nv_fatbin``, the GPU
-kernels). The preload runs on every ``import mxfp16``, before MXNet, so this
-is standard library only and reads a few hundred bytes with seeks, never the
-whole file (891 MB in the GPU wheel); pyelftools is not worth a dependency
-of every install for these two questions.
-
-Only 64-bit little-endian ELF is read (MXNet's wheels are x86_64 and
-aarch64 Linux builds), with the System V gABI's layout: the offsets in the
-``struct`` formats below are its ELF header, program header (56 bytes),
-dynamic entry (16 bytes) and section header (64 bytes). ``DT_STRTAB`` is an
-address, which a ``PT_LOAD`` segment maps to a file offset.
+mxfp16 reads two things from ``libmxnet.so`` without loading it: its ``DT_NEEDED`` entries (which CUDA libraries it
+links) and the file range of a named section (``.nv_fatbin``, the GPU kernels). The preload runs on every ``import
+mxfp16``, before MXNet, so this is standard library only and reads a few hundred bytes with seeks, never the whole
+file (891 MB in the GPU wheel); pyelftools is not worth a dependency of every install. Only 64-bit little-endian ELF
+is read (MXNet's wheels are x86_64 and aarch64 Linux builds).
 """
 import itertools
 import struct
@@ -41,8 +33,7 @@ class DynamicInfo:
         ``DT_NEEDED`` sonames in file order, e.g. ``('libcudnn.so.8', ...)``.
     soname : str or None
     runpath : tuple of str
-        ``DT_RUNPATH`` (or, if absent, ``DT_RPATH``) folders, unexpanded
-        (``$ORIGIN`` stays as written).
+        ``DT_RUNPATH`` (or, if absent, ``DT_RPATH``) folders, unexpanded (``$ORIGIN`` stays).
     """
 
     needed: tuple
@@ -142,8 +133,7 @@ def section_ranges(path, name):
     Returns
     -------
     list of (int, int)
-        ``(file offset, size)`` per matching section, in section-table order;
-        empty when there is none (or the section table was stripped).
+        ``(file offset, size)`` per matching section, in section-table order (none where the table was stripped).
     """
     with open(path, "rb") as handle:
         *_, shoff, shentsize, shnum, shstrndx = _header(handle)

@@ -189,9 +189,8 @@ _REPORT = None
 def preload(paths=None):
     """Load the CUDA libraries MXNet's GPU build needs from the NVIDIA wheels, before the first ``import mxnet``.
 
-    A second call returns the first call's result. Never raises: a library
-    that is missing or fails to load is reported, and the import that follows
-    fails with the loader's message, which :func:`explain_load_error` explains.
+    A second call returns the first call's result. Never raises: a library missing or failing to load is reported, and
+    the import that follows fails with the loader's message (:func:`explain_load_error`).
 
     Parameters
     ----------
