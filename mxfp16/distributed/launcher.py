@@ -187,7 +187,8 @@ class _EarlyExit:
 
 class _Job:
     def __init__(self, slots, grace, stdout, stderr, env, log, adopt_orphans=False, stall=0):
-        self.slots, self.grace, self.stdout, self.stderr = list(slots), float(grace), stdout, stderr
+        self.slots, self.grace = list(slots), float(grace)
+        self.stdout, self.stderr = stdout, stderr
         self.env = dict(os.environ if env is None else env)
         # Python buffers a pipe's output in blocks: lines would come late, and be lost when the process is stopped.
         self.env.setdefault("PYTHONUNBUFFERED", "1")

@@ -148,7 +148,8 @@ class Predictor:
         self.folder = Path(folder)
         self.info = read_info(folder)
         reader = formats.of(self.info)
-        self.format, self.model = reader.NAME, reader.load(folder, self.info, ctx=ctx, dtype=dtype)
+        self.format = reader.NAME
+        self.model = reader.load(folder, self.info, ctx=ctx, dtype=dtype)
         self.classes = list(self.info["classes"])
         pre = self.info["preprocess"]
         self._size, self._short = int(pre["center_crop"]), int(pre["resize_short"])

@@ -637,7 +637,10 @@ class Output:
 
     def __exit__(self, kind, err, traceback):
         staged = list(self._staged)
-        (self.release if self.published or self.reused else self.abandon)()
+        if self.published or self.reused:
+            self.release()
+        else:
+            self.abandon()
         if isinstance(err, OSError):
             with naming(self.path, *staged):
                 raise err
