@@ -8,7 +8,9 @@ everywhere, bfloat16 where the CPU can.
 """
 import json
 import os
+import shutil
 
+import mxfp16.amp
 from mxfp16.amp.lists import keep_float32_measured, measured_float32
 from mxfp16.amp.wrappers import LayerCall
 from mxfp16.machine.hardware import BFloat16Support
@@ -109,6 +111,31 @@ def test_the_cache_is_used_per_machine_and_shape_and_a_damaged_one_is_measured_a
     choose_layers(_network(), _batch(), timer=timer, cache=str(cache), log=quiet, support=NATIVE)
     assert len(timer.asked) == 4
     assert json.loads(cache.read_text())["version"] == 1  # rewritten whole
+
+
+def test_a_change_to_the_amp_sources_measures_again(tmp_path, quiet):
+    # An upgrade that moves an operator to float32 or adds a route keeps mxfp16's version number: the key must
+    # follow the lists' and routes' sources, or a verdict timed under the old routes is reused.
+    folder = tmp_path / "amp"
+    shutil.copytree(os.path.dirname(mxfp16.amp.__file__), folder, ignore=shutil.ignore_patterns("__pycache__"))
+    assert measure_cache.amp_digest(str(folder)) == measure_cache.amp_digest() == measure_cache.machine_key()[
+        "amp_sources"]
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "lists.cpython.pyc").write_bytes(b"compiled")
+    assert measure_cache.amp_digest(str(folder)) == measure_cache.amp_digest()  # only sources count
+    with open(folder / "lists.py", "a", encoding="utf-8") as handle:
+        handle.write("# a route changed\n")
+    changed = measure_cache.amp_digest(str(folder))
+    assert changed != measure_cache.amp_digest()
+    cache, timer = tmp_path / "c.json", FakeTimer()
+    choose_layers(_network(), _batch(), timer=timer, cache=str(cache), log=quiet, support=NATIVE)
+    choose_layers(_network(), _batch(), timer=timer, cache=str(cache), log=quiet, support=NATIVE)
+    assert len(timer.asked) == 1
+    key = measure_cache.machine_key()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(measure_cache, "machine_key", lambda: dict(key, amp_sources=changed))
+        choose_layers(_network(), _batch(), timer=timer, cache=str(cache), log=quiet, support=NATIVE)
+    assert len(timer.asked) == 2
 
 
 def test_times_taken_under_load_are_used_once_and_not_kept(tmp_path, monkeypatch):

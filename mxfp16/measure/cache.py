@@ -4,12 +4,13 @@
 measured once per machine and kept through :class:`MachineCache`. A file that is damaged, of another version or missing
 reads as empty: what it held is measured again and the file rewritten whole, never patched.
 """
+import hashlib
 import json
 import os
 
 from ..plumbing.fileio import JSONFileError, read_json, write_json
 
-__all__ = ["cache_folder", "MachineCache", "machine_key", "machine_busy"]
+__all__ = ["cache_folder", "MachineCache", "machine_key", "machine_busy", "amp_digest"]
 
 
 def cache_folder(environ=None):
@@ -17,6 +18,21 @@ def cache_folder(environ=None):
     environ = os.environ if environ is None else environ
     return environ.get("MXFP16_CACHE_DIR") or os.path.join(
         environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mxfp16")
+
+
+def amp_digest(folder=None):
+    """A digest of the sources of :mod:`mxfp16.amp` (default ``folder``): its operator lists and routes.
+
+    A verdict or a layer's time measured under other lists or routes (an upgrade that moves an operator to float32,
+    a new route) is stale, though the version number may not have moved: the sources themselves are the key.
+    """
+    folder = folder or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "amp")
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith((".py", ".json")):
+            with open(os.path.join(folder, name), "rb") as handle:
+                digest.update(name.encode() + b"\0" + handle.read())
+    return digest.hexdigest()[:16]
 
 
 def machine_key():
@@ -31,7 +47,7 @@ def machine_key():
     return {"cpu": [cpu.get(k) for k in ("vendor", "model_name", "family", "model", "stepping")]
             + [sorted(cpu.get("bfloat16_instructions") or [])],
             "amx": amx.status().state, "isa": amx.status().isa,
-            "mxnet": mx.__version__, "mxfp16": __version__, "threads": mxnet_threads()}
+            "mxnet": mx.__version__, "mxfp16": __version__, "amp_sources": amp_digest(), "threads": mxnet_threads()}
 
 
 def machine_busy():
