@@ -213,7 +213,8 @@ class TensorBoardHandler(TrainBegin, BatchEnd, EpochEnd):
     logger : mxfp16.TensorBoardLogger
     log_every : int
     priority : float
-        After Estimator's metric and validation handlers, so the epoch's metrics are complete.
+        After Estimator's metric and validation handlers, so the epoch's
+        metrics are complete.
 
     Raises
     ------

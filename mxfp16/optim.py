@@ -148,9 +148,11 @@ def lr_schedule(lr, epochs, warmup_epochs, steps_per_epoch, kind="cosine", step_
         The peak rate (after warm-up).
     epochs, warmup_epochs, steps_per_epoch : int
     kind : {'cosine', 'step'}
-        ``cosine`` decays to 0 at the end; ``step`` divides by 10 at each epoch in ``step_epochs``.
+        ``cosine`` decays to 0 at the end; ``step`` divides by 10 at each
+        epoch in ``step_epochs``.
     step_epochs : sequence of int, optional
-        For ``step``: the epochs (counted from the start of the run) where the rate drops.
+        For ``step``: the epochs (counted from the start of the run) where
+        the rate drops.
 
     Returns
     -------

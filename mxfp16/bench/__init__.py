@@ -1,8 +1,9 @@
 """Benchmarking float32 against mixed precision, and a PyTorch peer beside them.
 
-Each measurement runs in its own process (AMP is process-global) and times :func:`mxfp16.train_step`, the trainer's
-own step, or (``mode='inference'``) the network as ``mxfp16 export`` converts it. The names below load on first use,
-so the PyTorch peer's process never loads MXNet.
+Each measurement runs in its own process (AMP is process-global) and times
+:func:`mxfp16.train_step`, the trainer's own step, or (``mode='inference'``)
+the network as ``mxfp16 export`` converts it. The names below load on first
+use, so the PyTorch peer's process never loads MXNet.
 """
 from .._lazy import exports
 

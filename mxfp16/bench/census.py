@@ -6,9 +6,11 @@ line per executed primitive::
     dnnl_verbose,exec,cpu,convolution,jit:avx512_core_amx_bf16,backward_weights,src_bf16::blocked:aBcd16b:f0 ...,
     <attributes>,<auxiliary: alg:convolution_direct>,<problem: mb16_ic64oc64_ih56...>,<milliseconds>
 
-:func:`exec_lines` reads those lines and :func:`classify` files each one's time under one class of :data:`CLASSES`,
-first match wins; docs/benchmarks.md, "The kernel census in every run", says what each means. A primitive's data type
-is bfloat16 when any of its memory descriptors is (``src_bf16`` ...), else float32 when one is.
+:func:`exec_lines` reads those lines and :func:`classify` files each one's
+time under one class of :data:`CLASSES`, first match wins;
+docs/benchmarks.md, "The kernel census in every run", says what each means.
+A primitive's data type is bfloat16 when any of its memory descriptors is
+(``src_bf16`` ...), else float32 when one is.
 """
 import collections
 import re

@@ -44,8 +44,9 @@ def take_census(spec, timeout=None):
     Returns
     -------
     dict
-        ``status`` ``'ok'`` with :func:`mxfp16.bench.census.summarise`'s fields, ``warmup``, and ``isa`` (what oneDNN
-        says of the CPU); or ``status`` ``'failed'`` and ``reason``. It never raises for a failing child.
+        ``status`` ``'ok'`` with :func:`mxfp16.bench.census.summarise`'s
+        fields, ``warmup``, and ``isa`` (what oneDNN says of the CPU); or
+        ``status`` ``'failed'`` and ``reason``. It never raises for a failing child.
     """
     record, problem = call_in_child(census_of, spec, timeout=timeout, env={"DNNL_VERBOSE": "1", "MKLDNN_VERBOSE": None})
     return record if record is not None else {"status": "failed", "reason": problem}

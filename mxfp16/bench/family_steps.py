@@ -97,11 +97,13 @@ def family_step(spec, mixed, batches, nets=None):
 
     Notes
     -----
-    With the option ``unfused_bf16=1`` a language model's recurrent layers run unfused (:func:`mxfp16.amp.unfuse_rnn`)
-    when ``mixed`` is amp-bfloat16, so that their matrix products run in bfloat16: MXNet's fused ``RNN`` has no
-    bfloat16 kernel, and on the AMX VM its float32 reference kernel was 56% of oneDNN's time (docs/benchmarks.md,
-    "With AMX"). Float32 rows keep the fused layer, the faster one in float32, so a run's ratio compares the two
-    routes a user would pick.
+    With the option ``unfused_bf16=1`` a language model's recurrent layers
+    run unfused (:func:`mxfp16.amp.unfuse_rnn`) when ``mixed`` is
+    amp-bfloat16, so that their matrix products run in bfloat16: MXNet's
+    fused ``RNN`` has no bfloat16 kernel, and on the AMX VM its float32
+    reference kernel was 56% of oneDNN's time (docs/benchmarks.md, "With
+    AMX"). Float32 rows keep the fused layer, the faster one in float32, so
+    a run's ratio compares the two routes a user would pick.
     """
     fam = FAMILIES[spec.model]
     if nets is None:

@@ -115,11 +115,13 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     """Check a benchmark request and plan its runs (the ``mxfp16 bench`` flags, as text where they are text).
 
     image_size, classes : int or None
-        An image model's (``None``: 224 px and 102 classes); a family has its own sizes and refuses both.
+        An image model's (``None``: 224 px and 102 classes); a family has
+        its own sizes and refuses both.
     peer : str or None
         ``'pytorch'`` (eager and compiled rows) or ``'pytorch-eager'``.
     model_options : sequence of str or dict, optional
-        A family's sizes to change (``["hidden=16"]``, see :func:`mxfp16.bench.families.resolve_options`).
+        A family's sizes to change (``["hidden=16"]``, see
+        :func:`mxfp16.bench.families.resolve_options`).
     log : callable
         Told what ``auto`` resolved to, and why (one line per batch size).
 
@@ -130,8 +132,9 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     Raises
     ------
     BenchSetupError
-        Anything that would make a run fail: names, sizes, the data set, the model, ``peer`` outside its conditions, or
-        ``onnxruntime`` outside inference mode.
+        Anything that would make a run fail: names, sizes, the data set, the
+        model, ``peer`` outside its conditions, or ``onnxruntime`` outside
+        inference mode.
     """
     from ..machine import hardware
     from ..machine.environment import thread_report
@@ -259,7 +262,8 @@ def record_invocation(out, invocation, records, config, plots=True):
     Parameters
     ----------
     config : dict
-        The request as given (flags); the planned values, threads, loads and ``command`` are added here.
+        The request as given (flags); the planned values, threads, loads and
+        ``command`` are added here.
 
     Returns
     -------

@@ -1,19 +1,24 @@
 """The networks only the benchmark runs: MXNet's DCGAN, its word language model, and a BERT-sized encoder.
 
-The PyTorch peer (:mod:`mxfp16.bench.peer_families`) builds the same layers; :mod:`mxfp16.bench.family_steps` times
-one training step of each. Under AMP on a CPU, ``Deconvolution``, ``RNN`` and ``batch_dot`` stay float32
+The PyTorch peer (:mod:`mxfp16.bench.peer_families`) builds the same layers;
+:mod:`mxfp16.bench.family_steps` times one training step of each. Under AMP
+on a CPU, ``Deconvolution``, ``RNN`` and ``batch_dot`` stay float32
 (docs/amp-table.md): the generator and the recurrent layers run in float32.
 
-The DCGAN has the layers of MXNet 1.9.1's ``example/gluon/dc_gan`` (64 px); the discriminator ends in a ``Flatten``,
-which the example does with a ``reshape`` after the call.
+The DCGAN has the layers of MXNet 1.9.1's ``example/gluon/dc_gan`` (64 px);
+the discriminator ends in a ``Flatten``, which the example does with a
+``reshape`` after the call.
 
-:class:`WordLanguageModel` is the ``RNNModel`` of ``example/gluon/word_language_model`` with two differences outside
-the layers: it reads ``(batch, time)`` token ids, batch first as every mxfp16 batch is, and starts each segment from a
-zero state where the example carries the detached state on; the work per step is the same.
+:class:`WordLanguageModel` is the ``RNNModel`` of
+``example/gluon/word_language_model`` with two differences outside the
+layers: it reads ``(batch, time)`` token ids, batch first as every mxfp16
+batch is, and starts each segment from a zero state where the example
+carries the detached state on; the work per step is the same.
 
-:class:`BertEncoderClassifier` is BERT's encoder as GluonNLP builds it for sentence classification, at BERT-base's
-widths with 2 blocks instead of 12, so one training step fits a small CPU's minutes, and without the two-row segment
-table (a single-segment task adds a constant row to every token).
+:class:`BertEncoderClassifier` is BERT's encoder as GluonNLP builds it for
+sentence classification, at BERT-base's widths with 2 blocks instead of 12,
+so one training step fits a small CPU's minutes, and without the two-row
+segment table (a single-segment task adds a constant row to every token).
 """
 import mxnet as mx
 from mxnet import gluon, init
@@ -72,9 +77,11 @@ def dcgan_discriminator(ndf=64):
 class DiscriminatorPass(gluon.Block):
     """The discriminator update's forward pass: ``(real, noise) -> (D(real), D(fake), fake)``.
 
-    ``fake = generator(noise)``; the discriminator sees it detached, so the update's backward pass stops at the
-    generator, and ``fake`` itself is returned with its history, for the generator's update. Not hybridized itself
-    (the detach is between two graphs); the generator and discriminator inside it are.
+    ``fake = generator(noise)``; the discriminator sees it detached, so the
+    update's backward pass stops at the generator, and ``fake`` itself is
+    returned with its history, for the generator's update. Not hybridized
+    itself (the detach is between two graphs); the generator and
+    discriminator inside it are.
 
     Parameters
     ----------
@@ -107,9 +114,11 @@ class WordLanguageModel(gluon.HybridBlock):
         Embedding width and recurrent units per layer (equal when tied).
     num_layers : int
     dropout : float
-        On the embedding, between recurrent layers and on the recurrent output, as in the example.
+        On the embedding, between recurrent layers and on the recurrent
+        output, as in the example.
     tie_weights : bool
-        The decoder's weight is the embedding's (Press and Wolf's weight tying); the decoder keeps a bias of its own.
+        The decoder's weight is the embedding's (Press and Wolf's weight
+        tying); the decoder keeps a bias of its own.
 
     Raises
     ------
@@ -151,7 +160,8 @@ class BertEncoderClassifier(gluon.HybridBlock):
     max_length : int
         Rows of the position embedding: the longest sequence it reads.
     dropout : float
-        After the embeddings, on the attention weights and on each block's two residual branches, as BERT.
+        After the embeddings, on the attention weights and on each block's
+        two residual branches, as BERT.
 
     Raises
     ------

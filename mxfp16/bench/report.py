@@ -1,9 +1,10 @@
 """Speedups against float32, and the benchmark's table, ``bench.json`` and ``bench.csv``.
 
-With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own ratios, each comparing two processes that
-ran minutes apart, rather than the ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
-``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the spread for a file recorded before
-``bench.json`` held it.
+With ``mxfp16 bench --rounds N`` a speedup is the median of the rounds' own
+ratios, each comparing two processes that ran minutes apart, rather than the
+ratio of two medians (:func:`merge_rounds`, :func:`round_spread`).
+``python -m mxfp16.bench.report --round-ratios DIR/bench.json`` derives the
+spread for a file recorded before ``bench.json`` held it.
 """
 import csv
 import io

@@ -106,7 +106,8 @@ def run_suite(specs, timeout=None, on_result=None, rounds=1, census=False):
     Returns
     -------
     list of dict
-        One record per spec and round, each stamped with the same ``invocation`` id and its ``round`` (from 1).
+        One record per spec and round, each stamped with the same
+        ``invocation`` id and its ``round`` (from 1).
     """
     if int(rounds) < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds!r}")

@@ -1,7 +1,8 @@
 """Which layers miss float16 tensor cores: channel, unit and batch counts that are not multiples of 8.
 
-Volta and later GPUs run float16 matrix products on tensor cores only when the matrix dimensions (convolution
-input/output channels, dense input/output units, and the batch) are multiples of 8; other shapes fall back to slower
+Volta and later GPUs run float16 matrix products on tensor cores only when
+the matrix dimensions (convolution input/output channels, dense input/output
+units, and the batch) are multiples of 8; other shapes fall back to slower
 kernels or pay for padding.
 """
 import mxnet as mx
@@ -39,10 +40,12 @@ def tensor_core_report(net, batch_size, sample_shape=None):
     Parameters
     ----------
     net : gluon.Block
-        Initialised. Layers with deferred shapes are completed by one forward pass of a zero batch of ``sample_shape``.
+        Initialised. Layers with deferred shapes are completed by one forward
+        pass of a zero batch of ``sample_shape``.
     batch_size : int or sequence of int
     sample_shape : tuple, optional
-        One input without the batch axis, e.g. ``(3, 224, 224)``; needed only when some shapes are still unknown.
+        One input without the batch axis, e.g. ``(3, 224, 224)``; needed only
+        when some shapes are still unknown.
 
     Returns
     -------

@@ -7,8 +7,9 @@ The two calls the trainer, the benchmark and the notebooks need::
     for data, label in loaders.train_batches(epoch=0):
         ...
 
-See ``docs/data.md``. The names below load on first use, so importing this package (or one of its MXNet-free modules:
-``layout``, ``augment``, ``validate``) does not load MXNet.
+See ``docs/data.md``. The names below load on first use, so importing this
+package (or one of its MXNet-free modules: ``layout``, ``augment``,
+``validate``) does not load MXNet.
 """
 from .._lazy import exports
 

@@ -1,7 +1,8 @@
 """The training augmentations, by name: what each does to an image, and what ``auto`` picks.
 
-Imports nothing of MXNet, so the trainer's flags (``--augment``) and the configuration check are built without it;
-:mod:`mxfp16.data.pipelines` applies them. ``docs/training.md`` ("Which augmentation") says when to pick which.
+Imports nothing of MXNet, so the trainer's flags (``--augment``) and the
+configuration check are built without it; :mod:`mxfp16.data.pipelines`
+applies them. ``docs/training.md`` ("Which augmentation") says when to pick which.
 """
 from dataclasses import dataclass
 

@@ -1,12 +1,16 @@
 """Extract zip and tar archives without trusting them.
 
-``safe_extract`` refuses, before writing anything, an archive with a member that is not a regular file or folder,
-leaves the target folder, or passes ``max_bytes``, ``max_members`` or ``max_ratio`` by its headers; the limits and
-their defaults are ``docs/data.md`` ("Extraction limits"). Headers can lie, so the same limits are enforced again
-while the bytes are written, and whatever a failed call wrote is removed again.
+``safe_extract`` refuses, before writing anything, an archive with a member
+that is not a regular file or folder, leaves the target folder, or passes
+``max_bytes``, ``max_members`` or ``max_ratio`` by its headers; the limits
+and their defaults are ``docs/data.md`` ("Extraction limits"). Headers can
+lie, so the same limits are enforced again while the bytes are written, and
+whatever a failed call wrote is removed again.
 
-Errors are :class:`~mxfp16.data.validate.DataError`; a damaged archive (bad CRC, truncated stream, a header that is
-not a header) raises the subclass :class:`ArchiveDamaged`, so a caller can move the file aside and download it again.
+Errors are :class:`~mxfp16.data.validate.DataError`; a damaged archive
+(bad CRC, truncated stream, a header that is not a header) raises the
+subclass :class:`ArchiveDamaged`, so a caller can move the file aside and
+download it again.
 """
 import bz2
 import contextlib
@@ -29,25 +33,30 @@ from .validate import DataError
 __all__ = ["ExtractLimits", "ArchiveDamaged", "safe_extract", "archive_problem", "parse_size",
            "DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_RATIO", "DEFAULT_MAX_MEMBERS", "ENTRY_OVERHEAD"]
 
-# Caltech-101 extracts to about 290 MB: the 131 MB 101_ObjectCategories.tar.gz and the annotations out of
-# caltech-101.zip, then ~140 MB of JPEGs out of the tar.gz. 2 GiB leaves about 7x room and still stops a bomb long
-# before it fills a disk.
+# Caltech-101 extracts to about 290 MB: the 131 MB 101_ObjectCategories.tar.gz
+# and the annotations out of caltech-101.zip, then ~140 MB of JPEGs out of the
+# tar.gz. 2 GiB leaves about 7x room and still stops a bomb long before it
+# fills a disk.
 DEFAULT_MAX_EXTRACT_BYTES = 2 * 1024 ** 3
-# JPEGs are already compressed: deflate and gzip keep them at about 1:1, and plain text reaches 3-10:1. A run of zeros
-# reaches deflate's ceiling of about 1030:1 and bzip2 goes far beyond; that is what a decompression bomb is made of.
+# JPEGs are already compressed: deflate and gzip keep them at about 1:1, and
+# plain text reaches 3-10:1. A run of zeros reaches deflate's ceiling of about
+# 1030:1 and bzip2 goes far beyond; that is what a decompression bomb is made of.
 DEFAULT_MAX_RATIO = 100
-# Caltech-101 holds about 9,300 files and folders over both archives; 100,000 leaves 10x room and stops an archive of
-# countless empty entries, which costs inodes and minutes without adding a byte to the declared total.
+# Caltech-101 holds about 9,300 files and folders over both archives; 100,000
+# leaves 10x room and stops an archive of countless empty entries, which
+# costs inodes and minutes without adding a byte to the declared total.
 DEFAULT_MAX_MEMBERS = 100_000
 # What one extracted file or folder costs at least, whatever its size (a block and an inode), toward max_bytes.
 ENTRY_OVERHEAD = 4096
-# Members smaller than this are never refused for their ratio: a few KB of zeros (tar padding, an empty annotation)
-# compress 100:1 and harm nobody, and the total limit bounds what many small members can do.
+# Members smaller than this are never refused for their ratio: a few KB of
+# zeros (tar padding, an empty annotation) compress 100:1 and harm nobody, and
+# the total limit bounds what many small members can do.
 RATIO_FLOOR = 1 << 20
 # Small blocks keep the measured ratio close to the true one: a decompressor reads about one block ahead.
 _BLOCK = 1 << 16
-# Reading a damaged archive raises any of these, depending on the layer. (zipfile: NotImplementedError for an unknown
-# compression method; bz2: OSError for invalid data; writes never get here, see ``_Writer._writing``.)
+# Reading a damaged archive raises any of these, depending on the layer.
+# (zipfile: NotImplementedError for an unknown compression method; bz2:
+# OSError for invalid data; writes never get here, see ``_Writer._writing``.)
 _DAMAGE = (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, NotImplementedError, OSError)
 # Compressed tars by their first bytes; each opener takes an open binary file.
 _COMPRESSED_TAR = ((b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw)), (b"BZh", bz2.BZ2File),
@@ -218,7 +227,8 @@ class _Writer:
             fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=".tmp", dir=path.parent)
         self.created.append(Path(tmp))
         size = 0
-        # No fsync: the caller renames the whole extraction into place, and a crash before that discards it.
+        # No fsync: the caller renames the whole extraction into place, and a
+        # crash before that discards it.
         with os.fdopen(fd, "wb") as out:
             while True:
                 try:
@@ -366,8 +376,9 @@ def safe_extract(archive, target, limits=None, already=0):
     Raises
     ------
     DataError
-        Naming the member that is unsafe, too large or too compressed; before anything is written when the headers
-        show it, otherwise after removing what was written.
+        Naming the member that is unsafe, too large or too compressed;
+        before anything is written when the headers show it, otherwise
+        after removing what was written.
     ArchiveDamaged
         The archive is truncated or corrupt (everything written is removed).
     """

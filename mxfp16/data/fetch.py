@@ -1,7 +1,8 @@
 """Download and unpack Caltech-101 safely: the steps, and what each problem does, are ``docs/data.md`` ("Fetch").
 
-The expected checksum of the official archive is NOT known to mxfp16 (no machine it was built on could download it).
-Without ``sha256`` the download is accepted with a warning and its computed checksum is recorded in
+The expected checksum of the official archive is NOT known to mxfp16 (no
+machine it was built on could download it). Without ``sha256`` the download
+is accepted with a warning and its computed checksum is recorded in
 ``<root>/caltech101/manifest.json``; pass ``sha256`` to enforce one.
 """
 import logging

@@ -1,7 +1,9 @@
 """Pack a folder split into RecordIO for ``mx.io.ImageRecordIter``.
 
-What a pack holds, and how it is written so that an interrupted or concurrent pack never looks complete, is
-``docs/data.md`` ("Pack (RecordIO)"); every record carries a checksum (:func:`mxfp16.data.records.record_checksum`).
+What a pack holds, and how it is written so that an interrupted or
+concurrent pack never looks complete, is ``docs/data.md`` ("Pack
+(RecordIO)"); every record carries a checksum
+(:func:`mxfp16.data.records.record_checksum`).
 """
 import logging
 import os
@@ -75,7 +77,8 @@ def _encode_image(path, resize=0, quality=95):
 def _write_split(output, items, classes, root, split, resize, quality, workers):
     """Write one split's ``.rec``, ``.idx`` and ``.lst`` as staged files of ``output``, checked record by record.
 
-    Returns the records written, the files skipped, the count per class and ``{end of the name: staged file}``.
+    Returns the records written, the files skipped, the count per class and
+    ``{end of the name: staged file}``.
     """
     rec_name, idx_name, lst_name = f"_{split}.rec", f"_{split}.idx", f"_{split}.lst"
     tmp = {name: output.stage(name) for name in (rec_name, idx_name, lst_name)}
@@ -126,8 +129,9 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False)
     prefix : str or Path
         Output prefix, e.g. ``data/caltech101-rec/caltech101``.
     resize : int
-        Resize each image's short side to this many pixels before encoding (0: keep the size). Packing at about
-        ``1.15 * image_size`` makes decoding cheaper.
+        Resize each image's short side to this many pixels before encoding
+        (0: keep the size). Packing at about ``1.15 * image_size`` makes
+        decoding cheaper.
     quality : int
         JPEG quality, 1-100.
     workers : int
@@ -143,8 +147,9 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False)
     Raises
     ------
     DataError
-        Bad settings or source; a prefix inside ``src``, holding a pack (without ``overwrite``), or in use by another
-        command (a pack, a ``train`` reading it), naming it.
+        Bad settings or source; a prefix inside ``src``, holding a pack
+        (without ``overwrite``), or in use by another command (a pack, a
+        ``train`` reading it), naming it.
     """
     src, prefix = Path(src), Path(prefix)
     if not 1 <= quality <= 100 or resize < 0:

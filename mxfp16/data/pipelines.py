@@ -155,8 +155,9 @@ class Loaders:
         Returns
         -------
         dict
-            ``files``: how many files; ``sha256``: over each file's name (relative to the data set) and size, in
-            order; ``per_class``: ``{class: [train files, test files]}``.
+            ``files``: how many files; ``sha256``: over each file's name
+            (relative to the data set) and size, in order; ``per_class``:
+            ``{class: [train files, test files]}``.
         """
         entries = self._fingerprint_entries()
         digest = hashlib.sha256()

@@ -1,14 +1,19 @@
 """Checking a RecordIO pack record by record, before MXNet's C++ reader meets a damaged one.
 
-``mx.io.ImageRecordIter`` ends the process (a dmlc traceback or SIGABRT) on a record whose bytes are not what
-``mxfp16 data pack`` wrote. :func:`damaged_records` reads the frame of every record the ``.idx`` lists, without
-decoding an image: the RecordIO magic number and length (dmlc's ``recordio.h``), the image-record header
-(``mx.recordio.IRHeader``) and the JPEG start and end markers of the payload.
+``mx.io.ImageRecordIter`` ends the process (a dmlc traceback or SIGABRT) on
+a record whose bytes are not what ``mxfp16 data pack`` wrote.
+:func:`damaged_records` reads the frame of every record the ``.idx`` lists,
+without decoding an image: the RecordIO magic number and length (dmlc's
+``recordio.h``), the image-record header (``mx.recordio.IRHeader``) and the
+JPEG start and end markers of the payload.
 
-Bytes changed inside an image or a label pass those checks (a JPEG decoder draws them as a changed picture, without a
-word), so ``data pack`` gives every record a checksum (:func:`record_checksum`), kept in ``IRHeader.id2``, which
-ImageRecordIter never reads. Checking it reads the whole pack once: 115 MB of 2,000 records in 0.19 to 0.24 s (about 500
-MB/s) from the page cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to 0.06 s for the frame checks alone.
+Bytes changed inside an image or a label pass those checks (a JPEG decoder
+draws them as a changed picture, without a word), so ``data pack`` gives
+every record a checksum (:func:`record_checksum`), kept in ``IRHeader.id2``,
+which ImageRecordIter never reads. Checking it reads the whole pack once:
+115 MB of 2,000 records in 0.19 to 0.24 s (about 500 MB/s) from the page
+cache on a loaded 2-core AMD EPYC (AVX2) VM, against 0.04 to 0.06 s for the
+frame checks alone.
 """
 import mmap
 import struct
@@ -29,7 +34,8 @@ _COVERED = struct.Struct("<IfQ")  # what the checksum covers of the header: flag
 def record_checksum(label, index, image):
     """The ``id2`` of the image record ``IRHeader(0, label, index, id2)`` + ``image``: the CRC-32 of the rest.
 
-    The label is covered as the record stores it (float32), so a changed label is caught like a changed image byte.
+    The label is covered as the record stores it (float32), so a changed
+    label is caught like a changed image byte.
     """
     return zlib.crc32(image, zlib.crc32(_COVERED.pack(0, label, index)))
 
@@ -90,8 +96,10 @@ def _why(view, offset, size, checksums):
 def damaged_records(rec, idx, entries=None, checksums=False):
     """The records of ``rec`` (listed by ``idx``) that are not intact.
 
-    ``entries`` is :func:`read_index`'s result when the caller has it already. ``checksums``: every record carries
-    :func:`record_checksum` (a pack whose ``PREFIX_classes.json`` says :data:`CHECKSUM`), and it is checked.
+    ``entries`` is :func:`read_index`'s result when the caller has it
+    already. ``checksums``: every record carries :func:`record_checksum`
+    (a pack whose ``PREFIX_classes.json`` says :data:`CHECKSUM`), and it is
+    checked.
 
     Returns
     -------

@@ -1,8 +1,9 @@
 """Interleaved spirals: the tutorial's small two-feature classification task.
 
-Notebooks 2, 3 and 8 train elementwise networks on it, because MXNet 1.9.1 runs float16 elementwise operators on a CPU
-(its float16 convolution and dense layers need a GPU). Three arms of points winding about the origin are easy to learn
-in float32 and hard enough that a broken float16 recipe shows.
+Notebooks 2, 3 and 8 train elementwise networks on it, because MXNet 1.9.1
+runs float16 elementwise operators on a CPU (its float16 convolution and
+dense layers need a GPU). Three arms of points winding about the origin are
+easy to learn in float32 and hard enough that a broken float16 recipe shows.
 """
 import numpy as np
 

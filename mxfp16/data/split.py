@@ -61,7 +61,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     Parameters
     ----------
     src : str or Path
-        A folder of class folders (for Caltech-101, ``data/caltech101/101_ObjectCategories``).
+        A folder of class folders (for Caltech-101,
+        ``data/caltech101/101_ObjectCategories``).
     out : str or Path
         Must not exist yet (or hold the same split, which is then reused).
     train_per_class : int, optional
@@ -74,7 +75,8 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
     allow_empty_test : bool
         Write a split whose test side holds no image (refused otherwise).
     overwrite : bool
-        Replace another split at ``out`` (a folder whose manifest says it is a split, holding nothing else).
+        Replace another split at ``out`` (a folder whose manifest says it is
+        a split, holding nothing else).
 
     Returns
     -------

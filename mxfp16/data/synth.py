@@ -159,7 +159,8 @@ def synth_dataset(out, classes=10, per_class=100, test_per_class=30, size=128, s
     per_class, test_per_class : int
         Training and test images per class.
     size : int
-        Typical image side in pixels; each image's width and height are drawn from ``[0.8 size, 1.25 size]``.
+        Typical image side in pixels; each image's width and height are drawn
+        from ``[0.8 size, 1.25 size]``.
     seed : int
     quality : int
         JPEG quality.

@@ -68,8 +68,9 @@ def bench_pipelines(src, image_size=224, workers=2, batch_size=32, images=600, p
     Parameters
     ----------
     src : str or Path
-        A folder split (``train/``, ``test/``): it is packed into a temporary RecordIO (``pack_resize`` short side, 0
-        keeps the size) so both pipelines read the same images. Or a pack prefix: RecordIO only.
+        A folder split (``train/``, ``test/``): it is packed into a temporary
+        RecordIO (``pack_resize`` short side, 0 keeps the size) so both
+        pipelines read the same images. Or a pack prefix: RecordIO only.
     image_size, workers, batch_size : int
     images : int
         Images timed per pipeline (after the first batch).

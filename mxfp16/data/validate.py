@@ -1,9 +1,12 @@
 """Finding the images of a folder data set, and the ones that cannot be used.
 
-Validation happens once, when a data set is opened (``make_loaders``, ``data split``, ``data pack``): a fast scan
-(:func:`scan_image`) skips every file the decoder would fail on, each one logged with its path and counted, before the
-first batch; ``docs/data.md`` ("Bad input") lists what it skips. Only the formats of :data:`DECODABLE_FORMATS` are
-admitted: Pillow reads many that MXNet's decoder (OpenCV inside libmxnet) does not, such as a GIF named ``.png``.
+Validation happens once, when a data set is opened (``make_loaders``,
+``data split``, ``data pack``): a fast scan (:func:`scan_image`) skips every
+file the decoder would fail on, each one logged with its path and counted,
+before the first batch; ``docs/data.md`` ("Bad input") lists what it skips.
+Only the formats of :data:`DECODABLE_FORMATS` are admitted: Pillow reads
+many that MXNet's decoder (OpenCV inside libmxnet) does not, such as a GIF
+named ``.png``.
 """
 import contextlib
 import logging
@@ -48,8 +51,9 @@ def output_errors():
 def _not_a_regular_file(path, root=None):
     """Why ``path`` is not a regular file that may be opened, or ``None``; opens nothing.
 
-    Opening a FIFO blocks until someone writes to it, and a device node can be endless (``/dev/zero``), so they are
-    named and skipped. A symbolic link must lead to a regular file, inside ``root`` when one is given.
+    Opening a FIFO blocks until someone writes to it, and a device node can
+    be endless (``/dev/zero``), so they are named and skipped. A symbolic
+    link must lead to a regular file, inside ``root`` when one is given.
     """
     try:
         info = path.lstat()
@@ -75,8 +79,9 @@ def _not_a_regular_file(path, root=None):
 def scan_image(path, root=None):
     """Why ``path`` cannot be used as a training image, or ``None`` when it can.
 
-    Reads only the header and, for JPEGs, the last few KB (a truncated JPEG has no end-of-image marker; OpenCV would
-    decode it silently into a half-grey picture); ``docs/data.md`` ("Bad input") lists what is refused.
+    Reads only the header and, for JPEGs, the last few KB (a truncated JPEG
+    has no end-of-image marker; OpenCV would decode it silently into a
+    half-grey picture); ``docs/data.md`` ("Bad input") lists what is refused.
 
     Parameters
     ----------

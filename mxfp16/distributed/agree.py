@@ -1,10 +1,13 @@
 """The workers of a job agree on their settings before the first step, or all stop, naming what differs.
 
-docs/distributed.md ("The same settings on every worker") says why and what the fingerprint holds.
-:func:`agree_settings` sums, over the workers, the first 64 bits of its digest, one bit per number (one ``pushpull``
-of 64 values): the digests are equal when every sum is 0 or the number of workers. Small integers stay exact whatever
-the kvstore sums in (it was seen to round float64 values of 2**37 and more). Only when they differ do the workers
-exchange the fingerprints themselves, so that each can name the fields that differ and every worker's value.
+docs/distributed.md ("The same settings on every worker") says why and what
+the fingerprint holds. :func:`agree_settings` sums, over the workers, the
+first 64 bits of its digest, one bit per number (one ``pushpull`` of 64
+values): the digests are equal when every sum is 0 or the number of workers.
+Small integers stay exact whatever the kvstore sums in (it was seen to round
+float64 values of 2**37 and more). Only when they differ do the workers
+exchange the fingerprints themselves, so that each can name the fields that
+differ and every worker's value.
 """
 import hashlib
 import json

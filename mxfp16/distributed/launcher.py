@@ -1,8 +1,9 @@
 """Run the processes of a parameter-server job and never leave one behind.
 
-docs/distributed.md says when the launcher stops a job, how, and what it cleans up. A process that ends early (status
-0 while a worker still runs) stops the job too: every process passes the kvstore's last barrier together, so the
-workers would wait for it forever.
+docs/distributed.md says when the launcher stops a job, how, and what it
+cleans up. A process that ends early (status 0 while a worker still runs)
+stops the job too: every process passes the kvstore's last barrier
+together, so the workers would wait for it forever.
 """
 import atexit
 import contextlib
@@ -88,7 +89,8 @@ except OSError:
 def _process_table():
     """``(pid, ppid, pgid, zombie)`` of every process, from /proc; ``None`` without /proc.
 
-    Callers count a zombie as gone: it holds nothing, and some container inits are slow to reap one.
+    Callers count a zombie as gone: it holds nothing, and some container
+    inits are slow to reap one.
     """
     if not os.path.isdir("/proc/self"):
         return None
@@ -205,8 +207,9 @@ class _Job:
 
     def start(self):
         width = max(len(s.name) for s in self.slots)
-        # preexec_fn can deadlock the child when other threads exist, so it is only used in a single-threaded launcher
-        # (the command line); the children start before any pump thread does.
+        # preexec_fn can deadlock the child when other threads exist, so it
+        # is only used in a single-threaded launcher (the command line); the
+        # children start before any pump thread does.
         preexec = _die_with_parent if _LIBC is not None and threading.active_count() == 1 else None
         for slot in self.slots:
             try:
@@ -268,9 +271,10 @@ class _Job:
     def _strays(self, table=None):
         """PIDs of the job's live processes outside the process groups it started (``setsid``, double forks).
 
-        Found by the inherited :data:`JOB_VARIABLE`, and, when this process adopts orphans, as any other child of it
-        outside its own process group (a child there was started by whatever else runs here: ``launch`` called as a
-        library, a notebook pool beside it).
+        Found by the inherited :data:`JOB_VARIABLE`, and, when this process
+        adopts orphans, as any other child of it outside its own process group
+        (a child there was started by whatever else runs here: ``launch``
+        called as a library, a notebook pool beside it).
         """
         groups = {proc.pid for _, proc in self.procs}
         me = os.getpid()
@@ -303,8 +307,10 @@ class _Job:
     def stop(self, first_signal=signal.SIGTERM, workers_first=False):
         """Signal every process group and stray, wait ``grace`` seconds, then SIGKILL what is left.
 
-        With ``workers_first``, the workers before the others, so that they can write a checkpoint: the step's gradient
-        exchange and the kvstore's shutdown still need the servers and the scheduler (whose C++ loop ignores SIGINT).
+        With ``workers_first``, the workers before the others, so that they
+        can write a checkpoint: the step's gradient exchange and the kvstore's
+        shutdown still need the servers and the scheduler (whose C++ loop
+        ignores SIGINT).
         """
         phases = [(self.procs, first_signal, True)]
         if workers_first:

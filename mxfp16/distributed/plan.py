@@ -37,8 +37,9 @@ class Slot:
     role : str
         ``'scheduler'``, ``'server'`` or ``'worker'``.
     index : int
-        Position among the processes of that role, from 0. It names the process in the launcher's output; a worker's
-        kvstore rank (``kv.rank``) is assigned by the scheduler and may differ.
+        Position among the processes of that role, from 0. It names the
+        process in the launcher's output; a worker's kvstore rank
+        (``kv.rank``) is assigned by the scheduler and may differ.
     host : str
         Where it runs (``127.0.0.1`` in local mode, a hostfile entry otherwise).
     argv : tuple of str
@@ -90,10 +91,12 @@ def _bind_error(port, host):
 def free_port(host=LOOPBACK, rng=None):
     """A TCP port that is free on ``host`` now, for a local job's scheduler.
 
-    The scheduler binds it seconds later, once it has imported MXNet; a port of the kernel's ephemeral range (a port-0
-    bind, as every ps-lite process and outgoing connection takes) could be taken by then: with several jobs starting
-    at once, one job's workers joined another job's scheduler. So it is drawn at random below that range (from
-    :data:`PORT_FLOOR`), checked free, and never handed out twice by this process.
+    The scheduler binds it seconds later, once it has imported MXNet; a port
+    of the kernel's ephemeral range (a port-0 bind, as every ps-lite process
+    and outgoing connection takes) could be taken by then: with several jobs
+    starting at once, one job's workers joined another job's scheduler. So it
+    is drawn at random below that range (from :data:`PORT_FLOOR`), checked
+    free, and never handed out twice by this process.
     """
     import random
 
@@ -193,8 +196,9 @@ def local_plan(command, workers, servers, port=None, python=None):
 def _share_cores(slots):
     """Split this machine's cores between the workers of a local job (``OMP_NUM_THREADS`` per process).
 
-    Else W workers on C cores would run W x C threads. The scheduler and the servers move bytes, not tensors: one
-    thread each. A count the user chose (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS``) is left as it is.
+    Else W workers on C cores would run W x C threads. The scheduler and the
+    servers move bytes, not tensors: one thread each. A count the user chose
+    (``OMP_NUM_THREADS`` or ``MXNET_OMP_MAX_THREADS``) is left as it is.
     """
     from ..machine.environment import available_cores, thread_report
 
@@ -264,9 +268,11 @@ def host_plan(command, workers, servers, hosts, port=None, python=None, resolve=
     hosts : list of str
         From :func:`read_hostfile`.
     port : int, optional
-        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on the first host, reachable from the others.
+        The scheduler's port (default :data:`DEFAULT_HOSTFILE_PORT`): free on
+        the first host, reachable from the others.
     python : str, optional
-        Interpreter for the scheduler and servers (default: this one's path, on every host).
+        Interpreter for the scheduler and servers (default: this one's path,
+        on every host).
     resolve : callable
         Host name to the IP address each process advertises (``DMLC_NODE_HOST``).
 

@@ -1,8 +1,9 @@
 """Does the exported model predict what the float32 model predicts? Both on the same test images.
 
-:func:`compare` gives the numbers of ``docs/inference.md`` ("The agreement check"). :func:`check_margin` turns the
-accuracies into a decision; :func:`check_scores` the scores, for a model that should compute what float32 computes (an
-ONNX file), with a tolerance per dtype.
+:func:`compare` gives the numbers of ``docs/inference.md`` ("The agreement
+check"). :func:`check_margin` turns the accuracies into a decision;
+:func:`check_scores` the scores, for a model that should compute what
+float32 computes (an ONNX file), with a tolerance per dtype.
 """
 import numpy as np
 
@@ -47,9 +48,11 @@ def compare(reference, candidate, batches, ctx):
     Returns
     -------
     dict
-        ``images``, ``top1_float32``, ``top1_export`` (fractions), ``top1_drop_points`` (percentage points),
-        ``changed_images``, ``changed_share``, ``max_probability_difference``, ``max_score_difference``
-        (logits), ``max_abs_score_float32`` and ``nonfinite_images`` (inf or NaN scores).
+        ``images``, ``top1_float32``, ``top1_export`` (fractions),
+        ``top1_drop_points`` (percentage points), ``changed_images``,
+        ``changed_share``, ``max_probability_difference``,
+        ``max_score_difference`` (logits), ``max_abs_score_float32`` and
+        ``nonfinite_images`` (inf or NaN scores).
 
     Raises
     ------

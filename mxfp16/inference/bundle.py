@@ -1,8 +1,10 @@
 """An export folder on disk: the model files of its format, ``export.json`` and the checksums of all of them.
 
-``docs/inference.md`` describes the files ("What an export is"), how an export is published and what a reader refuses.
-Each format's writer and reader live in :mod:`mxfp16.inference.formats`; this module holds what they share. Reading an
-export trusts nothing in it, and no message prints a file's content.
+``docs/inference.md`` describes the files ("What an export is"), how an
+export is published and what a reader refuses. Each format's writer and
+reader live in :mod:`mxfp16.inference.formats`; this module holds what they
+share. Reading an export trusts nothing in it, and no message prints a
+file's content.
 """
 import hashlib
 import math
@@ -139,8 +141,9 @@ def verify(folder):
     Raises
     ------
     ExportError
-        No ``SHA256SUMS`` (not an export, or one written before it existed), a line it should not hold, a file
-        missing, a link out of the folder, or a file whose sha256 differs.
+        No ``SHA256SUMS`` (not an export, or one written before it existed),
+        a line it should not hold, a file missing, a link out of the folder,
+        or a file whose sha256 differs.
     """
     folder = Path(folder)
     if not os.path.lexists(folder / CHECKSUM_FILE):
@@ -212,8 +215,9 @@ def read_info(folder):
     Raises
     ------
     ExportError
-        Not an export, a file changed or out of the folder (:func:`verify`), unreadable JSON, another format or
-        version, or values out of range (:func:`check_info`).
+        Not an export, a file changed or out of the folder (:func:`verify`),
+        unreadable JSON, another format or version, or values out of range
+        (:func:`check_info`).
     """
     folder = Path(folder)
     sums = verify(folder)
@@ -261,9 +265,10 @@ def read_verified(folder, info, name):
 def read_model(folder, info=None):
     """The graph and parameters of an export folder, checked against each other before MXNet loads them.
 
-    :func:`read_info` checks the checksums; this checks what they cannot: the graph's structure and size
-    (:func:`mxfp16.plumbing.symbol_file.check_graph`), the parameters' names and shapes against the graph's,
-    and, given ``info``, one output per class of ``info["classes"]``.
+    :func:`read_info` checks the checksums; this checks what they cannot:
+    the graph's structure and size (:func:`mxfp16.plumbing.symbol_file.check_graph`),
+    the parameters' names and shapes against the graph's, and, given
+    ``info``, one output per class of ``info["classes"]``.
 
     Returns
     -------

@@ -72,8 +72,9 @@ def _joined(arg_params, aux_params):
 def _placeable(lists, target_dtype):
     """The AMP lists cut to what ``amp.convert_symbol`` accepts, and what was cut.
 
-    ``amp.init`` takes any operator name; the graph pass asserts that each one is in MXNet's own lists for the
-    target. An operator that only AMP's "widest type" rule knows (``elemwise_add``, ``_Plus``) would stop the
+    ``amp.init`` takes any operator name; the graph pass asserts that each one
+    is in MXNet's own lists for the target. An operator that only AMP's
+    "widest type" rule knows (``elemwise_add``, ``_Plus``) would stop the
     export; it keeps its inputs' type instead, and the cut is recorded.
     """
     from mxnet.contrib import amp

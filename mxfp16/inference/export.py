@@ -4,8 +4,9 @@
 has the model format (:mod:`mxfp16.inference.formats`) write it to a staging folder and check it against float32 on
 the run's test set, then publishes it in one step (``docs/inference.md``, "The agreement check").
 
-Export holds the run folder's lock shared while it reads, and works from a checked copy of the checkpoint
-(:func:`mxfp16.train.checkpoint.copy_params`); ``docs/getting-started.md`` ("Inputs are held too") says why.
+Export holds the run folder's lock shared while it reads, and works from
+a checked copy of the checkpoint (:func:`mxfp16.train.checkpoint.copy_params`);
+``docs/getting-started.md`` ("Inputs are held too") says why.
 """
 import datetime
 import math
@@ -236,11 +237,12 @@ def export_run(run, out, precision=None, checkpoint="last", margin=DEFAULT_MARGI
     Raises
     ------
     ExportError
-        Bad run, checkpoint, output folder or data, a precision or ``onnx_dtypes`` the format does not take, or
-        (ONNX) an operator without a converter, named with its layer; nothing is written.
+        Bad run, checkpoint, output folder or data, a precision or
+        ``onnx_dtypes`` the format does not take, or (ONNX) an operator
+        without a converter, named with its layer; nothing is written.
     mxfp16.inference.agreement.AgreementError
-        The export fails the agreement check (``docs/inference.md``, "The agreement check"; ONNX: "ONNX: deploy
-        without MXNet"); nothing is written.
+        The export fails the agreement check (``docs/inference.md``, "The
+        agreement check"; ONNX: "ONNX: deploy without MXNet"); nothing is written.
     mxfp16.PrecisionError
         Unknown precision, or one these devices cannot hold.
     """

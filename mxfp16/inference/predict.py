@@ -1,9 +1,11 @@
 """``mxfp16 predict``: the top classes of image files, from an export folder of any format.
 
-Images go through the evaluation view of training, computed in numpy by :mod:`mxfp16.inference.preprocess`, so an ONNX
-export predicts with onnxruntime alone and never loads MXNet. A file that fails the scan
-(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped, never fatal. Names in the outputs stay one line
-each and give their bytes back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
+Images go through the evaluation view of training, computed in numpy by
+:mod:`mxfp16.inference.preprocess`, so an ONNX export predicts with
+onnxruntime alone and never loads MXNet. A file that fails the scan
+(:func:`mxfp16.data.scan_image`) or the decoder is reported and skipped,
+never fatal. Names in the outputs stay one line each and give their bytes
+back; ``docs/inference.md`` ("Predicting") gives the escapes and why.
 """
 import csv
 import errno
@@ -131,7 +133,8 @@ class Predictor:
     ctx : str
         ``'auto'``, ``'cpu'`` or ``'gpu:N'`` (one device).
     dtype : str, optional
-        Which model of an ONNX export runs: ``'float32'`` (the default) or ``'float16'`` when it was exported.
+        Which model of an ONNX export runs: ``'float32'`` (the default) or
+        ``'float16'`` when it was exported.
 
     Attributes
     ----------

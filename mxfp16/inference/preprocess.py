@@ -1,8 +1,10 @@
 """The evaluation view of an image in numpy and Pillow alone, equal to the bit to what the test loader feeds.
 
-``mxfp16 predict`` prepares images with it as :func:`mxfp16.data.pipelines.center_view` and
-:func:`~mxfp16.data.pipelines.normalise` prepared the run's test images; ``docs/inference.md`` ("What MXNet
-1.9.1's ONNX exporter needs", "Image decoding") says how each step matches MXNet's.
+``mxfp16 predict`` prepares images with it as
+:func:`mxfp16.data.pipelines.center_view` and
+:func:`~mxfp16.data.pipelines.normalise` prepared the run's test images;
+``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter needs", "Image
+decoding") says how each step matches MXNet's.
 """
 import numpy as np
 

@@ -28,7 +28,8 @@ def cpuinfo_fields(path=None):
 def cpu_flags(path=None):
     """The CPU's feature flags (``avx512f``, ``amx_bf16`` ...), or ``None`` where ``/proc/cpuinfo`` cannot be read.
 
-    ``None`` is "unknown", not "none": a caller that needs a set decides what an unreadable file means for it.
+    ``None`` is "unknown", not "none": a caller that needs a set decides what
+    an unreadable file means for it.
     """
     fields = cpuinfo_fields(path)
     return None if fields is None else set(fields.get("flags", "").split())

@@ -189,7 +189,8 @@ def thread_report():
     Returns
     -------
     dict
-        ``threads`` (what MXNet uses, read back), ``planned``, ``source`` (who chose it) and ``available_cores``.
+        ``threads`` (what MXNet uses, read back), ``planned``, ``source``
+        (who chose it) and ``available_cores``.
     """
     planned = plan_threads()
     source = planned.source

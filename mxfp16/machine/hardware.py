@@ -119,7 +119,8 @@ def cpu_identity(path=None):
 def describe_cpu(cpu):
     """:func:`cpu_identity` in one line for a terminal.
 
-    E.g. ``AMD EPYC (AuthenticAMD family 26 model 2, microarchitecture Zen 5; bfloat16 instructions: avx512_bf16)``.
+    E.g. ``AMD EPYC (AuthenticAMD family 26 model 2, microarchitecture Zen 5;
+    bfloat16 instructions: avx512_bf16)``.
     """
     known = [cpu.get("vendor")] + [f"{name} {cpu[name]}" for name in ("family", "model") if cpu.get(name) is not None]
     where = " ".join(part for part in known if part)
@@ -223,12 +224,14 @@ class BFloat16Support:
 def bfloat16_support(flags=None, environ=None, amx_state=None):
     """Classify this CPU for MXNet 1.9.1's bfloat16: AMX, native, emulated, none.
 
-    oneDNN 2.4.4 runs bfloat16 natively with avx512_bf16 (and on AMX tiles where :mod:`mxfp16.machine.amx`
-    turned them on), emulates it with plain AVX-512 (Skylake-SP, Cascade Lake, Ice Lake), and has no path below
-    AVX-512 (AVX2-only CPUs: most laptops, AMD Zen 3 and older, VMs that hide AVX-512). Two settings take it
-    away: ``MXNET_MKLDNN_ENABLED=0`` (MXNet's own CPU operators have no bfloat16 kernels) and a
-    ``DNNL_MAX_CPU_ISA`` below ``AVX512_CORE`` (``DNNL_MAX_CPU_ISA=AVX2`` makes this CPU behave, for bfloat16,
-    as an AVX2-only one: the test suite's proof that it passes there).
+    oneDNN 2.4.4 runs bfloat16 natively with avx512_bf16 (and on AMX tiles
+    where :mod:`mxfp16.machine.amx` turned them on), emulates it with plain
+    AVX-512 (Skylake-SP, Cascade Lake, Ice Lake), and has no path below
+    AVX-512 (AVX2-only CPUs: most laptops, AMD Zen 3 and older, VMs that hide
+    AVX-512). Two settings take it away: ``MXNET_MKLDNN_ENABLED=0`` (MXNet's
+    own CPU operators have no bfloat16 kernels) and a ``DNNL_MAX_CPU_ISA``
+    below ``AVX512_CORE`` (``DNNL_MAX_CPU_ISA=AVX2`` makes this CPU behave, for
+    bfloat16, as an AVX2-only one: the test suite's proof that it passes there).
 
     Parameters
     ----------

@@ -1,11 +1,14 @@
 """Prepare the numerical stack before anything imports MXNet.
 
-MXNet 1.9.1 predates numpy 1.24 and Python 3.12, and runs on both once a few names they removed exist again
-(docs/getting-started.md, "Pythons and numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
-MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`) that this numpy lacks, never replacing one
-that exists, and makes ``distutils`` importable from setuptools where Python has none. A name that a future numpy
-removes and mxfp16 cannot supply fails the import here, naming it and the numpy that works, instead of an
-``AttributeError`` deep inside MXNet.
+MXNet 1.9.1 predates numpy 1.24 and Python 3.12, and runs on both once a
+few names they removed exist again (docs/getting-started.md, "Pythons and
+numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
+MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`)
+that this numpy lacks, never replacing one that exists, and makes
+``distutils`` importable from setuptools where Python has none. A name that
+a future numpy removes and mxfp16 cannot supply fails the import here,
+naming it and the numpy that works, instead of an ``AttributeError`` deep
+inside MXNet.
 """
 import importlib
 import importlib.util

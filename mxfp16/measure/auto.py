@@ -1,12 +1,15 @@
 """``auto``: one decision procedure for the library and the commands alike.
 
-Where timing cannot change the answer the rule per CPU class (:func:`mxfp16.precision.auto_rule`) decides
-(``ruled: ...``); on a CPU with native bfloat16 the network is timed in a forked copy of this process
-(:class:`~mxfp16.measure.probe.NetworkProbe`, ``timed on this CPU: ...``). docs/benchmarks.md, "What auto picks on
-each kind of CPU", tells the whole procedure.
+Where timing cannot change the answer the rule per CPU class
+(:func:`mxfp16.precision.auto_rule`) decides (``ruled: ...``); on a CPU with
+native bfloat16 the network is timed in a forked copy of this process
+(:class:`~mxfp16.measure.probe.NetworkProbe`, ``timed on this CPU: ...``).
+docs/benchmarks.md, "What auto picks on each kind of CPU", tells the whole
+procedure.
 
-:func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and the probe's child alike, so the same
-network and batch get the same verdict whichever path asks.
+:func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
+the probe's child alike, so the same network and batch get the same verdict
+whichever path asks.
 """
 import math
 import os
@@ -80,7 +83,8 @@ def cache_file(environ=None):
 def min_repeat_ms(environ=None):
     """How long each timed repeat of a probe lasts at least, in milliseconds: :data:`MIN_REPEAT_MS` by default.
 
-    ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the probe's length (mxfp16's own suite uses 100).
+    ``MXFP16_AUTO_REPEAT_MS`` trades the verdict's reliability for the
+    probe's length (mxfp16's own suite uses 100).
 
     Raises
     ------

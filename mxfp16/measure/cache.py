@@ -1,8 +1,10 @@
 """Measurements kept between runs: one JSON file per kind, its records keyed by the machine and what was measured.
 
-``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings (:mod:`mxfp16.measure.per_layer`) are
-measured once per machine and kept through :class:`MachineCache`. A file that is damaged, of another version or missing
-reads as empty: what it held is measured again and the file rewritten whole, never patched.
+``auto``'s verdicts (:mod:`mxfp16.measure.auto`) and the per-layer timings
+(:mod:`mxfp16.measure.per_layer`) are measured once per machine and kept
+through :class:`MachineCache`. A file that is damaged, of another version or
+missing reads as empty: what it held is measured again and the file
+rewritten whole, never patched.
 """
 import hashlib
 import json

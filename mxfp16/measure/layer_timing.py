@@ -1,8 +1,10 @@
 """Layers timed alone, in a fresh process: what the ``measured`` AMP lists decide by.
 
-Each :class:`LayerSpec` is timed forward and backward in float32 and in bfloat16 as AMP runs it inside a bfloat16 part
-of the network, through :func:`mxfp16.measure.timing.time_steps`; casting the data in and out is timed apart
-(:class:`LayerTiming`). The choice is :mod:`mxfp16.measure.per_layer`.
+Each :class:`LayerSpec` is timed forward and backward in float32 and in
+bfloat16 as AMP runs it inside a bfloat16 part of the network, through
+:func:`mxfp16.measure.timing.time_steps`; casting the data in and out is
+timed apart (:class:`LayerTiming`). The choice is
+:mod:`mxfp16.measure.per_layer`.
 """
 import json
 from dataclasses import asdict, dataclass

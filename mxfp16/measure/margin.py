@@ -1,8 +1,9 @@
 """The one rule a measurement decides by: bfloat16 is chosen only when it is :data:`MARGIN` times as fast.
 
-``auto`` (:mod:`mxfp16.measure.auto`) compares a network's training step in float32 and in amp-bfloat16; the
-``measured`` lists (:mod:`mxfp16.measure.per_layer`) compare each layer. Both read a ratio (:func:`speed_ratio`) and
-keep bfloat16 only when :func:`pays` says so.
+``auto`` (:mod:`mxfp16.measure.auto`) compares a network's training step in
+float32 and in amp-bfloat16; the ``measured`` lists
+(:mod:`mxfp16.measure.per_layer`) compare each layer. Both read a ratio
+(:func:`speed_ratio`) and keep bfloat16 only when :func:`pays` says so.
 """
 __all__ = ["MARGIN", "speed_ratio", "pays", "requirement"]
 

@@ -1,13 +1,15 @@
 """Precision per layer, chosen by measurement: the ``measured`` AMP lists.
 
-With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16 train --amp-lists measured``) each layer AMP
-would run in bfloat16 is timed alone (:func:`mxfp16.measure.layer_timing.time_layers`) and kept in float32 unless it
-gains by :data:`mxfp16.measure.margin.MARGIN`. docs/amp-table.md, "Precision per layer, chosen by measurement", tells
-the details.
+With ``MixedPrecision("amp-bfloat16", amp_lists="measured")`` (``mxfp16
+train --amp-lists measured``) each layer AMP would run in bfloat16 is timed
+alone (:func:`mxfp16.measure.layer_timing.time_layers`) and kept in float32
+unless it gains by :data:`mxfp16.measure.margin.MARGIN`. docs/amp-table.md,
+"Precision per layer, chosen by measurement", tells the details.
 
-:class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is the table ``mxfp16 info --amp-table
-layers`` prints, and the trainer writes its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder. The
-verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
+:class:`LayerChoice` holds the verdict; its :meth:`~LayerChoice.render` is
+the table ``mxfp16 info --amp-table layers`` prints, and the trainer writes
+its :meth:`~LayerChoice.record` to ``amp-layers.json`` in the run folder.
+The verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
 """
 import os
 from dataclasses import asdict, dataclass, replace
@@ -169,8 +171,9 @@ def layers_apply(amp_lists, precision=None):
     ----------
     amp_lists : str
     precision : mxfp16.Precision or None
-        The precision settled on; ``None`` while ``auto`` is still to be timed: its candidate, amp-bfloat16, is
-        measured first, so ``auto`` then times the network as it would train.
+        The precision settled on; ``None`` while ``auto`` is still to be
+        timed: its candidate, amp-bfloat16, is measured first, so ``auto``
+        then times the network as it would train.
     """
     return amp_lists == "measured" and (precision is None or (precision.amp and precision.compute_dtype == "bfloat16"))
 

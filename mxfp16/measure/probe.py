@@ -1,12 +1,15 @@
 """The probe: a network's training step timed in a forked copy of this process.
 
-``auto`` (:mod:`mxfp16.measure.auto`) asks a :class:`NetworkProbe` for milliseconds per step in float32 and in
-amp-bfloat16, timed through :func:`mxfp16.measure.timing.time_steps` as the benchmark does.
+``auto`` (:mod:`mxfp16.measure.auto`) asks a :class:`NetworkProbe` for
+milliseconds per step in float32 and in amp-bfloat16, timed through
+:func:`mxfp16.measure.timing.time_steps` as the benchmark does.
 
-Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's fork handler turns its OpenMP use off in
-a child (``src/initialize.cc``, ``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions are timed
-that way, so a ratio is compared with a ratio; the casts amp-bfloat16 adds are MXNet kernels, so the probe errs
-towards float32, never towards a slowdown.
+Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
+fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
+``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions
+are timed that way, so a ratio is compared with a ratio; the casts
+amp-bfloat16 adds are MXNet kernels, so the probe errs towards float32,
+never towards a slowdown.
 """
 import functools
 import hashlib
@@ -73,8 +76,9 @@ class NetworkProbe:
     net : gluon.Block
         Initialised (its parameters have shapes), not under AMP.
     data, label : list
-        One batch, one entry per device, as :func:`mxfp16.cast_batch` returns it for float32 (``label`` may be
-        ``None`` for a network that returns its own loss). float32 and amp-bfloat16 batches are both float32.
+        One batch, one entry per device, as :func:`mxfp16.cast_batch` returns
+        it for float32 (``label`` may be ``None`` for a network that returns
+        its own loss). float32 and amp-bfloat16 batches are both float32.
     ctx : list of mx.Context
     loss_fn : callable, optional
         As :func:`mxfp16.train_step` takes it; by default the sum of the outputs.

@@ -1,9 +1,10 @@
 """Timing a step: untimed warm-up, then timed repeats, every one waited for.
 
-MXNet's engine is asynchronous: a timer that does not wait for it times how fast Python queues work.
-:func:`time_steps` waits for the engine before and after each repeat and reads the steps' outputs once per repeat.
-The benchmark, ``auto``'s probe and the per-layer timing all time through it, so a speed ``auto`` measured is a speed
-the benchmark would report.
+MXNet's engine is asynchronous: a timer that does not wait for it times how
+fast Python queues work. :func:`time_steps` waits for the engine before and
+after each repeat and reads the steps' outputs once per repeat. The
+benchmark, ``auto``'s probe and the per-layer timing all time through it, so
+a speed ``auto`` measured is a speed the benchmark would report.
 """
 import time
 from dataclasses import dataclass

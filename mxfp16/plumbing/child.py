@@ -1,11 +1,15 @@
 """Run a function in a fresh Python process and read back what it returned: mxfp16's one child protocol.
 
-AMP patches MXNet once per process and cannot be undone, and an MXNet error is asynchronous and can leave the process
-that met it unusable; so every comparison of precisions (the benchmark, ``mxfp16 selftest``, the AMP tables) and every
-probe of what MXNet does on this CPU runs in a child of its own, through :func:`call_in_child` (a function, run by
-this module's :func:`main`) or :func:`run_json_child` (a module with a main of its own). The child writes
-``{"result": value}`` or ``{"error": traceback}``; the parent never raises for a child that fails, so a benchmark or a
-self-test records the failure and goes on. :func:`end_process` is how that child, and every ``mxfp16`` command, ends.
+AMP patches MXNet once per process and cannot be undone, and an MXNet error is
+asynchronous and can leave the process that met it unusable; so every
+comparison of precisions (the benchmark, ``mxfp16 selftest``, the AMP tables)
+and every probe of what MXNet does on this CPU runs in a child of its own,
+through :func:`call_in_child` (a function, run by this module's :func:`main`)
+or :func:`run_json_child` (a module with a main of its own). The child writes
+``{"result": value}`` or ``{"error": traceback}``; the parent never raises for
+a child that fails, so a benchmark or a self-test records the failure and
+goes on. :func:`end_process` is how that child, and every ``mxfp16`` command,
+ends.
 """
 import argparse
 import atexit
@@ -35,8 +39,9 @@ def call_in_child(function, spec=None, timeout=None, env=None, python=None, tail
     Parameters
     ----------
     function : callable or str
-        A module-level function, or ``'module:function'`` (a tool's, run from a script whose functions name
-        ``__main__`` as their module); with ``fork``, any callable.
+        A module-level function, or ``'module:function'`` (a tool's, run from
+        a script whose functions name ``__main__`` as their module); with
+        ``fork``, any callable.
     spec : dataclass, JSON value or None
         The one argument; a dataclass arrives as its class, anything else as JSON gives it back.
         With ``fork``, any object: the child has this process's memory.
@@ -49,8 +54,9 @@ def call_in_child(function, spec=None, timeout=None, env=None, python=None, tail
     Returns
     -------
     (object or None, str or None)
-        The value and ``None``; or ``None`` and why there is none: the child's traceback when the function raised,
-        else what :func:`run_json_child` says (a timeout, or the exit status and the end of its error output).
+        The value and ``None``; or ``None`` and why there is none: the
+        child's traceback when the function raised, else what
+        :func:`run_json_child` says (a timeout, or the exit status and the end of its error output).
     """
     if fork:
         record, problem = _run_forked(function, spec, timeout)
@@ -124,7 +130,8 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
     timeout : float, optional
         Seconds before the child is stopped.
     env : dict, optional
-        Variables added to this process's environment for the child; a value of ``None`` removes that variable instead.
+        Variables added to this process's environment for the child; a value
+        of ``None`` removes that variable instead.
     python : str, optional
         The interpreter (default: this one).
     tail_lines : int
@@ -133,7 +140,8 @@ def run_json_child(module, args, timeout=None, env=None, python=None, tail_lines
     Returns
     -------
     (dict or None, str or None)
-        The record, or ``None`` and why there is none (a timeout, or the exit status and the end of the child's output).
+        The record, or ``None`` and why there is none (a timeout, or the exit
+        status and the end of the child's output).
     """
     with tempfile.TemporaryDirectory(prefix="mxfp16-child-") as tmp:
         result_path = os.path.join(tmp, "result.json")
@@ -191,12 +199,17 @@ def main(argv=None):
 def end_process(code=0):
     """End this process with exit status ``code`` as Python would, short of the C++ runtime's static destructors.
 
-    MXNet 1.9.1's engine threads still run when the C++ runtime destroys static objects at exit (apache/mxnet#17653,
-    #19379), and now and then the process aborts there, its work done and its output written: "terminate called
-    without an active exception", exit status 134 (docs/getting-started.md, "MXNet's abort at exit", says how often).
-    So mxfp16's commands and children end here: what Python's own shutdown runs first runs (the ``atexit`` handlers:
-    MXNet's ``MXNotifyShutdown``, logging's flush ...), the standard streams are flushed, and the process leaves with
-    ``os._exit``. A library user's process ends as Python and MXNet end it: only mxfp16's entry points call this.
+    MXNet 1.9.1's engine threads still run when the C++ runtime destroys
+    static objects at exit (apache/mxnet#17653, #19379), and now and then
+    the process aborts there, its work done and its output written:
+    "terminate called without an active exception", exit status 134
+    (docs/getting-started.md, "MXNet's abort at exit", says how often).
+    So mxfp16's commands and children end here: what Python's own shutdown
+    runs first runs (the ``atexit`` handlers: MXNet's ``MXNotifyShutdown``,
+    logging's flush ...), the standard streams are flushed, and the process
+    leaves with ``os._exit``.
+    A library user's process ends as Python and MXNet end it: only
+    mxfp16's entry points call this.
 
     Parameters
     ----------

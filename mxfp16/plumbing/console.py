@@ -1,14 +1,18 @@
 """A standard output that may close or fill up under a command: printing stops, the command goes on.
 
-After ``mxfp16 info | head -1`` or ``> /dev/full`` Python raises ``BrokenPipeError`` or ``OSError`` at the next write
-or flush (with a pipe's block buffering, perhaps far from the ``print`` that filled the buffer), and at exit prints
-"Exception ignored ... BrokenPipeError" and exits 120. :func:`guarded_stdout` keeps the first failure, points standard
-output at ``/dev/null`` and lets the command run to its end (a training run keeps training);
-:meth:`GuardedStdout.outcome` ends a closed pipe quietly, any other failure with one line naming it.
+After ``mxfp16 info | head -1`` or ``> /dev/full`` Python raises
+``BrokenPipeError`` or ``OSError`` at the next write or flush (with a pipe's
+block buffering, perhaps far from the ``print`` that filled the buffer), and
+at exit prints "Exception ignored ... BrokenPipeError" and exits 120.
+:func:`guarded_stdout` keeps the first failure, points standard output at
+``/dev/null`` and lets the command run to its end (a training run keeps
+training); :meth:`GuardedStdout.outcome` ends a closed pipe quietly, any
+other failure with one line naming it.
 
-A stream closed before the command started (``mxfp16 info >&-``) is ``None`` in :mod:`sys`, and the next file the
-process opens takes its descriptor, so C code that prints (MXNet's log lines) would write into that file, a checkpoint
-say: :func:`reopen_closed_streams` gives it ``/dev/null`` first.
+A stream closed before the command started (``mxfp16 info >&-``) is ``None``
+in :mod:`sys`, and the next file the process opens takes its descriptor, so
+C code that prints (MXNet's log lines) would write into that file, a
+checkpoint say: :func:`reopen_closed_streams` gives it ``/dev/null`` first.
 """
 import contextlib
 import errno
@@ -68,8 +72,9 @@ class GuardedStdout:
     def outcome(self, status, command):
         """The command's exit status and the line to print on stderr (``None``), once it has finished.
 
-        A closed pipe (``EPIPE``) ends the command quietly with its own status; any other failure (a full disk, an I/O
-        error) is an error: status 2 unless the command failed already.
+        A closed pipe (``EPIPE``) ends the command quietly with its own
+        status; any other failure (a full disk, an I/O error) is an error:
+        status 2 unless the command failed already.
         """
         self.flush()
         err = self.failure

@@ -1,8 +1,9 @@
 """The ranges every numeric setting must fall in, so a typo fails at once with its flag named.
 
-docs/getting-started.md ("Limits") lists the bounds and why. A ``NaN`` would switch a check off silently (``nan < x``
-is always false). Each command's argparse flags take their type from :func:`integer` and :func:`number`, and the
-trainer's configuration checks its fields with :func:`check`.
+docs/getting-started.md ("Limits") lists the bounds and why. A ``NaN`` would
+switch a check off silently (``nan < x`` is always false). Each command's
+argparse flags take their type from :func:`integer` and :func:`number`, and
+the trainer's configuration checks its fields with :func:`check`.
 """
 import argparse
 import math

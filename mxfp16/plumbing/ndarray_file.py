@@ -1,16 +1,20 @@
 """Reading the header of an MXNet NDArray file (``.params``) before MXNet allocates what it declares.
 
-``mx.nd.load`` and ``Block.load_parameters`` allocate every array at the shape the file declares before reading its
-bytes: a file that declares a 2^30 x 2^30 array (damaged, or made to do that) asks for 4 EiB and takes the process
-down. :func:`read_header` walks the file's structure in Python without allocating an array, and refuses one whose
-arrays need more bytes than the file holds; :func:`check_shapes` compares the declared names and shapes with the
-network's before ``load_parameters`` runs.
+``mx.nd.load`` and ``Block.load_parameters`` allocate every array at the
+shape the file declares before reading its bytes: a file that declares a
+2^30 x 2^30 array (damaged, or made to do that) asks for 4 EiB and takes the
+process down. :func:`read_header` walks the file's structure in Python
+without allocating an array, and refuses one whose arrays need more bytes
+than the file holds; :func:`check_shapes` compares the declared names and
+shapes with the network's before ``load_parameters`` runs.
 
-The layout, as MXNet 1.9.1 writes it (``NDArray::Save`` in ``src/ndarray/ndarray.cc``; dmlc streams are
-little-endian): a uint64 magic ``0x112`` and a reserved uint64; a uint64 count, then each array: a uint32 magic
-(``0xF993FAC9``, or ``0xF993FACA`` for numpy shapes), an int32 storage type (0: dense), the shape (int32 ndim, int64
-dimensions), the context (two int32), an int32 dtype flag, and the raw data; then a uint64 count of names, each a
-uint64 length and the UTF-8 bytes.
+The layout, as MXNet 1.9.1 writes it (``NDArray::Save`` in
+``src/ndarray/ndarray.cc``; dmlc streams are little-endian): a uint64 magic
+``0x112`` and a reserved uint64; a uint64 count, then each array: a uint32
+magic (``0xF993FAC9``, or ``0xF993FACA`` for numpy shapes), an int32 storage
+type (0: dense), the shape (int32 ndim, int64 dimensions), the context
+(two int32), an int32 dtype flag, and the raw data; then a uint64 count of
+names, each a uint64 length and the UTF-8 bytes.
 """
 import math
 import os
@@ -100,12 +104,14 @@ def read_header(path):
     Returns
     -------
     list of (str or None, tuple, str)
-        ``(name, shape, dtype)`` per array; names are ``None`` in a file saved from a list.
+        ``(name, shape, dtype)`` per array; names are ``None`` in a file
+        saved from a list.
 
     Raises
     ------
     NDArrayFileError
-        Not an NDArray file, a structure that does not parse, or arrays that need more bytes than the file holds.
+        Not an NDArray file, a structure that does not parse, or arrays that
+        need more bytes than the file holds.
     """
     where = shown(path)
     size = os.path.getsize(path)

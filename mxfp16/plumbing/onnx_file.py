@@ -1,11 +1,14 @@
 """Checking an ONNX model's bytes before onnxruntime reads them: a protocol buffer, with every weight inside.
 
-onnxruntime trusts its model: a damaged file ends in its own traceback, and a tensor whose ``data_location`` is
-``EXTERNAL`` names a file (``external_data``'s ``location``: ``/etc/passwd``, ``../../secret``) that onnxruntime would
-go and read. An ONNX file mxfp16 writes holds every tensor in itself (``raw_data``), so :func:`check_model_bytes`
-parses the bytes with protobuf (a dependency of onnxruntime: no ``onnx`` package needed) against the part of
-``onnx.proto`` that leads to a tensor (:data:`_SCHEMA`), and refuses a file that does not parse, holds no graph, or
-stores any tensor outside itself. Nothing named there is opened.
+onnxruntime trusts its model: a damaged file ends in its own traceback, and
+a tensor whose ``data_location`` is ``EXTERNAL`` names a file
+(``external_data``'s ``location``: ``/etc/passwd``, ``../../secret``) that
+onnxruntime would go and read. An ONNX file mxfp16 writes holds every
+tensor in itself (``raw_data``), so :func:`check_model_bytes` parses the
+bytes with protobuf (a dependency of onnxruntime: no ``onnx`` package
+needed) against the part of ``onnx.proto`` that leads to a tensor
+(:data:`_SCHEMA`), and refuses a file that does not parse, holds no graph,
+or stores any tensor outside itself. Nothing named there is opened.
 """
 from .output import shown
 

@@ -1,8 +1,9 @@
 """Figures without pyplot's global state.
 
-Library code draws on a ``matplotlib.figure.Figure`` it creates itself: no backend switch (``matplotlib.use('Agg')``
-would silently stop a notebook's inline plots), no figure registry to leak into, and PNGs are written atomically. A
-notebook displays the returned figure like any other.
+Library code draws on a ``matplotlib.figure.Figure`` it creates itself: no
+backend switch (``matplotlib.use('Agg')`` would silently stop a notebook's
+inline plots), no figure registry to leak into, and PNGs are written
+atomically. A notebook displays the returned figure like any other.
 """
 from matplotlib import rcParams
 from matplotlib.figure import Figure

@@ -1,12 +1,15 @@
 """Checking an MXNet graph file (``*-symbol.json``) before MXNet parses it.
 
-``mx.sym.load`` trusts its file: a graph whose node reads a later node (a cycle), one of 200,000 nodes, or a 300 MB
-file each end in an MXNet traceback or a long stall, and a file that is not JSON at all has its first line printed in
-MXNet's error. :func:`check_graph` reads the file with :func:`mxfp16.plumbing.fileio.read_json`'s limits and checks
-the structure MXNet writes (``nnvm::Graph`` saved by ``Symbol.save``): a ``nodes`` list whose entries name an ``op``
-and list their ``inputs`` as ``[node, output, version]`` of *earlier* nodes (MXNet saves them in topological order, so
-an input at or after its node is a cycle), ``arg_nodes`` that are variables, and ``heads`` that are nodes. Its
-messages never quote the file's content.
+``mx.sym.load`` trusts its file: a graph whose node reads a later node (a
+cycle), one of 200,000 nodes, or a 300 MB file each end in an MXNet
+traceback or a long stall, and a file that is not JSON at all has its first
+line printed in MXNet's error. :func:`check_graph` reads the file with
+:func:`mxfp16.plumbing.fileio.read_json`'s limits and checks the structure MXNet
+writes (``nnvm::Graph`` saved by ``Symbol.save``): a ``nodes`` list whose
+entries name an ``op`` and list their ``inputs`` as ``[node, output,
+version]`` of *earlier* nodes (MXNet saves them in topological order, so an
+input at or after its node is a cycle), ``arg_nodes`` that are variables,
+and ``heads`` that are nodes. Its messages never quote the file's content.
 """
 import os
 

@@ -132,7 +132,8 @@ def params_file(out, epoch=None, verify=True):
     out : str or Path
         The run folder.
     epoch : int, optional
-        The checkpoint written at the end of this epoch (counted from 1); ``None`` for the current one.
+        The checkpoint written at the end of this epoch (counted from 1);
+        ``None`` for the current one.
     verify : bool
         Check the file against the sha256 its record lists.
 
@@ -368,7 +369,8 @@ def load_checkpoint(out, parts, fingerprint):
     parts : mxfp16.train.parts.Parts
         Built the same way as for the run that wrote the checkpoint.
     fingerprint : dict
-        This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS` refuses the checkpoint.
+        This run's fingerprint; any difference in :data:`FINGERPRINT_FIELDS`
+        refuses the checkpoint.
 
     Returns
     -------

@@ -169,7 +169,8 @@ def seeds_needed(sd, resolve, confidence=0.95, paired=True, limit=MAX_SEEDS):
     Returns
     -------
     int or None
-        The smallest ``n >= 2`` that reaches it; ``None`` when more than ``limit`` would be needed.
+        The smallest ``n >= 2`` that reaches it; ``None`` when more than ``limit``
+        would be needed.
     """
     from scipy import stats
 
@@ -213,7 +214,8 @@ def parity(a_paths, b_paths, confidence=0.95, a_name="a", b_name="b", resolve=RE
     Raises
     ------
     RunDirError
-        A run that cannot be read or holds impossible numbers, or groups that :func:`check_groups` refuses.
+        A run that cannot be read or holds impossible numbers, or groups that
+        :func:`check_groups` refuses.
     """
     a_runs, b_runs = load_runs(_expand_paths(a_paths)), load_runs(_expand_paths(b_paths))
     differences = check_groups(a_runs, b_runs, allow_differences)

@@ -21,7 +21,8 @@ def check_request(precision, dtypes):
     Raises
     ------
     ExportError
-        ``dtypes`` holds anything but float32 (``onnx_dtypes`` of an ONNX export); the message names the fix.
+        ``dtypes`` holds anything but float32 (``onnx_dtypes`` of an ONNX
+        export); the message names the fix.
     """
     others = [d for d in dtypes if d != "float32"]
     if others:
@@ -85,8 +86,9 @@ def check(folder, files, section, inputs):
 def _emulated_candidate(reference, source, params, ctx):
     """The float32 graph with the export's weights rounded as stored (float16), computed in float32.
 
-    A float16 network is built second, so its parameter names carry another prefix (``resnetv21_`` beside
-    ``resnetv20_``); the structural names, the same in both, pair them.
+    A float16 network is built second, so its parameter names carry another
+    prefix (``resnetv21_`` beside ``resnetv20_``); the structural names,
+    the same in both, pair them.
     """
     from ...train.outputs import structural_names
     from ..convert import load_block, traced

@@ -1,11 +1,14 @@
 """The ONNX format: ``model.onnx`` (float32) and, when asked, ``model-float16.onnx``, run by onnxruntime.
 
-Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked operator by operator against MXNet 1.9.1's
-exporter (``mxnet.onnx``) before anything is converted, and float16 is made from it by onnxruntime's own converter
-(AMP's ``amp_cast`` nodes have no ONNX converter). What the exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's
-ONNX exporter needs"); its private graph builder, and both changes to it, are ``mxfp16._internals.mx2onnx_graph``'s.
-Reading needs only onnxruntime and numpy: :func:`load` checks the file before onnxruntime sees it and runs one blank
-image; ``docs/inference.md`` ("Predicting") says why each check.
+Writing needs MXNet, onnx and onnxruntime: the float32 graph is checked
+operator by operator against MXNet 1.9.1's exporter (``mxnet.onnx``) before
+anything is converted, and float16 is made from it by onnxruntime's own
+converter (AMP's ``amp_cast`` nodes have no ONNX converter). What the
+exporter needs is ``docs/inference.md`` ("What MXNet 1.9.1's ONNX exporter
+needs"); its private graph builder, and both changes to it, are
+``mxfp16._internals.mx2onnx_graph``'s. Reading needs only onnxruntime and
+numpy: :func:`load` checks the file before onnxruntime sees it and runs one
+blank image; ``docs/inference.md`` ("Predicting") says why each check.
 """
 import importlib.util
 import json
@@ -303,14 +306,16 @@ def write(folder, model, options):
 def check(folder, files, section, inputs):
     """Every ONNX file of a staged export against the float32 network, in onnxruntime; refuse on the first miss.
 
-    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and must keep the top-1 margin and its
-    dtype's score tolerance (:func:`mxfp16.inference.agreement.check_scores`).
+    Each file is loaded by :func:`load`, as ``mxfp16 predict`` loads it, and
+    must keep the top-1 margin and its dtype's score tolerance
+    (:func:`mxfp16.inference.agreement.check_scores`).
 
     Returns
     -------
     dict
-        The float32 file's :func:`~mxfp16.inference.agreement.compare` result, and every file's under
-        ``by_dtype``, each with its file, where it ran, the margin and the score tolerance applied.
+        The float32 file's :func:`~mxfp16.inference.agreement.compare`
+        result, and every file's under ``by_dtype``, each with its file,
+        where it ran, the margin and the score tolerance applied.
 
     Raises
     ------

@@ -124,7 +124,8 @@ def gpu_support(gpus):
     Parameters
     ----------
     gpus : list of dict
-        The ``gpus`` rows of :func:`mxfp16.machine.hardware.machine_summary` (``index``, ``compute_capability``).
+        The ``gpus`` rows of :func:`mxfp16.machine.hardware.machine_summary` (``index``,
+        ``compute_capability``).
 
     Returns
     -------

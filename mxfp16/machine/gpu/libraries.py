@@ -285,9 +285,10 @@ def report():
     Returns
     -------
     dict
-        ``build`` (``'cuda'``, ``'cpu'`` or ``'not installed'``), ``mxnet_library``, ``libraries`` (one dict per
-        library: soname, package, path in a wheel, ``loaded_from`` in this process, ``fix`` when it is missing)
-        and ``driver`` (``libcuda.so.1``: where it was loaded from, or the fix).
+        ``build`` (``'cuda'``, ``'cpu'`` or ``'not installed'``), ``mxnet_library``,
+        ``libraries`` (one dict per library: soname, package, path in a wheel,
+        ``loaded_from`` in this process, ``fix`` when it is missing) and
+        ``driver`` (``libcuda.so.1``: where it was loaded from, or the fix).
     """
     library = mxnet_library()
     needed = needed_by_mxnet(library)
