@@ -353,10 +353,12 @@ def restore_missing_record(out):
 
 def _problems(folder, record):
     """Why ``record``'s files cannot be trusted (``[]`` when they can)."""
-    problems = [f"{name} is missing" if not (folder / name).exists() else
-                f"{name} does not match its sha256 (truncated or changed since it was written)"
-                for name, digest in record.get("files", {}).items()
-                if not (folder / name).exists() or sha256_file(folder / name) != digest]
+    problems = []
+    for name, digest in record.get("files", {}).items():
+        if not (folder / name).exists():
+            problems.append(f"{name} is missing")
+        elif sha256_file(folder / name) != digest:
+            problems.append(f"{name} does not match its sha256 (truncated or changed since it was written)")
     return problems if record.get("files") else problems + ["the record lists no files"]
 
 
