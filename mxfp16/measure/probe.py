@@ -7,9 +7,12 @@ milliseconds per step in float32 and in amp-bfloat16, timed through
 Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
 fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
 ``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions
-are timed that way, so a ratio is compared with a ratio; the casts
-amp-bfloat16 adds are MXNet kernels, so the probe errs towards float32,
-never towards a slowdown.
+are timed that way, so a ratio is compared with a ratio. That is fair where
+oneDNN does the work (ResNet-50: the same float32 time forked and in
+process), but not where one precision spends more in MXNet's own kernels:
+MobileNet v2's float32 ``clip`` makes its forked float32 step 1.6x slower
+than in process, and the probe overstates bfloat16's gain
+(docs/results/probe-fork-zen5/).
 """
 import functools
 import hashlib
