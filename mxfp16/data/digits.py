@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Output
+from ..plumbing.output import Output, refusals_as
 from .layout import MANIFEST, data_set_contents, read_manifest
-from .validate import DataError, output_errors
+from .validate import DataError
 
 __all__ = ["digits_dataset", "stratified_split", "DIGITS_SETTINGS"]
 
@@ -81,7 +81,7 @@ def digits_dataset(out, test_fraction=0.25, seed=0, overwrite=False):
     expected = _expected_manifest(test_fraction, seed, counts)
     output = Output(out, "writing the digits", overwrite=overwrite, contents=CONTENTS,
                     reuse=lambda folder: read_manifest(folder) == expected, refusal=_refusal)
-    with output_errors(), output:
+    with refusals_as(DataError), output:
         if not output.reused:
             _write(output, images, labels, (train, test), expected)
     return out

@@ -17,10 +17,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..plumbing.fileio import sha256_file, write_json
-from ..plumbing.output import Output
+from ..plumbing.output import Output, refusals_as
 from .extract import ArchiveDamaged, ExtractLimits, archive_problem, safe_extract
 from .layout import IMAGES, caltech101_paths
-from .validate import DataError, output_errors
+from .validate import DataError
 
 __all__ = ["DATASETS", "safe_extract", "fetch_caltech101", "ExtractLimits"]
 
@@ -231,7 +231,7 @@ def fetch_caltech101(root="data", url=None, sha256=None, progress=True, timeout=
     output = Output(final, "fetching Caltech-101", flag="--root",
                     reuse=lambda folder: (folder / "manifest.json").is_file() and (folder / spec["folder"]).is_dir(),
                     refusal="it is not a complete fetch (no manifest.json). Delete it and run again")
-    with output_errors(), output:
+    with refusals_as(DataError), output:
         if output.reused:
             LOG.info("%s is already complete", final)
         else:

@@ -16,11 +16,11 @@ import mxnet as mx
 import numpy as np
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Contents, Output, failed_write, shown
+from ..plumbing.output import Contents, Output, failed_write, refusals_as, shown
 from .layout import read_manifest, split_problem
 from .records import CHECKSUM as RECORD_CHECKSUM
 from .records import damaged_records, read_index, record_checksum
-from .validate import DataError, output_errors, scan_classes
+from .validate import DataError, scan_classes
 
 __all__ = ["pack_recordio", "escape_name", "unescape_name", "CONTENTS"]
 
@@ -157,7 +157,7 @@ def pack_recordio(src, prefix, resize=0, quality=95, workers=1, overwrite=False)
     # The writing rule: the pack's files may not land in (or over) the folder it reads.
     output = Output(prefix, f"packing {src} into {prefix}", kind="prefix", overwrite=overwrite,
                     inputs=[("the source data set", src)], contents=CONTENTS)
-    with output_errors():
+    with refusals_as(DataError):
         output.check()  # before anything is read
         problem = split_problem(src, then="pack {split} (--src {split})")  # e.g. the raw Caltech-101 download
         if problem:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Output
+from ..plumbing.output import Output, refusals_as
 from .layout import MANIFEST, data_set_contents, read_manifest
-from .validate import DataError, output_errors, scan_classes
+from .validate import DataError, scan_classes
 
 __all__ = ["split_folder", "CONTENTS"]
 
@@ -92,7 +92,7 @@ def split_folder(src, out, train_per_class=None, test_fraction=None, seed=0, exc
                     contents=CONTENTS, reuse=lambda folder: _same(folder, settings),
                     refusal="it holds other contents or settings. Replace it with --overwrite (a split only), or "
                             "choose another --out")
-    with output_errors(), output:
+    with refusals_as(DataError), output:
         return read_manifest(out) if output.reused else _split(output, src, settings, allow_empty_test)
 
 

@@ -7,9 +7,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from ..plumbing.fileio import write_json
-from ..plumbing.output import Output
+from ..plumbing.output import Output, refusals_as
 from .layout import MANIFEST, data_set_contents, read_manifest
-from .validate import DataError, output_errors
+from .validate import DataError
 
 __all__ = ["SHAPES", "synth_dataset", "demo_dataset", "DEMO_SETTINGS"]
 
@@ -185,7 +185,7 @@ def _synth(out, expected, quality, overwrite, wait=0):
                     reuse=lambda folder: _is_complete(folder, expected),
                     refusal="it does not hold this synthetic set (settings differ or files are missing). Replace it "
                             "with --overwrite (a synthetic set only), delete it, or choose another --out")
-    with output_errors(), output:
+    with refusals_as(DataError), output:
         if not output.reused:
             _generate(output, expected, quality)
     return out

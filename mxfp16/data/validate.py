@@ -8,7 +8,6 @@ Only the formats of :data:`DECODABLE_FORMATS` are admitted: Pillow reads
 many that MXNet's decoder (OpenCV inside libmxnet) does not, such as a GIF
 named ``.png``.
 """
-import contextlib
 import logging
 import os
 import stat
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from ..plumbing.output import OutputFolderError, PathBusyError, shown
+from ..plumbing.output import shown
 
 __all__ = ["DataError", "IMAGE_EXTENSIONS", "DECODABLE_FORMATS", "FolderScan", "scan_image", "scan_classes"]
 
@@ -37,15 +36,6 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
 
 class DataError(Exception):
     """A data set problem, with the path at fault and how to fix it."""
-
-
-@contextlib.contextmanager
-def output_errors():
-    """Raise an output's refusal (:class:`OutputFolderError`, :class:`PathBusyError`) as a :class:`DataError`."""
-    try:
-        yield
-    except (OutputFolderError, PathBusyError) as err:
-        raise DataError(str(err)) from None
 
 
 def _not_a_regular_file(path, root=None):

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 __all__ = ["shown", "default_mode", "NAME_MAX", "PATH_MAX", "temporary_prefix", "temporary_file", "temporary_folder",
            "atomic_write", "atomic_path", "naming", "failed_write", "describe_os_error", "OutputFolderError",
            "check_output_folder", "check_output_path", "rename_noreplace", "exchange", "PathBusyError", "PathLock",
-           "lock_file", "read_lock", "Contents", "Output", "error_line"]
+           "lock_file", "read_lock", "Contents", "Output", "error_line", "refusals_as"]
 
 #: The longest file name (in bytes) where the file system does not say (ext4, XFS, Btrfs, tmpfs: 255).
 NAME_MAX = 255
@@ -38,6 +38,18 @@ class OutputFolderError(ValueError):
 
 class PathBusyError(RuntimeError):
     """Another process holds the path; the message names the path, the holder and what it is doing."""
+
+
+@contextlib.contextmanager
+def refusals_as(kind):
+    """Raise the output rules' refusals (:class:`OutputFolderError`, :class:`PathBusyError`) as ``kind``.
+
+    A command's own error type carries the one-line message to its user, without the traceback of the rule.
+    """
+    try:
+        yield
+    except (OutputFolderError, PathBusyError) as err:
+        raise kind(str(err)) from None
 
 
 def shown(path):

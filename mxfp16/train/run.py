@@ -5,7 +5,6 @@ devices and precision, the kvstore, the data, the parts, and in a distributed jo
 settings; only then does ``--overwrite`` remove an old run, ``--resume`` load the checkpoint and ``config.json`` get
 written. The run folder's lock and the data set's (shared) are held until :func:`fit` ends.
 """
-import contextlib
 import hashlib
 import itertools
 import json
@@ -25,11 +24,10 @@ from ..optim import check_compression, lr_schedule
 from ..plumbing.fileio import JSONFileError
 from ..plumbing.output import (
     Output,
-    OutputFolderError,
-    PathBusyError,
     check_output_folder,
     check_output_path,
     read_lock,
+    refusals_as,
 )
 from . import checkpoint as ckpt
 from .callbacks import AgreedStop, Heartbeat, ProgressBar, StopOnSignal, callbacks_from_environment, open_tensorboard
@@ -177,21 +175,12 @@ def prepare(config, log=None, given=None, command=None):
     return run
 
 
-@contextlib.contextmanager
-def _refused():
-    """The output rules' refusals (a folder that cannot be written, a path another command holds) as ConfigError."""
-    try:
-        yield
-    except (OutputFolderError, PathBusyError) as err:
-        raise ConfigError(str(err)) from None
-
-
 def _run_folder(config, lock=True):
     """The run folder checked, and with ``lock`` locked for this process (an in-place ``Output``); else ``None``."""
     doing = ("resuming training" if config.resume else "replacing the run (--overwrite), then training"
              if config.overwrite else "training")
     output = Output(config.out, doing, inputs=_data_inputs(config), in_place=True)
-    with _refused():
+    with refusals_as(ConfigError):
         return output.open() if lock else output.check()
 
 
@@ -219,7 +208,7 @@ def _check_settings(config, given, log):
     config = config.resolve()
     # The writing rule again, for the data set --resume filled in. Links are resolved: a run folder linked into
     # the training split would make checkpoints/ a class there.
-    with _refused():
+    with refusals_as(ConfigError):
         check_output_folder(config.out, _data_inputs(config))
     return config, changes, saved, profile_fields
 
@@ -245,7 +234,7 @@ def _check_tensorboard(config):
     if not tensorboard_available():
         raise ConfigError(f"--tensorboard {config.tensorboard_dir}: writing TensorBoard events needs tensorboardX; "
                           f"{INSTALL_HINT}, or drop --tensorboard")
-    with _refused():
+    with refusals_as(ConfigError):
         check_output_path(config.tensorboard_dir, flag="--tensorboard")
         check_output_folder(config.tensorboard_dir, _data_inputs(config), flag="--tensorboard")
 
@@ -316,7 +305,7 @@ def _open_data(config, saved, shard, log):
     from ..data import demo_dataset, make_loaders
 
     source = config.data_dir or str(demo_dataset(config.data_root))
-    with _refused():
+    with refusals_as(ConfigError):
         data_lock = read_lock(source, "training on it", flag="--data-dir" if config.data_dir else None)
     try:
         loaders = make_loaders(source, image_size=config.image_size, batch_size=config.batch_size,
