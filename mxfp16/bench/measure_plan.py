@@ -325,8 +325,9 @@ def run_steps(steps, budget, folder, run=None, clock=time.monotonic, log=print):
 
 def _census(row):
     census = (row or {}).get("census") or {}
-    return {name: round(census["percent"].get(name, 0.0), 1) for name in CENSUS_KEPT} \
-        if census.get("status") == "ok" else None
+    if census.get("status") != "ok":
+        return None
+    return {name: round(census["percent"].get(name, 0.0), 1) for name in CENSUS_KEPT}
 
 
 def _auto_ratio(document, rows, batch_size):
