@@ -323,6 +323,64 @@ def rebuild_symbol(node, inputs):
     return rebuilt
 
 
+class _OpenMPSwitch(ctypes.Structure):
+    """The first members of MXNet 1.9.1's ``engine::OpenMP`` singleton (``src/engine/openmp.h``), in their order.
+
+    Read as bytes, not ``c_bool``, so that memory that is not this class shows as values a bool cannot take.
+    """
+
+    _fields_ = [("enabled", ctypes.c_uint8), ("thread_max", ctypes.c_int), ("reserve_cores", ctypes.c_int),
+                ("threads_from_environment", ctypes.c_uint8)]
+
+
+def _openmp_singleton():
+    """MXNet's ``engine::OpenMP::Get()``, seen through :class:`_OpenMPSwitch`; ``None`` where it is not exported."""
+    try:
+        get = mx.base._LIB._ZN5mxnet6engine6OpenMP3GetEv
+    except AttributeError:
+        return None
+    get.restype = ctypes.c_void_p
+    return _OpenMPSwitch.from_address(get())
+
+
+def mxnet_openmp_state():
+    """``(enabled, thread_max)`` of the OpenMP switch MXNet's own (non-oneDNN) kernels ask how many threads to use.
+
+    ``None`` where it cannot be read, or where what is read is not what that class holds in a process that has not
+    forked (a build with another layout).
+    """
+    switch = _openmp_singleton()
+    if switch is None or switch.enabled != 1 or not 0 < switch.thread_max <= 65536 \
+            or switch.threads_from_environment not in (0, 1) or switch.reserve_cores < 0:
+        return None
+    return switch.enabled, switch.thread_max
+
+
+def mxnet_kernel_threads():
+    """How many OpenMP threads MXNet's own kernels take now (``OpenMP::GetRecommendedOMPThreadCount``), or None."""
+    switch = _openmp_singleton()
+    if switch is None:
+        return None
+    count = mx.base._LIB._ZNK5mxnet6engine6OpenMP28GetRecommendedOMPThreadCountEb
+    count.argtypes, count.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_int
+    return count(ctypes.addressof(switch), True)
+
+
+def restore_mxnet_openmp(state):
+    """In a forked child, undo what MXNet's fork handler does to its own kernels' threads; True if it did.
+
+    MXNet's ``atfork_child`` (``src/initialize.cc``) turns that switch off and its ceiling to 1, so its own kernels
+    (``clip``, elementwise operators, casts) run on one thread in a child while oneDNN keeps its threads. A child
+    that times a step wants the parent's: ``state`` is :func:`mxnet_openmp_state`, read in the parent before the
+    fork. Nothing is written unless the switch holds exactly what the handler leaves.
+    """
+    switch = _openmp_singleton()
+    if state is None or switch is None or (switch.enabled, switch.thread_max) != (0, 1):
+        return False
+    switch.thread_max, switch.enabled = state[1], state[0]
+    return True
+
+
 # GluonCV: its model zoo's registry.
 
 

@@ -11,7 +11,7 @@ from mxfp16.measure import probe as probes
 import mxnet as mx
 import numpy as np
 import pytest
-from conftest import BFLOAT16_RUNS, run_python
+from conftest import BFLOAT16_RUNS, last_line_json, run_python
 
 CPU = [mx.cpu()]
 NATIVE = hardware.BFloat16Support("native", "avx512_bf16")
@@ -207,6 +207,35 @@ def test_the_probe_times_a_forked_copy_and_leaves_this_process_as_it_was():
     assert not amp_initialized()
     for name, p in net.collect_params().items():
         assert np.array_equal(p.data().asnumpy(), before[name]), name
+
+
+def test_the_probes_child_gives_mxnets_own_kernels_the_threads_this_process_has():
+    # MXNet's fork handler leaves a child's own kernels (clip, elementwise, casts) one OpenMP thread while oneDNN
+    # keeps its threads: MobileNet v2's float32 step, timed forked, took 1.6x its time here. The probe's child puts
+    # this process's setting back. Two threads are asked for, so that one is distinguishable on any machine.
+    code = """
+        import json
+        import mxfp16, mxnet as mx
+        from mxfp16._internals import mxnet_kernel_threads, mxnet_openmp_state, restore_mxnet_openmp
+        from mxfp16.measure.probe import NetworkProbe
+        from mxfp16.plumbing.child import call_in_child
+
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(3))
+        net.initialize(ctx=[mx.cpu()])
+        x = mx.nd.ones((2, 4))
+        net(x).wait_to_read()
+        probe = NetworkProbe(net, [x], None, [mx.cpu()])
+        probe._time_here = lambda *args: mxnet_kernel_threads()  # what the child's timing would run on
+        plain, _ = call_in_child(mxnet_kernel_threads, fork=True)
+        refused = restore_mxnet_openmp((1, 7))  # not a forked child: nothing is written
+        probed = probe.time("float32", iters=1)
+        print(json.dumps([mxnet_kernel_threads(), plain, probed, refused, mxnet_openmp_state()]))
+    """
+    parent, plain, probed, refused, state = last_line_json(run_python(code, env={"OMP_NUM_THREADS": "2"}).stdout)
+    assert parent == 2 and state == [1, 2] and refused is False
+    assert plain == 1  # MXNet's handler, which the probe undoes
+    assert probed == {"status": "ok", "precision": "float32", "ms_per_step": 2}
 
 
 @pytest.mark.skipif(not BFLOAT16_RUNS, reason="needs bfloat16 arithmetic (CPU classes AVX-512, avx512_bf16, AMX)")

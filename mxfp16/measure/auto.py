@@ -34,7 +34,7 @@ CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 REPEAT_MS_VARIABLE = "MXFP16_AUTO_REPEAT_MS"
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-_CACHE_VERSION = 3  # 3: keyed by the network's structure and batch (2: by a model name)
+_CACHE_VERSION = 4  # 4: probes time MXNet's kernels on the parent's threads; 3: keyed by structure and batch
 
 
 @dataclass(frozen=True)

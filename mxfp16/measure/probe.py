@@ -4,15 +4,13 @@
 milliseconds per step in float32 and in amp-bfloat16, timed through
 :func:`mxfp16.measure.timing.time_steps` as the benchmark does.
 
-Forked children run MXNet's own (non-oneDNN) kernels on one thread: MXNet's
-fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
-``atfork_child``), while oneDNN keeps ``OMP_NUM_THREADS``. Both precisions
-are timed that way, so a ratio is compared with a ratio. That is fair where
-oneDNN does the work (ResNet-50: the same float32 time forked and in
-process), but not where one precision spends more in MXNet's own kernels:
-MobileNet v2's float32 ``clip`` makes its forked float32 step 1.6x slower
-than in process, and the probe overstates bfloat16's gain
-(docs/results/probe-fork-zen5/).
+A forked child would run MXNet's own (non-oneDNN) kernels on one thread:
+MXNet's fork handler turns its OpenMP use off in a child (``src/initialize.cc``,
+``atfork_child``), while oneDNN keeps its threads. That slowed the precision
+that spends more in MXNet's own kernels: MobileNet v2's float32 step (its
+``clip``) took 1.6x its in-process time, and the probe overstated bfloat16's
+gain. The child puts the parent's switch back before it times anything
+(:func:`mxfp16._internals.restore_mxnet_openmp`; docs/results/probe-fork-zen5/).
 """
 import functools
 import hashlib
@@ -111,14 +109,22 @@ class NetworkProbe:
         """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
         import mxnet as mx
 
+        from .._internals import mxnet_openmp_state
         from ..plumbing.child import call_in_child
 
         mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
-        ms, problem = call_in_child(functools.partial(self._time_here, precision, iters, warmup, repeats),
+        threads = mxnet_openmp_state()  # read here: the fork handler overwrites the child's copy
+        ms, problem = call_in_child(functools.partial(self._time_forked, threads, precision, iters, warmup, repeats),
                                     timeout=timeout, fork=True)
         if problem is not None:
             return {"status": "failed", "precision": precision, "reason": problem}
         return {"status": "ok", "precision": precision, "ms_per_step": ms}
+
+    def _time_forked(self, threads, *args):
+        from .._internals import restore_mxnet_openmp
+
+        restore_mxnet_openmp(threads)
+        return self._time_here(*args)
 
     def _time_here(self, name, iters, warmup, repeats):
         from ..optim import make_trainer

@@ -7,6 +7,7 @@ from gluoncv.model_zoo import get_model
 from mxfp16.measure.probe import NetworkProbe
 from mxfp16.plumbing.child import call_in_child
 from mxfp16.machine.environment import mxnet_threads
+from mxfp16._internals import mxnet_kernel_threads
 
 model = sys.argv[1] if len(sys.argv) > 1 else "mobilenetv2_1.0"
 ctx = [mx.cpu()]
@@ -27,7 +28,7 @@ def clip_ms():
     return (time.perf_counter() - t) / 20 * 1000
 
 def report():
-    return {"mxnet_threads": mxnet_threads(), "clip_ms": round(clip_ms(), 2)}
+    return {"mxnet_threads": mxnet_threads(), "mxnet_kernel_threads": mxnet_kernel_threads(), "clip_ms": round(clip_ms(), 2)}
 
 out = {"model": model, "parent": report()}
 out["child"], _ = call_in_child(report, fork=True)
