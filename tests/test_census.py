@@ -61,6 +61,55 @@ def test_each_implementation_is_filed_under_its_class(impl, dtype, primitive, ex
     assert classify(_line(impl, dtype, primitive)) == expected
 
 
+#: oneDNN 2.4.4's ISA lines: a Xeon where it may use AMX (bfloat16 and int8), and one capped at AMX int8.
+AMX_ISA = ("Intel AVX-512 with Intel DL Boost and bfloat16 support and Intel AMX with bfloat16 and 8-bit integer "
+           "support")
+AMX_INT8_ISA = "Intel AVX-512 with Intel DL Boost and bfloat16 support and Intel AMX with 8-bit integer support"
+GEMM = ("dnnl_verbose,exec,cpu,inner_product,x64:gemm:jit,{},src_{}::blocked:ab:f0 wei_{}::blocked:ab:f0,,,"
+        "mb1120ic650oc10000,{}")
+
+
+@pytest.mark.parametrize("isa, dtype, expected", [
+    (AMX_ISA, "bf16", "amx"),  # oneDNN 2.4.4 builds its bfloat16 GEMM from AMX kernels where it may use them
+    (AMX_INT8_ISA, "bf16", "bf16_other"),
+    ("Intel AVX-512 with Intel DL Boost and bfloat16 support", "bf16", "bf16_other"),
+    (None, "bf16", "bf16_other"),  # not known: what the name says
+    (AMX_ISA, "f32", "float32"),
+])
+def test_the_bfloat16_gemm_counts_as_amx_where_the_isa_line_says_onednn_may_use_it(isa, dtype, expected):
+    assert classify(_line("x64:gemm:jit", dtype, "inner_product"), isa) == expected
+
+
+def test_the_isa_comes_from_the_log_or_from_the_caller_for_a_window_of_it():
+    info = f"dnnl_verbose,info,cpu,isa:{AMX_ISA}"
+    window = [GEMM.format("forward_training", "bf16", "bf16", 30.0), GEMM.format("backward_data", "bf16", "bf16", 20.0),
+              GEMM.format("forward_training", "f32", "f32", 10.0)]
+    assert summarise([info] + window)["ms_per_step_by_class"]["amx"] == pytest.approx(50.0)
+    assert summarise(window)["ms_per_step_by_class"]["bf16_other"] == pytest.approx(50.0)
+    assert summarise(exec_lines(window), isa=AMX_ISA)["ms_per_step_by_class"]["amx"] == pytest.approx(50.0)
+
+
+def test_the_census_child_reads_the_isa_printed_before_its_window(monkeypatch):
+    # oneDNN prints its ISA line once, when the first primitive is made: in the warm-up, before the census window.
+    from types import SimpleNamespace
+
+    from mxfp16.bench import census_run, runner
+    from mxfp16.plumbing.child import call_in_child
+
+    printed = []
+
+    def step():
+        lines = ([f"dnnl_verbose,info,cpu,isa:{AMX_ISA}"] if not printed else []) + [
+            GEMM.format("forward_training", "bf16", "bf16", 30.0)]
+        printed.append(len(lines))
+        os.write(1, ("\n".join(lines) + "\n").encode())
+
+    monkeypatch.setattr(runner, "build_step", lambda spec: (step,))
+    record, problem = call_in_child(census_run.census_of, SimpleNamespace(warmup=1), fork=True)
+    assert problem is None and record["isa"] == AMX_ISA
+    assert record["percent"]["amx"] == pytest.approx(100.0) and record["steps"] == census_run.CENSUS_STEPS
+
+
 def test_the_data_type_is_bfloat16_where_any_descriptor_is():
     pooling = exec_lines(["dnnl_verbose,exec,cpu,pooling_v2,jit:avx512_core,forward_training,src_bf16::blocked:abcd:f0"
                           " dst_bf16::blocked:abcd:f0 ws_u8::blocked:abcd:f0,,alg:pooling_max,mb4ic8,0.5",

@@ -120,7 +120,7 @@ def _conv_kind(problem):
 
 def summarise_dnnl(lines, steps, top=25):
     """Per primitive, per implementation, per convolution kind, and the kernel census (``mxfp16 bench``'s)."""
-    from mxfp16.bench.census import exec_lines, summarise
+    from mxfp16.bench.census import exec_lines, isa_line, summarise
 
     by_primitive, by_impl, conv = collections.Counter(), collections.Counter(), collections.Counter()
     calls = collections.Counter()
@@ -133,7 +133,7 @@ def summarise_dnnl(lines, steps, top=25):
         if primitive in ("convolution", "deconvolution"):
             conv[f"{primitive} {_conv_kind(line.problem)} {prop}"] += ms / steps
     total = sum(by_primitive.values())
-    return {"primitive_ms_per_step": total, "census": summarise(execs, steps),
+    return {"primitive_ms_per_step": total, "census": summarise(execs, steps, isa=isa_line(lines)),
             "ms_per_step_by_primitive": dict(by_primitive.most_common()),
             "calls_per_step_by_primitive": {k: round(v, 1) for k, v in calls.most_common()},
             "percent_by_primitive": {k: 100.0 * v / total for k, v in by_primitive.most_common()} if total else {},

@@ -16,7 +16,7 @@ import collections
 import re
 
 __all__ = ["CLASSES", "CLASS_LABELS", "ExecLine", "exec_lines", "classify", "summarise", "format_census",
-           "isa_line"]
+           "isa_line", "gemm_uses_amx"]
 
 #: The classes, in the order they are reported.
 CLASSES = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reorder", "other")
@@ -77,14 +77,23 @@ def isa_line(lines):
     return None
 
 
-def classify(line):
-    """The class of one :class:`ExecLine`: a name of :data:`CLASSES`."""
+def gemm_uses_amx(isa):
+    """Whether oneDNN's bfloat16 GEMM ran on AMX tiles, from its ISA line (:func:`isa_line`; ``None``: not known).
+
+    ``x64:gemm:jit`` names no ISA, but oneDNN 2.4.4 builds it from AMX kernels wherever it may use AMX with bfloat16
+    (``src/cpu/x64/gemm/gemm_info.cpp``, ``jit_init``), which its ISA line then names.
+    """
+    return bool(isa) and "AMX with bfloat16" in isa
+
+
+def classify(line, isa=None):
+    """The class of one :class:`ExecLine`: a name of :data:`CLASSES`. ``isa``: the log's :func:`isa_line`."""
     impl = line.implementation
     if line.primitive == "reorder":
         return "reorder"
     if {"ref", "any"} & set(re.split("[_:]", impl)):  # ref:any, bnorm_ref:any, ncsp_bnorm:any, simple:any, gemm:ref
         return "reference"
-    if "amx" in impl:
+    if "amx" in impl or (line.dtype == "bf16" and impl.endswith("gemm:jit") and gemm_uses_amx(isa)):
         return "amx"
     if line.dtype == "bf16":
         return "avx512_bf16" if "avx512_core_bf16" in impl else "bf16_other"
@@ -101,7 +110,7 @@ def _shares(ms_by_class, total):
     return {name: (100.0 * ms_by_class.get(name, 0.0) / total if total else 0.0) for name in CLASSES}
 
 
-def summarise(lines, steps=1):
+def summarise(lines, steps=1, isa=None):
     """The census of a oneDNN verbose log: time per class, per pass, and the primitives that took most.
 
     Parameters
@@ -110,6 +119,8 @@ def summarise(lines, steps=1):
         The log (other lines are skipped), or :func:`exec_lines`'s result.
     steps : int
         How many steps the log covers: times are per step.
+    isa : str, optional
+        The log's :func:`isa_line`, where ``lines`` do not hold it (a window of a longer log, or ExecLines).
 
     Returns
     -------
@@ -120,9 +131,10 @@ def summarise(lines, steps=1):
     """
     lines = list(lines)
     execs = lines if all(isinstance(x, ExecLine) for x in lines) else exec_lines(lines)
+    isa = isa or isa_line(x for x in lines if isinstance(x, str))
     by_class, by_pass, groups = collections.Counter(), {}, {}
     for line in execs:
-        kind, ms = classify(line), line.ms / steps
+        kind, ms = classify(line, isa), line.ms / steps
         by_class[kind] += ms
         by_pass.setdefault(_pass(line.prop_kind), collections.Counter())[kind] += ms
         key = (line.primitive, line.implementation, _pass(line.prop_kind), line.dtype, kind)

@@ -89,4 +89,5 @@ def census_of(spec):
             window = log.read().decode("utf-8", "replace").splitlines()
     finally:
         os.unlink(log_path)
-    return {"status": "ok", "warmup": warmup, "isa": isa_line(head), **summarise(window, steps=CENSUS_STEPS)}
+    isa = isa_line(head)  # oneDNN prints it once, before the window
+    return {"status": "ok", "warmup": warmup, "isa": isa, **summarise(window, steps=CENSUS_STEPS, isa=isa)}
