@@ -48,7 +48,8 @@ def test_only_execution_lines_are_read():
     ("jit_bf16:avx512_core", "bf16", "convolution", "bf16_other"),  # bfloat16 emulated with AVX-512
     ("jit:avx512_common", "f32", "softmax", "float32"),
     ("x64:gemm:jit", "f32", "inner_product", "float32"),
-    ("ref:any", "f32", "rnn", "reference"),  # MXNet's fused LSTM, float32 even under amp-bfloat16
+    ("ref:any", "f32", "rnn", "float32"),  # oneDNN's RNN, however it computes; MXNet's fused LSTM's, float32 always
+    ("ref:any", "bf16", "rnn", "bf16_other"),
     ("bnorm_ref:any", "bf16", "batch_normalization", "reference"),
     ("ncsp_bnorm:any", "bf16", "batch_normalization", "reference"),
     ("simple:any", "f32", "concat", "reference"),
@@ -78,6 +79,7 @@ GEMM = ("dnnl_verbose,exec,cpu,inner_product,x64:gemm:jit,{},src_{}::blocked:ab:
 ])
 def test_the_bfloat16_gemm_counts_as_amx_where_the_isa_line_says_onednn_may_use_it(isa, dtype, expected):
     assert classify(_line("x64:gemm:jit", dtype, "inner_product"), isa) == expected
+    assert classify(_line("ref:any", dtype, "rnn", "backward"), isa) == expected  # the RNN multiplies in that GEMM
 
 
 def test_the_isa_comes_from_the_log_or_from_the_caller_for_a_window_of_it():
@@ -138,11 +140,11 @@ def test_the_amx_lines_count_as_amx_and_the_rest_as_this_zen4_ran_them():
     for name, ms in AMX_MS.items():
         entry = summary["passes"][name]
         assert entry["ms_per_step"] * entry["percent"]["amx"] / 100 == pytest.approx(ms)
-    # what Zen 4 ran: native bfloat16 kernels, the bfloat16 GEMM, a float32 softmax, the LSTM in reference code
+    # what Zen 4 ran: native bfloat16 kernels, the bfloat16 GEMM, a float32 softmax and LSTM, reference kernels
     assert min(by_class[k] for k in ("avx512_bf16", "bf16_other", "float32", "reference", "reorder")) > 0
     assert by_class["other"] == 0
     rnn = [e for e in summary["top"] if e["primitive"] == "rnn"]
-    assert rnn and all(e["class"] == "reference" and e["dtype"] == "f32" for e in rnn)
+    assert rnn and all(e["class"] == "float32" and e["dtype"] == "f32" for e in rnn)
 
 
 def test_the_printed_census_names_the_classes_and_the_passes():

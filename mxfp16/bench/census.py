@@ -80,7 +80,7 @@ def isa_line(lines):
 def gemm_uses_amx(isa):
     """Whether oneDNN's bfloat16 GEMM ran on AMX tiles, from its ISA line (:func:`isa_line`; ``None``: not known).
 
-    ``x64:gemm:jit`` names no ISA, but oneDNN 2.4.4 builds it from AMX kernels wherever it may use AMX with bfloat16
+    oneDNN 2.4.4 builds it from AMX kernels wherever it may use AMX with bfloat16
     (``src/cpu/x64/gemm/gemm_info.cpp``, ``jit_init``), which its ISA line then names.
     """
     return bool(isa) and "AMX with bfloat16" in isa
@@ -91,9 +91,13 @@ def classify(line, isa=None):
     impl = line.implementation
     if line.primitive == "reorder":
         return "reorder"
+    # Two names that say nothing of the kernel: the GEMM (x64:gemm:jit, behind Dense layers) and the RNN, which
+    # oneDNN 2.4.4 names ref:any however it computes (src/cpu/rnn/ref_rnn.hpp); both multiply in that JIT GEMM.
+    if line.primitive == "rnn" or impl.endswith("gemm:jit"):
+        return {"bf16": "amx" if gemm_uses_amx(isa) else "bf16_other", "f32": "float32"}.get(line.dtype, "other")
     if {"ref", "any"} & set(re.split("[_:]", impl)):  # ref:any, bnorm_ref:any, ncsp_bnorm:any, simple:any, gemm:ref
         return "reference"
-    if "amx" in impl or (line.dtype == "bf16" and impl.endswith("gemm:jit") and gemm_uses_amx(isa)):
+    if "amx" in impl:
         return "amx"
     if line.dtype == "bf16":
         return "avx512_bf16" if "avx512_core_bf16" in impl else "bf16_other"

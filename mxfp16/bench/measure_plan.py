@@ -78,7 +78,7 @@ def _tiny(*pairs):
 MODELS = (
     Measured("resnet50_v2", 53.0, 224, 16),
     Measured("word-lm-lstm", 14.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5")),
-    # The route for what the AMX profile shows (the fused RNN's float32 reference kernel): its bfloat16 rows unfused.
+    # The route for what the AMX profile shows (the fused RNN, in float32): its bfloat16 rows unfused.
     Measured("word-lm-lstm", 10.0, quick=_tiny("vocab=40", "embed=8", "hidden=8", "seq_len=5"),
              route=("--model-option", "unfused_bf16=1"), label="word-lm-lstm-unfused", auto=False),
     Measured("bert-encoder", 14.0,
