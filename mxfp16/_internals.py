@@ -343,8 +343,8 @@ def _openmp_singleton():
     return _OpenMPSwitch.from_address(get())
 
 
-def mxnet_openmp_state():
-    """``(enabled, thread_max)`` of the OpenMP switch MXNet's own (non-oneDNN) kernels ask how many threads to use.
+def mxnet_openmp_ceiling():
+    """The thread ceiling of the OpenMP switch MXNet's own (non-oneDNN) kernels ask how many threads to use.
 
     ``None`` where it cannot be read, or where what is read is not what that class holds in a process that has not
     forked (a build with another layout).
@@ -353,7 +353,7 @@ def mxnet_openmp_state():
     if switch is None or switch.enabled != 1 or not 0 < switch.thread_max <= 65536 \
             or switch.threads_from_environment not in (0, 1) or switch.reserve_cores < 0:
         return None
-    return switch.enabled, switch.thread_max
+    return switch.thread_max
 
 
 def mxnet_kernel_threads():
@@ -366,18 +366,18 @@ def mxnet_kernel_threads():
     return count(ctypes.addressof(switch), True)
 
 
-def restore_mxnet_openmp(state):
+def restore_mxnet_openmp(ceiling):
     """In a forked child, undo what MXNet's fork handler does to its own kernels' threads; True if it did.
 
     MXNet's ``atfork_child`` (``src/initialize.cc``) turns that switch off and its ceiling to 1, so its own kernels
     (``clip``, elementwise operators, casts) run on one thread in a child while oneDNN keeps its threads. A child
-    that times a step wants the parent's: ``state`` is :func:`mxnet_openmp_state`, read in the parent before the
+    that times a step wants the parent's: ``ceiling`` is :func:`mxnet_openmp_ceiling`, read in the parent before the
     fork. Nothing is written unless the switch holds exactly what the handler leaves.
     """
     switch = _openmp_singleton()
-    if state is None or switch is None or (switch.enabled, switch.thread_max) != (0, 1):
+    if ceiling is None or switch is None or (switch.enabled, switch.thread_max) != (0, 1):
         return False
-    switch.thread_max, switch.enabled = state[1], state[0]
+    switch.thread_max, switch.enabled = ceiling, 1
     return True
 
 

@@ -216,7 +216,7 @@ def test_the_probes_child_gives_mxnets_own_kernels_the_threads_this_process_has(
     code = """
         import json
         import mxfp16, mxnet as mx
-        from mxfp16._internals import mxnet_kernel_threads, mxnet_openmp_state, restore_mxnet_openmp
+        from mxfp16._internals import mxnet_kernel_threads, mxnet_openmp_ceiling, restore_mxnet_openmp
         from mxfp16.measure.probe import NetworkProbe
         from mxfp16.plumbing.child import call_in_child
 
@@ -228,12 +228,12 @@ def test_the_probes_child_gives_mxnets_own_kernels_the_threads_this_process_has(
         probe = NetworkProbe(net, [x], None, [mx.cpu()])
         probe._time_here = lambda *args: mxnet_kernel_threads()  # what the child's timing would run on
         plain, _ = call_in_child(mxnet_kernel_threads, fork=True)
-        refused = restore_mxnet_openmp((1, 7))  # not a forked child: nothing is written
+        refused = restore_mxnet_openmp(7)  # not a forked child: nothing is written
         probed = probe.time("float32", iters=1)
-        print(json.dumps([mxnet_kernel_threads(), plain, probed, refused, mxnet_openmp_state()]))
+        print(json.dumps([mxnet_kernel_threads(), plain, probed, refused, mxnet_openmp_ceiling()]))
     """
-    parent, plain, probed, refused, state = last_line_json(run_python(code, env={"OMP_NUM_THREADS": "2"}).stdout)
-    assert parent == 2 and state == [1, 2] and refused is False
+    parent, plain, probed, refused, ceiling = last_line_json(run_python(code, env={"OMP_NUM_THREADS": "2"}).stdout)
+    assert parent == 2 and ceiling == 2 and refused is False
     assert plain == 1  # MXNet's handler, which the probe undoes
     assert probed == {"status": "ok", "precision": "float32", "ms_per_step": 2}
 

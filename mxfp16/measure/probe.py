@@ -109,11 +109,11 @@ class NetworkProbe:
         """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
         import mxnet as mx
 
-        from .._internals import mxnet_openmp_state
+        from .._internals import mxnet_openmp_ceiling
         from ..plumbing.child import call_in_child
 
         mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
-        threads = mxnet_openmp_state()  # read here: the fork handler overwrites the child's copy
+        threads = mxnet_openmp_ceiling()  # read here: the fork handler overwrites the child's copy
         ms, problem = call_in_child(functools.partial(self._time_forked, threads, precision, iters, warmup, repeats),
                                     timeout=timeout, fork=True)
         if problem is not None:
