@@ -24,13 +24,16 @@ CPU (flushed or kept): the ``bfloat16_cast`` fixture measures it
 ``DNNL_MAX_CPU_ISA=AVX2 make test`` runs the suite's bfloat16 arithmetic as an
 AVX2-only CPU would; the cast keeps the CPU's own behaviour under it.
 """
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 import warnings
 
 # The suite runs two test workers, two notebook kernels and their children on two cores. OpenMP threads that
@@ -49,6 +52,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # auto's verdicts (mxfp16.measure.auto) go to a folder of this session's: tests neither read a user's cached
 # verdicts nor leave their own behind, and children started by tests inherit it.
 os.environ["MXFP16_CACHE_DIR"] = tempfile.mkdtemp(prefix="mxfp16-test-cache-")
+atexit.register(shutil.rmtree, os.environ["MXFP16_CACHE_DIR"], True)  # each process removes the folder it made
 # auto times a network in repeats of a second each by default (a verdict a user keeps): the suite's examples,
 # recipes, notebooks and runs only need *a* verdict, so their probes time repeats of 100 ms, for the same code
 # path in a tenth of the time. tests/test_auto_precision.py checks the default length and this setting.
@@ -107,11 +111,27 @@ def pytest_collection_finish(session):
         wanted[0].module.start_smoke_runs([item.callspec.params["path"] for item in wanted])
 
 
+def smoke_folder(run_id):
+    """The folder of the notebooks' smoke runs (their outputs and results) in the run ``run_id`` names."""
+    return os.path.join(tempfile.gettempdir(), f"mxfp16-notebooks-{run_id}")
+
+
+def pytest_configure(config):
+    """Name the run here, where pytest-xdist's workers get their ``testrunuid``, so that the last process knows the
+    smoke runs' folder (tests/test_notebooks.py) and removes it: about 20 MB of executed notebooks a run."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "testrunuid", "") is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
 def pytest_sessionfinish(session):
-    """The process that runs the notebooks' smoke runs outlives them (under xdist, other workers wait for them)."""
+    """The process that runs the notebooks' smoke runs outlives them (under xdist, other workers wait for them); the
+    run's last process (the only one, or xdist's controller once every worker is done) removes their folder."""
     module = sys.modules.get("test_notebooks")
     if module is not None:
         module.finish_smoke_runs()
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's run id, or this process's own (no workers)
+        for run_id in {getattr(session.config.option, "testrunuid", None), os.getpid()} - {None}:
+            shutil.rmtree(smoke_folder(run_id), ignore_errors=True)
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU and the mxnet-cu112 wheel")
 
 #: mxfp16's classification of this CPU (what the library refuses or lets through, and why).

@@ -20,13 +20,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import nbformat
 import pytest
-from conftest import REPO
+from conftest import REPO, smoke_folder
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "[0-9][0-9]_*.ipynb")))
 IDS = [os.path.basename(p)[:-len(".ipynb")] for p in NOTEBOOKS]
@@ -115,12 +114,14 @@ class _SmokeRuns:
 
     def _run(self, path):
         name = os.path.basename(path)[:-len(".ipynb")]
-        workdir = os.path.join(self.folder, name)
+        workdir, scratch = os.path.join(self.folder, name), os.path.join(self.folder, name + ".tmp")
         os.makedirs(workdir)
+        os.makedirs(scratch)
         out = os.path.join(workdir, name + ".ipynb")
         # MXNet's numpy shims are noisy. One OpenMP thread per kernel: two smoke runs beside the rest of
         # the suite would otherwise put six spinning OpenMP threads on two cores (SMOKE work is tiny).
-        env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", OMP_NUM_THREADS="1")
+        # TMPDIR: the notebook's temporary folders, so that the test can check it removed them.
+        env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", OMP_NUM_THREADS="1", TMPDIR=scratch)
         with self._slots:
             start = time.monotonic()
             try:
@@ -169,9 +170,8 @@ _STARTED = []
 
 
 def _shared_folder():
-    """Under pytest-xdist, a folder every worker of this run names alike; else ``None``."""
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    return os.path.join(tempfile.gettempdir(), f"mxfp16-notebooks-{uid}") if uid else None
+    """The smoke runs' folder: under pytest-xdist every worker of this run names it alike (conftest.py removes it)."""
+    return smoke_folder(os.environ.get("PYTEST_XDIST_TESTRUNUID") or os.getpid())
 
 
 def runs_notebooks_here():
@@ -193,9 +193,8 @@ def start_smoke_runs(paths=NOTEBOOKS):
         if not runs_notebooks_here():
             _STARTED.append(_RemoteSmokeRuns(shared))
         else:
-            if shared:
-                os.makedirs(shared, exist_ok=True)
-            _STARTED.append(_SmokeRuns(shared or tempfile.mkdtemp(prefix="mxfp16-notebooks-"), list(paths)))
+            os.makedirs(shared, exist_ok=True)
+            _STARTED.append(_SmokeRuns(shared, list(paths)))
     return _STARTED[0]
 
 
@@ -224,6 +223,11 @@ def test_notebook_runs_in_smoke_mode(path, smoke_runs):
     # both at the top of the repository and under notebooks/ (Jupyter's working directory).
     left = sorted(set(os.listdir(os.path.dirname(out))) - {os.path.basename(out)})
     assert set(left) <= {"data"}, f"{os.path.basename(path)} wrote {left} into its working directory"
+    # ... and removes its temporary folders once its kernel stops: run after run, they filled a disk. Not ours:
+    # onnxruntime's one 51-byte `.ses` (a fixed name, reused), and the empty `pymp-*` folders of the DataLoader
+    # workers MXNet's DataLoader stops with SIGTERM (multiprocessing removes them only in a process that exits).
+    left = [n for n in os.listdir(os.path.dirname(out) + ".tmp") if n != ".ses" and not n.startswith("pymp-")]
+    assert left == [], f"{os.path.basename(path)} left {left} in its temporary folder"
 
 
 def test_the_folders_notebooks_write_are_ignored():
