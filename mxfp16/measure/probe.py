@@ -113,17 +113,17 @@ class NetworkProbe:
         from ..plumbing.child import call_in_child
 
         mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
-        threads = mxnet_openmp_ceiling()  # read here: the fork handler overwrites the child's copy
-        ms, problem = call_in_child(functools.partial(self._time_forked, threads, precision, iters, warmup, repeats),
+        ceiling = mxnet_openmp_ceiling()  # read here: the fork handler overwrites the child's copy
+        ms, problem = call_in_child(functools.partial(self._time_forked, ceiling, precision, iters, warmup, repeats),
                                     timeout=timeout, fork=True)
         if problem is not None:
             return {"status": "failed", "precision": precision, "reason": problem}
         return {"status": "ok", "precision": precision, "ms_per_step": ms}
 
-    def _time_forked(self, threads, *args):
+    def _time_forked(self, ceiling, *args):
         from .._internals import restore_mxnet_openmp
 
-        restore_mxnet_openmp(threads)
+        restore_mxnet_openmp(ceiling)
         return self._time_here(*args)
 
     def _time_here(self, name, iters, warmup, repeats):
