@@ -12,7 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._lazy import module
-from .float_formats import FORMATS, format_scale
+from .float_formats import BFLOAT16, FORMATS, format_scale
 from .precision import Precision, check_activated, precision_of
 
 mx = module("mxnet")
@@ -28,7 +28,9 @@ def cast_net(net, precision):
     precision : Precision or str
         A resolved :class:`~mxfp16.Precision` (an AMP one, or its ``param_dtype``,
         is checked with :func:`mxfp16.precision.check_activated`), or
-        ``'float16'`` or ``'float32'`` (bfloat16 is not a Gluon parameter dtype).
+        ``'float16'`` or ``'float32'`` (bfloat16 is not a Gluon parameter dtype:
+        amp-bfloat16 keeps float32 parameters, except those
+        :func:`mxfp16.amp.bfloat16_deconvolution` made bfloat16).
 
     Returns
     -------
@@ -37,12 +39,18 @@ def cast_net(net, precision):
     """
     if isinstance(precision, Precision):
         precision = precision.param_dtype
-    check_activated(precision_of(precision), net)
+    amp = precision_of(precision)
+    check_activated(amp, net)
     name = np.dtype(precision).name if not isinstance(precision, str) else str(precision)
     if name == "bfloat16":
         raise TypeError("Gluon 1.9.1 cannot cast parameters to bfloat16; use precision "
                         "'amp-bfloat16', which keeps float32 parameters and lets AMP cast operators")
+    # Under amp-bfloat16, the layers mxfp16.amp.bfloat16_deconvolution gave bfloat16 parameters keep them.
+    keep = [p for p in net.collect_params().values()
+            if amp is not None and amp.compute_dtype == "bfloat16" and np.dtype(p.dtype) == BFLOAT16]
     net.cast(name)
+    for param in keep:
+        param.cast(BFLOAT16)  # exact: float32 holds every bfloat16 value
     # Subclasses that override cast() must not drag BatchNorm statistics to float16.
     net.apply(_keep_batchnorm_float32)
     return net

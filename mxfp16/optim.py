@@ -5,6 +5,7 @@ With ``multi_precision=True`` an MXNet optimizer keeps a float32 master copy
 of every float16 weight and updates that. :func:`optimizer_support` runs each
 registered optimizer in this mode and watches which kernels it calls.
 """
+import functools
 import inspect
 import re
 import tempfile
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._lazy import module
+from .float_formats import BFLOAT16
 from .models.gluoncv import import_gluoncv
 from .plumbing.output import error_line
 from .precision import Precision, check_activated
@@ -22,7 +24,8 @@ mx = module("mxnet")
 gluon = module("mxnet.gluon")
 
 __all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers", "OptimizerError",
-           "lr_schedule", "optimizer_params", "LR_SCHEDULES", "check_compression", "GRADIENT_COMPRESSION"]
+           "lr_schedule", "optimizer_params", "LR_SCHEDULES", "check_compression", "GRADIENT_COMPRESSION",
+           "with_bfloat16_masters", "bfloat16_parameters"]
 
 #: Gradient compression types MXNet offers.
 GRADIENT_COMPRESSION = ("2bit",)
@@ -84,6 +87,100 @@ def check_compression(kind, kvstore, precision):
     return {"type": kind, "threshold": 0.5}
 
 
+def _is_bfloat16(array):
+    return np.dtype(array.dtype) == BFLOAT16
+
+
+class _BFloat16Masters:
+    """Mixed into an MXNet optimizer class: a float32 master copy of each bfloat16 weight, updated in its place.
+
+    MXNet 1.9.1's ``multi_precision`` does this for float16 weights only,
+    and has no update kernel for bfloat16 ones. Here a bfloat16 weight's
+    state is ``(float32 master, the optimizer's own state of the master)``;
+    an update casts the gradient to float32, runs the optimizer's float32
+    update on the master and writes the master, rounded, into the weight.
+    So the state travels where MXNet's float16 masters do
+    (``Trainer.save_states``). Every other weight is updated as before.
+    """
+
+    def create_state_multi_precision(self, index, weight):
+        if not _is_bfloat16(weight):
+            return super().create_state_multi_precision(index, weight)
+        master = weight.astype("float32")
+        return master, super().create_state_multi_precision(index, master)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        listed = isinstance(weight, (list, tuple))  # MXNet's aggregated updates pass lists of one dtype
+        weights, grads, states = (weight, grad, state) if listed else ([weight], [grad], [state])
+        if not _is_bfloat16(weights[0]):
+            return super().update_multi_precision(index, weight, grad, state)
+        masters, inner = [s[0] for s in states], [s[1] for s in states]
+        grads = [g.astype("float32") for g in grads]
+        if listed:
+            super().update_multi_precision(index, masters, grads, inner)
+        else:
+            super().update_multi_precision(index, masters[0], grads[0], inner[0])
+        for master, target in zip(masters, weights):
+            mx.nd.amp_cast(master, dtype=BFLOAT16, out=target)
+        return None
+
+    def __reduce__(self):
+        # The class is made at run time, so pickle (Trainer.save_states pickles the optimizer) rebuilds it by its base.
+        return _new_with_bfloat16_masters, (self.masters_of,), self.__getstate__()
+
+
+@functools.lru_cache(maxsize=None)
+def with_bfloat16_masters(optimizer_class):
+    """``optimizer_class`` (an MXNet optimizer) with float32 master copies of bfloat16 weights.
+
+    :func:`make_trainer` uses it when a network has bfloat16 parameters
+    (:func:`mxfp16.amp.bfloat16_deconvolution`). Its instances pickle.
+
+    Parameters
+    ----------
+    optimizer_class : type
+        A subclass of ``mx.optimizer.Optimizer``.
+
+    Returns
+    -------
+    type
+        A subclass of both (one per class: later calls return the same).
+    """
+    if issubclass(optimizer_class, _BFloat16Masters):
+        return optimizer_class
+    return type(optimizer_class.__name__, (_BFloat16Masters, optimizer_class),
+                {"masters_of": optimizer_class, "__module__": optimizer_class.__module__,
+                 "__doc__": f"{optimizer_class.__name__}, with float32 master copies of bfloat16 weights "
+                            "(mxfp16.optim.with_bfloat16_masters)."})
+
+
+def _new_with_bfloat16_masters(optimizer_class):
+    cls = with_bfloat16_masters(optimizer_class)
+    return cls.__new__(cls)
+
+
+def bfloat16_parameters(params):
+    """The names of the bfloat16 parameters among ``params`` (a ParameterDict or a list of Parameters)."""
+    values = params.values() if hasattr(params, "values") else params
+    return [param.name for param in values if np.dtype(param.dtype) == BFLOAT16]
+
+
+def _bfloat16_optimizer(optimizer, opt_params, kvstore, update_on_kvstore, names):
+    """An optimizer instance that keeps float32 masters of the bfloat16 parameters ``names`` (see make_trainer)."""
+    name = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
+    if update_on_kvstore or str(name).startswith("dist"):
+        raise OptimizerError(
+            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} are bfloat16 (mxfp16.amp.bfloat16_deconvolution)"
+            f", and their float32 master copies live in this process's optimizer: kvstore {name!r} with updates on "
+            "the kvstore cannot keep them. Use a local kvstore ('device') with update_on_kvstore unset, or keep "
+            "those layers float32")
+    if isinstance(optimizer, mx.optimizer.Optimizer):
+        optimizer.__class__ = with_bfloat16_masters(type(optimizer))
+        return optimizer
+    cls = with_bfloat16_masters(mx.optimizer.Optimizer.opt_registry[optimizer])
+    return cls(**opt_params)
+
+
 def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
                  loss_scaler=None, kvstore="device", update_on_kvstore=None,
                  compression_params=None):
@@ -97,6 +194,9 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
     optimizer_params : dict, optional
     precision : Precision, optional
         ``multi_precision=True`` is set when its parameters are float16.
+        Bfloat16 parameters (:func:`mxfp16.amp.bfloat16_deconvolution`) get
+        float32 master copies whatever the precision
+        (:func:`with_bfloat16_masters`).
     loss_scaler : LossScaler, optional
         When it is enabled, ``update_on_kvstore`` is False: the step must see the reduced gradients.
     kvstore : str
@@ -133,6 +233,11 @@ def make_trainer(params, optimizer="sgd", optimizer_params=None, precision=None,
                              "gradients before any update, and the kvstore cannot divide by a scale that changes "
                              "every step; leave update_on_kvstore unset (make_trainer sets it) or pass False")
         update_on_kvstore = False
+    bfloat16 = bfloat16_parameters(params)
+    if bfloat16:
+        given = isinstance(optimizer, mx.optimizer.Optimizer)  # then Trainer checks opt_params is empty itself
+        optimizer, opt_params = (_bfloat16_optimizer(optimizer, opt_params, kvstore, update_on_kvstore, bfloat16),
+                                 opt_params if given else None)
     return gluon.Trainer(params, optimizer, opt_params, kvstore=kvstore,
                          update_on_kvstore=update_on_kvstore, compression_params=compression_params)
 

@@ -81,6 +81,9 @@ def test_the_routes_for_what_the_amx_profiles_show_are_measured_beside_the_defau
     assert unfused[unfused.index("unfused_bf16=1") - 1] == "--model-option" and "--peer" in unfused
     assert _precisions(by_name["word-lm-lstm-unfused"]) == ("float32,amp-bfloat16" if facts["bfloat16"]["runs"]
                                                             else "float32")  # its ratio from one run; no auto
+    dcgan, routed = by_name["dcgan"].argv, by_name["dcgan-bf16-deconv"].argv
+    assert "bf16_deconv=1" not in dcgan and routed[routed.index("bf16_deconv=1") - 1] == "--model-option"
+    assert _precisions(by_name["dcgan-bf16-deconv"]) == _precisions(by_name["word-lm-lstm-unfused"])
     mobilenet = by_name["mobilenetv2_1.0"].argv
     assert mobilenet[mobilenet.index("--amp-lists") + 1].split(",") == ["mxfp16", "mxfp16+batchnorm32",
                                                                          "mxfp16+unaligned32"]

@@ -38,7 +38,7 @@ def _parser():
     parser = argparse.ArgumentParser(prog="python tools/measure.py", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=float, default=210.0,
                         help="minutes the whole measurement may take at most; a step that ends early leaves its "
-                             "time to the later ones (default: 210; about 180 are needed on a 2-core AMX VM)")
+                             "time to the later ones (default: 210; about 200 are needed on a 2-core AMX VM)")
     parser.add_argument("--rounds", type=int, default=3, help="mxfp16 bench --rounds (default: 3; --quick: 1)")
     parser.add_argument("--threads", type=int, default=None, help="mxfp16 bench --threads (default: every core)")
     parser.add_argument("--quick", action="store_true",

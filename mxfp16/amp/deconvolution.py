@@ -10,10 +10,27 @@ small, and in bfloat16 under AMP. (A ``Deconvolution`` padded to two output
 channels by a computed weight crashes the process in 1.9.1.)
 :func:`mxfp16.amp.lists.init_amp` puts :func:`single_channel_as_convolution`
 around ``mx.nd.Deconvolution`` and ``mx.sym.Deconvolution``.
-"""
-from .wrappers import as_tuple, module_of, named_like
 
-__all__ = ["single_channel_as_convolution", "routed"]
+AMP keeps every other ``Deconvolution`` in float32, because MXNet 1.9.1's
+backward crashes whenever the layer's weight is computed in the graph, and
+AMP's cast of a float32 weight is (docs/results/deconv-bf16-zen5). With a
+weight that *is* bfloat16, a leaf, the layer trains in bfloat16.
+:func:`mxfp16.amp.bfloat16_deconvolution` gives a network's transposed
+convolutions such weights (their float32 master copies live in the
+optimizer's state: :func:`mxfp16.optim.with_bfloat16_masters`), and
+:func:`bfloat16_weight_call`,
+put around the operator by :func:`~mxfp16.amp.lists.init_amp`, runs a call
+whose weight is bfloat16 in bfloat16.
+"""
+import numpy as np
+
+from ..float_formats import BFLOAT16
+from .wrappers import as_tuple, cast, module_of, named_like
+
+__all__ = ["single_channel_as_convolution", "routed", "bfloat16_weight_call", "is_bfloat16_leaf"]
+
+#: The inputs of ``Deconvolution``, in its order.
+_INPUTS = ("data", "weight", "bias")
 
 
 def routed(kwargs):
@@ -35,16 +52,64 @@ def single_channel_as_convolution(f):
     The convolution is looked up when the layer is called (``mx.nd`` or
     ``mx.sym`` by its input), so under AMP it is AMP's: bfloat16.
     """
-    names = ("data", "weight", "bias")
-
     def deconvolution(*args, **kwargs):
-        inputs = dict(zip(names, args))
-        inputs.update({k: kwargs[k] for k in names if k in kwargs})
+        inputs, options = _split(args, kwargs)
         # Without a weight the call declares its own (Gluon's shape inference): nothing is computed.
         if "weight" not in inputs or not routed(kwargs):
             return f(*args, **kwargs)
-        options = {k: v for k, v in kwargs.items() if k not in names}
         return _as_convolution(inputs["data"], inputs["weight"], inputs.get("bias"), options)
+
+    return named_like(deconvolution, f, "Deconvolution")
+
+
+def _split(args, kwargs):
+    """A ``Deconvolution`` call's ``({input name: tensor}, {attribute: value})``."""
+    inputs = dict(zip(_INPUTS, args))
+    inputs.update({k: kwargs[k] for k in _INPUTS if k in kwargs})
+    return inputs, {k: v for k, v in kwargs.items() if k not in _INPUTS}
+
+
+def _bfloat16_flag():
+    """The ``__dtype__`` attribute a graph variable declared bfloat16 carries (MXNet's type flag, as a string)."""
+    from mxnet import symbol
+
+    return symbol.var("bfloat16", dtype=BFLOAT16).list_attr()["__dtype__"]
+
+
+def is_bfloat16_leaf(x):
+    """Whether ``x`` is a bfloat16 array, or a graph variable declared bfloat16 (a bfloat16 parameter's ``var()``)."""
+    from mxnet import ndarray, symbol
+
+    if isinstance(x, ndarray.NDArray):
+        return np.dtype(x.dtype) == BFLOAT16
+    return (isinstance(x, symbol.Symbol) and x.get_children() is None
+            and x.list_attr().get("__dtype__") == _bfloat16_flag())
+
+
+def bfloat16_weight_call(f, original):
+    """``f`` (``Deconvolution`` as AMP runs it, in float32), but ``original`` in bfloat16 where the weight is bfloat16.
+
+    A call whose weight is a bfloat16 leaf (:func:`is_bfloat16_leaf`) gets
+    its data cast to bfloat16 and runs MXNet's own operator on it, so no
+    cast sits between the weight and the layer (a computed weight crashes
+    MXNet 1.9.1's backward: see the module docstring). Its output is bfloat16.
+
+    Raises
+    ------
+    TypeError
+        A bfloat16 weight beside a bias of another dtype (:func:`mxfp16.amp.bfloat16_deconvolution` casts both).
+    """
+    def deconvolution(*args, **kwargs):
+        inputs, options = _split(args, kwargs)
+        weight, bias = inputs.get("weight"), inputs.get("bias")
+        if weight is None or not is_bfloat16_leaf(weight):
+            return f(*args, **kwargs)
+        if bias is not None and not options.get("no_bias", False) and not is_bfloat16_leaf(bias):
+            raise TypeError("a Deconvolution (Conv2DTranspose) has a bfloat16 weight and a bias of another dtype; "
+                            "MXNet 1.9.1 cannot cast either inside the layer: give both bfloat16 "
+                            "(mxfp16.amp.bfloat16_deconvolution(net) does), or both float32")
+        tensors = [cast(inputs["data"], BFLOAT16), weight] + ([bias] if bias is not None else [])
+        return original(*tensors, **options)
 
     return named_like(deconvolution, f, "Deconvolution")
 

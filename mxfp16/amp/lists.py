@@ -20,7 +20,7 @@ from ..float_formats import BFLOAT16
 from . import numpy_mode as amp_numpy
 from . import wrappers as w
 from .clip import clip_as_minimum_maximum
-from .deconvolution import single_channel_as_convolution
+from .deconvolution import bfloat16_weight_call, single_channel_as_convolution
 from .pooling import global_average_as_mean
 
 #: The list sets by name: their operator lists (:func:`operator_lists`) and float32 rules for layers
@@ -397,6 +397,8 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     joins = join_operators(target_dtype)
     modules = [m for module in (symbol, ndarray) for m in (module, module.op)]
     originals = {(m, op): getattr(m, op) for m in modules for op in rules}
+    # MXNet's own Deconvolution, which a layer given bfloat16 weights runs (bfloat16_deconvolution).
+    deconvolution = {(m, op): getattr(m, op) for m, op in legacy_operator_functions("Deconvolution")}
     amp.init(target_dtype=target_dtype, target_precision_ops=by_amp,
              conditional_fp32_ops=lists["conditional_fp32_ops"], fp32_ops=[])
     warn = functools.partial(_warn_fallback, target_dtype=target_dtype)
@@ -406,6 +408,8 @@ def init_amp(target_dtype, which="mxfp16", lists=None):
     _wrap_legacy([n for n in joins if not n.startswith(amp_numpy.NUMPY_PREFIXES)],
                  lambda f, name: w.widest_call(f, name, amp_dtype))
     if target_dtype == "bfloat16":  # the failure is oneDNN's, on CPUs; a GPU's deconvolution is cuDNN's
+        for (m, op), original in deconvolution.items():
+            setattr(m, op, bfloat16_weight_call(getattr(m, op), original))
         _wrap_legacy(["Deconvolution"], lambda f, name: single_channel_as_convolution(f))
         _wrap_legacy(["Pooling"], lambda f, name: global_average_as_mean(f))  # oneDNN's, too (pooling.py)
     if "clip" in lists["fp32_ops"]:  # mxfp16's lists: in float32 anyway, by faster operators (clip.py)

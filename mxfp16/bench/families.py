@@ -36,7 +36,7 @@ class Family:
     batch_size : int
         The batch its example trains with (``--batch-sizes`` by default).
     options : dict
-        Every size the layers take, with its documented value (``unfused_bf16``: see
+        Every size the layers take, with its documented value (``unfused_bf16`` and ``bf16_deconv``: see
         :func:`mxfp16.bench.family_steps.family_step`).
     optimizer, optimizer_params
         An MXNet optimizer name (the peer uses the same algorithm) and its settings in MXNet's names.
@@ -82,7 +82,7 @@ FAMILIES = {f.name: f for f in (
            title="DCGAN (MXNet's example/gluon/dc_gan), 64 px: one iteration, the discriminator's update on a real "
                  "and a generated batch, then the generator's",
            unit=IMAGES, batch_size=64, image_size=64,
-           options={"nz": 100, "ngf": 64, "ndf": 64},
+           options={"nz": 100, "ngf": 64, "ndf": 64, "bf16_deconv": 0},
            optimizer="adam", optimizer_params={"learning_rate": 2e-4, "beta1": 0.5, "wd": 0.0}),
 )}
 
@@ -126,7 +126,7 @@ def resolve_options(name, given=None):
             raise FamilyError(f"--model-option {key}={text}: {key} takes {'an integer' if kind is int else 'a number'}"
                               f", e.g. {key}={fam.options[key]}") from None
         allowed = {"dropout": ("a probability in [0, 1)", 0 <= value < 1), "tied": ("0 or 1", value in (0, 1)),
-                   "unfused_bf16": ("0 or 1", value in (0, 1))}
+                   "unfused_bf16": ("0 or 1", value in (0, 1)), "bf16_deconv": ("0 or 1", value in (0, 1))}
         words, ok = allowed.get(key, ("at least 1", value >= 1))
         if not ok:
             raise FamilyError(f"--model-option {key}={text}: {words}, e.g. {key}={fam.options[key]}")

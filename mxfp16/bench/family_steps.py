@@ -12,6 +12,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon, init
 
+from ..amp.bfloat16_weights import bfloat16_deconvolution
 from ..amp.recurrent import unfuse_rnn
 from .families import FAMILIES, TOKENS
 from .networks import BertEncoderClassifier, DiscriminatorPass, WordLanguageModel, dcgan_discriminator, dcgan_generator
@@ -104,6 +105,12 @@ def family_step(spec, mixed, batches, nets=None):
     reference kernel was 56% of oneDNN's time (docs/benchmarks.md, "With
     AMX"). Float32 rows keep the fused layer, the faster one in float32, so
     a run's ratio compares the two routes a user would pick.
+
+    With ``bf16_deconv=1`` the GAN's generator gets bfloat16 weights in its
+    transposed convolutions (:func:`mxfp16.amp.bfloat16_deconvolution`)
+    when ``mixed`` is amp-bfloat16, so that they run in bfloat16, not in
+    float32 as AMP runs ``Deconvolution``; its trainer keeps their float32
+    master copies.
     """
     fam = FAMILIES[spec.model]
     if nets is None:
@@ -111,8 +118,11 @@ def family_step(spec, mixed, batches, nets=None):
         np.random.seed(spec.seed)
         random.seed(spec.seed)
         nets = build_networks(spec.model, spec.options, mixed.ctx)
-    if spec.options.get("unfused_bf16") and mixed.precision.amp and mixed.precision.compute_dtype == "bfloat16":
+    amp_bfloat16 = mixed.precision.amp and mixed.precision.compute_dtype == "bfloat16"
+    if spec.options.get("unfused_bf16") and amp_bfloat16:
         unfuse_rnn(nets["net"], steps=spec.options["seq_len"])  # layout NTC: the graph is traced for seq_len steps
+    if spec.options.get("bf16_deconv") and amp_bfloat16:
+        bfloat16_deconvolution(nets["generator"])  # before prepare(): its trainer keeps their float32 masters
     for net in nets.values():
         net.hybridize(static_alloc=True, static_shape=True)
     loss = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -47,7 +47,8 @@ def _add_what_to_run(what):
     what.add_argument("--model-option", action="append", default=None, metavar="KEY=VALUE",
                       help="a family's size, repeatable, e.g. --model-option layers=12 for bert-encoder "
                            "(a language model's unfused_bf16=1: its amp-bfloat16 rows compute the LSTM or GRU "
-                           "unfused, in bfloat16); "
+                           "unfused, in bfloat16; dcgan's bf16_deconv=1: its amp-bfloat16 rows give the generator's "
+                           "transposed convolutions bfloat16 weights, so they run in bfloat16); "
                            + "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in fam.options.items())}"
                                        for name, fam in FAMILIES.items()) + " (default: those sizes)")
     what.add_argument("--image-size", type=integer(1, MAX_IMAGE_SIDE), default=None,
