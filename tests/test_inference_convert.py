@@ -55,6 +55,10 @@ def test_a_network_in_the_wrong_dtype_is_refused():
         deployable(_network(), resolve_precision("float16", "cpu", allow_cpu_float16=True))
     with pytest.raises(ValueError, match="needs a network with float32 parameters"):
         deployable(_network(dtype="float16"), AMP_BFLOAT16)
+    routed = _network()  # a layer given bfloat16 weights (mxfp16.amp.bfloat16_deconvolution) names its dtype
+    next(iter(routed.collect_params().values())).cast(BFLOAT16)
+    with pytest.raises(ValueError, match=r"this one has bfloat16, float32 .*cast_net\(net, 'float32'\)"):
+        deployable(routed, resolve_precision("float32", "cpu"))
 
 
 def test_the_loaded_block_computes_what_the_network_computes():

@@ -9,7 +9,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
 from .._internals import renew_parameter_symbols
@@ -115,13 +114,15 @@ def deployable(net, precision, amp_lists="mxfp16"):
         The network's parameter dtype does not match ``precision``, or unknown AMP lists.
     """
     from ..amp.lists import LIST_SETS, float32_layers, operator_lists
+    from ..amp.wrappers import dtype_name
 
-    dtypes = {np.dtype(p.dtype).name for p in net.collect_params().values()}
+    dtypes = {dtype_name(p.dtype) for p in net.collect_params().values()}
     # BatchNorm keeps float32 parameters in a float16 network, so float32 may appear in any of them.
     if not dtypes <= {precision.param_dtype, "float32"} or precision.param_dtype not in dtypes:
         raise ValueError(f"a {precision.name} export needs a network with {precision.param_dtype} parameters; "
                          f"this one has {', '.join(sorted(dtypes))} (build it with "
-                         "mxfp16.train.parts.build_network)")
+                         "mxfp16.train.parts.build_network; bfloat16 parameters, of "
+                         "mxfp16.amp.bfloat16_deconvolution, go back exactly with mxfp16.cast_net(net, 'float32'))")
     if precision.amp and amp_lists not in LIST_SETS:
         raise ValueError(f"AMP lists {amp_lists!r}: choose one of {', '.join(LIST_SETS)}")
     if precision.name == "float32":
