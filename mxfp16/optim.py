@@ -25,7 +25,7 @@ gluon = module("mxnet.gluon")
 
 __all__ = ["make_trainer", "optimizer_support", "OptimizerSupport", "registered_optimizers", "OptimizerError",
            "lr_schedule", "optimizer_params", "LR_SCHEDULES", "check_compression", "GRADIENT_COMPRESSION",
-           "with_bfloat16_masters", "bfloat16_parameters"]
+           "with_bfloat16_masters", "bfloat16_parameters", "check_bfloat16_masters"]
 
 #: Gradient compression types MXNet offers.
 GRADIENT_COMPRESSION = ("2bit",)
@@ -163,6 +163,28 @@ def bfloat16_parameters(params):
     """The names of the bfloat16 parameters among ``params`` (a ParameterDict or a list of Parameters)."""
     values = params.values() if hasattr(params, "values") else params
     return [param.name for param in values if np.dtype(param.dtype) == BFLOAT16]
+
+
+def check_bfloat16_masters(trainer, params):
+    """Refuse to update bfloat16 ``params`` with a ``trainer`` whose optimizer keeps no float32 masters.
+
+    A trainer made before :func:`mxfp16.amp.bfloat16_deconvolution` has a
+    plain MXNet optimizer: its update of a bfloat16 weight fails inside
+    MXNet's engine ("Unknown type enum 12"), reported only at a later read
+    or at exit, with the weights not updated.
+
+    Raises
+    ------
+    OptimizerError
+        Names the parameters and the order that works.
+    """
+    names = bfloat16_parameters(params)
+    if names and not isinstance(trainer.optimizer, _BFloat16Masters):
+        raise OptimizerError(
+            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} are bfloat16, but this trainer's "
+            f"{type(trainer.optimizer).__name__} was made before they were and keeps no float32 master copies: "
+            "call mxfp16.amp.bfloat16_deconvolution(net) before mixed.prepare(net, ...) (or make_trainer), "
+            "then train with the trainer that returns")
 
 
 def _bfloat16_optimizer(optimizer, opt_params, kvstore, update_on_kvstore, names):

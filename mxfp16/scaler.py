@@ -32,6 +32,7 @@ from .gradients import (
     reduce_gradients,
     refuse_kvstore_updates,
 )
+from .optim import check_bfloat16_masters
 from .precision import Precision
 
 mx = module("mxnet")
@@ -387,6 +388,7 @@ class LossScaler:
             # next step, and a parameter unused then would carry this step's inf into its check.
             set_grads_fresh(state.params, False)
         else:
+            check_bfloat16_masters(state.trainer, state.params)  # a host-side check of dtypes: no wait
             with params_sitting_out(state.sitting_out):
                 state.trainer.update(state.batch_size * self.scale, ignore_stale_grad=state.skip_unused)
         state.stage = "stepped"

@@ -138,6 +138,13 @@ cast_net(routed, mixed.precision)
 out["kept_by_cast_net"] = bool(np.dtype(w.dtype) == BFLOAT16)
 cast_net(routed, "float32")
 out["float32_cast"] = str(np.dtype(w.dtype))
+late = generator()  # the route after prepare(): its trainer's optimizer keeps no masters
+late_trainer = mixed.prepare(late, "adam", {"learning_rate": 0.01})
+bfloat16_deconvolution(late)
+try:
+    mixed.train_step(late, loss, late_trainer, data, label)
+except mxfp16.optim.OptimizerError as exc:
+    out["late"] = str(exc)
 out["losses"] = losses
 print(json.dumps(out))
 """
@@ -156,3 +163,4 @@ def test_routed_layers_train_in_bfloat16_beside_their_float32_control(tmp_path):
     assert out["moved"] > 0.01  # five Adam steps of 0.01 moved the master
     assert out["saved_exactly"] and out["kept_by_cast_net"] and out["float32_cast"] == "float32"
     assert "no values yet" in out["deferred"]
+    assert "made before they were" in out["late"] and "before mixed.prepare" in out["late"]

@@ -8,7 +8,13 @@ runs on any CPU.
 import pickle
 
 from mxfp16.float_formats import BFLOAT16
-from mxfp16.optim import OptimizerError, bfloat16_parameters, make_trainer, with_bfloat16_masters
+from mxfp16.optim import (
+    OptimizerError,
+    bfloat16_parameters,
+    check_bfloat16_masters,
+    make_trainer,
+    with_bfloat16_masters,
+)
 
 import mxnet as mx
 import numpy as np
@@ -146,3 +152,14 @@ def test_make_trainer_gives_bfloat16_parameters_masters_and_they_travel_in_save_
 def test_masters_kept_on_a_kvstore_are_refused_with_the_way_out(options):
     with pytest.raises(OptimizerError, match="master copies live in this process.*update_on_kvstore unset"):
         make_trainer([_bfloat16_parameter("w", np.ones(3))], "sgd", {"learning_rate": 0.1}, **options)
+
+
+def test_a_trainer_made_before_its_parameters_turned_bfloat16_is_refused_with_the_order():
+    param = gluon.Parameter("w", shape=(3,))
+    param.initialize(ctx=mx.cpu())
+    early = make_trainer([param], "adam", {"learning_rate": 0.1})
+    check_bfloat16_masters(early, [param])  # float32: nothing to refuse
+    param.cast(BFLOAT16)
+    with pytest.raises(OptimizerError, match="w are bfloat16, but this trainer's Adam was made before"):
+        check_bfloat16_masters(early, [param])
+    check_bfloat16_masters(make_trainer([param], "adam", {"learning_rate": 0.1}), [param])
