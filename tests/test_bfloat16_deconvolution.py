@@ -110,6 +110,9 @@ out["routed"] = bfloat16_deconvolution(routed)
 out["dtypes"] = {k: "bfloat16" if np.dtype(p.dtype) == BFLOAT16 else np.dtype(p.dtype).name
                  for k, p in routed.collect_params().items()}
 start = routed[0].weight.data().astype("float32").asnumpy()
+bits = control[0].weight.data().asnumpy().view(np.uint32).astype(np.uint64)  # float32 -> bfloat16, to nearest even
+nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+out["rounded_at_cast"] = bool(np.array_equal(start, nearest))
 noise = mx.nd.random.normal(shape=(8, 8, 1, 1))
 out["layer_output"] = "bfloat16" if np.dtype(routed[0](noise).dtype) == BFLOAT16 else str(routed[0](noise).dtype)
 out["control_layer_output"] = str(np.dtype(control[0](noise).dtype))
@@ -160,6 +163,7 @@ def test_routed_layers_train_in_bfloat16_beside_their_float32_control(tmp_path):
     assert control[-1] < control[0] and routed[-1] < routed[0]
     np.testing.assert_allclose(routed, control, rtol=0.05)
     assert out["weight_is_master_rounded"] and out["weight_dtype_after"] == "bfloat16"
+    assert out["rounded_at_cast"]  # to nearest, as AMP's casts: NDArray.astype would truncate
     assert out["moved"] > 0.01  # five Adam steps of 0.01 moved the master
     assert out["saved_exactly"] and out["kept_by_cast_net"] and out["float32_cast"] == "float32"
     assert "no values yet" in out["deferred"]

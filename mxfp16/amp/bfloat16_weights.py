@@ -42,6 +42,7 @@ def bfloat16_deconvolution(net):
         AMP is not on in bfloat16 in this process, or a layer's parameters have no shapes yet.
     """
     from mxnet import gluon
+    from mxnet.ndarray import amp_cast
 
     if amp_target() != BFLOAT16:
         raise RuntimeError("bfloat16_deconvolution needs AMP in bfloat16: create mxfp16.MixedPrecision('amp-bfloat16') "
@@ -60,7 +61,11 @@ def bfloat16_deconvolution(net):
         # such an array keeps its float32 layout description: the bfloat16 layer's backward then fails.
         renew_parameter_arrays(layer)
     for param in params:
+        # Rounded to nearest, as AMP's casts round; Parameter.cast (NDArray.astype) would truncate.
+        rounded = [amp_cast(array, dtype=BFLOAT16) for array in param.list_data()]
         param.cast(BFLOAT16)
+        for array, values in zip(param.list_data(), rounded):
+            values.copyto(array)
     rebuild_graphs(net)  # a traced graph declares the float32 weights; the next one declares bfloat16
     return [param.name for param in params]
 
