@@ -12,7 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._lazy import module
-from .float_formats import BFLOAT16, FORMATS, format_scale
+from .float_formats import BFLOAT16, FORMATS, format_scale, is_bfloat16
 from .precision import Precision, check_activated, precision_of
 
 mx = module("mxnet")
@@ -47,7 +47,7 @@ def cast_net(net, precision):
                         "'amp-bfloat16', which keeps float32 parameters and lets AMP cast operators")
     # Under amp-bfloat16, the layers mxfp16.amp.bfloat16_deconvolution gave bfloat16 parameters keep them.
     keep = [p for p in net.collect_params().values()
-            if amp is not None and amp.compute_dtype == "bfloat16" and np.dtype(p.dtype) == BFLOAT16]
+            if amp is not None and amp.compute_dtype == "bfloat16" and is_bfloat16(p)]
     net.cast(name)
     for param in keep:
         param.cast(BFLOAT16)  # exact: float32 holds every bfloat16 value

@@ -17,6 +17,11 @@ from .plumbing.output import error_line
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
 
+def is_bfloat16(x):
+    """Whether ``x`` (a dtype, or anything with a ``dtype``: an array, a Gluon Parameter) is MXNet's bfloat16."""
+    return np.dtype(x if isinstance(x, (np.dtype, type, str)) else x.dtype) == BFLOAT16
+
+
 @dataclass(frozen=True)
 class FloatFormat:
     """Range and precision of a binary floating-point format.

@@ -23,7 +23,7 @@ from ._internals import (
     trainer_updates_on_kvstore,
 )
 from ._lazy import module
-from .float_formats import BFLOAT16
+from .float_formats import BFLOAT16, is_bfloat16
 
 mx = module("mxnet")
 
@@ -50,10 +50,6 @@ def _chunks(arrays):
             yield group[i:i + _CHUNK]
 
 
-def _is_bfloat16(array):
-    return np.dtype(array.dtype) == BFLOAT16
-
-
 def grads_are_finite(grads):
     """Device-side check that every gradient is finite: an NDArray of shape (1,), 1.0 when all are.
 
@@ -62,7 +58,7 @@ def grads_are_finite(grads):
     which keeps their infinities and NaNs.
     """
     grads = [_legacy(g) for g in grads]
-    grads = [g.astype("float32") if _is_bfloat16(g) else g for g in grads]
+    grads = [g.astype("float32") if is_bfloat16(g) else g for g in grads]
     flags = [mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=True) for chunk in _chunks(grads)]
     if len(flags) == 1:
         return flags[0]
@@ -106,7 +102,7 @@ def clip_global_norm_(grads, max_norm, scale=1.0, replicas=()):
     ctx = norm.ctx
     factor = mx.nd.minimum(max_norm / (norm + 1e-6), mx.nd.ones((1,), ctx=ctx))
     for g in [_legacy(g) for g in list(grads) + list(replicas)]:
-        if _is_bfloat16(g):  # no bfloat16 multiplication on arrays: scaled in float32, rounded back in place
+        if is_bfloat16(g):  # no bfloat16 multiplication on arrays: scaled in float32, rounded back in place
             mx.nd.amp_cast(mx.nd.broadcast_mul(g.astype("float32"), factor.as_in_context(g.ctx)), dtype=BFLOAT16,
                            out=g)
         else:
@@ -412,9 +408,9 @@ class GradientSums:
         for param in params:
             if id(param) in sums:
                 for total, grad in zip(sums[id(param)][1], param.list_grad()):
-                    total += grad.astype("float32") if _is_bfloat16(grad) else grad
+                    total += grad.astype("float32") if is_bfloat16(grad) else grad
             else:
-                sums[id(param)] = (param, [grad.astype("float32") if _is_bfloat16(grad) else grad.copy()
+                sums[id(param)] = (param, [grad.astype("float32") if is_bfloat16(grad) else grad.copy()
                                            for grad in param.list_grad()])
         set_grads_fresh(params, False)
         return len(sums)
@@ -425,7 +421,7 @@ class GradientSums:
         for param, totals in sums.values():
             newest = grad_is_fresh(param)
             for grad, total in zip(param.list_grad(), totals):
-                if _is_bfloat16(grad):  # the float32 sum (and the newest micro-batch), rounded once
+                if is_bfloat16(grad):  # the float32 sum (and the newest micro-batch), rounded once
                     mx.nd.amp_cast(total + grad.astype("float32") if newest else total, dtype=BFLOAT16, out=grad)
                 elif newest:
                     grad += total

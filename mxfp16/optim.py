@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._lazy import module
-from .float_formats import BFLOAT16
+from .float_formats import BFLOAT16, is_bfloat16
 from .models.gluoncv import import_gluoncv
 from .plumbing.output import error_line
 from .precision import Precision, check_activated
@@ -87,10 +87,6 @@ def check_compression(kind, kvstore, precision):
     return {"type": kind, "threshold": 0.5}
 
 
-def _is_bfloat16(array):
-    return np.dtype(array.dtype) == BFLOAT16
-
-
 class _BFloat16Masters:
     """Mixed into an MXNet optimizer class: a float32 master copy of each bfloat16 weight, updated in its place.
 
@@ -104,7 +100,7 @@ class _BFloat16Masters:
     """
 
     def create_state_multi_precision(self, index, weight):
-        if not _is_bfloat16(weight):
+        if not is_bfloat16(weight):
             return super().create_state_multi_precision(index, weight)
         master = weight.astype("float32")
         return master, super().create_state_multi_precision(index, master)
@@ -112,7 +108,7 @@ class _BFloat16Masters:
     def update_multi_precision(self, index, weight, grad, state):
         listed = isinstance(weight, (list, tuple))  # MXNet's aggregated updates pass lists of one dtype
         weights, grads, states = (weight, grad, state) if listed else ([weight], [grad], [state])
-        if not _is_bfloat16(weights[0]):
+        if not is_bfloat16(weights[0]):
             return super().update_multi_precision(index, weight, grad, state)
         masters, inner = [s[0] for s in states], [s[1] for s in states]
         grads = [g.astype("float32") for g in grads]
@@ -162,7 +158,7 @@ def _new_with_bfloat16_masters(optimizer_class):
 def bfloat16_parameters(params):
     """The names of the bfloat16 parameters among ``params`` (a ParameterDict or a list of Parameters)."""
     values = params.values() if hasattr(params, "values") else params
-    return [param.name for param in values if np.dtype(param.dtype) == BFLOAT16]
+    return [param.name for param in values if is_bfloat16(param)]
 
 
 def check_bfloat16_masters(trainer, params):

@@ -22,9 +22,8 @@ optimizer's state: :func:`mxfp16.optim.with_bfloat16_masters`), and
 put around the operator by :func:`~mxfp16.amp.lists.init_amp`, runs a call
 whose weight is bfloat16 in bfloat16.
 """
-import numpy as np
 
-from ..float_formats import BFLOAT16
+from ..float_formats import BFLOAT16, is_bfloat16
 from .wrappers import as_tuple, cast, module_of, named_like
 
 __all__ = ["single_channel_as_convolution", "routed", "bfloat16_weight_call", "is_bfloat16_leaf"]
@@ -81,7 +80,7 @@ def is_bfloat16_leaf(x):
     from mxnet import ndarray, symbol
 
     if isinstance(x, ndarray.NDArray):
-        return np.dtype(x.dtype) == BFLOAT16
+        return is_bfloat16(x)
     return (isinstance(x, symbol.Symbol) and x.get_children() is None
             and x.list_attr().get("__dtype__") == _bfloat16_flag())
 
