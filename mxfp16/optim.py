@@ -161,6 +161,11 @@ def bfloat16_parameters(params):
     return [param.name for param in values if is_bfloat16(param)]
 
 
+def _first_names(names):
+    """``'a, b, c ...'``: the first three of ``names``, for a message."""
+    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+
+
 def check_bfloat16_masters(trainer, params):
     """Refuse to update bfloat16 ``params`` with a ``trainer`` whose optimizer keeps no float32 masters.
 
@@ -177,7 +182,7 @@ def check_bfloat16_masters(trainer, params):
     names = bfloat16_parameters(params)
     if names and not isinstance(trainer.optimizer, _BFloat16Masters):
         raise OptimizerError(
-            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} are bfloat16, but this trainer's "
+            f"{_first_names(names)} are bfloat16, but this trainer's "
             f"{type(trainer.optimizer).__name__} was made before they were and keeps no float32 master copies: "
             "call mxfp16.amp.bfloat16_deconvolution(net) before mixed.prepare(net, ...) (or make_trainer), "
             "then train with the trainer that returns")
@@ -188,7 +193,7 @@ def _bfloat16_optimizer(optimizer, opt_params, kvstore, update_on_kvstore, names
     name = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
     if update_on_kvstore or str(name).startswith("dist"):
         raise OptimizerError(
-            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} are bfloat16 (mxfp16.amp.bfloat16_deconvolution)"
+            f"{_first_names(names)} are bfloat16 (mxfp16.amp.bfloat16_deconvolution)"
             f", and their float32 master copies live in this process's optimizer: kvstore {name!r} with updates on "
             "the kvstore cannot keep them. Use a local kvstore ('device') with update_on_kvstore unset, or keep "
             "those layers float32")

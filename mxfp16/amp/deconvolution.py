@@ -18,10 +18,11 @@ weight that *is* bfloat16, a leaf, the layer trains in bfloat16.
 :func:`mxfp16.amp.bfloat16_deconvolution` gives a network's transposed
 convolutions such weights (their float32 master copies live in the
 optimizer's state: :func:`mxfp16.optim.with_bfloat16_masters`), and
-:func:`bfloat16_weight_call`,
-put around the operator by :func:`~mxfp16.amp.lists.init_amp`, runs a call
-whose weight is bfloat16 in bfloat16.
+:func:`bfloat16_weight_call`, put around the operator by
+:func:`~mxfp16.amp.lists.init_amp`, runs a call whose weight is bfloat16 in
+bfloat16.
 """
+import functools
 
 from ..float_formats import BFLOAT16, is_bfloat16
 from .wrappers import as_tuple, cast, module_of, named_like
@@ -68,6 +69,7 @@ def _split(args, kwargs):
     return inputs, {k: v for k, v in kwargs.items() if k not in _INPUTS}
 
 
+@functools.lru_cache(maxsize=None)
 def _bfloat16_flag():
     """The ``__dtype__`` attribute a graph variable declared bfloat16 carries (MXNet's type flag, as a string)."""
     from mxnet import symbol
