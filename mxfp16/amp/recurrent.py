@@ -5,8 +5,11 @@ path takes float32 only, its own kernels reject bfloat16). The layers here
 compute the same from operators that have one (docs/amp-table.md, "recurrent
 layers"). The input projection of all steps is cast to float32 and ``split``
 once (a ``slice_axis`` per step would copy the whole sequence every step), and
-the recurrent weight is cast once per call. Each step runs a dozen operators,
-so it pays only at large hidden sizes.
+the recurrent weight is cast once per call. The gates' sigmoid and tanh are
+``Activation``: oneDNN's vector kernels, where the ``sigmoid`` and ``tanh``
+operators are MXNet's scalar loops and sit in AMP's float32 list, which casts
+each one's input again (three more casts a step). Each step still runs a dozen
+operators, so it pays only at large hidden sizes.
 
 The unrolled graph is built for one sequence length: a layer called on
 arrays reads it (and rebuilds when it changes); one traced inside a larger
@@ -200,17 +203,25 @@ def _unrolled(F, x, states, params, settings, steps):
     return x, [F.stack(*final, axis=0) for final in finals]
 
 
+def _sigmoid(F, x):
+    return F.Activation(x, act_type="sigmoid")  # oneDNN's kernel, and no AMP cast (see the module docstring)
+
+
+def _tanh(F, x):
+    return F.Activation(x, act_type="tanh")
+
+
 def _step(F, mode, projected, recurrent, h, c):
     """One time step: ``(h, c)`` after it (``c`` is ``None`` but for the LSTM)."""
     if mode == "lstm":
         i, f, g, o = _parts(F, projected + recurrent, 4, axis=1)
-        c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
-        return F.sigmoid(o) * F.tanh(c), c
+        c = _sigmoid(F, f) * c + _sigmoid(F, i) * _tanh(F, g)
+        return _sigmoid(F, o) * _tanh(F, c), c
     if mode == "gru":
         x_r, x_z, x_n = _parts(F, projected, 3, axis=1)
         h_r, h_z, h_n = _parts(F, recurrent, 3, axis=1)
-        reset, update = F.sigmoid(x_r + h_r), F.sigmoid(x_z + h_z)
-        new = F.tanh(x_n + reset * h_n)
+        reset, update = _sigmoid(F, x_r + h_r), _sigmoid(F, x_z + h_z)
+        new = _tanh(F, x_n + reset * h_n)
         return new + update * (h - new), None
-    act = F.relu if mode == "rnn_relu" else F.tanh
-    return act(projected + recurrent), None
+    act = "relu" if mode == "rnn_relu" else "tanh"
+    return F.Activation(projected + recurrent, act_type=act), None
