@@ -214,14 +214,17 @@ class MixedPrecision:
 
     def _decide(self, net, data, label, loss_fn, trainer):
         probe = NetworkProbe(net, data, label, self.ctx, loss_fn, trainer, self.amp_lists)
-        self._settle(_auto.decide_auto(self.ctx, probe, log=self._log))
+        self._settle(_auto.decide_auto(self.ctx, probe, log=self._log), net)
 
-    def _settle(self, verdict):
-        """Adopt ``auto``'s verdict: the precision, AMP switched on for it, the prepared networks' graphs rebuilt."""
+    def _settle(self, verdict, timed=None):
+        """Adopt ``auto``'s verdict: the precision, AMP switched on for it (and its route applied to the network it
+        timed and the prepared ones), the prepared networks' graphs rebuilt."""
         # The prepared networks may have been traced before AMP (a float32 evaluation, say): adopt traces them again.
-        self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, self._nets,
-                                     allow_cpu_float16=self._allow_cpu_float16, requested="auto",
-                                     reason=verdict.reason)
+        routed = verdict.route is not None and timed is not None and timed not in self._nets
+        nets = list(self._nets) + ([timed] if routed else [])
+        self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, nets,
+                                     allow_cpu_float16=self._allow_cpu_float16, route=verdict.route,
+                                     requested="auto", reason=verdict.reason)
         self.verdict, self._pending = verdict, False
         self.scaler.settle_precision(self.precision)
 

@@ -176,3 +176,25 @@ def test_dropout_between_layers_only_in_training():
     with autograd.record(train_mode=True):
         a, b = layer(x), layer(x)
     assert not np.allclose(a.asnumpy(), b.asnumpy())
+
+
+def test_inside_a_hybridized_network_each_length_is_read_from_its_input_and_a_new_one_retraces():
+    from mxfp16._internals import built_graphs
+    from mxfp16.models.sequence import LSTMClassifier
+
+    net = LSTMClassifier(4, HIDDEN, num_layers=2)
+    net.initialize(mx.init.Uniform(0.3))
+    net.hybridize()
+    rng = np.random.RandomState(3)
+    batches = [mx.nd.array(rng.uniform(-1, 1, shape)) for shape in ((2, 1, 6, 5), (3, 1, 9, 5), (5, 1, 9, 5))]
+    fused = [net(x).asnumpy() for x in batches]
+    assert recurrent.unfuse_rnn(net) == {net.rnn.name: "unfused"}  # no steps=: read from the network's input
+    graphs, lengths = [], []
+    for x, expected in zip(batches + batches[:1], fused + fused[:1]):
+        got = net(x).asnumpy()
+        assert np.abs(got - expected).max() < 1e-5
+        graphs.append(built_graphs(net)[0][1])
+        lengths.append(net.rnn.steps)
+    assert lengths == [6, 9, 9, 6]
+    # Another batch size with the same length runs the same graph; another length is traced again.
+    assert graphs[2] is graphs[1] and graphs[1] is not graphs[0] and graphs[3] is not graphs[2]

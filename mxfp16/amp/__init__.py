@@ -6,7 +6,7 @@ put around an operator's function; :mod:`~mxfp16.amp.numpy_mode` reaches the
 numpy-mode functions MXNet's AMP does not wrap. Routes for what MXNet 1.9.1
 cannot run in bfloat16: :mod:`~mxfp16.amp.recurrent` (LSTM, GRU and RNN
 layers whose matrix products run in bfloat16; :func:`unfuse_rnn` switches a
-network's layers) and :mod:`~mxfp16.amp.deconvolution` (a transposed
+network's layers, :func:`fuse_rnn` switches them back) and :mod:`~mxfp16.amp.deconvolution` (a transposed
 convolution with one output channel, which MXNet cannot train; and the
 call of a transposed convolution with a bfloat16 weight, which runs in
 bfloat16: :func:`bfloat16_deconvolution`, in
@@ -20,7 +20,7 @@ layer, operator and GluonCV model runs in from the graph AMP builds
 from .. import _lazy
 
 #: Public name -> the module that defines it (imported on first use: importing mxfp16.amp loads no MXNet).
-_EXPORTS = {"unfuse_rnn": "recurrent", "bfloat16_deconvolution": "bfloat16_weights"}
+_EXPORTS = {"unfuse_rnn": "recurrent", "fuse_rnn": "recurrent", "bfloat16_deconvolution": "bfloat16_weights"}
 
 __all__ = list(_EXPORTS)
 

@@ -11,10 +11,17 @@ operators are MXNet's scalar loops and sit in AMP's float32 list, which casts
 each one's input again (three more casts a step). Each step still runs a dozen
 operators, so it pays only at large hidden sizes.
 
-The unrolled graph is built for one sequence length: a layer called on
-arrays reads it (and rebuilds when it changes); one traced inside a larger
-hybridized network needs it given (``steps=``).
+The unrolled graph is built for one sequence length. A layer called on
+arrays reads it (and rebuilds when it changes). One traced inside a larger
+hybridized network reads it from the shapes that network is called with,
+when :func:`unfuse_rnn` was given that network (it watches the network's calls
+and traces it again when a batch brings another length); otherwise it needs
+the length given (``steps=``).
 """
+import threading
+import warnings
+import weakref
+
 import numpy as np
 from mxnet import gluon, ndarray
 from mxnet.util import is_np_array
@@ -23,7 +30,7 @@ from .._internals import RNNSettings, block_children, rebuild_graphs
 from . import wrappers as w
 from .lists import amp_target
 
-__all__ = ["LSTM", "GRU", "RNN", "unfuse_rnn", "unfused_support"]
+__all__ = ["LSTM", "GRU", "RNN", "unfuse_rnn", "fuse_rnn", "layers_to_unfuse", "unfused_support"]
 
 #: Gates per step (the rows of each weight matrix are ``gates * hidden``), in MXNet's (cuDNN's) order:
 #: LSTM input, forget, cell, output; GRU reset, update, new.
@@ -71,10 +78,13 @@ class _Unfused:
         why = unfused_support(self)
         if why is not None:
             raise ValueError(f"{self.name} cannot run unfused: {why}")
+        if F is not ndarray:
+            self.steps = _traced_length(self, inputs, settings.layout) or self.steps
         if self.steps is None:
             raise ValueError(f"{self.name} is an unfused recurrent layer traced inside a hybridized network, so it "
                              "cannot read its sequence length from its input: give it as steps=T (mxfp16.amp."
-                             "unfuse_rnn(net, steps=T), or layer.steps = T)")
+                             "unfuse_rnn(net, steps=T), or layer.steps = T), or call mxfp16.amp.unfuse_rnn(net) on "
+                             "the network you call, which reads it from that network's input")
         if F is ndarray:
             batch = inputs.shape[settings.layout.find("N")]
             for state, info in zip(states, self.state_info(batch)):
@@ -104,9 +114,23 @@ class RNN(_Unfused, gluon.rnn.RNN):
 
 
 _UNFUSED = {gluon.rnn.LSTM: LSTM, gluon.rnn.GRU: GRU, gluon.rnn.RNN: RNN}
+_FUSED = {unfused: fused for fused, unfused in _UNFUSED.items()}
 
 
-def unfuse_rnn(net, steps=None):
+def _recurrent_layers(net):
+    """Every ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` layer in ``net`` (exactly those classes), in order."""
+    found = [net] if type(net) in _UNFUSED else []
+    for child in block_children(net):
+        found += _recurrent_layers(child)
+    return found
+
+
+def layers_to_unfuse(net):
+    """The layers of ``net`` that :func:`unfuse_rnn` would switch: a list (empty when there are none)."""
+    return [layer for layer in _recurrent_layers(net) if unfused_support(layer) is None]
+
+
+def unfuse_rnn(net, steps=None, max_lengths=None):
     """Compute every ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` layer in ``net`` unfused, in place.
 
     Each layer keeps its parameters, states and settings (a checkpoint loads either way); built graphs are traced again.
@@ -115,7 +139,14 @@ def unfuse_rnn(net, steps=None):
     ----------
     net : gluon.Block
     steps : int, optional
-        The sequence length, for layers traced inside a larger hybridized network.
+        The sequence length, for layers traced inside a larger hybridized
+        network. By default each reads its own from the shapes ``net`` is
+        called with (see the module docstring).
+    max_lengths : int, optional
+        Without ``steps``: once ``net`` has been called with more sequence
+        lengths than this, its layers go back to the fused kernel
+        (:func:`fuse_rnn`, with a warning), since each length traces a graph
+        of its own. By default they stay unfused.
 
     Returns
     -------
@@ -123,23 +154,141 @@ def unfuse_rnn(net, steps=None):
         ``{layer name: 'unfused' or why it stays fused}`` (see :func:`unfused_support`).
     """
     done = {}
-
-    def visit(block):
-        kind = _UNFUSED.get(type(block))
-        if kind is not None:
-            why = unfused_support(block)
-            if why is None:
-                # The subclass adds behaviour and no state: the layer object (and every reference to it,
-                # its parameters, its place in its parent) stays the same; only its methods change.
-                block.__class__ = kind
-                block.steps = steps
-            done[block.name] = why or "unfused"
-        for child in block_children(block):
-            visit(child)
-
-    visit(net)
+    unfused = []
+    for layer in _recurrent_layers(net):
+        why = unfused_support(layer)
+        if why is None:
+            # The subclass adds behaviour and no state: the layer object (and every reference to it, its
+            # parameters, its place in its parent) stays the same; only its methods change.
+            layer.__class__ = _UNFUSED[type(layer)]
+            layer.steps = steps
+            unfused.append(layer)
+        done[layer.name] = why or "unfused"
+    if steps is None and unfused:
+        watch = _LengthWatch.on(net)
+        watch.layers.update(unfused)
+        watch.max_lengths = max_lengths
     rebuild_graphs(net)
     return done
+
+
+def fuse_rnn(net):
+    """Compute the layers of ``net`` that :func:`unfuse_rnn` switched with MXNet's fused kernel again, in place.
+
+    Returns
+    -------
+    list of str
+        The names of the layers switched back.
+    """
+    switched = []
+    net.apply(lambda block: switched.append(block) if type(block) in _FUSED else None)
+    for layer in switched:
+        layer.__class__ = _FUSED[type(layer)]
+    watch = _LengthWatch._watches.pop(net, None)
+    if watch is not None:
+        watch.stop()
+    rebuild_graphs(net)
+    return [layer.name for layer in switched]
+
+
+# Each sequence length read from the shapes a watched network is called with.
+_CALLS = threading.local()  # .active: [(watch, {input name: shape})], the watched calls in progress, innermost last
+
+
+def _input_shapes(args):
+    """The shapes of a Gluon call's arguments by the names its trace gives them (``data``, or ``data0``, ``data1`` ...
+    in the order of the flattened arguments), or ``None`` when one is not an array (a symbol: a trace of its own)."""
+    flat = []
+
+    def walk(value):
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        else:
+            flat.append(value)
+    walk(args)
+    arrays = [a for a in flat if a is not None]
+    if not arrays or not all(isinstance(a, ndarray.NDArray) for a in arrays):
+        return None
+    if len(arrays) == 1:
+        return {"data": arrays[0].shape}
+    return {f"data{i}": a.shape for i, a in enumerate(arrays)}
+
+
+def _length_of(symbol, shapes, layout):
+    """The sequence length of a traced layer's input ``symbol`` when the network's inputs have ``shapes``, or None."""
+    names = set(symbol.list_arguments())
+    known = {name: shape for name, shape in shapes.items() if name in names}
+    if not known:
+        return None
+    _, outputs, _ = symbol.infer_shape_partial(**known)
+    shape = outputs[0] if outputs else None
+    return shape[layout.find("T")] or None if shape and len(shape) == 3 else None
+
+
+def _traced_length(layer, inputs, layout):
+    """``layer``'s sequence length in the watched call being traced (``inputs``: its input symbol), or None."""
+    for watch, shapes in reversed(getattr(_CALLS, "active", [])):
+        if layer in watch.layers:
+            watch.traced[layer] = (inputs, layout)
+            return _length_of(inputs, shapes, layout)
+    return None
+
+
+class _LengthWatch:
+    """Watches a network's calls for the sequence lengths of its unfused layers (:func:`unfuse_rnn` without ``steps``).
+
+    Before each call it notes the input shapes, for the layers traced in
+    that call; when they change, it reads each traced layer's length for the
+    new shapes from the layer's input symbol (shape inference, no
+    computation) and has the network traced again if one moved.
+    """
+
+    _watches = weakref.WeakKeyDictionary()
+
+    def __init__(self):
+        self.layers = weakref.WeakSet()
+        self.traced = weakref.WeakKeyDictionary()  # layer: (its input symbol, its layout) in the last trace
+        self.shapes, self.max_lengths, self.lengths, self.stopped = None, None, set(), False
+
+    @classmethod
+    def on(cls, net):
+        """``net``'s watch, registered on its first use."""
+        watch = cls._watches.get(net)
+        if watch is None:
+            watch = cls._watches[net] = cls()
+            net.register_forward_pre_hook(watch.before)
+            net.register_forward_hook(watch.after)
+        return watch
+
+    def stop(self):
+        """Watch no more. The hooks stay, doing nothing: this may run inside one, while Gluon iterates over them."""
+        self.stopped = True
+        self.after(None, None, None)
+
+    def before(self, net, args):
+        if self.stopped:
+            return
+        shapes = _input_shapes(args)
+        active = [entry for entry in getattr(_CALLS, "active", []) if entry[0] is not self]  # a raised call's, gone
+        _CALLS.active = active + [(self, shapes)] if shapes is not None else active
+        if shapes is None or shapes == self.shapes:
+            return
+        self.shapes = shapes
+        traced = list(self.traced.items())
+        lengths = tuple(_length_of(symbol, shapes, layout) for _, (symbol, layout) in traced)
+        self.lengths.update({lengths, tuple(layer.steps for layer, _ in traced)} if traced else ())
+        if self.max_lengths is not None and len(self.lengths) > self.max_lengths:
+            warnings.warn(f"the recurrent layers of {net.name} go back to MXNet's fused kernel: it was called with "
+                          f"{len(self.lengths)} sequence lengths, and unfused layers trace a graph for each "
+                          "(mxfp16.amp.unfuse_rnn(net, max_lengths=...))", stacklevel=2)
+            fuse_rnn(net)
+        elif any(length not in (None, layer.steps) for (layer, _), length in zip(traced, lengths)):
+            self.traced.clear()
+            rebuild_graphs(net)  # an unrolled graph runs one length only
+
+    def after(self, net, args, out):
+        _CALLS.active = [entry for entry in getattr(_CALLS, "active", []) if entry[0] is not self]
 
 
 # The computation, on mx.nd or mx.sym (F).

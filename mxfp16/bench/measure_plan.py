@@ -373,7 +373,8 @@ def summary_row(document):
     peer = next(iter((document.get("peer") or {}).values()), {})
     best_bf16, best_fp32 = peer.get("peer_mixed") or {}, peer.get("peer_float32") or {}
     in_row = next((r for r in rows if r.get("auto_reason") and r.get("status") == "ok"), {})  # a family's own row
-    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision") or in_row.get("precision")
+    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision") or \
+        ", ".join(filter(None, (in_row.get("precision"), in_row.get("auto_route")))) or None
     return {"unit": UNITS[field_name], "batch_size": batch, "rounds": config.get("rounds"),
             "input": input_size(fp32 or bf16_any) if (fp32 or bf16_any) else None,
             "float32": (fp32 or {}).get(field_name), "bfloat16": (bf16 or {}).get(field_name),

@@ -59,8 +59,9 @@ def _is_mxfp16(record):
 
 
 def label(record):
-    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``auto: float32``, ``pytorch-bfloat16 (NCHW)``,
-    ``pytorch-float32 (channels_last, compiled)``, ``onnxruntime float32``."""
+    """A row's display name: ``amp-bfloat16 (mxfp16 lists)``, ``auto: float32``, ``auto: amp-bfloat16, unfused-rnn
+    (mxfp16 lists)`` (with the route auto applied), ``pytorch-bfloat16 (NCHW)``, ``pytorch-float32 (channels_last,
+    compiled)``, ``onnxruntime float32``."""
     if record.get("framework") == ONNXRUNTIME:
         return f"{ONNXRUNTIME} {record['precision']}"
     if not _is_mxfp16(record):
@@ -68,6 +69,7 @@ def label(record):
         return f"{record['precision']} ({', '.join(how)})" if how else record["precision"]
     lists = record.get("amp_lists")
     name = f"auto: {record['precision']}" if record.get("auto_reason") else record["precision"]  # decided in its row
+    name += f", {record['auto_route']}" if record.get("auto_route") else ""
     return f"{name} ({lists} lists)" if lists else name
 
 

@@ -7,6 +7,11 @@ native bfloat16 the network is timed in a forked copy of this process
 docs/benchmarks.md, "What auto picks on each kind of CPU", tells the whole
 procedure.
 
+A network with a route (:data:`ROUTES`: another way to compute the same
+layers under AMP, its parameters unchanged) gets amp-bfloat16 timed both ways,
+and the faster one is the candidate: a plain ``gluon.rnn.LSTM`` is timed fused
+(its float32 kernel) and unfused (its products in bfloat16).
+
 :func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
 the probe's child alike, so the same network and batch get the same verdict
 whichever path asks.
@@ -15,13 +20,13 @@ import math
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from .cache import MachineCache, cache_folder, machine_busy
 from .margin import pays, requirement, speed_ratio
 
 __all__ = ["AutoVerdict", "decide_auto", "adopt", "timing_applies", "rule_verdict", "cache_file", "min_repeat_ms",
-           "CLEAR", "CANDIDATE"]
+           "network_routes", "ROUTES", "CLEAR", "CANDIDATE"]
 
 #: Timed steps per repeat in the probe's first round (:class:`mxfp16.measure.probe.NetworkProbe`).
 PROBE_ITERS = 3
@@ -34,7 +39,42 @@ CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 REPEAT_MS_VARIABLE = "MXFP16_AUTO_REPEAT_MS"
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-_CACHE_VERSION = 4  # 4: probes time MXNet's kernels on the parent's threads; 3: keyed by structure and batch
+_CACHE_VERSION = 5  # 5: routes; 4: probes time MXNet's kernels on the parent's threads; 3: keyed by structure, batch
+
+
+#: Sequence lengths after which a network ``auto`` unfused goes back to the fused kernel: the probe timed one length,
+#: and each traces a graph of its own (a language model's last, shorter batch is a second; bucketing makes many).
+UNFUSED_MAX_LENGTHS = 4
+
+
+def _unfuse(net):
+    from ..amp.recurrent import unfuse_rnn
+
+    unfuse_rnn(net, max_lengths=UNFUSED_MAX_LENGTHS)
+
+
+def _can_unfuse(net):
+    from ..amp.recurrent import layers_to_unfuse
+
+    return bool(layers_to_unfuse(net))
+
+
+#: The routes ``auto`` times amp-bfloat16 with, beside AMP's own computation: ``{name: (what it does, whether a
+#: network has layers it changes, apply it to a network in place)}``. Each computes the same layers with the same
+#: parameters (a checkpoint loads either way); only where the work runs changes.
+ROUTES = {
+    "unfused-rnn": ("recurrent layers unfused (mxfp16.amp.unfuse_rnn)", _can_unfuse, _unfuse),
+}
+
+
+def network_routes(net):
+    """The names of the :data:`ROUTES` that change something in ``net``, in their order."""
+    return tuple(name for name, (_, applies, _) in ROUTES.items() if applies(net))
+
+
+def _label(route):
+    """The candidate's name in messages: ``amp-bfloat16``, or with its route's description."""
+    return CANDIDATE if route is None else f"{CANDIDATE} with its {ROUTES[route][0]}"
 
 
 @dataclass(frozen=True)
@@ -53,6 +93,10 @@ class AutoVerdict:
         Median milliseconds per step of each (over the rounds).
     round_ratios : tuple of float
         Each round's own ratio, float32's time over amp-bfloat16's.
+    route : str or None
+        The :data:`ROUTES` entry the candidate was timed with, and :func:`adopt` applies (amp-bfloat16 only).
+    alternatives : dict
+        ``{route or 'amp': median ratio}`` of the candidates that were not chosen as the candidate (timed beside it).
     """
 
     precision: str
@@ -62,6 +106,8 @@ class AutoVerdict:
     float32_ms: object = None
     candidate_ms: object = None
     round_ratios: tuple = ()
+    route: object = None
+    alternatives: dict = field(default_factory=dict)
 
     @property
     def ratio(self):
@@ -150,46 +196,71 @@ def _from_cache(entry):
         verdict = AutoVerdict(**{k: v for k, v in entry.items() if k != "ratio"})
     except TypeError:
         return None
-    known = verdict.precision in ("float32", CANDIDATE)
+    known = verdict.precision in ("float32", CANDIDATE) and verdict.route in (None, *ROUTES)
     return replace(verdict, cached=True, round_ratios=tuple(verdict.round_ratios or ())) if known else None
 
 
 def _failure(where, rounds):
-    """The verdict when a probe did not run (float32, the safe side), else ``None``."""
-    failed = [r for pair in rounds for r in pair if r.get("status") != "ok"]
+    """The verdict when float32's or AMP's own probe did not run (float32, the safe side), else ``None``. A route's
+    failure leaves that route out instead (:func:`_route_failures`)."""
+    failed = [r for one in rounds for r in one[:2] if r.get("status") != "ok"]
     if not failed:
         return None
-    why = (failed[0].get("reason") or "no reason given").strip().splitlines()[-1]
     return AutoVerdict("float32", f"timed on this CPU: measuring {failed[0].get('precision')} for {where} failed "
-                                  f"({why}); float32 is the safe side")
+                                  f"({_why(failed[0])}); float32 is the safe side")
 
 
-def _decide(where, rounds):
-    """The verdict from ``[(float32 record, candidate record), ...]``, one pair per round."""
+def _why(record):
+    return (record.get("reason") or "no reason given").strip().splitlines()[-1]
+
+
+def _route_failures(rounds, routes):
+    """``{route: why}`` for each route whose probe failed in a round."""
+    failed = {}
+    for one in rounds:
+        for route, record in zip(routes, one[2:]):
+            if record.get("status") != "ok":
+                failed.setdefault(route, _why(record))
+    return failed
+
+
+def _decide(where, rounds, routes=()):
+    """The verdict from ``[[float32 record, candidate record, one per route ...], ...]``, one list per round."""
     if (failure := _failure(where, rounds)) is not None:
         return failure
-    ratios = [speed_ratio(f["ms_per_step"], c["ms_per_step"]) for f, c in rounds]
-    f32 = statistics.median(f["ms_per_step"] for f, _ in rounds)
-    bf16 = statistics.median(c["ms_per_step"] for _, c in rounds)
-    ratio = statistics.median(ratios)
+    broken = _route_failures(rounds, routes)
+    columns = {route: [one[k + 1] for one in rounds] for k, route in enumerate((None, *routes)) if route not in broken}
+    ratios = {route: [speed_ratio(one[0]["ms_per_step"], record["ms_per_step"]) for one, record in zip(rounds, column)]
+              for route, column in columns.items()}
+    best = max(ratios, key=lambda route: statistics.median(ratios[route]))  # AMP's own first: it wins a tie
+    f32 = statistics.median(one[0]["ms_per_step"] for one in rounds)
+    bf16 = statistics.median(record["ms_per_step"] for record in columns[best])
+    ratio = statistics.median(ratios[best])
     over = f", the median of {len(rounds)} rounds" if len(rounds) > 1 else ""
-    measured = (f"timed on this CPU: {CANDIDATE} at {ratio:.2f}x float32's speed for {where} "
-                f"({bf16:.0f} against {f32:.0f} ms/step{over}")
+    beside = [f"{_label(route)} {statistics.median(r):.2f}x" for route, r in ratios.items() if route != best]
+    beside += [f"{_label(route)} failed ({why})" for route, why in broken.items()]
+    measured = (f"timed on this CPU: {_label(best)} at {ratio:.2f}x float32's speed for {where} "
+                f"({bf16:.0f} against {f32:.0f} ms/step{over}" + "".join(f"; {text}" for text in beside))
     chosen, tail = (CANDIDATE, ")") if pays(ratio) else ("float32", f"; {requirement('it')} to be chosen)")
-    return AutoVerdict(chosen, measured + tail, True, False, f32, bf16, tuple(ratios))
+    alternatives = {route or "amp": statistics.median(r) for route, r in ratios.items() if route != best}
+    return AutoVerdict(chosen, measured + tail, True, False, f32, bf16, tuple(ratios[best]),
+                       best if chosen == CANDIDATE else None, alternatives)
 
 
-def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS):
-    """Rounds of float32 then amp-bfloat16: ``[(float32 record, candidate record), ...]``. A short first round decides
-    alone when its repeats lasted ``repeat_ms`` and its ratio is beyond :data:`CLEAR` either way; a close call gets
-    :data:`CONFIRM_ROUNDS` more rounds, a round of short steps one more than that."""
+def _probe_rounds(probe, log, repeat_ms=MIN_REPEAT_MS, routes=()):
+    """Rounds of float32, amp-bfloat16, then amp-bfloat16 with each route: ``[[float32 record, candidate record,
+    ...], ...]``. A short first round decides alone when its repeats lasted ``repeat_ms`` and its best candidate's
+    ratio is beyond :data:`CLEAR` either way; a close call gets :data:`CONFIRM_ROUNDS` more rounds, a round of short
+    steps one more than that."""
     def one_round(iters):
-        return probe.time("float32", iters), probe.time(CANDIDATE, iters)
+        return [probe.time("float32", iters), probe.time(CANDIDATE, iters)] + \
+            [probe.time(CANDIDATE, iters, route=route) for route in routes]
 
     first = one_round(PROBE_ITERS)
     if _failure(probe.where, [first]) is not None:
         return [first]
-    f32, bf16 = (r["ms_per_step"] for r in first)
+    f32 = first[0]["ms_per_step"]
+    bf16 = min(r["ms_per_step"] for r in first[1:] if r.get("status") == "ok")
     long_enough = PROBE_ITERS * min(f32, bf16) >= repeat_ms
     if long_enough and not 1 / CLEAR < f32 / bf16 < CLEAR:
         return [first]
@@ -243,10 +314,12 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
         return verdict
     repeat_ms = min_repeat_ms()  # read once; a bad MXFP16_AUTO_REPEAT_MS is refused before anything is timed
     busy = machine_busy()
-    log(f"auto: timing {probe.where} in float32 and {CANDIDATE}, a few steps each in a forked process; "
+    routes = tuple(getattr(probe, "routes", ()))
+    timed = ", ".join(["float32", CANDIDATE] + [_label(route) for route in routes])
+    log(f"auto: timing {probe.where} in {timed}, a few steps each in a forked process; "
         f"the verdict is kept in {store.path}")
     tic = time.perf_counter()
-    verdict = _decide(probe.where, _probe_rounds(probe, log, repeat_ms))
+    verdict = _decide(probe.where, _probe_rounds(probe, log, repeat_ms, routes), routes)
     log(f"auto: {verdict.precision} ({time.perf_counter() - tic:.0f} s): {verdict.reason}")
     if verdict.measured:
         store.keep_unless_busy({key: _record(verdict)}, busy, log=lambda line: log(f"auto: {line}"))
@@ -255,7 +328,7 @@ def decide_auto(ctx, probe=None, log=print, cache=None):
     return verdict
 
 
-def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
+def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, route=None, **fields):
     """The precision ``name`` switched on here: resolved for ``ctx``, AMP activated, ``nets`` traced again under AMP.
 
     Parameters
@@ -268,6 +341,8 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
         Networks whose graphs may have been traced before AMP (they would stay float32).
     allow_cpu_float16 : bool
         As :func:`mxfp16.resolve_precision` takes it.
+    route : str, optional
+        A :data:`ROUTES` name, applied to ``nets`` (``name`` must be amp-bfloat16).
     **fields
         Replaced in the resolved :class:`~mxfp16.Precision` (``requested``, ``reason``).
 
@@ -280,9 +355,13 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, **fields):
 
     precision = resolve_precision(name, ctx, allow_cpu_float16=allow_cpu_float16)
     precision = replace(precision, **fields) if fields else precision
+    if route is not None and precision.name != CANDIDATE:
+        raise ValueError(f"the route {route!r} is timed and applied with {CANDIDATE} only, not {precision.name}")
     activate(precision, amp_lists)
     if precision.amp:
         for net in list(nets):
+            if route is not None:
+                ROUTES[route][2](net)
             rebuild_graphs(net)  # a graph built before AMP stays float32: trace it again under AMP
             if all(c.device_type == "cpu" for c in ctx):
                 renew_parameter_arrays(net)  # float32 passes may have left oneDNN's layouts, which AMP cannot cast

@@ -68,9 +68,9 @@ def _batch_text(value):
 class NetworkProbe:
     """Times a network's training step in a precision, in a forked copy of this process.
 
-    The child switches AMP on if the precision uses it and times :func:`mxfp16.train_step` on the example batch with
-    the caller's trainer and loss. Nothing it does (AMP, the updates to the parameters or the trainer's state) reaches
-    this process.
+    The child switches AMP on if the precision uses it (and applies a route, when one is asked for) and times
+    :func:`mxfp16.train_step` on the example batch with the caller's trainer and loss. Nothing it does (AMP, the
+    route, the updates to the parameters or the trainer's state) reaches this process.
 
     Parameters
     ----------
@@ -101,12 +101,22 @@ class NetworkProbe:
                 "label": _batch_signature(self.label), "devices": len(self.ctx), "amp_lists": self.amp_lists}
 
     @property
+    def routes(self):
+        """The routes ``auto`` times amp-bfloat16 with for this network (:func:`mxfp16.measure.auto.network_routes`)."""
+        from .auto import network_routes
+
+        return network_routes(self.net)
+
+    @property
     def where(self):
         """The network and its batch, for messages: ``ResNetV1 at batch 32x3x48x48 float32`` (one per device)."""
         return f"{type(self.net).__name__} at batch {_batch_text(self.data)}"
 
-    def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT):
-        """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises."""
+    def time(self, precision, iters, warmup=PROBE_WARMUP, repeats=PROBE_REPEATS, timeout=PROBE_TIMEOUT, route=None):
+        """``{'status': 'ok', 'ms_per_step': ...}`` or ``{'status': 'failed', 'reason': ...}``; never raises.
+
+        ``route``: a :data:`mxfp16.measure.auto.ROUTES` name, applied in the child after AMP.
+        """
         import mxnet as mx
 
         from .._internals import mxnet_openmp_ceiling
@@ -114,8 +124,8 @@ class NetworkProbe:
 
         mx.nd.waitall()  # MXNet's fork handler drains the engine too; the caller's errors surface here first
         ceiling = mxnet_openmp_ceiling()  # read here: the fork handler overwrites the child's copy
-        ms, problem = call_in_child(functools.partial(self._time_forked, ceiling, precision, iters, warmup, repeats),
-                                    timeout=timeout, fork=True)
+        ms, problem = call_in_child(functools.partial(self._time_forked, ceiling, precision, iters, warmup, repeats,
+                                                      route), timeout=timeout, fork=True)
         if problem is not None:
             return {"status": "failed", "precision": precision, "reason": problem}
         return {"status": "ok", "precision": precision, "ms_per_step": ms}
@@ -126,14 +136,14 @@ class NetworkProbe:
         restore_mxnet_openmp(ceiling)
         return self._time_here(*args)
 
-    def _time_here(self, name, iters, warmup, repeats):
+    def _time_here(self, name, iters, warmup, repeats, route=None):
         from ..optim import make_trainer
         from ..scaler import make_loss_scaler
         from ..step import train_step
         from .auto import adopt
         from .timing import time_steps
 
-        precision = adopt(name, self.ctx, self.amp_lists, [self.net])  # as MixedPrecision adopts a verdict
+        precision = adopt(name, self.ctx, self.amp_lists, [self.net], route=route)  # as MixedPrecision adopts one
         scaler = make_loss_scaler(precision)
         trainer = self.trainer or make_trainer(self.net.collect_params(), "sgd", {"learning_rate": 0.0}, precision)
         times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
