@@ -275,7 +275,7 @@ class _LengthWatch:
         if shapes is None or shapes == self.shapes:
             return
         self.shapes = shapes
-        traced = list(self.traced.items())
+        traced = [(layer, how) for layer, how in self.traced.items() if isinstance(layer, _Unfused)]  # not fused again
         lengths = tuple(_length_of(symbol, shapes, layout) for _, (symbol, layout) in traced)
         self.lengths.update({lengths, tuple(layer.steps for layer, _ in traced)} if traced else ())
         if self.max_lengths is not None and len(self.lengths) > self.max_lengths:
