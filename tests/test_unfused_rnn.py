@@ -198,3 +198,21 @@ def test_inside_a_hybridized_network_each_length_is_read_from_its_input_and_a_ne
     assert lengths == [6, 9, 9, 6]
     # Another batch size with the same length runs the same graph; another length is traced again.
     assert graphs[2] is graphs[1] and graphs[1] is not graphs[0] and graphs[3] is not graphs[2]
+
+
+def test_an_export_traces_the_unfused_layers_fused_for_any_length_and_leaves_them_unfused():
+    from mxfp16.inference.convert import traced
+
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.rnn.LSTM(HIDDEN, layout="NTC"), gluon.nn.Dense(3, flatten=False))
+    net.initialize(mx.init.Uniform(0.3))
+    net.hybridize()
+    x = mx.nd.array(np.random.RandomState(5).uniform(-1, 1, (2, 6, 4)))
+    recurrent.unfuse_rnn(net)
+    expected = net(x).asnumpy()  # unfused, traced for 6 steps
+    symbol, args, auxs = traced(net)
+    ops = {node["op"] for node in json.loads(symbol.tojson())["nodes"]}
+    assert "RNN" in ops and "SliceChannel" not in ops and isinstance(net[0], recurrent.LSTM)
+    # The exported graph runs another length too, and agrees with the network it came from.
+    assert symbol.eval(mx.cpu(), data=mx.nd.ones((2, 9, 4)), **args)[0].shape == (2, 9, 3)
+    assert np.abs(symbol.eval(mx.cpu(), data=x, **args)[0].asnumpy() - expected).max() < 1e-5

@@ -17,7 +17,12 @@ hybridized network reads it from the shapes that network is called with,
 when :func:`unfuse_rnn` was given that network (it watches the network's calls
 and traces it again when a batch brings another length); otherwise it needs
 the length given (``steps=``).
+
+A graph of the network is unrolled too: Gluon's ``export`` of an unfused
+network writes one sequence length. mxfp16's export traces it fused
+(:func:`fused`), and :func:`fuse_rnn` switches it back for good.
 """
+import contextlib
 import threading
 import warnings
 import weakref
@@ -30,7 +35,7 @@ from .._internals import RNNSettings, block_children, rebuild_graphs
 from . import wrappers as w
 from .lists import amp_target
 
-__all__ = ["LSTM", "GRU", "RNN", "unfuse_rnn", "fuse_rnn", "layers_to_unfuse", "unfused_support"]
+__all__ = ["LSTM", "GRU", "RNN", "unfuse_rnn", "fuse_rnn", "fused", "layers_to_unfuse", "unfused_support"]
 
 #: Gates per step (the rows of each weight matrix are ``gates * hidden``), in MXNet's (cuDNN's) order:
 #: LSTM input, forget, cell, output; GRU reset, update, new.
@@ -172,6 +177,12 @@ def unfuse_rnn(net, steps=None, max_lengths=None):
     return done
 
 
+def _unfused_layers(net):
+    found = []
+    net.apply(lambda block: found.append(block) if type(block) in _FUSED else None)
+    return found
+
+
 def fuse_rnn(net):
     """Compute the layers of ``net`` that :func:`unfuse_rnn` switched with MXNet's fused kernel again, in place.
 
@@ -180,8 +191,7 @@ def fuse_rnn(net):
     list of str
         The names of the layers switched back.
     """
-    switched = []
-    net.apply(lambda block: switched.append(block) if type(block) in _FUSED else None)
+    switched = _unfused_layers(net)
     for layer in switched:
         layer.__class__ = _FUSED[type(layer)]
     watch = _LengthWatch._watches.pop(net, None)
@@ -189,6 +199,24 @@ def fuse_rnn(net):
         watch.stop()
     rebuild_graphs(net)
     return [layer.name for layer in switched]
+
+
+@contextlib.contextmanager
+def fused(net):
+    """Inside the block, ``net``'s unfused layers compute with MXNet's fused kernel; after it, unfused again.
+
+    For a symbolic trace that must not be unrolled for one sequence length
+    (an export: ``mxfp16.inference.convert.traced`` uses it). The graphs
+    ``net`` built for its own calls are left as they are.
+    """
+    switched = _unfused_layers(net)
+    for layer in switched:
+        layer.__class__ = _FUSED[type(layer)]
+    try:
+        yield net
+    finally:
+        for layer in switched:
+            layer.__class__ = _UNFUSED[type(layer)]
 
 
 # Each sequence length read from the shapes a watched network is called with.

@@ -12,6 +12,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._internals import renew_parameter_symbols
+from ..amp.recurrent import fused
 from ..precision import Precision
 
 __all__ = ["INPUT_NAME", "Deployable", "traced", "deployable", "load_block"]
@@ -57,7 +58,8 @@ def traced(net, data=None):
         The output symbol, ``{name: NDArray}`` of its arguments and of its auxiliary states.
     """
     renew_parameter_symbols(net)
-    out = net(mx.sym.var(INPUT_NAME) if data is None else data)
+    with fused(net):  # recurrent layers auto (or the user) unfused: exported fused, for any sequence length
+        out = net(mx.sym.var(INPUT_NAME) if data is None else data)
     params = {name: p.data() for name, p in net.collect_params().items()}
     args, auxs = set(out.list_arguments()), set(out.list_auxiliary_states())
     return (out, {k: v for k, v in params.items() if k in args},
