@@ -182,7 +182,7 @@ def test_the_probe_times_the_route_in_its_child_and_this_process_keeps_the_fused
 def test_a_network_auto_unfused_goes_back_to_the_fused_kernel_after_too_many_lengths():
     net = _language_model()
     net.hybridize()
-    auto.ROUTES[ROUTE][2](net)  # as adopt applies the route
+    auto.ROUTES[ROUTE].apply(net)  # as adopt applies the route
     assert isinstance(net[1], recurrent.LSTM)
     rng = np.random.RandomState(1)
     lengths = list(range(3, 3 + auto.UNFUSED_MAX_LENGTHS + 1))

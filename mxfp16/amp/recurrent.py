@@ -122,17 +122,23 @@ _UNFUSED = {gluon.rnn.LSTM: LSTM, gluon.rnn.GRU: GRU, gluon.rnn.RNN: RNN}
 _FUSED = {unfused: fused for fused, unfused in _UNFUSED.items()}
 
 
-def _recurrent_layers(net):
-    """Every ``gluon.rnn.LSTM``, ``GRU`` and ``RNN`` layer in ``net`` (exactly those classes), in order."""
-    found = [net] if type(net) in _UNFUSED else []
+def _layers_of(net, switch):
+    """The blocks of ``net`` whose exact class is a key of ``switch`` (:data:`_UNFUSED` or :data:`_FUSED`), in order."""
+    found = [net] if type(net) in switch else []
     for child in block_children(net):
-        found += _recurrent_layers(child)
+        found += _layers_of(child, switch)
     return found
+
+
+def _switch(layers, switch):
+    """Give each layer the class ``switch`` maps its own to: unfused, or fused again (same object, same state)."""
+    for layer in layers:
+        layer.__class__ = switch[type(layer)]
 
 
 def layers_to_unfuse(net):
     """The layers of ``net`` that :func:`unfuse_rnn` would switch: a list (empty when there are none)."""
-    return [layer for layer in _recurrent_layers(net) if unfused_support(layer) is None]
+    return [layer for layer in _layers_of(net, _UNFUSED) if unfused_support(layer) is None]
 
 
 def unfuse_rnn(net, steps=None, max_lengths=None):
@@ -160,12 +166,12 @@ def unfuse_rnn(net, steps=None, max_lengths=None):
     """
     done = {}
     unfused = []
-    for layer in _recurrent_layers(net):
+    for layer in _layers_of(net, _UNFUSED):
         why = unfused_support(layer)
         if why is None:
             # The subclass adds behaviour and no state: the layer object (and every reference to it, its
             # parameters, its place in its parent) stays the same; only its methods change.
-            layer.__class__ = _UNFUSED[type(layer)]
+            _switch([layer], _UNFUSED)
             layer.steps = steps
             unfused.append(layer)
         done[layer.name] = why or "unfused"
@@ -177,12 +183,6 @@ def unfuse_rnn(net, steps=None, max_lengths=None):
     return done
 
 
-def _unfused_layers(net):
-    found = []
-    net.apply(lambda block: found.append(block) if type(block) in _FUSED else None)
-    return found
-
-
 def fuse_rnn(net):
     """Compute the layers of ``net`` that :func:`unfuse_rnn` switched with MXNet's fused kernel again, in place.
 
@@ -191,9 +191,8 @@ def fuse_rnn(net):
     list of str
         The names of the layers switched back.
     """
-    switched = _unfused_layers(net)
-    for layer in switched:
-        layer.__class__ = _FUSED[type(layer)]
+    switched = _layers_of(net, _FUSED)
+    _switch(switched, _FUSED)
     watch = _LengthWatch._watches.pop(net, None)
     if watch is not None:
         watch.stop()
@@ -209,14 +208,12 @@ def fused(net):
     (an export: ``mxfp16.inference.convert.traced`` uses it). The graphs
     ``net`` built for its own calls are left as they are.
     """
-    switched = _unfused_layers(net)
-    for layer in switched:
-        layer.__class__ = _FUSED[type(layer)]
+    switched = _layers_of(net, _FUSED)
+    _switch(switched, _FUSED)
     try:
         yield net
     finally:
-        for layer in switched:
-            layer.__class__ = _UNFUSED[type(layer)]
+        _switch(switched, _UNFUSED)
 
 
 # Each sequence length read from the shapes a watched network is called with.

@@ -21,12 +21,13 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, NamedTuple
 
 from .cache import MachineCache, cache_folder, machine_busy
 from .margin import pays, requirement, speed_ratio
 
 __all__ = ["AutoVerdict", "decide_auto", "adopt", "timing_applies", "rule_verdict", "cache_file", "min_repeat_ms",
-           "network_routes", "ROUTES", "CLEAR", "CANDIDATE"]
+           "network_routes", "Route", "ROUTES", "CLEAR", "CANDIDATE"]
 
 #: Timed steps per repeat in the probe's first round (:class:`mxfp16.measure.probe.NetworkProbe`).
 PROBE_ITERS = 3
@@ -59,22 +60,29 @@ def _can_unfuse(net):
     return bool(layers_to_unfuse(net))
 
 
-#: The routes ``auto`` times amp-bfloat16 with, beside AMP's own computation: ``{name: (what it does, whether a
-#: network has layers it changes, apply it to a network in place)}``. Each computes the same layers with the same
-#: parameters (a checkpoint loads either way); only where the work runs changes.
+class Route(NamedTuple):
+    """Another way to compute some layers under AMP: the same parameters (a checkpoint loads either way), only
+    where the work runs changes."""
+
+    description: str  #: what it does, for the verdict's reason
+    applies: Callable  #: ``applies(net)``: whether ``net`` has layers it changes
+    apply: Callable  #: ``apply(net)``: change them, in place
+
+
+#: The routes ``auto`` times amp-bfloat16 with, beside AMP's own computation, by name.
 ROUTES = {
-    "unfused-rnn": ("recurrent layers unfused (mxfp16.amp.unfuse_rnn)", _can_unfuse, _unfuse),
+    "unfused-rnn": Route("recurrent layers unfused (mxfp16.amp.unfuse_rnn)", _can_unfuse, _unfuse),
 }
 
 
 def network_routes(net):
     """The names of the :data:`ROUTES` that change something in ``net``, in their order."""
-    return tuple(name for name, (_, applies, _) in ROUTES.items() if applies(net))
+    return tuple(name for name, route in ROUTES.items() if route.applies(net))
 
 
 def _label(route):
     """The candidate's name in messages: ``amp-bfloat16``, or with its route's description."""
-    return CANDIDATE if route is None else f"{CANDIDATE} with its {ROUTES[route][0]}"
+    return CANDIDATE if route is None else f"{CANDIDATE} with its {ROUTES[route].description}"
 
 
 @dataclass(frozen=True)
@@ -361,7 +369,7 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, route=None, **
     if precision.amp:
         for net in list(nets):
             if route is not None:
-                ROUTES[route][2](net)
+                ROUTES[route].apply(net)
             rebuild_graphs(net)  # a graph built before AMP stays float32: trace it again under AMP
             if all(c.device_type == "cpu" for c in ctx):
                 renew_parameter_arrays(net)  # float32 passes may have left oneDNN's layouts, which AMP cannot cast
