@@ -158,6 +158,11 @@ def block_op_kwargs(block):
     return dict(getattr(block, "_kwargs", {}))
 
 
+def block_operator(block):
+    """The operator a Gluon convolution layer calls (``'Convolution'``, ``'Deconvolution'``), else ``None``."""
+    return getattr(block, "_op_name", None)
+
+
 class RNNSettings:
     """What a ``gluon.rnn`` layer (``LSTM``, ``GRU``, ``RNN``) was built with, read from its private fields.
 

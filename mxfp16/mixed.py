@@ -66,6 +66,9 @@ class MixedPrecision:
         Shared by every trainer :meth:`prepare` builds.
     verdict : mxfp16.measure.auto.AutoVerdict or None
         For ``auto``: what decided it; ``None`` for a precision asked for by name.
+    amp_lists : str
+        The list set AMP runs under: the one asked for, or the one ``auto``'s
+        route runs under (``'mxfp16+unaligned32'``, :data:`mxfp16.measure.auto.ROUTES`).
     layer_choice : mxfp16.measure.per_layer.LayerChoice or None
         With ``amp_lists='measured'``, once a batch was seen: each layer's dtype and times.
     environment : dict
@@ -225,6 +228,9 @@ class MixedPrecision:
         self.precision = _auto.adopt(verdict.precision, self.ctx, self.amp_lists, nets,
                                      allow_cpu_float16=self._allow_cpu_float16, route=verdict.route,
                                      requested="auto", reason=verdict.reason)
+        self.amp_lists = _auto.route_lists(verdict.route, self.amp_lists)  # a route may run under other lists
+        if self._stepped is None and reads_weight_shapes(self.amp_lists):
+            self._stepped = weakref.WeakSet()  # as __init__ would have for these lists: judged again after a step
         self.verdict, self._pending = verdict, False
         self.scaler.settle_precision(self.precision)
 

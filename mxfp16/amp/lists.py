@@ -280,6 +280,47 @@ def float32_rules(target_dtype, which):
     return {op: union(op) for op in ops}
 
 
+def _layer_calls(net):
+    """:class:`~mxfp16.amp.wrappers.LayerCall` of each Gluon convolution layer in ``net``, depth first."""
+    from .._internals import block_children
+
+    call = w.LayerCall.of_block(net)
+    calls = [call] if call is not None else []
+    for child in block_children(net):
+        calls += _layer_calls(child)
+    return calls
+
+
+def keeps_more_float32(net, which, base):
+    """Whether the list set ``which`` keeps in float32 a layer of ``net`` that ``base`` runs as its operator lists say.
+
+    Read from ``net``'s Gluon convolution layers before they run: a deferred
+    layer's input channels are not known yet, so only its output channels
+    count. The two sets' operator lists are the same (``mxfp16`` and an
+    ``mxfp16+...`` option): only their float32 rules differ.
+
+    Parameters
+    ----------
+    net : gluon.Block
+    which, base : str
+        Names of :data:`LIST_SETS`.
+
+    Returns
+    -------
+    bool
+    """
+    (lists, rules), (base_lists, base_rules) = check_list_set(which), check_list_set(base)
+    if lists != base_lists:
+        raise ValueError(f"the list sets {which!r} and {base!r} differ in their operator lists, not only in rules")
+    added = [FLOAT32_RULES[name] for name in rules if name not in base_rules]
+    kept = [FLOAT32_RULES[name] for name in base_rules]
+
+    def rules_keep(chosen, call):
+        return any(call.op in operators and rule(call) for operators, rule in chosen)
+
+    return any(rules_keep(added, call) and not rules_keep(kept, call) for call in _layer_calls(net))
+
+
 def join_operators(target_dtype):
     """Operators mxfp16 runs in the widest dtype of their inputs, beyond MXNet's ``WIDEST_TYPE_CASTS``.
 

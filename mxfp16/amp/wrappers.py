@@ -9,7 +9,7 @@ autograd history).
 """
 import numpy as np
 
-from .._internals import numpy_symbol_class, rebuild_symbol
+from .._internals import block_op_kwargs, block_operator, numpy_symbol_class, rebuild_symbol
 from ..float_formats import BFLOAT16
 
 __all__ = ["dtype_name", "is_low_precision", "cast", "named_like", "target_call", "target_rebuild",
@@ -291,6 +291,17 @@ class LayerCall:
             if nodes[index]["op"] == "null":
                 weight, declared = nodes[index]["name"], nodes[index].get("attrs", {}).get("__shape__", "")
         return cls(node["op"], node.get("attrs", {}), weight, weight_shape=as_tuple(declared))
+
+    @classmethod
+    def of_block(cls, block):
+        """From a Gluon convolution layer, before it runs: its arguments and its weight as far as Gluon knows its
+        shape (``0`` input channels while deferred); ``None`` for any other block."""
+        op = block_operator(block)
+        weight = getattr(block, "weight", None)
+        if op is None or weight is None:
+            return None
+        attrs = {k: str(v) for k, v in block_op_kwargs(block).items() if v is not None}
+        return cls(op, attrs, weight.name, weight_shape=tuple(weight.shape or ()))
 
     def int_attr(self, name, default):
         try:

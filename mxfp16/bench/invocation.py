@@ -5,7 +5,7 @@
 :func:`mxfp16.bench.suite.run_suite`.
 """
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..plumbing.fileio import JSONFileError, read_json
 from ..plumbing.limits import MAX_BATCH
@@ -138,6 +138,7 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
     """
     from ..machine import hardware
     from ..machine.environment import thread_report
+    from ..measure.auto import route_lists
     from ..models import ModelError
     from .report import input_size
     from .runner import BenchSpec
@@ -173,16 +174,18 @@ def plan_invocation(model="resnet50_v2", image_size=None, batch_sizes=None, prec
                         model_tensor_core_report(model, n_classes, image_size, sizes))
     except (ModelError, ValueError) as err:
         raise BenchSetupError(str(err)) from None
-    verdicts = _auto_verdicts(base, precision_names, sizes, n_classes, log)
+    verdicts = _auto_verdicts(replace(base, amp_lists=lists[0]), precision_names, sizes, n_classes, log)
+    auto_lists = {size: route_lists(verdict.route, lists[0]) for size, verdict in verdicts.items()}
     specs = plan(base, precision_names, sizes, lists,
-                 auto={size: verdict.precision for size, verdict in verdicts.items()} or None,
+                 auto={size: (verdict.precision, auto_lists[size] if verdict.route else None)
+                       for size, verdict in verdicts.items()} or None,
                  onnxruntime=onnxruntime, auto_in_row=fam is not None and _timed_auto(precision_names, ctx))
     machine, threads = hardware.machine_summary(), thread_report()
     specs += _peer_specs(peer, machine, ctx, base, sizes, threads)
     return Invocation(specs=specs, iters=iters, batch_sizes=sizes, classes=n_classes, tensor_cores=tensor_cores,
                       machine=machine, threads=threads, load_start=os.getloadavg(), peer_network=network,
                       input_size=input_size({"image_size": image_size, "seq_len": (options or {}).get("seq_len")}),
-                      auto={str(size): v.record() for size, v in verdicts.items()})
+                      auto={str(size): dict(v.record(), amp_lists=auto_lists[size]) for size, v in verdicts.items()})
 
 
 def _peer_specs(peer, machine, ctx, base, sizes, threads):

@@ -342,7 +342,9 @@ def _auto_ratio(document, rows, batch_size):
     if chosen == "float32":
         return 1.0
     field, wanted = ("requested_precision", "auto") if chosen is None else ("precision", chosen)
-    return next((r.get("speedup") for r in rows if r.get(field) == wanted and r.get("status") == "ok"), None)
+    lists = verdict.get("amp_lists")  # the list set its route ran under (recorded since auto had list routes)
+    return next((r.get("speedup") for r in rows if r.get(field) == wanted and r.get("status") == "ok"
+                 and (lists is None or r.get("amp_lists") in (None, lists))), None)
 
 
 def summary_row(document):
@@ -373,8 +375,9 @@ def summary_row(document):
     peer = next(iter((document.get("peer") or {}).values()), {})
     best_bf16, best_fp32 = peer.get("peer_mixed") or {}, peer.get("peer_float32") or {}
     in_row = next((r for r in rows if r.get("auto_reason") and r.get("status") == "ok"), {})  # a family's own row
-    auto = ((config.get("auto") or {}).get(str(batch)) or {}).get("precision") or \
-        ", ".join(filter(None, (in_row.get("precision"), in_row.get("auto_route")))) or None
+    verdict = (config.get("auto") or {}).get(str(batch)) or in_row
+    auto = ", ".join(filter(None, (verdict.get("precision"), verdict.get("route") or verdict.get("auto_route")))) \
+        or None
     return {"unit": UNITS[field_name], "batch_size": batch, "rounds": config.get("rounds"),
             "input": input_size(fp32 or bf16_any) if (fp32 or bf16_any) else None,
             "float32": (fp32 or {}).get(field_name), "bfloat16": (bf16 or {}).get(field_name),

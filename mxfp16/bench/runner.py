@@ -165,7 +165,7 @@ def measure(spec):
     times = time_steps(step, spec.iters, spec.repeats, spec.warmup, per_call=spec.mode == "inference")
     record = _record(spec, precision, times, peak_memory_mb(contexts), format_ctx(contexts))
     if spec.precision == "auto" and getattr(step, "auto_route", None):
-        record["auto_route"] = step.auto_route
+        record.update(auto_route=step.auto_route, amp_lists=step.amp_lists)  # a route may run under other lists
     if times.latencies:
         record.update(latency_fields(times.latencies))
     if provider:
@@ -207,7 +207,8 @@ def _train_step(spec, contexts, batches):
         step = family_step(spec, mixed, batches)
         if mixed.pending:  # auto: its first step times the network and settles the precision; that step is untimed
             step()
-        step.auto_route = getattr(mixed.verdict, "route", None)  # the row names a route auto applied (measure())
+        # The row names a route auto applied, and the lists AMP ran under (measure()).
+        step.auto_route, step.amp_lists = getattr(mixed.verdict, "route", None), mixed.amp_lists
         return step, mixed.precision
     parts = build_parts(PartsSpec(model=spec.model, classes=batches.classes, image_size=spec.image_size,
                                   batch_size=spec.batch_size, optimizer="sgd", lr=0.01, momentum=0.9, wd=1e-4,

@@ -18,7 +18,8 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     amp_lists : sequence of str
         Each AMP precision runs once per list set (``'mxfp16'``, ``'mxnet'``); the others run once.
     auto : dict, optional
-        ``{batch size: precision name}`` where ``auto`` was decided by timing the model; else the rule of
+        ``{batch size: (precision name, list set or None)}`` where ``auto`` was decided by timing the model (the list
+        set its route runs under, where that is not ``amp_lists[0]``); else the rule of
         :func:`mxfp16.resolve_precision` decides.
     onnxruntime : bool
         Inference: after mxfp16's rows of each batch size, onnxruntime's of :data:`ONNXRUNTIME_DTYPES`.
@@ -30,31 +31,40 @@ def plan(base, precisions, batch_sizes, amp_lists=("mxfp16",), auto=None, onnxru
     list of BenchSpec
         Otherwise ``auto`` and the name it resolves to are one run: float32 is never compared with itself.
     """
-    from ..precision import PrecisionError, resolve_precision
-
     specs = []
     for batch_size in batch_sizes:
-        resolved = {}
-        for name in precisions:
-            if name == "auto" and auto_in_row:
-                resolved.setdefault(name, (name, False))
-                continue
-            try:
-                chosen = (auto or {}).get(batch_size, name) if name == "auto" else name
-                precision = resolve_precision(chosen, base.ctx)
-                key, amp = precision.name, precision.amp
-            except PrecisionError:
-                key, amp = name, False  # the child reports why it cannot run
-            resolved.setdefault(key, (name, amp))
-        for key, (name, amp) in sorted(resolved.items(), key=lambda item: item[0] != "float32"):
+        planned = set()
+        for (key, only), (name, amp) in _resolve(base, precisions, batch_size, auto or {}, auto_in_row):
             # A measured auto goes to the child by the name it resolved to: the child would apply the rule.
             concrete = dict(precision=key, requested=name) if name == "auto" and auto else dict(precision=name)
-            for lists in (amp_lists if amp else amp_lists[:1]):
-                specs.append(replace(base, batch_size=int(batch_size), amp_lists=lists, **concrete))
+            for lists in ((only,) if only else amp_lists if amp else amp_lists[:1]):
+                if (key, lists) not in planned:  # an auto route's lists may be one of amp_lists already
+                    planned.add((key, lists))
+                    specs.append(replace(base, batch_size=int(batch_size), amp_lists=lists, **concrete))
         if onnxruntime:
             specs += [replace(base, precision=dtype, batch_size=int(batch_size), runtime="onnxruntime")
                       for dtype in ONNXRUNTIME_DTYPES]
     return specs
+
+
+def _resolve(base, precisions, batch_size, auto, auto_in_row):
+    """``[((precision, list set or None), (name asked, uses AMP)), ...]`` for one batch size, float32 first: each
+    precision (and a list set auto's route runs under) once, the first name asked for it kept."""
+    from ..precision import PrecisionError, resolve_precision
+
+    resolved = {}
+    for name in precisions:
+        if name == "auto" and auto_in_row:
+            resolved.setdefault((name, None), (name, False))
+            continue
+        chosen, only = auto.get(batch_size, (name, None)) if name == "auto" else (name, None)
+        try:
+            precision = resolve_precision(chosen, base.ctx)
+            key, amp = precision.name, precision.amp
+        except PrecisionError:
+            key, amp = name, False  # the child reports why it cannot run
+        resolved.setdefault((key, only if amp else None), (name, amp))
+    return sorted(resolved.items(), key=lambda item: item[0][0] != "float32")
 
 
 #: The ONNX files an inference benchmark times in onnxruntime.

@@ -8,9 +8,11 @@ docs/benchmarks.md, "What auto picks on each kind of CPU", tells the whole
 procedure.
 
 A network with a route (:data:`ROUTES`: another way to compute the same
-layers under AMP, its parameters unchanged) gets amp-bfloat16 timed both ways,
-and the faster one is the candidate: a plain ``gluon.rnn.LSTM`` is timed fused
-(its float32 kernel) and unfused (its products in bfloat16).
+layers under AMP, its parameters unchanged) gets amp-bfloat16 timed each way,
+and the fastest is the candidate: a plain ``gluon.rnn.LSTM`` is timed fused
+(its float32 kernel) and unfused (its products in bfloat16); a network with
+convolutions oneDNN cannot block (MobileNet v2's 24 channels) under mxfp16's
+lists and with those convolutions in float32 (``mxfp16+unaligned32``).
 
 :func:`adopt` switches a verdict on, for :class:`mxfp16.MixedPrecision` and
 the probe's child alike, so the same network and batch get the same verdict
@@ -27,7 +29,7 @@ from .cache import MachineCache, cache_folder, machine_busy
 from .margin import pays, requirement, speed_ratio
 
 __all__ = ["AutoVerdict", "decide_auto", "adopt", "timing_applies", "rule_verdict", "cache_file", "min_repeat_ms",
-           "network_routes", "Route", "ROUTES", "CLEAR", "CANDIDATE"]
+           "network_routes", "route_lists", "Route", "ROUTES", "CLEAR", "CANDIDATE"]
 
 #: Timed steps per repeat in the probe's first round (:class:`mxfp16.measure.probe.NetworkProbe`).
 PROBE_ITERS = 3
@@ -40,7 +42,8 @@ CONFIRM_ROUNDS, MIN_REPEAT_MS, MAX_CONFIRM_ITERS = 2, 1000.0, 100
 REPEAT_MS_VARIABLE = "MXFP16_AUTO_REPEAT_MS"
 #: The candidate ``auto`` measures against float32 on a CPU.
 CANDIDATE = "amp-bfloat16"
-_CACHE_VERSION = 5  # 5: routes; 4: probes time MXNet's kernels on the parent's threads; 3: keyed by structure, batch
+# 6: list routes; 5: routes; 4: probes time MXNet's kernels on the parent's threads; 3: keyed by structure, batch
+_CACHE_VERSION = 6
 
 
 #: Sequence lengths after which a network ``auto`` unfused goes back to the fused kernel: the probe timed one length,
@@ -54,7 +57,7 @@ def _unfuse(net):
     unfuse_rnn(net, max_lengths=UNFUSED_MAX_LENGTHS)
 
 
-def _can_unfuse(net):
+def _can_unfuse(net, amp_lists):
     from ..amp.recurrent import layers_to_unfuse
 
     return bool(layers_to_unfuse(net))
@@ -65,19 +68,39 @@ class Route(NamedTuple):
     where the work runs changes."""
 
     description: str  #: what it does, for the verdict's reason
-    applies: Callable  #: ``applies(net)``: whether ``net`` has layers it changes
-    apply: Callable  #: ``apply(net)``: change them, in place
+    applies: Callable  #: ``applies(net, amp_lists)``: whether ``net`` has layers it changes under those lists
+    apply: Callable = None  #: ``apply(net)``: change them, in place (``None``: the network stays as it is)
+    lists: str = None  #: the AMP list set it runs under in place of the user's (``None``: the user's)
+
+
+def _lists_route(description, lists, base="mxfp16"):
+    """A route that runs AMP under the list set ``lists`` where the user's is ``base`` and it keeps more of the
+    network in float32 (an ``mxfp16+...32`` option, which pays on some networks and costs on others)."""
+    def applies(net, amp_lists):
+        from ..amp.lists import keeps_more_float32
+
+        return amp_lists == base and keeps_more_float32(net, lists, base)
+
+    return Route(f"{description} (amp_lists={lists!r})", applies, lists=lists)
 
 
 #: The routes ``auto`` times amp-bfloat16 with, beside AMP's own computation, by name.
 ROUTES = {
     "unfused-rnn": Route("recurrent layers unfused (mxfp16.amp.unfuse_rnn)", _can_unfuse, _unfuse),
+    # MobileNet v2's 24-channel layers: oneDNN blocks channels by 16, and MXNet 1.9.1 refuses its padded layouts.
+    "unaligned32": _lists_route("convolutions whose channels are not a multiple of 16 in float32",
+                                "mxfp16+unaligned32"),
 }
 
 
-def network_routes(net):
-    """The names of the :data:`ROUTES` that change something in ``net``, in their order."""
-    return tuple(name for name, route in ROUTES.items() if route.applies(net))
+def network_routes(net, amp_lists="mxfp16"):
+    """The names of the :data:`ROUTES` that change something in ``net`` under the list set ``amp_lists``, in order."""
+    return tuple(name for name, route in ROUTES.items() if route.applies(net, amp_lists))
+
+
+def route_lists(route, amp_lists):
+    """The AMP list set a verdict's ``route`` runs under, where the user asked for ``amp_lists``."""
+    return (ROUTES[route].lists if route is not None else None) or amp_lists
 
 
 def _label(route):
@@ -350,7 +373,7 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, route=None, **
     allow_cpu_float16 : bool
         As :func:`mxfp16.resolve_precision` takes it.
     route : str, optional
-        A :data:`ROUTES` name, applied to ``nets`` (``name`` must be amp-bfloat16).
+        A :data:`ROUTES` name, applied to ``nets``, AMP under its list set (``name`` must be amp-bfloat16).
     **fields
         Replaced in the resolved :class:`~mxfp16.Precision` (``requested``, ``reason``).
 
@@ -365,10 +388,10 @@ def adopt(name, ctx, amp_lists, nets=(), allow_cpu_float16=False, route=None, **
     precision = replace(precision, **fields) if fields else precision
     if route is not None and precision.name != CANDIDATE:
         raise ValueError(f"the route {route!r} is timed and applied with {CANDIDATE} only, not {precision.name}")
-    activate(precision, amp_lists)
+    activate(precision, route_lists(route, amp_lists))
     if precision.amp:
         for net in list(nets):
-            if route is not None:
+            if route is not None and ROUTES[route].apply is not None:
                 ROUTES[route].apply(net)
             rebuild_graphs(net)  # a graph built before AMP stays float32: trace it again under AMP
             if all(c.device_type == "cpu" for c in ctx):

@@ -105,7 +105,7 @@ class NetworkProbe:
         """The routes ``auto`` times amp-bfloat16 with for this network (:func:`mxfp16.measure.auto.network_routes`)."""
         from .auto import network_routes
 
-        return network_routes(self.net)
+        return network_routes(self.net, self.amp_lists)
 
     @property
     def where(self):
@@ -137,15 +137,27 @@ class NetworkProbe:
         return self._time_here(*args)
 
     def _time_here(self, name, iters, warmup, repeats, route=None):
+        from .._internals import rebuild_graphs
+        from ..amp.lists import reads_weight_shapes
         from ..optim import make_trainer
         from ..scaler import make_loss_scaler
         from ..step import train_step
-        from .auto import adopt
+        from .auto import adopt, route_lists
         from .timing import time_steps
 
         precision = adopt(name, self.ctx, self.amp_lists, [self.net], route=route)  # as MixedPrecision adopts one
         scaler = make_loss_scaler(precision)
         trainer = self.trainer or make_trainer(self.net.collect_params(), "sgd", {"learning_rate": 0.0}, precision)
-        times = time_steps(lambda: train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss,
-                           iters, repeats, warmup)
-        return times.ms_per_step
+
+        def step():
+            return train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss
+
+        if precision.amp and reads_weight_shapes(route_lists(route, self.amp_lists)) and _deferred(self.net):
+            step().wait_to_read()  # as MixedPrecision.train_step: a rule that reads input channels judges again
+            rebuild_graphs(self.net)
+        return time_steps(step, iters, repeats, warmup).ms_per_step
+
+
+def _deferred(net):
+    """Whether a parameter of ``net`` has yet to learn its shape (a deferred layer before its first step)."""
+    return any(not p.shape or 0 in p.shape for p in net.collect_params().values())

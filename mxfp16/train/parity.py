@@ -25,7 +25,7 @@ RUN_ONLY = frozenset({"out", "seed", "command", "resumed", "resume", "overwrite"
                       "log_every", "keep_checkpoints", "threads", "resolved_threads", "workers", "ctx", "data_dir",
                       "data_root", "augment", "precision", "auto"})
 #: What may differ between the two sides besides RUN_ONLY: the precision and what it decides.
-PRECISION_SETTINGS = frozenset({"resolved_precision", "loss_scale", "allow_cpu_float16"})
+PRECISION_SETTINGS = frozenset({"resolved_precision", "resolved_amp_lists", "loss_scale", "allow_cpu_float16"})
 
 #: The gap, in points, compare says how many seeds it would take to resolve (docs/training.md's parity goal).
 RESOLVE = 0.3
