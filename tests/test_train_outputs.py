@@ -48,6 +48,7 @@ def test_smoke_run_writes_every_file_and_field(runs, precision):
     assert result["peak_memory_mb"] > 0
     config = json.loads((out / "config.json").read_text())
     assert config["resolved_precision"] == precision and config["epochs"] == EPOCHS
+    assert config["resolved_amp_lists"] == config["amp_lists"] == "mxfp16"  # no auto route: the lists asked for
     assert config["ctx"] == "auto" and config["resolved_ctx"] == format_ctx(parse_ctx("auto"))
     # How to reproduce it: the command as typed, and the augmentation `auto` chose.
     assert config["command"].startswith("mxfp16 train ") and f"--precision {precision}" in config["command"]
