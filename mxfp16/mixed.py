@@ -52,8 +52,11 @@ class MixedPrecision:
     log : callable, default print
         Told when ``auto`` times the network and what it chose.
     own_precision : tuple, optional
-        ``(name, where)``: the resolved precision of the run this one
-        continues, and where it was recorded; with ``'auto'`` it is taken as is.
+        ``(name, where)`` or ``(name, where, route)``: the resolved precision
+        of the run this one continues, where it was recorded, and the route
+        its ``auto`` settled on (:data:`mxfp16.measure.auto.ROUTES`); with
+        ``'auto'`` they are taken as they are: the route runs under its lists,
+        and :meth:`prepare` applies it to each network.
     **scaler_options
         Passed to :class:`~mxfp16.LossScaler` (``growth_interval`` ...).
 
@@ -90,7 +93,7 @@ class MixedPrecision:
         else:
             self.precision = precision if isinstance(precision, Precision) else resolve_precision(
                 precision, self.ctx, allow_cpu_float16=allow_cpu_float16)
-        self.amp_lists, self._log = amp_lists, log
+        self.amp_lists, self._log = _auto.route_lists(own.route if own else None, amp_lists), log
         self.environment = set_float16_environment()
         is_auto = self.precision.requested == "auto"
         # A Precision passed in is settled (a resumed run's own); a name "auto" may still be timed.
@@ -99,11 +102,11 @@ class MixedPrecision:
         self.verdict = own or (_auto.AutoVerdict(self.precision.name, self.precision.reason) if is_auto else None)
         self._nets = weakref.WeakSet()  # what prepare() cast: rebuilt once AMP goes on
         # A list set whose rule reads weight shapes: the networks it judged before their shapes were known, again.
-        self._stepped = weakref.WeakSet() if reads_weight_shapes(amp_lists) else None
+        self._stepped = weakref.WeakSet() if reads_weight_shapes(self.amp_lists) else None
         self.layer_choice = None
-        self._layers_pending = _per_layer.layers_apply(amp_lists, None if self._pending else self.precision)
+        self._layers_pending = _per_layer.layers_apply(self.amp_lists, None if self._pending else self.precision)
         if not self._pending:
-            activate(self.precision, amp_lists)
+            activate(self.precision, self.amp_lists)
         self.scaler = make_loss_scaler(self.precision, loss_scale, **scaler_options)
 
     @property
@@ -139,6 +142,9 @@ class MixedPrecision:
         gluon.Trainer
         """
         self._nets.add(net)
+        route = None if self.pending or self.verdict is None else self.verdict.route
+        if route is not None and _auto.ROUTES[route].apply is not None:
+            _auto.ROUTES[route].apply(net)  # a resumed run's route, or a net prepared after auto settled
         if self._stepped is not None:
             rebuild_graphs(net)  # Gluon's shape inference cached each weight's symbol without its input channels
         if (self.pending or self.layers_pending) and example is not None:
@@ -196,16 +202,18 @@ class MixedPrecision:
                              "written by this mxfp16's state_dict()")
         name = state.get("precision")
         if self.pending and state.get("requested") == "auto":
-            self._settle(self._own_verdict(name, state.get("reason")))
+            self._settle(self._own_verdict(name, state.get("reason"), (state.get("auto") or {}).get("route")))
         elif name != self.precision.name:
             raise ValueError(f"the state is of a run in {name}, but this MixedPrecision is {self.precision.name}: "
                              f"create MixedPrecision({name!r}) to continue that run")
         self.scaler.load_state_dict(state["scaler"])
 
     @staticmethod
-    def _own_verdict(name, where):
-        """``auto``'s verdict for a resumed run: its own precision ``name``, as recorded in ``where``."""
-        return _auto.AutoVerdict(name, f"the run's own ({where})")
+    def _own_verdict(name, where, route=None):
+        """``auto``'s verdict for a resumed run: its own precision ``name`` and ``route``, as recorded in ``where``
+        (a route this mxfp16 does not know, or one beside another precision, is dropped: the precision stands)."""
+        route = route if name == _auto.CANDIDATE and route in _auto.ROUTES else None
+        return _auto.AutoVerdict(name, f"the run's own ({where})", route=route)
 
     def _choose_layers(self, net, data):
         """Time ``net``'s layers (:mod:`mxfp16.measure.per_layer`), keep those that do not gain in float32, retrace."""

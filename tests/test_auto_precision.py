@@ -413,9 +413,9 @@ def test_the_trainer_resumes_in_its_own_precision_and_workers_keep_the_rule(nati
     mixed = run._mixed_precision(Config(), CPU, None, print)
     assert not mixed.pending and mixed.precision.reason.startswith("ruled:") and asked == []
     assert activated == ["float32", mixed.precision.name]
-    # A run whose auto settled on a list route resumes under those lists; one asked for by name keeps its own.
+    # A run whose auto settled on a list route resumes under its lists; one asked for by name keeps its own.
     Config.resume, Config.kvstore = True, "device"
-    saved = {"resolved_precision": "amp-bfloat16", "resolved_amp_lists": "mxfp16+unaligned32"}
+    saved = {"resolved_precision": "amp-bfloat16", "auto": {"precision": "amp-bfloat16", "route": "unaligned32"}}
     assert run._mixed_precision(Config(), CPU, saved, print).amp_lists == "mxfp16+unaligned32"
     Config.precision = "amp-bfloat16"
     assert run._mixed_precision(Config(), CPU, saved, print).amp_lists == "mxfp16"

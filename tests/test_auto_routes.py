@@ -227,6 +227,48 @@ def test_a_verdict_with_the_route_unfuses_the_network_it_timed(tmp_path):
     assert result["ran"] or not BFLOAT16_RUNS
 
 
+def test_a_resumed_run_takes_its_own_route_and_this_mxfp16_drops_one_it_does_not_know():
+    """The trainer's resume (own_precision) and load_state_dict: the route recorded with the run is applied to the
+    networks prepared, with no timing; a route beside float32, or one this mxfp16 lacks, is dropped."""
+    code = """
+        import json, warnings
+        warnings.simplefilter("ignore")
+        import mxfp16
+        from mxfp16.measure import probe
+        from mxfp16.machine import hardware
+        import mxnet as mx
+        from mxnet import gluon
+        hardware.bfloat16_support = lambda *a, **k: hardware.BFloat16Support("native", "stand-in")
+        probe.NetworkProbe.time = lambda *a, **k: 1 / 0  # nothing may be timed
+        def language_model():
+            net = gluon.nn.HybridSequential()
+            net.add(gluon.nn.Embedding(50, 16), gluon.rnn.LSTM(16, layout="NTC"), gluon.nn.Dense(50, flatten=False))
+            net.initialize()
+            return net
+        found = {}
+        for name, route in (("float32", "unfused-rnn"), ("amp-bfloat16", "unfused-rnn"),  # float32 before AMP is on
+                            ("amp-bfloat16", "a-route-gone")):
+            mp = mxfp16.MixedPrecision("auto", "cpu", own_precision=(name, "runs/x/config.json", route),
+                                       log=lambda line: None)
+            net = language_model()
+            mp.prepare(net, "sgd")
+            found[f"{name} {route}"] = [type(net[1]).__name__, type(net[1]).__module__, mp.verdict.route,
+                                        mp.state_dict()["auto"]["route"]]
+        pending = mxfp16.MixedPrecision("auto", "cpu", log=lambda line: None)  # a library user's own resume
+        net = language_model()
+        pending.prepare(net, "sgd")
+        pending.load_state_dict(dict(pending.state_dict(), precision="amp-bfloat16", requested="auto",
+                                     auto={"route": "unfused-rnn"}))
+        found["load_state_dict"] = [type(net[1]).__name__, type(net[1]).__module__, pending.verdict.route, None]
+        print(json.dumps(found))
+    """
+    found = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    assert found["amp-bfloat16 unfused-rnn"] == ["LSTM", "mxfp16.amp.recurrent", ROUTE, ROUTE]
+    assert found["load_state_dict"] == ["LSTM", "mxfp16.amp.recurrent", ROUTE, None]
+    for dropped in ("amp-bfloat16 a-route-gone", "float32 unfused-rnn"):
+        assert found[dropped] == ["LSTM", "mxnet.gluon.rnn.rnn_layer", None, None]
+
+
 def test_a_verdict_with_the_list_route_trains_under_its_lists(tmp_path):
     """In a child: the list route wins, and MixedPrecision runs AMP under ``mxfp16+unaligned32``, judging its deferred
     network again once the first step gave it shapes, as it does for those lists asked for by name."""

@@ -327,17 +327,15 @@ def _open_data(config, saved, shard, log):
 def _mixed_precision(config, ctx, saved, log):
     """The run's one :class:`~mxfp16.MixedPrecision`: the precision resolved once, the README's set-up.
 
-    ``--precision auto`` resumes in the run's own precision and AMP lists (a route's), whatever a new measurement
-    would say. Workers of a parameter-server job keep the rule: each would time on its own machine under the others'
-    load and could choose differently.
+    ``--precision auto`` resumes in the run's own precision and route (an unfused LSTM, other AMP lists), whatever a
+    new measurement would say. Workers of a parameter-server job keep the rule: each would time on its own machine
+    under the others' load and could choose differently.
     """
     resumed = config.resume and saved and saved.get("resolved_precision")
-    own = (saved["resolved_precision"], f"{config.out}/config.json") if resumed else None
-    lists = config.amp_lists
-    if own and config.precision == "auto":
-        lists = saved.get("resolved_amp_lists") or lists  # the list set auto's route settled on, if any
+    route = ((saved or {}).get("auto") or {}).get("route")
+    own = (saved["resolved_precision"], f"{config.out}/config.json", route) if resumed else None
     return MixedPrecision(config.precision, ctx, loss_scale=config.loss_scale,
-                          allow_cpu_float16=config.allow_cpu_float16, amp_lists=lists,
+                          allow_cpu_float16=config.allow_cpu_float16, amp_lists=config.amp_lists,
                           time_auto=not str(config.kvstore).startswith("dist"), log=log, own_precision=own)
 
 
