@@ -147,6 +147,41 @@ def test_the_amx_lines_count_as_amx_and_the_rest_as_this_zen4_ran_them():
     assert rnn and all(e["class"] == "float32" and e["dtype"] == "f32" for e in rnn)
 
 
+def test_the_reorders_are_grouped_by_layouts_and_shape_as_the_log_reads():
+    """Against the log read with plain string operations: each reorder line's source and destination layout."""
+    expected = {}
+    for text in LOG:
+        f = text.split(",")
+        if text.startswith("dnnl_verbose,exec,") and f[3] == "reorder":
+            src, dst = (md.split("::")[0].split("_")[1] + " " + md.split(":")[3] for md in f[6].split())
+            key = (f"{src} -> {dst}", f[-2])
+            expected[key] = expected.get(key, 0.0) + float(f[-1]) / 3
+    summary = summarise(LOG, steps=3)
+    found = {(e["layouts"], e["shape"]): e["ms_per_step"] for e in summary["reorder_shapes"]}
+    largest = sorted(expected.items(), key=lambda item: -item[1])[:len(found)]
+    assert len(found) == min(8, len(expected)) and found == pytest.approx(dict(largest))
+    assert ("f32 abcd -> bf16 abcd", "4x3x16x16") in found  # the batch cast to bfloat16: a reorder in oneDNN
+    by_layouts = {}
+    for (layouts, _), ms in expected.items():
+        by_layouts[layouts] = by_layouts.get(layouts, 0.0) + ms
+    found = {e["layouts"]: e["ms_per_step"] for e in summary["reorders"]}
+    assert found == pytest.approx(dict(sorted(by_layouts.items(), key=lambda item: -item[1])[:8]))
+    shares = sum(e["percent"] for e in summary["reorders"])  # the 8 largest of the log's 12 groups
+    assert summary["percent"]["reorder"] * 0.9 < shares < summary["percent"]["reorder"]
+    assert census.reorder_layouts("src_bf16::blocked:aBcd16b:f0 dst_f32::blocked:abcd:f0") == \
+        "bf16 aBcd16b -> f32 abcd"
+
+
+def test_the_printed_census_names_the_largest_reorders_where_they_take_a_share():
+    summary = summarise(LOG, steps=3)
+    shown = [line for line in census.format_census("x", summary) if line.strip().startswith("reorders: ")]
+    assert bool(shown) == (summary["percent"]["reorder"] >= census.REORDERS_SHOWN)
+    summary["percent"]["reorder"] = census.REORDERS_SHOWN  # as a step whose reorders took that share
+    (line,) = [line for line in census.format_census("x", summary) if line.strip().startswith("reorders: ")]
+    first = summary["reorders"][0]
+    assert line.strip().startswith(f"reorders: {first['layouts']} {first['percent']:.0f}%")
+
+
 def test_the_printed_census_names_the_classes_and_the_passes():
     lines = census.format_census("amp-bfloat16 batch 4", summarise(LOG, steps=3))
     assert lines[0].startswith("amp-bfloat16 batch 4 census: ")
@@ -154,7 +189,7 @@ def test_the_printed_census_names_the_classes_and_the_passes():
                   "ms of oneDNN time per step"):
         assert label in lines[0]
     assert any(line.strip().startswith(("forward_training (", "backward (")) for line in lines[1:])
-    assert lines[-1].strip().startswith("top: ")
+    assert lines[-1].strip().startswith(("top: ", "reorders: "))
     assert census.format_census("float32 batch 4", summarise([])) == ["float32 batch 4 census: no oneDNN primitive ran"]
 
 

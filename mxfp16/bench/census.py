@@ -16,7 +16,7 @@ import collections
 import re
 
 __all__ = ["CLASSES", "CLASS_LABELS", "ExecLine", "exec_lines", "classify", "summarise", "format_census",
-           "isa_line", "gemm_uses_amx"]
+           "isa_line", "gemm_uses_amx", "reorder_layouts"]
 
 #: The classes, in the order they are reported.
 CLASSES = ("amx", "avx512_bf16", "bf16_other", "float32", "reference", "reorder", "other")
@@ -25,10 +25,14 @@ CLASS_LABELS = {"amx": "AMX", "avx512_bf16": "avx512_bf16", "bf16_other": "other
                 "reference": "reference", "reorder": "reorders", "other": "other"}
 #: Classes the printed census names even at 0%: the four that say why bfloat16 is slow or fast.
 ALWAYS_SHOWN = ("amx", "avx512_bf16", "float32", "reference")
+#: The reorders' share (%) from which the printed census names the largest ones.
+REORDERS_SHOWN = 10.0
 #: The markers of oneDNN's verbose lines (``onednn_verbose`` from oneDNN 3 on).
 MARKERS = ("dnnl_verbose", "onednn_verbose")
 
-ExecLine = collections.namedtuple("ExecLine", "primitive implementation prop_kind dtype problem ms")
+#: One executed primitive; ``descriptors`` is the memory-descriptor field as printed (``src_bf16::blocked:...``).
+ExecLine = collections.namedtuple("ExecLine", "primitive implementation prop_kind dtype problem ms descriptors",
+                                  defaults=("",))
 
 
 def _dtype(descriptors):
@@ -64,7 +68,7 @@ def exec_lines(lines):
             ms = float(f[-1])
         except ValueError:  # a line cut short by another program's output
             continue
-        found.append(ExecLine(f[3], f[4], f[5], _dtype(f[6]), f[-2], ms))
+        found.append(ExecLine(f[3], f[4], f[5], _dtype(f[6]), f[-2], ms, f[6]))
     return found
 
 
@@ -104,6 +108,31 @@ def classify(line, isa=None):
     return "float32" if line.dtype == "f32" else "other"
 
 
+def reorder_layouts(descriptors):
+    """``bf16 aBcd16b -> f32 abcd``: a reorder's source and destination type and layout, from its descriptors."""
+    found = {}
+    for md in descriptors.split():
+        name, _, rest = md.partition("::")  # src_bf16, blocked:aBcd16b:f0
+        role, _, dtype = name.rpartition("_")
+        fields = rest.split(":")
+        found[role] = f"{dtype} {fields[1] if len(fields) > 1 else rest}"
+    return f"{found.get('src', '?')} -> {found.get('dst', '?')}"
+
+
+def _reorders(execs, steps, total, by_shape, count=8):
+    """The ``count`` largest groups of reorders by layouts (and shape, ``by_shape``): what ``reorder`` time moved."""
+    groups = collections.defaultdict(lambda: [0, 0.0])
+    for line in execs:
+        if line.primitive == "reorder":
+            layouts = reorder_layouts(line.descriptors)
+            entry = groups[(layouts, line.problem) if by_shape else (layouts,)]
+            entry[0] += 1
+            entry[1] += line.ms / steps
+    ranked = sorted(groups.items(), key=lambda item: -item[1][1])[:count]
+    return [{"layouts": key[0], **({"shape": key[1]} if by_shape else {}), "calls_per_step": calls / steps,
+             "ms_per_step": ms, "percent": 100.0 * ms / total if total else 0.0} for key, (calls, ms) in ranked]
+
+
 def _pass(prop_kind):
     """A line's pass: its prop_kind (``forward_training``, ``backward_data`` ...), ``none`` where it has none
     (``undef``: reorder, sum, concat), ``forward_scoring`` as its synonym ``forward_inference``."""
@@ -131,7 +160,8 @@ def summarise(lines, steps=1, isa=None):
     dict
         ``ms_per_step`` (oneDNN's summed time), ``calls_per_step``, ``percent`` and ``ms_per_step_by_class`` (every
         class of :data:`CLASSES`), ``passes`` (the classes' shares within each pass) and ``top`` (the 8 largest groups
-        of primitive, implementation, pass and dtype).
+        of primitive, implementation, pass and dtype), ``reorders`` (the 8 largest groups of reorders by source and
+        destination type and layout, :func:`reorder_layouts`) and ``reorder_shapes`` (the same by shape too).
     """
     lines = list(lines)
     execs = lines if all(isinstance(x, ExecLine) for x in lines) else exec_lines(lines)
@@ -154,7 +184,9 @@ def summarise(lines, steps=1, isa=None):
             "percent": _shares(by_class, total), "passes": passes,
             "top": [{"primitive": p, "implementation": i, "pass": ps, "dtype": d, "class": k, "ms_per_step": ms,
                      "calls_per_step": calls / steps, "percent": 100.0 * ms / total if total else 0.0}
-                    for (p, i, ps, d, k), (calls, ms) in ranked]}
+                    for (p, i, ps, d, k), (calls, ms) in ranked],
+            "reorders": _reorders(execs, steps, total, by_shape=False),
+            "reorder_shapes": _reorders(execs, steps, total, by_shape=True)}
 
 
 def _class_list(percent, always=ALWAYS_SHOWN):
@@ -164,7 +196,8 @@ def _class_list(percent, always=ALWAYS_SHOWN):
 
 
 def format_census(name, census):
-    """Lines for the terminal: the classes' shares, the three largest passes' own split, and the top three primitives.
+    """Lines for the terminal: the classes' shares, the three largest passes' own split, the top three primitives and
+    the three largest reorders.
 
     Parameters
     ----------
@@ -177,7 +210,8 @@ def format_census(name, census):
     -------
     list of str
         ``amp-bfloat16 batch 16 census: 62% AMX, 11% avx512_bf16, 20% float32, 7% reference, 5% reorders
-        (12.3 ms of oneDNN time per step)``, then indented lines per pass and for the top primitives.
+        (12.3 ms of oneDNN time per step)``, then indented lines per pass, for the top primitives, and, where
+        reorders took :data:`REORDERS_SHOWN` percent or more, for the largest reorders.
     """
     if not census.get("ms_per_step"):
         return [f"{name} census: no oneDNN primitive ran"]
@@ -189,4 +223,7 @@ def format_census(name, census):
     if census["top"]:
         lines.append("    top: " + "; ".join(f"{e['primitive']} {e['implementation']} {e['pass']} {e['dtype']} "
                                               f"{e['percent']:.0f}%" for e in census["top"][:3]))
+    if census.get("reorders") and census["percent"]["reorder"] >= REORDERS_SHOWN:  # where the reorders' time went
+        largest = census["reorders"][:3]
+        lines.append("    reorders: " + "; ".join(f"{e['layouts']} {e['percent']:.0f}%" for e in largest))
     return lines
