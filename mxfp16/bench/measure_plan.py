@@ -344,7 +344,7 @@ def _auto_ratio(document, rows, batch_size):
     field, wanted = ("requested_precision", "auto") if chosen is None else ("precision", chosen)
     lists = verdict.get("amp_lists")  # the list set its route ran under (recorded since auto had list routes)
     return next((r.get("speedup") for r in rows if r.get(field) == wanted and r.get("status") == "ok"
-                 and (lists is None or r.get("amp_lists") in (None, lists))), None)
+                 and lists in (None, r.get("amp_lists"))), None)
 
 
 def summary_row(document):
