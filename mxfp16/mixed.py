@@ -12,7 +12,7 @@ import weakref
 from dataclasses import replace
 
 from ._internals import rebuild_graphs
-from .amp.lists import check_list_set, keep_float32_measured, reads_weight_shapes
+from .amp.lists import check_list_set, keep_float32_measured, reads_weight_shapes, shapes_pending
 from .casting import cast_batch, cast_net
 from .devices import resolve_devices
 from .machine.environment import set_float16_environment
@@ -174,8 +174,7 @@ class MixedPrecision:
             self._choose_layers(net, data)
         if self.pending:
             self._decide(net, data, label, loss_fn, trainer)
-        retrace = self._stepped is not None and net not in self._stepped and any(
-            not p.shape or 0 in p.shape for p in net.collect_params().values())
+        retrace = self._stepped is not None and net not in self._stepped and shapes_pending(net)
         result = train_step(net, loss_fn, trainer, data, label, self.scaler, **options)
         if self._stepped is not None:
             self._stepped.add(net)

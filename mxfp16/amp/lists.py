@@ -209,6 +209,12 @@ def unaligned_convolution(call):
     return any(channels % CHANNEL_BLOCK for channels in (call.int_attr("num_filter", 0), inputs) if channels)
 
 
+def shapes_pending(net):
+    """Whether a parameter of ``net`` has yet to learn its shape (a deferred layer before its first step), so a rule
+    that reads weight shapes has judged it on its output channels only and must judge it again after that step."""
+    return any(not p.shape or 0 in p.shape for p in net.collect_params().values())
+
+
 def reads_weight_shapes(which):
     """Whether the list set ``which`` has a rule that reads weight shapes, which a deferred network lacks at first."""
     return "unaligned32" in check_list_set(which)[1]

@@ -138,7 +138,7 @@ class NetworkProbe:
 
     def _time_here(self, name, iters, warmup, repeats, route=None):
         from .._internals import rebuild_graphs
-        from ..amp.lists import reads_weight_shapes
+        from ..amp.lists import reads_weight_shapes, shapes_pending
         from ..optim import make_trainer
         from ..scaler import make_loss_scaler
         from ..step import train_step
@@ -152,12 +152,8 @@ class NetworkProbe:
         def step():
             return train_step(self.net, self.loss_fn, trainer, self.data, self.label, scaler).loss
 
-        if precision.amp and reads_weight_shapes(route_lists(route, self.amp_lists)) and _deferred(self.net):
-            step().wait_to_read()  # as MixedPrecision.train_step: a rule that reads input channels judges again
+        if precision.amp and reads_weight_shapes(route_lists(route, self.amp_lists)) and shapes_pending(self.net):
+            step()  # as MixedPrecision.train_step: the shapes are known once it is traced; the rules judge again
             rebuild_graphs(self.net)
         return time_steps(step, iters, repeats, warmup).ms_per_step
 
-
-def _deferred(net):
-    """Whether a parameter of ``net`` has yet to learn its shape (a deferred layer before its first step)."""
-    return any(not p.shape or 0 in p.shape for p in net.collect_params().values())
