@@ -7,6 +7,8 @@ numpy-mode: MXNet's ``amp_cast`` and ``amp_multicast`` are legacy operators,
 so it goes through ``as_nd_ndarray`` and back (the same array, with its
 autograd history).
 """
+import functools
+
 import numpy as np
 
 from .._internals import block_op_kwargs, block_operator, numpy_symbol_class, rebuild_symbol
@@ -31,7 +33,9 @@ def is_low_precision(dtype):
     return np.dtype(dtype) in (BFLOAT16, _FLOAT16)
 
 
+@functools.lru_cache(maxsize=None)
 def _kinds():
+    """MXNet's array and graph modules and the numpy-mode classes, looked up once: every wrapped call asks."""
     from mxnet import ndarray, numpy, symbol
 
     return ndarray, symbol, numpy.ndarray, numpy_symbol_class()

@@ -5,12 +5,14 @@ few names they removed exist again (docs/getting-started.md, "Pythons and
 numpy", lists them). :func:`prepare_stack` runs at ``import mxfp16``, before
 MXNet loads: it supplies each name MXNet uses (:data:`MXNET_NUMPY_NAMES`)
 that this numpy lacks, never replacing one that exists, and makes
-``distutils`` importable from setuptools where Python has none. A name that
+``distutils`` importable from setuptools where Python has none; it also
+keeps two optional imports out of MXNet's load (:class:`_LeanMXNetImport`). A name that
 a future numpy removes and mxfp16 cannot supply fails the import here,
 naming it and the numpy that works, instead of an ``AttributeError`` deep
 inside MXNet.
 """
 import importlib
+import importlib.abc
 import importlib.util
 import json
 import math
@@ -226,7 +228,108 @@ def prepare_stack():
     if not _mxnet_installed():  # an ONNX export predicts with onnxruntime alone
         return
     DISTUTILS["source"] = _ensure_distutils()
+    lean_mxnet_import()
     libraries.preload()  # the CUDA wheels' libraries, before libmxnet.so asks for them
+
+
+class _LeanMXNetImport(importlib.abc.MetaPathFinder):
+    """What MXNet's own modules import at ``import mxnet`` and never use there, kept out of its load time.
+
+    Two optional imports take about a third of ``import mxnet``'s time, paid
+    by every process that loads MXNet (docs/getting-started.md):
+
+    - ``mxnet/model.py`` (the legacy ``FeedForward`` API, which Gluon does not
+      use) derives from scikit-learn's ``BaseEstimator`` where scikit-learn
+      is installed (mxfp16 installs it for the digits set), and scikit-learn
+      brings scipy.stats and pandas. It is refused to ``mxnet.model`` alone,
+      once, so that MXNet takes its own fallback base class; where
+      scikit-learn is loaded already, MXNet gets it as usual.
+    - ``mxnet/contrib/quantization.py`` and ``mxnet/test_utils.py`` import
+      ``scipy.stats`` (the first only to check that it exists). Its code runs
+      at the first use of one of its names, by whoever makes it
+      (:class:`_OnFirstUse`).
+
+    Every other importer finds both as usual.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "sklearn" and "mxnet.model" in _modules_loading():
+            raise ModuleNotFoundError("mxfp16 keeps scikit-learn out of MXNet's legacy FeedForward", name=name)
+        if name == "scipy.stats" and any(m.startswith("mxnet.") for m in _modules_loading()):
+            return self._lazy_spec(name, path, target)
+        return None
+
+    def _lazy_spec(self, name, path, target):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _OnFirstUse(spec.loader)
+                return spec
+        return None
+
+
+class _OnFirstUse(importlib.abc.Loader):
+    """Runs a module's code at the first use of a name it defines, not at its import.
+
+    The standard library's ``importlib.util.LazyLoader`` runs it at any
+    attribute access, and importing the module a second time reads its
+    ``__spec__`` (``mxnet/test_utils.py`` imports scipy.stats after
+    ``mxnet/contrib/quantization.py``): what the import system set (``__spec__``,
+    ``__name__``, ``__path__`` ...) is answered here without running it.
+    """
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__class__ = _UnusedModule
+        module.__dict__["_mxfp16_loader"] = self.loader
+
+
+class _UnusedModule(types.ModuleType):
+    def __getattr__(self, name):
+        loader = self.__dict__.pop("_mxfp16_loader", None)
+        if loader is None:  # run already (a name the module does not define)
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        self.__class__ = types.ModuleType  # first: the module's own code reads its names as it runs
+        self.__loader__ = self.__spec__.loader = loader
+        loader.exec_module(self)
+        return getattr(self, name)
+
+
+def _modules_loading():
+    """The names of the modules whose top-level code is on the stack: the imports under way, outermost last.
+
+    (``from scipy import stats`` runs through scipy's own ``__getattr__``, so
+    the module that asked is not always the innermost.)
+    """
+    names, frame = [], sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            names.append(frame.f_globals.get("__name__") or "")
+        frame = frame.f_back
+    return names
+
+
+def lean_mxnet_import():
+    """Put :class:`_LeanMXNetImport` first on ``sys.meta_path`` while MXNet has yet to load.
+
+    Returns
+    -------
+    bool
+        Whether the finder is in place (not once MXNet is loaded: then there is nothing to spare).
+    """
+    if "mxnet" in sys.modules:
+        return False
+    if not any(isinstance(f, _LeanMXNetImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LeanMXNetImport())
+    return True
 
 
 def stack_report():
