@@ -242,7 +242,7 @@ class _LeanMXNetImport(importlib.abc.MetaPathFinder):
       use) derives from scikit-learn's ``BaseEstimator`` where scikit-learn
       is installed (mxfp16 installs it for the digits set), and scikit-learn
       brings scipy.stats and pandas. It is refused to ``mxnet.model`` alone,
-      once, so that MXNet takes its own fallback base class; where
+      while its top-level code runs, so that MXNet takes its own fallback base class; where
       scikit-learn is loaded already, MXNet gets it as usual.
     - ``mxnet/contrib/quantization.py`` and ``mxnet/test_utils.py`` import
       ``scipy.stats`` (the first only to check that it exists). Its code runs
@@ -293,6 +293,8 @@ class _OnFirstUse(importlib.abc.Loader):
 
 
 class _UnusedModule(types.ModuleType):
+    """A module imported by :class:`_OnFirstUse` whose code has yet to run: a name it lacks runs it once."""
+
     def __getattr__(self, name):
         loader = self.__dict__.pop("_mxfp16_loader", None)
         if loader is None:  # run already (a name the module does not define)
