@@ -235,7 +235,7 @@ def prepare_stack():
 class _LeanMXNetImport(importlib.abc.MetaPathFinder):
     """What MXNet's own modules import at ``import mxnet`` and never use there, kept out of its load time.
 
-    Two optional imports take about a third of ``import mxnet``'s time, paid
+    Two optional imports take a large share of ``import mxnet``'s time, paid
     by every process that loads MXNet (docs/getting-started.md):
 
     - ``mxnet/model.py`` (the legacy ``FeedForward`` API, which Gluon does not
