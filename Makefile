@@ -91,7 +91,8 @@ test: $(VENV)/.test-installed
 
 # The newest Python with numpy 2, in its own venv, on what differs on that stack
 # (the main leg covers the rest): the names numpy 2 removed, what mxfp16 keeps out of MXNet's load (it
-# reads the import machinery's frames), the numpy scalars
+# reads the import machinery's frames) and MXNet's operator functions kept compiled (marshal's format and
+# code objects are the Python's), the numpy scalars
 # MXNet refuses (numpy compat, the training step, TensorBoard's histograms), the
 # install (packaging), onnx and onnxruntime's builds for that Python (ONNX export
 # and predict, also in a venv without MXNet), a short training run that learns,
@@ -105,7 +106,7 @@ NEWEST        ?= 3.13
 NEWEST_NUMPY  ?= 2.5.5
 NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
 NEWEST_VENV   ?= .venv-newest
-NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_mxnet_import.py tests/test_packaging.py tests/test_step.py tests/test_tensorboard.py \
+NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_mxnet_import.py tests/test_operator_cache.py tests/test_packaging.py tests/test_step.py tests/test_tensorboard.py \
 	tests/test_inference_onnx.py tests/test_train_learning.py \
 	"tests/test_notebooks.py::test_notebook_runs_in_smoke_mode[01_float16_bfloat16_numbers]"
 

@@ -185,7 +185,17 @@ def _stack_text(stack):
              else "none needed")
     return [f"  Python {stack['python']}, numpy {stack['numpy']} ({tested})",
             f"  numpy names mxfp16 supplied for MXNet: {names}",
-            f"  distutils: {stack['distutils']}"]
+            f"  distutils: {stack['distutils']}",
+            f"  MXNet's operator functions: {_operator_cache_text(stack['operator_cache'])}"]
+
+
+def _operator_cache_text(cache):
+    if not cache["file"]:
+        return "compiled by MXNet (MXNet was loaded before mxfp16)"
+    if not cache["compiled"]:
+        return f"{cache['read']} read from {cache['file']}"
+    kept = "kept in" if cache["written"] else "could not be kept in"
+    return f"{cache['compiled']} compiled at this import, {kept} {cache['file']}"
 
 
 def _threads_text(threads):

@@ -10,16 +10,9 @@ import hashlib
 import json
 import os
 
-from ..plumbing.fileio import JSONFileError, read_json, write_json
+from ..plumbing.fileio import JSONFileError, cache_folder, read_json, write_json
 
 __all__ = ["cache_folder", "MachineCache", "machine_key", "machine_busy", "amp_digest"]
-
-
-def cache_folder(environ=None):
-    """``$MXFP16_CACHE_DIR``, else ``$XDG_CACHE_HOME/mxfp16`` (``~/.cache/mxfp16`` by default)."""
-    environ = os.environ if environ is None else environ
-    return environ.get("MXFP16_CACHE_DIR") or os.path.join(
-        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mxfp16")
 
 
 def amp_digest(folder=None):

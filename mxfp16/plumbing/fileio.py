@@ -13,12 +13,21 @@ from pathlib import Path
 from .output import atomic_write, shown
 
 __all__ = ["write_json", "append_jsonl", "parse_json", "read_json", "read_jsonl", "JSONFileError", "MAX_JSON_BYTES",
-           "MAX_JSON_DEPTH", "sha256_file"]
+           "MAX_JSON_DEPTH", "sha256_file", "cache_folder"]
 
 #: A JSON file mxfp16 reads is a record of a run, not data: beyond this size it is refused.
 MAX_JSON_BYTES = 64 << 20
 #: The deepest nesting of lists and objects a JSON file mxfp16 reads may have (its own files need 6).
 MAX_JSON_DEPTH = 32
+
+
+def cache_folder(environ=None):
+    """Where mxfp16 keeps what it measured or compiled once per machine (:mod:`mxfp16.measure.cache`,
+    :mod:`mxfp16.machine.operator_cache`): ``$MXFP16_CACHE_DIR``, else ``$XDG_CACHE_HOME/mxfp16``
+    (``~/.cache/mxfp16`` by default)."""
+    environ = os.environ if environ is None else environ
+    return environ.get("MXFP16_CACHE_DIR") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mxfp16")
 
 
 class JSONFileError(ValueError):
