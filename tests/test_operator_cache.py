@@ -79,14 +79,17 @@ def test_the_next_import_compiles_nothing_and_gets_mxnets_own_functions_with_its
     _works(second)  # each function equals a fresh compile of MXNet's source, which holds this process's handle
 
 
-@pytest.mark.parametrize("damage", ["cut", "flipped", "other-format"])
-def test_a_damaged_file_is_compiled_anew_and_rewritten(two_imports, tmp_path, damage):
+@pytest.mark.parametrize("damage", ["cut", "flipped", "other-format", "writable-by-others"])
+def test_a_damaged_or_unsafe_file_is_not_read_but_compiled_anew_and_rewritten(two_imports, tmp_path, damage):
     folder, first, _ = two_imports
-    kept = (folder / first["cache"]["file"].rsplit("/", 1)[1]).read_bytes()
+    name = first["cache"]["file"].rsplit("/", 1)[1]
+    kept = (folder / name).read_bytes()
     damaged = {"cut": kept[:len(kept) // 2],
                "flipped": kept[:-10] + bytes([kept[-10] ^ 0xFF]) + kept[-9:],
-               "other-format": b"not" + kept[3:]}[damage]
-    (tmp_path / first["cache"]["file"].rsplit("/", 1)[1]).write_bytes(damaged)
+               "other-format": b"not" + kept[3:]}.get(damage, kept)
+    (tmp_path / name).write_bytes(damaged)
+    if damage == "writable-by-others":  # intact, but anyone could have put code in it
+        (tmp_path / name).chmod(0o666)
     seen = _import(tmp_path)
     assert seen["cache"]["read"] == 0 and seen["cache"]["compiled"] == first["cache"]["compiled"]
     assert seen["cache"]["written"] is True

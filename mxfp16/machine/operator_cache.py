@@ -10,9 +10,11 @@ compiled code objects are kept in a file in mxfp16's cache folder
 format is the interpreter's), keyed by a digest of each source. A source the
 file does not hold (another MXNet build, an operator library loaded later) is
 compiled as before; once MXNet has loaded, the file is rewritten whole with
-the functions this process used. A file that is missing, damaged or of another format reads as
-empty; a folder that cannot be written is left alone. Nothing else about the
-functions changes: MXNet names, documents and registers them as it always does.
+the functions this process used. Code runs from this file, so one that
+another user owns, or that others may write, is not read; nor is one that is
+damaged or of another format. Any of these, a missing file or a folder that
+cannot be written costs only the compiling. Nothing else about the functions
+changes: MXNet names, documents and registers them as it always does.
 
 :class:`mxfp16.machine.stack._LeanMXNetImport` puts :data:`EXEC` in the two
 register modules' namespaces before their code runs, where MXNet's own
@@ -22,6 +24,7 @@ import builtins
 import hashlib
 import marshal
 import os
+import stat
 import sys
 import types
 
@@ -108,6 +111,11 @@ class CompiledOperators:
         try:
             self.stats["file"] = path = cache_file()
             with open(path, "rb") as handle:
+                status = os.fstat(handle.fileno())
+                # Code is run from this file: only one that no other user could have written.
+                owner = getattr(os, "getuid", lambda: status.st_uid)()  # Windows: no owners to compare
+                if status.st_uid != owner or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    return {}
                 blob = handle.read()
             payload = blob[len(_MAGIC) + _DIGEST:]
             if blob[:len(_MAGIC)] != _MAGIC or blob[len(_MAGIC):len(_MAGIC) + _DIGEST] != hashlib.sha256(
