@@ -106,9 +106,11 @@ NEWEST        ?= 3.13
 NEWEST_NUMPY  ?= 2.5.5
 NEWEST_PYTHON := $(shell sh tools/find-python python$(NEWEST))
 NEWEST_VENV   ?= .venv-newest
-NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_mxnet_import.py tests/test_operator_cache.py tests/test_packaging.py tests/test_step.py tests/test_tensorboard.py \
+NEWEST_TESTS  := tests/test_numpy_compat.py tests/test_mxnet_import.py tests/test_packaging.py tests/test_step.py tests/test_tensorboard.py \
 	tests/test_inference_onnx.py tests/test_train_learning.py \
-	"tests/test_notebooks.py::test_notebook_runs_in_smoke_mode[01_float16_bfloat16_numbers]"
+	"tests/test_notebooks.py::test_notebook_runs_in_smoke_mode[01_float16_bfloat16_numbers]" \
+	tests/test_operator_cache.py::test_the_next_import_compiles_nothing_and_gets_mxnets_own_functions_with_its_own_handles \
+	tests/test_operator_cache.py::test_a_kept_function_takes_the_handle_of_the_process_that_uses_it
 
 test-newest:
 	@if [ -z "$(NEWEST_PYTHON)" ]; then \

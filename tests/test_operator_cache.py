@@ -129,6 +129,24 @@ def test_a_kept_function_takes_the_handle_of_the_process_that_uses_it():
     assert second.stats["compiled"] == 0
 
 
+def test_the_file_is_rewritten_with_what_this_process_used_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("MXFP16_CACHE_DIR", str(tmp_path))
+    stale = operator_cache.CompiledOperators()
+    stale.code("def Old(): pass\n")  # another MXNet build's function
+    stale.save()
+    assert stale.stats["written"] is True
+
+    current = operator_cache.CompiledOperators()
+    assert current.code("def New(): pass\n").co_consts[0].co_name == "New"
+    assert current.stats == {"file": str(tmp_path / operator_cache.cache_file().rsplit("/", 1)[1]), "read": 1,
+                             "compiled": 1, "written": False}
+    current.save()
+    assert current.stats["written"] is True and current.codes == {}  # let go once MXNet has loaded
+    again = operator_cache.CompiledOperators()
+    again.code("def New(): pass\n")
+    assert again.stats["read"] == 1 and again.stats["compiled"] == 0  # New alone: Old was not carried over
+
+
 def test_a_source_that_holds_its_handle_twice_is_kept_as_it_is():
     cache = operator_cache.CompiledOperators()
     cache.codes = {}

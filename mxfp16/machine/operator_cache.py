@@ -22,14 +22,16 @@ register modules' namespaces before their code runs, where MXNet's own
 """
 import builtins
 import hashlib
+import importlib.util
 import marshal
 import os
 import stat
 import sys
 import types
 
-#: The start of the file: its kind and marshal's version; then a digest of the payload, then the payload.
-_MAGIC = b"mxfp16-operator-code\0" + marshal.version.to_bytes(2, "little")
+#: The start of the file: its kind, marshal's version and the bytecode's (what a .pyc file starts with); then a
+#: digest of the payload, then the payload.
+_MAGIC = b"mxfp16-operator-code\0" + marshal.version.to_bytes(2, "little") + importlib.util.MAGIC_NUMBER
 _DIGEST = 32
 
 
@@ -130,13 +132,15 @@ class CompiledOperators:
         return codes
 
     def save(self):
-        """Rewrite the file with the functions this process used, if it compiled any; a folder that refuses is
-        left alone."""
+        """Once MXNet has loaded: rewrite the file with the functions this process used, if it compiled any (a
+        folder that refuses is left alone), then let go of the code objects (an operator library loaded later is
+        compiled as MXNet does)."""
+        codes, self.codes, self.used = self.used, {}, {}
         if not self.stats["compiled"] or self.stats["written"] or not self.stats["file"]:
             return
         from ..plumbing.output import atomic_write
 
-        payload = marshal.dumps(self.used)
+        payload = marshal.dumps(codes)
         try:
             with atomic_write(self.stats["file"], "wb") as handle:
                 handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
