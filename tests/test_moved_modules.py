@@ -56,6 +56,7 @@ RENAMED = {
     "mxfp16.amp.wrappers.BFLOAT16": "mxfp16.float_formats.BFLOAT16",
     "mxfp16.data.fetch.sha256_of": "mxfp16.plumbing.fileio.sha256_file",
     "mxfp16.train.checkpoint.save_checkpoint": "mxfp16.train.checkpoint.write_checkpoint",
+    "mxfp16.measure.cache.cache_folder": "mxfp16.plumbing.fileio.cache_folder",
 }
 #: What a command writes moved from fileio to output with the locks (issue 50); fileio keeps JSON and digests.
 RENAMED.update({f"mxfp16.plumbing.fileio.{name}": f"mxfp16.plumbing.output.{name}" for name in (

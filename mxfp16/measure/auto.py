@@ -25,7 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, NamedTuple
 
-from .cache import MachineCache, cache_folder, machine_busy
+from ..plumbing.fileio import cache_folder
+from .cache import MachineCache, machine_busy
 from .margin import pays, requirement, speed_ratio
 
 __all__ = ["AutoVerdict", "decide_auto", "adopt", "timing_applies", "rule_verdict", "cache_file", "min_repeat_ms",

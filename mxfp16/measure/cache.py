@@ -10,9 +10,9 @@ import hashlib
 import json
 import os
 
-from ..plumbing.fileio import JSONFileError, cache_folder, read_json, write_json
+from ..plumbing.fileio import JSONFileError, read_json, write_json
 
-__all__ = ["cache_folder", "MachineCache", "machine_key", "machine_busy", "amp_digest"]
+__all__ = ["MachineCache", "machine_key", "machine_busy", "amp_digest"]
 
 
 def amp_digest(folder=None):

@@ -14,8 +14,9 @@ The verdict is applied by :func:`mxfp16.amp.lists.keep_float32_measured`.
 import os
 from dataclasses import asdict, dataclass, replace
 
+from ..plumbing.fileio import cache_folder
 from ..plumbing.output import error_line
-from .cache import MachineCache, cache_folder, machine_busy
+from .cache import MachineCache, machine_busy
 from .layer_timing import LayerSpec, LayerTiming, time_layers
 from .margin import MARGIN, pays, requirement, speed_ratio
 
@@ -30,7 +31,7 @@ _CACHE_VERSION = 1
 
 
 def cache_file(environ=None):
-    """Where layer timings are kept: ``amp-layers.json`` in :func:`mxfp16.measure.cache.cache_folder`."""
+    """Where layer timings are kept: ``amp-layers.json`` in :func:`mxfp16.plumbing.fileio.cache_folder`."""
     return os.path.join(cache_folder(environ), "amp-layers.json")
 
 
