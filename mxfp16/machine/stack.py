@@ -261,7 +261,7 @@ class _LeanMXNetImport(importlib.abc.MetaPathFinder):
         if name == "scipy.stats" and any(m.startswith("mxnet.") for m in _modules_loading()):
             return self._spec(name, path, target, _OnFirstUse)
         if name in ("mxnet", "mxnet.ndarray.register", "mxnet.symbol.register"):
-            return self._spec(name, path, target, _CompiledOperators)
+            return self._spec(name, path, target, _OperatorCacheLoader)
         return None
 
     def _spec(self, name, path, target, loader_class):
@@ -277,15 +277,19 @@ class _LeanMXNetImport(importlib.abc.MetaPathFinder):
         return None
 
 
-class _CompiledOperators(importlib.abc.Loader):
-    """Loads MXNet's register modules with :data:`mxfp16.machine.operator_cache.EXEC` as their ``exec``, and
-    saves what it compiled once ``mxnet`` has loaded; the module keeps its own loader."""
+class _WrappedLoader(importlib.abc.Loader):
+    """A module's own loader, which makes the module; a subclass changes how its code runs."""
 
     def __init__(self, loader):
         self.loader = loader
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
+
+
+class _OperatorCacheLoader(_WrappedLoader):
+    """Loads MXNet's register modules with :data:`mxfp16.machine.operator_cache.EXEC` as their ``exec``, and
+    saves what it compiled once ``mxnet`` has loaded; the module keeps its own loader."""
 
     def exec_module(self, module):
         module.__loader__ = module.__spec__.loader = self.loader  # for readers of the package's files
@@ -297,7 +301,7 @@ class _CompiledOperators(importlib.abc.Loader):
         operator_cache.EXEC.save()
 
 
-class _OnFirstUse(importlib.abc.Loader):
+class _OnFirstUse(_WrappedLoader):
     """Runs a module's code at the first use of a name it defines, not at its import.
 
     The standard library's ``importlib.util.LazyLoader`` runs it at any
@@ -306,12 +310,6 @@ class _OnFirstUse(importlib.abc.Loader):
     ``mxnet/contrib/quantization.py``): what the import system set (``__spec__``,
     ``__name__``, ``__path__`` ...) is answered here without running it.
     """
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
 
     def exec_module(self, module):
         module.__class__ = _UnusedModule
