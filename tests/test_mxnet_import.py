@@ -78,3 +78,41 @@ print(json.dumps({"base": mxnet.model.BASE_ESTIMATOR.__module__, "ran_at_import"
 """)
     assert seen["base"] == "sklearn.base"
     assert seen["ran_at_import"] is True
+
+
+def test_a_first_use_from_two_threads_runs_the_module_once_and_both_get_its_names(tmp_path):
+    import importlib.machinery
+    import importlib.util
+    import threading
+    import types
+
+    from mxfp16.machine.stack import _OnFirstUse
+
+    (tmp_path / "slow_first_use.py").write_text(
+        "import time\nopen(__file__ + '.runs', 'a').write('x')\ntime.sleep(0.5)\nVALUE = 42\n")
+    spec = importlib.machinery.PathFinder.find_spec("slow_first_use", [str(tmp_path)])
+    spec.loader = _OnFirstUse(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # imported, not run
+    assert not (tmp_path / "slow_first_use.py.runs").exists()
+
+    seen = []
+
+    def use():
+        try:
+            seen.append(module.VALUE)
+        except AttributeError as err:
+            seen.append(str(err))
+
+    first = threading.Thread(target=use)
+    first.start()
+    while not (tmp_path / "slow_first_use.py.runs").exists():  # the first thread is running the module's code
+        threading.Event().wait(0.01)
+    second = threading.Thread(target=use)  # asks while the module is still running
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert seen == [42, 42]
+    assert (tmp_path / "slow_first_use.py.runs").read_text() == "x"  # run once
+    assert type(module) is types.ModuleType
+    assert not hasattr(module, "no_such_name")

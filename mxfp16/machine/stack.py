@@ -20,6 +20,7 @@ import math
 import os
 import pathlib
 import sys
+import threading
 import types
 import warnings
 
@@ -316,16 +317,29 @@ class _OnFirstUse(_WrappedLoader):
         module.__dict__["_mxfp16_loader"] = self.loader
 
 
+#: Held while a module of :class:`_OnFirstUse` runs: another thread's first use waits for it to finish.
+_FIRST_USE = threading.RLock()
+
+
 class _UnusedModule(types.ModuleType):
-    """A module imported by :class:`_OnFirstUse` whose code has yet to run: a name it lacks runs it once."""
+    """A module imported by :class:`_OnFirstUse` whose code has yet to run: a name it lacks runs it once.
+
+    It stays of this class until its code has run, so that a name asked for meanwhile comes here: from another
+    thread, it waits for the run and then gets the module's own answer; from the module's code itself (a name it
+    has yet to define), ``AttributeError``, as a module being imported gives.
+    """
 
     def __getattr__(self, name):
-        loader = self.__dict__.pop("_mxfp16_loader", None)
-        if loader is None:  # run already (a name the module does not define)
-            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        self.__class__ = types.ModuleType  # first: the module's own code reads its names as it runs
-        self.__loader__ = self.__spec__.loader = loader
-        loader.exec_module(self)
+        with _FIRST_USE:
+            loader = self.__dict__.pop("_mxfp16_loader", None)
+            if loader is not None:
+                self.__loader__ = self.__spec__.loader = loader
+                try:
+                    loader.exec_module(self)
+                finally:
+                    self.__class__ = types.ModuleType  # a plain module again: its own __getattr__, if any, answers
+            elif type(self) is _UnusedModule:  # its code, running in this thread, asks for what it has yet to define
+                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         return getattr(self, name)
 
 
