@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import nbformat
 import pytest
@@ -32,6 +33,12 @@ IDS = [os.path.basename(p)[:-len(".ipynb")] for p in NOTEBOOKS]
 SMOKE = [pytest.param(path, id=name) for path, name in zip(NOTEBOOKS, IDS)]
 PARALLEL = 2
 TIMEOUT = 600
+#: What papermill says when the kernel died while starting, before it ran any cell. jupyter_client picks the
+#: kernel's ports free and the kernel binds them a moment later; in a suite that starts kernels, MXNet's kvstore
+#: and other children side by side, another process can take one meanwhile (once in a CI run, notebook 1 on a
+#: 2-core Zen 3). Such a run is started once more; a kernel that dies twice still fails the test.
+KERNEL_START_DIED = "Kernel died before replying to kernel_info"
+RETRIED = "(the first kernel died before replying to kernel_info; this is the second run)"
 
 
 def _code_cells(path):
@@ -122,13 +129,15 @@ class _SmokeRuns:
         # the suite would otherwise put six spinning OpenMP threads on two cores (SMOKE work is tiny).
         # TMPDIR: the notebook's temporary folders, so that the test can check it removed them.
         env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", OMP_NUM_THREADS="1", TMPDIR=scratch)
+        argv = [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "-p", "SMOKE", "True",
+                "--cwd", workdir, "--execution-timeout", str(TIMEOUT), path, out]
         with self._slots:
             start = time.monotonic()
             try:
-                proc = subprocess.run(
-                    [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "-p", "SMOKE", "True",
-                     "--cwd", workdir, "--execution-timeout", str(TIMEOUT), path, out],
-                    capture_output=True, text=True, timeout=TIMEOUT, env=env)
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+                if proc.returncode and KERNEL_START_DIED in proc.stderr:  # died starting: once more
+                    proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+                    proc.stderr = RETRIED + "\n" + proc.stderr
                 self.results[path] = (proc.returncode, proc.stderr, out, time.monotonic() - start)
             except subprocess.TimeoutExpired as err:
                 self.results[path] = (None, f"timed out after {TIMEOUT} s: {err}", out, TIMEOUT)
@@ -216,6 +225,8 @@ def test_notebook_runs_in_smoke_mode(path, smoke_runs):
     returncode, stderr, out, seconds = smoke_runs.wait(path)
     error = [line for line in stderr.splitlines() if line.strip()][-25:]
     assert returncode == 0, f"{os.path.basename(path)} failed in SMOKE mode after {seconds:.0f} s:\n" + "\n".join(error)
+    if stderr.startswith(RETRIED):
+        warnings.warn(f"{os.path.basename(path)}: {RETRIED}", stacklevel=1)
     executed = nbformat.read(out, as_version=4)
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
     assert all(c.execution_count is not None for c in executed.cells if c.cell_type == "code" and c.source.strip())
