@@ -33,10 +33,10 @@ IDS = [os.path.basename(p)[:-len(".ipynb")] for p in NOTEBOOKS]
 SMOKE = [pytest.param(path, id=name) for path, name in zip(NOTEBOOKS, IDS)]
 PARALLEL = 2
 TIMEOUT = 600
-#: What papermill says when the kernel died while starting, before it ran any cell. jupyter_client picks the
-#: kernel's ports free and the kernel binds them a moment later; in a suite that starts kernels, MXNet's kvstore
-#: and other children side by side, another process can take one meanwhile (once in a CI run, notebook 1 on a
-#: 2-core Zen 3). Such a run is started once more; a kernel that dies twice still fails the test.
+#: What papermill says when the kernel died while starting, before it ran any cell (once in a CI run, notebook 1
+#: on a 2-core Zen 3; the kernel's own error was not kept). One candidate: jupyter_client picks the kernel's ports
+#: free and the kernel binds them a moment later, while this suite starts kernels, MXNet's kvstore and other
+#: children side by side. Such a run is started once more; a kernel that dies twice still fails the test.
 KERNEL_START_DIED = "Kernel died before replying to kernel_info"
 RETRIED = "(the first kernel died before replying to kernel_info; this is the second run)"
 

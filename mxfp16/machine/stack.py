@@ -296,10 +296,9 @@ class _OperatorCacheLoader(_WrappedLoader):
         module.__loader__ = module.__spec__.loader = self.loader  # for readers of the package's files
         if module.__name__ != "mxnet":
             module.__dict__["exec"] = operator_cache.EXEC  # found before the builtin by the module's functions
-            self.loader.exec_module(module)
-            return
         self.loader.exec_module(module)
-        operator_cache.EXEC.save()
+        if module.__name__ == "mxnet":
+            operator_cache.EXEC.save()
 
 
 class _OnFirstUse(_WrappedLoader):
